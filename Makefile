@@ -1,0 +1,56 @@
+# ProcessBench build. Every target creates the virtualenv and installs the pinned set when missing.
+#   make rebuild [SCALE=demo|release]   generate the sample corpora and materialize every asset through Dagster
+#   make test                           the test suite
+#   make dev                            the Dagster UI on 127.0.0.1:$(PORT) (Ctrl-C or SIGTERM stops it cleanly)
+#   make check-regen                    rebuild the demo release and compare its checksums with tests/regen/demo.sha256
+#   make regen-lock                     update that lock after a deliberate change (commit it with the change)
+#   make bench                          frame-extraction and split benchmarks (numbers, not pass/fail)
+#   make clean                          remove build outputs (keeps the virtualenv)
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+SCALE  ?= demo
+PORT   ?= 3000
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+export PYTHONHASHSEED := 0
+
+.PHONY: venv rebuild test dev check-regen regen-lock bench validate clean distclean
+
+venv: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+$(DAGSTER_HOME)/dagster.yaml:
+	@mkdir -p $(DAGSTER_HOME)
+	@printf 'telemetry:\n  enabled: false\n' > $@
+
+rebuild: venv
+	$(BIN)/processbench build --samples --scale $(SCALE)
+	$(BIN)/processbench validate release
+
+test: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+dev: venv
+	$(BIN)/processbench dev --host 127.0.0.1 --port $(PORT)
+
+check-regen: venv
+	$(BIN)/python tests/regen.py check
+
+regen-lock: venv
+	$(BIN)/python tests/regen.py lock
+
+bench: venv
+	$(BIN)/python bench/bench_frames.py
+	$(BIN)/python bench/bench_split.py
+
+clean:
+	rm -rf build release .pytest_cache bench/results
+
+distclean: clean
+	rm -rf $(VENV) $(DAGSTER_HOME)

@@ -1,0 +1,225 @@
+"""`processbench` — the jobs a user runs without the Dagster UI.
+
+    processbench build [--scale demo|release] [--upstream gm100=PATH ...] [--sources gm100,aist]
+    processbench samples --scale demo|release --out DIR [--sources ...] [--seed N]
+    processbench ingest --source SLUG --root PATH --out DIR
+    processbench split --items POOL.jsonl --out DIR [--config FILE]
+    processbench validate DIR
+    processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
+    processbench dev [--host 127.0.0.1] [--port 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .config import load_config, path_in_repo
+
+
+def _upstream(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        slug, sep, path = pair.partition("=")
+        if not sep or not slug or not path:
+            raise SystemExit(f"--upstream expects SLUG=PATH, got {pair!r}")
+        out[slug] = str(Path(path).resolve())
+    return out
+
+
+def _sources(arg: str | None, cfg: dict) -> list[str]:
+    chosen = [s for s in (arg or "").split(",") if s] or list(cfg["build"]["sources"])
+    unknown = sorted(set(chosen) - set(cfg["sources"]))
+    if unknown:
+        raise SystemExit(f"unknown source(s) {unknown}; known: {sorted(cfg['sources'])}")
+    return chosen
+
+
+def cmd_samples(args) -> int:
+    from upstream_adapters import write_samples
+
+    cfg = load_config(scale=args.scale)
+    out = Path(args.out)
+    seed = cfg["build"]["samples"]["seed"] if args.seed is None else args.seed
+    for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({args.scale})", unit="source"):
+        t = time.time()
+        write_samples(slug, out / slug, scale=args.scale, seed=seed)
+        tqdm.write(f"{slug}: written to {out / slug} in {time.time() - t:.1f}s")
+    return 0
+
+
+def cmd_build(args) -> int:
+    from assets.run import BuildFailed, rebuild, settings_from  # Dagster is the orchestration shell
+
+    upstream = _upstream(args.upstream)
+    cfg = load_config(upstream=upstream, scale=args.scale)
+    if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
+        from upstream_adapters import write_samples
+
+        sdir = path_in_repo(cfg["build"]["samples"]["dir"])
+        scale = cfg["build"]["scale"]
+        for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({scale})", unit="source"):
+            if slug in upstream:
+                continue
+            marker = sdir / f".{slug}.{scale}.{cfg['build']['samples']['seed']}.done"
+            if not marker.exists():
+                write_samples(slug, sdir / slug, scale=scale, seed=cfg["build"]["samples"]["seed"])
+                marker.write_text("")
+    settings = settings_from(scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
+                             work_dir=args.work_dir or "")
+    t = time.time()
+    try:
+        result = rebuild(settings, sources=_sources(args.sources, cfg), log=lambda m: tqdm.write(m))
+    except BuildFailed as exc:
+        print(f"build failed: {exc}", file=sys.stderr)
+        return 1
+    for failed in result["failed_checks"]:
+        print(f"check failed: {failed}", file=sys.stderr)
+    print(f"build done in {time.time() - t:.1f}s -> {settings.config()['build']['release_dir']}")
+    return 1 if result["failed_checks"] else 0
+
+
+def cmd_ingest(args) -> int:
+    from .ingest import ingest_source, summary_text, write_ir
+
+    cfg = load_config()
+    if args.source not in cfg["sources"]:
+        raise SystemExit(f"unknown source {args.source!r}; known: {sorted(cfg['sources'])}")
+    options = dict(cfg["sources"][args.source].get("adapter", {}))
+    result = ingest_source(args.source, Path(args.root), options,
+                           progress=lambda it: tqdm(it, desc=f"ingest {args.source}", unit="unit"))
+    write_ir(result, Path(args.out))
+    print(summary_text(args.source, result))
+    print(f"tables written to {args.out}: units, frames, signals, segments, quarantine (.parquet)")
+    return 0
+
+
+def cmd_split(args) -> int:
+    from .split import split_pool_file
+
+    summary = split_pool_file(Path(args.items), Path(args.out), Path(args.config) if args.config else None)
+    for slug, s in sorted(summary.get("sources", {}).items()):
+        print(f"{slug}: {s.get('eval_groups')} eval / {s.get('sft_groups')} sft groups, "
+              f"{s.get('eval')} eval / {s.get('sft')} sft items")
+    print(f"written: {args.out}/eval.jsonl, sft.jsonl, split_summary.json")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from .validate import validate_release
+
+    problems = validate_release(Path(args.dir))
+    for p in problems:
+        print(f"INVALID: {p}")
+    print(f"{args.dir}: {'valid' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
+def cmd_reconstruct(args) -> int:
+    from .frames.reconstruct import reconstruct
+
+    upstream = _upstream(args.upstream)
+    if not upstream:
+        raise SystemExit("give at least one --upstream SLUG=PATH")
+    cfg = load_config(upstream=upstream)
+    report = reconstruct(Path(args.release), {s: cfg["sources"][s]["root"] for s in upstream}, cfg, Path(args.out),
+                         sources=sorted(upstream))
+    bad = 0
+    for slug, r in sorted(report.get("sources", report).items()):
+        print(f"{slug}: {r}")
+        bad += int(r.get("missing", 0)) + int(r.get("differs", 0)) if isinstance(r, dict) else 0
+    return 1 if bad else 0
+
+
+def cmd_dev(args) -> int:
+    """Run `dagster dev` as a child and forward SIGINT/SIGTERM to it, so the whole tree stops cleanly
+    (a backgrounded `dagster dev` ignores both signals; see engineering-notes §2.3)."""
+    import os
+    import signal
+    import subprocess
+
+    cmd = [str(Path(sys.executable).with_name("dagster")), "dev", "-m", "assets.definitions",
+           "-h", args.host, "-p", str(args.port)]
+    child = subprocess.Popen(cmd)
+    pid_file = path_in_repo(".dagster_dev.pid")
+    pid_file.write_text(f"{os.getpid()}\n")
+
+    stopping = []
+
+    def stop(signum, _frame):
+        stopping.append(signum)
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        while True:
+            try:
+                rc = child.wait(timeout=1)
+                return 0 if stopping else rc
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        pid_file.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    p = argparse.ArgumentParser(prog="processbench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    b = sub.add_parser("build", help="materialize every asset through Dagster and write the release")
+    b.add_argument("--scale", choices=["demo", "release"])
+    b.add_argument("--upstream", action="append", metavar="SLUG=PATH", help="read this source from PATH (repeatable)")
+    b.add_argument("--sources", help="comma-separated subset of sources")
+    b.add_argument("--samples", action="store_true", help="generate the sample corpora first when missing")
+    b.add_argument("--release-dir")
+    b.add_argument("--work-dir")
+    b.set_defaults(func=cmd_build)
+
+    s = sub.add_parser("samples", help="write the sample upstream corpora, one folder per source slug")
+    s.add_argument("--scale", choices=["demo", "release"], default="demo")
+    s.add_argument("--out", required=True)
+    s.add_argument("--sources")
+    s.add_argument("--seed", type=int)
+    s.set_defaults(func=cmd_samples)
+
+    i = sub.add_parser("ingest", help="run one adapter over a root and write the IR tables + quarantine")
+    i.add_argument("--source", required=True)
+    i.add_argument("--root", required=True)
+    i.add_argument("--out", required=True)
+    i.set_defaults(func=cmd_ingest)
+
+    sp = sub.add_parser("split", help="split any item pool (jsonl with source, task_id, split_group_id)")
+    sp.add_argument("--items", required=True)
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--config")
+    sp.set_defaults(func=cmd_split)
+
+    v = sub.add_parser("validate", help="check a release folder against its schema, manifests and checksums")
+    v.add_argument("dir")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("reconstruct", help="rebuild and verify every item's frames from upstream data")
+    r.add_argument("--release", required=True)
+    r.add_argument("--upstream", action="append", metavar="SLUG=PATH")
+    r.add_argument("--out", default="build/reconstructed")
+    r.set_defaults(func=cmd_reconstruct)
+
+    d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--port", type=int, default=3000)
+    d.set_defaults(func=cmd_dev)
+
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The twelve task families: one generator per family, each reading the label tables + IR of one source and its
+YAML template (configs/tasks/T<n>.yaml), emitting an over-complete pool of candidate items (CANDIDATES contract).
+
+    pool = build_candidates("gm100", ir, labels, cfg)     # polars DataFrame, sorted by candidate_key
+
+Template keys read here (per source where a mapping is keyed by source slugs and/or `default`):
+    task_id, task_name, name_aliases, legacy_alias, input_type, num_choices, sources, quota, question, labels
+    (closed label set: label -> choice text), frames (offsets / relative / centers / grid / segment_midpoints),
+    candidates (stride, boundary_margin, cap_per_label, cap_per_unit), min_gap, balance_labels, distractors
+    (policy all | neighbours | pairs | context | permutations), display_labels, choice_order, render, prompt.
+The selection (pipeline.items) picks the quota from the pool; nothing here is random except seeded choices
+(display order of T8/T9, ties among distractors), keyed by the candidate key, so the pool is deterministic.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .common import CANDIDATE_SCHEMA, Spec, empty_candidates, per_source
+from .context import Context
+from .framewise import t1_phase, t2_contact, t3_direction, t4_coordination, t5_progress, t6_motion
+from .outcome import t7_outcome
+from .primitives import t10_current, t11_next, t12_chain
+from .temporal import answer_for, canonical_choices, t8_ordering, t9_priority
+
+GENERATORS = {
+    "T1": t1_phase, "T2": t2_contact, "T3": t3_direction, "T4": t4_coordination, "T5": t5_progress,
+    "T6": t6_motion, "T7": t7_outcome, "T8": t8_ordering, "T9": t9_priority, "T10": t10_current,
+    "T11": t11_next, "T12": t12_chain,
+}
+
+__all__ = ["build_candidates", "GENERATORS", "CANDIDATE_SCHEMA", "Spec", "per_source", "answer_for",
+           "canonical_choices", "empty_candidates"]
+
+
+def build_candidates(source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame],
+                     cfg: dict) -> pl.DataFrame:
+    """The full candidate pool of one source: every family whose template lists the source (with a quota)."""
+    ctx = Context(source, ir, labels, cfg)
+    parts = []
+    for task_id in sorted(cfg["tasks"], key=lambda t: int(t[1:])):
+        spec = Spec(cfg, task_id, source)
+        if not spec.enabled:
+            continue
+        if task_id not in GENERATORS:
+            raise KeyError(f"no generator for task family {task_id}")
+        part = GENERATORS[task_id](spec, ctx)
+        if part.height:
+            parts.append(part)
+    if not parts:
+        return empty_candidates()
+    pool = pl.concat(parts, how="vertical").sort("candidate_key")
+    dup = pool.height - pool.get_column("candidate_key").n_unique()
+    if dup:
+        raise ValueError(f"{source}: {dup} duplicate candidate keys")
+    return pool

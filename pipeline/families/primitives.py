@@ -1,0 +1,101 @@
+"""REASSEMBLE primitive families: T10 current low-level action, T11 next distinct low-level action within the same
+high-level action, T12 the masked middle element of a distinct low-level chain.
+
+Frames: the window `offsets` around centres at `centers` fractions of the stable sub-range of the segment (T10, T11:
+the current low-level segment; T12: the run of the masked chain element). Distractors: labels of the same action
+chain first, then the recording's labels by frequency, then the rest of the vocabulary in a seeded order."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .common import Pool, Spec, window_at_progress
+from .context import Context
+
+
+def _params(spec: Spec):
+    f = spec.frames
+    return ([int(o) for o in f["offsets"]], [float(c) for c in f.get("centers", [0.5])],
+            float(f.get("margin_ratio", 0.0)), int(f.get("min_margin", 0)))
+
+
+def _recording_vocab(prims: list[dict]) -> list[str]:
+    c = Counter(p["text"] for p in prims)
+    return [t for t, _ in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _chains(ctx: Context, uid: str) -> dict[int, list[str]]:
+    return {int(s["seg_index"]): list(s["chain"] or []) for s in ctx.segments.get(uid, [])}
+
+
+def _windows(lo: int, hi: int, n: int, offsets, centers, margin_ratio, min_margin):
+    seen = set()
+    for c in centers:
+        w = window_at_progress(int(lo), int(hi), c, offsets, margin_ratio, min_margin)
+        if w is None or w[1][0] < 0 or w[1][-1] >= n or w[0] in seen:
+            continue
+        seen.add(w[0])
+        yield c, w[0], w[1]
+
+
+def t10_current(spec: Spec, ctx: Context):
+    pool = Pool(spec, ctx.units)
+    offsets, centers, mr, mm = _params(spec)
+    vocab = set(spec.label_texts)
+    for uid in ctx.unit_ids:
+        prims = ctx.primitives.get(uid, [])
+        rec, chains = _recording_vocab(prims), _chains(ctx, uid)
+        for p in prims:
+            if p["text"] not in vocab:
+                continue
+            context = chains.get(int(p["parent_index"]), []) + rec
+            for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm):
+                pool.add(uid, f"p{p['parent_index']}.{p['seg_index']}|c{a}", p["text"], f, a, context=context,
+                         meta={"parent_index": p["parent_index"], "seg_index": p["seg_index"], "center": c})
+    return pool.frame()
+
+
+def t11_next(spec: Spec, ctx: Context):
+    pool = Pool(spec, ctx.units)
+    offsets, centers, mr, mm = _params(spec)
+    vocab = set(spec.label_texts)
+    excl_cur = bool((spec.t.get("distractors") or {}).get("exclude_current", True))
+    for uid in ctx.unit_ids:
+        prims = ctx.primitives.get(uid, [])
+        rec, chains = _recording_vocab(prims), _chains(ctx, uid)
+        for p in prims:
+            nxt = p["next_text"]
+            if nxt is None or nxt not in vocab:
+                continue
+            context = chains.get(int(p["parent_index"]), []) + rec
+            for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm):
+                pool.add(uid, f"p{p['parent_index']}.{p['seg_index']}|c{a}", nxt, f, a, context=context,
+                         exclude={p["text"]} if excl_cur else None, qfields={"high_action": p["high_text"]},
+                         meta={"parent_index": p["parent_index"], "seg_index": p["seg_index"], "current": p["text"],
+                               "center": c})
+    return pool.frame()
+
+
+def t12_chain(spec: Spec, ctx: Context):
+    pool = Pool(spec, ctx.units)
+    offsets, centers, mr, mm = _params(spec)
+    vocab = set(spec.label_texts)
+    excl_nb = bool((spec.t.get("distractors") or {}).get("exclude_neighbours", True))
+    for uid in ctx.unit_ids:
+        rec = _recording_vocab(ctx.primitives.get(uid, []))
+        for s in ctx.segments.get(uid, []):
+            chain = list(s["chain"] or [])
+            if s["no_action"] or len(chain) < 3:
+                continue
+            for m in range(1, len(chain) - 1):
+                prev, masked, nxt = chain[m - 1], chain[m], chain[m + 1]
+                if masked not in vocab:
+                    continue
+                lo, hi = int(s["chain_start"][m]), int(s["chain_end"][m])
+                context = [x for x in chain if x not in (prev, nxt)] + rec
+                for c, a, f in _windows(lo, hi, ctx.n(uid), offsets, centers, mr, mm):
+                    pool.add(uid, f"h{s['seg_index']}.m{m}|c{a}", masked, f, a, context=context,
+                             exclude={prev, nxt} if excl_nb else None,
+                             qfields={"high_action": s["text"], "prev": prev, "next": nxt},
+                             meta={"seg_index": s["seg_index"], "mask_pos": m, "chain": chain, "center": c})
+    return pool.frame()

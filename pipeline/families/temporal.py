@@ -1,0 +1,129 @@
+"""T8 Temporal Ordering (three labelled frames) and T9 Temporal Priority Prediction (two labelled panels).
+
+Frames come from one unit: `grid` mode takes anchors every `step_sec` seconds (clear of `margin_frac` at both ends),
+combines grid points at most `max_gap_steps` apart and at least `min_sep_sec` apart, and (with
+`require_motion_between`) refuses two frames with nothing but stationary frames between them; `segment_midpoints`
+mode (REASSEMBLE) takes the midpoints of successful high-level action segments, `gaps` segments apart.
+
+The display order is a seeded shuffle of the chronological order; the display labels (X, Y[, Z]) are fixed in
+display order, so the answer is the permutation of labels in time order (T8) or the label of the earlier panel (T9).
+pipeline.items.assign_choices later re-orders the frames to balance the answer letters (`choice_order: canonical`)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from pipeline.seeding import py_rng
+
+from .common import Pool, Spec, evenly, order_distractors, permutations_of
+from .context import Context
+
+
+def answer_for(display_frames: list[int], labels: list[str]) -> str:
+    """The labels of the displayed frames in chronological order (T8: a permutation string; T9: one label)."""
+    order = sorted(range(len(display_frames)), key=lambda i: (display_frames[i], i))
+    return "".join(labels[i] for i in order)
+
+
+def _gap_table(k: int, gmax: int) -> np.ndarray:
+    """All (k-1)-tuples of grid gaps in 1..gmax, as cumulative offsets from the first grid point: (m, k)."""
+    gaps = np.array(list(itertools.product(range(1, gmax + 1), repeat=k - 1)), dtype=np.int64).reshape(-1, k - 1)
+    return np.concatenate([np.zeros((gaps.shape[0], 1), dtype=np.int64), np.cumsum(gaps, axis=1)], axis=1)
+
+
+def _grid_sets(ctx: Context, uid: str, fcfg: dict, k: int, require_motion: bool) -> list[tuple[int, ...]]:
+    n, fps = ctx.n(uid), ctx.fps(uid)
+    step = max(1, int(round(float(fcfg["step_sec"]) * fps)))
+    min_sep = max(1, int(round(float(fcfg["min_sep_sec"]) * fps)))
+    margin = int(round(float(fcfg.get("margin_frac", 0.0)) * (n - 1)))
+    grid = np.arange(margin, n - margin, step, dtype=np.int64)
+    if grid.size < k:
+        return []
+    offs = _gap_table(k, int(fcfg.get("max_gap_steps", 1)))              # (m, k)
+    idx = np.arange(grid.size)[:, None, None] + offs[None, :, :]          # (g, m, k)
+    idx = idx.reshape(-1, k)
+    idx = idx[idx[:, -1] < grid.size]
+    f = grid[idx]                                                         # (c, k) frames, increasing
+    keep = np.all(np.diff(f, axis=1) >= min_sep, axis=1)
+    if require_motion:
+        moving = np.concatenate(([0], np.cumsum(~ctx.stationary(uid))))
+        for j in range(k - 1):
+            keep &= (moving[f[:, j + 1] + 1] - moving[f[:, j]]) > 0
+    f = f[keep]  # rows are in lexicographic order
+    cap = fcfg.get("_cap")
+    if cap is not None and f.shape[0] > cap:
+        f = f[[i for i in evenly(list(range(f.shape[0])), int(cap))]]
+    return [tuple(row) for row in f.tolist()]
+
+
+def _segment_sets(ctx: Context, uid: str, fcfg: dict, k: int) -> list[tuple[int, ...]]:
+    mids = [(int(s["start_frame"]) + int(s["end_frame"])) // 2 for s in ctx.segments.get(uid, [])
+            if not s["no_action"] and s["success"]]
+    mids = sorted(set(m for m in mids if 0 <= m < ctx.n(uid)))
+    out = set()
+    for i in range(len(mids)):
+        for gaps in itertools.product([int(g) for g in fcfg["gaps"]], repeat=k - 1):
+            idx = [i]
+            for g in gaps:
+                idx.append(idx[-1] + g)
+            if idx[-1] < len(mids):
+                out.add(tuple(mids[j] for j in idx))
+    return sorted(out)
+
+
+def _frame_sets(spec: Spec, ctx: Context, uid: str, k: int) -> list[tuple[int, ...]]:
+    fcfg = spec.frames
+    mode = fcfg.get("mode", "grid")
+    cap = spec.cap("cap_per_unit", len(ctx.unit_ids))
+    if mode == "grid":
+        sets = _grid_sets(ctx, uid, {**fcfg, "_cap": cap}, k, bool(spec.get("require_motion_between", False)))
+    elif mode == "segment_midpoints":
+        sets = _segment_sets(ctx, uid, fcfg, k)
+    else:
+        raise ValueError(f"{spec.task_id}: unknown frame mode {mode!r}")
+    return evenly(sorted(sets), cap)
+
+
+def _ordering(spec: Spec, ctx: Context, k: int):
+    pool = Pool(spec, ctx.units)
+    labels = list(spec.get("display_labels"))
+    for uid in ctx.unit_ids:
+        for chrono in _frame_sets(spec, ctx, uid, k):
+            key = "f" + "-".join(str(f) for f in chrono)
+            ckey = f"{spec.task_id}|{spec.source}|{uid}|{key}"
+            order = list(range(k))
+            py_rng(spec.seed, "display", ckey).shuffle(order)
+            disp = [chrono[i] for i in order]
+            ans = answer_for(disp, labels)
+            if k == 2:
+                ans = ans[0]  # T9: the label of the earlier panel
+            if k == 3:
+                dis = order_distractors(spec, ans, ckey)
+            else:
+                dis = [x for x in labels if x != ans][: spec.num_choices - 1]
+            pool.add(uid, key, ans, disp, chrono[len(chrono) // 2], answer_text=ans, distractors=dis,
+                     display_labels=labels, meta={"chronological": list(chrono)})
+    return pool.frame()
+
+
+def t8_ordering(spec: Spec, ctx: Context):
+    return _ordering(spec, ctx, 3)
+
+
+def t9_priority(spec: Spec, ctx: Context):
+    return _ordering(spec, ctx, 2)
+
+
+def canonical_choices(spec_cfg: dict) -> list[str]:
+    """The fixed option list of a `choice_order: canonical` family: T8 the permutations of its display labels in
+    lexicographic order, T9 the display labels."""
+    labels = list(spec_cfg["display_labels"])
+    n = int(spec_cfg["num_choices"])
+    if n == len(labels):
+        return labels
+    perms = permutations_of(labels)
+    if len(perms) != n:
+        raise ValueError(f"{spec_cfg.get('task_id')}: {n} choices but {len(perms)} permutations")
+    return perms

@@ -1,0 +1,99 @@
+"""The visual gate: drop items whose frames cannot be shown, with a reason, before the split.
+
+An item is dropped when any of its frames is
+  unreadable      status error in the frame table, or never extracted
+  black           mean of all RGB values <= gate.black_max_mean
+  flat            std of all RGB values <= gate.flat_max_std (uniform colour: lost signal, test pattern)
+and when two of its frames (distinct indices) are
+  identical       same pixel_sha256 (frozen video), if gate.identical
+  near-identical  grey-thumbnail mean |difference| <= gate.near_identical_max_mad, except for the tasks listed in
+                  gate.near_identical_exempt_tasks (whose answer can be "nothing moves")
+Thresholds: configs/frames.yaml `gate`. Dropped items become quarantine rows (upstream_adapters.ir.QUARANTINE_SCHEMA)
+with stage "frames", file null, and a reason that starts with the item's candidate_key.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import polars as pl
+
+from upstream_adapters.ir import QUARANTINE_SCHEMA
+
+from .pixels import thumb_mad
+from .render import frame_indices_of
+
+QUARANTINE_PL_SCHEMA = pl.from_arrow(QUARANTINE_SCHEMA.empty_table()).schema
+
+
+def gate_config(cfg: dict) -> dict:
+    """Accept the merged config, its `frames` section, or the `gate` section itself."""
+    if "frames" in cfg:
+        return cfg["frames"]["gate"]
+    if "gate" in cfg:
+        return cfg["gate"]
+    return cfg
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def item_problems(item: dict, frames: dict, g: dict) -> list[str]:
+    """Why `item` fails the gate (empty list = it passes). frames: (source, unit, camera, index) -> frame row."""
+    vk = (item["source"], item["unit_id"], item["camera"])
+    try:
+        indices = frame_indices_of(item)
+    except ValueError as exc:
+        return [str(exc)]
+    if not indices:
+        return ["no frames"]
+    problems: list[str] = []
+    rows = {}
+    for i in dict.fromkeys(indices):
+        r = frames.get((*vk, i))
+        if r is None:
+            problems.append(f"unreadable frame {i} (not extracted)")
+        elif r["status"] != "ok":
+            problems.append(f"unreadable frame {i} ({r['reason']})")
+        else:
+            rows[i] = r
+    if problems:
+        return problems
+    black, flat = g.get("black_max_mean"), g.get("flat_max_std")
+    for i, r in rows.items():
+        if black is not None and r["mean"] is not None and r["mean"] <= black:
+            problems.append(f"black frame {i} (mean {_fmt(r['mean'])} <= {black})")
+        elif flat is not None and r["std"] is not None and r["std"] <= flat:
+            problems.append(f"flat frame {i} (std {_fmt(r['std'])} <= {flat})")
+    mad_max = g.get("near_identical_max_mad")
+    if item.get("task_id") in set(g.get("near_identical_exempt_tasks") or []):
+        mad_max = None
+    for (i, a), (j, b) in itertools.combinations(rows.items(), 2):
+        if g.get("identical", True) and a["pixel_sha256"] == b["pixel_sha256"]:
+            problems.append(f"identical frames {i} and {j} (frozen video)")
+        elif mad_max is not None and a["thumb"] and b["thumb"]:
+            mad = thumb_mad(a["thumb"], b["thumb"])
+            if mad <= mad_max:
+                problems.append(f"near-identical frames {i} and {j} (thumbnail MAD {_fmt(mad)} <= {mad_max})")
+    return problems
+
+
+def gate_items(items: pl.DataFrame, frame_table: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split `items` into (kept, quarantine). `frame_table` is extract_frames' output; cfg as in gate_config."""
+    g = gate_config(cfg)
+    frames = {(r["source"], r["unit_id"], r["camera"], int(r["frame_index"])): r
+              for r in frame_table.select("source", "unit_id", "camera", "frame_index", "status", "reason",
+                                          "pixel_sha256", "mean", "std", "thumb").iter_rows(named=True)}
+    keep: list[bool] = []
+    quarantine: list[dict] = []
+    for item in items.iter_rows(named=True):
+        problems = item_problems(item, frames, g)
+        keep.append(not problems)
+        if problems:
+            key = item.get("candidate_key") or item.get("item_key") or item.get("item_id") or ""
+            quarantine.append({"source": item["source"], "unit_id": item["unit_id"], "stage": "frames",
+                               "reason": f"{key}: " + "; ".join(problems), "file": None})
+    kept = items.filter(pl.Series(keep, dtype=pl.Boolean)) if items.height else items
+    q = pl.DataFrame(quarantine, schema=QUARANTINE_PL_SCHEMA) if quarantine else pl.DataFrame(schema=QUARANTINE_PL_SCHEMA)
+    return kept, q

@@ -1,0 +1,91 @@
+"""A bounded, crash-tolerant process-pool map for per-video work (extraction and reconstruction).
+
+`run_tasks(fn, tasks, ...)` calls `on_result(fn(task))` for every task, in completion order:
+- workers == 1 (or a single task): in this process, no pool.
+- otherwise a ProcessPoolExecutor with at most workers * in_flight tasks submitted at a time, so memory stays flat
+  however many videos there are, and tasks are drawn lazily from the iterable.
+- `fn` must not raise (it turns its own failures into results); if it does anyway, or a worker process dies
+  (a decoder segfault), `on_failure(task, reason)` gives the result instead: after a crash the pool is rebuilt and
+  each task that was in flight is retried alone, so one bad video only fails itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Callable, Iterable
+
+
+def resolve_workers(workers: int | None) -> int:
+    """None / 0 / negative -> number of cores."""
+    return max(1, os.cpu_count() or 1) if not workers or workers <= 0 else int(workers)
+
+
+def _isolated(fn, task, ctx, on_failure):
+    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        try:
+            return pool.submit(fn, task).result()
+        except BrokenProcessPool as exc:
+            return on_failure(task, f"worker process crashed: {exc}")
+        except Exception as exc:  # noqa: BLE001
+            return on_failure(task, f"{type(exc).__name__}: {exc}")
+
+
+def run_tasks(fn: Callable, tasks: Iterable, workers: int | None, on_result: Callable[[object], None],
+              on_failure: Callable[[object, str], object], mp_context: str | None = "forkserver",
+              in_flight_per_worker: int = 2) -> None:
+    n = resolve_workers(workers)
+    if not isinstance(tasks, (list, tuple)):
+        tasks = list(tasks) if n == 1 else tasks
+    if n == 1 or (isinstance(tasks, (list, tuple)) and len(tasks) <= 1):
+        for t in tasks:
+            try:
+                res = fn(t)
+            except Exception as exc:  # noqa: BLE001
+                res = on_failure(t, f"{type(exc).__name__}: {exc}")
+            on_result(res)
+        return
+    if isinstance(tasks, (list, tuple)):
+        n = min(n, len(tasks))
+    ctx = mp.get_context(mp_context) if mp_context else None
+    if mp_context == "forkserver":
+        # import the task's module once in the fork server, so each worker starts as a fork with it loaded
+        # (effective only before this process's fork server starts; harmless afterwards)
+        ctx.set_forkserver_preload([fn.__module__])
+    limit = n * max(1, int(in_flight_per_worker))
+    it = iter(tasks)
+    exhausted = False
+    while not exhausted:
+        pending: dict = {}
+        broken: list = []
+        with ProcessPoolExecutor(n, mp_context=ctx) as pool:
+            while True:
+                while not exhausted and not broken and len(pending) < limit:
+                    try:
+                        t = next(it)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    try:
+                        pending[pool.submit(fn, t)] = t
+                    except BrokenProcessPool:
+                        broken.append(t)
+                if not pending:
+                    break
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    t = pending.pop(fut)
+                    try:
+                        on_result(fut.result())
+                    except BrokenProcessPool:
+                        broken.append(t)
+                    except Exception as exc:  # noqa: BLE001 - fn raised, or its result did not unpickle
+                        on_result(on_failure(t, f"{type(exc).__name__}: {exc}"))
+                if broken:  # the pool is dead: every pending task fails the same way; retry them alone
+                    broken.extend(pending.values())
+                    pending.clear()
+                    break
+        for t in broken:
+            on_result(_isolated(fn, t, ctx, on_failure))

@@ -1,0 +1,302 @@
+"""Rebuild every item's images from the researcher's own copy of the upstream data, and verify them.
+
+    report = reconstruct(release_dir, {"gm100": Path("/data/gm100"), ...}, cfg, out_dir)
+
+Reads the release tables (configs/release.yaml files.eval_parquet / files.sft_parquet), groups items per video
+(source_slug, source_unit_id, camera), decodes each video's frames once through the source's adapter (the same
+`read_frames` the build used), renders each item's images from frame_indices_json + render_spec_json alone
+(render.py), compares their pixel hashes with image_hashes_json, and writes the images that match (or that have no
+recorded hash) to <out_dir>/images/<item_id>_<k>.png. Per source it reports items ok / missing (the unit or a frame
+could not be read) / differs (decoded, but the pixels differ from the release) / unverified (no hash recorded).
+The full per-item list of problems goes to <out_dir>/reconstruction_report.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from upstream_adapters import video
+
+from ..io import write_json
+from .pool import run_tasks
+from .readers import AdapterReaders
+from .render import RENDER_VERSION, frame_indices_of, image_hashes, render_item_images, render_spec_of, write_item_images
+from .worker import read_with_fallback
+
+DEFAULT_FILES = {"eval_parquet": "splits/processbench_eval.parquet", "sft_parquet": "splits/processdata_sft.parquet"}
+COLUMNS = ["item_id", "source_slug", "source_unit_id", "camera", "frame_indices_json", "render_spec_json",
+           "image_hashes_json"]
+STATUSES = ("ok", "missing", "differs", "unverified")
+
+
+@dataclass(frozen=True)
+class ReconTask:
+    open_reader: object
+    source: str
+    unit_id: str
+    camera: str
+    items: tuple[tuple, ...]  # (item_id, frame_indices_json, render_spec_json, image_hashes_json)
+    images_dir: str
+    size_policy: dict | None
+    png_compression: int
+    decoder: str
+    decoder_threads: int
+
+
+def _result(task: ReconTask, item_id: str, status: str, reason: str | None = None, images: int = 0) -> dict:
+    return {"item_id": item_id, "source": task.source, "unit_id": task.unit_id, "camera": task.camera,
+            "status": status, "reason": reason, "images": images}
+
+
+def _fail(task: ReconTask, reason: str) -> list[dict]:
+    return [_result(task, it[0], "missing", reason) for it in task.items]
+
+
+def run_recon(task: ReconTask) -> list[dict]:
+    """Decode one video once, render and verify its items, write the images. Never raises."""
+    prev = video.configure(decoder=task.decoder, threads=task.decoder_threads)
+    try:
+        items = [{"item_id": a, "frame_indices_json": b, "render_spec_json": c, "image_hashes_json": d}
+                 for a, b, c, d in task.items]
+        needed: set[int] = set()
+        for it in items:
+            try:
+                needed.update(frame_indices_of(it))
+                spec = render_spec_of(it)
+                if spec:
+                    needed.update(int(i) for i in spec.get("frame_indices", []))
+            except (ValueError, TypeError, json.JSONDecodeError):
+                pass
+        try:
+            reader = task.open_reader(task.source)
+        except Exception as exc:  # noqa: BLE001
+            return _fail(task, f"cannot open reader: {type(exc).__name__}: {exc}")
+        frames, failed = read_with_fallback(reader, task.unit_id, task.camera, sorted(needed))
+        out = []
+        for it in items:
+            item_id = it["item_id"]
+
+            def get_frame(i: int) -> np.ndarray:
+                if i not in frames:
+                    raise LookupError(failed.get(i, f"frame {i} not returned by the reader"))
+                return frames[i]
+
+            try:
+                images = render_item_images(it, get_frame, task.size_policy)
+            except LookupError as exc:
+                out.append(_result(task, item_id, "missing", str(exc).strip("'\"")))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a malformed row
+                out.append(_result(task, item_id, "missing", f"cannot render: {type(exc).__name__}: {exc}"))
+                continue
+            got = image_hashes(images)
+            expected = json.loads(it["image_hashes_json"]) if it["image_hashes_json"] else None
+            if expected is None:
+                status, reason = "unverified", "no image_hashes_json in the release row"
+            elif got == expected:
+                status, reason = "ok", None
+            else:
+                if len(got) != len(expected):
+                    reason = f"{len(got)} images rendered, {len(expected)} hashes recorded"
+                else:
+                    bad = [k for k, (a, b) in enumerate(zip(got, expected)) if a != b]
+                    reason = f"image(s) {bad} differ from the release (pixel sha256)"
+                out.append(_result(task, item_id, "differs", reason))
+                continue
+            try:
+                write_item_images(item_id, images, Path(task.images_dir), task.png_compression)
+            except Exception as exc:  # noqa: BLE001
+                out.append(_result(task, item_id, "missing", f"cannot write images: {type(exc).__name__}: {exc}"))
+                continue
+            out.append(_result(task, item_id, status, reason, len(images)))
+        return out
+    finally:
+        video.configure(**prev)
+
+
+def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:
+    files = {**DEFAULT_FILES, **(cfg.get("release", {}).get("files") or {})}
+    frames = []
+    for key in ("eval_parquet", "sft_parquet"):
+        path = Path(release_dir) / files[key]
+        if path.exists():
+            df = pl.read_parquet(path)
+            missing = [c for c in COLUMNS if c not in df.columns]
+            if missing:
+                raise ValueError(f"{files[key]} lacks columns {missing}")
+            frames.append(df.select([pl.col(c).cast(pl.String) for c in COLUMNS]))
+    if not frames:
+        raise FileNotFoundError(f"no release tables ({files['eval_parquet']}, {files['sft_parquet']}) in {release_dir}")
+    return pl.concat(frames).sort("item_id")
+
+
+def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir: Path, sources=None,
+                workers: int | None = None, progress=None) -> dict:
+    """Rebuild and verify the images of every item of `sources` (default: the slugs in `upstream`).
+
+    Returns {"sources": {slug: {"items", "ok", "missing", "differs", "unverified"}}, "images_written": n,
+    "problems": [{item_id, source, unit_id, camera, status, reason}, ...]} and writes it (path-free) to
+    <out_dir>/<frames.reconstruction.report_file>.
+    """
+    fr = cfg["frames"]
+    rc = fr.get("reconstruction", {})
+    out_dir = Path(out_dir)
+    images_dir = out_dir / rc.get("images_dir", "images")
+    items = read_release_items(Path(release_dir), cfg)
+    selected = sorted(sources) if sources is not None else sorted(upstream)
+    items = items.filter(pl.col("source_slug").is_in(selected))
+    readers = AdapterReaders({s: (cfg["sources"].get(s, {}).get("adapter", {}), upstream[s])
+                              for s in selected if s in upstream})
+    tasks = []
+    results: list[dict] = []
+    grouped = (items.group_by(["source_slug", "source_unit_id", "camera"])
+               .agg(pl.struct(COLUMNS).sort_by("item_id").alias("rows"))
+               .sort(["source_slug", "source_unit_id", "camera"]))
+    for slug, unit_id, camera, rows in grouped.iter_rows():
+        task = ReconTask(readers, slug, unit_id, camera,
+                         tuple((r["item_id"], r["frame_indices_json"], r["render_spec_json"], r["image_hashes_json"])
+                               for r in rows),
+                         str(images_dir), fr.get("image"), int(fr["cache"]["png_compression"]),
+                         fr.get("decoder", "auto"), int(fr.get("decoder_threads", 1)))
+        if slug not in upstream:
+            results.extend(_fail(task, f"no upstream root given for {slug}"))
+        else:
+            tasks.append(task)
+    step = (lambda: None)
+    if progress is True:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(tasks), desc="reconstruct", unit="video")
+        step = bar.update
+    elif callable(progress):
+        done = [0]
+
+        def step() -> None:
+            done[0] += 1
+            progress(done[0], len(tasks))
+
+    def on_result(res: list[dict]) -> None:
+        results.extend(res)
+        step()
+
+    run_tasks(run_recon, tasks, fr.get("workers", 0) if workers is None else workers, on_result,
+              lambda t, reason: _fail(t, reason), mp_context=fr.get("mp_context", "forkserver"),
+              in_flight_per_worker=fr.get("in_flight_per_worker", 2))
+    per_source = {s: {"items": 0, **{k: 0 for k in STATUSES}} for s in selected}
+    for r in results:
+        per_source[r["source"]]["items"] += 1
+        per_source[r["source"]][r["status"]] += 1
+    problems = sorted(({k: r[k] for k in ("item_id", "source", "unit_id", "camera", "status", "reason")}
+                       for r in results if r["status"] != "ok"), key=lambda r: r["item_id"])
+    report = {"sources": per_source, "images_written": sum(r["images"] for r in results), "problems": problems}
+    write_json(out_dir / rc.get("report_file", "reconstruction_report.json"), report)
+    return report
+
+
+def _size_policy_text(fr: dict) -> str:
+    max_side = (fr.get("image") or {}).get("max_side")
+    if not max_side:
+        return "shown at their native decoded size"
+    return (f"downscaled with OpenCV INTER_AREA so that the longer side is at most {max_side} px (aspect ratio kept, "
+            f"sizes rounded to the nearest pixel, never upscaled)")
+
+
+def reconstruction_markdown(cfg: dict) -> str:
+    """metadata/reconstruction.md: generated from the configs, path-free, deterministic."""
+    fr = cfg["frames"]
+    rc = fr.get("reconstruction", {})
+    srcs = cfg.get("sources", {})
+    slugs = list(cfg.get("build", {}).get("sources") or sorted(srcs))
+    files = {**DEFAULT_FILES, **(cfg.get("release", {}).get("files") or {})}
+    images_dir = rc.get("images_dir", "images")
+    report_file = rc.get("report_file", "reconstruction_report.json")
+    lines = [
+        "# Reconstructing the images behind each item",
+        "",
+        "No frames or images are redistributed with this release. Every row names its frames by path-free keys, and",
+        "anyone who holds the upstream data can rebuild the exact images a model is shown and check them pixel for",
+        "pixel against the hashes published in the row.",
+        "",
+        "## Keys in each row",
+        "",
+        "| column | meaning |",
+        "|---|---|",
+        "| `source_slug` | the upstream source (" + ", ".join(f"`{s}`" for s in slugs) + ") |",
+        "| `source_task_id`, `source_unit_type`, `source_unit_id` | the upstream task and isolation unit (episode or recording) |",
+        "| `camera` | the camera stream the frames come from |",
+        "| `frame_indices_json` | JSON list of frame indices, in display order. Frame *i* is the *i*-th frame of the camera stream in presentation order (for video: the *i*-th smallest packet timestamp; for per-row image storage: row *i*) |",
+        "| `display_labels_json` | the labels drawn on the images (T8: X, Y, Z; T9: X, Y), else null |",
+        "| `render_spec_json` | how the images are drawn (below); null for items shown as plain frames |",
+        "| `image_hashes_json` | JSON list with one sha256 per image shown to the model, in order |",
+        "| `reconstruction_key_json` | the same keys as one compact JSON object |",
+        "| `visual_ref` | `{slug}/{unit_type}/{unit_id}/{camera}/frames[{6-digit indices, comma-separated}]` |",
+        "",
+        "## Upstream data",
+        "",
+        "Obtain each source from its publisher (licences differ per source; see the dataset card) and pass the folder",
+        "named below as `--upstream <slug>=PATH`:",
+        "",
+        "| slug | source | dataset | folder to pass | where the frames are |",
+        "|---|---|---|---|---|",
+    ]
+    for slug in slugs:
+        info = (rc.get("sources") or {}).get(slug, {})
+        name = srcs.get(slug, {}).get("name", slug)
+        lines.append(f"| `{slug}` | {name} | {info.get('dataset', '')} | {info.get('root', '')} | {info.get('frames', '')} |")
+    example = " ".join(f"--upstream {s}=PATH" for s in slugs)
+    lines += [
+        "",
+        "## Command",
+        "",
+        "```text",
+        f"processbench reconstruct --release DIR {example} [--out DIR]",
+        "```",
+        "",
+        "`DIR` is this release folder (it reads `" + files["eval_parquet"] + "` and `" + files["sft_parquet"] + "`).",
+        "Give only the sources you hold; items of the others are skipped. For each video (source, unit, camera) the",
+        "tool decodes exactly the referenced frames once, through the same source adapter the build used, renders",
+        "each item's images, and writes them as lossless PNG to",
+        f"`{images_dir}/<item_id>_<k>.png` (k = 0-based position of the image in the item) under `--out`, with a",
+        f"per-item report in `{report_file}`.",
+        "",
+        "Video frames are decoded frame-exactly with PyAV: the packet timestamps are indexed once, the decoder seeks to",
+        "the last keyframe at or before the wanted frame and accepts a frame only when its timestamp equals the target",
+        "(retrying from the previous keyframe when an open-GOP keyframe's leading pictures are dropped), so H.264 with",
+        "B-frames, open-GOP HEVC and AV1 all give the same frames. Use the pinned package versions of the build",
+        "(`requirements.lock`): decoders and the OpenCV resize can change pixels between versions.",
+        "",
+        "## How the images are rendered",
+        "",
+        f"- **Plain items** (`render_spec_json` null): one image per frame in `frame_indices_json` order, {_size_policy_text(fr)}.",
+        "- **`render_spec_json`** (compact JSON) fully describes the labelled images:",
+        "  - `version`: 1; `kind`: `labelled_frames` (T8: one image per frame) or `panels` (T9: one composite).",
+        "  - `frame_indices`, `labels`: the frames in display order and the label drawn on each.",
+        "  - `size`: `[w, h]` each frame is resized to (OpenCV INTER_AREA), or null for the native size.",
+        "  - `gap` (panels only): pixels between panels, which are placed left to right in spec order on a white",
+        "    canvas (`gap_color`, default white); a shorter panel is padded at the bottom.",
+        "  - `label`: `font` (an OpenCV Hershey font, e.g. `HERSHEY_SIMPLEX`), `scale`, `thickness`, `color` and",
+        "    `background` (RGB), `position` (`top_left`), `margin`: the label is drawn with `cv2.putText` (LINE_8, no",
+        "    anti-aliasing) on a filled background box whose top-left corner is `margin` px from the image's top-left",
+        "    corner and which pads the text by `margin // 2` px on every side.",
+        "",
+        "## How the hashes are checked",
+        "",
+        "Each entry of `image_hashes_json` is `sha256(\"<height>x<width>x3|uint8|\" + RGB pixel bytes)` of one image:",
+        "the decoded, resized and labelled pixels in row-major RGB order, not the bytes of any image file, so the",
+        "check does not depend on the PNG/JPEG encoder. The tool reports per source how many items are",
+        "",
+        "- `ok`: every image matches its hash (written),",
+        "- `missing`: the unit, the camera or a frame could not be read from the given upstream folder (not written),",
+        "- `differs`: decoded, but the pixels differ from the release (not written; usually a different upstream",
+        "  version of the file or a different decoder build),",
+        "- `unverified`: the row carries no hashes (written).",
+        "",
+        f"Frame decoder: `{video.DECODER_VERSION}`; renderer version {RENDER_VERSION}.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,225 @@
+"""The images shown to the model, rendered from an item's frame indices + render_spec_json alone.
+
+- plain items (render_spec_json null): the frames in frame_indices order, each resized by the size policy
+  (configs/frames.yaml `image`: longer side <= max_side, INTER_AREA, never upscaled; null = native).
+- kind "labelled_frames" (T8): one image per frame, resized to spec.size (null = native), label drawn top-left.
+- kind "panels" (T9): one composite: the frames resized to spec.size, each labelled, side by side in spec order,
+  `gap` pixels apart (gap colour spec.gap_color, default white; shorter panels padded at the bottom with it).
+
+Labels: cv2.putText with the Hershey font named in spec.label.font (e.g. HERSHEY_SIMPLEX), scale and thickness,
+LINE_8 (no anti-aliasing), colour spec.label.color (RGB) on a filled box spec.label.background; the box's top-left
+corner sits `margin` pixels from the image's top-left corner and pads the text by margin // 2 on every side.
+
+Every rendered image is identified by `image_sha256` (sha256 of its RGB pixels + shape, see pixels.py), recorded
+per item as image_hashes_json, so anyone who re-renders from upstream data can check pixel equality.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Sequence
+
+import cv2
+import numpy as np
+import polars as pl
+
+from ..io import atomic_write_bytes, compact_json
+from .cache import FrameCache
+from .pixels import as_rgb, encode_png, pixel_sha256
+
+RENDER_VERSION = 1
+GetFrame = Callable[[int], np.ndarray]
+
+image_sha256 = pixel_sha256
+
+
+def _json(v):
+    if v is None:
+        return None
+    return json.loads(v) if isinstance(v, str) else v
+
+
+def frame_indices_of(item: dict) -> list[int]:
+    fi = item.get("frame_indices")
+    if fi is None:
+        fi = _json(item.get("frame_indices_json"))
+    if fi is None:
+        raise ValueError("item has neither frame_indices nor frame_indices_json")
+    return [int(i) for i in fi]
+
+
+def render_spec_of(item: dict) -> dict | None:
+    return _json(item.get("render_spec_json"))
+
+
+def fit_size(width: int, height: int, max_side: int | None) -> tuple[int, int]:
+    """Target (w, h) under the plain-item size policy."""
+    if not max_side or max(width, height) <= max_side:
+        return width, height
+    scale = max_side / max(width, height)
+    return max(1, int(width * scale + 0.5)), max(1, int(height * scale + 0.5))
+
+
+def resize_to(img: np.ndarray, size: Sequence[int] | None) -> np.ndarray:
+    """Resize to (w, h) with INTER_AREA; None or the native size -> an unchanged copy."""
+    img = as_rgb(img)
+    if size is None:
+        return img.copy()
+    w, h = int(size[0]), int(size[1])
+    if (w, h) == (img.shape[1], img.shape[0]):
+        return img.copy()
+    return cv2.resize(img, (w, h), interpolation=cv2.INTER_AREA)
+
+
+def apply_size_policy(img: np.ndarray, size_policy: dict | None) -> np.ndarray:
+    img = as_rgb(img)
+    max_side = (size_policy or {}).get("max_side")
+    return resize_to(img, fit_size(img.shape[1], img.shape[0], max_side))
+
+
+def _font(name: str) -> int:
+    font = getattr(cv2, "FONT_" + str(name).upper().removeprefix("FONT_"), None)
+    if font is None:
+        raise ValueError(f"unknown Hershey font {name!r}")
+    return font
+
+
+def draw_label(img: np.ndarray, text: str, label: dict) -> np.ndarray:
+    """Draw `text` on a filled box at the top-left corner (in place; returns img)."""
+    if label.get("position", "top_left") != "top_left":
+        raise ValueError(f"unsupported label position {label.get('position')!r}")
+    font = _font(label.get("font", "HERSHEY_SIMPLEX"))
+    scale = float(label.get("scale", 1.0))
+    thickness = int(label.get("thickness", 1))
+    margin = int(label.get("margin", 0))
+    pad = margin // 2
+    (tw, th), baseline = cv2.getTextSize(str(text), font, scale, thickness)
+    x0, y0 = margin, margin
+    x1, y1 = x0 + tw + 2 * pad, y0 + th + baseline + 2 * pad
+    cv2.rectangle(img, (x0, y0), (x1 - 1, y1 - 1), tuple(int(c) for c in label.get("background", (0, 0, 0))),
+                  thickness=-1, lineType=cv2.LINE_8)
+    cv2.putText(img, str(text), (x0 + pad, y0 + pad + th), font, scale,
+                tuple(int(c) for c in label.get("color", (255, 255, 255))), thickness, cv2.LINE_8, False)
+    return img
+
+
+def _labelled(spec: dict, get_frame: GetFrame) -> list[np.ndarray]:
+    labels = list(spec.get("labels") or [])
+    indices = [int(i) for i in spec["frame_indices"]]
+    if len(labels) != len(indices):
+        raise ValueError(f"render_spec has {len(labels)} labels for {len(indices)} frames")
+    out = []
+    for text, i in zip(labels, indices):
+        img = resize_to(get_frame(i), spec.get("size"))
+        out.append(draw_label(img, text, spec.get("label") or {}))
+    return out
+
+
+def render_item_images(item: dict, get_frame: GetFrame, size_policy: dict | None = None) -> list[np.ndarray]:
+    """The images shown for `item` (a row dict), in order. get_frame(frame_index) -> native RGB of the item's video.
+
+    size_policy: configs/frames.yaml `image` section (plain items only); None = native size.
+    """
+    spec = render_spec_of(item)
+    if spec is None:
+        return [apply_size_policy(get_frame(i), size_policy) for i in frame_indices_of(item)]
+    if int(spec.get("version", 1)) != 1:
+        raise ValueError(f"unsupported render_spec version {spec.get('version')!r}")
+    indices = [int(i) for i in spec["frame_indices"]]
+    declared = item.get("frame_indices", item.get("frame_indices_json"))
+    if declared is not None and frame_indices_of(item) != indices:
+        raise ValueError(f"render_spec frame_indices {indices} != item frame_indices {frame_indices_of(item)}")
+    kind = spec.get("kind")
+    if kind == "labelled_frames":
+        return _labelled(spec, get_frame)
+    if kind == "panels":
+        panels = _labelled(spec, get_frame)
+        gap = int(spec.get("gap", 0))
+        colour = np.array(spec.get("gap_color", (255, 255, 255)), np.uint8)
+        height = max(p.shape[0] for p in panels)
+        width = sum(p.shape[1] for p in panels) + gap * (len(panels) - 1)
+        canvas = np.empty((height, width, 3), np.uint8)
+        canvas[:] = colour
+        x = 0
+        for p in panels:
+            canvas[: p.shape[0], x: x + p.shape[1]] = p
+            x += p.shape[1] + gap
+        return [canvas]
+    raise ValueError(f"unknown render_spec kind {kind!r}")
+
+
+def image_hashes(images: Sequence[np.ndarray]) -> list[str]:
+    return [image_sha256(as_rgb(img)) for img in images]
+
+
+def item_image_hashes(item: dict, get_frame: GetFrame, size_policy: dict | None = None) -> list[str]:
+    return image_hashes(render_item_images(item, get_frame, size_policy))
+
+
+def image_filename(item_id: str, k: int) -> str:
+    """Deterministic file name of an item's k-th image (0-based)."""
+    return f"{item_id}_{k}.png"
+
+
+def write_item_images(item_id: str, images: Sequence[np.ndarray], out_dir: Path, png_compression: int = 1) -> list[str]:
+    names = []
+    for k, img in enumerate(images):
+        name = image_filename(item_id, k)
+        atomic_write_bytes(Path(out_dir) / name, encode_png(img, png_compression))
+        names.append(name)
+    return names
+
+
+def render_key(frame_keys: Sequence[str], item: dict, size_policy: dict | None) -> str:
+    import hashlib
+
+    spec = render_spec_of(item)
+    ident = ["pbrender", RENDER_VERSION, list(frame_keys), spec if spec is not None else {"size_policy": size_policy}]
+    return hashlib.sha256(compact_json(ident).encode()).hexdigest()
+
+
+def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: FrameCache,
+                     size_policy: dict | None) -> pl.DataFrame:
+    """Add image_hashes_json (compact JSON list of sha256) to each item, rendering from the frame cache.
+
+    Items whose frames are not all ok in `frame_table` get null (the visual gate drops them anyway). Rendered hashes
+    are memoised in the cache (render key = frame cache keys + render spec / size policy), so a rebuild after a
+    question-template change neither decodes nor renders again.
+    """
+    ok = frame_table.filter(pl.col("status") == "ok")
+    key_of = {(s, u, c, int(i)): k for s, u, c, i, k in
+              ok.select("source", "unit_id", "camera", "frame_index", "cache_key").iter_rows()}
+    hashes: list[str | None] = [None] * items.height
+    rows = list(items.iter_rows(named=True))
+    order = sorted(range(len(rows)), key=lambda n: (rows[n]["source"], rows[n]["unit_id"], rows[n]["camera"]))
+    current_video = None
+    frames: dict[int, np.ndarray] = {}
+    for n in order:  # grouped by video: a video's decoded frames are reused across its items, then dropped
+        item = rows[n]
+        video_key = (item["source"], item["unit_id"], item["camera"])
+        if video_key != current_video:
+            current_video, frames = video_key, {}
+        try:
+            needed = frame_indices_of(item)
+            spec = render_spec_of(item)
+            if spec is not None:
+                needed = sorted(set(needed) | {int(i) for i in spec["frame_indices"]})
+            fkeys = [key_of[(*video_key, i)] for i in needed]
+        except (KeyError, ValueError):
+            continue
+        rkey = render_key(fkeys, item, size_policy)
+        memo = cache.get_render(rkey)
+        if memo is None:
+            def get_frame(i: int, video_key=video_key, frames=frames) -> np.ndarray:
+                if i not in frames:
+                    frames[i] = cache.get(key_of[(*video_key, i)])
+                return frames[i]
+
+            memo = item_image_hashes(item, get_frame, size_policy)
+            cache.put_render(rkey, memo)
+            cache.counters["rendered"] += 1
+        else:
+            cache.counters["render_hits"] += 1
+        hashes[n] = compact_json(memo)
+    return items.with_columns(pl.Series("image_hashes_json", hashes, dtype=pl.String))

@@ -1,0 +1,136 @@
+"""Ingest: run one source adapter over a root and collect the episode IR tables plus the quarantine table.
+
+A unit that cannot be read, or whose IR violates the schema, becomes a quarantine row (unit, stage, reason, file)
+and the rest of the source goes on. A source whose root is unusable becomes one quarantine row with unit "*".
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import polars as pl
+import pyarrow as pa
+
+from upstream_adapters import get_adapter
+from upstream_adapters.ir import (
+    FRAMES_SCHEMA,
+    QUARANTINE_SCHEMA,
+    SEGMENTS_SCHEMA,
+    SIGNALS_SCHEMA,
+    TABLES,
+    UNITS_SCHEMA,
+    SourceError,
+    UnitError,
+    to_table,
+    validate_unit,
+)
+
+from .io import write_parquet
+
+log = logging.getLogger(__name__)
+
+IR_TABLES = tuple(TABLES)  # units, frames, signals, segments
+
+
+@dataclass
+class IngestResult:
+    units: pl.DataFrame
+    frames: pl.DataFrame
+    signals: pl.DataFrame
+    segments: pl.DataFrame
+    quarantine: pl.DataFrame
+    notes: pl.DataFrame  # source, unit_id, note: what an adapter assumed or repaired in a unit it kept
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {"units": self.units, "frames": self.frames, "signals": self.signals, "segments": self.segments,
+                "quarantine": self.quarantine, "notes": self.notes}
+
+
+def quarantine_frame(rows: list[dict]) -> pl.DataFrame:
+    return pl.from_arrow(to_table(rows, QUARANTINE_SCHEMA))
+
+
+def _frame(tables: list[pa.Table], schema: pa.Schema) -> pl.DataFrame:
+    return pl.from_arrow(pa.concat_tables(tables) if tables else schema.empty_table())
+
+
+def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
+                  progress: Callable[[Iterable], Iterable] | None = None) -> IngestResult:
+    """Read every unit of one source into the IR. Never raises for bad data: it quarantines."""
+    adapter = get_adapter(slug, **(adapter_options or {}))
+    quarantine: list[dict] = []
+    try:
+        unit_ids = adapter.discover(Path(root))
+    except SourceError as exc:
+        log.error("%s: source unusable: %s", slug, exc)
+        quarantine.append({"source": slug, "unit_id": "*", "stage": "ingest", "reason": str(exc), "file": None})
+        unit_ids = []
+    # Archive-level problems an adapter found while listing (a damaged tar, an unsafe member name): one row each.
+    for file, reason in getattr(adapter, "issues", []) or []:
+        quarantine.append({"source": slug, "unit_id": "*", "stage": "ingest", "reason": reason, "file": file})
+    parts: dict[str, list[pa.Table]] = {"units": [], "frames": [], "signals": [], "segments": []}
+    notes: list[dict] = []
+    iterator = progress(unit_ids) if progress else unit_ids
+    for unit_id in iterator:
+        try:
+            ir = adapter.read_unit(Path(root), unit_id)
+        except UnitError as exc:
+            quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest", "reason": exc.reason,
+                               "file": exc.file})
+            continue
+        except Exception as exc:  # an adapter bug or an unforeseen file problem: quarantine, name it, go on
+            quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest",
+                               "reason": f"unexpected {type(exc).__name__}: {exc}", "file": None})
+            continue
+        problem = validate_unit(ir)
+        if problem:
+            quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest",
+                               "reason": f"IR schema: {problem}", "file": None})
+            continue
+        parts["units"].append(pa.Table.from_pylist([ir.unit], schema=UNITS_SCHEMA))
+        parts["frames"].append(ir.frames)
+        parts["signals"].append(ir.signals)
+        parts["segments"].append(ir.segments)
+        notes += [{"source": slug, "unit_id": unit_id, "note": n} for n in getattr(ir, "notes", [])]
+    for q in quarantine:
+        log.warning("quarantined %s/%s at %s: %s", q["source"], q["unit_id"], q["stage"], q["reason"])
+    return IngestResult(
+        units=_frame(parts["units"], UNITS_SCHEMA),
+        frames=_frame(parts["frames"], FRAMES_SCHEMA),
+        signals=_frame(parts["signals"], SIGNALS_SCHEMA),
+        segments=_frame(parts["segments"], SEGMENTS_SCHEMA),
+        quarantine=quarantine_frame(quarantine),
+        notes=pl.DataFrame(notes, schema={"source": pl.String, "unit_id": pl.String, "note": pl.String}),
+    )
+
+
+def write_ir(result: IngestResult, out_dir: Path) -> None:
+    """One parquet per IR table plus quarantine.parquet in `out_dir`."""
+    for name, df in result.tables().items():
+        write_parquet(Path(out_dir) / f"{name}.parquet", df)
+
+
+def read_ir(ir_dir: Path) -> dict[str, pl.DataFrame]:
+    return {name: pl.read_parquet(Path(ir_dir) / f"{name}.parquet") for name in (*IR_TABLES, "quarantine", "notes")}
+
+
+def summary_text(slug: str, result: IngestResult) -> str:
+    """The one-screen summary `processbench ingest` prints."""
+    u, q = result.units, result.quarantine
+    lines = [f"source {slug}: {u.height} units read, {q.filter(pl.col('unit_id') != '*').height} quarantined"]
+    if q.height:
+        lines.append("quarantined by reason:")
+        for row in q.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).iter_rows(named=True):
+            lines.append(f"  {row['len']:5d}  {row['reason']}")
+    if u.height:
+        cams = sorted({c for cs in u["cameras"].to_list() for c in cs})
+        lines.append(f"frames: {result.frames.height} rows, primary-camera frames: {int(u['num_frames'].sum())}")
+        lines.append(f"cameras: {', '.join(cams)} (primary: {', '.join(sorted(set(u['camera'].to_list())))})")
+        lines.append(f"signals: {result.signals.height} rows; segments: {result.segments.height} rows")
+        lines.append(f"tasks: {u['task_id'].n_unique()}; licences: {', '.join(sorted(set(u['licence'].to_list())))}")
+    if result.notes.height:
+        lines.append(f"notes on kept units: {result.notes.height} (see notes.parquet)")
+    return "\n".join(lines)

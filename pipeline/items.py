@@ -1,0 +1,340 @@
+"""From the candidate pool to items: quotas, a seeded spread-out selection, and balanced answer letters.
+
+    q = quotas(cfg, "gm100")                                   # {"T1": 60, ...} at the configured scale
+    sel = select_candidates(pool, q, seed, extra=0.1)          # the quota (+10 % reserve for the visual gate)
+    items = assign_choices(sel, seed)                          # + item_key, choices, answer
+    missing = shortfall(items, q, source="gm100")              # families short of their quota (reported, not padded)
+
+Quota rounding: the release quota Q of configs/tasks/T*.yaml times build.quota_scale[build.scale], rounded half up,
+at least 1 for a family the source has: q = max(1, floor(Q * scale + 0.5)) (demo 0.02: 3000 -> 60, 286 -> 6,
+25 -> 1); scale 1.0 gives the release quota exactly. `quotas()` returns a `Quotas` dict that also carries each
+family's `min_gap` and `balance_labels`, so `select_candidates(pool, quotas(cfg, slug), seed)` needs nothing else
+(or pass cfg_tasks=cfg["tasks"]).
+
+Selection, per (source, task_id), deterministic for a given seed:
+  1. candidates are visited unit by unit in a seeded round-robin (the unit order and the order inside a unit are
+     seeded shuffles): each pass takes at most one candidate per unit, so no unit dominates a family;
+  2. a candidate is skipped when its anchor frame is closer than the family's `min_gap` to an item of the same
+     family already taken in that unit;
+  3. with `balance_labels: true`, each visit takes the candidate whose answer label is furthest below its share
+     (water-filled over the labels the pool has), so the labels are as even as the pool allows; when no label
+     still below its share can be taken anywhere, the rest of the quota is filled from any label;
+  4. the target is ceil(quota * (1 + extra)); `select_rank` records the visit order (ranks < quota are the
+     primary items, the rest the reserve for the visual gate). exclude_keys removes candidates beforehand.
+
+Choice assignment, per (source, task_id): the answer letters come from a balanced list (each letter
+floor(n / k) or ceil(n / k) times) shuffled with a seeded RNG over the items sorted by candidate_key, so the
+majority-letter share is at most ceil(n / k) / n. Standard families put the answer at its letter and the
+distractors (hard ones first in the pool) in a seeded order around it. Rows with display_labels (the
+`choice_order: canonical` families T8, T9) keep their options fixed (T8: XYZ, XZY, YXZ, YZX, ZXY, ZYX; T9: X, Y) and re-order the displayed frames so that the
+true order is the option at the assigned letter (display_labels stay X, Y[, Z] in display order); frame_indices
+and render_spec_json are updated together.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict, deque
+
+import polars as pl
+
+from pipeline.families.common import LETTERS, kendall, list_column, per_source, scale_quota
+from pipeline.families.temporal import answer_for, canonical_choices
+from pipeline.io import compact_json
+from pipeline.seeding import py_rng, rng, stable_hash
+
+ITEM_EXTRA_SCHEMA = {"item_key": pl.String, "choices": pl.List(pl.String), "answer": pl.String}
+
+
+def _task_order(task_id: str) -> int:
+    return int(task_id[1:])
+
+
+class Quotas(dict):
+    """{task_id: quota} of one source, carrying the families' selection settings (`settings[task_id]` =
+    {"min_gap": int, "balance_labels": bool}) from the templates, so the selection needs no other config."""
+
+    def __init__(self, data=(), settings: dict | None = None):
+        super().__init__(data)
+        self.settings: dict[str, dict] = dict(settings or {})
+
+
+def quotas(cfg: dict, source: str) -> dict[str, int]:
+    """Per-family quota of one source at the configured build scale, in task order (a `Quotas` dict)."""
+    build = cfg["build"]
+    scale = float(build["quota_scale"][build["scale"]])
+    out, settings = {}, {}
+    for tid in sorted(cfg["tasks"], key=_task_order):
+        t = cfg["tasks"][tid]
+        if source in (t.get("sources") or []) and source in (t.get("quota") or {}):
+            out[tid] = scale_quota(int(t["quota"][source]), scale)
+            settings[tid] = {"min_gap": int(per_source(t.get("min_gap"), source, 0) or 0),
+                             "balance_labels": bool(per_source(t.get("balance_labels"), source, False))}
+    return Quotas(out, settings)
+
+
+def _quota_for(quotas_: dict, source: str, task_id: str) -> int | None:
+    """Quotas may be {task: n} (one source) or {source: {task: n}}."""
+    if source in quotas_ and isinstance(quotas_[source], dict):
+        return quotas_[source].get(task_id)
+    v = quotas_.get(task_id)
+    return None if isinstance(v, dict) else v
+
+
+def _family_settings(quotas_: dict, cfg_tasks: dict | None, source: str, task_id: str) -> tuple[int, bool]:
+    """min_gap / balance_labels: from cfg_tasks when given, else from the Quotas' settings, else none."""
+    if cfg_tasks is not None:
+        t = cfg_tasks.get(task_id) or {}
+        return (int(per_source(t.get("min_gap"), source, 0) or 0),
+                bool(per_source(t.get("balance_labels"), source, False)))
+    st = getattr(quotas_, "settings", {}).get(task_id)
+    if st is None and isinstance(quotas_.get(source), dict):
+        st = getattr(quotas_[source], "settings", {}).get(task_id)
+    st = st or {}
+    return int(st.get("min_gap", 0)), bool(st.get("balance_labels", False))
+
+
+def _targets(avail: dict[str, int], total: int) -> dict[str, float]:
+    """Water-filling: each label gets an equal share of `total`, capped at what it has."""
+    out: dict[str, float] = {}
+    left = float(total)
+    labels = sorted(avail, key=lambda k: (avail[k], k))
+    for i, k in enumerate(labels):
+        share = left / (len(labels) - i)
+        out[k] = min(float(avail[k]), share)
+        left -= out[k]
+    return out
+
+
+def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: list[int], target: int,
+                   min_gap: int, balance: bool, seed: int, gkey: tuple) -> list[int]:
+    """Round-robin over units; returns the indices (into the given columns) of the picked candidates, in pick order."""
+    r = py_rng(seed, "select", *gkey)
+    units: dict[str, dict[str, deque]] = defaultdict(lambda: defaultdict(deque))
+    staging: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for i in sorted(range(len(keys)), key=keys.__getitem__):
+        staging[unit[i]][label[i] if balance else ""].append(i)
+    unit_order = sorted(staging)
+    r.shuffle(unit_order)
+    avail: dict[str, int] = defaultdict(int)
+    for u in unit_order:
+        for lab in sorted(staging[u]):
+            lst = staging[u][lab]
+            r.shuffle(lst)
+            units[u][lab] = deque(lst)
+            avail[lab] += len(lst)
+    shares = _targets(dict(avail), target) if balance else {"": float(target)}
+    taken: dict[str, int] = defaultdict(int)
+    taken_frames: dict[str, list[int]] = defaultdict(list)
+    picked: list[int] = []
+    relaxed = not balance
+
+    def fits(u: str, frame: int) -> bool:
+        return min_gap <= 0 or all(abs(frame - f) >= min_gap for f in taken_frames[u])
+
+    active = list(unit_order)
+    while len(picked) < target and active:
+        progress = False
+        still = []
+        for u in active:
+            if len(picked) >= target:
+                still.append(u)
+                continue
+            queues = units[u]
+            if relaxed:
+                order = sorted(queues, key=lambda lab: (taken[lab] - shares.get(lab, 0.0), lab))
+            else:
+                order = sorted((lab for lab in queues if taken[lab] < shares[lab] - 1e-9),
+                               key=lambda lab: (taken[lab] - shares[lab], lab))
+            got = None
+            for lab in order:
+                q = queues[lab]
+                while q and not fits(u, anchor[q[0]]):
+                    q.popleft()  # conflicts only grow: a skipped candidate can never fit later
+                if q:
+                    got = q.popleft()
+                    taken[lab] += 1
+                    break
+            if got is not None:
+                taken_frames[u].append(anchor[got])
+                picked.append(got)
+                progress = True
+            if any(queues.values()):
+                still.append(u)
+        active = still
+        if not progress:
+            if relaxed:
+                break
+            relaxed = True  # no label below its share can be taken any more: fill from any label
+    return picked
+
+
+def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=frozenset(), extra: float = 0.0,
+                      cfg_tasks: dict | None = None) -> pl.DataFrame:
+    """Pick each family's quota (x (1 + extra)) from the pool, spread over units and time (see the module docstring).
+    min_gap / balance_labels come from `cfg_tasks` (cfg["tasks"]) when given, else from the settings that
+    `quotas()` attaches to its result; a plain dict of quotas means no gap and no label balance.
+    Returns the selected rows (the pool's columns + select_rank), sorted by (source, task, candidate_key)."""
+    out_schema = {**dict(pool.schema), "select_rank": pl.Int64}
+    if pool.height == 0:
+        return pl.DataFrame(schema=out_schema)
+    excl = set(exclude_keys or ())
+    picked_keys: list[str] = []
+    picked_rank: list[int] = []
+    slim = pool.select("candidate_key", "source", "task_id", "unit_id", "answer_text", "anchor_frame")
+    groups = slim.partition_by(["source", "task_id"], as_dict=True, maintain_order=True)
+    for (source, task_id) in sorted(groups, key=lambda k: (k[0], _task_order(k[1]))):
+        q = _quota_for(quotas, source, task_id)
+        if not q:
+            continue
+        df = groups[(source, task_id)]
+        if excl:
+            df = df.filter(~pl.col("candidate_key").is_in(list(excl)))
+        keys = df.get_column("candidate_key").to_list()
+        min_gap, balance = _family_settings(quotas, cfg_tasks, source, task_id)
+        target = int(math.ceil(q * (1.0 + float(extra)) - 1e-9))
+        idx = _select_family(keys, df.get_column("unit_id").to_list(), df.get_column("answer_text").to_list(),
+                             df.get_column("anchor_frame").to_list(), target, min_gap, balance, seed,
+                             (source, task_id))
+        picked_keys.extend(keys[i] for i in idx)
+        picked_rank.extend(range(len(idx)))
+    if not picked_keys:
+        return pl.DataFrame(schema=out_schema)
+    sel = pl.DataFrame({"candidate_key": picked_keys, "select_rank": picked_rank},
+                       schema={"candidate_key": pl.String, "select_rank": pl.Int64})
+    out = pool.join(sel, on="candidate_key", how="inner")
+    return out.with_columns(_o=pl.col("task_id").str.slice(1).cast(pl.Int64)).sort(
+        ["source", "_o", "candidate_key"]).drop("_o").select(list(out_schema))
+
+
+def _balanced_letters(n: int, k: int, seed: int, key: tuple) -> list[int]:
+    base = [i % k for i in range(n)]
+    g = rng(seed, "letters", *key)
+    perm = g.permutation(n)
+    return [base[i] for i in perm]
+
+
+def _reorder_display(row: dict, target_text: str) -> list[int]:
+    """Frames in a display order whose labels, read in time order, give `target_text` (T8 perm / T9 label)."""
+    labels = list(row["display_labels"])
+    frames = list(row["frame_indices"])
+    chrono = sorted(frames)
+    if len(labels) == 2:
+        # T9: the target label sits on the earlier frame
+        early, late = chrono
+        return [early, late] if labels[0] == target_text else [late, early]
+    disp = [None] * len(labels)
+    for rank, lab in enumerate(target_text):
+        disp[labels.index(lab)] = chrono[rank]
+    return disp
+
+
+def canonical_options(display_labels, num_choices: int) -> list[str]:
+    """Fixed options of a labelled-frames family: the display labels (T9) or their permutations (T8)."""
+    return canonical_choices({"display_labels": list(display_labels), "num_choices": int(num_choices)})
+
+
+def assign_choices(items: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """Add item_key (stable hash of candidate_key), choices (len num_choices, letter order) and answer (letter), with
+    balanced answer letters per (source, task_id) (see the module docstring). Rows with display_labels (T8, T9) get
+    the canonical options and re-ordered frames. Output sorted by (source, task, candidate_key)."""
+    out_schema = {**dict(items.schema), **ITEM_EXTRA_SCHEMA}
+    if items.height == 0:
+        return pl.DataFrame(schema=out_schema)
+    df = items.with_columns(_o=pl.col("task_id").str.slice(1).cast(pl.Int64)).sort(
+        ["source", "_o", "candidate_key"]).drop("_o")
+    cols = {c: df.get_column(c).to_list() for c in
+            ("candidate_key", "source", "task_id", "num_choices", "answer_text", "distractors", "display_labels",
+             "frame_indices", "render_spec_json", "label_meta_json")}
+    n = df.height
+    new = {"choices": [None] * n, "answer": [None] * n, "item_key": [None] * n,
+           "answer_text": list(cols["answer_text"]), "distractors": list(cols["distractors"]),
+           "frame_indices": list(cols["frame_indices"]), "render_spec_json": list(cols["render_spec_json"]),
+           "label_meta_json": list(cols["label_meta_json"])}
+    start = 0
+    while start < n:
+        end = start
+        while end < n and (cols["source"][end], cols["task_id"][end]) == (cols["source"][start], cols["task_id"][start]):
+            end += 1
+        k = int(cols["num_choices"][start])
+        letters = _balanced_letters(end - start, k, seed, (cols["source"][start], cols["task_id"][start]))
+        for i, pos in zip(range(start, end), letters):
+            ckey = cols["candidate_key"][i]
+            labels = cols["display_labels"][i]
+            if labels is not None:
+                choices = canonical_options(labels, k)
+                if len(choices) != k:
+                    raise ValueError(f"{ckey}: canonical options {choices} but num_choices {k}")
+                target = choices[pos]
+                disp = _reorder_display({"display_labels": labels, "frame_indices": cols["frame_indices"][i]}, target)
+                got = answer_for(disp, list(labels))
+                if (got[0] if len(labels) == 2 else got) != target:
+                    raise AssertionError(f"{ckey}: display order gives {got}, wanted {target}")
+                others = [c for c in choices if c != target]
+                if len(target) > 1:
+                    others.sort(key=lambda p: (kendall(p, target), p))
+                new["frame_indices"][i] = disp
+                new["answer_text"][i] = target
+                new["distractors"][i] = others
+                if new["render_spec_json"][i]:
+                    spec = json.loads(new["render_spec_json"][i])
+                    spec["frame_indices"] = disp
+                    new["render_spec_json"][i] = compact_json(spec)
+                meta = json.loads(new["label_meta_json"][i] or "{}")
+                meta["label"] = target
+                new["label_meta_json"][i] = json.dumps(meta, sort_keys=True, separators=(",", ":"))
+            else:
+                others = list(cols["distractors"][i])
+                py_rng(seed, "choices", ckey).shuffle(others)
+                choices = others[:pos] + [cols["answer_text"][i]] + others[pos:]
+            if len(choices) != k or choices.count(new["answer_text"][i]) != 1:
+                raise ValueError(f"{ckey}: bad option set {choices}")
+            new["choices"][i] = choices
+            new["answer"][i] = LETTERS[pos]
+            new["item_key"][i] = stable_hash(ckey)
+        start = end
+    repl = []
+    for name in ("answer_text", "distractors", "frame_indices", "render_spec_json", "label_meta_json", "choices",
+                 "answer", "item_key"):
+        dtype = out_schema[name]
+        repl.append(list_column(name, new[name], dtype) if isinstance(dtype, pl.List)
+                    else pl.Series(name, new[name], dtype=dtype))
+    return df.with_columns(repl).select(list(out_schema))
+
+
+def letter_shares(items: pl.DataFrame) -> pl.DataFrame:
+    """Per (source, task_id): n, num_choices and the majority letter's share (for checks and reports)."""
+    if items.height == 0:
+        return pl.DataFrame(schema={"source": pl.String, "task_id": pl.String, "n": pl.Int64, "num_choices": pl.Int64,
+                                    "majority_share": pl.Float64})
+    counts = items.group_by(["source", "task_id", "answer"]).agg(c=pl.len(), k=pl.col("num_choices").first())
+    return (counts.group_by(["source", "task_id"]).agg(n=pl.col("c").sum().cast(pl.Int64),
+                                                      num_choices=pl.col("k").first().cast(pl.Int64),
+                                                      majority_share=(pl.col("c").max() / pl.col("c").sum()))
+            .sort(["source", "task_id"]))
+
+
+def shortfall(items: pl.DataFrame, quotas: dict, source: str | None = None) -> list[dict]:
+    """Families with fewer items than their quota: [{source, task_id, quota, selected, missing}] (never padded).
+    `quotas` is {task: n} for one source (give `source` when items may be empty) or {source: {task: n}}."""
+    have: dict[tuple[str, str], int] = defaultdict(int)
+    if items.height:
+        for r in items.group_by(["source", "task_id"]).len().iter_rows(named=True):
+            have[(r["source"], r["task_id"])] = int(r["len"])
+    want: dict[tuple[str, str], int] = {}
+    if quotas and all(isinstance(v, dict) for v in quotas.values()):
+        for s, qs in quotas.items():
+            for t, q in qs.items():
+                want[(s, t)] = int(q)
+    else:
+        srcs = {source} if source else ({s for s, _ in have} or {None})
+        for s in srcs:
+            for t, q in (quotas or {}).items():
+                want[(s, t)] = int(q)
+    out = []
+    for (s, t), q in sorted(want.items(), key=lambda kv: (str(kv[0][0]), _task_order(kv[0][1]))):
+        got = have.get((s, t), 0)
+        if got < q:
+            out.append({"source": s, "task_id": t, "quota": q, "selected": got, "missing": q - got})
+    return out

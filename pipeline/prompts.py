@@ -1,0 +1,219 @@
+"""The prompt protocol: one user prompt per item, the SFT target, the task-id vocabulary and the generated
+metadata/prompt_templates.md.
+
+Every family uses the standard MCQ template of the public release (release-and-peers.md §D.4): the question, a
+blank line, one `A: text` line per option, a blank line, "Choose exactly one option label.", and the output
+protocol ending in the `<ANSWER>A</ANSWER>` line. T8 and T9 open with their header lines (§D.4, from
+configs/tasks/T8.yaml / T9.yaml `prompt.header`); they answer with an option letter like every other family (the
+public docs' `<ANSWER>XYZ</ANSWER>` / `<ANSWER>X</ANSWER>` is replaced by one letter protocol). Task language is
+never part of a prompt; only the T11/T12 questions name the high-level action, as in the reference build.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pipeline.families.common import LETTERS, per_source
+
+TASK_IDS: tuple[str, ...] = tuple(f"T{i}" for i in range(1, 13))
+PROTOCOL_LINES: tuple[str, ...] = (
+    "Choose exactly one option label.",
+    "",
+    "Output protocol:",
+    "- You may include brief reasoning before the final answer.",
+    "- The final line must be exactly: <ANSWER>A</ANSWER>",
+    "- Do not output anything after </ANSWER>.",
+)
+SOURCE_ORDER = ("gm100", "rh20t", "reassemble", "aist")
+
+
+def sft_target(letter: str) -> str:
+    """The training target for an answer letter."""
+    if letter not in LETTERS:
+        raise ValueError(f"not an option letter: {letter!r}")
+    return f"<ANSWER>{letter}</ANSWER>"
+
+
+def _task_cfg(cfg: dict, task_id: str) -> dict:
+    return (cfg.get("tasks") or {}).get(task_id) or {}
+
+
+def _choices(row: dict) -> list[str]:
+    if row.get("choices") is not None:
+        return list(row["choices"])
+    out = []
+    for c in LETTERS:
+        v = row.get(f"choice_{c}")
+        if v is None:
+            break
+        out.append(v)
+    return out
+
+
+def format_prompt(row: dict, cfg: dict) -> str:
+    """The full user prompt of an item (ITEMS row with `choices`, or a release row with choice_A..choice_F)."""
+    choices = _choices(row)
+    if len(choices) < 2:
+        raise ValueError(f"item {row.get('item_key') or row.get('item_id')}: fewer than two options")
+    header = list(((_task_cfg(cfg, row["task_id"]).get("prompt") or {}).get("header")) or [])
+    lines: list[str] = []
+    if header:
+        lines += header + [""]
+    lines += [str(row["question"]), ""]
+    lines += [f"{LETTERS[i]}: {c}" for i, c in enumerate(choices)]
+    lines += [""] + list(PROTOCOL_LINES)
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- task vocabulary
+
+
+def task_names(cfg: dict) -> dict[str, str]:
+    """T1..T12 -> public task name (configs/tasks/T*.yaml `task_name`, else configs/release.yaml `task_names`)."""
+    fallback = ((cfg.get("release") or {}).get("task_names")) or {}
+    return {t: str(_task_cfg(cfg, t).get("task_name") or fallback.get(t, t)) for t in TASK_IDS
+            if _task_cfg(cfg, t) or t in fallback}
+
+
+def name_aliases(cfg: dict) -> dict[str, list[str]]:
+    """T -> other names the family goes by (citation/search only)."""
+    return {t: list(_task_cfg(cfg, t).get("name_aliases") or []) for t in TASK_IDS if _task_cfg(cfg, t)}
+
+
+def legacy_aliases(cfg: dict) -> dict[str, list[str]]:
+    """T -> legacy engineering ids used by the reference build (T5 T_progress, T8 T_temporal, T9 T_binary / T9),
+    only where they differ from the task id. A mapping only: the release uses T1..T12."""
+    out = {}
+    for t in TASK_IDS:
+        la = _task_cfg(cfg, t).get("legacy_alias")
+        vals = sorted(set(la.values()) if isinstance(la, dict) else ({la} if la else set()))
+        vals = [v for v in vals if v != t] + ([t] if t in vals and len(vals) > 1 else [])
+        if vals:
+            out[t] = vals
+    return out
+
+
+def legacy_alias(cfg: dict, task_id: str, source: str) -> str:
+    """The legacy id of a family for one source (task_type_legacy)."""
+    return str(per_source(_task_cfg(cfg, task_id).get("legacy_alias"), source, task_id))
+
+
+def resolve_task_id(name: str, cfg: dict) -> str:
+    """T-id for a task id, a legacy alias, a public name or a name alias (case-insensitive)."""
+    key = str(name).strip()
+    if key in TASK_IDS:
+        return key
+    low = key.lower()
+    for t in TASK_IDS:
+        tc = _task_cfg(cfg, t)
+        names = [task_names(cfg).get(t, "")] + list(tc.get("name_aliases") or [])
+        la = tc.get("legacy_alias")
+        names += list(la.values()) if isinstance(la, dict) else [la] if la else []
+        if any(str(n).lower() == low for n in names if n):
+            return t
+    raise KeyError(f"unknown task {name!r}")
+
+
+# ------------------------------------------------------------------------------------------- prompt_templates.md
+
+
+def _example_row(cfg: dict, task_id: str, source: str) -> dict:
+    tc = _task_cfg(cfg, task_id)
+    k = int(tc["num_choices"])
+    q = str(per_source(tc.get("question"), source))
+    fields = {"arm": "left", "high_action": "Pick round peg 1", "prev": "Approach", "next": "Lift"}
+    q = q.format(**fields)
+    if tc.get("display_labels"):
+        from pipeline.families.temporal import canonical_choices
+        choices = canonical_choices({"display_labels": tc["display_labels"], "num_choices": k})
+    else:
+        choices = list((per_source(tc.get("labels"), source) or {}).values())[:k]
+    return {"task_id": task_id, "question": q, "choices": choices}
+
+
+def _frames_text(fr: dict) -> str:
+    if "offsets" in fr and "centers" in fr:
+        return (f"offsets {fr['offsets']} around centres at {fr['centers']} of the segment's stable sub-range")
+    if "offsets" in fr:
+        return f"offsets {fr['offsets']} around the anchor frame"
+    if "relative" in fr and "shifts" in fr:
+        return f"fractions {fr['relative']} of the episode, shifted by {fr['shifts']}"
+    if "relative" in fr:
+        return f"fractions {fr['relative']} of the segment's stable sub-range"
+    if fr.get("mode") == "grid":
+        return (f"grid every {fr['step_sec']} s, frames >= {fr['min_sep_sec']} s apart, up to "
+                f"{fr['max_gap_steps']} grid steps apart")
+    if fr.get("mode") == "segment_midpoints":
+        return f"midpoints of successful high-level action segments, {fr['gaps']} segments apart"
+    return json.dumps(fr, sort_keys=True)
+
+
+def prompt_templates_markdown(cfg: dict) -> str:
+    """metadata/prompt_templates.md, generated from configs/tasks/*.yaml (deterministic; no hand-written copy)."""
+    version = (cfg.get("release") or {}).get("prompt_version", "")
+    names = task_names(cfg)
+    out = [
+        "# Prompt templates",
+        "",
+        f"Prompt version `{version}`. Generated from `configs/tasks/T*.yaml` by `pipeline.prompts`.",
+        "",
+        "## Protocol",
+        "",
+        "Every item is one multiple-choice question over the item's frames (in `frame_indices_json` order; T8 shows "
+        "three frames labelled X, Y, Z in that order, T9 one composite of two panels labelled X (left) and Y "
+        "(right)). The answer is always an option letter, for every task including T8 and T9; the training target "
+        "is `<ANSWER>{letter}</ANSWER>`. Task language (the upstream task description) is never shown.",
+        "",
+        "Standard template:",
+        "",
+        "```text",
+        "{question}",
+        "",
+        "A: {choice_A}",
+        "B: {choice_B}",
+        "...",
+        "",
+        *PROTOCOL_LINES,
+        "```",
+        "",
+        "T8 and T9 put their header lines (below) and a blank line before `{question}`.",
+        "",
+        "## Task ids",
+        "",
+        "| task_id | task name | legacy alias | other names |",
+        "|---|---|---|---|",
+    ]
+    legacy = legacy_aliases(cfg)
+    aliases = name_aliases(cfg)
+    for t in TASK_IDS:
+        if t not in names:
+            continue
+        out.append(f"| {t} | {names[t]} | {', '.join(legacy.get(t, [])) or '—'} | "
+                   f"{', '.join(aliases.get(t, [])) or '—'} |")
+    out.append("")
+    for t in TASK_IDS:
+        tc = _task_cfg(cfg, t)
+        if not tc:
+            continue
+        sources = [s for s in SOURCE_ORDER if s in (tc.get("sources") or [])]
+        out += [f"## {t} — {names.get(t, t)}", "",
+                f"- options: {tc['num_choices']}; input: `{tc.get('input_type')}`; sources: "
+                + ", ".join(f"`{s}`" for s in sources), ""]
+        out += ["| source | question | options (closed label set) | frames |", "|---|---|---|---|"]
+        for s in sources:
+            q = str(per_source(tc.get("question"), s))
+            if tc.get("display_labels"):
+                from pipeline.families.temporal import canonical_choices
+                opts = ", ".join(canonical_choices({"display_labels": tc["display_labels"],
+                                                    "num_choices": tc["num_choices"]}))
+            else:
+                opts = "; ".join(f"{k} = “{v}”" for k, v in (per_source(tc.get("labels"), s) or {}).items())
+            fr = per_source(tc.get("frames"), s) or {}
+            out.append(f"| `{s}` | {q} | {opts} | {_frames_text(fr)} |".replace("\n", " "))
+        header = (tc.get("prompt") or {}).get("header")
+        if header:
+            out += ["", "Header lines:", "", "```text", *header, "```"]
+        ex_src = sources[0] if sources else "gm100"
+        out += ["", f"Example prompt (`{ex_src}`):", "", "```text", format_prompt(_example_row(cfg, t, ex_src), cfg),
+                "```", ""]
+    return "\n".join(out).rstrip("\n") + "\n"

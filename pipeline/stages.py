@@ -1,0 +1,222 @@
+"""The build's stages as plain functions over the work folder: each reads its inputs from `work_dir`, computes
+with the stage modules, writes its outputs atomically, and returns a small summary dict for the orchestrator.
+
+Dagster calls these (assets/definitions.py) but so can anyone: every function takes the merged config and,
+for per-source stages, the source slug.
+
+Work folder layout (configs/build.yaml `work_dir`):
+    ir/<slug>/{units,frames,signals,segments,quarantine}.parquet   ingest
+    labels/<slug>/<table>.parquet                                  labels
+    candidates/<slug>.parquet                                      candidate items (over-complete pool)
+    items/<slug>.parquet, items/<slug>_quarantine.parquet          selected, visually gated, choices assigned
+    frame_cache/                                                   content-addressed decoded frames
+    split/items.parquet, split/summary.json                        split
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from . import items as items_mod
+from . import split as split_mod
+from . import writers
+from .config import path_in_repo
+from .families import build_candidates
+from .frames.cache import FrameCache
+from .frames.extract import extract_from_config, requests_from_items
+from .frames.gate import gate_items
+from .frames.readers import AdapterReaders
+from .frames.reconstruct import reconstruction_markdown
+from .frames.render import add_image_hashes
+from .ingest import ingest_source, quarantine_frame, read_ir, summary_text, write_ir
+from .io import write_json, write_parquet
+from .labels import compute_labels
+from .prompts import prompt_templates_markdown
+from .validate import find_path_leaks, validate_release
+
+log = logging.getLogger(__name__)
+
+
+def work_dir(cfg: dict) -> Path:
+    return path_in_repo(cfg["build"]["work_dir"])
+
+
+def release_dir(cfg: dict) -> Path:
+    return path_in_repo(cfg["build"]["release_dir"])
+
+
+def sources(cfg: dict) -> list[str]:
+    return list(cfg["build"]["sources"])
+
+
+# --------------------------------------------------------------------------------------------------- ingest
+def run_ingest(cfg: dict, slug: str) -> dict:
+    src = cfg["sources"][slug]
+    result = ingest_source(slug, src["root"], src.get("adapter", {}))
+    write_ir(result, work_dir(cfg) / "ir" / slug)
+    log.info("%s", summary_text(slug, result))
+    q = result.quarantine
+    return {"units": result.units.height, "quarantined": q.height, "frames": result.frames.height,
+            "signals": result.signals.height, "segments": result.segments.height,
+            "quarantine_share": q.height / max(1, q.height + result.units.height)}
+
+
+def load_ir(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
+    return read_ir(work_dir(cfg) / "ir" / slug)
+
+
+# --------------------------------------------------------------------------------------------------- labels
+def run_labels(cfg: dict, slug: str) -> dict:
+    tables = compute_labels(slug, load_ir(cfg, slug), cfg)
+    out = work_dir(cfg) / "labels" / slug
+    for name, df in tables.items():
+        write_parquet(out / f"{name}.parquet", df)
+    return {name: df.height for name, df in tables.items()}
+
+
+def load_labels(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
+    return {p.stem: pl.read_parquet(p) for p in sorted((work_dir(cfg) / "labels" / slug).glob("*.parquet"))}
+
+
+# --------------------------------------------------------------------------------------------------- candidates
+def run_candidates(cfg: dict, slug: str) -> dict:
+    pool = build_candidates(slug, load_ir(cfg, slug), load_labels(cfg, slug), cfg)
+    write_parquet(work_dir(cfg) / "candidates" / f"{slug}.parquet", pool)
+    return {"candidates": pool.height,
+            "per_family": {r["task_id"]: r["len"] for r in pool.group_by("task_id").len().sort("task_id").iter_rows(named=True)}}
+
+
+# --------------------------------------------------------------------------------------------------- frames
+def _trim_to_quota(kept: pl.DataFrame, quotas: dict) -> pl.DataFrame:
+    """Keep each family's first `quota` items in selection order (gate round, then select_rank)."""
+    if not kept.height:
+        return kept
+    ordered = kept.sort(["task_id", "_round", "select_rank", "candidate_key"])
+    ordered = ordered.with_columns(_n=pl.int_range(pl.len()).over("task_id"))
+    quota = pl.col("task_id").replace_strict(quotas, default=0, return_dtype=pl.Int64)
+    return ordered.filter(pl.col("_n") < quota).drop("_n", "_round")
+
+
+def run_frames(cfg: dict, slug: str, progress=None) -> dict:
+    """Select each family's quota, decode its frames, gate them, and ask for replacements until the quotas hold or the
+    pool runs out; then assign balanced answer letters and hash the images each item shows."""
+    seed = cfg["build"]["release_seed"]
+    gate_cfg = cfg["build"]["items"]
+    wd = work_dir(cfg)
+    pool = pl.read_parquet(wd / "candidates" / f"{slug}.parquet")
+    quotas = items_mod.quotas(cfg, slug)
+    cache = FrameCache.from_config(cfg)
+    readers = AdapterReaders.from_config(cfg)
+    tried: set[str] = set()
+    kept_parts, quarantine_parts, frame_parts = [], [], []
+    need = {t: q for t, q in quotas.items() if q}
+    for rnd in range(int(gate_cfg["max_gate_rounds"])):
+        if not need:
+            break
+        batch = items_mod.select_candidates(pool, need, seed, exclude_keys=tried, extra=gate_cfg["gate_margin"],
+                                            cfg_tasks=cfg["tasks"])
+        if not batch.height:
+            break
+        tried |= set(batch["candidate_key"].to_list())
+        table = extract_from_config(requests_from_items(batch), readers, cache, cfg, progress=progress)
+        kept, quarantined = gate_items(batch, table, cfg)
+        kept_parts.append(kept.with_columns(_round=pl.lit(rnd)))
+        quarantine_parts.append(quarantined)
+        frame_parts.append(table)
+        have = pl.concat(kept_parts).group_by("task_id").len()
+        have = dict(zip(have["task_id"].to_list(), have["len"].to_list()))
+        need = {t: q - have.get(t, 0) for t, q in quotas.items() if q and q - have.get(t, 0) > 0}
+    kept = _trim_to_quota(pl.concat(kept_parts, how="vertical_relaxed"), quotas) if kept_parts else pool.clear()
+    items = items_mod.assign_choices(kept, seed)
+    frame_table = pl.concat(frame_parts, how="vertical_relaxed") if frame_parts else None
+    if frame_table is not None:
+        items = add_image_hashes(items, frame_table, cache, cfg["frames"]["image"])
+    quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
+    short = items_mod.shortfall(items, quotas, source=slug)
+    write_parquet(wd / "items" / f"{slug}.parquet", items)
+    write_parquet(wd / "items" / f"{slug}_quarantine.parquet", quarantine)
+    write_json(wd / "items" / f"{slug}_shortfall.json", short)
+    return {"items": items.height, "quota": int(sum(quotas.values())), "gate_dropped": quarantine.height,
+            "frames_decoded": cache.counters["decoded"], "frames_cached": cache.counters["hits"],
+            "shortfall": short}
+
+
+# --------------------------------------------------------------------------------------------------- split
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def all_units(cfg: dict) -> pl.DataFrame:
+    return _concat([pl.read_parquet(work_dir(cfg) / "ir" / s / "units.parquet") for s in sources(cfg)])
+
+
+def split_policy(cfg: dict) -> tuple[dict, int]:
+    policy = cfg["split"]
+    seed = policy.get("seed")
+    return policy, int(cfg["build"]["release_seed"] if seed is None else seed)
+
+
+def run_split(cfg: dict) -> dict:
+    wd = work_dir(cfg)
+    items = _concat([pl.read_parquet(wd / "items" / f"{s}.parquet") for s in sources(cfg)])
+    policy, seed = split_policy(cfg)
+    groups = split_mod.build_groups(items, all_units(cfg), policy)
+    split_df, summary = split_mod.split_items(items, groups, policy, seed)
+    write_parquet(wd / "split" / "items.parquet", split_df)
+    write_json(wd / "split" / "summary.json", summary)
+    return {"eval_items": summary["eval_items"], "sft_items": summary["sft_items"],
+            "eval_groups": {s: v["eval_groups"] for s, v in sorted(summary["sources"].items())}}
+
+
+def _split_items(cfg: dict) -> pl.DataFrame:
+    return pl.read_parquet(work_dir(cfg) / "split" / "items.parquet")
+
+
+def _split_summary(cfg: dict) -> dict:
+    return json.loads((work_dir(cfg) / "split" / "summary.json").read_text())
+
+
+# --------------------------------------------------------------------------------------------------- release
+def run_release(cfg: dict) -> dict:
+    eval_df, sft_df = writers.release_tables(_split_items(cfg), all_units(cfg), cfg)
+    documents = {"prompt_templates": prompt_templates_markdown(cfg), "reconstruction": reconstruction_markdown(cfg)}
+    out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents)
+    return {k: v for k, v in out.items() if k != "files"} | {"files": len(out["files"])}
+
+
+# --------------------------------------------------------------------------------------------------- checks
+def quarantine_shares(cfg: dict) -> dict[str, float]:
+    out = {}
+    for s in sources(cfg):
+        ir = work_dir(cfg) / "ir" / s
+        if not (ir / "units.parquet").exists():
+            continue
+        n_ok = pl.read_parquet(ir / "units.parquet").height
+        n_bad = pl.read_parquet(ir / "quarantine.parquet").height
+        out[s] = round(n_bad / max(1, n_ok + n_bad), 4)
+    return out
+
+
+def leaked_groups(cfg: dict) -> list[str]:
+    return split_mod.leaked_groups(_split_items(cfg))
+
+
+def eval_group_count_problems(cfg: dict) -> list[str]:
+    return split_mod.group_count_problems(_split_summary(cfg), split_policy(cfg)[0])
+
+
+def release_problems(cfg: dict) -> list[str]:
+    return validate_release(release_dir(cfg), cfg)
+
+
+def release_path_leaks(cfg: dict) -> list[str]:
+    leaks = []
+    for p in sorted(release_dir(cfg).rglob("*")):
+        if p.is_file() and p.suffix != ".parquet":
+            leaks += [f"{p.relative_to(release_dir(cfg)).as_posix()}: {hit}"
+                      for hit in find_path_leaks(p.read_text(encoding="utf-8", errors="replace"))]
+    return leaks

@@ -1,0 +1,481 @@
+"""The release validator (`processbench validate DIR`) and the path-leak scanner shared with the asset checks.
+
+    problems = validate_release(Path("release"))      # [] when the release is valid
+    find_path_leaks("see /home/alice/x")              # ["absolute path '/home/alice/x'"]
+
+The validator trusts nothing it did not recompute: it reads the files back, compares parquet with its jsonl mirror,
+recomputes every count, baseline, group list and reference string from the rows, and checks them against the
+manifests, split_summary.json, task_distribution.csv, the group lists and checksums.sha256.
+"""
+
+from __future__ import annotations
+
+import csv
+import getpass
+import json
+import os
+import re
+import socket
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from pipeline import writers
+from pipeline.io import compact_json
+from pipeline.schema import (
+    CHOICE_COLUMNS,
+    CHOICE_LETTERS,
+    COLUMN_NAMES,
+    NON_NULLABLE,
+    polars_schema,
+    reconstruction_key_json,
+    schema_markdown,
+    sft_target,
+    source_episode_ref,
+    visual_ref,
+)
+
+# ---------------------------------------------------------------- path / identity leaks
+
+_ABS_ROOTS = ("home", "root", "tmp", "work", "Users", "mnt", "media", "data", "scratch", "private", "Volumes", "var",
+              "opt", "srv", "nfs", "gpfs", "lustre", "storage", "workspace", "content", "kaggle", "net")
+_TAIL = r"[^\s\"'`,;)\]}>]*"
+# (description, pattern, characters that must NOT precede the match, whether the char before the match must be a
+# letter that is itself not preceded by a letter/digit (drive letters)). Every pattern starts with a literal so that
+# `re` can skip ahead quickly: release tables are tens of megabytes of text.
+_PATTERNS = (
+    ("absolute path", re.compile(r"/(?:%s)(?![\w.-])%s" % ("|".join(_ABS_ROOTS), _TAIL)), set("._~/\\-"), False),
+    ("Windows path", re.compile(r":(?:\\\\|\\|/)%s" % _TAIL), None, True),
+    ("UNC path", re.compile(r"\\\\[A-Za-z0-9_.$-]+\\%s" % _TAIL), set("\\"), False),
+    ("file URL", re.compile(r"file:/%s" % _TAIL), None, False),
+    ("home-relative path", re.compile(r"~/%s" % _TAIL), set("~_"), False),
+)
+# Account / host names too generic to search for as words (a leak of their home folder is still an absolute path).
+_GENERIC_NAMES = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody", "jovyan", "vscode", "docker",
+                            "localhost", "build", "home", "work", "worker", "main", "test", "default", "node"})
+
+
+def _identity_tokens() -> list[str]:
+    tokens = set()
+    try:
+        tokens.add(getpass.getuser())
+    except Exception:  # noqa: BLE001 - no user database in some containers
+        pass
+    host = socket.gethostname()
+    tokens.update({host, host.split(".")[0]})
+    return sorted(t for t in tokens if t and len(t) >= 4 and t.lower() not in _GENERIC_NAMES)
+
+
+def _local_dirs() -> list[str]:
+    dirs = {str(Path.home()), os.getcwd(), tempfile.gettempdir(), str(Path(__file__).resolve().parent.parent)}
+    return sorted(d for d in dirs if len(d) >= 5)
+
+
+def find_path_leaks(text: str, extra_tokens=()) -> list[str]:
+    """Absolute or home-relative paths (POSIX, Windows, UNC, file://), this machine's directories (home, cwd, temp,
+    repository), and the current user / host name (as whole words, case-insensitive; generic names such as `root` are
+    skipped, their home folders are still absolute paths) found in `text`. Returns one description per distinct
+    finding; [] when clean."""
+    found: list[str] = []
+
+    def add(msg: str) -> None:
+        if msg not in found:
+            found.append(msg)
+
+    for what, pat, not_before, drive in _PATTERNS:
+        for m in pat.finditer(text):
+            i = m.start()
+            prev = text[i - 1] if i else ""
+            if drive:
+                before = text[i - 2] if i >= 2 else ""
+                if not (prev.isascii() and prev.isalpha()) or (before.isascii() and before.isalnum()):
+                    continue
+                add(f"{what} {text[i - 1:m.end()][:120]!r}")
+                continue
+            if prev and (prev.isalnum() or prev in not_before):
+                continue
+            add(f"{what} {m.group(0)[:120]!r}")
+    for d in _local_dirs():
+        if d in text and re.search(r"(?<![\w.-])%s(?![\w.-])" % re.escape(d), text):
+            add(f"local directory {d!r}")
+    tokens = [t for t in [*_identity_tokens(), *extra_tokens] if t]
+    if tokens:
+        lowered = text.lower()
+        for tok in tokens:
+            if tok.lower() in lowered and re.search(
+                    r"(?<![A-Za-z0-9])%s(?![A-Za-z0-9])" % re.escape(tok), text, flags=re.IGNORECASE):
+                add(f"user/host name {tok!r}")
+    return found
+
+
+# ---------------------------------------------------------------- helpers
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.rows: dict[tuple[str, str], list[str]] = defaultdict(list)
+
+    def add(self, msg: str) -> None:
+        self.problems.append(msg)
+
+    def row(self, where: str, check: str, item_id) -> None:
+        self.rows[(where, check)].append(str(item_id))
+
+    def done(self) -> list[str]:
+        for (where, check), ids in sorted(self.rows.items()):
+            self.problems.append(f"{where}: {check} ({len(ids)} rows, e.g. {ids[:3]})")
+        return self.problems
+
+
+def _eq(report: _Report, what: str, got, want) -> None:
+    if got != want:
+        report.add(f"{what}: {got!r} != {want!r} (from the rows)")
+
+
+def _read_json(path: Path, report: _Report):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        report.add(f"{path.name}: unreadable JSON ({exc})")
+        return None
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _check_checksums(root: Path, cfg: dict, report: _Report) -> None:
+    rel = writers.file_names(cfg)["checksums"]
+    path = root / rel
+    if not path.is_file():
+        return
+    listed: dict[str, str] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
+        if not m:
+            report.add(f"{rel}:{n}: not a sha256sum line: {line[:80]!r}")
+            continue
+        name = m.group(2)
+        if name in listed:
+            report.add(f"{rel}: {name} listed twice")
+        listed[name] = m.group(1)
+    if list(listed) != sorted(listed):
+        report.add(f"{rel}: entries are not sorted by path")
+    for name, digest in listed.items():
+        target = root / name
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            report.add(f"{rel}: entry {name!r} is not a release-relative path")
+        elif not target.is_file():
+            report.add(f"{rel}: lists {name}, which does not exist")
+        elif writers.sha256_file(target) != digest:
+            report.add(f"{rel}: checksum mismatch for {name}")
+    for name in writers.release_files_on_disk(root, cfg):
+        if name not in listed:
+            report.add(f"{rel}: {name} is not covered by a checksum")
+
+
+def _read_split(root: Path, split: str, cfg: dict, report: _Report) -> pl.DataFrame | None:
+    files = writers.file_names(cfg)
+    pq_rel, jl_rel = files[f"{split}_parquet"], files[f"{split}_jsonl"]
+    df = None
+    if (root / pq_rel).is_file():
+        try:
+            df = pl.read_parquet(root / pq_rel)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is a problem to report
+            report.add(f"{pq_rel}: unreadable parquet ({exc})")
+            return None
+        got, want = list(df.schema.items()), list(polars_schema().items())
+        if got != want:
+            diff = [f"{a}!={b}" for a, b in zip(got, want) if a != b][:3]
+            report.add(f"{pq_rel}: schema differs from pipeline/schema.py "
+                       f"({len(got)} vs {len(want)} columns; first differences {diff})")
+            return None
+        meta = pq.read_metadata(root / pq_rel).metadata or {}
+        for k, v in meta.items():
+            if k != b"ARROW:schema":
+                for leak in find_path_leaks(k.decode("utf-8", "replace") + " " + v.decode("utf-8", "replace")):
+                    report.add(f"{pq_rel}: key-value metadata: {leak}")
+    if df is not None and (root / jl_rel).is_file():
+        rows = df.to_dicts()
+        lines = (root / jl_rel).read_text(encoding="utf-8").splitlines()
+        if len(lines) != len(rows):
+            report.add(f"{jl_rel}: {len(lines)} rows, {pq_rel}: {len(rows)} rows")
+        else:
+            for n, (line, row) in enumerate(zip(lines, rows), 1):
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    report.add(f"{jl_rel}:{n}: not JSON")
+                    break
+                if list(obj) != list(COLUMN_NAMES) or obj != row:
+                    report.add(f"{jl_rel}:{n}: differs from {pq_rel} row {n} ({row.get('item_id')})")
+                    break
+    return df
+
+
+def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Report) -> None:
+    rc = writers.release_cfg(cfg)
+    names = writers.source_names(cfg)
+    try:
+        tnames = writers.task_names(cfg)
+    except ValueError as exc:
+        report.add(str(exc))
+        tnames = {}
+    id_re = re.compile(r"%s_%s_\d{6}" % (re.escape(rc["item_id_prefix"]), re.escape(split)))
+    for col in NON_NULLABLE:
+        n = df.get_column(col).null_count()
+        if n:
+            report.add(f"{where}: {col} has {n} nulls")
+    ids = df.get_column("item_id").to_list()
+    if len(set(ids)) != len(ids):
+        report.add(f"{where}: duplicate item_id values")
+    if ids != sorted(i for i in ids if i is not None) and None not in ids:
+        report.add(f"{where}: rows are not sorted by item_id")
+    versions = {"split_version": rc["split_version"], "builder_version": rc["builder_version"],
+                "prompt_version": rc["prompt_version"]}
+    for r in df.iter_rows(named=True):
+        iid = r["item_id"]
+        bad = lambda check: report.row(where, check, iid)  # noqa: E731
+        if iid is None or not id_re.fullmatch(iid):
+            bad(f"item_id not of the form {rc['item_id_prefix']}_{split}_NNNNNN")
+        if r["split"] != split:
+            bad(f"split is not {split!r}")
+        slug = r["source_slug"]
+        if slug not in names:
+            bad("unknown source_slug")
+        elif r["source"] != names[slug]:
+            bad("source name does not match source_slug")
+        if tnames and tnames.get(r["task_id"]) != r["task_name"]:
+            bad("task_name is not the configured name of task_id")
+        for col, want in versions.items():
+            if r[col] != want:
+                bad(f"{col} is not {want!r}")
+        if r["task_meta_public"] is not False:
+            bad("task_meta_public is not false")
+        # choices, answer, target
+        n = r["num_choices"]
+        if not isinstance(n, int) or not 2 <= n <= len(CHOICE_LETTERS):
+            bad("num_choices outside 2..6")
+        else:
+            choices = [r[c] for c in CHOICE_COLUMNS]
+            if any(c is None for c in choices[:n]) or any(c is not None for c in choices[n:]):
+                bad("choices not non-null exactly up to num_choices")
+            elif len(set(choices[:n])) != n:
+                bad("duplicate choice texts")
+            letters = CHOICE_LETTERS[:n]
+            if r["answer"] not in letters:
+                bad("answer is not a letter within num_choices")
+            elif r[f"choice_{r['answer']}"] != r["answer_text"]:
+                bad("answer_text is not the text of the answer's choice")
+        if r["sft_target"] != sft_target(r["answer"]):
+            bad("sft_target does not match answer")
+        # frames and references
+        try:
+            frames = json.loads(r["frame_indices_json"])
+            assert isinstance(frames, list) and frames and all(isinstance(i, int) and i >= 0 for i in frames)
+            assert compact_json(frames) == r["frame_indices_json"]
+        except (TypeError, ValueError, AssertionError):
+            bad("frame_indices_json is not a canonical non-empty JSON list of frame indices")
+            continue
+        if r["num_frames"] != len(frames):
+            bad("num_frames != len(frame_indices_json)")
+        labels = None
+        if r["display_labels_json"] is not None:
+            try:
+                labels = json.loads(r["display_labels_json"])
+                assert isinstance(labels, list) and len(labels) == len(frames)
+            except (ValueError, AssertionError):
+                bad("display_labels_json is not a JSON list with one label per frame")
+        key = (slug, r["source_unit_type"], r["source_unit_id"])
+        if r["visual_ref"] != visual_ref(*key, r["camera"], frames):
+            bad("visual_ref does not match source/unit/camera/frames")
+        if r["source_episode_ref"] != source_episode_ref(*key):
+            bad("source_episode_ref does not match source/unit")
+        if r["reconstruction_key_json"] != reconstruction_key_json(
+                slug, r["source_task_id"], r["source_unit_type"], r["source_unit_id"], r["camera"], frames):
+            bad("reconstruction_key_json does not match the row")
+        n_images = len(frames)
+        if r["render_spec_json"] is not None:
+            try:
+                spec = json.loads(r["render_spec_json"])
+                assert isinstance(spec, dict) and compact_json(spec) == r["render_spec_json"]
+                if spec.get("frame_indices") is not None and spec["frame_indices"] != frames:
+                    bad("render_spec_json frame_indices differ from frame_indices_json")
+                if spec.get("labels") is not None and labels is not None and spec["labels"] != labels:
+                    bad("render_spec_json labels differ from display_labels_json")
+                if spec.get("kind") == "panels":
+                    n_images = 1
+            except (ValueError, AssertionError):
+                bad("render_spec_json is not canonical compact JSON of an object")
+        if r["image_hashes_json"] is not None:
+            try:
+                hashes = json.loads(r["image_hashes_json"])
+                assert isinstance(hashes, list) and all(isinstance(h, str) and writers.HEX64.match(h) for h in hashes)
+                if len(hashes) != n_images:
+                    bad("image_hashes_json count differs from the images shown")
+            except (ValueError, AssertionError):
+                bad("image_hashes_json is not a JSON list of sha256 hex digests")
+        if r["eval_level"] is not None and not re.fullmatch(r"L\d+", r["eval_level"]):
+            bad("eval_level is not of the form L<n>")
+
+
+def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report) -> None:
+    rc = writers.release_cfg(cfg)
+    files = writers.file_names(cfg)
+    ev, sf = tables.get("eval"), tables.get("sft")
+    groups = {s: set(df.get_column("split_group_id").to_list()) for s, df in tables.items()}
+
+    # group lists
+    for split, df in tables.items():
+        rel = files[f"split_groups_{split}"]
+        if (root / rel).is_file():
+            listed = (root / rel).read_text(encoding="utf-8").splitlines()
+            if listed != sorted(set(listed)):
+                report.add(f"{rel}: not sorted and unique")
+            if set(listed) != groups[split]:
+                report.add(f"{rel}: {len(set(listed))} groups listed, the {split} rows have {len(groups[split])}")
+    listed = {}
+    for split in writers.SPLITS:
+        rel = files[f"split_groups_{split}"]
+        if (root / rel).is_file():
+            listed[split] = set((root / rel).read_text(encoding="utf-8").splitlines())
+    if len(listed) == 2 and listed["eval"] & listed["sft"]:
+        report.add(f"split group lists share {len(listed['eval'] & listed['sft'])} groups")
+    if ev is not None and sf is not None:
+        shared = groups["eval"] & groups["sft"]
+        if shared:
+            report.add(f"{len(shared)} split_group_id values on both splits, e.g. {sorted(shared)[:3]}")
+        shared_ids = set(ev.get_column("item_id").to_list()) & set(sf.get_column("item_id").to_list())
+        if shared_ids:
+            report.add(f"{len(shared_ids)} item_id values on both splits")
+
+    # manifests
+    for split, df in tables.items():
+        rel = files[f"{split}_manifest"]
+        if not (root / rel).is_file():
+            continue
+        m = _read_json(root / rel, report)
+        if not isinstance(m, dict):
+            continue
+        want = writers.build_manifest(split, df, cfg)
+        for key in sorted(want):
+            if key not in m:
+                report.add(f"{rel}: lacks {key}")
+            elif m[key] != want[key]:
+                report.add(f"{rel}: {key} = {json.dumps(m[key])[:200]} but the rows/configs give "
+                           f"{json.dumps(want[key])[:200]}")
+
+    # split summary
+    rel = files["split_summary"]
+    if (root / rel).is_file() and ev is not None and sf is not None:
+        s = _read_json(root / rel, report)
+        if isinstance(s, dict):
+            want = writers.build_split_summary(ev, sf, {}, cfg)
+            for key in ("version", "split_version", "builder_version", "release_version", "total_items",
+                        "eval_items", "sft_items", "eval_groups", "sft_groups", "task_counts_total",
+                        "task_counts_eval", "task_counts_sft", "task_aliases", "hf_split_names"):
+                if s.get(key) != want[key]:
+                    report.add(f"{rel}: {key} = {json.dumps(s.get(key))[:200]} but the rows/configs give "
+                               f"{json.dumps(want[key])[:200]}")
+            got_src = s.get("sources") if isinstance(s.get("sources"), dict) else {}
+            for slug, ws in want["sources"].items():
+                gs = got_src.get(slug)
+                if not isinstance(gs, dict):
+                    report.add(f"{rel}: sources.{slug} missing")
+                    continue
+                for key, value in ws.items():
+                    if key != "group_unit" and gs.get(key) != value:
+                        report.add(f"{rel}: sources.{slug}.{key} = {json.dumps(gs.get(key))[:200]} but the rows give "
+                                   f"{json.dumps(value)[:200]}")
+            for slug in set(got_src) - set(want["sources"]):
+                report.add(f"{rel}: sources.{slug} has no rows")
+            for key in _forbidden_keys(s):
+                report.add(f"{rel}: machine-specific or wall-clock field {key}")
+
+    # task distribution
+    rel = files["task_distribution"]
+    if (root / rel).is_file() and ev is not None:
+        text = (root / rel).read_text(encoding="utf-8")
+        got_rows = list(csv.reader(text.splitlines()))
+        if not got_rows or tuple(got_rows[0]) != writers.TASK_DISTRIBUTION_HEADER:
+            report.add(f"{rel}: header is not {','.join(writers.TASK_DISTRIBUTION_HEADER)}")
+        else:
+            total = 0
+            for row in got_rows[1:]:
+                try:
+                    total += int(row[2])
+                except (IndexError, ValueError):
+                    report.add(f"{rel}: bad row {row}")
+            _eq(report, f"{rel} sum of eval_n", total, ev.height)
+            want_rows = list(csv.reader(writers.task_distribution_csv(ev, cfg).splitlines()))
+            if got_rows != want_rows:
+                diff = [(g, w) for g, w in zip(got_rows, want_rows) if g != w][:2]
+                report.add(f"{rel}: differs from the eval rows ({len(got_rows) - 1} vs {len(want_rows) - 1} tasks; "
+                           f"e.g. {diff})")
+
+    # schema.md is generated, never edited
+    rel = files["schema"]
+    if (root / rel).is_file():
+        if (root / rel).read_text(encoding="utf-8") != schema_markdown(rc, writers.source_names(cfg)):
+            report.add(f"{rel}: differs from the schema generated from pipeline/schema.py")
+
+
+def _forbidden_keys(obj, where: str = "") -> list[str]:
+    out = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if str(k).lower() in writers.FORBIDDEN_KEYS:
+                out.append(f"{where}.{k}".lstrip("."))
+            out += _forbidden_keys(v, f"{where}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _forbidden_keys(v, f"{where}[{i}]")
+    return out
+
+
+def _check_leaks(root: Path, cfg: dict, report: _Report) -> None:
+    names = writers.release_files_on_disk(root, cfg) + [writers.file_names(cfg)["checksums"]]
+    for rel in names:
+        path = root / rel
+        if not path.is_file():
+            continue
+        if rel.endswith(".parquet"):
+            try:
+                text = pl.read_parquet(path).write_ndjson()
+            except Exception:  # noqa: BLE001 - unreadable parquet is reported elsewhere
+                continue
+        else:
+            text = path.read_bytes().decode("utf-8", "replace")
+        for leak in find_path_leaks(text):
+            report.add(f"{rel}: {leak}")
+
+
+def validate_release(release_dir: Path, cfg: dict | None = None) -> list[str]:
+    """All problems found in the release folder (empty list = valid)."""
+    if cfg is None:
+        from pipeline.config import load_config
+        cfg = load_config()
+    root = Path(release_dir)
+    report = _Report()
+    if not root.is_dir():
+        return [f"{root.name}: not a directory"]
+    try:
+        files = writers.file_names(cfg)
+    except (KeyError, ValueError) as exc:
+        return [f"configs/release.yaml: {exc}"]
+    for key, rel in sorted(files.items()):
+        if not (root / rel).is_file():
+            report.add(f"missing file {rel} ({key})")
+    _check_checksums(root, cfg, report)
+    tables: dict[str, pl.DataFrame] = {}
+    for split in writers.SPLITS:
+        df = _read_split(root, split, cfg, report)
+        if df is not None:
+            _check_rows(df, split, files[f"{split}_parquet"], cfg, report)
+            tables[split] = df
+    _check_metadata(root, tables, cfg, report)
+    _check_leaks(root, cfg, report)
+    return report.done()

@@ -1,0 +1,559 @@
+"""The release writers: ITEMS (after the split) + IR units -> the eval/SFT tables in the public row schema, and the
+release folder (parquet + jsonl mirrors, metadata, checksums), deterministic to the byte.
+
+    eval_df, sft_df = release_tables(items, units, cfg)
+    written = write_release(eval_df, sft_df, split_summary, cfg, Path("release"), documents)
+
+Row order and item ids. Within each split, rows are sorted by
+    (source in configured order [build.sources], task number (T1 < T2 < ... < T12), source_unit_id,
+     anchor_frame, frame_indices, item_key)
+and numbered from 1: item_id = f"{item_id_prefix}_{split}_{n:06d}". Files keep that order (= sorted by item_id).
+
+Everything written comes from the two tables, the configs and the inputs handed in; there are no timestamps,
+host names, user names or absolute paths, and every file name comes from configs/release.yaml `files`.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io as _stdio
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from pipeline import io
+from pipeline.schema import (
+    CHOICE_COLUMNS,
+    CHOICE_LETTERS,
+    COLUMN_NAMES,
+    MAX_CHOICES,
+    RELEASE_SCHEMA,
+    polars_schema,
+    reconstruction_key_json,
+    schema_markdown,
+    sft_target,
+    source_episode_ref,
+    visual_ref,
+)
+
+SPLITS = ("eval", "sft")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+# ITEMS-contract columns the writers read (eval_level is optional).
+REQUIRED_ITEM_COLUMNS = (
+    "source", "unit_id", "task_id", "task_type_legacy", "input_type", "camera", "question", "answer_text",
+    "num_choices", "frame_indices", "display_labels", "render_spec_json", "anchor_frame", "arm_type", "item_key",
+    "choices", "answer", "image_hashes_json", "split", "split_group_id",
+)
+REQUIRED_UNIT_COLUMNS = ("source", "unit_id", "unit_type", "task_id", "licence", "language")
+# Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers (§D.6 #8).
+FORBIDDEN_KEYS = frozenset({"created_at", "updated_at", "generated_at", "build_time", "timestamp", "datetime",
+                            "hostname", "username", "cwd"})
+
+
+# ---------------------------------------------------------------- names from the configs (one place each)
+
+
+def release_cfg(cfg: dict) -> dict:
+    return cfg["release"]
+
+
+def source_order(cfg: dict) -> list[str]:
+    """Source slugs in their configured order (build.sources, else the order of configs/sources.yaml)."""
+    return list(cfg.get("build", {}).get("sources") or cfg["sources"])
+
+
+def source_names(cfg: dict) -> dict[str, str]:
+    """slug -> public display name (configs/sources.yaml `name`), in configured order."""
+    return {slug: cfg["sources"][slug]["name"] for slug in source_order(cfg)}
+
+
+def task_number(task_id: str) -> int:
+    if not re.fullmatch(r"T[1-9][0-9]*", task_id or ""):
+        raise ValueError(f"malformed task_id {task_id!r}")
+    return int(task_id[1:])
+
+
+def task_names(cfg: dict) -> dict[str, str]:
+    """Public task names: configs/tasks/T*.yaml `task_name` when a task file has one, else release.yaml `task_names`.
+    Where both exist they must agree (two places that differ are an error, not a choice)."""
+    fallback = dict(release_cfg(cfg).get("task_names") or {})
+    names = dict(fallback)
+    for task, tcfg in (cfg.get("tasks") or {}).items():
+        name = (tcfg or {}).get("task_name")
+        if name is None:
+            continue
+        if task in fallback and fallback[task] != name:
+            raise ValueError(f"task name of {task} differs: configs/tasks/{task}.yaml {name!r} vs "
+                             f"configs/release.yaml {fallback[task]!r}; keep one")
+        names[task] = name
+    return dict(sorted(names.items(), key=lambda kv: task_number(kv[0])))
+
+
+def file_names(cfg: dict) -> dict[str, str]:
+    files = dict(release_cfg(cfg)["files"])
+    for key, rel in files.items():
+        p = Path(rel)
+        if p.is_absolute() or ".." in p.parts or "\\" in rel:
+            raise ValueError(f"release file {key} = {rel!r} must be a relative posix path inside the release")
+    if len(set(files.values())) != len(files):
+        raise ValueError("two release artefacts share one file name in configs/release.yaml")
+    return files
+
+
+# ---------------------------------------------------------------- release tables
+
+
+def _check_columns(df: pl.DataFrame, required, what: str) -> None:
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} lacks columns {missing}")
+
+
+def _sort_key(order: dict[str, int]):
+    def key(r: dict):
+        return (order[r["source"]], task_number(r["task_id"]), r["unit_id"],
+                -1 if r["anchor_frame"] is None else int(r["anchor_frame"]),
+                tuple(int(i) for i in r["frame_indices"]), r["item_key"])
+    return key
+
+
+def _release_row(r: dict, unit: dict, names: dict, tnames: dict, rc: dict) -> dict:
+    src, uid = r["source"], r["unit_id"]
+    what = f"item {r['item_key']} ({src}/{uid} {r['task_id']})"
+    n = int(r["num_choices"])
+    choices = list(r["choices"] or [])
+    if not 2 <= n <= MAX_CHOICES or len(choices) != n:
+        raise ValueError(f"{what}: num_choices={n} but {len(choices)} choices (2..{MAX_CHOICES} allowed)")
+    if any(c is None for c in choices) or len(set(choices)) != n:
+        raise ValueError(f"{what}: null or duplicate choices {choices}")
+    letters = CHOICE_LETTERS[:n]
+    if r["answer"] not in letters:
+        raise ValueError(f"{what}: answer {r['answer']!r} not among {list(letters)}")
+    if choices[letters.index(r["answer"])] != r["answer_text"]:
+        raise ValueError(f"{what}: answer {r['answer']} is {choices[letters.index(r['answer'])]!r}, "
+                         f"answer_text is {r['answer_text']!r}")
+    frames = [int(i) for i in r["frame_indices"]]
+    if not frames:
+        raise ValueError(f"{what}: no frame indices")
+    labels = r["display_labels"]
+    labels = None if labels is None else list(labels)
+    if labels is not None and len(labels) != len(frames):
+        raise ValueError(f"{what}: {len(labels)} display labels for {len(frames)} frames")
+    if r["render_spec_json"] is not None:
+        spec = json.loads(r["render_spec_json"])
+        if io.compact_json(spec) != r["render_spec_json"]:
+            raise ValueError(f"{what}: render_spec_json is not canonical compact sorted JSON")
+    hashes = r["image_hashes_json"]
+    if hashes is not None:
+        parsed = json.loads(hashes)
+        if not isinstance(parsed, list) or not parsed or not all(isinstance(h, str) and HEX64.match(h) for h in parsed):
+            raise ValueError(f"{what}: image_hashes_json is not a list of sha256 hex digests")
+    if r["task_id"] not in tnames:
+        raise ValueError(f"{what}: no public task name configured for {r['task_id']}")
+    if r["split"] not in SPLITS:
+        raise ValueError(f"{what}: split {r['split']!r} not in {SPLITS}")
+    if not r["split_group_id"]:
+        raise ValueError(f"{what}: empty split_group_id")
+    unit_type, task = unit["unit_type"], unit["task_id"]
+    row = {
+        "item_id": None,
+        "split": r["split"],
+        "source": names[src],
+        "source_slug": src,
+        "source_task_id": task,
+        "source_unit_type": unit_type,
+        "source_unit_id": uid,
+        "task_id": r["task_id"],
+        "task_name": tnames[r["task_id"]],
+        "task_type_legacy": r["task_type_legacy"],
+        "input_type": r["input_type"],
+        "question": r["question"],
+        **{col: (choices[i] if i < n else None) for i, col in enumerate(CHOICE_COLUMNS)},
+        "answer": r["answer"],
+        "answer_text": r["answer_text"],
+        "num_choices": n,
+        "num_frames": len(frames),
+        "frame_indices_json": io.compact_json(frames),
+        "display_labels_json": None if labels is None else io.compact_json(labels),
+        "camera": r["camera"],
+        "arm_type": r["arm_type"],
+        "visual_ref": visual_ref(src, unit_type, uid, r["camera"], frames),
+        "source_episode_ref": source_episode_ref(src, unit_type, uid),
+        "reconstruction_key_json": reconstruction_key_json(src, task, unit_type, uid, r["camera"], frames),
+        "task_meta_in_source": bool(unit["language"] and str(unit["language"]).strip()),
+        "task_meta_public": False,
+        "split_version": rc["split_version"],
+        "split_group_id": r["split_group_id"],
+        "builder_version": rc["builder_version"],
+        "prompt_version": rc["prompt_version"],
+        "sft_target": sft_target(r["answer"]),
+        "licence": unit["licence"],
+        "render_spec_json": r["render_spec_json"],
+        "image_hashes_json": hashes,
+        "eval_level": r.get("eval_level"),
+    }
+    for col in ("question", "task_type_legacy", "input_type", "camera", "licence"):
+        if not row[col]:
+            raise ValueError(f"{what}: empty {col}")
+    return row
+
+
+def _to_frame(rows: list[dict]) -> pl.DataFrame:
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=RELEASE_SCHEMA)) if rows else pl.DataFrame(
+        schema=polars_schema())
+
+
+def release_tables(items: pl.DataFrame, units: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(eval, sft) release tables in the schema of pipeline/schema.py, rows sorted and numbered (see module doc).
+    Raises ValueError on any contract violation (unknown unit, bad answer, missing column, ...): nothing is dropped."""
+    _check_columns(items, REQUIRED_ITEM_COLUMNS, "items")
+    _check_columns(units, REQUIRED_UNIT_COLUMNS, "units")
+    rc = release_cfg(cfg)
+    names, tnames = source_names(cfg), task_names(cfg)
+    order = {slug: i for i, slug in enumerate(names)}
+    unit_map: dict[tuple[str, str], dict] = {}
+    for u in units.select(REQUIRED_UNIT_COLUMNS).iter_rows(named=True):
+        key = (u["source"], u["unit_id"])
+        if key in unit_map:
+            raise ValueError(f"units table has {key} twice")
+        unit_map[key] = u
+    if items.get_column("item_key").n_unique() != items.height:
+        raise ValueError("items carry duplicate item_key values")
+    cols = list(REQUIRED_ITEM_COLUMNS) + (["eval_level"] if "eval_level" in items.columns else [])
+    records = items.select(cols).to_dicts()
+    for r in records:
+        if r["source"] not in order:
+            raise ValueError(f"item {r['item_key']}: source {r['source']!r} not configured in build.sources")
+        if (r["source"], r["unit_id"]) not in unit_map:
+            raise ValueError(f"item {r['item_key']}: unit {r['source']}/{r['unit_id']} not in the units table")
+    # A group id names one isolation group: it never spans splits.
+    group_splits: dict[str, set] = {}
+    for r in records:
+        group_splits.setdefault(r["split_group_id"], set()).add(r["split"])
+    leaked = sorted(g for g, s in group_splits.items() if len(s) > 1)
+    if leaked:
+        raise ValueError(f"{len(leaked)} split groups lie in both splits, e.g. {leaked[:3]}")
+    out = []
+    prefix = rc["item_id_prefix"]
+    for split in SPLITS:
+        part = sorted((r for r in records if r["split"] == split), key=_sort_key(order))
+        rows = [_release_row(r, unit_map[(r["source"], r["unit_id"])], names, tnames, rc) for r in part]
+        for n, row in enumerate(rows, 1):
+            row["item_id"] = f"{prefix}_{split}_{n:06d}"
+        out.append(_to_frame(rows))
+    return out[0], out[1]
+
+
+# ---------------------------------------------------------------- derived metadata
+
+
+def _fmt(x: float, decimals: int) -> str:
+    return f"{x:.{decimals}f}"
+
+
+def _task_sorted(d: dict) -> dict:
+    return dict(sorted(d.items(), key=lambda kv: task_number(kv[0])))
+
+
+def _counts(df: pl.DataFrame, col: str) -> dict:
+    return dict(Counter(df.get_column(col).to_list()))
+
+
+def random_baselines(df: pl.DataFrame, decimals: int) -> dict[str, float]:
+    """Per task: expected accuracy of a uniform random guess = mean over items of 1/num_choices."""
+    out = {}
+    for task in sorted(set(df.get_column("task_id").to_list()), key=task_number):
+        nc = df.filter(pl.col("task_id") == task).get_column("num_choices").to_list()
+        out[task] = round(sum(1.0 / n for n in nc) / len(nc), decimals)
+    return out
+
+
+def majority_baselines(df: pl.DataFrame, decimals: int) -> dict[str, float]:
+    """Per task: share of the most frequent answer letter (always answering that letter)."""
+    out = {}
+    for task in sorted(set(df.get_column("task_id").to_list()), key=task_number):
+        answers = df.filter(pl.col("task_id") == task).get_column("answer").to_list()
+        out[task] = round(max(Counter(answers).values()) / len(answers), decimals)
+    return out
+
+
+TASK_DISTRIBUTION_HEADER = ("task_id", "task_name", "eval_n", "num_choices", "random_acc", "majority_acc")
+
+
+def task_distribution_csv(eval_df: pl.DataFrame, cfg: dict) -> str:
+    """metadata/task_distribution.csv: one row per task present in eval, in task order. num_choices is the single
+    value of the task, or its distinct values joined by '|' when a task mixes them; floats with fixed decimals."""
+    dec = int(release_cfg(cfg)["float_decimals"])
+    tnames = task_names(cfg)
+    rnd, maj = random_baselines(eval_df, 12), majority_baselines(eval_df, 12)
+    buf = _stdio.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(TASK_DISTRIBUTION_HEADER)
+    for task in rnd:
+        sub = eval_df.filter(pl.col("task_id") == task)
+        nc = sorted(set(sub.get_column("num_choices").to_list()))
+        w.writerow([task, tnames[task], sub.height, "|".join(map(str, nc)), _fmt(rnd[task], dec), _fmt(maj[task], dec)])
+    return buf.getvalue()
+
+
+def _plain(obj, where: str = "split_summary"):
+    """JSON-ready copy of `obj` (numpy scalars -> Python, tuples -> lists); refuses machine-specific content."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                k = str(k)
+            if k.lower() in FORBIDDEN_KEYS:
+                raise ValueError(f"{where}.{k}: wall-clock or machine-specific fields are not allowed in the release")
+            out[k] = _plain(v, f"{where}.{k}")
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        raise ValueError(f"{where}: non-finite float {obj}")
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise ValueError(f"{where}: {type(obj).__name__} is not JSON data")
+
+
+def _merge(base: dict, extra: dict, where: str = "split_summary") -> dict:
+    """Deep-merge `extra` (the split stage's summary) into `base` (what the tables say). A key present in both with
+    different values is an inconsistency between the split stage and the release tables: raise."""
+    out = dict(base)
+    for k, v in extra.items():
+        if k not in out:
+            out[k] = v
+        elif isinstance(out[k], dict) and isinstance(v, dict):
+            out[k] = _merge(out[k], v, f"{where}.{k}")
+        elif out[k] != v:
+            raise ValueError(f"{where}.{k}: the split stage says {v!r}, the release tables/configs give {out[k]!r}")
+    return out
+
+
+def _groups(df: pl.DataFrame) -> list[str]:
+    return sorted(set(df.get_column("split_group_id").to_list()))
+
+
+def _task_aliases(frames: list[pl.DataFrame]) -> dict:
+    """task_id -> legacy alias (or sorted list of aliases) wherever the legacy id differs from the task id."""
+    seen: dict[str, set] = {}
+    for df in frames:
+        for t, legacy in df.select("task_id", "task_type_legacy").unique().iter_rows():
+            seen.setdefault(t, set()).add(legacy)
+    out = {}
+    for t in sorted(seen, key=task_number):
+        vals = sorted(seen[t])
+        if vals != [t]:
+            out[t] = vals[0] if len(vals) == 1 else vals
+    return out
+
+
+def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: dict) -> dict:
+    """The public split_summary.json shape, computed from the tables, merged with the split stage's own summary."""
+    rc = release_cfg(cfg)
+    names = source_names(cfg)
+    both = pl.concat([eval_df, sft_df])
+    sources = {}
+    for slug in names:
+        ev = eval_df.filter(pl.col("source_slug") == slug)
+        sf = sft_df.filter(pl.col("source_slug") == slug)
+        if ev.height + sf.height == 0:
+            continue
+        unit_types = sorted(set(ev.get_column("source_unit_type").to_list() + sf.get_column("source_unit_type").to_list()))
+        sources[slug] = {
+            "name": names[slug],
+            "group_unit": "/".join(unit_types),
+            "total": ev.height + sf.height,
+            "eval": ev.height,
+            "sft": sf.height,
+            "eval_groups": len(_groups(ev)),
+            "sft_groups": len(_groups(sf)),
+            "task_counts_total": _task_sorted(_counts(pl.concat([ev, sf]), "task_id")),
+            "task_counts_eval": _task_sorted(_counts(ev, "task_id")),
+            "task_counts_sft": _task_sorted(_counts(sf, "task_id")),
+        }
+    total = both.height
+    computed = {
+        "version": rc["split_version"],
+        "split_version": rc["split_version"],
+        "builder_version": rc["builder_version"],
+        "release_version": rc["release_version"],
+        "task_aliases": _task_aliases([eval_df, sft_df]),
+        "hf_split_names": dict(rc["hf_split_names"]),
+        "total_items": total,
+        "eval_items": eval_df.height,
+        "sft_items": sft_df.height,
+        "eval_groups": len(_groups(eval_df)),
+        "sft_groups": len(_groups(sft_df)),
+        "eval_share": round(eval_df.height / total, 6) if total else 0.0,
+        "task_counts_total": _task_sorted(_counts(both, "task_id")),
+        "task_counts_eval": _task_sorted(_counts(eval_df, "task_id")),
+        "task_counts_sft": _task_sorted(_counts(sft_df, "task_id")),
+        "sources": sources,
+    }
+    split_cfg = cfg.get("split") or {}
+    extra = _plain(split_summary or {})
+    # Descriptive fields the split stage is the authority on: its words replace the generic ones derived here.
+    for slug, src in (extra.get("sources") or {}).items():
+        if isinstance(src, dict) and "group_unit" in src and slug in sources:
+            del sources[slug]["group_unit"]
+    if "seed" not in extra:
+        computed["seed"] = split_cfg.get("seed") if split_cfg.get("seed") is not None else \
+            cfg.get("build", {}).get("release_seed")
+    if "eval_ratio" not in extra and "eval_ratio" in split_cfg:
+        computed["eval_ratio"] = split_cfg["eval_ratio"]
+    if "split_policy" not in extra:
+        computed["split_policy"] = split_cfg.get("split_policy") or (
+            "strict isolation by split_group_id: every group (one isolation unit, or units merged by a stricter key) "
+            "lies wholly in eval or in sft")
+    return _merge(computed, extra)
+
+
+def build_manifest(split: str, df: pl.DataFrame, cfg: dict) -> dict:
+    rc = release_cfg(cfg)
+    files = file_names(cfg)
+    dec = int(rc["float_decimals"])
+    names = source_names(cfg)
+    sources = {}
+    for slug in names:
+        sub = df.filter(pl.col("source_slug") == slug)
+        if sub.height:
+            sources[slug] = {
+                "name": names[slug],
+                "num_items": sub.height,
+                "num_groups": len(_groups(sub)),
+                "licences": sorted(set(sub.get_column("licence").to_list())),
+                "task_counts": _task_sorted(_counts(sub, "task_id")),
+            }
+    tnames = task_names(cfg)
+    tasks = sorted(set(df.get_column("task_id").to_list()), key=task_number)
+    manifest = {
+        "split": split,
+        "hf_split": rc["hf_split_names"][split],
+        "release_version": rc["release_version"],
+        "builder_version": rc["builder_version"],
+        "split_version": rc["split_version"],
+        "prompt_version": rc["prompt_version"],
+        "item_id_prefix": rc["item_id_prefix"],
+        "visual_inputs_redistributed": False,
+        "reconstruction_required": True,
+        "files": {"parquet": files[f"{split}_parquet"], "jsonl": files[f"{split}_jsonl"],
+                  "split_groups": files[f"split_groups_{split}"]},
+        "release_files": dict(sorted(files.items())),
+        "num_items": df.height,
+        "num_groups": len(_groups(df)),
+        "columns": list(COLUMN_NAMES),
+        "task_names": {t: tnames[t] for t in tasks},
+        "task_counts": _task_sorted(_counts(df, "task_id")),
+        "random_baselines": random_baselines(df, dec),
+        "licences": {slug: s["licences"] for slug, s in sources.items()},
+        "sources": sources,
+    }
+    if split == "eval":
+        manifest["majority_baselines"] = majority_baselines(df, dec)
+    return manifest
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _check_table(df: pl.DataFrame, split: str) -> pl.DataFrame:
+    if list(df.schema.items()) != list(polars_schema().items()):
+        raise ValueError(f"{split} table does not have the release schema (pipeline/schema.py)")
+    if df.height and set(df.get_column("split").to_list()) != {split}:
+        raise ValueError(f"{split} table holds rows of another split")
+    return df.sort("item_id")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def release_files_on_disk(out_dir: Path, cfg: dict) -> list[str]:
+    """Every regular file of the release (posix, relative, sorted), except the checksum file itself and dot files
+    (temporary files of an atomic write)."""
+    out_dir = Path(out_dir)
+    checksums = file_names(cfg)["checksums"]
+    rels = []
+    for dirpath, dirnames, filenames in os.walk(out_dir):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for f in filenames:
+            if f.startswith("."):
+                continue
+            rel = (Path(dirpath) / f).relative_to(out_dir).as_posix()
+            if rel != checksums:
+                rels.append(rel)
+    return sorted(rels)
+
+
+def write_checksums(out_dir: Path, cfg: dict) -> dict[str, str]:
+    """(Re)write checksums.sha256 over every file now in the release (`sha256sum -c` format, sorted by path). A later
+    stage that adds files to the release (exports) calls this again when it is done."""
+    out_dir = Path(out_dir)
+    sums = {rel: sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
+    io.atomic_write_text(out_dir / file_names(cfg)["checksums"], "".join(f"{h}  {rel}\n" for rel, h in sums.items()))
+    return sums
+
+
+def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: dict, out_dir: Path,
+                  documents: dict[str, str]) -> dict:
+    """Write the release folder. Every file is written atomically; checksums.sha256 is written last, so an interrupted
+    run leaves a release that fails validation instead of one that looks complete. Returns
+    {"files": {relpath: sha256}, "eval_items", "sft_items", "eval_groups", "sft_groups"}."""
+    from pipeline.validate import find_path_leaks  # validate imports this module
+
+    out_dir = Path(out_dir)
+    rc = release_cfg(cfg)
+    files = file_names(cfg)
+    eval_df, sft_df = _check_table(eval_df, "eval"), _check_table(sft_df, "sft")
+    both_groups = set(_groups(eval_df)) & set(_groups(sft_df))
+    if both_groups:
+        raise ValueError(f"{len(both_groups)} split groups in both splits, e.g. {sorted(both_groups)[:3]}")
+    wanted_docs = list(rc.get("documents") or [])
+    unknown = sorted(set(documents) - set(wanted_docs))
+    missing = [k for k in wanted_docs if k not in documents]
+    if unknown or missing:
+        raise ValueError(f"documents: unknown keys {unknown}, missing {missing} (configured: {wanted_docs})")
+
+    texts: dict[str, str] = {}
+    summary = build_split_summary(eval_df, sft_df, split_summary, cfg)
+    texts[files["split_summary"]] = io.dumps_json(summary)
+    for split, df in (("eval", eval_df), ("sft", sft_df)):
+        texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg))
+        texts[files[f"split_groups_{split}"]] = "".join(g + "\n" for g in _groups(df))
+    texts[files["task_distribution"]] = task_distribution_csv(eval_df, cfg)
+    texts[files["schema"]] = schema_markdown(rc, source_names(cfg))
+    for key in wanted_docs:
+        texts[files[key]] = documents[key] if documents[key].endswith("\n") else documents[key] + "\n"
+    content = {**texts, "eval rows": eval_df.write_ndjson(), "sft rows": sft_df.write_ndjson()}
+    leaks = {rel: found for rel, t in content.items() if (found := find_path_leaks(t))}
+    if leaks:
+        raise ValueError(f"path or identity leaks in release content: {leaks}")
+
+    for split, df in (("eval", eval_df), ("sft", sft_df)):
+        io.write_parquet(out_dir / files[f"{split}_parquet"], df)
+        io.write_jsonl(out_dir / files[f"{split}_jsonl"], df)
+    for rel, text in sorted(texts.items()):
+        io.atomic_write_text(out_dir / rel, text)
+    sums = write_checksums(out_dir, cfg)
+    return {
+        "files": sums,
+        "eval_items": eval_df.height,
+        "sft_items": sft_df.height,
+        "eval_groups": len(_groups(eval_df)),
+        "sft_groups": len(_groups(sft_df)),
+    }

@@ -1,0 +1,44 @@
+"""Shared fixtures: the demo sample corpora and one demo build through Dagster, made once per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+
+@pytest.fixture(scope="session")
+def demo_samples(tmp_path_factory) -> dict[str, Path]:
+    """The four demo corpora written by the sample generators (the same ones `make rebuild` builds from)."""
+    from upstream_adapters import write_samples
+
+    cfg = load_config(scale="demo")
+    root = tmp_path_factory.mktemp("samples")
+    out = {}
+    for slug in cfg["build"]["sources"]:
+        write_samples(slug, root / slug, scale="demo", seed=cfg["build"]["samples"]["seed"])
+        out[slug] = root / slug
+    return out
+
+
+def build_demo(samples: dict[str, Path], out: Path) -> Path:
+    """Materialize every asset through Dagster in-process (ephemeral instance) into `out`/{work,release}."""
+    import dagster as dg
+
+    from assets.run import rebuild, settings_from
+
+    settings = settings_from(scale="demo", upstream={k: str(v) for k, v in samples.items()},
+                             work_dir=str(out / "work"), release_dir=str(out / "release"))
+    result = rebuild(settings, instance=dg.DagsterInstance.ephemeral(), log=lambda m: None)
+    assert result["failed_checks"] == [], result["failed_checks"]
+    return out / "release"
+
+
+@pytest.fixture(scope="session")
+def demo_release(demo_samples, tmp_path_factory) -> Path:
+    return build_demo(demo_samples, tmp_path_factory.mktemp("build1"))

@@ -1,0 +1,530 @@
+"""AIST-Bimanual adapter + sample generator: layout, IR contract, clocks, signals, frames and every odd case."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import io
+
+import h5py
+import numpy as np
+import pytest
+
+from upstream_adapters import get_adapter
+from upstream_adapters.aist import MANIFEST, AistAdapter
+from upstream_adapters.ir import SourceError, UnitError, validate_unit
+from upstream_adapters.samples import aist as samples
+from upstream_adapters.samples.common import decode_frame_index
+
+DEMO_IDS = [f"{t}_episode_{n}" for t in ("task_004", "task_066", "task_084") for n in range(3)]
+TASK = {t[0]: t for t in samples.TASKS}
+N = 60  # frames of the tiny odd-case episodes
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("aist") / "aist"
+    samples.write(root)  # the default demo corpus
+    return root
+
+
+def ep_bytes(tid: str, ep: int, n: int = N, **kw) -> bytes:
+    _, name, taxonomy, prompt = TASK[tid]
+    return samples.episode_bytes(tid, name, taxonomy, prompt, ep, n, (64, 48), seed=0, **kw)
+
+
+def small_root(tmp_path: Path, episodes: dict[str, dict[str, bytes]] | None = None, manifest: bool = True,
+               compression: int = zipfile.ZIP_DEFLATED) -> Path:
+    """task_004 (2 good episodes) and task_089 (1 good episode) unless `episodes` says otherwise."""
+    root = tmp_path / "aist"
+    root.mkdir(parents=True)
+    if manifest:
+        samples.write_manifest(root)
+    if episodes is None:
+        episodes = {
+            "task_004": {f"insert_usb_cable/episode_{i}.hdf5": ep_bytes("task_004", i) for i in range(2)},
+            "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0)},
+        }
+    for tid, members in episodes.items():
+        name = TASK[tid][1]
+        samples.write_task_zip(root / f"{name}.zip", members, compression=compression, directory=name)
+    return root
+
+
+def member_h5(root: Path, zip_name: str, member: str) -> h5py.File:
+    with zipfile.ZipFile(root / zip_name) as zf:
+        return h5py.File(io.BytesIO(zf.read(member)), "r")
+
+
+# ------------------------------------------------------------------------------------------------ discovery
+
+
+def test_discover_sorted_and_filtered(demo):
+    adapter = get_adapter("aist", camera="cam_high")
+    assert isinstance(adapter, AistAdapter)
+    assert adapter.discover(demo) == DEMO_IDS
+    assert AistAdapter(tasks=["task_066"]).discover(demo) == [f"task_066_episode_{n}" for n in range(3)]
+    # lexicographic order, episode numbers are not padded
+    root = Path(str(demo) + "_many")
+    shutil.copytree(demo, root)
+    members = {f"close_cardboard_box/episode_{i}.hdf5": ep_bytes("task_089", 0, n=20) for i in (0, 2, 10)}
+    samples.write_task_zip(root / "close_cardboard_box.zip", members, directory="close_cardboard_box")
+    ids = AistAdapter(tasks=["task_089"]).discover(root)
+    assert ids == ["task_089_episode_0", "task_089_episode_10", "task_089_episode_2"] == sorted(ids)
+
+
+def test_read_unit_contract(demo):
+    adapter = AistAdapter()
+    for uid in DEMO_IDS:
+        ir = adapter.read_unit(demo, uid)
+        assert validate_unit(ir) is None, uid
+        u = ir.unit
+        tid = uid.split("_episode_")[0]
+        assert (u["source"], u["unit_id"], u["unit_type"], u["task_id"]) == ("aist", uid, "recording", tid)
+        assert u["licence"] == "CC BY 4.0"
+        assert u["arm_layout"] == "bimanual"
+        assert u["taxonomy"] == TASK[tid][2]
+        assert u["language"] == TASK[tid][3]
+        assert u["cameras"] == ["cam_high", "cam_low"] and u["camera"] == "cam_high"
+        assert u["fps"] == 50.0
+        assert 400 <= u["num_frames"] <= 500
+        assert u["operator_id"] is None and u["rating"] is None
+        assert ir.segments.num_rows == 0
+
+
+def test_clock_normalised(demo):
+    ir = AistAdapter().read_unit(demo, "task_004_episode_1")
+    n = ir.unit["num_frames"]
+    for cam in ("cam_high", "cam_low"):
+        rows = [r for r in ir.frames.to_pylist() if r["camera"] == cam]
+        assert [r["frame_index"] for r in rows] == list(range(n))
+        assert np.allclose([r["t_sec"] for r in rows], np.arange(n) / 50.0)
+        assert [r["native_ts"] for r in rows] == [float(i) for i in range(n)]  # the row index
+
+
+def test_signals_are_the_hdf5_values(demo):
+    ir = AistAdapter().read_unit(demo, "task_084_episode_0")
+    n = ir.unit["num_frames"]
+    with member_h5(demo, "open_toolbox.zip", "open_toolbox/episode_0.hdf5") as f:
+        qpos = f["observations/qpos"][()].astype(float)
+        qvel = f["observations/qvel"][()].astype(float)
+    assert qpos.shape == (n, 14)
+    sig = ir.signals.to_pydict()
+    arm = np.array(sig["arm"])
+    assert sorted(set(arm)) == ["left", "right"]
+    for name, x, y, joints, grip in (("left", 0, 1, slice(0, 6), 6), ("right", 7, 8, slice(7, 13), 13)):
+        sel = arm == name
+        assert list(np.array(sig["frame_index"])[sel]) == list(range(n))
+        assert np.allclose(np.array(sig["t_sec"])[sel], np.arange(n) / 50.0)
+        assert np.allclose(np.array(sig["pos_x"])[sel], qpos[:, x])
+        assert np.allclose(np.array(sig["pos_y"])[sel], qpos[:, y])
+        assert np.allclose(np.array(sig["speed"])[sel], np.linalg.norm(qvel[:, joints], axis=1))
+        assert np.allclose(np.array(sig["gripper_width"])[sel], qpos[:, grip])
+    for col in ("pos_z", "gripper_effort", "force"):
+        assert ir.signals.column(col).null_count == 2 * n
+    # configurable joint proxies
+    ir2 = AistAdapter(left_xy=(2, 3), right_xy=(9, 10)).read_unit(demo, "task_084_episode_0")
+    right = ir2.signals.filter(np.array(ir2.signals.column("arm").to_pylist()) == "right")
+    assert np.allclose(right.column("pos_y").to_numpy(), qpos[:, 10])
+
+
+def test_frames_decode_as_their_index_in_rgb(demo):
+    adapter = AistAdapter()
+    uid = "task_004_episode_2"
+    n = adapter.read_unit(demo, uid).unit["num_frames"]
+    want = [n - 1, 0, 1, 2, 3, 77, 200, 200]
+    for cam in ("cam_high", "cam_low"):
+        frames = adapter.read_frames(demo, uid, cam, want)
+        assert sorted(frames) == sorted(set(want))
+        for i, img in frames.items():
+            assert img.shape == (72, 96, 3) and img.dtype == np.uint8
+            assert decode_frame_index(img) == i
+    # RGB, not BGR: the decoded frame is close to the re-rendered original (the swapped one is not)
+    with member_h5(demo, "insert_usb_cable.zip", "insert_usb_cable/episode_2.hdf5") as f:
+        qpos = f["observations/qpos"][()]
+    left, right = samples.marker_uv(qpos, "left"), samples.marker_uv(qpos, "right")
+    img = adapter.read_frames(demo, uid, "cam_high", [77])[77].astype(int)
+    ref = samples.render_pair(77, 96, 72, left[77], qpos[77, 6], right[77], qpos[77, 13]).astype(int)
+    straight, swapped = np.abs(img - ref).mean(), np.abs(img[..., ::-1] - ref).mean()
+    assert straight < 6 and swapped > 3 * straight, (straight, swapped)
+
+
+def test_read_frames_reads_only_requested_rows(demo, monkeypatch):
+    seen = []
+    orig = h5py.Dataset.__getitem__
+
+    def spy(self, key):
+        if self.name.startswith("/observations/images/"):
+            seen.append(key)
+        return orig(self, key)
+
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", spy)
+    AistAdapter().read_frames(demo, "task_066_episode_1", "cam_high", [10, 11, 12, 300])
+    assert seen == [slice(10, 13), slice(300, 301)]
+
+
+def test_sample_motion_covers_every_label(demo):
+    """Each arm: moving in all four joint-space directions, stationary stretches, gripper open and closed;
+    bimanual states both/left/right/idle all present; images follow the documented direction mapping."""
+    adapter = AistAdapter()
+    for uid in DEMO_IDS:
+        ir = adapter.read_unit(demo, uid)
+        sig = ir.signals.to_pydict()
+        arm = np.array(sig["arm"])
+        active = {}
+        for name in ("left", "right"):
+            sel = arm == name
+            x, y = np.array(sig["pos_x"])[sel], np.array(sig["pos_y"])[sel]
+            speed = np.convolve(np.array(sig["speed"])[sel], np.ones(9) / 9, mode="same")
+            active[name] = speed > 0.15
+            grip = np.array(sig["gripper_width"])[sel]
+            assert grip.max() > 0.7 and grip.min() < 0.3, (uid, name)
+            dirs = set()
+            for s in range(0, len(x) - 20, 5):
+                dx, dy = x[s + 20] - x[s], y[s + 20] - y[s]
+                if max(abs(dx), abs(dy)) > 0.05 and max(abs(dx), abs(dy)) > 3 * min(abs(dx), abs(dy)):
+                    dirs.add(("+" if dx > 0 else "-") + "x" if abs(dx) > abs(dy) else ("+" if dy > 0 else "-") + "y")
+            assert dirs == {"+x", "-x", "+y", "-y"}, (uid, name, dirs)
+            assert 0.15 < active[name].mean() < 0.45, (uid, name)
+        l, r = active["left"], active["right"]
+        states = {"both": l & r, "left": l & ~r, "right": ~l & r, "idle": ~l & ~r}
+        for state, mask in states.items():
+            assert mask.sum() >= 15, (uid, state)
+
+    # images: left marker (yellow) goes up on cam_high when left qpos[0] increases (mapping in the module doc)
+    uid = "task_004_episode_0"
+    ir = adapter.read_unit(demo, uid)
+    _, _, _, stretches = samples.episode_signals(0, "task_004", 0, ir.unit["num_frames"])
+    checked = 0
+    for arm_name, colour in (("left", (250, 220, 40)), ("right", samples.RIGHT_COLOUR)):
+        for a, b, d in stretches[arm_name]:
+            frames = adapter.read_frames(demo, uid, "cam_high", [a, b - 1])
+
+            def centre(img):
+                ys, xs = np.nonzero(np.abs(img.astype(int) - colour).sum(axis=2) < 60)
+                return xs.mean(), ys.mean()
+
+            (u0, v0), (u1, v1) = centre(frames[a]), centre(frames[b - 1])
+            du, dv = u1 - u0, v1 - v0
+            expect = {"+y": (-1, 0), "-y": (1, 0), "+x": (0, -1 if arm_name == "left" else 1),
+                      "-x": (0, 1 if arm_name == "left" else -1)}[d]
+            moved = du if expect[0] else dv
+            assert np.sign(moved) == (expect[0] or expect[1]) and abs(moved) >= 2, (arm_name, d, du, dv)
+            checked += 1
+    assert checked >= 8
+
+
+def test_generator_is_deterministic(tmp_path):
+    kw = dict(tasks=["task_089"], episodes=1, frames=(40, 40), size=(64, 48))
+    samples.write(tmp_path / "a", **kw)
+    samples.write(tmp_path / "b", **kw)
+    names = sorted(os.listdir(tmp_path / "a"))
+    assert names == [MANIFEST, "close_cardboard_box.zip"]
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    with zipfile.ZipFile(tmp_path / "a" / "close_cardboard_box.zip") as zf:
+        assert zf.namelist() == ["close_cardboard_box/", "close_cardboard_box/episode_0.hdf5"]
+        assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in zf.infolist())
+        with h5py.File(io.BytesIO(zf.read("close_cardboard_box/episode_0.hdf5")), "r") as f:
+            assert f.attrs["Task name"] == "close_cardboard_box" and f.attrs["frame_rate"] == 50
+            assert f["observations/qpos"].shape == (40, 14) and f["observations/images/cam_low"].dtype == np.uint8
+            assert f["observations/depth/cam_high"].shape[0] == 40 and len(f["observations/sound"]) == 0
+            assert f["text/prompt"][()] == b"Close the cardboard box."
+
+
+# ------------------------------------------------------------------------------------------------ layouts
+
+
+def test_extracted_folder_stored_zip_and_selected20_layouts(tmp_path):
+    zipped = small_root(tmp_path)
+    ids = ["task_004_episode_0", "task_004_episode_1", "task_089_episode_0"]
+    adapter = AistAdapter()
+    assert adapter.discover(zipped) == ids
+    ref = adapter.read_frames(zipped, "task_004_episode_1", "cam_high", [5, 59])
+
+    # stored (uncompressed) members are read through a window on the zip file
+    stored = small_root(tmp_path / "s", compression=zipfile.ZIP_STORED)
+    got = adapter.read_frames(stored, "task_004_episode_1", "cam_high", [5, 59])
+    assert all(np.array_equal(ref[i], got[i]) for i in ref)
+    assert validate_unit(adapter.read_unit(stored, "task_004_episode_1")) is None
+
+    # the zip extracted into the root
+    extracted = tmp_path / "x"
+    shutil.copytree(zipped, extracted)
+    with zipfile.ZipFile(extracted / "insert_usb_cable.zip") as zf:
+        zf.extractall(extracted)
+    (extracted / "insert_usb_cable.zip").unlink()
+    assert adapter.discover(extracted) == ids
+    got = adapter.read_frames(extracted, "task_004_episode_1", "cam_high", [5, 59])
+    assert all(np.array_equal(ref[i], got[i]) for i in ref)
+
+    # ProcessBench's selected20 re-layout task_XXX/<task_name>/episode_N.hdf5: task id from the folder, no manifest
+    sel = tmp_path / "selected20"
+    (sel / "task_004").mkdir(parents=True)
+    shutil.copytree(extracted / "insert_usb_cable", sel / "task_004" / "insert_usb_cable")
+    assert adapter.discover(sel) == ids[:2]
+    assert adapter.read_unit(sel, "task_004_episode_0").unit["task_id"] == "task_004"
+
+
+# ------------------------------------------------------------------------------------------------ odd cases
+
+
+def assert_others_read(root, adapter=None, ids=("task_004_episode_0", "task_089_episode_0")):
+    adapter = adapter or AistAdapter()
+    for uid in ids:
+        assert validate_unit(adapter.read_unit(root, uid)) is None
+        assert decode_frame_index(adapter.read_frames(root, uid, "cam_high", [7])[7]) == 7
+
+
+def test_truncated_hdf5_member(tmp_path):
+    good = ep_bytes("task_004", 1)
+    root = small_root(tmp_path, {
+        "task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                     "insert_usb_cable/episode_1.hdf5": good[: len(good) // 2]},
+        "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0)},
+    })
+    adapter = AistAdapter()
+    assert "task_004_episode_1" in adapter.discover(root)
+    for call in (lambda: adapter.read_unit(root, "task_004_episode_1"),
+                 lambda: adapter.read_frames(root, "task_004_episode_1", "cam_high", [0])):
+        with pytest.raises(UnitError) as e:
+            call()
+        assert "insert_usb_cable/episode_1.hdf5" in e.value.reason and "HDF5" in e.value.reason
+        assert e.value.file == "insert_usb_cable.zip/insert_usb_cable/episode_1.hdf5"
+        assert str(tmp_path) not in e.value.reason
+    assert_others_read(root)
+
+
+def test_corrupt_deflated_member(tmp_path):
+    root = small_root(tmp_path)
+    path = root / "insert_usb_cable.zip"
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo("insert_usb_cable/episode_1.hdf5")
+    data = bytearray(path.read_bytes())
+    mid = info.header_offset + 100 + info.compress_size // 2
+    data[mid:mid + 64] = bytes(64)
+    path.write_bytes(bytes(data))
+    with pytest.raises(UnitError) as e:
+        AistAdapter().read_unit(root, "task_004_episode_1")
+    assert "episode_1.hdf5" in e.value.reason and "corrupt" in e.value.reason
+    assert e.value.file == "insert_usb_cable.zip/insert_usb_cable/episode_1.hdf5"
+    assert_others_read(root)
+
+
+def test_truncated_hdf5_file_in_extracted_folder(tmp_path):
+    root = small_root(tmp_path)
+    (root / "close_cardboard_box.zip").unlink()
+    (root / "close_cardboard_box").mkdir()
+    data = ep_bytes("task_089", 0)
+    (root / "close_cardboard_box" / "episode_0.hdf5").write_bytes(data[:5000])
+    with pytest.raises(UnitError) as e:
+        AistAdapter().read_unit(root, "task_089_episode_0")
+    assert e.value.file == "close_cardboard_box/episode_0.hdf5" and "HDF5" in e.value.reason
+    assert_others_read(root, ids=("task_004_episode_0", "task_004_episode_1"))
+
+
+@pytest.mark.parametrize("how", ["not_a_zip", "truncated_zip", "empty_zip"])
+def test_unreadable_task_zip_is_listed_and_refused(tmp_path, how):
+    root = small_root(tmp_path)
+    bad = root / "insert_rod_board.zip"  # task_016 in the manifest
+    if how == "not_a_zip":
+        bad.write_bytes(b"<html>Dropbox: this link has expired</html>")
+    elif how == "truncated_zip":
+        samples.write_task_zip(bad, {"insert_rod_board/episode_0.hdf5": ep_bytes("task_016", 0)})
+        bad.write_bytes(bad.read_bytes()[:-200])
+    else:
+        samples.write_task_zip(bad, {"insert_rod_board/readme.txt": b"nothing"})
+    adapter = AistAdapter()
+    ids = adapter.discover(root)
+    assert ids == ["task_004_episode_0", "task_004_episode_1", "task_016_unreadable", "task_089_episode_0"]
+    with pytest.raises(UnitError) as e:
+        adapter.read_unit(root, "task_016_unreadable")
+    assert e.value.file == "insert_rod_board.zip"
+    assert ("not a readable zip" in e.value.reason) if how != "empty_zip" else ("no insert_rod_board/episode_N"
+                                                                              in e.value.reason)
+    with pytest.raises(UnitError):
+        adapter.read_unit(root, "task_016_episode_0")
+    assert_others_read(root)
+
+
+def test_missing_camera(tmp_path):
+    root = small_root(tmp_path, {
+        "task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                     "insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1, cameras=("cam_low",))},
+        "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0)},
+    })
+    with pytest.raises(UnitError) as e:
+        AistAdapter().read_unit(root, "task_004_episode_1")
+    assert "observations/images/cam_high" in e.value.reason and "cam_low" in e.value.reason
+    with pytest.raises(UnitError, match="cam_high"):
+        AistAdapter().read_frames(root, "task_004_episode_1", "cam_high", [0])
+    low = AistAdapter(camera="cam_low").read_unit(root, "task_004_episode_1")
+    assert validate_unit(low) is None and low.unit["cameras"] == ["cam_low"]
+    assert_others_read(root)
+
+
+def test_row_count_mismatch(tmp_path):
+    root = small_root(tmp_path, {
+        "task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                     "insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1, extra_qpos_rows=3)},
+        "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0, extra_qpos_rows=40)},
+    })
+    adapter = AistAdapter()
+    ir = adapter.read_unit(root, "task_004_episode_1")  # within tolerance: cut to the common prefix
+    assert validate_unit(ir) is None
+    assert ir.unit["num_frames"] == N and ir.signals.num_rows == 2 * N
+    assert any("row counts differ" in n for n in ir.notes)
+    with pytest.raises(UnitError) as e:  # beyond tolerance: alignment not trusted
+        adapter.read_unit(root, "task_089_episode_0")
+    assert "row counts disagree" in e.value.reason and str(N + 40) in e.value.reason
+    assert validate_unit(AistAdapter(row_mismatch_tolerance=50).read_unit(root, "task_089_episode_0")) is None
+    assert validate_unit(adapter.read_unit(root, "task_004_episode_0")) is None
+
+
+def test_missing_frame_rate_defaults_to_50(tmp_path, demo):
+    root = small_root(tmp_path, {"task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                                              "insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1,
+                                                                                          frame_rate=None)}})
+    adapter = AistAdapter()
+    ir = adapter.read_unit(root, "task_004_episode_1")
+    assert ir.unit["fps"] == 50.0 and validate_unit(ir) is None
+    assert ir.notes == ["root attr 'frame_rate' is absent: assumed 50 fps (ProcessBench default)"]
+    assert adapter.read_unit(root, "task_004_episode_0").notes == []
+    # a 30 fps episode keeps its own clock; the demo corpus carries one realistic episode without the attr
+    root30 = small_root(tmp_path / "r30", {"task_004": {"insert_usb_cable/episode_0.hdf5":
+                                                        ep_bytes("task_004", 0, frame_rate=30)}})
+    ir30 = adapter.read_unit(root30, "task_004_episode_0")
+    assert ir30.unit["fps"] == 30.0 and ir30.frames.column("t_sec").to_pylist()[3] == pytest.approx(0.1)
+    assert adapter.read_unit(demo, "task_066_episode_2").notes[0].startswith("root attr 'frame_rate' is absent")
+
+
+def test_bad_jpeg_row_and_out_of_range_index(tmp_path):
+    path = tmp_path / "ep.hdf5"
+    path.write_bytes(ep_bytes("task_004", 1))
+    with h5py.File(path, "r+") as f:
+        f["observations/images/cam_high"][9] = 0
+    root = small_root(tmp_path, {"task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                                              "insert_usb_cable/episode_1.hdf5": path.read_bytes()}})
+    adapter = AistAdapter()
+    with pytest.raises(UnitError, match="frame 9 .* does not decode"):
+        adapter.read_frames(root, "task_004_episode_1", "cam_high", [8, 9])
+    with pytest.raises(UnitError, match="outside"):
+        adapter.read_frames(root, "task_004_episode_0", "cam_high", [N])
+    with pytest.raises(UnitError, match="cam_side"):
+        adapter.read_frames(root, "task_004_episode_0", "cam_side", [0])
+    assert adapter.read_frames(root, "task_004_episode_1", "cam_high", []) == {}
+
+
+def test_root_errors(tmp_path):
+    adapter = AistAdapter()
+    with pytest.raises(SourceError, match="'nowhere' does not exist"):
+        adapter.discover(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match="'empty' is empty") as e:
+        adapter.discover(tmp_path / "empty")
+    assert str(tmp_path) not in str(e.value)
+    only_manifest = tmp_path / "m"
+    only_manifest.mkdir()
+    samples.write_manifest(only_manifest)
+    (only_manifest / "README.txt").write_text("hi")
+    with pytest.raises(SourceError, match="no AIST task zips"):
+        adapter.discover(only_manifest)
+    bad_manifest = small_root(tmp_path / "bm")
+    (bad_manifest / MANIFEST).write_text("id;name\n1;x\n")
+    with pytest.raises(SourceError, match="task_id,task_name"):
+        adapter.discover(bad_manifest)
+
+
+def test_task_ids_without_manifest_and_unmapped_tasks(tmp_path):
+    root = small_root(tmp_path, manifest=False)
+    with pytest.raises(SourceError, match="no aist_bimanual_manifest.csv and no task_ids option") as e:
+        AistAdapter().discover(root)
+    assert "close_cardboard_box" in str(e.value)
+    mapped = AistAdapter(task_ids={"insert_usb_cable": "task_004", "close_cardboard_box": "task_089"})
+    assert mapped.discover(root) == ["task_004_episode_0", "task_004_episode_1", "task_089_episode_0"]
+    assert mapped.read_unit(root, "task_089_episode_0").unit["task_id"] == "task_089"
+
+    # with a manifest, a zip it does not list is kept visible as an unmapped unit that read_unit refuses
+    root2 = small_root(tmp_path / "m")
+    samples.write_task_zip(root2 / "fold_towel.zip", {"fold_towel/episode_0.hdf5": ep_bytes("task_004", 0)})
+    adapter = AistAdapter()
+    ids = adapter.discover(root2)
+    assert ids == ["task_004_episode_0", "task_004_episode_1", "task_089_episode_0", "unmapped_fold_towel"]
+    with pytest.raises(UnitError, match="not in aist_bimanual_manifest.csv"):
+        adapter.read_unit(root2, "unmapped_fold_towel")
+    assert AistAdapter(task_ids={"fold_towel": "task_200"}).discover(root2)[-1] == "task_200_episode_0"
+
+    # two task names claiming one task id: both refused rather than mixed
+    dup = AistAdapter(task_ids={"fold_towel": "task_089"})
+    assert dup.discover(root2) == ["task_004_episode_0", "task_004_episode_1", "task_089_unreadable"]
+    with pytest.raises(UnitError, match="claimed by several task names"):
+        dup.read_unit(root2, "task_089_episode_0")
+
+    # tasks option: unknown ids are a configuration error; a known task without data is quarantined
+    with pytest.raises(SourceError, match="task_999"):
+        AistAdapter(tasks=["task_999"]).discover(root2)
+    sel = AistAdapter(tasks=["task_089", "task_048"])
+    assert sel.discover(root2) == ["task_048_unreadable", "task_089_episode_0"]
+    with pytest.raises(UnitError, match="no zip or folder"):
+        sel.read_unit(root2, "task_048_unreadable")
+
+
+@pytest.mark.parametrize("uid", ["..", ".", "", "/etc/passwd", "../task_004_episode_0", "task_004_episode_0/../x",
+                                 "task_004_episode_0\\..\\x", "task_004_episode_7", "task_123_episode_0",
+                                 "task_004_episode_x"])
+def test_bad_unit_ids_refused(tmp_path, uid):
+    root = small_root(tmp_path)
+    adapter = AistAdapter()
+    with pytest.raises(UnitError):
+        adapter.read_unit(root, uid)
+    with pytest.raises(UnitError):
+        adapter.read_frames(root, uid, "cam_high", [0])
+
+
+def test_symlinks_out_of_the_root_refused(tmp_path):
+    root = small_root(tmp_path)
+    outside = tmp_path / "outside"
+    (outside / "insert_usb_cable").mkdir(parents=True)
+    (outside / "insert_usb_cable" / "episode_0.hdf5").write_bytes(ep_bytes("task_004", 0))
+    (outside / "episode_0.hdf5").write_bytes(ep_bytes("task_089", 0))
+    # a task folder symlinked outside the root (it would shadow insert_usb_cable.zip)
+    (root / "insert_usb_cable").symlink_to(outside / "insert_usb_cable", target_is_directory=True)
+    # an episode file symlinked outside the root inside a real task folder
+    (root / "close_cardboard_box.zip").unlink()
+    (root / "close_cardboard_box").mkdir()
+    (root / "close_cardboard_box" / "episode_0.hdf5").symlink_to(outside / "episode_0.hdf5")
+    (root / "close_cardboard_box" / "episode_1.hdf5").write_bytes(ep_bytes("task_089", 1))
+    adapter = AistAdapter()
+    ids = adapter.discover(root)
+    assert ids == ["task_004_unreadable", "task_089_episode_0", "task_089_episode_1"]
+    with pytest.raises(UnitError, match="refused.*symlink") as e:
+        adapter.read_unit(root, "task_004_unreadable")
+    assert e.value.file == "insert_usb_cable" and str(tmp_path) not in e.value.reason
+    with pytest.raises(UnitError, match="symlink"):
+        adapter.read_unit(root, "task_004_episode_0")
+    with pytest.raises(UnitError, match="symlink") as e:
+        adapter.read_frames(root, "task_089_episode_0", "cam_high", [0])
+    assert e.value.file == "close_cardboard_box/episode_0.hdf5"
+    assert validate_unit(adapter.read_unit(root, "task_089_episode_1")) is None
+
+
+def test_zip_slip_member_names_refused(tmp_path):
+    root = small_root(tmp_path, {"task_004": {
+        "insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+        "insert_usb_cable/../insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1),
+        "/insert_usb_cable/episode_2.hdf5": ep_bytes("task_004", 2),
+        "../../episode_3.hdf5": ep_bytes("task_004", 3),
+        "insert_usb_cable\\..\\..\\episode_4.hdf5": ep_bytes("task_004", 4),
+    }})
+    adapter = AistAdapter()
+    assert adapter.discover(root) == [f"task_004_episode_{i}" for i in range(5)]
+    assert validate_unit(adapter.read_unit(root, "task_004_episode_0")) is None
+    for i in range(1, 5):
+        with pytest.raises(UnitError, match="zip-slip") as e:
+            adapter.read_unit(root, f"task_004_episode_{i}")
+        assert e.value.file == "insert_usb_cable.zip"
+        with pytest.raises(UnitError, match="zip-slip"):
+            adapter.read_frames(root, f"task_004_episode_{i}", "cam_high", [0])

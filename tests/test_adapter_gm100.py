@@ -1,0 +1,489 @@
+"""GM-100 adapter + sample generator: layout, IR contract, clocks, signals, frames and every odd case."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from upstream_adapters import get_adapter
+from upstream_adapters.gm100 import Gm100Adapter
+from upstream_adapters.ir import SourceError, UnitError, validate_unit
+from upstream_adapters.samples import gm100 as samples
+from upstream_adapters.samples.common import decode_frame_index
+
+TINY_IDS = [
+    "task_00001__episode_000000",
+    "task_00001__episode_000001",  # camera_top is AV1
+    "task_00002__episode_000000",
+    "task_00002__episode_000001",  # camera_top one frame shorter than the parquet
+]
+AV1 = TINY_IDS[1]
+SHORT = TINY_IDS[3]
+GOOD = TINY_IDS[:3]
+TOP = "videos/chunk-000/observation.images.camera_top"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("gm100") / "gm100-cobotmagic-lerobot"
+    samples.write(root, scale="tiny", seed=0)
+    return root
+
+
+@pytest.fixture
+def corpus(tiny, tmp_path) -> Path:
+    """A private copy of the tiny corpus that a test may break."""
+    dst = tmp_path / "gm100-cobotmagic-lerobot"
+    shutil.copytree(tiny, dst, symlinks=True)
+    return dst
+
+
+@pytest.fixture
+def adapter() -> Gm100Adapter:
+    return Gm100Adapter(camera="camera_top")
+
+
+def parquet(root: Path, unit_id: str) -> pa.Table:
+    return pq.read_table(samples.unit_paths(root, unit_id)[0])
+
+
+def vec(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name).combine_chunks()
+    return col.flatten().to_numpy().reshape(len(col), -1).astype(np.float64)
+
+
+def assert_others_read(adapter, root, ids):
+    for u in ids:
+        assert validate_unit(adapter.read_unit(root, u)) is None, u
+
+
+# ---------------------------------------------------------------------------- layout and discovery
+
+
+def test_registry_builds_the_adapter():
+    a = get_adapter("gm100", camera="camera_top")
+    assert isinstance(a, Gm100Adapter)
+    assert (a.slug, a.name, a.unit_type, a.camera) == ("gm100", "GM-100", "episode", "camera_top")
+    with pytest.raises(ValueError):
+        Gm100Adapter(short_video="ignore")
+
+
+def test_sample_layout_is_lerobot_v21(tiny):
+    assert sorted(p.name for p in tiny.iterdir()) == [".gitattributes", ".processbench_sample", "README.md",
+                                                       "task_00001", "task_00002"]
+    info = json.loads((tiny / "task_00001/meta/info.json").read_text())
+    assert info["codebase_version"] == "v2.1" and info["fps"] == 15 and info["chunks_size"] == 1000
+    assert info["data_path"] == "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+    assert info["video_path"] == "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+    videos = sorted(k for k, f in info["features"].items() if f["dtype"] == "video")
+    assert videos == [f"observation.images.{c}" for c in ("camera_top", "camera_wrist_left", "camera_wrist_right")]
+    assert (tiny / "task_00001/meta/tasks.jsonl").is_file()
+    assert not (tiny / "task_00002/meta/tasks.jsonl").exists()  # the real download's odd case
+    eps = [json.loads(x) for x in (tiny / "task_00002/meta/episodes.jsonl").read_text().splitlines()]
+    t = parquet(tiny, TINY_IDS[0])
+    schema = t.schema
+    for name, width, _ in samples.SIGNAL_FEATURES:
+        assert schema.field(name).type == pa.list_(pa.float32(), width), name  # fixed-length list<float32>
+    assert schema.field("timestamp").type == pa.float32()
+    for name in ("frame_index", "episode_index", "index", "task_index"):
+        assert schema.field(name).type == pa.int64()
+    assert b"huggingface" in schema.metadata
+    for e in eps:
+        assert parquet(tiny, f"task_00002__episode_{e['episode_index']:06d}").num_rows == e["length"]
+
+
+def test_discover_is_sorted_and_ignores_non_task_entries(tiny, adapter):
+    ids = adapter.discover(tiny)
+    assert ids == TINY_IDS
+    assert adapter.discover(tiny) == ids
+
+
+def test_discover_unions_episodes_jsonl_and_parquet_files(corpus, adapter):
+    meta = corpus / "task_00001/meta/episodes.jsonl"
+    meta.write_text(meta.read_text().splitlines()[0] + "\n")  # lists episode 0 only
+    assert adapter.discover(corpus) == TINY_IDS  # episode 1 is still found through data_path
+
+
+# ---------------------------------------------------------------------------- the IR
+
+
+def test_units_pass_the_ir_contract(tiny, adapter):
+    for u in GOOD:
+        ir = adapter.read_unit(tiny, u)
+        assert validate_unit(ir) is None, u
+        row = ir.unit
+        task = u.split("__")[0]
+        assert row["source"] == "gm100" and row["unit_id"] == u and row["task_id"] == task
+        assert row["unit_type"] == "episode" and row["arm_layout"] == "bimanual"
+        assert row["camera"] == "camera_top"
+        assert row["cameras"] == ["camera_top", "camera_wrist_left", "camera_wrist_right"]
+        assert row["fps"] == (15.0 if task == "task_00001" else 30.0)  # read from info.json
+        assert row["num_frames"] == parquet(tiny, u).num_rows
+        assert row["licence"] == "unknown"
+        assert row["operator_id"] is None and row["scene_id"] is None and row["rating"] is None
+        assert ir.segments.num_rows == 0
+
+
+def test_language_from_tasks_jsonl(tiny, adapter):
+    text = json.loads((tiny / "task_00001/meta/tasks.jsonl").read_text())["task"]
+    assert adapter.read_unit(tiny, TINY_IDS[0]).unit["language"] == text
+
+
+def test_missing_tasks_jsonl_gives_null_language(tiny, adapter):
+    ir = adapter.read_unit(tiny, TINY_IDS[2])
+    assert validate_unit(ir) is None
+    assert ir.unit["language"] is None
+    assert any("tasks.jsonl" in n for n in ir.notes)
+
+
+def test_clocks_are_normalised(tiny, adapter):
+    for u in GOOD:
+        ir = adapter.read_unit(tiny, u)
+        fr = ir.frames.to_pydict()
+        ts = parquet(tiny, u).column("timestamp").to_numpy().astype(np.float64)
+        n = ir.unit["num_frames"]
+        assert fr["frame_index"] == list(range(n))
+        assert set(fr["camera"]) == {"camera_top"}
+        assert np.array_equal(fr["native_ts"], ts)
+        assert fr["t_sec"][0] == 0.0
+        assert np.allclose(fr["t_sec"], ts - ts[0])
+        assert np.allclose(fr["t_sec"], np.arange(n) / ir.unit["fps"], atol=1e-5)
+
+
+def test_signals_are_long_form_on_primary_frames(tiny, adapter):
+    for u in GOOD:
+        ir = adapter.read_unit(tiny, u)
+        t = parquet(tiny, u)
+        pos, vel, eff = (vec(t, c) for c in ("observation.state.arm.position", "observation.state.arm.velocity",
+                                             "observation.state.effector.effort"))
+        n = ir.unit["num_frames"]
+        sig = ir.signals.to_pydict()
+        assert len(sig["arm"]) == 2 * n and set(sig["arm"]) == {"left", "right"}
+        assert ir.signals.column("gripper_width").null_count == 2 * n
+        assert ir.signals.column("force").null_count == 2 * n
+        frames_t = ir.frames.column("t_sec").to_numpy()
+        for arm, off, e in (("left", 0, 0), ("right", 6, 1)):
+            m = np.array(sig["arm"]) == arm
+            assert np.array(sig["frame_index"])[m].tolist() == list(range(n))
+            assert np.allclose(np.array(sig["t_sec"])[m], frames_t)
+            got = np.stack([np.array(sig[c])[m] for c in ("pos_x", "pos_y", "pos_z")], axis=1)
+            assert np.allclose(got, pos[:, off:off + 3])
+            assert np.allclose(np.array(sig["speed"])[m], np.linalg.norm(vel[:, off:off + 3], axis=1))
+            assert np.allclose(np.array(sig["gripper_effort"])[m], eff[:, e])
+
+
+def test_missing_signal_column_is_null_not_invented(corpus, adapter):
+    path = samples.unit_paths(corpus, TINY_IDS[0])[0]
+    t = pq.read_table(path)
+    pq.write_table(t.drop_columns(["observation.state.effector.effort"]), path)
+    ir = adapter.read_unit(corpus, TINY_IDS[0])
+    assert validate_unit(ir) is None
+    assert ir.signals.column("gripper_effort").null_count == ir.signals.num_rows
+    assert ir.signals.column("pos_x").null_count == 0
+
+
+def test_frames_decode_as_their_index(tiny, adapter):
+    for u in (TINY_IDS[0], AV1, TINY_IDS[2]):  # H.264 with B-frames, AV1 (decord cannot open it), 30 fps task
+        n = adapter.read_unit(tiny, u).unit["num_frames"]
+        for cam in ("camera_top", "camera_wrist_left", "camera_wrist_right"):
+            want = [n - 1, 0, 7, 7, n // 2, 33]
+            got = adapter.read_frames(tiny, u, cam, want)
+            assert sorted(got) == sorted(set(want))
+            for i, img in got.items():
+                assert img.dtype == np.uint8 and img.shape == (72, 96, 3)
+                assert decode_frame_index(img) == i, (u, cam, i)
+
+
+def test_read_frames_refuses_bad_requests(tiny, adapter):
+    n = adapter.read_unit(tiny, TINY_IDS[0]).unit["num_frames"]
+    with pytest.raises(UnitError):
+        adapter.read_frames(tiny, TINY_IDS[0], "camera_top", [0, n])
+    with pytest.raises(UnitError, match="negative"):
+        adapter.read_frames(tiny, TINY_IDS[0], "camera_top", [-1])
+    with pytest.raises(UnitError, match="not a video feature"):
+        adapter.read_frames(tiny, TINY_IDS[0], "camera_front", [0])
+    assert adapter.read_frames(tiny, TINY_IDS[0], "camera_top", []) == {}
+
+
+def test_licence_from_a_dataset_card(corpus, adapter):
+    (corpus / "README.md").write_text("---\nlicense: cc-by-4.0\ntags:\n- LeRobot\n---\n# card\n")
+    assert adapter.read_unit(corpus, TINY_IDS[0]).unit["licence"] == "CC BY 4.0"
+    (corpus / "task_00002" / "README.md").write_text("---\nlicense: cc-by-nc-4.0\n---\n")
+    assert adapter.read_unit(corpus, TINY_IDS[2]).unit["licence"] == "CC BY-NC 4.0"
+    assert adapter.read_unit(corpus, TINY_IDS[0]).unit["licence"] == "CC BY 4.0"
+    (corpus / "README.md").write_text("---\nlicense: apache-2.0\n---\n")
+    assert Gm100Adapter().read_unit(corpus, TINY_IDS[0]).unit["licence"] == "apache-2.0"  # kept, never invented
+
+
+# ---------------------------------------------------------------------------- odd cases
+
+
+def test_short_camera_top_is_quarantined_with_a_reason(tiny, adapter):
+    rows = parquet(tiny, SHORT).num_rows
+    with pytest.raises(UnitError) as exc:
+        adapter.read_unit(tiny, SHORT)
+    assert f"{rows - 1} decodable frames but the parquet has {rows} rows (1 frame short)" in exc.value.reason
+    assert exc.value.file == f"task_00002/{TOP}/episode_000001.mp4"
+    assert_others_read(adapter, tiny, GOOD)
+
+
+def test_short_camera_top_truncated_when_asked(tiny):
+    a = Gm100Adapter(short_video="truncate", truncate_limit=1)
+    rows = parquet(tiny, SHORT).num_rows
+    ir = a.read_unit(tiny, SHORT)
+    assert validate_unit(ir) is None
+    assert ir.unit["num_frames"] == rows - 1
+    assert ir.frames.num_rows == rows - 1 and ir.signals.num_rows == 2 * (rows - 1)
+    assert any("truncated to" in n and "dropped 1 trailing signal row" in n for n in ir.notes)
+    got = a.read_frames(tiny, SHORT, "camera_top", [rows - 2])
+    assert decode_frame_index(got[rows - 2]) == rows - 2
+
+
+def test_longer_gap_is_quarantined_even_when_truncating(corpus):
+    path = samples.unit_paths(corpus, TINY_IDS[2])[0]
+    t = pq.read_table(path)
+    pq.write_table(t.slice(0, t.num_rows - 10), path)  # video now 10 frames longer than the parquet
+    with pytest.raises(UnitError, match="10 frames extra"):
+        Gm100Adapter(short_video="truncate").read_unit(corpus, TINY_IDS[2])
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0])
+def test_truncated_mp4_is_a_unit_error(corpus, adapter, keep):
+    samples.corrupt_video(corpus, TINY_IDS[0], "camera_top", keep=keep)
+    with pytest.raises(UnitError) as exc:
+        adapter.read_unit(corpus, TINY_IDS[0])
+    assert "camera_top video cannot be read" in exc.value.reason
+    assert exc.value.file == f"task_00001/{TOP}/episode_000000.mp4"
+    with pytest.raises(UnitError):
+        adapter.read_frames(corpus, TINY_IDS[0], "camera_top", [0])
+    assert_others_read(adapter, corpus, GOOD[1:])
+
+
+def test_corrupt_wrist_video_only_fails_its_frames(corpus, adapter):
+    samples.corrupt_video(corpus, TINY_IDS[0], "camera_wrist_left", keep=0.3)
+    assert validate_unit(adapter.read_unit(corpus, TINY_IDS[0])) is None  # primary camera is fine
+    with pytest.raises(UnitError, match="camera_wrist_left"):
+        adapter.read_frames(corpus, TINY_IDS[0], "camera_wrist_left", [0, 5])
+
+
+def test_missing_primary_video_is_a_unit_error(corpus, adapter):
+    samples.unit_paths(corpus, TINY_IDS[2])[1].unlink()
+    with pytest.raises(UnitError, match="primary camera 'camera_top' video is missing"):
+        adapter.read_unit(corpus, TINY_IDS[2])
+
+
+def test_missing_and_empty_roots_are_source_errors(tmp_path, adapter):
+    with pytest.raises(SourceError, match="does not exist"):
+        adapter.discover(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match="is empty") as exc:
+        adapter.discover(tmp_path / "empty")
+    assert str(tmp_path) not in str(exc.value)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "README.md").write_text("hello")
+    with pytest.raises(SourceError, match="no task_XXXXX folders"):
+        adapter.discover(tmp_path / "other")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SourceError, match="not a directory"):
+        adapter.discover(tmp_path / "afile")
+
+
+def test_root_pointing_at_one_task_folder_is_a_source_error(tiny, adapter):
+    with pytest.raises(SourceError, match="single LeRobot dataset"):
+        adapter.discover(tiny / "task_00001")
+
+
+@pytest.mark.parametrize("bad", ["", "..", "../task_00001__episode_000000", "/etc/passwd",
+                                 "task_00001/../task_00002__episode_000000", "..__episode_000000",
+                                 "task_00001__episode_7", "task_00001__episode_000000.mp4"])
+def test_unit_ids_that_escape_or_are_malformed(tiny, adapter, bad):
+    with pytest.raises(UnitError):
+        adapter.read_unit(tiny, bad)
+    with pytest.raises(UnitError):
+        adapter.read_frames(tiny, bad, "camera_top", [0])
+
+
+def test_symlinked_task_folder_outside_the_root(corpus, tmp_path, adapter):
+    outside = tmp_path / "outside" / "task_00099"
+    shutil.copytree(corpus / "task_00001", outside)
+    os.symlink(outside, corpus / "task_00099", target_is_directory=True)
+    ids = adapter.discover(corpus)
+    assert "task_00099__unlisted" in ids  # listed, so that ingest quarantines it, never read through
+    for u in ("task_00099__unlisted", "task_00099__episode_000000"):
+        with pytest.raises(UnitError, match="outside the source root") as exc:
+            adapter.read_unit(corpus, u)
+        assert exc.value.file == "task_00099"
+    with pytest.raises(UnitError, match="outside the source root"):
+        adapter.read_frames(corpus, "task_00099__episode_000000", "camera_top", [0])
+    assert_others_read(adapter, corpus, GOOD)
+
+
+def test_symlinked_video_outside_the_root(corpus, tmp_path, adapter):
+    vid = samples.unit_paths(corpus, TINY_IDS[0])[1]
+    target = tmp_path / "elsewhere.mp4"
+    shutil.move(vid, target)
+    os.symlink(target, vid)
+    with pytest.raises(UnitError, match="outside the source root"):
+        adapter.read_unit(corpus, TINY_IDS[0])
+    with pytest.raises(UnitError, match="outside the source root"):
+        adapter.read_frames(corpus, TINY_IDS[0], "camera_top", [0])
+
+
+def test_task_folder_without_info_json(corpus, adapter):
+    samples.remove_info_json(corpus, "task_00001")
+    ids = adapter.discover(corpus)
+    assert ids == TINY_IDS  # still listed (episodes.jsonl / parquet files), so its units are quarantined
+    for u in TINY_IDS[:2]:
+        with pytest.raises(UnitError, match="meta/info.json is missing") as exc:
+            adapter.read_unit(corpus, u)
+        assert exc.value.file == "task_00001/meta/info.json"
+    assert_others_read(adapter, corpus, [TINY_IDS[2]])
+    # nothing left to list the episodes from: the task is reported as a placeholder unit
+    shutil.rmtree(corpus / "task_00001" / "meta")
+    shutil.rmtree(corpus / "task_00001" / "data")
+    assert "task_00001__unlisted" in adapter.discover(corpus)
+    with pytest.raises(UnitError, match="no meta/info.json and no episode files"):
+        adapter.read_unit(corpus, "task_00001__unlisted")
+
+
+def test_unreadable_parquet_is_a_unit_error(corpus, adapter):
+    path = samples.unit_paths(corpus, TINY_IDS[0])[0]
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(UnitError, match="parquet cannot be read") as exc:
+        adapter.read_unit(corpus, TINY_IDS[0])
+    assert exc.value.file == "task_00001/data/chunk-000/episode_000000.parquet"
+    path.unlink()
+    with pytest.raises(UnitError, match="parquet is missing"):
+        adapter.read_unit(corpus, TINY_IDS[0])
+    assert_others_read(adapter, corpus, [TINY_IDS[2]])
+
+
+def test_ragged_list_column_is_a_unit_error(corpus, adapter):
+    path = samples.unit_paths(corpus, TINY_IDS[0])[0]
+    t = pq.read_table(path)
+    rows = t.column("observation.state.arm.position").to_pylist()
+    rows[3] = rows[3][:11]
+    i = t.schema.get_field_index("observation.state.arm.position")
+    pq.write_table(t.set_column(i, "observation.state.arm.position", pa.array(rows, pa.list_(pa.float32()))), path)
+    with pytest.raises(UnitError, match="ragged"):
+        adapter.read_unit(corpus, TINY_IDS[0])
+
+
+def test_lerobot_v3_task_is_refused_clearly(corpus, adapter):
+    samples.make_v3(corpus, "task_00001")
+    assert adapter.discover(corpus) == TINY_IDS
+    with pytest.raises(UnitError, match="LeRobot v3.0 layout .* not supported yet"):
+        adapter.read_unit(corpus, TINY_IDS[0])
+    assert_others_read(adapter, corpus, [TINY_IDS[2]])
+    samples.make_v3(corpus, "task_00002")
+    with pytest.raises(SourceError, match="v3.0"):
+        adapter.discover(corpus)
+
+
+# ---------------------------------------------------------------------------- generator
+
+
+def _tree_hash(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_generator_is_deterministic(tiny, tmp_path):
+    again = tmp_path / "again"
+    samples.write(again, scale="tiny", seed=0)
+    assert _tree_hash(again) == _tree_hash(tiny)
+    samples.write(again, scale="tiny", seed=1)  # replaces its own earlier corpus
+    assert _tree_hash(again) != _tree_hash(tiny)
+
+
+def test_generator_refuses_a_foreign_folder(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError):
+        samples.write(tmp_path / "data", scale="tiny")
+    assert (tmp_path / "data" / "keep.txt").read_text() == "mine"
+
+
+def test_plans_match_the_scales():
+    demo = samples.plan("demo", 0)
+    assert sorted(t.task_type for t in demo) == sorted(samples.TASK_TYPES)
+    eps = [e for t in demo for e in t.episodes]
+    assert 12 <= len(eps) <= 16 and all(200 <= e.n_frames <= 300 for e in eps)
+    assert sum(e.top_codec == "av1" for e in eps) == 1 and sum(e.top_drop == 1 for e in eps) == 1
+    assert sum(not t.tasks_jsonl for t in demo) == 1
+    release = samples.plan("release", 0)
+    assert len(release) == 106
+    assert [t.task_id for t in release][:4] == ["task_00001", "task_00002", "task_00003", "task_00006"]
+    assert {"task_00004", "task_00005", "task_00052", "task_00059"}.isdisjoint(t.task_id for t in release)
+    eps = [e for t in release for e in t.episodes]
+    assert len(eps) == 4186 and all(150 <= e.n_frames <= 200 for e in eps)
+    assert {len(t.episodes) for t in release} == {39, 40}
+    assert {t.task_type: sum(x.task_type == t.task_type for x in release) for t in release} == \
+        samples.RELEASE_TYPE_COUNTS
+    assert all(t.width == 64 and t.height == 48 for t in release)
+
+
+def _contact_runs(effort: np.ndarray) -> int:
+    """The reference contact rule (labels.yaml contact.gm100): effort < baseline - 3 sigma for >= 5 frames."""
+    k = max(1, int(len(effort) * 0.1))
+    sigma, base = effort[:k].std(), np.median(effort[-k:])
+    runs, cur = 0, 0
+    for below in effort < base - 3 * sigma:
+        cur = cur + 1 if below else 0
+        runs += cur == 5
+    return runs
+
+
+def _directions(px: np.ndarray, py: np.ndarray) -> set[str]:
+    """Image directions over 15-frame windows with the camera_top mapping (+x left, +y down)."""
+    dx, dy = px[15:] - px[:-15], py[15:] - py[:-15]
+    out = set()
+    for x, y in zip(dx, dy):
+        if max(abs(x), abs(y)) < 0.05:
+            continue
+        if abs(x) > 1.35 * abs(y):
+            out.add("left" if x > 0 else "right")
+        elif abs(y) > 1.35 * abs(x):
+            out.add("down" if y > 0 else "up")
+    return out
+
+
+@pytest.mark.parametrize("task_type", samples.TASK_TYPES)
+@pytest.mark.parametrize("n", [160, 260])
+def test_signals_let_every_label_rule_fire(task_type, n):
+    for ep in range(3):
+        s = samples.episode_signals(0, "task_00042", task_type, ep, n, 30)
+        pos, vel = s["observation.state.arm.position"], s["observation.state.arm.velocity"]
+        eff = s["observation.state.effector.effort"]
+        active = {}
+        for arm, off, e in (("left", 0, 0), ("right", 6, 1)):
+            speed = np.linalg.norm(vel[:, off:off + 3], axis=1)
+            active[arm] = speed > 0.35
+            used = arm in s["_windows"]
+            assert _contact_runs(eff[:, e]) == (1 if used else 0), (arm, ep)
+            assert (speed < 0.2).sum() > 20  # stationary stretches
+            if used:
+                assert (speed > 0.8).sum() >= 10  # clearly moving stretches
+                assert _directions(pos[:, off], pos[:, off + 1]) == {"left", "right", "up", "down"}
+            else:
+                assert speed.max() < 0.1
+        both, left, right = active["left"] & active["right"], active["left"] & ~active["right"], \
+            active["right"] & ~active["left"]
+        idle = ~active["left"] & ~active["right"]
+        assert idle[: int(n * 0.1)].all() and idle[-int(n * 0.1):].all()
+        if task_type == "bimanual_sequential":
+            assert both.sum() > 0 and left.sum() >= 12 and right.sum() >= 12
+        if task_type == "bimanual_sync":
+            assert both.sum() >= 0.5 * (left | right | both).sum()
+        if task_type == "single_left":
+            assert right.sum() == 0 and left.sum() > 0
+        if task_type == "single_right":
+            assert left.sum() == 0 and right.sum() > 0

@@ -1,0 +1,63 @@
+"""End to end: the demo sample corpora through every Dagster asset into a release folder, checked as a user would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.config import load_config
+from pipeline.validate import validate_release
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def release_files(cfg) -> list[str]:
+    files = cfg["release"]["files"]
+    return sorted(files.values()) if isinstance(files, dict) else sorted(files)
+
+
+def test_release_has_every_file(demo_release):
+    cfg = load_config()
+    for name in release_files(cfg):
+        assert (demo_release / name).is_file(), name
+    assert (demo_release / "checksums.sha256").is_file()
+
+
+def test_release_validates(demo_release):
+    assert validate_release(demo_release) == []
+
+
+def test_counts_consistent_and_isolated(demo_release):
+    ev = pl.read_parquet(demo_release / "splits" / "processbench_eval.parquet")
+    sft = pl.read_parquet(demo_release / "splits" / "processdata_sft.parquet")
+    assert ev.height > 0 and sft.height > 0
+    assert sum(1 for _ in open(demo_release / "splits" / "processbench_eval.jsonl")) == ev.height
+    assert sum(1 for _ in open(demo_release / "splits" / "processdata_sft.jsonl")) == sft.height
+    summary = json.loads((demo_release / "metadata" / "split_summary.json").read_text())
+    assert summary["eval_items"] == ev.height and summary["sft_items"] == sft.height
+    assert not set(ev["split_group_id"]) & set(sft["split_group_id"])
+    assert set(ev["split"]) == {"eval"} and set(sft["split"]) == {"sft"}
+
+
+def test_every_source_and_its_families(demo_release):
+    cfg = load_config()
+    both = pl.concat([pl.read_parquet(demo_release / "splits" / f) for f in
+                      ("processbench_eval.parquet", "processdata_sft.parquet")])
+    got = {(r["source_slug"], r["task_id"]) for r in both.select("source_slug", "task_id").unique().iter_rows(named=True)}
+    for task_id, task in cfg["tasks"].items():
+        for slug, quota in (task.get("quota") or {}).items():
+            if quota:
+                assert (slug, task_id) in got, f"{slug} {task_id} missing from the demo release"
+
+
+def test_regeneration_matches_lock(demo_release):
+    """The committed lock of the demo release's checksums (make regen-lock updates it deliberately)."""
+    lock = REPO / "tests" / "regen" / "demo.sha256"
+    current = (demo_release / "checksums.sha256").read_text()
+    assert lock.exists(), "tests/regen/demo.sha256 missing: run make regen-lock"
+    want = dict(reversed(line.split("  ", 1)) for line in lock.read_text().splitlines())
+    got = dict(reversed(line.split("  ", 1)) for line in current.splitlines())
+    changed = sorted(f for f in set(want) | set(got) if want.get(f) != got.get(f))
+    assert not changed, f"release files differ from tests/regen/demo.sha256: {changed}"

@@ -1,0 +1,588 @@
+"""Task families T1..T12 on hand-made IR: every family builds candidates whose question, choices, answer and frames
+follow the YAML templates and the labels; determinism; candidate contract.
+
+The hand-made IR generator (`synthetic_ir`) lives here and is reused by test_items.py / test_prompts.py."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.config import load_config
+from upstream_adapters.ir import FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA, UNITS_SCHEMA
+
+# ------------------------------------------------------------------------------------------ hand-made IR
+
+CAMERAS = {"gm100": "camera_top", "rh20t": "036422060215", "reassemble": "hand", "aist": "cam_high"}
+FPS = {"gm100": 30.0, "rh20t": 10.0, "reassemble": 30.0, "aist": 50.0}
+LOW_CHAINS = {
+    "Pick": ["Approach", "Grasp", "Lift"],
+    "Insert": ["Approach", "Align", "Push", "Release"],
+    "Remove": ["Approach", "Grasp", "Twist", "Pull", "Lift"],
+    "Place": ["Approach", "Align", "Nudge", "Release"],
+}
+
+
+def _unit_id(source: str, i: int) -> tuple[str, str]:
+    if source == "gm100":
+        task = f"task_{i % 7 + 1:05d}"
+        return f"{task}__episode_{i:06d}", task
+    if source == "rh20t":
+        task = f"task_{i % 5 + 1:04d}"
+        return f"{task}_user_{i % 3 + 1:04d}_scene_{i + 1:04d}_cfg_0002", task
+    if source == "reassemble":
+        rid = f"2025-01-{9 + i // 24:02d}-{i % 24:02d}-00-00"
+        return rid, rid
+    task = f"task_{[4, 16, 31, 44, 48][i % 5]:03d}"
+    return f"{task}_episode_{i}", task
+
+
+def _ramp(n: int, segments: list[tuple[float, float, float]]) -> np.ndarray:
+    """Piecewise-linear position: segments of (start_frac, end_frac, total displacement) added up."""
+    x = np.zeros(n)
+    t = np.arange(n) / max(1, n - 1)
+    for a, b, d in segments:
+        x += d * np.clip((t - a) / max(1e-9, b - a), 0.0, 1.0)
+    return x
+
+
+def _arm_motion(n: int, active: tuple[float, float], rng: np.random.Generator, scale: float):
+    """Positions and speed of an arm moving during `active` (fractions) in two strokes, idle otherwise."""
+    a, b = active
+    m = a + (b - a) * 0.5
+    dx1, dy1 = rng.choice([-1, 1]) * scale, rng.choice([-1, 1]) * scale * 0.2
+    dx2, dy2 = rng.choice([-1, 1]) * scale * 0.2, rng.choice([-1, 1]) * scale
+    px = _ramp(n, [(a, m - 0.02, dx1), (m + 0.02, b, dx2)])
+    py = _ramp(n, [(a, m - 0.02, dy1), (m + 0.02, b, dy2)])
+    pz = _ramp(n, [(a, b, 0.1 * scale)])
+    return px, py, pz
+
+
+def synthetic_ir(source: str, n_units: int = 4, n_frames: int = 240, seed: int = 0) -> dict[str, pl.DataFrame]:
+    """A small, deterministic IR for one source in the exact IR schemas: motion in strokes, a gripper/force contact
+    in the middle of the activity, REASSEMBLE segments with low-level chains, RH20T ratings."""
+    rng = np.random.default_rng(seed)
+    units, frames, signals, segments = [], [], [], []
+    cam, fps = CAMERAS[source], FPS[source]
+    for i in range(n_units):
+        uid, task = _unit_id(source, i)
+        n = n_frames
+        t = np.arange(n) / fps
+        bimanual = source in ("gm100", "aist")
+        units.append({
+            "source": source, "unit_id": uid, "unit_type": "episode" if source == "gm100" else "recording",
+            "task_id": task, "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None,
+            "official_split": None, "cameras": [cam], "camera": cam, "fps": fps, "num_frames": n,
+            "arm_layout": "bimanual" if bimanual else "single_arm", "licence": "CC BY 4.0",
+            "rating": ([5, 1, 9, -1, 2, 0][i % 6] if source == "rh20t" else None), "language": "do the task",
+        })
+        frames.append(pl.DataFrame({"source": source, "unit_id": uid, "camera": cam, "frame_index": np.arange(n),
+                                    "t_sec": t, "native_ts": t + 1000.0}))
+        arm_specs = {"gm100": [("left", (0.10, 0.55)), ("right", (0.45, 0.90))],
+                     "aist": [("left", (0.08, 0.50)), ("right", (0.40, 0.85))]}.get(source, [("single", (0.10, 0.85))])
+        if source == "gm100" and i % 3 == 2:  # a single-right task: the left arm stays still
+            arm_specs = [("left", (0.0, 0.0)), ("right", (0.15, 0.85))]
+        scale = {"gm100": 0.3, "rh20t": 1.0, "reassemble": 0.6, "aist": 0.8}[source]
+        for arm, active in arm_specs:
+            if active[1] > active[0]:
+                px, py, pz = _arm_motion(n, active, rng, scale)
+            else:
+                px = py = pz = np.zeros(n)
+            px = px + rng.normal(0, 1e-4, n)
+            py = py + rng.normal(0, 1e-4, n)
+            v = np.r_[0.0, np.linalg.norm(np.diff(np.c_[px, py, pz], axis=0), axis=1) * fps]
+            a, b = active
+            c0, c1 = int((a + 0.3 * (b - a)) * n), int((a + 0.8 * (b - a)) * n)
+            row = {"source": source, "unit_id": uid, "arm": arm, "frame_index": np.arange(n), "t_sec": t,
+                   "pos_x": px, "pos_y": py, "pos_z": pz, "speed": None, "gripper_effort": None,
+                   "gripper_width": None, "force": None}
+            if source == "gm100":
+                eff = 1.0 + rng.normal(0, 0.01, n)
+                if b > a:
+                    eff[c0:c1] -= 0.5
+                row["gripper_effort"] = eff
+                row["speed"] = v * 12.0
+            elif source == "rh20t":
+                w = np.full(n, 90.0) + rng.normal(0, 0.05, n)
+                w[c0:c1] = 40.0
+                f = np.abs(rng.normal(0.3, 0.1, n))
+                f[c0:c1] += 6.0
+                row["gripper_width"], row["force"] = w, f
+            elif source == "reassemble":
+                row["speed"] = v
+                row["force"] = np.abs(rng.normal(1.0, 0.2, n))
+            else:
+                row["speed"] = v * 4.0
+            df = pl.DataFrame({k: (val if isinstance(val, np.ndarray) else [val] * n) for k, val in row.items()},
+                              schema_overrides={c: pl.Float64 for c in ("pos_x", "pos_y", "pos_z", "speed",
+                                                                        "gripper_effort", "gripper_width", "force")})
+            signals.append(df)
+        if source == "reassemble":
+            segments.extend(_reassemble_segments(uid, n, fps, i))
+    units_df = pl.from_arrow(__import__("pyarrow").Table.from_pylist(units, schema=UNITS_SCHEMA))
+    frames_df = pl.concat(frames).cast(dict(zip(FRAMES_SCHEMA.names, pl.from_arrow(FRAMES_SCHEMA.empty_table()).dtypes)))
+    sig_schema = pl.from_arrow(SIGNALS_SCHEMA.empty_table()).schema
+    signals_df = pl.concat([s.select(list(sig_schema)).cast(dict(sig_schema)) for s in signals])
+    seg_schema = pl.from_arrow(SEGMENTS_SCHEMA.empty_table()).schema
+    segments_df = pl.DataFrame(segments, schema=seg_schema) if segments else pl.DataFrame(schema=seg_schema)
+    return {"units": units_df, "frames": frames_df, "signals": signals_df, "segments": segments_df}
+
+
+def _reassemble_segments(uid: str, n: int, fps: float, i: int) -> list[dict]:
+    """No action, then alternating actions (one failed) each with a low-level chain, tiling the recording."""
+    rows = []
+    verbs = ["Pick", "Insert", "Remove", "Place", "Pick", "Insert", "Remove", "Place", "Pick", "Insert"]
+    objs = ["round peg 1", "square peg 3", "BNC", "USB", "gear large"]
+    n_high = max(11, n // 110)
+    cuts = np.linspace(0, n, n_high + 1).astype(int)
+    hi = 0
+    for k in range(n_high):
+        s, e = int(cuts[k]), int(cuts[k + 1]) - 1
+        if k == 0 or k == 6:
+            text, success = "No action.", True
+        else:
+            verb = verbs[(k + i) % len(verbs)]
+            text, success = f"{verb} {objs[(k + i) % len(objs)]}.", not (k == 3 and i % 2 == 0)
+        rows.append({"source": "reassemble", "unit_id": uid, "level": "high", "seg_index": hi, "parent_index": None,
+                     "text": text, "start_frame": s, "end_frame": e, "start_sec": s / fps, "end_sec": e / fps,
+                     "success": success})
+        if text != "No action.":
+            chain = LOW_CHAINS[text.split()[0]]
+            if k % 4 == 1:
+                chain = chain[:2] + [chain[1]] + chain[2:]  # a repeated label: the distinct chain collapses it
+            lc = np.linspace(s, e + 1, len(chain) + 1).astype(int)
+            for j, lt in enumerate(chain):
+                rows.append({"source": "reassemble", "unit_id": uid, "level": "low", "seg_index": j,
+                             "parent_index": hi, "text": lt, "start_frame": int(lc[j]), "end_frame": int(lc[j + 1]) - 1,
+                             "start_sec": lc[j] / fps, "end_sec": (lc[j + 1] - 1) / fps, "success": True})
+        hi += 1
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+from pipeline.families import GENERATORS, build_candidates  # noqa: E402
+from pipeline.families.common import CANDIDATE_SCHEMA  # noqa: E402
+from pipeline.labels import compute_labels  # noqa: E402
+
+CFG = load_config()
+VERBATIM = {  # question texts of the reference build (upstream-formats.md §6, §4.4)
+    ("T1", "default"): "Which phase best describes the current robot manipulation state?",
+    ("T2", "gm100"): "Is the {arm} gripper currently in contact with anything?",
+    ("T2", "default"): "Is the end effector currently in contact with anything?",
+    ("T3", "gm100"): "In which direction does the {arm} robot arm primarily move in the scene?",
+    ("T3", "default"): "In which direction does the robot arm primarily move across these time-ordered frames?",
+    ("T3", "aist"): "In which direction does the {arm} robot arm primarily move across these time-ordered frames?",
+    ("T4", "default"): "Across these time-ordered frames, which bimanual activity state best describes the robot?",
+    ("T5", "default"): "Across these time-ordered frames, how far along is the current manipulation step?",
+    ("T6", "default"): "Across these time-ordered frames, is the robot arm actively moving or stationary?",
+    ("T6", "aist"): "Across these time-ordered frames, is the {arm} robot arm actively moving or stationary?",
+    ("T7", "rh20t"): "Based on these early frames of the episode, will this manipulation attempt eventually succeed?",
+    ("T7", "reassemble"): "Based on these early frames of the current operation, will this operation eventually succeed?",
+    ("T8", "default"): "Order these three frames from earliest to latest in the manipulation sequence.",
+    ("T10", "default"): "What is the current low-level action in these ordered frames?",
+    ("T11", "default"): "Within the ongoing high-level action '{high_action}', what low-level action should happen next?",
+    ("T12", "default"): "Within the high-level action '{high_action}', which action best fills [MASK] in this local "
+                        "chain: {prev} > [MASK] > {next}?",
+}
+QUOTAS = {
+    "gm100": {"T1": 3000, "T2": 1000, "T3": 2500, "T4": 1500, "T5": 2500, "T6": 1500, "T8": 2000, "T9": 1500},
+    "rh20t": {"T1": 2000, "T2": 1500, "T3": 1800, "T5": 2300, "T6": 1500, "T7": 4000, "T8": 1200, "T9": 1500},
+    "reassemble": {"T1": 2523, "T2": 2523, "T5": 2931, "T6": 1260, "T7": 1110, "T8": 907, "T9": 1849, "T10": 2438,
+                   "T11": 1338, "T12": 286},
+    "aist": {"T3": 3041, "T4": 1989, "T6": 1597, "T8": 2200, "T9": 600},
+}
+FAMILIES_BY_SOURCE = {s: sorted(q, key=lambda t: int(t[1:])) for s, q in QUOTAS.items()}
+
+
+def _pool(source: str, n_units: int = 4, n_frames: int = 1200, cfg=None):
+    cfg = cfg or CFG
+    ir = synthetic_ir(source, n_units=n_units, n_frames=n_frames)
+    labels = compute_labels(source, ir, cfg)
+    return ir, labels, build_candidates(source, ir, labels, cfg)
+
+
+@pytest.fixture(scope="module")
+def pools():
+    return {s: _pool(s) for s in QUOTAS}
+
+
+def _rows(pool: pl.DataFrame, task: str) -> list[dict]:
+    return pool.filter(pl.col("task_id") == task).to_dicts()
+
+
+def _label_at(labels, table: str, unit: str, frame: int, col: str, arm: str | None = None):
+    df = labels[table].filter((pl.col("unit_id") == unit) & (pl.col("frame_index") == frame))
+    if arm is not None:
+        df = df.filter(pl.col("arm") == arm)
+    return df[col].item()
+
+
+# ------------------------------------------------------------------------------------------ templates
+
+
+def test_templates_quotas_and_verbatim_questions():
+    for source, qs in QUOTAS.items():
+        got = {t: CFG["tasks"][t]["quota"][source] for t in CFG["tasks"] if source in CFG["tasks"][t]["quota"]}
+        assert got == qs, source
+        assert sum(qs.values()) == {"gm100": 15500, "rh20t": 15800, "reassemble": 17165, "aist": 9427}[source]
+    for (t, key), text in VERBATIM.items():
+        assert CFG["tasks"][t]["question"][key] == text, (t, key)
+    assert CFG["tasks"]["T2"]["labels"]["default"] == {"contact": "Yes — contact established",
+                                                       "no_contact": "No — no contact"}
+    assert CFG["tasks"]["T3"]["labels"]["gm100"]["left"] == "toward the left side of the scene"
+    assert [CFG["tasks"][f"T{i}"]["num_choices"] for i in range(1, 13)] == [4, 2, 4, 4, 3, 2, 2, 6, 2, 4, 4, 4]
+    assert {t: CFG["tasks"][t]["legacy_alias"] for t in ("T5", "T8")} == {"T5": "T_progress", "T8": "T_temporal"}
+    assert CFG["tasks"]["T9"]["legacy_alias"] == {"aist": "T9", "default": "T_binary"}
+    public = ["Phase Recognition", "Contact Detection", "Motion Direction Prediction", "Bimanual Coordination State",
+              "Primitive-local Progress", "Motion State Recognition", "Operation Outcome Prediction",
+              "Temporal Ordering", "Temporal Priority Prediction", "Current Primitive Recognition",
+              "Next Primitive Prediction", "Primitive Chain Restoration"]  # release-and-peers.md §D.2
+    assert [CFG["tasks"][f"T{i}"]["task_name"] for i in range(1, 13)] == public
+    for t, tc in CFG["tasks"].items():
+        assert set(tc["quota"]) == set(tc["sources"]) and t in GENERATORS
+
+
+def test_frame_windows_match_reference():
+    t = CFG["tasks"]
+    assert t["T3"]["frames"]["gm100"]["offsets"] == [-10, -5, 0, 5]
+    assert t["T3"]["frames"]["rh20t"]["offsets"] == [-20, -10, 0, 10]
+    assert t["T4"]["frames"]["gm100"]["offsets"] == [-6, -3, 0, 3]
+    assert t["T4"]["frames"]["aist"]["offsets"] == [-30, -15, 0, 15]
+    assert t["T5"]["frames"]["default"]["offsets"] == t["T6"]["frames"]["default"]["offsets"] == [-6, -3, 0, 3, 6]
+    assert t["T6"]["frames"]["reassemble"]["relative"] == [0.15, 0.325, 0.5, 0.675, 0.85]
+    assert t["T7"]["frames"]["reassemble"]["relative"] == [0.10, 0.18, 0.26, 0.34]
+    for s in ("gm100", "rh20t", "aist"):  # T3 windows are the label windows
+        assert t["T3"]["frames"][s]["offsets"] == CFG["labels"]["direction"][s]["offsets"]
+    assert t["T6"]["frames"]["default"]["offsets"] == CFG["labels"]["motion"]["window"]
+
+
+# ------------------------------------------------------------------------------------------ pool contract
+
+
+@pytest.mark.parametrize("source", list(QUOTAS))
+def test_pool_contract(pools, source):
+    ir, labels, pool = pools[source]
+    assert dict(pool.schema) == CANDIDATE_SCHEMA
+    assert pool["candidate_key"].is_unique().all()
+    assert pool["candidate_key"].to_list() == sorted(pool["candidate_key"].to_list())
+    assert sorted(pool["task_id"].unique(), key=lambda t: int(t[1:])) == FAMILIES_BY_SOURCE[source]
+    nframes = dict(zip(ir["units"]["unit_id"], ir["units"]["num_frames"]))
+    for r in pool.iter_rows(named=True):
+        assert r["source"] == source and r["candidate_key"].startswith(f"{r['task_id']}|{source}|{r['unit_id']}|")
+        assert len(r["distractors"]) == r["num_choices"] - 1 == CFG["tasks"][r["task_id"]]["num_choices"] - 1
+        assert r["answer_text"] not in r["distractors"] and len(set(r["distractors"])) == len(r["distractors"])
+        assert all(0 <= f < nframes[r["unit_id"]] for f in r["frame_indices"])
+        assert len(set(r["frame_indices"])) == len(r["frame_indices"])
+        assert r["camera"] == CAMERAS[source]
+        assert "do the task" not in r["question"] and "{" not in r["question"]  # no task language, filled template
+        json.loads(r["label_meta_json"])
+        legacy = CFG["tasks"][r["task_id"]]["legacy_alias"]
+        assert r["task_type_legacy"] == (legacy.get(source, legacy["default"]) if isinstance(legacy, dict) else legacy)
+        if r["task_id"] in ("T8", "T9"):
+            assert r["display_labels"] == list("XYZ"[: len(r["frame_indices"])])
+            spec = json.loads(r["render_spec_json"])
+            assert spec["frame_indices"] == r["frame_indices"] and spec["labels"] == r["display_labels"]
+        else:
+            assert r["display_labels"] is None and r["render_spec_json"] is None
+        if r["task_id"] not in ("T8", "T9"):
+            fr = r["frame_indices"]
+            assert fr == sorted(fr), r["candidate_key"]  # time-ordered windows
+
+
+def test_pools_are_deterministic():
+    a = _pool("gm100", n_units=3, n_frames=400)[2]
+    b = _pool("gm100", n_units=3, n_frames=400)[2]
+    assert a.equals(b)
+    a = _pool("reassemble", n_units=2)[2]
+    b = _pool("reassemble", n_units=2)[2]
+    assert a.equals(b)
+
+
+# ------------------------------------------------------------------------------------------ per family
+
+
+def test_t1_phase_matches_labels(pools):
+    for source in ("gm100", "rh20t", "reassemble"):
+        ir, labels, pool = pools[source]
+        rows = _rows(pool, "T1")
+        assert rows and {r["answer_text"] for r in rows} <= set(CFG["labels"]["phases"])
+        for r in rows[:50]:
+            assert r["frame_indices"] == [r["anchor_frame"]]
+            assert _label_at(labels, "frames", r["unit_id"], r["anchor_frame"], "phase") == r["answer_text"]
+            assert r["question"] == VERBATIM[("T1", "default")]
+        # neighbouring phases come first among the distractors
+        order = CFG["labels"]["phases"]
+        r = rows[0]
+        d = [abs(order.index(x) - order.index(r["answer_text"])) for x in r["distractors"]]
+        assert d == sorted(d)
+
+
+def test_t2_contact(pools):
+    ir, labels, pool = pools["gm100"]
+    rows = _rows(pool, "T2")
+    assert {r["answer_text"] for r in rows} == {"Yes — contact established", "No — no contact"}
+    for r in rows:
+        arm = json.loads(r["label_meta_json"])["arm"]
+        assert r["question"] == f"Is the {arm} gripper currently in contact with anything?"
+        c = _label_at(labels, "arms", r["unit_id"], r["anchor_frame"], "contact", arm)
+        assert (r["answer_text"] == "Yes — contact established") == c
+    for source in ("rh20t", "reassemble"):
+        rows = _rows(pools[source][2], "T2")
+        assert rows and all(r["question"] == VERBATIM[("T2", "default")] for r in rows)
+
+
+def test_t3_direction(pools):
+    for source, offs in (("gm100", [-10, -5, 0, 5]), ("rh20t", [-20, -10, 0, 10]), ("aist", [-30, -15, 0, 15])):
+        ir, labels, pool = pools[source]
+        rows = _rows(pool, "T3")
+        assert rows, source
+        texts = CFG["tasks"]["T3"]["labels"].get(source, CFG["tasks"]["T3"]["labels"]["default"])
+        inv = {v: k for k, v in texts.items()}
+        for r in rows:
+            assert r["frame_indices"] == [r["anchor_frame"] + o for o in offs]
+            meta = json.loads(r["label_meta_json"])
+            assert _label_at(labels, "arms", r["unit_id"], r["anchor_frame"], "direction", meta["arm"]) == \
+                inv[r["answer_text"]]
+            assert set(r["distractors"]) == set(texts.values()) - {r["answer_text"]}
+            if source != "rh20t":
+                assert f"the {meta['arm']} robot arm" in r["question"]
+        opposite = {"left": "right", "right": "left", "up": "down", "down": "up"}
+        r = rows[0]
+        assert r["distractors"][0] == texts[opposite[inv[r["answer_text"]]]]
+
+
+def test_t3_offsets_must_match_label_window():
+    import copy
+    cfg = copy.deepcopy(CFG)
+    cfg["tasks"]["T3"]["frames"]["rh20t"]["offsets"] = [-10, -5, 0, 5]
+    with pytest.raises(ValueError, match="label window"):
+        _pool("rh20t", n_units=1, n_frames=300, cfg=cfg)
+
+
+def test_t4_coordination(pools):
+    for source, offs in (("gm100", [-6, -3, 0, 3]), ("aist", [-30, -15, 0, 15])):
+        ir, labels, pool = pools[source]
+        rows = _rows(pool, "T4")
+        assert rows, source
+        types = dict(zip(labels["units"]["unit_id"], labels["units"]["arm_type"]))
+        texts = CFG["tasks"]["T4"]["labels"]["default"]
+        inv = {v: k for k, v in texts.items()}
+        for r in rows:
+            assert r["frame_indices"] == [r["anchor_frame"] + o for o in offs]
+            window = labels["frames"].filter((pl.col("unit_id") == r["unit_id"])
+                                             & pl.col("frame_index").is_in(r["frame_indices"]))["coord"]
+            assert set(window) == {inv[r["answer_text"]]}  # one stable state over the whole window
+            if source == "gm100":
+                assert types[r["unit_id"]] in ("bimanual_sync", "bimanual_sequential")
+                assert r["arm_type"] == types[r["unit_id"]]
+            else:
+                assert r["arm_type"] is None
+
+
+def test_t5_progress(pools):
+    for source in ("gm100", "rh20t", "reassemble"):
+        ir, labels, pool = pools[source]
+        rows = _rows(pool, "T5")
+        assert {r["answer_text"].split()[0] for r in rows} == {"Early", "Middle", "Late"}, source
+        for r in rows[:60]:
+            assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3, 6)]
+            fr = labels["frames"].filter((pl.col("unit_id") == r["unit_id"])
+                                         & pl.col("frame_index").is_in(r["frame_indices"]))
+            assert fr["step_id"].n_unique() == 1 and fr["step_id"].null_count() == 0
+            prog = _label_at(labels, "frames", r["unit_id"], r["anchor_frame"], "progress")
+            assert r["answer_text"] == CFG["tasks"]["T5"]["labels"]["default"][prog]
+
+
+def test_t6_motion(pools):
+    ir, labels, pool = pools["aist"]
+    rows = _rows(pool, "T6")
+    assert {r["answer_text"] for r in rows} == set(CFG["tasks"]["T6"]["labels"]["aist"].values())
+    for r in rows:
+        arm = json.loads(r["label_meta_json"])["arm"]
+        assert r["question"] == f"Across these time-ordered frames, is the {arm} robot arm actively moving or stationary?"
+        assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3, 6)]
+    ir, labels, pool = pools["reassemble"]
+    rows = _rows(pool, "T6")
+    assert rows and all(r["question"] == VERBATIM[("T6", "default")] for r in rows)
+    arms = labels["arms"]
+    for r in rows:
+        f = r["frame_indices"]
+        assert len(f) == 5 and f == sorted(f) and len(set(f)) == 5
+        sp = arms.filter((pl.col("unit_id") == r["unit_id"]) & pl.col("frame_index").is_in(f))
+        m = float(np.mean(sp["speed_s"].to_numpy()))
+        moving = r["answer_text"].startswith("Actively")
+        assert (m >= sp["move_thr"][0]) if moving else (m <= sp["still_thr"][0])
+
+
+def test_t7_outcome(pools):
+    ir, labels, pool = pools["rh20t"]
+    rows = _rows(pool, "T7")
+    outcome = dict(zip(labels["units"]["unit_id"], labels["units"]["outcome"]))
+    assert rows and {r["unit_id"] for r in rows} == {u for u, o in outcome.items() if o}  # rating -1 excluded
+    for r in rows:
+        assert r["answer_text"] == {"success": "Yes — this episode will succeed",
+                                    "failure": "No — this episode will fail"}[outcome[r["unit_id"]]]
+        assert max(r["frame_indices"]) < 0.4 * 1200  # early frames only
+    ir, labels, pool = pools["reassemble"]
+    rows = _rows(pool, "T7")
+    segs = {(s["unit_id"], s["seg_index"]): s for s in labels["segments"].to_dicts()}
+    assert any(r["answer_text"].startswith("No") for r in rows)
+    for r in rows:
+        s = segs[(r["unit_id"], json.loads(r["label_meta_json"])["segment"])]
+        assert not s["no_action"] and r["answer_text"].startswith("Yes" if s["success"] else "No")
+        span = s["end_frame"] - s["start_frame"]
+        assert s["start_frame"] <= r["frame_indices"][0] and r["frame_indices"][-1] <= s["start_frame"] + 0.4 * span
+
+
+def test_t8_t9_temporal(pools):
+    for source in QUOTAS:
+        ir, labels, pool = pools[source]
+        for r in _rows(pool, "T8"):
+            f = r["frame_indices"]
+            order = "".join("XYZ"[i] for i in sorted(range(3), key=lambda i: f[i]))
+            assert r["answer_text"] == order
+            assert sorted(r["distractors"] + [order]) == sorted("".join(p) for p in itertools.permutations("XYZ"))
+            assert r["anchor_frame"] == sorted(f)[1]
+        for r in _rows(pool, "T9"):
+            f = r["frame_indices"]
+            assert r["answer_text"] == ("X" if f[0] < f[1] else "Y") and r["distractors"] == [
+                "Y" if r["answer_text"] == "X" else "X"]
+            assert json.loads(r["render_spec_json"])["kind"] == "panels"
+    segs = pools["reassemble"][1]["segments"].filter(~pl.col("no_action") & pl.col("success"))
+    mids = set(((segs["start_frame"] + segs["end_frame"]) // 2).to_list())
+    assert all(set(r["frame_indices"]) <= mids for r in _rows(pools["reassemble"][2], "T8"))
+
+
+# ------------------------------------------------------------------------------------------ REASSEMBLE primitives
+
+
+def _reassemble_ir() -> dict[str, pl.DataFrame]:
+    """One recording: No action 0-99; Pick round peg 1 100-399 (Approach, Grasp, Lift); Insert round peg 1 400-799
+    (Approach, Align, Align, Push, Release), failed; Place BNC 800-1199 (Approach, Nudge, Release)."""
+    ir = synthetic_ir("reassemble", n_units=1, n_frames=1200)
+    uid = ir["units"]["unit_id"][0]
+    rows = []
+
+    def seg(level, idx, parent, text, s, e, ok=True):
+        rows.append({"source": "reassemble", "unit_id": uid, "level": level, "seg_index": idx, "parent_index": parent,
+                     "text": text, "start_frame": s, "end_frame": e, "start_sec": s / 30, "end_sec": e / 30,
+                     "success": ok})
+
+    seg("high", 0, None, "No action.", 0, 99)
+    seg("high", 1, None, "Pick round peg 1.", 100, 399)
+    for j, (t, s, e) in enumerate([("Approach", 100, 199), ("Grasp", 200, 299), ("Lift", 300, 399)]):
+        seg("low", j, 1, t, s, e)
+    seg("high", 2, None, "Insert round peg 1.", 400, 799, ok=False)
+    for j, (t, s, e) in enumerate([("Approach", 400, 479), ("Align", 480, 559), ("Align", 560, 639),
+                                   ("Push", 640, 719), ("Release", 720, 799)]):
+        seg("low", j, 2, t, s, e)
+    seg("high", 3, None, "Place BNC.", 800, 1199)
+    for j, (t, s, e) in enumerate([("Approach", 800, 929), ("Nudge", 930, 1059), ("Release", 1060, 1199)]):
+        seg("low", j, 3, t, s, e)
+    ir["segments"] = pl.DataFrame(rows, schema=ir["segments"].schema)
+    return ir
+
+
+@pytest.fixture(scope="module")
+def reassemble_pool():
+    ir = _reassemble_ir()
+    labels = compute_labels("reassemble", ir, CFG)
+    return ir, labels, build_candidates("reassemble", ir, labels, CFG)
+
+
+def test_t10_current_primitive(reassemble_pool):
+    ir, labels, pool = reassemble_pool
+    rows = _rows(pool, "T10")
+    got = {(json.loads(r["label_meta_json"])["parent_index"], json.loads(r["label_meta_json"])["seg_index"]):
+           r["answer_text"] for r in rows}
+    assert got[(1, 1)] == "Grasp" and got[(2, 3)] == "Push" and got[(3, 1)] == "Nudge"
+    for r in rows:
+        assert r["question"] == VERBATIM[("T10", "default")]
+        assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3)]
+        assert len(r["choices"] if "choices" in r else r["distractors"]) == 3
+    r = next(r for r in rows if r["answer_text"] == "Grasp")
+    assert set(r["distractors"][:2]) == {"Approach", "Lift"}  # same chain first
+    assert 200 <= r["frame_indices"][0] and r["frame_indices"][-1] <= 299
+
+
+def test_t11_next_primitive(reassemble_pool):
+    ir, labels, pool = reassemble_pool
+    rows = _rows(pool, "T11")
+    pairs = {(json.loads(r["label_meta_json"])["current"], r["answer_text"], r["question"]) for r in rows}
+    q = "Within the ongoing high-level action '{}', what low-level action should happen next?"
+    assert ("Approach", "Grasp", q.format("Pick round peg 1")) in pairs
+    assert ("Align", "Push", q.format("Insert round peg 1")) in pairs  # the next DISTINCT label
+    assert all(cur != ans for cur, ans, _ in pairs)
+    for r in rows:
+        cur = json.loads(r["label_meta_json"])["current"]
+        assert cur not in r["distractors"]
+    assert not [r for r in rows if json.loads(r["label_meta_json"])["current"] == "Lift"]  # last of its chain
+
+
+def test_t12_chain_restoration(reassemble_pool):
+    ir, labels, pool = reassemble_pool
+    rows = _rows(pool, "T12")
+    q = ("Within the high-level action '{}', which action best fills [MASK] in this local chain: {} > [MASK] > {}?")
+    got = {(r["question"], r["answer_text"]) for r in rows}
+    assert got == {(q.format("Pick round peg 1", "Approach", "Lift"), "Grasp"),
+                   (q.format("Insert round peg 1", "Approach", "Push"), "Align"),
+                   (q.format("Insert round peg 1", "Align", "Release"), "Push"),
+                   (q.format("Place BNC", "Approach", "Release"), "Nudge")}
+    for r in rows:
+        chain = json.loads(r["label_meta_json"])["chain"]
+        m = json.loads(r["label_meta_json"])["mask_pos"]
+        assert chain[m - 1] not in r["distractors"] and chain[m + 1] not in r["distractors"]
+    align = next(r for r in rows if r["answer_text"] == "Align")
+    assert 480 <= align["frame_indices"][0] and align["frame_indices"][-1] <= 639  # the run of both Align segments
+
+
+def test_reassemble_phase_contact_and_outcome(reassemble_pool):
+    ir, labels, pool = reassemble_pool
+    t1 = {r["anchor_frame"]: r["answer_text"] for r in _rows(pool, "T1")}
+    for f, want in ((50, "pre-approach"), (150, "approach"), (250, "contact"), (350, "hold and carry"),
+                    (440, "transfer"), (760, "release")):
+        near = [a for a in t1 if abs(a - f) <= 40 and t1[a] == want]
+        assert near, (f, want)
+    t7 = {json.loads(r["label_meta_json"])["segment"]: r["answer_text"] for r in _rows(pool, "T7")}
+    assert t7 == {1: "Yes — this operation will succeed", 2: "No — this operation will fail",
+                  3: "Yes — this operation will succeed"}
+    t5_units = {json.loads(r["label_meta_json"])["step_id"] for r in _rows(pool, "T5")}
+    steps = labels["steps"]
+    assert set(steps["text"]) == {"Pick round peg 1", "Place BNC"}  # the failed Insert is no T5 step
+    assert t5_units <= set(steps["step_id"])
+
+
+def test_pool_independent_of_hash_seed(tmp_path):
+    """Same inputs -> identical candidates in fresh interpreters with different PYTHONHASHSEED."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys, hashlib; sys.path.insert(0, 'tests')\n"
+        "from test_families import _pool\n"
+        "from pipeline import items as I\n"
+        "from pipeline.config import load_config\n"
+        "cfg = load_config()\n"
+        "h = hashlib.sha256()\n"
+        "for s in ('reassemble', 'gm100'):\n"
+        "    p = _pool(s, n_units=2, n_frames=900)[2]\n"
+        "    a = I.assign_choices(I.select_candidates(p, I.quotas(cfg, s), 42, extra=0.1), 42)\n"
+        "    h.update(p.write_ndjson().encode()); h.update(a.write_ndjson().encode())\n"
+        "print(h.hexdigest())\n")
+    root = Path(__file__).resolve().parent.parent
+    outs = set()
+    for seed in ("0", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        r = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.add(r.stdout.strip())
+    assert len(outs) == 1

@@ -1,0 +1,240 @@
+"""pipeline/frames: extraction into the content-addressed cache (pool, errors, zero decodes on a rebuild), composite
+rendering (deterministic pixels), and the visual gate (reasons, quarantine schema)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.config import load_config
+from pipeline.frames import gate as gate_mod
+from pipeline.frames.cache import FrameCache
+from pipeline.frames.extract import FRAME_TABLE_SCHEMA, DirectoryReaders, extract_frames, requests_from_items
+from pipeline.frames.pixels import frame_stats, pixel_sha256
+from pipeline.frames.render import add_image_hashes, image_hashes, render_item_images
+from pipeline.io import compact_json
+from upstream_adapters.ir import QUARANTINE_SCHEMA
+from upstream_adapters.samples.common import decode_frame_index, encode_video, render_frame
+
+W, H, N = 160, 128, 60
+LABEL = {"font": "HERSHEY_SIMPLEX", "scale": 1.0, "thickness": 2, "color": [255, 255, 255],
+         "background": [0, 0, 0], "position": "top_left", "margin": 8}
+
+
+@pytest.fixture(scope="module")
+def video_root(tmp_path_factory) -> Path:
+    """<root>/src/<unit>/cam.mp4: two H.264 units, one HEVC unit, one AV1 unit."""
+    root = tmp_path_factory.mktemp("vids")
+    for unit, codec in [("u1", "h264"), ("u2", "h264"), ("u3", "hevc"), ("u4", "av1")]:
+        frames = [render_frame(i, W, H, (i / N, 0.5), hue=hash(unit) % 50) for i in range(N)]
+        encode_video(frames, 30, codec=codec, gop=30, path=root / "src" / unit / "cam.mp4")
+    return root
+
+
+def _requests(spec: dict[str, list[int]]) -> pl.DataFrame:
+    return pl.DataFrame([{"source": "src", "unit_id": u, "camera": "cam", "frame_index": i}
+                         for u, idx in spec.items() for i in idx])
+
+
+class CrashingReaders(DirectoryReaders):
+    """A reader factory whose worker process dies (like a decoder segfault) on unit `boom`."""
+
+    def __call__(self, source):
+        inner = super().__call__(source)
+
+        def read(unit_id, camera, indices):
+            if unit_id == "boom":
+                os._exit(3)
+            return inner(unit_id, camera, indices)
+
+        return read
+
+
+class RaisingReaders(DirectoryReaders):
+    def __call__(self, source):
+        inner = super().__call__(source)
+
+        def read(unit_id, camera, indices):
+            if unit_id == "u2":
+                raise RuntimeError("storage exploded")
+            return inner(unit_id, camera, indices)
+
+        return read
+
+
+def test_extract_pool_cache_and_rebuild_decodes_nothing(video_root, tmp_path):
+    req = _requests({"u1": [0, 5, 29, 30, 31, 59, 5], "u2": [10, 11, 12], "u3": [28, 29, 30, 31, 45],
+                     "u4": [1, 58], "missing": [3, 4]})
+    cache = FrameCache(tmp_path / "cache")
+    table = extract_frames(req, DirectoryReaders(video_root), cache, workers=2)
+    assert table.schema == pl.Schema(FRAME_TABLE_SCHEMA)
+    assert table.height == 18  # distinct frames
+    ok = table.filter(pl.col("status") == "ok")
+    assert ok.height == 16 and cache.counters["decoded"] == 16
+    for r in ok.iter_rows(named=True):  # cached pixels are the requested frame, stats match them
+        img = cache.get(r["cache_key"])
+        assert decode_frame_index(img) == r["frame_index"]
+        assert pixel_sha256(img) == r["pixel_sha256"] and (r["height"], r["width"]) == (H, W)
+        assert frame_stats(img, 16)["thumb"] == r["thumb"]
+    err = table.filter(pl.col("status") == "error")
+    assert set(err["unit_id"]) == {"missing"}
+    assert all("no video for src/missing/cam" in r for r in err["reason"])
+
+    # a rebuild (e.g. after a template change) with a fresh cache object on the same folder decodes nothing
+    cache2 = FrameCache(tmp_path / "cache")
+    table2 = extract_frames(req, DirectoryReaders(video_root), cache2, workers=2)
+    assert cache2.counters["decoded"] == 0 and cache2.counters["hits"] == 16
+    assert table2.filter(pl.col("status") == "ok").equals(ok)
+
+
+def test_cache_is_deterministic_and_keyed_by_decoder(video_root, tmp_path):
+    req = _requests({"u1": [3, 40]})
+    a, b = FrameCache(tmp_path / "a"), FrameCache(tmp_path / "b")
+    ta = extract_frames(req, DirectoryReaders(video_root), a, workers=1)
+    tb = extract_frames(req, DirectoryReaders(video_root), b, workers=1)
+    assert ta.equals(tb)
+    for key in ta["cache_key"]:
+        assert a.image_path(key).read_bytes() == b.image_path(key).read_bytes()
+    assert FrameCache(tmp_path / "c", decoder="pyav").key("s", "u", "c", 1) != a.key("s", "u", "c", 1)
+    assert FrameCache(tmp_path / "c", version=2).key("s", "u", "c", 1) != a.key("s", "u", "c", 1)
+    other = FrameCache(tmp_path / "n", png_filter="all")  # another PNG filter: other bytes, same pixels
+    tn = extract_frames(req, DirectoryReaders(video_root), other, workers=1)
+    assert tn["pixel_sha256"].to_list() == ta["pixel_sha256"].to_list()
+    assert np.array_equal(other.get(tn["cache_key"][0]), a.get(ta["cache_key"][0]))
+    # a damaged entry is a miss, not a crash
+    key = ta["cache_key"][0]
+    a.image_path(key).write_bytes(a.image_path(key).read_bytes()[:20])
+    assert a.lookup(key) is None
+    again = extract_frames(req, DirectoryReaders(video_root), a, workers=1)
+    assert a.counters["decoded"] == 2 + 1 and again.equals(ta)
+
+
+def test_errors_stay_per_video_and_per_frame(video_root, tmp_path):
+    cache = FrameCache(tmp_path / "cache")
+    req = _requests({"u1": [2, 3, N + 5], "u2": [1, 2]})
+    table = extract_frames(req, RaisingReaders(video_root), cache, workers=1)
+    rows = {(r["unit_id"], r["frame_index"]): r for r in table.iter_rows(named=True)}
+    assert rows[("u1", 2)]["status"] == rows[("u1", 3)]["status"] == "ok"  # the bad index fails alone
+    assert rows[("u1", N + 5)]["status"] == "error" and "not in video" in rows[("u1", N + 5)]["reason"]
+    assert rows[("u2", 1)]["status"] == "error" and "storage exploded" in rows[("u2", 1)]["reason"]
+
+
+def test_worker_crash_fails_only_its_video(video_root, tmp_path):
+    cache = FrameCache(tmp_path / "cache")
+    req = _requests({"u1": [1, 2], "boom": [1], "u2": [4]})
+    table = extract_frames(req, CrashingReaders(video_root), cache, workers=2)
+    status = {(r["unit_id"], r["frame_index"]): (r["status"], r["reason"]) for r in table.iter_rows(named=True)}
+    assert status[("u1", 1)][0] == status[("u1", 2)][0] == status[("u2", 4)][0] == "ok"
+    assert status[("boom", 1)][0] == "error" and "crashed" in status[("boom", 1)][1]
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+def _frame(i: int) -> np.ndarray:
+    return render_frame(i, 320, 240, (i / 100, 0.5))
+
+
+def _spec(kind: str, labels, indices, size=None, gap=None) -> str:
+    spec = {"version": 1, "kind": kind, "labels": labels, "frame_indices": indices, "size": size, "label": LABEL}
+    if gap is not None:
+        spec["gap"] = gap
+    return compact_json(spec)
+
+
+def test_composites_are_deterministic_and_shaped():
+    t8 = {"frame_indices": [5, 50, 20], "render_spec_json": _spec("labelled_frames", ["X", "Y", "Z"], [5, 50, 20])}
+    t9 = {"frame_indices": [40, 10], "render_spec_json": _spec("panels", ["X", "Y"], [40, 10], [256, 192], 16)}
+    imgs8 = render_item_images(t8, _frame)
+    imgs9 = render_item_images(t9, _frame)
+    assert [i.shape for i in imgs8] == [(240, 320, 3)] * 3
+    assert [i.shape for i in imgs9] == [(192, 256 * 2 + 16, 3)]
+    # the label box is drawn top-left, the rest of the frame is untouched
+    assert not np.array_equal(imgs8[0][8:40, 8:40], _frame(5)[8:40, 8:40])
+    assert np.array_equal(imgs8[0][60:], _frame(5)[60:])
+    assert (imgs9[0][:, 256:272] == 255).all()  # the white gap
+    # deterministic: same pixels every time, and these exact pixels (pinned OpenCV/numpy; a change here means
+    # published image hashes would no longer reproduce)
+    assert image_hashes(render_item_images(t8, _frame)) == image_hashes(imgs8)
+    assert image_hashes(imgs9) == ["1614e476c3a6c9ce559fb632e84a2a613dd946519bc41d83bbd56de64ce30abd"]
+    assert image_hashes(imgs8)[1] == "ccbe6a333fd331cf5e813edcdd4ecf9de8b668e2d9b6082cfcdb5ffc4b214660"
+    # labels differ -> pixels differ
+    t9b = {**t9, "render_spec_json": _spec("panels", ["Y", "X"], [40, 10], [256, 192], 16)}
+    assert image_hashes(render_item_images(t9b, _frame)) != image_hashes(imgs9)
+
+
+def test_plain_items_follow_the_size_policy():
+    item = {"frame_indices_json": "[3, 7]", "render_spec_json": None}
+    assert [i.shape for i in render_item_images(item, _frame)] == [(240, 320, 3)] * 2
+    small = render_item_images(item, _frame, {"max_side": 160})
+    assert [i.shape for i in small] == [(120, 160, 3)] * 2
+    assert [i.shape for i in render_item_images(item, _frame, {"max_side": 1000})] == [(240, 320, 3)] * 2
+    assert np.array_equal(render_item_images(item, _frame, {"max_side": None})[0], _frame(3))
+
+
+def test_render_spec_must_match_item_frames():
+    bad = {"frame_indices": [1, 2], "render_spec_json": _spec("panels", ["X", "Y"], [2, 1], None, 4)}
+    with pytest.raises(ValueError):
+        render_item_images(bad, _frame)
+
+
+def test_add_image_hashes_from_cache_uses_render_memo(video_root, tmp_path):
+    items = pl.DataFrame({
+        "candidate_key": ["a", "b", "c"], "source": ["src"] * 3, "unit_id": ["u1", "u1", "u3"],
+        "camera": ["cam"] * 3, "frame_indices": [[1, 2], [10, 20, 30], [5, 6]],
+        "render_spec_json": [None, _spec("labelled_frames", ["X", "Y", "Z"], [10, 20, 30]), None],
+    })
+    cache = FrameCache(tmp_path / "cache")
+    table = extract_frames(requests_from_items(items), DirectoryReaders(video_root), cache, workers=1)
+    out = add_image_hashes(items, table, cache, {"max_side": 80})
+    hashes = [json.loads(h) for h in out["image_hashes_json"]]
+    assert [len(h) for h in hashes] == [2, 3, 2] and cache.counters["rendered"] == 3
+    again = add_image_hashes(items, table, cache, {"max_side": 80})
+    assert again["image_hashes_json"].equals(out["image_hashes_json"]) and cache.counters["render_hits"] == 3
+    direct = render_item_images(items.row(1, named=True), lambda i: cache.get(
+        table.filter((pl.col("unit_id") == "u1") & (pl.col("frame_index") == i))["cache_key"][0]))
+    assert image_hashes(direct) == hashes[1]
+
+
+# ------------------------------------------------------------------------------------------------ gate
+def _frow(unit, i, *, status="ok", mean=100.0, std=40.0, sha=None, thumb=None, reason=None):
+    return {"source": "src", "unit_id": unit, "camera": "cam", "frame_index": i, "cache_key": f"k{unit}{i}",
+            "status": status, "reason": reason, "pixel_sha256": sha or f"sha-{unit}-{i}", "height": 10, "width": 10,
+            "mean": mean, "std": std, "thumb": thumb if thumb is not None else bytes([i * 10 % 256] * 4).hex()}
+
+
+def test_gate_reasons_and_quarantine_schema():
+    cfg = load_config()
+    g = cfg["frames"]["gate"]
+    ft = pl.DataFrame([
+        _frow("u", 1), _frow("u", 2), _frow("u", 3),
+        _frow("u", 4, mean=g["black_max_mean"] - 1),
+        _frow("u", 5, std=0.5),
+        _frow("u", 6, sha="same"), _frow("u", 7, sha="same"),
+        _frow("u", 8, thumb="10101010"), _frow("u", 9, thumb="10101011"),
+        _frow("u", 10, status="error", reason="cannot read frames: boom"),
+    ], schema=FRAME_TABLE_SCHEMA)
+    items = pl.DataFrame({
+        "candidate_key": ["ok", "black", "flat", "frozen", "near", "near_T6", "unreadable", "absent"],
+        "source": ["src"] * 8, "unit_id": ["u"] * 8, "camera": ["cam"] * 8,
+        "task_id": ["T1", "T1", "T1", "T8", "T3", "T6", "T1", "T1"],
+        "frame_indices": [[1, 2, 3], [1, 4], [5], [6, 7, 1], [8, 9], [8, 9], [1, 10], [11]],
+    })
+    kept, q = gate_mod.gate_items(items, ft, cfg)
+    assert kept["candidate_key"].to_list() == ["ok", "near_T6"]
+    assert q.schema == pl.from_arrow(QUARANTINE_SCHEMA.empty_table()).schema
+    assert set(q["stage"]) == {"frames"} and q["file"].null_count() == q.height
+    reasons = dict(zip([r.split(":")[0] for r in q["reason"]], q["reason"]))
+    assert "black frame 4" in reasons["black"]
+    assert "flat frame 5" in reasons["flat"]
+    assert "identical frames 6 and 7" in reasons["frozen"]
+    assert "near-identical frames 8 and 9" in reasons["near"]
+    assert "unreadable frame 10 (cannot read frames: boom)" in reasons["unreadable"]
+    assert "unreadable frame 11 (not extracted)" in reasons["absent"]
+    assert kept.columns == items.columns
+    # an empty item table passes through
+    k0, q0 = gate_mod.gate_items(items.head(0), ft, cfg["frames"])
+    assert k0.height == 0 and q0.height == 0

@@ -1,0 +1,317 @@
+"""Label rules on hand-made signals, and compute_labels on hand-made IR (tables, thresholds from config only)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline import labels as L
+from pipeline.config import load_config
+from test_families import synthetic_ir
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config()
+
+
+# ------------------------------------------------------------------------------------------ small rules
+
+
+def test_derive_speed_constant_velocity():
+    t = np.arange(10) / 10.0
+    pos = np.c_[np.arange(10) * 0.3, np.arange(10) * 0.4, np.full(10, np.nan)]  # 0.5 units per 0.1 s; z missing
+    v = L.derive_speed(t, pos)
+    assert np.allclose(v, 5.0)
+
+
+def test_smoothing_and_windows():
+    x = np.array([0.0, 0, 10, 0, 0])
+    assert np.allclose(L.box(x, 3), [0, 10 / 3, 10 / 3, 10 / 3, 0])
+    e = L.ema(np.array([1.0, 1, 1, 3]), 3)  # alpha 0.5
+    assert np.allclose(e, [1, 1, 1, 2])
+    assert L.smooth(x, "none", 9) is not x and np.array_equal(L.smooth(x, "none", 9), x)
+    w = L.window_mean(np.arange(10.0), [-2, 0, 2])
+    assert np.isnan(w[0]) and np.isnan(w[1]) and w[5] == 5.0 and np.isnan(w[8])
+
+
+def test_hysteresis():
+    x = np.array([0, 3, 2, 1.6, 1.4, 2, 3, 0.5])
+    assert L.hysteresis(x, high=2.5, low=1.5).tolist() == [False, True, True, True, False, False, True, False]
+    assert L.hysteresis(np.array([np.nan, 3, np.nan]), 2.5, 1.5).tolist() == [False, True, True]
+
+
+def _effort(n=120, drop=(40, 70), depth=0.5, seed=0):
+    e = 1.0 + np.random.default_rng(seed).normal(0, 0.01, n)
+    e[drop[0]:drop[1]] -= depth
+    return e
+
+
+def test_effort_contact_detected_and_released(cfg):
+    spec = cfg["labels"]["contact"]["gm100"]
+    ev = L.detect_effort_contacts(_effort(), **spec)
+    assert ev == [(40, 70)]
+    m = L.events_to_mask(120, ev)
+    assert m[40:70].all() and not m[:40].any() and not m[70:].any()
+
+
+def test_effort_short_dip_is_not_contact(cfg):
+    spec = cfg["labels"]["contact"]["gm100"]
+    assert L.detect_effort_contacts(_effort(drop=(40, 43)), **spec) == []  # 3 < min_persist_frames (5)
+    # two separate contacts
+    e = _effort(n=200)
+    e[120:150] -= 0.5
+    assert L.detect_effort_contacts(e, **spec) == [(40, 70), (120, 150)]
+
+
+def test_effort_contact_never_released_lasts_to_end():
+    e = np.r_[np.full(50, 1.0) + np.random.default_rng(1).normal(0, 0.01, 50), np.full(30, 0.3), np.full(20, 1.0)]
+    e[60:] = 0.3  # never back within 2 sigma of the tail median? tail is 0.3 itself -> baseline low: no drop below
+    assert L.detect_effort_contacts(e, head_ratio=0.1, tail_ratio=0.1) == []
+    e2 = np.r_[np.full(60, 1.0), np.full(40, 0.2)]
+    e2[:60] += np.random.default_rng(2).normal(0, 0.01, 60)
+    # baseline (median of the last 10 %) is 0.2: effort never falls below it -> no contact at all
+    assert L.detect_effort_contacts(e2) == []
+    e3 = np.r_[np.full(60, 1.0), np.full(30, 0.2), np.full(10, 1.0)]
+    e3[:60] += np.random.default_rng(3).normal(0, 0.01, 60)
+    assert L.detect_effort_contacts(e3) == [(60, 90)]
+
+
+def test_flat_effort_gives_no_contact():
+    assert L.detect_effort_contacts(np.ones(50), min_effort_range=0.0) == []
+
+
+def test_force_contact_with_hysteresis(cfg):
+    spec = cfg["labels"]["contact"]["rh20t"]
+    f = np.r_[np.full(30, 0.2), np.full(30, 8.0), np.full(30, 0.2)]
+    m, meta = L.force_contact_mask(f, **spec)
+    assert m[45:62].all() and not m[:30].any() and not m[80:].any()  # EMA lag: on late, off late
+    assert meta["force_hi"] >= spec["hi_floor"]
+    spike = np.r_[np.full(30, 0.2), np.full(3, 9.0), np.full(30, 0.2)]
+    assert not L.force_contact_mask(spike, **{**spec, "ema_span": 1})[0].any()  # shorter than min_run_frames
+    assert not L.force_contact_mask(np.r_[np.full(30, 0.2), [4.0], np.full(30, 0.2)], **spec)[0].any()  # floor
+
+
+def test_gripper_hold(cfg):
+    g = cfg["labels"]["contact"]["rh20t"]["gripper"]
+    w = np.r_[np.full(40, 90.0), np.full(30, 40.0), np.full(20, 90.0), np.full(10, 2.0)]
+    m = L.gripper_hold_mask(w, **g)
+    assert m[40:70].all() and not m[:40].any() and not m[90:].any()  # fully closed (empty) is not holding
+
+
+def test_primitive_contact(cfg):
+    nc = cfg["labels"]["contact"]["reassemble"]["no_contact_labels"]
+    assert L.primitive_contact("Approach", nc) is False
+    assert L.primitive_contact("Grasp", nc) is True
+    assert L.primitive_contact("No action.", nc) is False
+    assert L.primitive_contact("", nc) is None
+
+
+def test_phase_from_contacts():
+    n = 100
+    v = np.zeros(n)
+    v[10:30] = 1.0            # approach before the contact
+    v[45:60] = 1.0            # carry, then slow again -> transfer
+    ph = L.phase_from_contacts(n, [(30, 80)], v, low_velocity=0.3, contact_window=5)
+    names = [["pre-approach", "approach", "contact", "hold and carry", "transfer", "release"][c] for c in ph]
+    assert names[5] == "pre-approach" and names[20] == "approach"
+    assert names[30] == names[34] == "contact" and names[35] == "hold and carry"
+    assert names[50] == "hold and carry" and names[65] == "transfer" and names[79] == "transfer"
+    assert names[80] == names[99] == "release"
+
+
+def test_phase_without_contacts_velocity_only():
+    v = np.r_[np.zeros(10), np.ones(20), np.zeros(10)]
+    ph = L.phase_from_contacts(40, [], v, low_velocity=0.3, contact_window=5)
+    assert ph[5] == 0 and ph[15] == 1 and ph[35] == 5
+
+
+def test_phase_from_primitive(cfg):
+    mp = cfg["labels"]["phase"]["reassemble"]["map"]
+    assert L.phase_from_primitive("Approach", "Pick round peg 1.", mp) == "approach"
+    assert L.phase_from_primitive("Approach", "Insert USB.", mp) == "transfer"
+    assert L.phase_from_primitive("Grasp", "Pick BNC.", mp) == "contact"
+    assert L.phase_from_primitive("Lift", "Pick BNC.", mp) == "hold and carry"
+    assert L.phase_from_primitive("Release", "Place BNC.", mp) == "release"
+    assert L.phase_from_primitive("Wiggle", "Place BNC.", mp) is None
+
+
+def test_motion_thresholds_and_classes():
+    assert L.motion_thresholds([0.0, 1.0], {"mode": "absolute", "stationary": 0.2, "moving": 0.8}) == (0.2, 0.8)
+    s = np.r_[np.zeros(50), np.ones(50)]
+    lo, hi = L.motion_thresholds(s, {"mode": "quantile", "stationary_q": 0.25, "stationary_floor": 0.01,
+                                     "moving_q": 0.75, "moving_floor": 0.08})
+    assert lo == 0.01 and hi == 1.0
+    got = L.classify_motion(np.array([0.1, 0.5, 0.9, np.nan]), 0.2, 0.8).tolist()
+    assert got == ["stationary", None, "moving", None]
+    assert L.classify_motion(0.9, 0.2, 0.8) == "moving"
+
+
+GM_MAP = {"left": {"axis": "pos_x", "sign": 1}, "right": {"axis": "pos_x", "sign": -1},
+          "up": {"axis": "pos_y", "sign": -1}, "down": {"axis": "pos_y", "sign": 1}}
+
+
+def _dirs(px, py, mapping=GM_MAP, **kw):
+    args = dict(min_delta=0.01, purity_ratio=1.35, consistent=True, consistency_tolerance=0.25)
+    args.update(kw)
+    return L.direction_labels({"pos_x": np.asarray(px, float), "pos_y": np.asarray(py, float)}, [-10, -5, 0, 5],
+                              mapping, **args)
+
+
+def test_direction_mapping_and_purity():
+    n = 40
+    lab, mag, pur = _dirs(np.linspace(0, 0.4, n), np.zeros(n))          # +x -> "left" of the scene (GM-100)
+    assert lab[20] == "left" and np.isclose(mag[20], 0.4 / 39 * 15) and lab[0] is None and lab[39] is None
+    lab, _, _ = _dirs(np.zeros(n), np.linspace(0, -0.4, n))             # -y -> up
+    assert lab[20] == "up"
+    lab, _, _ = _dirs(np.linspace(0, 0.4, n), np.linspace(0, 0.39, n))  # diagonal: not pure enough
+    assert lab[20] is None
+    lab, _, _ = _dirs(np.linspace(0, 0.001, n), np.zeros(n))            # below min_delta
+    assert lab[20] is None
+
+
+def test_direction_consistency_and_unmapped():
+    n = 40
+    x = np.zeros(n)
+    x[10:15] = np.linspace(0, 0.3, 5)
+    x[15:20] = np.linspace(0.3, 0.05, 5)   # out and back: net +0.1 over the window but a big step against it
+    x[20:] = 0.1
+    lab, _, _ = _dirs(x, np.zeros(n))
+    assert lab[20] is None
+    one_way = {"right": {"axis": "pos_y", "sign": -1}}  # AIST left arm: only some directions calibrated
+    lab, _, _ = _dirs(np.zeros(n), np.linspace(0, 0.4, n), mapping=one_way)  # +y is not mapped
+    assert lab[20] is None
+    lab, _, _ = _dirs(np.zeros(n), np.linspace(0, -0.4, n), mapping=one_way)
+    assert lab[20] == "right"
+
+
+def test_activity_coordination_and_arm_type():
+    on = np.r_[np.zeros(20), np.ones(40), np.zeros(20)]
+    act, _ = L.activity_mask(on, {"smooth": "none", "span": 1, "mode": "hysteresis", "high": 0.35, "low": 0.15})
+    assert act[20:60].all() and not act[:20].any()
+    q, meta = L.activity_mask(on, {"smooth": "none", "span": 1, "mode": "quantile", "q": 0.7, "floor": 0.08})
+    assert q[20:60].all() and meta["threshold"] == 1.0
+    left = np.r_[np.ones(50), np.zeros(50)].astype(bool)
+    right = np.r_[np.zeros(40), np.ones(60)].astype(bool)
+    codes = L.coordination_codes(left, right)
+    assert [L.COORD_STATES[c] for c in codes[[0, 45, 60]]] == ["left_only", "both_active", "right_only"]
+    st = L.stable_codes(codes, transition_margin=3, min_stable_run=20)
+    assert st[39] == -1 and st[45] == -1 and st[20] == 1 and st[80] == 2  # the 10-frame both_active run is too short
+    assert L.arm_type_from_activity(left, right, min_active_share=0.05, sync_overlap=0.5) == ("bimanual_sequential", "both")
+    assert L.arm_type_from_activity(left, left, min_active_share=0.05, sync_overlap=0.5) == ("bimanual_sync", "both")
+    assert L.arm_type_from_activity(np.zeros(100, bool), right, min_active_share=0.05,
+                                    sync_overlap=0.5) == ("single_right", "right")
+
+
+def test_steps_from_contact_anchors(cfg):
+    spec = cfg["labels"]["steps"]["gm100"]
+    slow = np.zeros(300)
+    # a regrasp 10 frames after the first contact (same gripper, slow in between) merges into one step
+    steps = L.steps_from_contact_anchors({"left": [(20, 60), (70, 110)]}, slow, **spec)
+    assert steps == [{"start": 20, "end": 109, "arm_pattern": "left"}]
+    # a long gap, or the other gripper, starts a new step
+    steps = L.steps_from_contact_anchors({"left": [(20, 60)], "right": [(150, 200)]}, slow, **spec)
+    assert [(s["start"], s["end"], s["arm_pattern"]) for s in steps] == [(20, 59, "left"), (150, 199, "right")]
+    fast = np.ones(300)
+    assert len(L.steps_from_contact_anchors({"left": [(20, 60), (70, 110)]}, fast, **spec)) == 2
+    assert L.steps_from_contact_anchors({"left": [(20, 30)]}, slow, **spec) == []  # shorter than min_span
+
+
+def test_steps_from_runs():
+    c = np.zeros(200, bool)
+    c[50:80] = True
+    m = np.zeros(200, bool)
+    m[30:45] = True
+    m[150:160] = True
+    s = L.steps_from_runs(c, m, contact_min_run=6, moving_min_run=8, merge_gap=20, min_span=24)
+    assert s == [{"start": 30, "end": 79, "arm_pattern": "single"}]
+
+
+def test_progress_bins(cfg):
+    bins = cfg["labels"]["progress_bins"]
+    u = L.progress_u(np.array([100, 110, 150, 135, 200]), 100, 200)
+    assert L.progress_bin(u, bins).tolist() == ["early", "early", "middle", None, "late"]
+
+
+def test_outcome_from_rating(cfg):
+    spec = cfg["labels"]["outcome"]["rh20t"]
+    assert [L.outcome_from_rating(r, **spec) for r in (9, 2, 1, 0, -1, None)] == \
+        ["success", "success", "failure", "failure", None, None]
+
+
+def test_distinct_chain_and_texts():
+    assert L.distinct_chain(["Approach", "Grasp", "Grasp", "Lift"]) == [("Approach", 0, 0), ("Grasp", 1, 2),
+                                                                        ("Lift", 3, 3)]
+    assert L.normalize_text(" Pick  round peg 1. ") == "Pick round peg 1"
+    assert L.is_no_action("No action.") and L.high_level_verb("Insert USB.") == "insert"
+
+
+# ------------------------------------------------------------------------------------------ compute_labels
+
+
+@pytest.mark.parametrize("source", ["gm100", "rh20t", "reassemble", "aist"])
+def test_compute_labels_tables(cfg, source):
+    ir = synthetic_ir(source, n_units=3, n_frames=600)
+    out = L.compute_labels(source, ir, cfg)
+    assert set(out) == set(L.TABLE_SCHEMAS)
+    for name, df in out.items():
+        assert dict(df.schema) == L.TABLE_SCHEMAS[name], name
+    n_units = ir["units"].height
+    assert out["units"].height == n_units
+    assert out["frames"].height == n_units * 600
+    assert set(out["frames"]["phase"].drop_nulls().unique()) <= set(cfg["labels"]["phases"])
+    again = L.compute_labels(source, ir, cfg)
+    for name in out:
+        assert out[name].equals(again[name]), name
+
+
+def test_compute_labels_per_source_semantics(cfg):
+    gm = L.compute_labels("gm100", synthetic_ir("gm100", n_units=3, n_frames=600), cfg)
+    at = dict(zip(gm["units"]["unit_id"], gm["units"]["arm_type"]))
+    assert at["task_00003__episode_000002"] == "single_right"  # the left arm never moves
+    arms = gm["arms"].filter(pl.col("unit_id") == "task_00003__episode_000002")
+    assert arms.filter(pl.col("arm") == "left")["contact"].null_count() == 600  # idle gripper: no contact rule
+    assert arms.filter(pl.col("arm") == "right")["contact"].sum() > 0
+    assert gm["frames"]["coord"].drop_nulls().n_unique() >= 3
+    assert gm["steps"].height > 0 and set(gm["steps"]["kind"]) == {"contact_step"}
+
+    rh = L.compute_labels("rh20t", synthetic_ir("rh20t", n_units=4, n_frames=400), cfg)
+    assert rh["units"].sort("unit_id")["outcome"].to_list() == ["success", "failure", "success", None]
+    assert rh["units"]["arm_type"].unique().to_list() == ["single_arm"]
+
+    ra = L.compute_labels("reassemble", synthetic_ir("reassemble", n_units=2, n_frames=1200), cfg)
+    assert ra["segments"].height > 0 and ra["primitives"].height > 0
+    p = ra["primitives"].row(0, named=True)
+    assert p["text"] == "Approach" and p["contact"] is False and p["next_text"] is not None
+    fr = ra["frames"].join(ra["arms"].select("unit_id", "frame_index", "contact"), on=["unit_id", "frame_index"])
+    na = ra["segments"].filter(pl.col("no_action")).row(0, named=True)
+    inside = fr.filter((pl.col("unit_id") == na["unit_id"]) & pl.col("frame_index").is_between(na["start_frame"],
+                                                                                                 na["end_frame"]))
+    assert set(inside["phase"]) == {"pre-approach"} and set(inside["contact"]) == {False}
+    assert set(ra["steps"]["success"]) == {True}  # T5 steps: successful high-level segments only
+    chains = ra["segments"].filter(~pl.col("no_action"))["chain"].to_list()
+    assert all(all(a != b for a, b in zip(c, c[1:])) for c in chains)  # distinct consecutive
+
+    ai = L.compute_labels("aist", synthetic_ir("aist", n_units=2, n_frames=1000), cfg)
+    assert ai["units"]["arm_type"].null_count() == 2
+    assert ai["arms"]["contact"].null_count() == ai["arms"].height
+    assert ai["arms"].filter(pl.col("arm") == "left")["direction"].drop_nulls().n_unique() >= 1
+
+
+def test_thresholds_come_from_config(cfg):
+    ir = synthetic_ir("rh20t", n_units=2, n_frames=400)
+    base = L.compute_labels("rh20t", ir, cfg)["frames"]["motion"].value_counts().sort("motion")
+    c2 = copy.deepcopy(cfg)
+    c2["labels"]["motion"]["rh20t"] = {"mode": "absolute", "stationary": 1e9, "moving": 2e9}
+    m2 = L.compute_labels("rh20t", ir, c2)["frames"]["motion"]
+    assert set(m2.drop_nulls()) == {"stationary"} and not base.equals(m2.value_counts().sort("motion"))
+
+
+def test_no_signals_still_gives_frames(cfg):
+    ir = synthetic_ir("aist", n_units=1, n_frames=200)
+    ir["signals"] = ir["signals"].clear()
+    out = L.compute_labels("aist", ir, cfg)
+    assert out["frames"].height == 200 and out["arms"].height == 0

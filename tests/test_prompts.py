@@ -1,0 +1,91 @@
+"""The prompt protocol: exact prompt text (standard, T8, T9, release rows), SFT target, task vocabulary and the
+generated prompt_templates.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import prompts as P
+from pipeline.config import load_config
+
+CFG = load_config()
+
+TAIL = ("Choose exactly one option label.\n\nOutput protocol:\n"
+        "- You may include brief reasoning before the final answer.\n"
+        "- The final line must be exactly: <ANSWER>A</ANSWER>\n"
+        "- Do not output anything after </ANSWER>.")
+
+
+def test_standard_prompt_exact():
+    row = {"task_id": "T2", "question": "Is the end effector currently in contact with anything?",
+           "choices": ["No — no contact", "Yes — contact established"]}
+    assert P.format_prompt(row, CFG) == (
+        "Is the end effector currently in contact with anything?\n\n"
+        "A: No — no contact\nB: Yes — contact established\n\n" + TAIL)
+
+
+def test_release_row_form_matches_items_form():
+    item = {"task_id": "T1", "question": "Which phase best describes the current robot manipulation state?",
+            "choices": ["approach", "contact", "release", "transfer"]}
+    row = {"task_id": "T1", "question": item["question"], "choice_A": "approach", "choice_B": "contact",
+           "choice_C": "release", "choice_D": "transfer", "choice_E": None, "choice_F": None}
+    assert P.format_prompt(row, CFG) == P.format_prompt(item, CFG)
+    assert "D: transfer\n\nChoose exactly one option label." in P.format_prompt(row, CFG)
+
+
+def test_t8_and_t9_headers():
+    t8 = P.format_prompt({"task_id": "T8", "question": "Order these three frames from earliest to latest in the "
+                          "manipulation sequence.", "choices": ["XYZ", "XZY", "YXZ", "YZX", "ZXY", "ZYX"]}, CFG)
+    assert t8.startswith("You are shown 3 frames from a robot manipulation task.\n"
+                         "The frames are labeled X, Y, Z (these labels are arbitrary identifiers, not positional, "
+                         "and not time-ordered).\n")
+    assert "\n\nOrder these three frames from earliest to latest in the manipulation sequence.\n\nA: XYZ\n" in t8
+    assert "F: ZYX\n\n" + TAIL in t8
+    t9 = P.format_prompt({"task_id": "T9", "question": "Which labeled panel happened earlier in the real "
+                          "manipulation sequence, X or Y?", "choices": ["X", "Y"]}, CFG)
+    assert t9 == ("A single comparison image shows two labeled robot-manipulation panels from the same episode.\n"
+                  "The left-right placement of the panels and the labels are arbitrary identifiers and do not "
+                  "indicate temporal order.\n\n"
+                  "Which labeled panel happened earlier in the real manipulation sequence, X or Y?\n\n"
+                  "A: X\nB: Y\n\n" + TAIL)
+
+
+def test_sft_target():
+    assert P.sft_target("C") == "<ANSWER>C</ANSWER>"
+    with pytest.raises(ValueError):
+        P.sft_target("XYZ")
+
+
+def test_too_few_options_rejected():
+    with pytest.raises(ValueError):
+        P.format_prompt({"task_id": "T1", "question": "q", "choices": ["a"]}, CFG)
+
+
+def test_task_vocabulary():
+    names = P.task_names(CFG)
+    assert list(names) == [f"T{i}" for i in range(1, 13)]
+    assert names["T9"] == "Temporal Priority Prediction" and names["T12"] == "Primitive Chain Restoration"
+    assert P.legacy_aliases(CFG) == {"T5": ["T_progress"], "T8": ["T_temporal"], "T9": ["T_binary", "T9"]}
+    assert P.legacy_alias(CFG, "T9", "aist") == "T9" and P.legacy_alias(CFG, "T9", "gm100") == "T_binary"
+    assert P.legacy_alias(CFG, "T1", "gm100") == "T1"
+    assert P.name_aliases(CFG)["T10"] == ["Current Primitive Action Recognition"]
+    for alias, t in (("T_progress", "T5"), ("T_temporal", "T8"), ("T_binary", "T9"), ("temporal precedence", "T9"),
+                     ("Phase Recognition", "T1"), ("T11", "T11")):
+        assert P.resolve_task_id(alias, CFG) == t
+    with pytest.raises(KeyError):
+        P.resolve_task_id("T13", CFG)
+
+
+def test_prompt_templates_markdown():
+    md = P.prompt_templates_markdown(CFG)
+    assert md == P.prompt_templates_markdown(load_config())  # deterministic
+    assert md.endswith("\n") and not md.endswith("\n\n")
+    for t, tc in CFG["tasks"].items():
+        assert f"## {t} — {tc['task_name']}" in md
+        for q in (tc["question"].values() if isinstance(tc["question"], dict) else [tc["question"]]):
+            assert q in md, (t, q)
+    assert "toward the left side of the scene" in md and "Yes — contact established" in md
+    assert "XYZ, XZY, YXZ, YZX, ZXY, ZYX" in md
+    assert "<ANSWER>A</ANSWER>" in md
+    from pipeline.validate import find_path_leaks
+    assert find_path_leaks(md) == []

@@ -1,0 +1,208 @@
+"""Release validator: a valid release passes; each defect class is caught; the path-leak scanner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline import io, writers
+from pipeline.validate import find_path_leaks, validate_release
+
+try:
+    from tests.test_writers import build, make_cfg
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path
+    from test_writers import build, make_cfg
+
+FILES = make_cfg()["release"]["files"]
+
+
+@pytest.fixture()
+def release(tmp_path) -> Path:
+    build(tmp_path)
+    return tmp_path
+
+
+def _refresh(root: Path) -> None:
+    writers.write_checksums(root, make_cfg())
+
+
+def _rewrite_split(root: Path, split: str, df: pl.DataFrame) -> None:
+    io.write_parquet(root / FILES[f"{split}_parquet"], df)
+    io.write_jsonl(root / FILES[f"{split}_jsonl"], df)
+    _refresh(root)
+
+
+def _edit_json(root: Path, key: str, fn) -> None:
+    path = root / FILES[key]
+    obj = json.loads(path.read_text())
+    fn(obj)
+    io.write_json(path, obj)
+    _refresh(root)
+
+
+def _has(problems: list[str], *needles: str) -> bool:
+    return any(all(n in p for n in needles) for p in problems)
+
+
+def test_valid_release_has_no_problems(release):
+    assert validate_release(release, make_cfg()) == []
+
+
+def test_tampered_checksum(release):
+    path = release / FILES["checksums"]
+    lines = path.read_text().splitlines()
+    lines[0] = ("0" if lines[0][0] != "0" else "1") + lines[0][1:]
+    path.write_text("\n".join(lines) + "\n")
+    assert _has(validate_release(release, make_cfg()), "checksum mismatch")
+
+
+def test_file_changed_after_checksums(release):
+    with open(release / FILES["split_groups_sft"], "a") as fh:
+        fh.write("rh20t/extra\n")
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, "checksum mismatch", "split_groups_sft")
+    assert _has(problems, "split_groups_sft", "groups listed")
+
+
+def test_unlisted_file(release):
+    (release / "metadata" / "notes.txt").write_text("hello\n")
+    assert _has(validate_release(release, make_cfg()), "notes.txt is not covered")
+
+
+def test_dropped_file(release):
+    (release / FILES["task_distribution"]).unlink()
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, "missing file", "task_distribution.csv")
+    assert _has(problems, "lists metadata/task_distribution.csv, which does not exist")
+
+
+def test_leaked_group(release):
+    ev = pl.read_parquet(release / FILES["eval_parquet"])
+    sft = pl.read_parquet(release / FILES["sft_parquet"])
+    group = ev["split_group_id"][0]
+    sft = sft.with_columns(split_group_id=pl.when(pl.col("item_id") == "pb_v1_sft_000001").then(pl.lit(group))
+                           .otherwise(pl.col("split_group_id")))
+    _rewrite_split(release, "sft", sft)
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, "split_group_id values on both splits")
+
+
+def test_leaked_group_in_lists(release):
+    ev_groups = (release / FILES["split_groups_eval"]).read_text()
+    path = release / FILES["split_groups_sft"]
+    path.write_text("\n".join(sorted(set(path.read_text().split() + ev_groups.split()))) + "\n")
+    _refresh(release)
+    assert _has(validate_release(release, make_cfg()), "split group lists share")
+
+
+@pytest.mark.parametrize("where", ["document", "cell"])
+def test_path_leak(release, where):
+    if where == "document":
+        path = release / FILES["reconstruction"]
+        path.write_text(path.read_text() + "Frames were cached in /home/alice/x\n")
+        _refresh(release)
+        target = FILES["reconstruction"]
+    else:
+        ev = pl.read_parquet(release / FILES["eval_parquet"])
+        ev = ev.with_columns(question=pl.col("question") + " see /home/alice/x")
+        _rewrite_split(release, "eval", ev)
+        target = FILES["eval_parquet"]
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, target, "/home/alice/x")
+
+
+def test_mismatched_counts(release):
+    _edit_json(release, "eval_manifest", lambda m: m.update(num_items=m["num_items"] + 1))
+    _edit_json(release, "split_summary", lambda s: s["sources"]["gm100"].update(eval_groups=7))
+    path = release / FILES["task_distribution"]
+    path.write_text(path.read_text().replace("T1,Phase Recognition,4,", "T1,Phase Recognition,5,"))
+    _refresh(release)
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, "eval_manifest.json", "num_items")
+    assert _has(problems, "split_summary.json", "sources.gm100.eval_groups")
+    assert _has(problems, "task_distribution.csv", "sum of eval_n")
+
+
+def test_dropped_rows_break_counts(release):
+    ev = pl.read_parquet(release / FILES["eval_parquet"]).head(8)
+    _rewrite_split(release, "eval", ev)
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, "split_summary.json", "eval_items")
+    assert _has(problems, "eval_manifest.json", "num_items")
+    assert _has(problems, "task_distribution.csv")
+
+
+def test_parquet_jsonl_mismatch(release):
+    path = release / FILES["sft_jsonl"]
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[3])
+    row["question"] = "changed?"
+    lines[3] = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+    path.write_text("\n".join(lines) + "\n")
+    _refresh(release)
+    assert _has(validate_release(release, make_cfg()), "processdata_sft.jsonl:4", "differs")
+
+
+def test_schema_mismatch(release):
+    ev = pl.read_parquet(release / FILES["eval_parquet"]).drop("licence")
+    io.write_parquet(release / FILES["eval_parquet"], ev)
+    _refresh(release)
+    assert _has(validate_release(release, make_cfg()), "schema differs")
+
+
+@pytest.mark.parametrize("change, needle", [
+    (dict(answer=pl.lit("E")), "answer is not a letter within num_choices"),
+    (dict(sft_target=pl.lit("<ANSWER>Z</ANSWER>")), "sft_target does not match answer"),
+    (dict(choice_F=pl.lit("extra")), "choices not non-null exactly up to num_choices"),
+    (dict(item_id=pl.lit("pb_v1_eval_1")), "item_id"),
+    (dict(visual_ref=pl.lit("gm100/episode/x/camera_top/frames[000001]")), "visual_ref"),
+    (dict(task_meta_public=pl.lit(True)), "task_meta_public"),
+])
+def test_row_defects(release, change, needle):
+    ev = pl.read_parquet(release / FILES["eval_parquet"])
+    ev = ev.with_columns(**{k: pl.when(pl.col("task_id") == "T1").then(v).otherwise(pl.col(k)) for k, v in change.items()})
+    _rewrite_split(release, "eval", ev)
+    assert _has(validate_release(release, make_cfg()), needle)
+
+
+def test_wall_clock_in_summary(release):
+    _edit_json(release, "split_summary", lambda s: s.update(created_at="2026-05-01T10:00:00"))
+    assert _has(validate_release(release, make_cfg()), "created_at")
+
+
+def test_edited_schema_doc(release):
+    path = release / FILES["schema"]
+    path.write_text(path.read_text().replace("Option A.", "Option A (edited)."))
+    _refresh(release)
+    assert _has(validate_release(release, make_cfg()), "schema.md", "differs")
+
+
+# ---------------------------------------------------------------- find_path_leaks
+
+
+@pytest.mark.parametrize("text", [
+    "/home/alice/x", "see /root/.cache/a.mp4", '"file":"/tmp/pb/x.jpg"', "cd /work/main && make", "(/Users/bob/data)",
+    "C:\\Users\\bob\\x.parquet", "C:\\\\Users\\\\bob", "D:/datasets/gm100", "file:///srv/x", "~/datasets/gm100",
+    "\\\\nas\\share\\gm100", "/data/gm100-cobotmagic-lerobot", "/mnt/x",
+])
+def test_find_path_leaks_positive(text):
+    assert find_path_leaks(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "gm100/episode/task_00001__episode_000007/camera_top/frames[000122]",
+    "<ANSWER>A</ANSWER>", "A: toward the left side\nB: right", "Left/Right/Up/Down", "T_progress and/or T_binary",
+    "https://huggingface.co/datasets/ProcessBench-2026/RoboProcessBench", "splits/processbench_eval.parquet",
+    "metadata/split_groups_eval.txt", "the upstream root of each source", "1/num_choices", "Yes — contact established",
+    "gm100/rooted/x", "a/home/b", "http://example.org/data/x",
+])
+def test_find_path_leaks_negative(text):
+    assert find_path_leaks(text) == [], text
+
+
+def test_find_path_leaks_identity_tokens():
+    assert find_path_leaks("built by alice on lab-gpu-7", extra_tokens=["lab-gpu-7"]) == ["user/host name 'lab-gpu-7'"]
+    assert find_path_leaks("alicea", extra_tokens=["alice"]) == []

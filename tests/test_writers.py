@@ -1,0 +1,377 @@
+"""Release writers: schema, rows, deterministic bytes, parquet == jsonl, metadata and baselines (hand-made tables)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+import yaml
+
+from pipeline import schema, writers
+from pipeline.io import compact_json
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+PHASES = ["pre-approach", "approach", "contact", "release"]
+PERMS = ["".join(p) for p in itertools.permutations("XYZ")]
+# Public names (release-and-peers.md §D.2); the build reads them from configs/tasks/T*.yaml.
+TASK_NAMES = {"T1": "Phase Recognition", "T2": "Contact Detection", "T3": "Motion Direction Prediction",
+              "T8": "Temporal Ordering", "T9": "Temporal Priority Prediction", "T10": "Current Primitive Recognition"}
+
+
+# ---------------------------------------------------------------- hand-made inputs (also used by test_validate.py)
+
+
+def make_cfg() -> dict:
+    release = yaml.safe_load((CONFIG_DIR / "release.yaml").read_text())["release"]
+    sources = yaml.safe_load((CONFIG_DIR / "sources.yaml").read_text())["sources"]
+    return {
+        "build": {"release_seed": 42, "sources": ["gm100", "rh20t", "reassemble", "aist"]},
+        "sources": {s: {"name": d["name"], "unit_type": d["unit_type"]} for s, d in sources.items()},
+        "release": release,
+        "tasks": {t: {"task_name": n} for t, n in TASK_NAMES.items()},
+        "split": {"eval_ratio": 0.15},
+    }
+
+
+def make_units() -> pl.DataFrame:
+    rows = []
+    for e in range(4):
+        rows.append({"source": "gm100", "unit_id": f"task_00001__episode_{e:06d}", "unit_type": "episode",
+                     "task_id": "task_00001", "licence": "unknown", "language": "pick up the cup" if e % 2 else None})
+    for r in range(3):
+        rows.append({"source": "rh20t", "unit_id": f"task_0001_user_0001_scene_000{r + 1}_cfg_0002",
+                     "unit_type": "recording", "task_id": "task_0001",
+                     "licence": "CC BY-SA 4.0" if r < 2 else "CC BY-NC 4.0", "language": "push the block"})
+    return pl.DataFrame(rows)
+
+
+def _h(*parts) -> str:
+    return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
+
+
+def _item(source, unit, task, anchor, frames, true_text, options, answer_pos, *, legacy=None, input_type="single_frame",
+          labels=None, spec=None, n_images=None, question="Q?"):
+    choices = [o for o in options if o != true_text]
+    choices.insert(answer_pos, true_text)
+    key = f"{task}|{source}|{unit}|f{anchor}|{'-'.join(map(str, frames))}"
+    return {
+        "candidate_key": key,
+        "source": source,
+        "unit_id": unit,
+        "task_id": task,
+        "task_type_legacy": legacy or task,
+        "input_type": input_type,
+        "camera": "camera_top" if source == "gm100" else "036422060215",
+        "question": question,
+        "answer_text": true_text,
+        "distractors": [c for c in choices if c != true_text],
+        "num_choices": len(choices),
+        "frame_indices": frames,
+        "display_labels": labels,
+        "render_spec_json": spec,
+        "anchor_frame": anchor,
+        "arm_type": "single_right" if source == "gm100" else "single_arm",
+        "label_meta_json": "{}",
+        "item_key": _h("item", key)[:16],
+        "choices": choices,
+        "answer": "ABCDEF"[answer_pos],
+        "image_hashes_json": json.dumps([_h(key, i) for i in range(n_images or len(frames))]),
+    }
+
+
+def make_items() -> pl.DataFrame:
+    """~40 items over gm100 (4 episodes) and rh20t (3 recordings); unit 0 of each source is eval."""
+    units = make_units()
+    rows = []
+    k = 0
+    for u in units.iter_rows(named=True):
+        src, uid = u["source"], u["unit_id"]
+        for a in (40, 10):  # anchors deliberately out of order
+            rows.append(_item(src, uid, "T1", a, [a], PHASES[k % 4], PHASES, k % 4,
+                              question="Which phase best describes the current robot manipulation state?"))
+            k += 1
+        rows.append(_item(src, uid, "T2", 20, [20], "Yes — contact established",
+                          ["Yes — contact established", "No — no contact"], k % 2))
+        k += 1
+        frames = [30, 5, 17]
+        spec8 = compact_json({"version": 1, "kind": "labelled_frames", "labels": ["X", "Y", "Z"],
+                              "frame_indices": frames, "size": None})
+        rows.append(_item(src, uid, "T8", 5, frames, "YZX", PERMS, k % 6, legacy="T_temporal",
+                          input_type="labelled_frames", labels=["X", "Y", "Z"], spec=spec8))
+        k += 1
+        spec9 = compact_json({"version": 1, "kind": "panels", "labels": ["X", "Y"], "frame_indices": [50, 12],
+                              "size": [320, 240], "gap": 8})
+        rows.append(_item(src, uid, "T9", 12, [50, 12], "Y", ["X", "Y"], k % 2, legacy="T_binary",
+                          input_type="panel_composite", labels=["X", "Y"], spec=spec9, n_images=1))
+        k += 1
+    items = pl.DataFrame(rows)
+    eval_units = {"task_00001__episode_000000", "task_0001_user_0001_scene_0001_cfg_0002"}
+    return items.with_columns(
+        split=pl.when(pl.col("unit_id").is_in(list(eval_units))).then(pl.lit("eval")).otherwise(pl.lit("sft")),
+        split_group_id=pl.concat_str([pl.col("source"), pl.col("unit_id")], separator="/"),
+    )
+
+
+DOCUMENTS = {"prompt_templates": "# Prompt templates\n\n{question}\n\nA: {choice_A}\n\n<ANSWER>A</ANSWER>\n",
+             "reconstruction": "# Reconstruction\n\nUse reconstruction_key_json with the upstream data.\n"}
+
+
+def build(out_dir: Path, cfg=None, items=None, summary=None):
+    cfg = cfg or make_cfg()
+    ev, sft = writers.release_tables(make_items() if items is None else items, make_units(), cfg)
+    result = writers.write_release(ev, sft, summary or {"eval_ratio": 0.15}, cfg, out_dir, DOCUMENTS)
+    return ev, sft, result
+
+
+# ---------------------------------------------------------------- schema
+
+
+EXPECTED_COLUMNS = [
+    "item_id", "split", "source", "source_slug", "source_task_id", "source_unit_type", "source_unit_id", "task_id",
+    "task_name", "task_type_legacy", "input_type", "question", "choice_A", "choice_B", "choice_C", "choice_D",
+    "choice_E", "choice_F", "answer", "answer_text", "num_choices", "num_frames", "frame_indices_json",
+    "display_labels_json", "camera", "arm_type", "visual_ref", "source_episode_ref", "reconstruction_key_json",
+    "task_meta_in_source", "task_meta_public", "split_version", "split_group_id", "builder_version", "prompt_version",
+    "sft_target", "licence", "render_spec_json", "image_hashes_json", "eval_level",
+]
+
+
+def test_schema_order_and_types():
+    assert list(schema.COLUMN_NAMES) == EXPECTED_COLUMNS
+    assert schema.RELEASE_SCHEMA.names == EXPECTED_COLUMNS
+    types = {f.name: f.type for f in schema.RELEASE_SCHEMA}
+    assert types["num_choices"] == pa.int64() and types["num_frames"] == pa.int64()
+    assert types["task_meta_in_source"] == pa.bool_() and types["task_meta_public"] == pa.bool_()
+    assert all(types[c] == pa.string() for c in EXPECTED_COLUMNS
+               if c not in ("num_choices", "num_frames", "task_meta_in_source", "task_meta_public"))
+    nullable = {f.name for f in schema.RELEASE_SCHEMA if f.nullable}
+    assert nullable == {"choice_C", "choice_D", "choice_E", "choice_F", "display_labels_json", "arm_type",
+                        "render_spec_json", "image_hashes_json", "eval_level"}
+    assert list(schema.polars_schema()) == EXPECTED_COLUMNS
+    assert set(schema.DESCRIPTIONS) == set(EXPECTED_COLUMNS) and all(schema.DESCRIPTIONS.values())
+
+
+def test_reference_strings():
+    assert schema.visual_ref("gm100", "episode", "task_00001__episode_000007", "camera_top", [122]) == \
+        "gm100/episode/task_00001__episode_000007/camera_top/frames[000122]"
+    assert schema.visual_ref("aist", "recording", "task_004_episode_3", "cam_high", [5, 1234567]) == \
+        "aist/recording/task_004_episode_3/cam_high/frames[000005,1234567]"
+    assert schema.source_episode_ref("gm100", "episode", "u") == "gm100/episode/u"
+    key = json.loads(schema.reconstruction_key_json("rh20t", "task_0001", "recording", "r1", "cam", [3, 1]))
+    assert key == {"source": "rh20t", "source_task_id": "task_0001", "source_unit_type": "recording",
+                   "source_unit_id": "r1", "camera": "cam", "frame_indices": [3, 1]}
+
+
+# ---------------------------------------------------------------- release tables
+
+
+def test_release_tables_rows():
+    cfg = make_cfg()
+    items = make_items()
+    ev, sft = writers.release_tables(items, make_units(), cfg)
+    assert ev.height + sft.height == items.height
+    assert ev.height == 10 and sft.height == 25
+    assert ev["item_id"].to_list() == [f"pb_v1_eval_{n:06d}" for n in range(1, 11)]
+    assert sft["item_id"].to_list()[0] == "pb_v1_sft_000001"
+    # sort: source order, task number, unit, anchor
+    assert ev["source_slug"].to_list() == ["gm100"] * 5 + ["rh20t"] * 5
+    assert ev["task_id"].to_list()[:5] == ["T1", "T1", "T2", "T8", "T9"]
+    first = ev.row(0, named=True)
+    assert first["frame_indices_json"] == "[10]"  # anchor 10 sorts before anchor 40
+    assert first["source"] == "GM-100" and first["source_unit_type"] == "episode"
+    assert first["source_task_id"] == "task_00001" and first["licence"] == "unknown"
+    assert first["visual_ref"] == "gm100/episode/task_00001__episode_000000/camera_top/frames[000010]"
+    assert first["source_episode_ref"] == "gm100/episode/task_00001__episode_000000"
+    assert json.loads(first["reconstruction_key_json"])["frame_indices"] == [10]
+    assert first["task_name"] == "Phase Recognition" and first["task_meta_public"] is False
+    assert first["task_meta_in_source"] is False  # episode 0 has no language
+    assert first["sft_target"] == f"<ANSWER>{first['answer']}</ANSWER>"
+    assert first["choice_E"] is None and first["choice_F"] is None and first["num_frames"] == 1
+    assert first["builder_version"] == cfg["release"]["builder_version"]
+    assert first["eval_level"] is None
+    t8 = ev.filter(pl.col("task_id") == "T8").row(0, named=True)
+    assert t8["num_choices"] == 6 and t8["choice_F"] is not None and t8["display_labels_json"] == '["X","Y","Z"]'
+    assert t8["frame_indices_json"] == "[30,5,17]" and t8["task_type_legacy"] == "T_temporal"
+    assert t8["visual_ref"].endswith("/frames[000030,000005,000017]")
+    assert t8[f"choice_{t8['answer']}"] == t8["answer_text"] == "YZX"
+    t9 = sft.filter(pl.col("task_id") == "T9").row(0, named=True)
+    assert t9["task_name"] == "Temporal Priority Prediction" and len(json.loads(t9["image_hashes_json"])) == 1
+    assert sft.filter(pl.col("source_slug") == "rh20t")["task_meta_in_source"].all()
+
+
+def test_release_tables_independent_of_input_order():
+    cfg = make_cfg()
+    items = make_items()
+    a = writers.release_tables(items, make_units(), cfg)
+    b = writers.release_tables(items.reverse(), make_units().reverse(), cfg)
+    assert a[0].equals(b[0]) and a[1].equals(b[1])
+
+
+def test_eval_level_is_carried():
+    items = make_items().with_columns(eval_level=pl.when(pl.col("split") == "eval").then(pl.lit("L1")))
+    ev, sft = writers.release_tables(items, make_units(), make_cfg())
+    assert set(ev["eval_level"].to_list()) == {"L1"} and sft["eval_level"].null_count() == sft.height
+
+
+def test_task_names_one_place():
+    cfg = make_cfg()
+    cfg["tasks"] = {"T1": {"task_name": "Phase Recognition"}, "T2": {}}
+    cfg["release"]["task_names"] = {"T2": "Contact Detection"}  # fallback for a task file without a name
+    assert writers.task_names(cfg) == {"T1": "Phase Recognition", "T2": "Contact Detection"}
+    cfg["release"]["task_names"]["T1"] = "Phase Classification"
+    with pytest.raises(ValueError, match="keep one"):
+        writers.task_names(cfg)
+
+
+def test_real_configs_name_every_task():
+    from pipeline.config import load_config
+
+    cfg = load_config()
+    names = writers.task_names(cfg)
+    assert list(names) == [f"T{i}" for i in range(1, 13)] and all(names.values())
+    assert writers.file_names(cfg) == make_cfg()["release"]["files"]
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda d: d.with_columns(unit_id=pl.lit("nope")), "not in the units table"),
+    (lambda d: d.with_columns(answer_text=pl.lit("something else")), "answer_text"),
+    (lambda d: d.with_columns(split_group_id=pl.lit("one-group")), "both splits"),
+    (lambda d: d.with_columns(source=pl.lit("unknown_src")), "not configured"),
+    (lambda d: d.drop("image_hashes_json"), "lacks columns"),
+    (lambda d: d.with_columns(answer=pl.lit("F")), "answer"),
+])
+def test_release_tables_rejects_contract_violations(mutate, match):
+    with pytest.raises(ValueError, match=match):
+        writers.release_tables(mutate(make_items()), make_units(), make_cfg())
+
+
+# ---------------------------------------------------------------- the release folder
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_write_release_layout_and_deterministic_bytes(tmp_path):
+    cfg = make_cfg()
+    _, _, result = build(tmp_path / "a")
+    build(tmp_path / "b")
+    a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
+    assert a == b
+    assert sorted(a) == sorted(cfg["release"]["files"].values())
+    build(tmp_path / "a")  # rewriting in place changes nothing
+    assert _tree(tmp_path / "a") == a
+    assert result["eval_items"] == 10 and result["sft_items"] == 25
+    assert result["eval_groups"] == 2 and result["sft_groups"] == 5
+    assert sorted(result["files"]) == sorted(set(a) - {"checksums.sha256"})
+
+
+def test_parquet_and_jsonl_hold_identical_rows(tmp_path):
+    ev, sft, _ = build(tmp_path)
+    files = make_cfg()["release"]["files"]
+    for split, df in (("eval", ev), ("sft", sft)):
+        pq_df = pl.read_parquet(tmp_path / files[f"{split}_parquet"])
+        jl_df = pl.read_ndjson(tmp_path / files[f"{split}_jsonl"], schema=schema.polars_schema())
+        assert pq_df.equals(df) and jl_df.equals(pq_df)
+        first = json.loads((tmp_path / files[f"{split}_jsonl"]).read_text().splitlines()[0])
+        assert list(first) == EXPECTED_COLUMNS
+
+
+def test_checksums_are_sha256sum_compatible(tmp_path):
+    build(tmp_path)
+    lines = (tmp_path / "checksums.sha256").read_text().splitlines()
+    assert [ln.split("  ", 1)[1] for ln in lines] == sorted(ln.split("  ", 1)[1] for ln in lines)
+    assert "checksums.sha256" not in (tmp_path / "checksums.sha256").read_text()
+    if shutil.which("sha256sum"):
+        out = subprocess.run(["sha256sum", "-c", "--strict", "checksums.sha256"], cwd=tmp_path,
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_split_summary_and_manifests(tmp_path):
+    cfg = make_cfg()
+    build(tmp_path, summary={"eval_ratio": 0.15, "restarts": 8, "sources": {
+        "gm100": {"objective": 0.25, "group_unit": "(task_id, episode_id)"}, "rh20t": {"eval": 5}}})
+    meta = tmp_path / "metadata"
+    s = json.loads((meta / "split_summary.json").read_text())
+    assert s["version"] == s["split_version"] == cfg["release"]["split_version"]
+    assert s["seed"] == 42 and s["eval_ratio"] == 0.15 and s["restarts"] == 8
+    assert s["eval_items"] == 10 and s["sft_items"] == 25 and s["total_items"] == 35
+    assert s["task_aliases"] == {"T8": "T_temporal", "T9": "T_binary"}
+    g = s["sources"]["gm100"]
+    assert (g["total"], g["eval"], g["sft"], g["eval_groups"], g["sft_groups"]) == (20, 5, 15, 1, 3)
+    assert g["objective"] == 0.25 and g["name"] == "GM-100" and g["task_counts_eval"]["T1"] == 2
+    assert g["group_unit"] == "(task_id, episode_id)" and s["sources"]["rh20t"]["group_unit"] == "recording"
+    assert s["task_counts_total"] == {"T1": 14, "T2": 7, "T8": 7, "T9": 7}
+    assert "split_policy" in s and "created_at" not in s
+    m = json.loads((meta / "eval_manifest.json").read_text())
+    assert m["visual_inputs_redistributed"] is False and m["reconstruction_required"] is True
+    assert m["files"]["parquet"] == cfg["release"]["files"]["eval_parquet"]
+    assert m["release_files"] == cfg["release"]["files"] and m["hf_split"] == "test"
+    assert m["sources"]["rh20t"] == {"name": "RH20T", "num_items": 5, "num_groups": 1, "licences": ["CC BY-SA 4.0"],
+                                     "task_counts": {"T1": 2, "T2": 1, "T8": 1, "T9": 1}}
+    assert m["random_baselines"] == {"T1": 0.25, "T2": 0.5, "T8": 0.1667, "T9": 0.5}
+    sm = json.loads((meta / "sft_manifest.json").read_text())
+    assert sm["hf_split"] == "train" and sm["licences"]["rh20t"] == ["CC BY-NC 4.0", "CC BY-SA 4.0"]
+    assert "majority_baselines" not in sm
+    assert (meta / "split_groups_eval.txt").read_text() == \
+        "gm100/task_00001__episode_000000\nrh20t/task_0001_user_0001_scene_0001_cfg_0002\n"
+    assert len((meta / "split_groups_sft.txt").read_text().splitlines()) == 5
+    schema_md = (meta / "schema.md").read_text()
+    assert all(f"`{c}`" in schema_md for c in EXPECTED_COLUMNS)
+    assert (meta / "reconstruction.md").read_text() == DOCUMENTS["reconstruction"]
+
+
+@pytest.mark.parametrize("summary, match", [
+    ({"eval_items": 11}, "eval_items"),
+    ({"version": "splits_v1"}, "version"),
+    ({"created_at": "2026-01-01T00:00:00"}, "wall-clock"),
+    ({"notes": "written from /home/alice/build"}, "leak"),
+])
+def test_split_summary_refuses_conflicts_and_machine_content(tmp_path, summary, match):
+    with pytest.raises(ValueError, match=match):
+        build(tmp_path, summary=summary)
+
+
+def test_documents_must_match_configuration(tmp_path):
+    cfg = make_cfg()
+    ev, sft = writers.release_tables(make_items(), make_units(), cfg)
+    with pytest.raises(ValueError, match="missing"):
+        writers.write_release(ev, sft, {}, cfg, tmp_path, {"prompt_templates": "x"})
+    with pytest.raises(ValueError, match="unknown"):
+        writers.write_release(ev, sft, {}, cfg, tmp_path, {**DOCUMENTS, "extra": "x"})
+    with pytest.raises(ValueError, match="leak"):
+        writers.write_release(ev, sft, {}, cfg, tmp_path, {**DOCUMENTS, "reconstruction": "cd C:\\Users\\bob\\data"})
+
+
+def _table(task_rows):
+    """A minimal eval table: (task_id, num_choices, answer) triples."""
+    base = make_items().head(1)
+    ev, _ = writers.release_tables(base.with_columns(split=pl.lit("eval")), make_units(), make_cfg())
+    row = ev.row(0, named=True)
+    return pl.DataFrame([{**row, "task_id": t, "num_choices": n, "answer": a} for t, n, a in task_rows],
+                        schema=schema.polars_schema())
+
+
+def test_task_distribution_baselines():
+    cfg = make_cfg()
+    rows = [("T1", 4, a) for a in "AABCDDDA"] + [("T2", 2, a) for a in "ABB"] + [("T10", 4, "A")] + \
+           [("T3", 4, "A"), ("T3", 2, "B")]
+    ev = _table(rows)
+    text = writers.task_distribution_csv(ev, cfg)
+    assert text.splitlines() == [
+        "task_id,task_name,eval_n,num_choices,random_acc,majority_acc",
+        "T1,Phase Recognition,8,4,0.2500,0.3750",
+        "T2,Contact Detection,3,2,0.5000,0.6667",
+        "T3,Motion Direction Prediction,2,2|4,0.3750,0.5000",
+        "T10,Current Primitive Recognition,1,4,0.2500,1.0000",
+    ]
+    assert writers.majority_baselines(ev, 4) == {"T1": 0.375, "T2": 0.6667, "T3": 0.5, "T10": 1.0}
+    assert writers.random_baselines(ev, 4)["T3"] == 0.375

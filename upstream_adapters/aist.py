@@ -1,0 +1,713 @@
+"""AIST-Bimanual adapter: ALOHA-style HDF5 episodes, one zip per task, JPEG rows inside HDF5.
+
+Layout read (../shared/reference/upstream-formats.md §5):
+
+    <root>/aist_bimanual_manifest.csv          ProcessBench's manifest: task_id,task_name,taxonomy,url
+    <root>/<task_name>.zip                     the distribution: members <task_name>/episode_<N>.hdf5 (N = 0, 1, ...)
+    <root>/<task_name>/episode_<N>.hdf5        the same zip extracted into the root
+    <root>/task_XXX/<task_name>/episode_<N>.hdf5   ProcessBench's "selected20" re-layout (task id from the folder)
+
+When a task is present both extracted and as a zip, the extracted folder is read (random access without inflating).
+Zip members are read without extracting: a stored member through a seekable window on the zip file, a deflated
+member inflated into memory (or an anonymous temp file above `member_memory_limit` bytes) and opened with h5py as a
+file-like object.
+
+Task ids: real files carry no numeric task id. It comes from the selected20 folder name, else from the manifest row
+whose `task_name` matches, else from the `task_ids={task_name: task_id}` option. A root whose tasks cannot be given an
+id that way (no manifest, no option) is a SourceError; a single task missing from an existing manifest becomes an
+`unmapped_<task_name>` unit that read_unit refuses (so the ingest stage quarantines it instead of losing it).
+Likewise a task zip that cannot be opened (not a zip, truncated central directory, no episode members) or a task
+folder that escapes the root is listed as `<task_id>_unreadable`, whose read_unit raises the UnitError.
+
+Per episode (HDF5): root attrs "Task name", "taxonomy", "frame_rate" (int; absent -> 50, the ProcessBench default,
+recorded in `UnitIR.notes`); observations/qpos and observations/qvel (T, 14) in ALOHA order (left joints 0-5, left
+gripper 6, right joints 7-12, right gripper 13); observations/images/<cam> (T, L) uint8 rows of JPEG bytes zero-padded
+to L; observations/depth/<cam> and observations/sound are not read; text/prompt (bytes scalar) -> units.language.
+
+Clock: row index / frame_rate (native_ts = the row index). Row r of qpos/qvel is taken to be image row r [I].
+If qpos, qvel and the primary camera's rows differ by at most `row_mismatch_tolerance` rows, the unit is cut to the
+common prefix and a note is recorded; a larger difference is a UnitError (the row alignment cannot be trusted).
+
+Signals per arm (`left`, `right`) on every primary frame:
+  pos_x, pos_y   qpos at `left_xy` (default 0, 1 = waist, shoulder) / `right_xy` (default 7, 8). These are JOINT ANGLES
+                 (rad, ALOHA order [I]), not Cartesian positions: image directions need a calibrated per-arm mapping
+                 (ProcessBench: aist_t3_direction_mapping_cam_high.json). pos_z is null.
+  speed          ||qvel[0:6]|| (left) / ||qvel[7:13]|| (right), the joint-space speed ProcessBench used for T4/T6.
+  gripper_width  qpos[6] / qpos[13] (normalised gripper opening [I]).
+  gripper_effort, force: null (no F/T; `observations/effort` is unverified and not read).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import re
+import shutil
+import struct
+import tempfile
+import zipfile
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import cv2
+import h5py
+import numpy as np
+import pyarrow as pa
+
+from .base import check_unit_id, require_root, safe_join
+from .ir import (
+    FRAMES_SCHEMA,
+    SEGMENTS_SCHEMA,
+    SIGNALS_SCHEMA,
+    SourceError,
+    UnitError,
+    UnitIR,
+    empty,
+)
+
+log = logging.getLogger(__name__)
+
+SLUG = "aist"
+MANIFEST = "aist_bimanual_manifest.csv"
+LICENCE = "CC BY 4.0"
+DEFAULT_FRAME_RATE = 50  # ProcessBench's default when the "frame_rate" attr is absent
+IMAGES = "observations/images"
+
+_EPISODE_RE = re.compile(r"episode_(\d+)\.hdf5")
+_UNIT_RE = re.compile(r"(task_\d+)_episode_(\d+)")
+_TASK_ID_RE = re.compile(r"task_\d+")
+_SAFE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+
+
+@dataclass(frozen=True)
+class _Episode:
+    number: int
+    rel: str  # hdf5 path (folder layout) or zip path (zip layout), relative to the root
+    member: str | None = None  # zip member name
+    refused: str | None = None  # why this member is never read (unsafe name)
+
+    @property
+    def label(self) -> str:
+        """The file named in errors: the hdf5 path, or `<zip>/<member>` for a zip member."""
+        return f"{self.rel}/{self.member}" if self.member is not None else self.rel
+
+
+@dataclass
+class _Task:
+    task_name: str
+    kind: str  # zip | dir
+    rel: str  # the zip or the folder, relative to the root
+    task_id: str | None = None
+    taxonomy: str | None = None  # from the manifest (the HDF5 attr wins)
+    error: str | None = None  # set when the task's storage cannot be listed
+    episodes: dict[int, _Episode] = field(default_factory=dict)
+
+    @property
+    def sentinel(self) -> str:
+        return f"{self.task_id}_unreadable" if self.task_id else f"unmapped_{self.task_name}"
+
+
+class _Window(io.RawIOBase):
+    """A read-only, seekable view of `size` bytes at `offset` of a file: a stored zip member without extracting."""
+
+    def __init__(self, path: Path, offset: int, size: int):
+        super().__init__()
+        self._fh = open(path, "rb")
+        self._offset, self._size, self._pos = offset, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def readinto(self, buf) -> int:
+        n = max(0, min(len(buf), self._size - self._pos))
+        if n == 0:
+            return 0
+        self._fh.seek(self._offset + self._pos)
+        got = self._fh.readinto(memoryview(buf)[:n])
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        if not self.closed:
+            self._fh.close()
+        super().close()
+
+
+def _unsafe_member(name: str) -> str | None:
+    """Why a zip member name must never be used (zip-slip), or None when it is a plain relative path."""
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or "\x00" in name:
+        return "absolute"
+    if any(part == ".." for part in re.split(r"[/\\]", name)):
+        return "'..'"
+    if "\\" in name:
+        return "backslash"
+    return None
+
+
+def _text(value) -> str | None:
+    """An HDF5 attr / scalar dataset value as text (bytes, numpy bytes/str, 0-d or 1-element arrays)."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            return None
+        value = value.reshape(()).item()
+    if isinstance(value, (bytes, np.bytes_)):
+        value = bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _decode_jpeg_row(row: np.ndarray) -> np.ndarray | None:
+    data = bytes(np.asarray(row, dtype=np.uint8).tobytes()).rstrip(b"\x00")
+    if not data:
+        return None
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if img is None or img.ndim != 3:
+        return None
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def _float_array(values: np.ndarray) -> pa.Array:
+    values = np.asarray(values, dtype=np.float64)
+    return pa.array(values, type=pa.float64(), mask=~np.isfinite(values))
+
+
+class AistAdapter:
+    slug = SLUG
+    name = "AIST-Bimanual"
+    unit_type = "recording"
+
+    def __init__(self, camera: str = "cam_high", tasks: Sequence[str] | None = None,
+                 task_ids: dict[str, str] | None = None, left_xy: Sequence[int] = (0, 1),
+                 right_xy: Sequence[int] = (7, 8), row_mismatch_tolerance: int = 5,
+                 member_memory_limit: int = 512 * 1024 * 1024):
+        """
+        camera: the primary camera under observations/images (ProcessBench: cam_high).
+        tasks: task ids to keep (e.g. ["task_004"]); None keeps every task present in the root.
+        task_ids: {task_name: task_id} for tasks the manifest does not list (or when there is no manifest).
+        left_xy / right_xy: the qpos columns used as the (joint-angle) pos_x, pos_y proxies of each arm.
+        row_mismatch_tolerance: max row-count difference between qpos, qvel and the primary camera that is cut to
+            the common prefix; beyond it the unit is refused.
+        member_memory_limit: deflated zip members up to this size are inflated in memory, larger ones into an
+            anonymous temporary file.
+        """
+        self.camera = camera
+        self.tasks = None if tasks is None else [str(t) for t in tasks]
+        self.task_ids = dict(task_ids or {})
+        self.left_xy = tuple(int(i) for i in left_xy)
+        self.right_xy = tuple(int(i) for i in right_xy)
+        if len(self.left_xy) != 2 or len(self.right_xy) != 2:
+            raise ValueError("left_xy and right_xy take two qpos column indices each")
+        self.row_mismatch_tolerance = int(row_mismatch_tolerance)
+        self.member_memory_limit = int(member_memory_limit)
+        # the last member inflated in memory, so read_unit then read_frames of one unit inflate it once
+        self._inflated: tuple[tuple, bytes] | None = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_inflated"] = None
+        return state
+
+    # ------------------------------------------------------------------ discovery
+
+    def _read_manifest(self, root: Path) -> dict[str, tuple[str, str | None]] | None:
+        """task_name -> (task_id, taxonomy), or None when the root has no manifest."""
+        path = root / MANIFEST
+        if not path.is_file():
+            return None
+        try:
+            safe_join(root, MANIFEST)
+            text = path.read_text(encoding="utf-8-sig")
+        except (UnitError, OSError, UnicodeDecodeError) as exc:
+            raise SourceError(f"{SLUG}: manifest {MANIFEST} in root {root.name!r} is unreadable: "
+                              f"{getattr(exc, 'reason', type(exc).__name__)}") from None
+        rows = list(csv.reader(io.StringIO(text)))
+        if not rows or [c.strip() for c in rows[0][:2]] != ["task_id", "task_name"]:
+            raise SourceError(f"{SLUG}: manifest {MANIFEST} in root {root.name!r} does not start with the "
+                              "columns task_id,task_name,taxonomy,url")
+        out: dict[str, tuple[str, str | None]] = {}
+        for row in rows[1:]:
+            if len(row) < 2 or not row[0].strip():
+                continue
+            tid, tname = row[0].strip(), row[1].strip()
+            taxonomy = row[2].strip() if len(row) > 2 and row[2].strip() else None
+            if _TASK_ID_RE.fullmatch(tid) and tname:
+                out[tname] = (tid, taxonomy)
+        return out
+
+    def _scan(self, root: Path) -> list[_Task]:
+        """The tasks stored in the root (episodes not listed yet), with their task ids; sorted by task name."""
+        root = require_root(root, SLUG)
+        manifest = self._read_manifest(root)
+        found: dict[str, _Task] = {}
+        names = sorted(os.listdir(root))
+        if not names:
+            raise SourceError(f"{SLUG}: root {root.name!r} is empty")
+        for entry in names:
+            if entry.startswith(".") or entry == MANIFEST or entry == "__MACOSX":
+                continue
+            path = root / entry
+            if entry.lower().endswith(".zip") and not path.is_dir():
+                tname = entry[:-4]
+                found.setdefault(tname, _Task(tname, "zip", entry))
+                continue
+            if not path.is_dir():
+                continue
+            try:
+                safe_join(root, entry)
+            except UnitError as exc:
+                # a task folder symlinked out of the root: listed, never read
+                tname = entry
+                found[tname] = _Task(tname, "dir", entry, error=f"task folder {entry!r} refused: {exc.reason}")
+                if _TASK_ID_RE.fullmatch(entry):
+                    found[tname].task_id = entry
+                continue
+            if _TASK_ID_RE.fullmatch(entry):
+                # ProcessBench selected20 layout: task_XXX/<task_name>/episode_N.hdf5
+                for sub in sorted(os.listdir(path)):
+                    subrel = f"{entry}/{sub}"
+                    if sub.startswith(".") or not (path / sub).is_dir():
+                        continue
+                    task = _Task(sub, "dir", subrel, task_id=entry)
+                    try:
+                        safe_join(root, subrel)
+                    except UnitError as exc:
+                        task.error = f"task folder {subrel!r} refused: {exc.reason}"
+                    found[sub] = task
+                continue
+            try:
+                listing = os.listdir(path)
+            except OSError as exc:
+                found[entry] = _Task(entry, "dir", entry, error=f"task folder {entry!r} cannot be listed: "
+                                                                  f"{type(exc).__name__}")
+                continue
+            if any(_EPISODE_RE.fullmatch(n) for n in listing):
+                found[entry] = _Task(entry, "dir", entry)  # an extracted zip; wins over the zip itself
+        if not found:
+            raise SourceError(f"{SLUG}: root {root.name!r} holds no AIST task zips (<task_name>.zip) or task "
+                              "folders (<task_name>/episode_N.hdf5)")
+        unmapped = []
+        for tname, task in found.items():
+            m = (manifest or {}).get(tname)
+            if m and task.taxonomy is None:
+                task.taxonomy = m[1]
+            if task.task_id is None:
+                task.task_id = self.task_ids.get(tname) or (m[0] if m else None)
+            if task.task_id is None:
+                unmapped.append(tname)
+        if unmapped and manifest is None and not self.task_ids:
+            raise SourceError(f"{SLUG}: root {root.name!r} has no {MANIFEST} and no task_ids option, so the "
+                              f"task ids of {unmapped[:5]} are unknown (AIST files carry no numeric task id)")
+        tasks = [found[k] for k in sorted(found)]
+        owner: dict[str, str] = {}
+        for task in tasks:  # two task names claiming one task id: neither is trusted
+            if task.task_id is None:
+                continue
+            if task.task_id in owner:
+                for t in tasks:
+                    if t.task_id == task.task_id:
+                        t.error = (f"task id {task.task_id} is claimed by several task names "
+                                   f"({owner[task.task_id]!r}, {task.task_name!r})")
+            owner.setdefault(task.task_id, task.task_name)
+        if self.tasks is not None:
+            have = {t.task_id for t in tasks}
+            known = have | {v[0] for v in (manifest or {}).values()} | set(self.task_ids.values())
+            unknown = sorted(set(self.tasks) - known)
+            if unknown:
+                raise SourceError(f"{SLUG}: requested tasks {unknown} are neither in {MANIFEST} nor in root "
+                                  f"{root.name!r}")
+            keep = set(self.tasks)
+            tasks = [t for t in tasks if t.task_id in keep]
+            for tid in sorted(keep - have):
+                name = next((n for n, v in (manifest or {}).items() if v[0] == tid), None) or next(
+                    (n for n, v in self.task_ids.items() if v == tid), tid)
+                tasks.append(_Task(name, "zip", f"{name}.zip", task_id=tid,
+                                   error=f"task {tid} ({name}) has no zip or folder in the root"))
+        return tasks
+
+    def _list_episodes(self, root: Path, task: _Task) -> None:
+        """Fill task.episodes (or task.error) from the folder or the zip's central directory."""
+        if task.error or task.episodes:
+            return
+        if task.kind == "dir":
+            folder = safe_join(root, task.rel)
+            for fn in sorted(os.listdir(folder)):
+                m = _EPISODE_RE.fullmatch(fn)
+                if m:
+                    task.episodes.setdefault(int(m.group(1)), _Episode(int(m.group(1)), f"{task.rel}/{fn}"))
+            if not task.episodes:
+                task.error = f"task folder {task.rel!r} holds no episode_N.hdf5 files"
+            return
+        try:
+            zpath = safe_join(root, task.rel)
+        except UnitError as exc:
+            task.error = f"task zip {task.rel!r} refused: {exc.reason}"
+            return
+        try:
+            with zipfile.ZipFile(zpath) as zf:
+                infos = zf.infolist()
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+            task.error = f"task zip {task.rel!r} is not a readable zip archive: {exc}"
+            return
+        exact = re.compile(re.escape(task.task_name) + r"/episode_(\d+)\.hdf5")
+        loose = re.compile(r"(?:[^/]+/)?episode_(\d+)\.hdf5")
+        refused: dict[int, _Episode] = {}
+        ranked: dict[int, tuple[int, str]] = {}
+        for info in sorted(infos, key=lambda i: i.filename):
+            name = info.filename
+            if name.endswith("/"):
+                continue
+            why = _unsafe_member(name)
+            if why:
+                m = _EPISODE_RE.fullmatch(re.split(r"[/\\]", name)[-1])
+                if m:
+                    n = int(m.group(1))
+                    refused.setdefault(n, _Episode(n, task.rel, name, f"zip member name {name!r} is unsafe "
+                                                                       f"({why}); refused (zip-slip)"))
+                continue
+            m = exact.fullmatch(name)
+            rank = 0
+            if not m:
+                m, rank = loose.fullmatch(name), 1
+            if m:
+                n = int(m.group(1))
+                if n not in ranked or rank < ranked[n][0]:
+                    ranked[n] = (rank, name)
+        for n, (_, name) in ranked.items():
+            task.episodes[n] = _Episode(n, task.rel, name)
+        for n, ep in refused.items():
+            task.episodes.setdefault(n, ep)
+        if not task.episodes:
+            task.error = f"task zip {task.rel!r} holds no {task.task_name}/episode_N.hdf5 members"
+
+    def discover(self, root: Path) -> list[str]:
+        root = Path(root)
+        ids: list[str] = []
+        for task in self._scan(root):
+            if task.task_id is None:
+                if self.tasks is None:
+                    ids.append(task.sentinel)
+                continue
+            self._list_episodes(root, task)
+            if task.error:
+                ids.append(task.sentinel)
+            else:
+                ids.extend(f"{task.task_id}_episode_{n}" for n in task.episodes)
+        return sorted(set(ids))
+
+    # ------------------------------------------------------------------ storage
+
+    def _resolve(self, root: Path, unit_id: str) -> tuple[_Task, _Episode]:
+        check_unit_id(unit_id)
+        root = Path(root)
+        m = _UNIT_RE.fullmatch(unit_id)
+        try:
+            tasks = self._scan(root)
+        except SourceError as exc:
+            raise UnitError(f"source root unusable: {exc}") from None
+        if not m:
+            for task in tasks:
+                if task.sentinel == unit_id:
+                    if task.task_id is None:
+                        raise UnitError(f"task {task.task_name!r} has no task id: it is not in {MANIFEST} nor in "
+                                        "the task_ids option", file=task.rel)
+                    self._list_episodes(root, task)
+                    raise UnitError(task.error or f"task {task.task_id} is unreadable", file=task.rel)
+            raise UnitError(f"not an AIST unit id {unit_id!r} (expected task_XXX_episode_N)")
+        task_id, number = m.group(1), int(m.group(2))
+        task = next((t for t in tasks if t.task_id == task_id), None)
+        if task is None:
+            raise UnitError(f"task {task_id} is not in the source root")
+        self._list_episodes(root, task)
+        if task.error:
+            raise UnitError(task.error, file=task.rel)
+        ep = task.episodes.get(number)
+        if ep is None:
+            raise UnitError(f"episode {number} of task {task_id} ({task.task_name}) not found", file=task.rel)
+        if ep.refused:
+            raise UnitError(ep.refused, file=ep.rel)
+        return task, ep
+
+    def _clean(self, root: Path, exc: BaseException) -> str:
+        msg = f"{type(exc).__name__}: {exc}"
+        for p in {str(Path(root).resolve()), os.path.realpath(root), str(root)}:
+            if p and p not in (".", "/"):
+                msg = msg.replace(p, "<root>")
+        return msg
+
+    @contextmanager
+    def _open(self, root: Path, ep: _Episode) -> Iterator[h5py.File]:
+        """Open the episode HDF5 (file, stored zip member window, or inflated zip member) read-only."""
+        root = Path(root)
+        label = ep.label
+        stack: list = []
+        try:
+            if ep.member is None:
+                path = safe_join(root, ep.rel)
+                if not path.is_file():
+                    raise UnitError("episode file is missing", file=label)
+                src: object = path
+            else:
+                zpath = safe_join(root, ep.rel)
+                try:
+                    zf = zipfile.ZipFile(zpath)
+                except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+                    raise UnitError(f"task zip is not a readable zip archive: {self._clean(root, exc)}",
+                                    file=ep.rel) from None
+                stack.append(zf)
+                try:
+                    info = zf.getinfo(ep.member)
+                except KeyError:
+                    raise UnitError(f"zip member {ep.member!r} is missing", file=label) from None
+                if info.flag_bits & 0x1:
+                    raise UnitError(f"zip member {ep.member!r} is encrypted", file=label)
+                if info.compress_type == zipfile.ZIP_STORED:
+                    src = self._stored_window(zpath, info, label)
+                else:
+                    src = self._inflate(zf, zpath, info, label, root)
+                stack.append(src)
+            try:
+                f = h5py.File(src, "r")
+            except (OSError, ValueError, RuntimeError) as exc:
+                what = f"zip member {ep.member!r}" if ep.member else "episode file"
+                raise UnitError(f"cannot open {what} as HDF5 (corrupt or truncated): {self._clean(root, exc)}",
+                                file=label) from None
+            stack.append(f)
+            yield f
+        finally:
+            for obj in reversed(stack):
+                try:
+                    obj.close()
+                except Exception:  # noqa: BLE001 - closing must not mask the real error
+                    pass
+
+    def _stored_window(self, zpath: Path, info: zipfile.ZipInfo, label: str) -> _Window:
+        with open(zpath, "rb") as fh:
+            fh.seek(info.header_offset)
+            head = fh.read(30)
+            total = os.fstat(fh.fileno()).st_size
+        if len(head) < 30 or head[:4] != b"PK\x03\x04":
+            raise UnitError(f"zip member {info.filename!r} has no valid local header", file=label)
+        name_len, extra_len = struct.unpack("<HH", head[26:30])
+        offset = info.header_offset + 30 + name_len + extra_len
+        if offset + info.file_size > total:
+            raise UnitError(f"zip member {info.filename!r} is truncated", file=label)
+        return _Window(zpath, offset, info.file_size)
+
+    def _inflate(self, zf: zipfile.ZipFile, zpath: Path, info: zipfile.ZipInfo, label: str, root: Path):
+        st = os.stat(zpath)
+        key = (os.path.realpath(zpath), st.st_size, st.st_mtime_ns, info.filename, info.header_offset, info.CRC)
+        if self._inflated is not None and self._inflated[0] == key:
+            return io.BytesIO(self._inflated[1])
+        in_memory = info.file_size <= self.member_memory_limit
+        buf = io.BytesIO() if in_memory else tempfile.TemporaryFile()
+        try:
+            with zf.open(info) as src:
+                shutil.copyfileobj(src, buf, 1 << 20)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
+            buf.close()
+            raise UnitError(f"zip member {info.filename!r} cannot be inflated (corrupt or truncated): "
+                            f"{self._clean(root, exc)}", file=label) from None
+        if in_memory:
+            data = buf.getvalue()
+            self._inflated = (key, data)
+            return io.BytesIO(data)
+        buf.seek(0)
+        return buf
+
+    # ------------------------------------------------------------------ units
+
+    def read_unit(self, root: Path, unit_id: str) -> UnitIR:
+        root = Path(root)
+        task, ep = self._resolve(root, unit_id)
+        label = ep.label
+        notes: list[str] = []
+        with self._open(root, ep) as f:
+            try:
+                unit, frames, signals = self._read_episode(f, root, task, ep, unit_id, notes)
+            except UnitError:
+                raise
+            except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+                raise UnitError(f"cannot read episode HDF5: {self._clean(root, exc)}", file=label) from None
+        ir = UnitIR(unit=unit, frames=frames, signals=signals, segments=empty(SEGMENTS_SCHEMA))
+        ir.notes = notes  # assumptions made for this unit (the IR has no column for them)
+        for note in notes:
+            log.info("%s %s: %s", SLUG, unit_id, note)
+        return ir
+
+    def _read_episode(self, f: h5py.File, root: Path, task: _Task, ep: _Episode, unit_id: str,
+                      notes: list[str]) -> tuple[dict, pa.Table, pa.Table]:
+        label = ep.label
+        raw_rate = f.attrs.get("frame_rate")
+        if raw_rate is None:
+            fps = float(DEFAULT_FRAME_RATE)
+            notes.append(f"root attr 'frame_rate' is absent: assumed {DEFAULT_FRAME_RATE} fps (ProcessBench default)")
+        else:
+            try:
+                fps = float(np.asarray(raw_rate).reshape(-1)[0])
+            except (TypeError, ValueError, IndexError):
+                fps = float("nan")
+            if not np.isfinite(fps) or fps <= 0:
+                raise UnitError(f"root attr 'frame_rate' is not a positive number: {raw_rate!r}", file=label)
+
+        images = f.get(IMAGES)
+        if not isinstance(images, h5py.Group):
+            raise UnitError(f"episode has no {IMAGES} group", file=label)
+        cameras = sorted(k for k in images.keys() if isinstance(images.get(k), h5py.Dataset))
+        if self.camera not in cameras:
+            raise UnitError(f"camera {self.camera!r} missing: {IMAGES}/{self.camera} not in episode "
+                            f"(cameras: {cameras})", file=label)
+        prim = images[self.camera]
+        if prim.ndim != 2 or prim.dtype != np.uint8:
+            raise UnitError(f"{IMAGES}/{self.camera} is not (T, L) uint8 JPEG rows: shape {prim.shape}, "
+                            f"dtype {prim.dtype}", file=label)
+
+        arrays = {}
+        for key in ("qpos", "qvel"):
+            ds = f.get(f"observations/{key}")
+            if not isinstance(ds, h5py.Dataset):
+                raise UnitError(f"episode has no observations/{key}", file=label)
+            if ds.ndim != 2 or ds.shape[1] < 14:
+                raise UnitError(f"observations/{key} is not (T, 14): shape {ds.shape}", file=label)
+            arrays[key] = ds
+        counts = {"qpos": arrays["qpos"].shape[0], "qvel": arrays["qvel"].shape[0], self.camera: prim.shape[0]}
+        n = min(counts.values())
+        if max(counts.values()) != n:
+            if max(counts.values()) - n > self.row_mismatch_tolerance:
+                raise UnitError(f"row counts disagree beyond {self.row_mismatch_tolerance} rows {counts}: the "
+                                "row-index alignment of signals and images cannot be trusted", file=label)
+            notes.append(f"row counts differ {counts}: unit cut to the common first {n} rows")
+        if n <= 0:
+            raise UnitError("episode has no rows", file=label)
+        for i in sorted({0, n - 1}):
+            if _decode_jpeg_row(prim[i]) is None:
+                raise UnitError(f"frame {i} of {IMAGES}/{self.camera} does not decode as JPEG", file=label)
+        qpos = np.asarray(arrays["qpos"][:n], dtype=np.float64)
+        qvel = np.asarray(arrays["qvel"][:n], dtype=np.float64)
+        for name, cols in (("left_xy", self.left_xy), ("right_xy", self.right_xy)):
+            if max(cols) >= qpos.shape[1] or min(cols) < 0:
+                raise UnitError(f"option {name}={cols} outside the {qpos.shape[1]} qpos columns", file=label)
+
+        prompt = _text(f["text/prompt"][()]) if isinstance(f.get("text/prompt"), h5py.Dataset) else None
+        taxonomy = _text(f.attrs.get("taxonomy")) or task.taxonomy
+
+        unit = {
+            "source": SLUG,
+            "unit_id": unit_id,
+            "unit_type": self.unit_type,
+            "task_id": task.task_id,
+            "operator_id": None,
+            "scene_id": None,
+            "config_id": None,
+            "taxonomy": taxonomy,
+            "official_split": None,
+            "cameras": cameras,
+            "camera": self.camera,
+            "fps": fps,
+            "num_frames": int(n),
+            "arm_layout": "bimanual",
+            "licence": LICENCE,
+            "rating": None,
+            "language": prompt,
+        }
+
+        # frames: every camera's rows on the shared row clock (primary cut to the common prefix)
+        cols: dict[str, list] = {k: [] for k in ("camera", "frame_index")}
+        for cam in cameras:
+            ds = images[cam]
+            rows = n if cam == self.camera else (int(ds.shape[0]) if ds.ndim >= 1 else 0)
+            cols["camera"].append(np.full(rows, cam, dtype=object))
+            cols["frame_index"].append(np.arange(rows, dtype=np.int64))
+        fidx = np.concatenate(cols["frame_index"])
+        frames = pa.Table.from_arrays(
+            [
+                pa.array(np.full(len(fidx), SLUG, dtype=object), pa.string()),
+                pa.array(np.full(len(fidx), unit_id, dtype=object), pa.string()),
+                pa.array(np.concatenate(cols["camera"]), pa.string()),
+                pa.array(fidx, pa.int64()),
+                pa.array(fidx / fps, pa.float64()),
+                pa.array(fidx.astype(np.float64), pa.float64()),
+            ],
+            schema=FRAMES_SCHEMA,
+        )
+
+        idx = np.arange(n, dtype=np.int64)
+        parts = []
+        for arm, xy, joints, grip in (("left", self.left_xy, slice(0, 6), 6), ("right", self.right_xy, slice(7, 13), 13)):
+            speed = np.linalg.norm(qvel[:, joints], axis=1)
+            null = pa.nulls(n, pa.float64())
+            parts.append(pa.Table.from_arrays(
+                [
+                    pa.array(np.full(n, SLUG, dtype=object), pa.string()),
+                    pa.array(np.full(n, unit_id, dtype=object), pa.string()),
+                    pa.array(np.full(n, arm, dtype=object), pa.string()),
+                    pa.array(idx, pa.int64()),
+                    pa.array(idx / fps, pa.float64()),
+                    _float_array(qpos[:, xy[0]]),
+                    _float_array(qpos[:, xy[1]]),
+                    null,
+                    _float_array(speed),
+                    null,
+                    _float_array(qpos[:, grip]),
+                    null,
+                ],
+                schema=SIGNALS_SCHEMA,
+            ))
+        signals = pa.concat_tables(parts)
+        return unit, frames, signals
+
+    # ------------------------------------------------------------------ frames
+
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
+        root = Path(root)
+        want = sorted({int(i) for i in indices})
+        if not want:
+            return {}
+        _, ep = self._resolve(root, unit_id)
+        label = ep.label
+        out: dict[int, np.ndarray] = {}
+        with self._open(root, ep) as f:
+            ds = f.get(f"{IMAGES}/{camera}")
+            if not isinstance(ds, h5py.Dataset):
+                raise UnitError(f"camera {camera!r} missing: {IMAGES}/{camera} not in episode", file=label)
+            if ds.ndim != 2:
+                raise UnitError(f"{IMAGES}/{camera} is not (T, L) JPEG rows: shape {ds.shape}", file=label)
+            total = int(ds.shape[0])
+            bad = [i for i in want if i < 0 or i >= total]
+            if bad:
+                raise UnitError(f"frames {bad[:5]} outside {IMAGES}/{camera} (0..{total - 1})", file=label)
+            # read only the requested rows, one slice per run of consecutive indices
+            runs: list[list[int]] = []
+            for i in want:
+                if runs and i == runs[-1][-1] + 1:
+                    runs[-1].append(i)
+                else:
+                    runs.append([i])
+            for run in runs:
+                try:
+                    block = ds[run[0]:run[-1] + 1]
+                except (OSError, ValueError, RuntimeError) as exc:
+                    raise UnitError(f"cannot read rows {run[0]}..{run[-1]} of {IMAGES}/{camera}: "
+                                    f"{self._clean(root, exc)}", file=label) from None
+                for k, i in enumerate(run):
+                    img = _decode_jpeg_row(block[k])
+                    if img is None:
+                        raise UnitError(f"frame {i} of {IMAGES}/{camera} does not decode as JPEG", file=label)
+                    out[i] = img
+        return out

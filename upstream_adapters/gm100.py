@@ -1,0 +1,687 @@
+"""GM-100 adapter: The Great March 100, AgileX Cobot Magic LeRobot release (HF `rhos-ai/gm100-cobotmagic-lerobot`).
+
+Layout read (upstream-formats.md §2.2): the root is the HF repo folder holding `task_XXXXX/` folders, each a standalone
+LeRobot v2.x dataset:
+
+    task_00043/meta/info.json          codebase_version, fps, features{dtype,shape,names,info}, data_path, video_path,
+                                       chunks_size, total_episodes ...
+    task_00043/meta/episodes.jsonl     {"episode_index": 7, "tasks": [...], "length": 1234}   one line per episode
+    task_00043/meta/tasks.jsonl        {"task_index": 0, "task": "<slug-like text>"}          (may be missing)
+    task_00043/<data_path>             data/chunk-000/episode_000007.parquet (one row per frame)
+    task_00043/<video_path>            videos/chunk-000/observation.images.camera_top/episode_000007.mp4
+
+Paths always come from info.json's `data_path` / `video_path` templates (fields episode_chunk / chunk_index,
+episode_index, video_key); fps, cameras (features of dtype "video") and vector widths come from info.json.
+
+Unit = one episode, id `task_00043__episode_000007`, task id `task_00043`. The IR:
+- frames: the primary camera only (default `camera_top`): frame_index = parquet row = decoded-video frame index,
+  native_ts = parquet `timestamp` (s, LeRobot clock), t_sec = timestamp - timestamp[0].
+- signals: arms `left` and `right` (the hardware is dual-arm; per-task single/bimanual typing is derived later):
+    pos_x/y/z      = observation.state.arm.position[0:3] (left) / [h:h+3] (right), h = width/2 (= 6)
+    speed          = ||observation.state.arm.velocity[0:3]|| / ||[h:h+3]||
+    gripper_effort = observation.state.effector.effort[0] (left) / [1] (right)
+    gripper_width, force = null (GM-100 has no F/T; effector.position semantics unverified, so not mapped).
+  WHETHER arm.position/velocity ARE JOINT OR CARTESIAN IS UNVERIFIED (upstream-formats §2.3/§8): the pos_*
+  channels are "first three entries of the arm's 6-vector", as recorded in `Gm100Adapter.signal_semantics`.
+- segments: none (GM-100 ships no native annotations).
+- licence: from a dataset card (`README.md` YAML front matter `license:`) in the task folder or the root, else
+  "unknown"; cc-by(-sa|-nc)-4.0 map to the IR strings, any other stated licence id is kept verbatim.
+
+Odd cases: missing tasks.jsonl -> language null; primary video shorter/longer than the parquet -> UnitError by default
+(`short_video="truncate"` instead truncates to the decodable count when the gap is <= `truncate_limit` frames and
+records the fact in `UnitIR.notes` and the log); unreadable mp4 -> UnitError; task folder without meta/info.json ->
+its units error; LeRobot v3.0 task folders -> UnitError (SourceError when every task is v3); ids/paths escaping the
+root -> UnitError. A task folder whose episodes cannot even be listed (escaping symlink, no meta and no data) is
+reported by `discover` as the placeholder unit `<task>__unlisted`, so that ingest quarantines it instead of losing it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import yaml
+
+from . import video
+from .base import check_unit_id, require_root, safe_join
+from .ir import (
+    FRAMES_SCHEMA,
+    SEGMENTS_SCHEMA,
+    SIGNALS_SCHEMA,
+    SourceError,
+    UnitError,
+    UnitIR,
+    empty,
+)
+
+log = logging.getLogger(__name__)
+
+SLUG = "gm100"
+VIDEO_PREFIX = "observation.images."
+TASK_RE = re.compile(r"^task_\d+$")
+UNIT_RE = re.compile(r"^(task_\d+)__episode_(\d{6,})$")
+PLACEHOLDER = "unlisted"
+
+# LeRobot v2.x defaults, used only to list episodes of a task folder whose info.json is missing/unreadable.
+DEFAULT_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+DEFAULT_CHUNKS_SIZE = 1000
+
+COL_TS = "timestamp"
+COL_FRAME = "frame_index"
+COL_EPISODE = "episode_index"
+COL_TASK = "task_index"
+COL_POS = "observation.state.arm.position"
+COL_VEL = "observation.state.arm.velocity"
+COL_EFFORT = "observation.state.effector.effort"
+
+# Dataset-card licence ids (HF `license:` values) mapped to the IR's licence strings.
+LICENCES = {
+    "cc-by-4.0": "CC BY 4.0",
+    "cc-by-sa-4.0": "CC BY-SA 4.0",
+    "cc-by-nc-4.0": "CC BY-NC 4.0",
+}
+
+
+@dataclass
+class _TaskMeta:
+    task: str
+    info: dict
+    fps: float
+    data_path: str
+    video_path: str | None
+    chunks_size: int
+    video_keys: dict[str, str]  # camera name -> feature key
+    features: dict
+    tasks: dict[int, str] | None  # task_index -> text; None when meta/tasks.jsonl is missing
+    licence: str
+    notes: list[str] = field(default_factory=list)
+
+
+class Gm100Adapter:
+    slug = SLUG
+    name = "GM-100"
+    unit_type = "episode"
+    arm_layout = "bimanual"  # the Cobot Magic hardware; single/bimanual task typing is derived by the labels stage
+    signal_semantics = {
+        "pos_x/pos_y/pos_z": "observation.state.arm.position[0:3] (left) / [6:9] (right); joint vs end-effector "
+        "space UNVERIFIED (upstream-formats §2.3, §8)",
+        "speed": "L2 norm of observation.state.arm.velocity[0:3] / [6:9]; joint vs Cartesian UNVERIFIED",
+        "gripper_effort": "observation.state.effector.effort[0] (left) / [1] (right); units unknown (driver current?)",
+        "gripper_width": "null (effector.position semantics unverified)",
+        "force": "null (no F/T sensor)",
+    }
+
+    def __init__(self, camera: str = "camera_top", short_video: str = "quarantine", truncate_limit: int = 2):
+        if short_video not in ("quarantine", "truncate"):
+            raise ValueError(f"short_video must be 'quarantine' or 'truncate', not {short_video!r}")
+        self.camera = camera[len(VIDEO_PREFIX):] if camera.startswith(VIDEO_PREFIX) else camera
+        self.short_video = short_video
+        self.truncate_limit = int(truncate_limit)
+        self._meta_cache: dict[tuple, _TaskMeta] = {}
+        self._root_licence: dict[tuple, str | None] = {}
+
+    # ------------------------------------------------------------------ discovery
+
+    def discover(self, root: Path) -> list[str]:
+        root = require_root(root, self.slug)
+        try:
+            entries = sorted(os.listdir(root))
+        except OSError as exc:
+            raise SourceError(f"{self.slug}: root {root.name!r} cannot be listed ({exc.strerror})") from None
+        if not entries:
+            raise SourceError(f"{self.slug}: root {root.name!r} is empty")
+        # task folders; a symlink (even a dangling one) is listed too so that read_unit can refuse it loudly
+        tasks = [e for e in entries if TASK_RE.match(e) and ((root / e).is_dir() or (root / e).is_symlink())]
+        if not tasks:
+            if (root / "meta" / "info.json").is_file():
+                raise SourceError(
+                    f"{self.slug}: root {root.name!r} is a single LeRobot dataset (meta/info.json), not the GM-100 "
+                    "repo folder; point the root at the folder that holds the task_XXXXX folders"
+                )
+            raise SourceError(f"{self.slug}: root {root.name!r} holds no task_XXXXX folders (not the GM-100 layout)")
+        ids: list[str] = []
+        v3 = 0
+        for task in tasks:
+            episodes, is_v3 = self._list_episodes(root, task)
+            v3 += is_v3
+            if episodes:
+                ids.extend(f"{task}__episode_{e:06d}" for e in episodes)
+            else:
+                ids.append(f"{task}__{PLACEHOLDER}")
+        if v3 == len(tasks):
+            raise SourceError(
+                f"{self.slug}: every task folder under {root.name!r} uses the LeRobot v3.0 layout "
+                "(meta/tasks.parquet, file-XXX chunks), which this adapter does not support yet"
+            )
+        return sorted(ids)
+
+    def _list_episodes(self, root: Path, task: str) -> tuple[list[int], bool]:
+        try:
+            tdir = safe_join(root, task)
+        except UnitError:
+            return [], False
+        info = _read_json_quiet(root, f"{task}/meta/info.json")
+        if _is_v3(tdir, info):
+            total = info.get("total_episodes") if isinstance(info, dict) else None
+            return (list(range(total)) if isinstance(total, int) and total > 0 else []), True
+        episodes: set[int] = set()
+        for row in _read_jsonl_quiet(root, f"{task}/meta/episodes.jsonl"):
+            e = row.get("episode_index") if isinstance(row, dict) else None
+            if isinstance(e, int) and e >= 0:
+                episodes.add(e)
+        tpl = info.get("data_path") if isinstance(info, dict) else None
+        if not isinstance(tpl, str):
+            tpl = DEFAULT_DATA_PATH
+        episodes.update(_scan_template(tdir, tpl))
+        return sorted(episodes), False
+
+    # ------------------------------------------------------------------ one unit
+
+    def read_unit(self, root: Path, unit_id: str) -> UnitIR:
+        root = Path(root)
+        task, ep = self._parse(root, unit_id)
+        meta = self._task_meta(root, task)
+        notes = list(meta.notes)
+        key = self._video_key(meta, self.camera)
+
+        data_rel = f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=f'{task}/meta/info.json')}"
+        data_path = safe_join(root, data_rel)
+        if not data_path.is_file():
+            raise UnitError(f"episode parquet is missing ({data_rel.split('/', 1)[1]})", file=data_rel)
+        table = _read_parquet(data_path, data_rel)
+        n = table.num_rows
+        if n == 0:
+            raise UnitError("episode parquet has no rows", file=data_rel)
+
+        for col in (COL_TS, COL_FRAME):
+            if col not in table.column_names:
+                raise UnitError(f"episode parquet has no {col!r} column", file=data_rel)
+        fidx = table.column(COL_FRAME).to_numpy()
+        if not np.array_equal(fidx, np.arange(n)):
+            order = np.argsort(fidx, kind="stable")
+            if not np.array_equal(fidx[order], np.arange(n)):
+                raise UnitError(f"frame_index is not a permutation of 0..{n - 1}", file=data_rel)
+            table = table.take(pa.array(order))
+        ts = table.column(COL_TS).to_numpy(zero_copy_only=False).astype(np.float64)
+        if not np.all(np.isfinite(ts)):
+            raise UnitError("timestamp column has null/NaN values", file=data_rel)
+        if np.any(np.diff(ts) < 0):
+            raise UnitError("timestamp column is not monotone", file=data_rel)
+        if COL_EPISODE in table.column_names:
+            eps = np.unique(table.column(COL_EPISODE).to_numpy())
+            if len(eps) != 1 or int(eps[0]) != ep:
+                raise UnitError(f"episode_index column {eps[:3].tolist()} does not match episode {ep}", file=data_rel)
+
+        # cameras present for this episode (video features of info.json whose file exists)
+        cameras = []
+        primary_rel = None
+        for cam in sorted(meta.video_keys):
+            rel_v = self._video_rel(meta, task, ep, cam)
+            p = safe_join(root, rel_v)
+            if p.is_file():
+                cameras.append(cam)
+            if cam == self.camera:
+                primary_rel = rel_v
+        if self.camera not in cameras:
+            raise UnitError(f"primary camera {self.camera!r} video is missing", file=primary_rel)
+        try:
+            n_video = video.count_frames(safe_join(root, primary_rel))
+        except video.DecodeError as exc:
+            raise UnitError(f"{self.camera} video cannot be read: {exc}", file=primary_rel) from None
+        if n_video <= 0:
+            raise UnitError(f"{self.camera} video has no frames", file=primary_rel)
+
+        if n_video != n:
+            gap = n - n_video
+            what = (f"{self.camera} video has {n_video} decodable frames but the parquet has {n} rows "
+                    f"({abs(gap)} frame{'s' if abs(gap) != 1 else ''} {'short' if gap > 0 else 'extra'})")
+            if self.short_video == "truncate" and 0 < abs(gap) <= self.truncate_limit:
+                keep = min(n, n_video)
+                note = f"{what}: truncated to {keep} frames"
+                if gap > 0:
+                    note += f", dropped {gap} trailing signal row{'s' if gap != 1 else ''}"
+                notes.append(note)
+                log.warning("%s %s: %s", self.slug, unit_id, note)
+                table = table.slice(0, keep)
+                ts = ts[:keep]
+                n = keep
+            else:
+                raise UnitError(what, file=primary_rel)
+
+        language = None
+        if meta.tasks is not None:
+            tix = None
+            if COL_TASK in table.column_names:
+                vals = np.unique(table.column(COL_TASK).to_numpy())
+                tix = int(vals[0]) if len(vals) >= 1 else None
+            elif len(meta.tasks) == 1:
+                tix = next(iter(meta.tasks))
+            language = meta.tasks.get(tix) if tix is not None else None
+
+        unit = {
+            "source": self.slug,
+            "unit_id": unit_id,
+            "unit_type": self.unit_type,
+            "task_id": task,
+            "operator_id": None,
+            "scene_id": None,
+            "config_id": None,
+            "taxonomy": None,
+            "official_split": None,
+            "cameras": cameras,
+            "camera": self.camera,
+            "fps": float(self._camera_fps(meta, key)),
+            "num_frames": int(n),
+            "arm_layout": self.arm_layout,
+            "licence": meta.licence,
+            "rating": None,
+            "language": language,
+        }
+        t_sec = ts - ts[0]
+        frames = pa.Table.from_arrays(
+            [
+                pa.array([self.slug] * n, pa.string()),
+                pa.array([unit_id] * n, pa.string()),
+                pa.array([self.camera] * n, pa.string()),
+                pa.array(np.arange(n, dtype=np.int64)),
+                pa.array(t_sec),
+                pa.array(ts),
+            ],
+            schema=FRAMES_SCHEMA,
+        )
+        signals = self._signals(table, meta, unit_id, t_sec, data_rel, notes)
+        ir = UnitIR(unit=unit, frames=frames, signals=signals, segments=empty(SEGMENTS_SCHEMA))
+        ir.notes = notes  # type: ignore[attr-defined]  # (no notes field in the shared IR yet)
+        return ir
+
+    def _signals(self, table: pa.Table, meta: _TaskMeta, unit_id: str, t_sec: np.ndarray, data_rel: str,
+                 notes: list[str]) -> pa.Table:
+        n = table.num_rows
+        pos = _matrix(table, COL_POS, meta.features, data_rel)
+        vel = _matrix(table, COL_VEL, meta.features, data_rel)
+        eff = _matrix(table, COL_EFFORT, meta.features, data_rel)
+        for col, m in ((COL_POS, pos), (COL_VEL, vel), (COL_EFFORT, eff)):
+            if m is None:
+                notes.append(f"column {col} absent: its channels are null")
+        pos_sl = _arm_slices(pos, meta.features.get(COL_POS), notes, COL_POS)
+        vel_sl = _arm_slices(vel, meta.features.get(COL_VEL), notes, COL_VEL)
+        eff_ix = {"left": 0, "right": 1} if eff is not None and eff.shape[1] == 2 else None
+        if eff is not None and eff_ix is None:
+            notes.append(f"{COL_EFFORT} has width {eff.shape[1]}, not 2: gripper_effort is null")
+        if eff_ix is not None and _names_swapped(meta.features.get(COL_EFFORT), 1):
+            eff_ix = {"left": 1, "right": 0}
+
+        def col(values: np.ndarray | None) -> pa.Array:
+            if values is None:
+                return pa.nulls(n, pa.float64())
+            return pa.array(np.asarray(values, dtype=np.float64), pa.float64(), from_pandas=True)
+
+        parts = []
+        for arm in ("left", "right"):
+            p = pos[:, pos_sl[arm]] if pos_sl else None
+            v = vel[:, vel_sl[arm]] if vel_sl else None
+            parts.append(
+                pa.Table.from_arrays(
+                    [
+                        pa.array([self.slug] * n, pa.string()),
+                        pa.array([unit_id] * n, pa.string()),
+                        pa.array([arm] * n, pa.string()),
+                        pa.array(np.arange(n, dtype=np.int64)),
+                        pa.array(t_sec),
+                        col(p[:, 0] if p is not None else None),
+                        col(p[:, 1] if p is not None else None),
+                        col(p[:, 2] if p is not None else None),
+                        col(np.linalg.norm(v, axis=1) if v is not None else None),
+                        col(eff[:, eff_ix[arm]] if eff_ix is not None else None),
+                        col(None),
+                        col(None),
+                    ],
+                    schema=SIGNALS_SCHEMA,
+                )
+            )
+        return pa.concat_tables(parts).combine_chunks()
+
+    # ------------------------------------------------------------------ frames
+
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
+        root = Path(root)
+        task, ep = self._parse(root, unit_id)
+        meta = self._task_meta(root, task)
+        cam = camera[len(VIDEO_PREFIX):] if camera.startswith(VIDEO_PREFIX) else camera
+        self._video_key(meta, cam)
+        rel_v = self._video_rel(meta, task, ep, cam)
+        path = safe_join(root, rel_v)
+        if not path.is_file():
+            raise UnitError(f"{cam} video is missing", file=rel_v)
+        want = [int(i) for i in indices]
+        if any(i < 0 for i in want):
+            raise UnitError(f"negative frame index requested: {min(want)}", file=rel_v)
+        if not want:
+            return {}
+        try:
+            got = video.read_frames(path, want)
+        except video.DecodeError as exc:
+            raise UnitError(f"{cam} video: {exc}", file=rel_v) from None
+        return {i: got[i] for i in want}
+
+    # ------------------------------------------------------------------ helpers
+
+    def _parse(self, root: Path, unit_id: str) -> tuple[str, int]:
+        check_unit_id(unit_id)
+        if unit_id.endswith(f"__{PLACEHOLDER}"):
+            task = unit_id[: -len(PLACEHOLDER) - 2]
+            if TASK_RE.match(task):
+                safe_join(root, task)  # raises for a task folder escaping the root
+                if not (root / task).is_dir():
+                    raise UnitError("task folder is missing", file=task)
+                if not (root / task / "meta" / "info.json").is_file():
+                    raise UnitError("task folder has no meta/info.json and no episode files", file=task)
+                raise UnitError(
+                    "task folder lists no episodes (no meta/episodes.jsonl entries and no episode parquet files)",
+                    file=task,
+                )
+        m = UNIT_RE.match(unit_id)
+        if not m:
+            raise UnitError(f"malformed GM-100 unit id {unit_id!r} (expected task_XXXXX__episode_XXXXXX)")
+        return m.group(1), int(m.group(2))
+
+    def _task_meta(self, root: Path, task: str) -> _TaskMeta:
+        tdir = safe_join(root, task)
+        if not tdir.is_dir():
+            raise UnitError("task folder is missing", file=task)
+        info_rel = f"{task}/meta/info.json"
+        info_path = safe_join(root, info_rel)
+        tasks_rel = f"{task}/meta/tasks.jsonl"
+        tasks_path = safe_join(root, tasks_rel)
+        stamp = (str(tdir), _stat(info_path), _stat(tasks_path), _stat(tdir / "meta" / "tasks.parquet"),
+                 _stat(tdir / "README.md"), _stat(Path(root) / "README.md"))
+        hit = self._meta_cache.get(stamp)
+        if hit is not None:
+            return hit
+        if not info_path.is_file():
+            if _is_v3(tdir, None):
+                raise UnitError("LeRobot v3.0 layout (meta/tasks.parquet) is not supported yet", file=info_rel)
+            raise UnitError("meta/info.json is missing: the task folder is not a LeRobot dataset", file=info_rel)
+        try:
+            info = json.loads(info_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UnitError(f"meta/info.json is not readable JSON: {exc}", file=info_rel) from None
+        if not isinstance(info, dict):
+            raise UnitError("meta/info.json is not a JSON object", file=info_rel)
+        if _is_v3(tdir, info):
+            raise UnitError(
+                f"LeRobot v3.0 layout (codebase_version {info.get('codebase_version')!r}) is not supported yet",
+                file=info_rel,
+            )
+        version = str(info.get("codebase_version", ""))
+        if version and not version.startswith("v2"):
+            raise UnitError(f"unsupported LeRobot codebase_version {version!r} (expected v2.x)", file=info_rel)
+        fps = info.get("fps")
+        if not isinstance(fps, (int, float)) or not fps > 0:
+            raise UnitError(f"meta/info.json has no valid fps ({fps!r})", file=info_rel)
+        data_path = info.get("data_path")
+        if not isinstance(data_path, str) or not data_path:
+            raise UnitError("meta/info.json has no data_path template", file=info_rel)
+        video_path = info.get("video_path")
+        features = info.get("features")
+        if not isinstance(features, dict):
+            raise UnitError("meta/info.json has no features", file=info_rel)
+        video_keys = {
+            (k[len(VIDEO_PREFIX):] if k.startswith(VIDEO_PREFIX) else k): k
+            for k, f in features.items()
+            if isinstance(f, dict) and f.get("dtype") == "video"
+        }
+        chunks = info.get("chunks_size")
+        chunks = chunks if isinstance(chunks, int) and chunks > 0 else DEFAULT_CHUNKS_SIZE
+        tasks = None
+        notes: list[str] = []
+        if tasks_path.is_file():
+            tasks = {}
+            for row in _read_jsonl_quiet(root, tasks_rel):
+                if isinstance(row, dict) and isinstance(row.get("task_index"), int) \
+                        and isinstance(row.get("task"), str):
+                    tasks[row["task_index"]] = row["task"]
+        else:
+            notes.append("meta/tasks.jsonl is missing: language is null")
+        licence = _card_licence(safe_join(root, f"{task}/README.md")) or self._licence_of_root(root) or "unknown"
+        meta = _TaskMeta(task=task, info=info, fps=float(fps), data_path=data_path,
+                         video_path=video_path if isinstance(video_path, str) and video_path else None,
+                         chunks_size=chunks, video_keys=video_keys, features=features, tasks=tasks,
+                         licence=licence, notes=notes)
+        if len(self._meta_cache) > 512:
+            self._meta_cache.clear()
+        self._meta_cache[stamp] = meta
+        return meta
+
+    def _licence_of_root(self, root: Path) -> str | None:
+        card = Path(root) / "README.md"
+        key = (str(root), _stat(card))
+        if key not in self._root_licence:
+            self._root_licence[key] = _card_licence(card)
+        return self._root_licence[key]
+
+    def _video_key(self, meta: _TaskMeta, camera: str) -> str:
+        if meta.video_path is None:
+            raise UnitError("meta/info.json has no video_path template", file=f"{meta.task}/meta/info.json")
+        if camera not in meta.video_keys:
+            raise UnitError(
+                f"camera {camera!r} is not a video feature of meta/info.json (have {sorted(meta.video_keys)})",
+                file=f"{meta.task}/meta/info.json",
+            )
+        return meta.video_keys[camera]
+
+    def _video_rel(self, meta: _TaskMeta, task: str, ep: int, camera: str) -> str:
+        key = self._video_key(meta, camera)
+        return f"{task}/{_fill(meta.video_path, ep, meta.chunks_size, video_key=key, file=f'{task}/meta/info.json')}"
+
+    def _camera_fps(self, meta: _TaskMeta, key: str) -> float:
+        info = meta.features.get(key, {}).get("info") or {}
+        for k in ("video.fps", "video_fps"):
+            v = info.get(k)
+            if isinstance(v, (int, float)) and v > 0:
+                return float(v)
+        return meta.fps
+
+
+# ---------------------------------------------------------------------- module helpers
+
+
+def _stat(p: Path):
+    try:
+        st = os.stat(p)
+        return (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+
+
+def _is_v3(tdir: Path, info: dict | None) -> bool:
+    if (tdir / "meta" / "tasks.parquet").is_file():
+        return True
+    if isinstance(info, dict):
+        if str(info.get("codebase_version", "")).startswith("v3"):
+            return True
+        if "{file_index" in str(info.get("data_path", "")):
+            return True
+    return False
+
+
+def _read_json_quiet(root: Path, rel_path: str):
+    try:
+        p = safe_join(root, rel_path)
+        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+    except (UnitError, OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _read_jsonl_quiet(root: Path, rel_path: str) -> list:
+    try:
+        p = safe_join(root, rel_path)
+        if not p.is_file():
+            return []
+        text = p.read_text(encoding="utf-8")
+    except (UnitError, OSError, UnicodeDecodeError):
+        return []
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def _fill(template: str, ep: int, chunks_size: int, video_key: str | None = None, file: str | None = None) -> str:
+    fields = {
+        "episode_chunk": ep // chunks_size,
+        "chunk_index": ep // chunks_size,
+        "episode_index": ep,
+    }
+    if video_key is not None:
+        fields["video_key"] = video_key
+    try:
+        return template.format_map(fields)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise UnitError(f"unsupported path template {template!r} in meta/info.json ({exc})", file=file) from None
+
+
+def _scan_template(tdir: Path, template: str) -> set[int]:
+    """Episode indices of files under `tdir` matching a LeRobot path template (symlinks are not followed)."""
+    pattern = ""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:
+        return set()
+    for literal, name, _spec, _conv in parsed:
+        pattern += re.escape(literal)
+        if name is None:
+            continue
+        pattern += r"(?P<episode_index>\d+)" if name == "episode_index" and "(?P<episode_index>" not in pattern \
+            else r"[^/]+"
+    if "(?P<episode_index>" not in pattern:
+        return set()
+    rx = re.compile(pattern)
+    top = template.split("/", 1)[0] if "/" in template else ""
+    if not top or "{" in top:
+        return set()
+    base = tdir / top
+    found: set[int] = set()
+    if not base.is_dir():
+        return found
+    for dirpath, _dirs, files in os.walk(base):
+        reldir = Path(dirpath).relative_to(tdir).as_posix()
+        for f in files:
+            m = rx.fullmatch(f"{reldir}/{f}")
+            if m:
+                found.add(int(m.group("episode_index")))
+    return found
+
+
+def _read_parquet(path: Path, rel_path: str) -> pa.Table:
+    try:
+        schema = pq.read_schema(path)
+        wanted = [c for c in (COL_TS, COL_FRAME, COL_EPISODE, COL_TASK, COL_POS, COL_VEL, COL_EFFORT)
+                  if c in schema.names]
+        return pq.read_table(path, columns=wanted)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise UnitError(f"episode parquet cannot be read: {exc}", file=rel_path) from None
+
+
+def _matrix(table: pa.Table, name: str, features: dict, rel_path: str) -> np.ndarray | None:
+    """A fixed-width list column as an (n, k) float64 matrix (nulls -> NaN); None when the column is absent."""
+    if name not in table.column_names:
+        return None
+    arr = table.column(name).combine_chunks()
+    n = len(arr)
+    shape = (features.get(name) or {}).get("shape")
+    width = int(shape[0]) if isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int) else None
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type)):
+        raise UnitError(f"column {name} is {arr.type}, not a list column", file=rel_path)
+    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+    valid = ~np.isnan(lengths.astype(np.float64)) if arr.null_count else np.ones(n, bool)
+    present = lengths[valid].astype(np.int64)
+    if len(present) and (present.min() != present.max()):
+        raise UnitError(f"column {name} has ragged lists (lengths {present.min()}..{present.max()})", file=rel_path)
+    k = int(present[0]) if len(present) else (width or 0)
+    if width is not None and k != width:
+        raise UnitError(f"column {name} has width {k}, meta/info.json says {width}", file=rel_path)
+    out = np.full((n, k), np.nan)
+    if k and valid.any():
+        vals = arr.filter(pa.array(valid)).flatten() if arr.null_count else arr.flatten()
+        out[valid] = vals.to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, k)
+    return out
+
+
+def _names(feature) -> list[str] | None:
+    names = feature.get("names") if isinstance(feature, dict) else None
+    if isinstance(names, dict) and len(names) == 1:
+        names = next(iter(names.values()))
+    if isinstance(names, list) and all(isinstance(x, str) for x in names):
+        return [x.lower() for x in names]
+    return None
+
+
+def _names_swapped(feature, half: int) -> bool:
+    """True when info.json names say the first half is the right arm and the second the left."""
+    names = _names(feature)
+    if not names or len(names) != 2 * half:
+        return False
+    first, second = names[:half], names[half:]
+    return all("right" in x for x in first) and all("left" in x for x in second)
+
+
+def _arm_slices(m: np.ndarray | None, feature, notes: list[str], name: str) -> dict[str, slice] | None:
+    """Per-arm first-three-entry slices of a two-arm vector (left half first unless info.json names say otherwise)."""
+    if m is None:
+        return None
+    k = m.shape[1]
+    if k < 6 or k % 2:
+        notes.append(f"{name} has width {k}, not two arms of >= 3: its channels are null")
+        return None
+    half = k // 2
+    left, right = slice(0, 3), slice(half, half + 3)
+    if _names_swapped(feature, half):
+        left, right = right, left
+    return {"left": left, "right": right}
+
+
+def _card_licence(card: Path) -> str | None:
+    """The `license:` of a Hugging Face dataset card's YAML front matter, mapped to the IR's strings."""
+    try:
+        if not card.is_file():
+            return None
+        text = card.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.startswith("---"):
+        return None
+    end = text.find("\n---", 3)
+    if end < 0:
+        return None
+    try:
+        front = yaml.safe_load(text[3:end])
+    except yaml.YAMLError:
+        return None
+    if not isinstance(front, dict):
+        return None
+    lic = front.get("license")
+    if isinstance(lic, list):
+        lic = lic[0] if len(lic) == 1 else None
+    if not isinstance(lic, str) or not lic.strip():
+        return None
+    lic = lic.strip()
+    if lic.lower() == "other":
+        name = front.get("license_name")
+        return str(name) if isinstance(name, str) and name.strip() else None
+    return LICENCES.get(lic.lower(), lic)

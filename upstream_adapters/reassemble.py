@@ -1,0 +1,454 @@
+"""REASSEMBLE (TU Wien HDF5 release) -> episode IR.
+
+Layout read (upstream-formats.md §4; checked against the authors' `REASSEMBLE/io.py` and the third-party
+daft-physical-ai reader):
+
+    <root>/data/<YYYY-MM-DD-HH-MM-SS>.h5        one recording = one isolation unit (unit id = file stem)
+    <root>/poses/<rec>_poses.json               camera/board poses (not needed for the IR)
+    <root>/splits/{train_split1,test_split1}.txt  one recording id per line, no extension
+
+Inside a recording:
+    hama1, hama2, hand, capture_node-camera-image   scalar opaque (np.void) datasets = whole MP4 files
+    timestamps/<stream>                             float64 Unix seconds, (N,) or (N, 1)
+    robot_state/<stream>                            float64 at the stream's native rate (merged form), or the
+                                                    older per-axis form (measured_force_x, pose_qw, pos_joint8...)
+    segments_info/<i>/{start,end,success,text,index, low_level/<j>/{start,end,success,text}}
+
+Choices (each also in the module's test file):
+- Cameras = the root-level scalar opaque datasets, sorted. The primary camera (option `camera`, default `hand`)
+  must exist, else the unit fails with "camera 'hand' missing" (real: 2025-01-10-16-17-40 has no `hand`).
+- Frame clock: frame i of a camera = position i in `timestamps/<camera>`; t_sec is seconds from the camera's
+  first timestamp, native_ts the Unix seconds. num_frames = min(len(timestamps), packets in the MP4); a
+  mismatch keeps the common prefix. The MP4 container is opened (packets counted, not decoded) in `read_unit`,
+  so a blob that is not a readable MP4 fails the unit there; a blob whose container opens but whose frames do
+  not decode fails in `read_frames` (UnitError).
+- fps = the MP4 stream's nominal rate; if the container declares none, 1 / median timestamp step.
+- Signals (arm `single`), each stream resampled onto the camera's timestamps by nearest timestamp (ties go to
+  the earlier sample, as ProcessBench's `nearest_timestamp_indices`); a frame whose nearest sample is further
+  than `max_signal_gap_s` away gets null for that channel (e.g. the real "pose not available for the last
+  action" recording), nothing is extrapolated:
+    pos_x/y/z     = robot_state/pose[:, 0:3]                (pose is x, y, z, qw, qx, qy, qz)
+    speed         = ||robot_state/velocity[:, 0:3]||        (translational, m/s; the signal ProcessBench's T6 uses)
+    gripper_width = gripper_positions[:, 0] + gripper_positions[:, 1]   (the two Franka finger joints, m)
+    force         = ||robot_state/measured_force||          (the ~1 kHz F/T sensor reading, N, NOT re-zeroed here)
+    gripper_effort= null: the release has gripper_efforts, but finger joint efforts are not the grasp-effort
+                    signal the label rules expect (GM-100 style effort drop); REASSEMBLE contact comes from the
+                    low-level labels (+ force), so the channel is left null rather than mis-used.
+  measured_force is preferred over compensated_base_force because it is the F/T sensor's own reading at the
+  highest rate (~1000 Hz vs ~465 Hz), present in both robot_state forms; compensated_base_force is a derived
+  base-frame estimate. A missing stream leaves its channel null.
+- Segments: level `high` = each segments_info/<i> group (seg_index = i, the group name); level `low` = its
+  low_level/<j> children (seg_index = j, parent_index = i); "Low_level" is accepted too. start/end (Unix s)
+  map to primary-camera frames as ProcessBench does: start_frame = searchsorted(ts, start, 'left'),
+  end_frame = searchsorted(ts, end, 'right') - 1, clipped to [0, num_frames-1]. A segment lying wholly
+  outside the camera's time range (e.g. before the first frame when the hand camera starts late), or so
+  short that it contains no frame, is dropped. A partly covered segment keeps its clipped frames, while
+  start_sec/end_sec keep the annotation's own times relative to frame 0 (so start_sec < 0 shows a clipped
+  start). A group whose `index` dataset disagrees with its name fails the unit (the authors' loader asserts it).
+- official_split = the stem of the splits/*.txt file(s) listing the recording (sorted, comma-joined if several),
+  null if none. Licence CC BY 4.0 for every unit; language null (segment texts are in `segments`).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from fractions import Fraction
+from pathlib import Path
+from typing import Sequence
+
+import av
+import h5py
+import numpy as np
+
+from . import video
+from .base import check_unit_id, require_root, safe_join
+from .ir import (
+    FRAMES_SCHEMA,
+    SEGMENTS_SCHEMA,
+    SIGNALS_SCHEMA,
+    SourceError,
+    UnitError,
+    UnitIR,
+    to_table,
+)
+
+SLUG = "reassemble"
+LICENCE = "CC BY 4.0"
+
+# Older files keep robot_state unmerged, one dataset per axis (REASSEMBLE/io.py merge_dict_keys): the merged
+# stream name -> its per-axis keys, in column order. Their timestamps are stored per axis key as well.
+PER_AXIS = {
+    "measured_force": ["measured_force_x", "measured_force_y", "measured_force_z"],
+    "measured_torque": ["measured_torque_x", "measured_torque_y", "measured_torque_z"],
+    "compensated_base_force": ["compensated_base_force_x", "compensated_base_force_y", "compensated_base_force_z"],
+    "compensated_base_torque": ["compensated_base_torque_x", "compensated_base_torque_y", "compensated_base_torque_z"],
+    "pose": ["pose_x", "pose_y", "pose_z", "pose_qw", "pose_qx", "pose_qy", "pose_qz"],
+    "velocity": ["vel_x", "vel_y", "vel_z", "vel_qx", "vel_qy", "vel_qz"],
+    "joint_positions": [f"pos_joint{i}" for i in range(1, 8)],
+    "gripper_positions": ["pos_joint8", "pos_joint9"],
+    "joint_velocities": [f"vel_joint{i}" for i in range(1, 8)],
+    "gripper_velocities": ["vel_joint8", "vel_joint9"],
+    "joint_efforts": [f"eff_joint{i}" for i in range(1, 8)],
+    "gripper_efforts": ["eff_joint8", "eff_joint9"],
+}
+
+
+def _text(value) -> str:
+    if isinstance(value, np.ndarray):
+        value = value.item() if value.size == 1 else value.tobytes()
+    if isinstance(value, (bytes, bytearray, np.bytes_)):
+        value = bytes(value).decode("utf-8", errors="replace")
+    return " ".join(str(value).replace("\x00", "").split())
+
+
+def _scalar(group: h5py.Group, key: str):
+    if key not in group:
+        return None
+    return group[key][()]
+
+
+def _nearest(src_ts: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index of the nearest `src_ts` sample for every query time (ties -> earlier) and its distance (s)."""
+    n = src_ts.size
+    idx = np.clip(np.searchsorted(src_ts, query, side="left"), 0, n - 1)
+    left = np.clip(idx - 1, 0, n - 1)
+    take_left = np.abs(src_ts[left] - query) <= np.abs(src_ts[idx] - query)
+    best = np.where(take_left, left, idx)
+    return best, np.abs(src_ts[best] - query)
+
+
+class ReassembleAdapter:
+    slug = SLUG
+    name = "REASSEMBLE"
+    unit_type = "recording"
+
+    def __init__(self, camera: str = "hand", only_split: str | None = None, max_signal_gap_s: float = 0.25):
+        self.camera = camera
+        self.only_split = only_split or None
+        self.max_signal_gap_s = float(max_signal_gap_s)
+
+    # ------------------------------------------------------------------ discovery
+    def _data_dir(self, root: Path) -> Path:
+        root = require_root(root, SLUG)
+        data = Path(root, "data")
+        if not data.is_dir():
+            raise SourceError(f"{SLUG}: root {root.name!r} has no data/ directory (expected data/<recording>.h5)")
+        return data
+
+    @staticmethod
+    def _split_files(root: Path) -> dict[str, list[str]]:
+        """split name -> recording ids listed in splits/<name>.txt (empty if there is no splits/)."""
+        out: dict[str, list[str]] = {}
+        sdir = Path(root, "splits")
+        if not sdir.is_dir():
+            return out
+        for p in sorted(sdir.glob("*.txt")):
+            try:
+                lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                continue
+            ids = []
+            for line in lines:
+                rid = line.strip()
+                if rid.endswith(".h5"):
+                    rid = rid[:-3]
+                if rid:
+                    ids.append(rid)
+            out[p.stem] = ids
+        return out
+
+    def discover(self, root: Path) -> list[str]:
+        data = self._data_dir(root)
+        root = Path(root)
+        ids = sorted(p.stem for p in data.iterdir() if p.suffix == ".h5" and not p.name.startswith("."))
+        if self.only_split is not None:
+            splits = self._split_files(root)
+            if self.only_split not in splits:
+                raise SourceError(f"{SLUG}: root {root.name!r} has no splits/{self.only_split}.txt")
+            # Every listed recording is returned, present or not: a listed recording missing from data/ then
+            # fails in read_unit and is quarantined (visible) instead of silently vanishing.
+            ids = sorted(set(splits[self.only_split]))
+        if not ids:
+            what = f" listed in splits/{self.only_split}.txt" if self.only_split else " (data/*.h5)"
+            raise SourceError(f"{SLUG}: root {root.name!r} has no recordings{what}")
+        return ids
+
+    # ------------------------------------------------------------------ helpers
+    def _h5_path(self, root: Path, unit_id: str) -> tuple[Path, str]:
+        check_unit_id(unit_id)
+        relpath = f"data/{unit_id}.h5"
+        path = safe_join(Path(root), relpath)
+        if not path.is_file():
+            raise UnitError(f"recording file {relpath} missing", file=relpath)
+        return path, relpath
+
+    @staticmethod
+    def _open(path: Path, relpath: str) -> h5py.File:
+        try:
+            return h5py.File(path, "r")
+        except (OSError, ValueError) as exc:
+            raise UnitError(f"cannot open HDF5 file: {exc.__class__.__name__}: {str(exc).split(' (')[0]}",
+                            file=relpath) from exc
+
+    @staticmethod
+    def _cameras(h5: h5py.File) -> list[str]:
+        cams = []
+        for name, obj in h5.items():
+            if isinstance(obj, h5py.Dataset) and obj.shape == () and obj.dtype.kind == "V":
+                cams.append(name)
+        return sorted(cams)
+
+    @staticmethod
+    def _timestamps(h5: h5py.File, key: str) -> np.ndarray | None:
+        ds = h5.get(f"timestamps/{key}")
+        if not isinstance(ds, h5py.Dataset):
+            return None
+        arr = np.asarray(ds[()], dtype=np.float64)
+        if arr.ndim == 2:
+            arr = arr[:, 0]  # README: N x 1; io.py flattens to 1-D
+        return arr.reshape(-1)
+
+    def _stream(self, h5: h5py.File, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(timestamps (N,), values (N, k)) of a robot_state stream in either form, or None if absent."""
+        rs = h5.get("robot_state")
+        if not isinstance(rs, h5py.Group):
+            return None
+        if isinstance(rs.get(name), h5py.Dataset):
+            vals = np.asarray(rs[name][()], dtype=np.float64)
+            ts = self._timestamps(h5, name)
+        elif name in PER_AXIS and all(isinstance(rs.get(k), h5py.Dataset) for k in PER_AXIS[name]):
+            cols = [np.asarray(rs[k][()], dtype=np.float64).reshape(-1) for k in PER_AXIS[name]]
+            m = min(c.size for c in cols)
+            vals = np.stack([c[:m] for c in cols], axis=-1)
+            ts = self._timestamps(h5, name)
+            if ts is None:
+                ts = self._timestamps(h5, PER_AXIS[name][0])
+        else:
+            return None
+        if ts is None:
+            return None
+        if vals.ndim == 1:
+            vals = vals[:, None]
+        n = min(ts.size, vals.shape[0])
+        ts, vals = ts[:n], vals[:n]
+        ok = np.isfinite(ts)
+        ts, vals = ts[ok], vals[ok]
+        if ts.size == 0:
+            return None
+        if np.any(np.diff(ts) < 0):
+            order = np.argsort(ts, kind="stable")
+            ts, vals = ts[order], vals[order]
+        return ts, vals
+
+    def _on_frames(self, stream, cam_ts: np.ndarray) -> np.ndarray | None:
+        if stream is None:
+            return None
+        ts, vals = stream
+        idx, gap = _nearest(ts, cam_ts)
+        out = vals[idx].astype(np.float64)
+        out[gap > self.max_signal_gap_s] = np.nan
+        return out
+
+    @staticmethod
+    def _probe_fps(blob: bytes) -> float | None:
+        try:
+            with av.open(io.BytesIO(blob)) as c:
+                if not c.streams.video:
+                    return None
+                s = c.streams.video[0]
+                rate = s.average_rate or s.base_rate or s.guessed_rate
+                return float(Fraction(rate)) if rate else None
+        except (av.FFmpegError, OSError, ValueError, ZeroDivisionError):
+            return None
+
+    # ------------------------------------------------------------------ read_unit
+    def read_unit(self, root: Path, unit_id: str) -> UnitIR:
+        root = Path(root)
+        path, relpath = self._h5_path(root, unit_id)
+        h5 = self._open(path, relpath)
+        try:
+            with h5:
+                return self._read_open(root, unit_id, h5, relpath)
+        except UnitError:
+            raise
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise UnitError(f"unreadable HDF5 content: {exc.__class__.__name__}: {str(exc).split(' (')[0]}",
+                            file=relpath) from exc
+
+    def _read_open(self, root: Path, unit_id: str, h5: h5py.File, relpath: str) -> UnitIR:
+        cam = self.camera
+        cameras = self._cameras(h5)
+        if cam not in cameras:
+            raise UnitError(f"camera {cam!r} missing (cameras present: {', '.join(cameras) or 'none'})", file=relpath)
+        cam_ts = self._timestamps(h5, cam)
+        if cam_ts is None or cam_ts.size == 0:
+            raise UnitError(f"timestamps/{cam} missing or empty", file=relpath)
+        if not np.all(np.isfinite(cam_ts)) or np.any(np.diff(cam_ts) < 0):
+            raise UnitError(f"timestamps/{cam} not finite and monotone", file=relpath)
+
+        blob = bytes(h5[cam][()])
+        try:
+            n_video = video.count_frames(blob)
+        except video.DecodeError as exc:
+            raise UnitError(f"camera {cam!r} MP4 blob unreadable: {exc}", file=relpath) from exc
+        n = min(cam_ts.size, n_video)
+        if n <= 0:
+            raise UnitError(f"camera {cam!r} has no frames", file=relpath)
+        cam_ts = cam_ts[:n]
+        fps = self._probe_fps(blob)
+        if not fps or not np.isfinite(fps) or fps <= 0:
+            steps = np.diff(cam_ts)
+            steps = steps[steps > 0]
+            fps = float(1.0 / np.median(steps)) if steps.size else None
+        if not fps:
+            raise UnitError(f"cannot determine the frame rate of camera {cam!r}", file=relpath)
+        del blob
+
+        t0 = float(cam_ts[0])
+        t_sec = cam_ts - t0
+        frame_idx = np.arange(n, dtype=np.int64)
+
+        frames = to_table(
+            [{"source": SLUG, "unit_id": unit_id, "camera": cam, "frame_index": int(i), "t_sec": float(t),
+              "native_ts": float(ts)} for i, t, ts in zip(frame_idx, t_sec, cam_ts)],
+            FRAMES_SCHEMA,
+        )
+
+        # ---- signals
+        pose = self._on_frames(self._stream(h5, "pose"), cam_ts)
+        vel = self._on_frames(self._stream(h5, "velocity"), cam_ts)
+        grip = self._on_frames(self._stream(h5, "gripper_positions"), cam_ts)
+        force = self._on_frames(self._stream(h5, "measured_force"), cam_ts)
+
+        def col(arr, fn):
+            if arr is None:
+                return [None] * n
+            v = fn(arr)
+            return [None if not np.isfinite(x) else float(x) for x in v]
+
+        three = lambda a: a.shape[1] >= 3  # noqa: E731
+        pos_x = col(pose if pose is not None and three(pose) else None, lambda a: a[:, 0])
+        pos_y = col(pose if pose is not None and three(pose) else None, lambda a: a[:, 1])
+        pos_z = col(pose if pose is not None and three(pose) else None, lambda a: a[:, 2])
+        speed = col(vel if vel is not None and three(vel) else None, lambda a: np.linalg.norm(a[:, :3], axis=1))
+        width = col(grip if grip is not None and grip.shape[1] >= 2 else None, lambda a: a[:, 0] + a[:, 1])
+        fmag = col(force if force is not None and three(force) else None,
+                   lambda a: np.linalg.norm(a[:, :3], axis=1))
+        signals = to_table(
+            [{"source": SLUG, "unit_id": unit_id, "arm": "single", "frame_index": int(i), "t_sec": float(t_sec[i]),
+              "pos_x": pos_x[i], "pos_y": pos_y[i], "pos_z": pos_z[i], "speed": speed[i], "gripper_effort": None,
+              "gripper_width": width[i], "force": fmag[i]} for i in range(n)],
+            SIGNALS_SCHEMA,
+        )
+
+        segments = to_table(self._segments(h5, unit_id, cam_ts, t0, relpath), SEGMENTS_SCHEMA)
+
+        splits = [name for name, ids in self._split_files(root).items() if unit_id in ids]
+        unit = {
+            "source": SLUG,
+            "unit_id": unit_id,
+            "unit_type": self.unit_type,
+            "task_id": unit_id,  # ProcessBench: source_task_id = recording id
+            "operator_id": None,
+            "scene_id": None,
+            "config_id": None,
+            "taxonomy": None,
+            "official_split": ",".join(sorted(splits)) if splits else None,
+            "cameras": cameras,
+            "camera": cam,
+            "fps": float(fps),
+            "num_frames": int(n),
+            "arm_layout": "single_arm",
+            "licence": LICENCE,
+            "rating": None,
+            "language": None,
+        }
+        return UnitIR(unit=unit, frames=frames, signals=signals, segments=segments)
+
+    # ------------------------------------------------------------------ segments
+    @staticmethod
+    def _ordered_groups(group: h5py.Group, where: str, relpath: str, check_index: bool) -> list[tuple[int, h5py.Group]]:
+        out = []
+        for name, g in group.items():
+            if not isinstance(g, h5py.Group):
+                continue
+            if not re.fullmatch(r"\d+", name):
+                raise UnitError(f"{where}/{name}: segment group name is not an index", file=relpath)
+            if check_index and "index" in g:
+                idx = g["index"][()]
+                if str(int(np.asarray(idx).reshape(-1)[0])) != name:
+                    raise UnitError(f"{where}/{name}/index is {int(np.asarray(idx).reshape(-1)[0])}, not {name}",
+                                    file=relpath)
+            out.append((int(name), g))
+        return sorted(out, key=lambda x: x[0])
+
+    def _segments(self, h5: h5py.File, unit_id: str, cam_ts: np.ndarray, t0: float, relpath: str) -> list[dict]:
+        info = h5.get("segments_info")
+        if not isinstance(info, h5py.Group):
+            return []
+        n = cam_ts.size
+        rows: list[dict] = []
+
+        def row(level, seg_index, parent, g, where):
+            start, end = _scalar(g, "start"), _scalar(g, "end")
+            if start is None or end is None or "text" not in g:
+                raise UnitError(f"{where}: start/end/text missing", file=relpath)
+            start, end = float(start), float(end)
+            if not (np.isfinite(start) and np.isfinite(end)) or end < start:
+                raise UnitError(f"{where}: invalid interval {start}..{end}", file=relpath)
+            succ = _scalar(g, "success")
+            text = _text(g["text"][()])
+            if end < cam_ts[0] or start > cam_ts[-1]:
+                return None  # wholly outside the camera's recording: no frame to refer to
+            lo = int(np.searchsorted(cam_ts, start, side="left"))
+            hi = int(np.searchsorted(cam_ts, end, side="right")) - 1
+            lo, hi = max(0, min(lo, n - 1)), max(0, min(hi, n - 1))
+            if hi < lo:
+                return None  # shorter than one frame interval: contains no frame
+            return {"source": SLUG, "unit_id": unit_id, "level": level, "seg_index": seg_index,
+                    "parent_index": parent, "text": text, "start_frame": lo, "end_frame": hi,
+                    "start_sec": start - t0, "end_sec": end - t0,
+                    "success": None if succ is None else bool(np.asarray(succ).reshape(-1)[0])}
+
+        for i, g in self._ordered_groups(info, "segments_info", relpath, check_index=True):
+            where = f"segments_info/{i}"
+            high = row("high", i, None, g, where)
+            if high is not None:
+                rows.append(high)
+            low_group = g.get("low_level")
+            if not isinstance(low_group, h5py.Group):
+                low_group = g.get("Low_level")
+            if isinstance(low_group, h5py.Group):
+                for j, lg in self._ordered_groups(low_group, f"{where}/low_level", relpath, check_index=False):
+                    low = row("low", j, i, lg, f"{where}/low_level/{j}")
+                    if low is not None:
+                        rows.append(low)
+        return rows
+
+    # ------------------------------------------------------------------ frames
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
+        root = Path(root)
+        path, relpath = self._h5_path(root, unit_id)
+        want = [int(i) for i in indices]
+        h5 = self._open(path, relpath)
+        try:
+            with h5:
+                ds = h5.get(camera)
+                if not (isinstance(ds, h5py.Dataset) and ds.shape == () and ds.dtype.kind == "V"):
+                    raise UnitError(f"camera {camera!r} missing", file=relpath)
+                if not want:
+                    return {}
+                blob = bytes(ds[()])
+        except UnitError:
+            raise
+        except (OSError, KeyError, ValueError) as exc:
+            raise UnitError(f"cannot read camera {camera!r}: {exc.__class__.__name__}: {exc}", file=relpath) from exc
+        try:
+            got = video.read_frames(blob, want)
+        except video.DecodeError as exc:
+            raise UnitError(f"camera {camera!r}: {exc}", file=relpath) from exc
+        return {i: got[i] for i in want}
+
+
+__all__ = ["ReassembleAdapter", "PER_AXIS"]

@@ -1,0 +1,106 @@
+"""Shared pieces of the sample-data generators: deterministic RNGs, rendered frames and video encoding.
+
+Every rendered frame carries its own frame index as a 12-bit barcode along the top edge (white/black cells on a
+grey band), so a test can decode frame i and check it reads back as i, whatever codec wrote it. Below the band, a
+gripper-like marker moves along the recorded trajectory over a background that drifts with time, so temporal
+questions have visible answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterable
+
+import av
+import numpy as np
+
+INDEX_BITS = 12  # frames 0..4095
+
+
+def rng_for(seed: int, *key: object) -> np.random.Generator:
+    """An RNG seeded from (seed, key...) so every unit's sample data is independent of generation order."""
+    digest = hashlib.sha256(repr((seed,) + key).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def render_frame(index: int, width: int, height: int, marker_xy: tuple[float, float] = (0.5, 0.5),
+                 gripper_open: float = 1.0, hue: int = 0) -> np.ndarray:
+    """RGB uint8 frame: index barcode on top, a marker at `marker_xy` (0..1 image coords), drifting background."""
+    img = np.empty((height, width, 3), np.uint8)
+    t = index % 256
+    img[..., 0] = (40 + hue + t // 2) % 256
+    img[..., 1] = (60 + (index * 3) % 120)
+    img[..., 2] = (90 + hue * 2) % 256
+    band = max(4, height // 8)
+    img[:band] = 128
+    cell = width // INDEX_BITS
+    for b in range(INDEX_BITS):
+        if (index >> b) & 1:
+            img[1:band - 1, b * cell + 1:(b + 1) * cell - 1] = 255
+        else:
+            img[1:band - 1, b * cell + 1:(b + 1) * cell - 1] = 0
+    r = max(2, min(width, height) // 10)
+    cx = int(np.clip(marker_xy[0], 0, 1) * (width - 2 * r)) + r
+    cy = int(np.clip(marker_xy[1], 0, 1) * (height - band - 2 * r)) + band + r
+    img[cy - r:cy + r, cx - r:cx + r] = (250, 220, 40)
+    jaw = int(r * np.clip(gripper_open, 0, 1))
+    img[cy - r:cy + r, max(0, cx - r - jaw):max(0, cx - r - jaw) + 2] = (20, 20, 20)
+    img[cy - r:cy + r, min(width - 2, cx + r + jaw):min(width - 2, cx + r + jaw) + 2] = (20, 20, 20)
+    return img
+
+
+def decode_frame_index(img: np.ndarray) -> int:
+    """Read back the barcode written by `render_frame` (robust to lossy compression)."""
+    height, width = img.shape[:2]
+    band = max(4, height // 8)
+    cell = width // INDEX_BITS
+    value = 0
+    for b in range(INDEX_BITS):
+        patch = img[1:band - 1, b * cell + 1:(b + 1) * cell - 1]
+        if patch.mean() > 128:
+            value |= 1 << b
+    return value
+
+
+def encode_video(frames: Iterable[np.ndarray], fps: float, codec: str = "h264", gop: int = 30,
+                 bframes: bool = True, path: Path | None = None) -> bytes:
+    """Encode RGB frames as an MP4 with PyAV; return the bytes (and write `path` if given).
+
+    codec: h264 (libx264, long GOP, B-frames as cameras and LeRobot write them), hevc (libx265, open GOP),
+    av1 (libsvtav1, the LeRobot default) or mpeg4 (mp4v, what pip OpenCV writes).
+    """
+    buf = io.BytesIO()
+    names = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "mpeg4": "mpeg4"}
+    with av.open(buf, "w", format="mp4") as out:
+        rate = Fraction(fps).limit_denominator(1001)
+        stream = out.add_stream(names[codec], rate=rate)
+        stream.pix_fmt = "yuv420p"
+        stream.gop_size = gop
+        opts: dict[str, str] = {}
+        if codec == "h264":
+            # mbtree=0: libx264's macroblock-tree rate control made identical input give different bytes here
+            opts = {"preset": "veryfast", "crf": "20", "bf": "2" if bframes else "0", "threads": "1",
+                    "x264-params": "mbtree=0"}
+            stream.codec_context.options = opts
+        elif codec == "hevc":
+            stream.codec_context.options = {"preset": "ultrafast", "x265-params": f"keyint={gop}:log-level=none"}
+        elif codec == "av1":
+            stream.codec_context.options = {"preset": "11", "crf": "35", "svtav1-params": "log-level=0"}
+        first = True
+        for rgb in frames:
+            if first:
+                stream.height, stream.width = rgb.shape[:2]
+                first = False
+            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+            for pkt in stream.encode(vf):
+                out.mux(pkt)
+        for pkt in stream.encode():
+            out.mux(pkt)
+    data = buf.getvalue()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return data

@@ -1,0 +1,629 @@
+"""Sample corpus for GM-100 in the real `rhos-ai/gm100-cobotmagic-lerobot` layout (upstream-formats.md §2).
+
+`write(out_dir, scale, seed)` writes the HF repo folder: `README.md` (a dataset card WITHOUT a licence, because the
+real licence is unverified), `.gitattributes`, and one standalone LeRobot v2.1 dataset per `task_XXXXX/`:
+`meta/info.json`, `meta/episodes.jsonl`, `meta/episodes_stats.jsonl`, `meta/tasks.jsonl` (missing for one demo task),
+`data/chunk-000/episode_XXXXXX.parquet` (signal columns as fixed-length list<float32>, HF `datasets` schema metadata)
+and `videos/chunk-000/observation.images.<camera>/episode_XXXXXX.mp4` (H.264 long GOP with B-frames; one AV1 episode).
+
+Scales:
+- `tiny`  (tests): task_00001 single_right at 15 fps (episode 1's camera_top is AV1) and task_00002
+  bimanual_sequential without tasks.jsonl (episode 1's camera_top is one frame shorter than its parquet); 2 episodes
+  each of 72-80 frames, 96x72.
+- `demo`: 4 tasks (task_00002 bimanual_sync, task_00003 single_left without tasks.jsonl, task_00008 single_right,
+  task_00014 bimanual_sequential) x 3-4 episodes of 200-300 frames at 30 fps, 96x72, all three cameras. Odd cases
+  included: task_00002 episode 1 camera_top is AV1 (libsvtav1, g=2 as LeRobot writes; decord cannot open it);
+  task_00014 episode 2 camera_top is one frame shorter than its parquet; task_00003 has no meta/tasks.jsonl.
+- `release`: 4,186 episodes over 106 tasks (task_00001..task_00110 minus 00004, 00005, 00052, 00059), 39-40 episodes
+  per task, 150-200 frames each, 64x48. To stay within ~5 min on one core, the wrist cameras are written only for
+  episode 0 of each task (info.json still declares all three video features, as the real data does); the camera_top
+  of episode 0 of every 25th task is AV1. No short videos in release (so all 4,186 units ingest).
+
+Signals (per active arm, timings varied per episode by the RNG): idle -> approach (vertical image move, descend) ->
+grasp (gripper closes, effort drops well below baseline) -> carry (horizontal move while holding, lift) -> place (slow
+descent) -> release (gripper opens, effort back to baseline) -> retreat (vertical back) -> return (horizontal back) ->
+idle. The first and last >= 12 % of every episode are idle for both arms (baseline / noise estimation). Per task type:
+single_left/right (other arm idle), bimanual_sequential (first arm, short overlap, second arm: left-only, both,
+right-only stretches), bimanual_sync (both arms run the same motion, the second 0.07-0.2 s late).
+
+Image mapping of this synthetic corpus: the one the reference build fitted for camera_top (build_t3_gt, and
+configs/labels.yaml `direction.gm100`): arm position +x moves the arm's marker LEFT in the image and +y moves it DOWN,
+`IMAGE_GAIN` image-widths per position unit, for both arms; the left arm's marker is yellow around x=0.3, the right
+arm's cyan around x=0.7. Wrist cameras show their own arm's marker (same mapping, half gain).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterable
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .common import encode_video, render_frame, rng_for
+
+CAMERAS = ("camera_top", "camera_wrist_left", "camera_wrist_right")
+VIDEO_PREFIX = "observation.images."
+DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+CHUNKS_SIZE = 1000
+CODEBASE_VERSION = "v2.1"
+ROBOT_TYPE = "cobot_magic"  # [I] the real value in info.json is unverified
+MARKER_FILE = ".processbench_sample"
+GOP = 60  # H.264 keyframe interval (2 s at 30 fps), B-frames on
+RELEASE_GAPS = (4, 5, 52, 59)
+RELEASE_TYPE_COUNTS = {"bimanual_sequential": 46, "bimanual_sync": 21, "single_left": 10, "single_right": 29}
+TASK_TYPES = tuple(RELEASE_TYPE_COUNTS)
+
+IMAGE_CENTRE = {"left": (0.3, 0.55), "right": (0.7, 0.55)}
+IMAGE_GAIN = 0.35
+HOME = {
+    "left": np.array([0.0, 0.0, 0.25, 0.0, 0.45, 0.0]),
+    "right": np.array([0.0, 0.0, 0.25, 0.0, -0.45, 0.0]),
+}
+RIGHT_MARKER_RGB = (40, 220, 250)
+GRIPPER_MAX = 0.08
+
+_ARM_NAMES = [f"{side}_arm_{i}" for side in ("left", "right") for i in range(6)]
+_GRIPPER_NAMES = ["left_gripper", "right_gripper"]
+# (column, width, names) in the order LeRobot lists them in info.json (robot features first).
+SIGNAL_FEATURES = (
+    ("observation.state.effector.effort", 2, _GRIPPER_NAMES),
+    ("observation.state.arm.velocity", 12, _ARM_NAMES),
+    ("observation.state.arm.position", 12, _ARM_NAMES),
+    ("action.arm.position", 12, _ARM_NAMES),
+    ("observation.state.effector.position", 2, _GRIPPER_NAMES),
+    ("observation.state.arm.effort", 12, _ARM_NAMES),
+    ("action.effector.position", 2, _GRIPPER_NAMES),
+)
+DEFAULT_FEATURES = (
+    ("timestamp", "float32"),
+    ("frame_index", "int64"),
+    ("episode_index", "int64"),
+    ("index", "int64"),
+    ("task_index", "int64"),
+)
+
+# (leg, share of the active window)
+LEGS = (
+    ("approach", 0.17),
+    ("grasp", 0.08),
+    ("carry", 0.22),
+    ("place", 0.10),
+    ("release", 0.08),
+    ("retreat", 0.15),
+    ("return", 0.15),
+    ("settle", 0.05),
+)
+
+_VERBS = {
+    "bimanual_sync": ["lift-the", "fold-the", "carry-the", "stretch-the", "open-the"],
+    "bimanual_sequential": ["hand-over-the", "pour-from-the", "unscrew-the", "insert-the", "stack-the"],
+    "single_left": ["push-the", "pick-up-the", "slide-the", "press-the"],
+    "single_right": ["pick-up-the", "place-the", "wipe-with-the", "squeeze-the", "turn-the"],
+}
+_OBJECTS = ["cup", "towel", "box", "bottle", "sponge", "toy-chicken", "lid", "block", "marker", "bowl", "tray", "cloth"]
+_TARGETS = ["onto-the-plate", "into-the-basket", "to-the-left-side", "next-to-the-bowl", "on-the-shelf",
+            "into-the-drawer", "over-the-box", "beside-the-cup"]
+
+
+@dataclass
+class EpisodeSpec:
+    index: int
+    n_frames: int
+    top_codec: str = "h264"
+    top_drop: int = 0  # camera_top written with this many fewer frames than the parquet
+    wrist: bool = True
+
+
+@dataclass
+class TaskSpec:
+    task_id: str
+    task_type: str
+    text: str
+    episodes: list[EpisodeSpec] = field(default_factory=list)
+    tasks_jsonl: bool = True  # False: meta/tasks.jsonl is missing (as for four tasks of a real download)
+    fps: int = 30
+    width: int = 96
+    height: int = 72
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+def _task_text(seed: int, task_id: str, task_type: str) -> str:
+    rng = rng_for(seed, "gm100", "text", task_id)
+    verb = _VERBS[task_type][int(rng.integers(len(_VERBS[task_type])))]
+    obj = _OBJECTS[int(rng.integers(len(_OBJECTS)))]
+    tgt = _TARGETS[int(rng.integers(len(_TARGETS)))]
+    return f"{verb}-{obj}-{tgt}"
+
+
+def plan(scale: str = "demo", seed: int = 0) -> list[TaskSpec]:
+    """The corpus as a list of task specs (deterministic from seed)."""
+    if scale == "tiny":
+        rng = rng_for(seed, "gm100", "tiny")
+        return [
+            TaskSpec("task_00001", "single_right", _task_text(seed, "task_00001", "single_right"),
+                     [EpisodeSpec(0, int(rng.integers(72, 81))), EpisodeSpec(1, int(rng.integers(72, 81)), "av1")],
+                     fps=15),
+            TaskSpec("task_00002", "bimanual_sequential", _task_text(seed, "task_00002", "bimanual_sequential"),
+                     [EpisodeSpec(0, int(rng.integers(72, 81))), EpisodeSpec(1, int(rng.integers(72, 81)), top_drop=1)],
+                     tasks_jsonl=False),
+        ]
+    if scale == "demo":
+        rng = rng_for(seed, "gm100", "demo")
+        layout = [("task_00002", "bimanual_sync", 4, True), ("task_00003", "single_left", 3, False),
+                  ("task_00008", "single_right", 3, True), ("task_00014", "bimanual_sequential", 4, True)]
+        tasks = []
+        for task_id, ttype, n_eps, has_text in layout:
+            eps = [EpisodeSpec(e, int(rng.integers(200, 301))) for e in range(n_eps)]
+            tasks.append(TaskSpec(task_id, ttype, _task_text(seed, task_id, ttype), eps, tasks_jsonl=has_text))
+        tasks[0].episodes[1].top_codec = "av1"
+        tasks[3].episodes[2].top_drop = 1
+        return tasks
+    if scale == "release":
+        rng = rng_for(seed, "gm100", "release")
+        ids = [f"task_{i:05d}" for i in range(1, 111) if i not in RELEASE_GAPS]
+        types = [t for t, c in RELEASE_TYPE_COUNTS.items() for _ in range(c)]
+        types = [types[i] for i in rng.permutation(len(types))]
+        forty = set(rng.choice(len(ids), size=4186 - 39 * len(ids), replace=False).tolist())
+        tasks = []
+        for k, (task_id, ttype) in enumerate(zip(ids, types)):
+            n_eps = 40 if k in forty else 39
+            eps = [EpisodeSpec(e, int(rng.integers(150, 201)), wrist=(e == 0)) for e in range(n_eps)]
+            if k % 25 == 0:
+                eps[0].top_codec = "av1"
+            tasks.append(TaskSpec(task_id, ttype, _task_text(seed, task_id, ttype), eps, width=64, height=48))
+        return tasks
+    raise ValueError(f"unknown scale {scale!r} (tiny, demo, release)")
+
+
+# ---------------------------------------------------------------------------- signals
+
+
+def _min_jerk(k: int) -> np.ndarray:
+    tau = np.arange(1, k + 1) / k
+    return 10 * tau**3 - 15 * tau**4 + 6 * tau**5
+
+
+def _ramp(a: float, b: float, k: int) -> np.ndarray:
+    return a + (b - a) * _min_jerk(max(1, k))
+
+
+def _windows(rng: np.random.Generator, task_type: str, n: int, fps: float) -> dict[str, tuple[int, int]]:
+    pre = int(np.ceil(n * rng.uniform(0.12, 0.16)))
+    post = int(np.ceil(n * rng.uniform(0.12, 0.16)))
+    lo, hi = pre, n - post
+    span = hi - lo
+    if task_type == "single_left":
+        return {"left": (lo, hi)}
+    if task_type == "single_right":
+        return {"right": (lo, hi)}
+    first, second = ("left", "right") if rng.random() < 0.5 else ("right", "left")
+    if task_type == "bimanual_sequential":
+        cut_a = lo + int(span * rng.uniform(0.6, 0.65))
+        cut_b = lo + int(span * rng.uniform(0.35, 0.4))
+        return {first: (lo, cut_a), second: (cut_b, hi)}
+    if task_type == "bimanual_sync":
+        lag = max(2, int(round(fps * rng.uniform(0.07, 0.2))))  # same motion, the second arm a few frames late
+        return {first: (lo, hi - lag), second: (lo + lag, hi)}
+    raise ValueError(task_type)
+
+
+def _shape(rng: np.random.Generator) -> dict:
+    """The random parameters of one manipulation (shared by both arms of a bimanual_sync episode)."""
+    return {
+        "weights": np.array([w for _, w in LEGS]) * rng.uniform(0.8, 1.25, len(LEGS)),
+        "s_a": float(rng.choice([-1.0, 1.0])),
+        "s_b": float(rng.choice([-1.0, 1.0])),
+        "v_approach": rng.uniform(0.6, 0.95),
+        "v_carry": rng.uniform(0.6, 0.95),
+        "v_place": rng.uniform(0.4, 0.5),
+        "wrist": rng.uniform(-0.15, 0.15, 3),
+        "g_open": rng.uniform(0.065, 0.08),
+        "g_obj": rng.uniform(0.015, 0.03),
+    }
+
+
+def _arm_program(n: int, fps: float, home: np.ndarray, window: tuple[int, int] | None, shape: dict | None):
+    """Clean per-frame arrays for one arm: position (n,6), gripper opening (n,), commanded gripper (n,), and the
+    effort drop as a fraction of the full hold drop (n,) in [0, 1]."""
+    pos = np.tile(home, (n, 1))
+    g_idle = 0.035
+    grip = np.full(n, g_idle)
+    cmd = np.full(n, g_idle)
+    drop = np.zeros(n)
+    if window is None:
+        return pos, grip, cmd, drop
+    start, stop = window
+    total = stop - start
+    if total < 3 * len(LEGS):
+        raise ValueError(f"active window of {total} frames is too short for one manipulation ({3 * len(LEGS)})")
+    w = shape["weights"]
+    dur = np.maximum(3, np.floor(w / w.sum() * total)).astype(int)
+    dur[int(np.argmax(dur))] += total - int(dur.sum())
+    s_a, s_b = shape["s_a"], shape["s_b"]
+    g_open, g_obj = shape["g_open"], shape["g_obj"]
+    cur = home.copy()
+    moved = np.zeros(6)
+    t = start
+    for (leg, _), k in zip(LEGS, dur):
+        sl = slice(t, t + k)
+        prof = _min_jerk(k)
+        delta = np.zeros(6)
+        if leg == "approach":
+            amp = min(0.6, shape["v_approach"] * k / fps)
+            delta[:3] = (0.0, s_a * amp, -0.3 * amp)
+        elif leg == "carry":
+            amp = min(0.6, shape["v_carry"] * k / fps)
+            delta[:3] = (s_b * amp, 0.0, 0.3 * amp)
+            delta[3:6] = shape["wrist"]
+        elif leg == "place":
+            amp = min(0.3, shape["v_place"] * k / fps)
+            delta[:3] = (s_b * 0.5 * amp, 0.0, -0.85 * amp)
+        elif leg == "retreat":
+            delta[1] = -moved[1]
+            delta[2] = -moved[2]
+        elif leg == "return":
+            delta[0] = -moved[0]
+            delta[3:6] = -moved[3:6]
+        pos[sl] = cur + prof[:, None] * delta
+        cur = cur + delta
+        moved += delta
+        # gripper and effort
+        if leg == "approach":
+            grip[sl] = _ramp(g_idle, g_open, k)
+            cmd[sl] = grip[sl]
+        elif leg == "grasp":
+            half = max(1, k // 2)
+            grip[t:t + half] = _ramp(g_open, g_obj, half)
+            grip[t + half:t + k] = g_obj
+            cmd[sl] = 0.0
+            d0 = int(k * 0.4)
+            r = min(4, k - d0)
+            drop[t + d0:t + d0 + r] = _ramp(0.0, 1.0, r)
+            drop[t + d0 + r:t + k] = 1.0
+        elif leg in ("carry", "place"):
+            grip[sl] = g_obj
+            cmd[sl] = 0.0
+            drop[sl] = 1.0
+        elif leg == "release":
+            half = max(1, k // 2)
+            grip[t:t + half] = _ramp(g_obj, g_open, half)
+            grip[t + half:t + k] = g_open
+            cmd[sl] = g_open
+            d0 = int(k * 0.3)
+            r = min(4, k - d0)
+            drop[t:t + d0] = 1.0
+            drop[t + d0:t + d0 + r] = _ramp(1.0, 0.0, r)
+        elif leg == "retreat":
+            grip[sl] = _ramp(g_open, g_idle, k)
+            cmd[sl] = grip[sl]
+        t += k
+    pos[stop:] = cur
+    return pos, grip, cmd, drop
+
+
+def episode_signals(seed: int, task_id: str, task_type: str, episode: int, n: int, fps: float) -> dict:
+    """All parquet signal columns of one episode (float32 matrices) plus the clean per-arm gripper opening.
+
+    Deterministic from (seed, task_id, episode); used by `write` and by the tests of the label-rule coverage.
+    """
+    rng = rng_for(seed, "gm100", "signals", task_id, episode)
+    windows = _windows(rng, task_type, n, fps)
+    shared = _shape(rng) if task_type == "bimanual_sync" else None
+    arm_pos, arm_grip, arm_cmd, arm_drop = {}, {}, {}, {}
+    for arm in ("left", "right"):
+        home = HOME[arm] + rng.normal(0, 0.02, 6)
+        shape = shared if shared is not None else _shape(rng)
+        arm_pos[arm], arm_grip[arm], arm_cmd[arm], arm_drop[arm] = _arm_program(n, fps, home, windows.get(arm), shape)
+    position = np.concatenate([arm_pos["left"], arm_pos["right"]], axis=1)
+    velocity = np.gradient(position, axis=0) * fps if n > 1 else np.zeros_like(position)
+    base = rng.uniform(1.4, 2.4, 2)
+    depth = rng.uniform(0.8, 1.4, 2)
+    effort = np.stack([base[i] - depth[i] * arm_drop[a] for i, a in enumerate(("left", "right"))], axis=1)
+    holding = np.stack([arm_drop["left"], arm_drop["right"]], axis=1)
+    effort += 0.04 * holding * np.sin(np.arange(n) / 7.0)[:, None]
+    gripper = np.stack([arm_grip["left"], arm_grip["right"]], axis=1)
+    command = np.stack([arm_cmd["left"], arm_cmd["right"]], axis=1)
+    command = np.concatenate([command[2:], np.repeat(command[-1:], min(2, n), axis=0)])[:n]
+    action_pos = np.concatenate([position[2:], np.repeat(position[-1:], min(2, n), axis=0)])[:n]
+    gravity = rng.uniform(-2.0, 2.0, 12)
+    load = np.repeat(holding, 6, axis=1) * 0.3
+    arm_effort = gravity + load + np.abs(velocity) * 0.2
+
+    noisy = {
+        "observation.state.effector.effort": effort + rng.normal(0, 0.015, effort.shape),
+        "observation.state.arm.velocity": velocity + rng.normal(0, 0.004, velocity.shape),
+        "observation.state.arm.position": position + rng.normal(0, 3e-4, position.shape),
+        "action.arm.position": action_pos,
+        "observation.state.effector.position": gripper + rng.normal(0, 2e-4, gripper.shape),
+        "observation.state.arm.effort": arm_effort + rng.normal(0, 0.02, arm_effort.shape),
+        "action.effector.position": command,
+    }
+    out = {k: v.astype(np.float32) for k, v in noisy.items()}
+    out["_windows"] = windows
+    out["_gripper_clean"] = gripper
+    return out
+
+
+# ---------------------------------------------------------------------------- frames
+
+
+def _image_xy(arm: str, xy: np.ndarray, centre=None, gain: float = IMAGE_GAIN) -> tuple[float, float]:
+    cx, cy = centre if centre is not None else IMAGE_CENTRE[arm]
+    # the reference build's camera_top mapping (configs/labels.yaml direction.gm100): +x -> image left, +y -> down
+    return (cx - gain * float(xy[0] - HOME[arm][0]), cy + gain * float(xy[1] - HOME[arm][1]))
+
+
+def _paint_marker(img: np.ndarray, xy: tuple[float, float], gripper_open: float, rgb) -> None:
+    """A second marker drawn with render_frame's geometry (render_frame draws one marker only)."""
+    height, width = img.shape[:2]
+    band = max(4, height // 8)
+    r = max(2, min(width, height) // 10)
+    cx = int(min(1.0, max(0.0, xy[0])) * (width - 2 * r)) + r
+    cy = int(min(1.0, max(0.0, xy[1])) * (height - band - 2 * r)) + band + r
+    img[cy - r:cy + r, cx - r:cx + r] = rgb
+    jaw = int(r * min(1.0, max(0.0, gripper_open)))
+    img[cy - r:cy + r, max(0, cx - r - jaw):max(0, cx - r - jaw) + 2] = (20, 20, 20)
+    img[cy - r:cy + r, min(width - 2, cx + r + jaw):min(width - 2, cx + r + jaw) + 2] = (20, 20, 20)
+
+
+def _frames(camera: str, pos: np.ndarray, grip: np.ndarray, n: int, width: int, height: int, hue: int):
+    opening = np.clip(grip / GRIPPER_MAX, 0, 1)
+    for i in range(n):
+        if camera == "camera_top":
+            img = render_frame(i, width, height, _image_xy("left", pos[i, 0:2]), float(opening[i, 0]), hue)
+            _paint_marker(img, _image_xy("right", pos[i, 6:8]), float(opening[i, 1]), RIGHT_MARKER_RGB)
+        else:
+            arm, off, col = ("left", 0, 0) if camera == "camera_wrist_left" else ("right", 6, 1)
+            xy = _image_xy(arm, pos[i, off:off + 2], centre=(0.5, 0.55), gain=IMAGE_GAIN / 2)
+            img = render_frame(i, width, height, xy, float(opening[i, col]), (hue + 70 + 40 * col) % 256)
+        yield img
+
+
+# ---------------------------------------------------------------------------- writing
+
+# encode_video's libx264 settings, plus mbtree=0. WORKAROUND: with these settings libx264 (PyAV 18.1 wheel) is not
+# deterministic: repeated encodes of the same frames differ in 5-100 % of runs, at every size tried (64x48..160x120),
+# with or without thread_count=1; disabling the macroblock tree (or asm, or B-frames) makes it byte-stable.
+# samples/common.py is shared, so the fix is proposed there; until then H.264 is encoded here.
+X264_OPTIONS = {"preset": "veryfast", "crf": "20", "bf": "2", "threads": "1", "x264-params": "mbtree=0"}
+
+
+def encode(frames: Iterable[np.ndarray], fps: float, codec: str, gop: int, path: Path) -> None:
+    """H.264 (long GOP, 2 B-frames) written deterministically; other codecs through common.encode_video."""
+    if codec != "h264":
+        encode_video(frames, fps, codec=codec, gop=gop, bframes=True, path=path)
+        return
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+        stream.pix_fmt = "yuv420p"
+        stream.gop_size = gop
+        stream.codec_context.thread_count = 1
+        stream.codec_context.options = dict(X264_OPTIONS)
+        first = True
+        for rgb in frames:
+            if first:
+                stream.height, stream.width = rgb.shape[:2]
+                first = False
+            for pkt in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")):
+                out.mux(pkt)
+        for pkt in stream.encode():
+            out.mux(pkt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(buf.getvalue())
+
+
+
+def _info(task: TaskSpec, episodes_written: int, frames_total: int, videos_total: int) -> dict:
+    features: dict = {}
+    for name, width, names in SIGNAL_FEATURES:
+        features[name] = {"dtype": "float32", "shape": [width], "names": list(names)}
+    for cam in CAMERAS:
+        features[VIDEO_PREFIX + cam] = {
+            "dtype": "video",
+            "shape": [task.height, task.width, 3],
+            "names": ["height", "width", "channels"],
+            "info": {
+                "video.fps": float(task.fps),
+                "video.height": task.height,
+                "video.width": task.width,
+                "video.channels": 3,
+                "video.codec": "h264",
+                "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False,
+                "has_audio": False,
+            },
+        }
+    for name, dtype in DEFAULT_FEATURES:
+        features[name] = {"dtype": dtype, "shape": [1], "names": None}
+    return {
+        "codebase_version": CODEBASE_VERSION,
+        "robot_type": ROBOT_TYPE,
+        "total_episodes": episodes_written,
+        "total_frames": frames_total,
+        "total_tasks": 1,
+        "total_videos": videos_total,
+        "total_chunks": 1,
+        "chunks_size": CHUNKS_SIZE,
+        "fps": task.fps,
+        "splits": {"train": f"0:{episodes_written}"},
+        "data_path": DATA_PATH,
+        "video_path": VIDEO_PATH,
+        "features": features,
+    }
+
+
+def _hf_metadata() -> bytes:
+    feats = {}
+    for name, width, _ in SIGNAL_FEATURES:
+        feats[name] = {"feature": {"dtype": "float32", "_type": "Value"}, "length": width, "_type": "Sequence"}
+    for name, dtype in DEFAULT_FEATURES:
+        feats[name] = {"dtype": dtype, "_type": "Value"}
+    return json.dumps({"info": {"features": feats}}, separators=(",", ":")).encode()
+
+
+def _stats(values: np.ndarray) -> dict:
+    v = values.reshape(len(values), -1).astype(np.float64)
+    return {
+        "min": [float(x) for x in v.min(axis=0)],
+        "max": [float(x) for x in v.max(axis=0)],
+        "mean": [float(x) for x in v.mean(axis=0)],
+        "std": [float(x) for x in v.std(axis=0)],
+        "count": [int(len(v))],
+    }
+
+
+def _write_task(root: Path, task: TaskSpec, seed: int) -> None:
+    tdir = root / task.task_id
+    (tdir / "meta").mkdir(parents=True, exist_ok=True)
+    hf_meta = _hf_metadata()
+    episodes_lines, stats_lines = [], []
+    frames_total = 0
+    videos_total = 0
+    hue = int(rng_for(seed, "gm100", "hue", task.task_id).integers(0, 60))
+    for ep in task.episodes:
+        n = ep.n_frames
+        sig = episode_signals(seed, task.task_id, task.task_type, ep.index, n, task.fps)
+        chunk = ep.index // CHUNKS_SIZE
+        index0 = frames_total
+        cols: dict[str, pa.Array] = {}
+        for name, width, _ in SIGNAL_FEATURES:
+            cols[name] = pa.FixedSizeListArray.from_arrays(pa.array(sig[name].ravel(), pa.float32()), width)
+        default_values = {
+            "timestamp": (np.arange(n) / task.fps).astype(np.float32),
+            "frame_index": np.arange(n, dtype=np.int64),
+            "episode_index": np.full(n, ep.index, dtype=np.int64),
+            "index": np.arange(index0, index0 + n, dtype=np.int64),
+            "task_index": np.zeros(n, dtype=np.int64),
+        }
+        for name, _ in DEFAULT_FEATURES:
+            cols[name] = pa.array(default_values[name])
+        table = pa.table(cols).replace_schema_metadata({b"huggingface": hf_meta})
+        data_file = tdir / DATA_PATH.format(episode_chunk=chunk, episode_index=ep.index)
+        data_file.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, data_file)
+        frames_total += n
+
+        pos = sig["observation.state.arm.position"]
+        grip = sig["_gripper_clean"]
+        for cam in CAMERAS:
+            if cam != "camera_top" and not ep.wrist:
+                continue
+            count = n - ep.top_drop if cam == "camera_top" else n
+            codec = ep.top_codec if cam == "camera_top" else "h264"
+            if codec == "av1":
+                os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner on stderr otherwise
+            path = tdir / VIDEO_PATH.format(episode_chunk=chunk, video_key=VIDEO_PREFIX + cam, episode_index=ep.index)
+            encode(_frames(cam, pos, grip, count, task.width, task.height, hue), task.fps, codec,
+                   2 if codec == "av1" else GOP, path)
+            videos_total += 1
+
+        episodes_lines.append({"episode_index": ep.index, "tasks": [task.text],
+                               "length": n})
+        stats = {name: _stats(sig[name]) for name, _, _ in SIGNAL_FEATURES}
+        stats.update({name: _stats(default_values[name]) for name, _ in DEFAULT_FEATURES})
+        stats_lines.append({"episode_index": ep.index, "stats": stats})
+
+    info = _info(task, len(task.episodes), frames_total, videos_total)
+    (tdir / "meta" / "info.json").write_text(json.dumps(info, indent=4) + "\n", encoding="utf-8")
+    (tdir / "meta" / "episodes.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in episodes_lines), encoding="utf-8")
+    (tdir / "meta" / "episodes_stats.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in stats_lines), encoding="utf-8")
+    if task.tasks_jsonl:
+        (tdir / "meta" / "tasks.jsonl").write_text(
+            json.dumps({"task_index": 0, "task": task.text}) + "\n", encoding="utf-8")
+
+
+CARD = """---
+task_categories:
+- robotics
+tags:
+- LeRobot
+- GM-100
+- synthetic-sample
+---
+
+# gm100-cobotmagic-lerobot (ProcessBench synthetic sample)
+
+Synthetic stand-in for the Hugging Face dataset `rhos-ai/gm100-cobotmagic-lerobot`, written by
+`upstream_adapters/samples/gm100.py` in the same layout: one LeRobot v2.1 dataset per `task_XXXXX/` folder.
+No licence is stated here because the licence of the real dataset is unverified.
+"""
+
+
+def write(out_dir: Path, scale: str = "demo", seed: int = 0) -> None:
+    """Write the GM-100 sample corpus (the source root) into `out_dir`, replacing an earlier sample corpus there.
+
+    Refuses to touch a non-empty `out_dir` that is not a sample corpus written by this module.
+    """
+    out_dir = Path(out_dir)
+    tasks = plan(scale, seed)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MARKER_FILE).is_file():
+        raise FileExistsError(f"{out_dir.name!r} is not empty and not a gm100 sample corpus; refusing to overwrite")
+    tmp = out_dir.with_name(out_dir.name + ".tmp-gm100-sample")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    (tmp / "README.md").write_text(CARD, encoding="utf-8")
+    (tmp / ".gitattributes").write_text("*.mp4 filter=lfs diff=lfs merge=lfs -text\n"
+                                        "*.parquet filter=lfs diff=lfs merge=lfs -text\n", encoding="utf-8")
+    for task in tasks:
+        _write_task(tmp, task, seed)
+    (tmp / MARKER_FILE).write_text(f"gm100 sample corpus, scale={scale}, seed={seed}\n", encoding="utf-8")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+
+
+# ---------------------------------------------------------------------------- odd-case helpers (tests)
+
+
+def unit_paths(root: Path, unit_id: str, camera: str = "camera_top") -> tuple[Path, Path]:
+    """(parquet, video) paths of a unit of a corpus written by this module."""
+    task, ep = unit_id.split("__episode_")
+    e = int(ep)
+    tdir = Path(root) / task
+    data = tdir / DATA_PATH.format(episode_chunk=e // CHUNKS_SIZE, episode_index=e)
+    vid = tdir / VIDEO_PATH.format(episode_chunk=e // CHUNKS_SIZE, video_key=VIDEO_PREFIX + camera, episode_index=e)
+    return data, vid
+
+
+def corrupt_video(root: Path, unit_id: str, camera: str = "camera_top", keep: float = 0.5) -> Path:
+    """Truncate a unit's mp4 to `keep` of its bytes (an interrupted download); keep=0 leaves an empty file."""
+    _, vid = unit_paths(root, unit_id, camera)
+    data = vid.read_bytes()
+    vid.write_bytes(data[: int(len(data) * keep)])
+    return vid
+
+
+def remove_info_json(root: Path, task_id: str) -> None:
+    (Path(root) / task_id / "meta" / "info.json").unlink()
+
+
+def make_v3(root: Path, task_id: str) -> None:
+    """Turn a task folder's metadata into the LeRobot v3.0 shape (codebase_version, templates, meta/tasks.parquet)."""
+    meta = Path(root) / task_id / "meta"
+    info = json.loads((meta / "info.json").read_text(encoding="utf-8"))
+    info["codebase_version"] = "v3.0"
+    info["data_path"] = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+    info["video_path"] = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    (meta / "info.json").write_text(json.dumps(info, indent=4) + "\n", encoding="utf-8")
+    text = "unknown"
+    if (meta / "tasks.jsonl").is_file():
+        text = json.loads((meta / "tasks.jsonl").read_text(encoding="utf-8").splitlines()[0])["task"]
+        (meta / "tasks.jsonl").unlink()
+    pq.write_table(pa.table({"task_index": pa.array([0], pa.int64()), "task": pa.array([text])}),
+                   meta / "tasks.parquet")

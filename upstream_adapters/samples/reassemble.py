@@ -1,0 +1,726 @@
+"""Sample REASSEMBLE corpus in the real TU Wien layout (upstream-formats.md §4).
+
+    <out>/data/<YYYY-MM-DD-HH-MM-SS>.h5
+    <out>/poses/<rec>_poses.json
+    <out>/splits/train_split1.txt, test_split1.txt
+
+Each .h5 mirrors a released recording: the cameras `hama1`, `hama2`, `hand`, `capture_node-camera-image` as
+scalar opaque (np.void) MP4 blobs (H.264 via PyAV, long GOP with B-frames; small frames instead of 640x480, the
+event-camera render at 6 fps), `*_audio` int64 arrays holding MP3 bytes, `events` (N, 3) int64, `robot_state/*`
+float64 streams at distinct native rates (the real ~1000 / 970 / 580 / 465 Hz divided by a per-scale factor),
+`timestamps/<stream>` float64 Unix seconds (recording id = local CET start time), and the hierarchical
+`segments_info/<i>/{start,end,success,text,index,low_level/<j>/...}` annotations with the real vocabulary
+("No action." segments carry no low_level group). Files are written with h5py, track_order, libver v110 and
+track_times=False, so two runs give identical bytes.
+
+Scales: `tiny` (tests: 7 recordings of ~5-10 s), `demo` (7 recordings of ~20-28 s, 8-11 high-level segments,
+6 in test_split1 + 1 in train_split1), `release` (41 recordings of ~90-125 s at 64x48: the 37 of test_split1,
+3 in train_split1 that a `only_split: test_split1` build filters out, and 1 in neither split, as in the release).
+
+The robot follows the labels: a "No action." segment is stationary; Approach moves between the tray and the NIST
+board (so the wrist-camera marker moves left/right/up/down over a recording); Grasp closes the gripper on the
+object; Align/Push/Twist/Nudge/Pull press on the board (force rises); Lift carries; Release opens the gripper and the
+force falls. About one action in ten fails (success False on the high-level segment and on its last skill).
+
+Realistic odd cases in the corpora (recording ids as in the release README's known-issues table):
+- `2025-01-10-16-17-40`: no `hand` dataset at all;
+- `2025-01-10-15-28-50` (and `2025-01-10-17-10-38` in release): hand camera starts late, inside the first action;
+- `2025-01-10-17-54-09` (and `2025-01-11-14-22-09` in release): no leading "No action." segment;
+- one recording (two in release) in the older per-axis `robot_state` form, with (N, 1) timestamps.
+In release the no-`hand` recording sits in train_split1 (ProcessBench's 37 test recordings all have `hand`).
+Helpers `write_recording`, `truncate_file` and `corrupt_blob` produce the broken copies the tests use.
+
+Audio: a short valid MP3 of silence (real sample rates/channels) stored as int64 bytes; its length does not match
+the recording (nothing in the build reads audio, and encoding full-length MP3s would dominate the release time).
+"""
+
+from __future__ import annotations
+
+import calendar
+import io
+import json
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+
+import av
+import h5py
+import numpy as np
+
+from .common import INDEX_BITS, render_frame, rng_for
+
+SLUG = "reassemble"
+OBJECTS = (
+    "round peg 1", "round peg 2", "round peg 3", "round peg 4",
+    "square peg 1", "square peg 2", "square peg 3", "square peg 4",
+    "BNC", "D-SUB", "USB", "Ethernet", "waterproof", "bolt",
+    "large gear", "medium gear", "small gear",
+)
+LOW_VOCAB = ("Approach", "Align", "Grasp", "Lift", "Pull", "Push", "Release", "Twist", "Nudge")
+NO_ACTION = "No action."
+CAMERAS = ("hama1", "hama2", "hand", "capture_node-camera-image")
+# Native rates of the real release (Hz); the samples divide them by the scale's `rate_div`.
+RATES = {
+    "measured_force": 1000.0, "measured_torque": 1000.0,
+    "joint_positions": 970.0, "joint_velocities": 970.0, "joint_efforts": 970.0,
+    "gripper_positions": 970.0, "gripper_velocities": 970.0, "gripper_efforts": 970.0,
+    "pose": 580.0, "velocity": 580.0,
+    "compensated_base_force": 465.0, "compensated_base_torque": 465.0,
+}
+# Older files: one dataset per axis (REASSEMBLE/io.py merge_dict_keys), timestamps per axis key too.
+PER_AXIS = {
+    "measured_force": ["measured_force_x", "measured_force_y", "measured_force_z"],
+    "measured_torque": ["measured_torque_x", "measured_torque_y", "measured_torque_z"],
+    "compensated_base_force": ["compensated_base_force_x", "compensated_base_force_y", "compensated_base_force_z"],
+    "compensated_base_torque": ["compensated_base_torque_x", "compensated_base_torque_y", "compensated_base_torque_z"],
+    "pose": ["pose_x", "pose_y", "pose_z", "pose_qw", "pose_qx", "pose_qy", "pose_qz"],
+    "velocity": ["vel_x", "vel_y", "vel_z", "vel_qx", "vel_qy", "vel_qz"],
+}
+VIENNA_UTC_OFFSET_S = 3600  # recording ids are local time (CET, January)
+
+SCALES = {
+    # frame sizes (w, h) per camera, robot-rate divisor, time scale of the skills, actions per recording
+    "tiny": dict(hand=(64, 48), hama=(64, 48), event=(64, 48), rate_div=20.0, tscale=0.45, actions=(2, 3),
+                 max_dur=9.0, events_per_s=40),
+    "demo": dict(hand=(128, 96), hama=(96, 72), event=(88, 64), rate_div=5.0, tscale=0.95, actions=(4, 4),
+                 max_dur=29.0, events_per_s=100),
+    "release": dict(hand=(64, 48), hama=(64, 48), event=(64, 48), rate_div=10.0, tscale=1.4, actions=(12, 14),
+                    max_dur=112.0, events_per_s=60),
+}
+
+SKILL_DUR = {  # seconds at tscale 1
+    "Approach": (1.2, 2.2), "Align": (0.8, 1.5), "Grasp": (0.5, 0.9), "Lift": (0.6, 1.1), "Push": (0.8, 1.4),
+    "Twist": (1.0, 1.8), "Nudge": (0.5, 0.9), "Pull": (0.7, 1.3), "Release": (0.4, 0.8),
+}
+OPEN_W = 0.08  # Franka hand fully open (m), two fingers of 0.04
+
+
+@dataclass
+class RecSpec:
+    rec_id: str
+    splits: tuple[str, ...] = ("test_split1",)
+    hand: bool = True
+    leading_no_action: bool = True
+    per_axis: bool = False
+    ts_2d: bool = False
+    hand_late: bool = False
+    force_failure: bool = False
+
+
+@dataclass
+class Seg:
+    text: str
+    start: float
+    end: float
+    success: bool = True
+    low: list = field(default_factory=list)  # [Seg]
+
+
+# ---------------------------------------------------------------------------------------------- corpora
+def _demo_specs() -> list[RecSpec]:
+    return [
+        RecSpec("2025-01-09-13-57-17"),
+        RecSpec("2025-01-09-14-12-03", per_axis=True, ts_2d=True),
+        RecSpec("2025-01-10-15-28-50", hand_late=True),
+        RecSpec("2025-01-10-16-17-40", hand=False),
+        RecSpec("2025-01-10-17-54-09", leading_no_action=False),
+        RecSpec("2025-01-11-14-43-37", force_failure=True),
+        RecSpec("2025-01-11-15-02-11", splits=("train_split1",)),
+    ]
+
+
+def _release_specs(seed: int) -> list[RecSpec]:
+    special = {
+        "2025-01-10-15-28-50": dict(hand_late=True),
+        "2025-01-10-17-10-38": dict(hand_late=True),
+        "2025-01-10-16-17-40": dict(hand=False, splits=("train_split1",)),
+        "2025-01-10-17-54-09": dict(leading_no_action=False),
+        "2025-01-11-14-22-09": dict(leading_no_action=False),
+    }
+    rng = rng_for(seed, SLUG, "release-ids")
+    ids: set[str] = set(special)
+    while len(ids) < 41:
+        day = int(rng.integers(9, 14))
+        minute = int(rng.integers(9 * 60, 18 * 60))
+        ids.add(f"2025-01-{day:02d}-{minute // 60:02d}-{minute % 60:02d}-{int(rng.integers(0, 60)):02d}")
+    ordered = sorted(ids)
+    plain = [r for r in ordered if r not in special]
+    order = rng.permutation(len(plain))
+    train = {plain[i] for i in order[:2]}
+    neither = {plain[order[2]]}
+    per_axis = {plain[i] for i in order[3:5]}
+    specs = []
+    for r in ordered:
+        kw = dict(special.get(r, {}))
+        if r in train:
+            kw["splits"] = ("train_split1",)
+        elif r in neither:
+            kw["splits"] = ()
+        if r in per_axis:
+            kw.update(per_axis=True, ts_2d=True)
+        specs.append(RecSpec(r, **kw))
+    assert sum("test_split1" in s.splits for s in specs) == 37
+    return specs
+
+
+def specs_for(scale: str, seed: int = 0) -> list[RecSpec]:
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; known: {sorted(SCALES)}")
+    return _release_specs(seed) if scale == "release" else _demo_specs()
+
+
+# ---------------------------------------------------------------------------------------------- plan
+def _chain(verb: str, obj: str, rng: np.random.Generator) -> list[str]:
+    if verb == "Pick":
+        return ["Approach", "Align", "Grasp", "Lift"] if rng.random() < 0.3 else ["Approach", "Grasp", "Lift"]
+    if verb == "Place":
+        return ["Approach", "Release"] if rng.random() < 0.15 else ["Approach", "Align", "Release"]
+    if verb == "Insert":
+        if obj in ("BNC", "waterproof"):
+            return ["Approach", "Align", "Push", "Twist", "Release"]
+        if obj == "bolt":
+            return ["Approach", "Align", "Twist", "Release"]
+        if obj.endswith("gear") or obj.startswith("square"):
+            return ["Approach", "Align", "Nudge", "Push", "Release"] if rng.random() < 0.6 else \
+                ["Approach", "Align", "Push", "Release"]
+        return ["Approach", "Align", "Push", "Nudge", "Release"] if rng.random() < 0.3 else \
+            ["Approach", "Align", "Push", "Release"]
+    # Remove
+    if obj in ("BNC", "waterproof"):
+        return ["Approach", "Grasp", "Twist", "Pull", "Lift"]
+    if obj == "bolt":
+        return ["Approach", "Grasp", "Twist", "Lift"]
+    if obj == "Ethernet":
+        return ["Approach", "Grasp", "Push", "Pull", "Lift"]
+    if rng.random() < 0.7:
+        return ["Approach", "Grasp", "Pull", "Lift"]
+    return ["Approach", "Align", "Grasp", "Pull", "Lift"]
+
+
+def _failed_chain(verb: str, chain: list[str]) -> list[str]:
+    if verb == "Pick":  # the grasp misses
+        return chain[: chain.index("Grasp") + 1]
+    if verb == "Insert":  # pushed but never seated
+        cut = chain.index("Release")
+        return chain[:cut]
+    return chain[: chain.index("Pull") + 1] if "Pull" in chain else chain[: chain.index("Grasp") + 1]
+
+
+def plan_recording(rng: np.random.Generator, scale: str, leading_no_action: bool = True,
+                   force_failure: bool = False) -> list[Seg]:
+    """High-level segments (with low-level children) on a clock starting at 0 (the robot streams' start)."""
+    cfg = SCALES[scale]
+    ts = cfg["tscale"]
+    n_actions = int(rng.integers(cfg["actions"][0], cfg["actions"][1] + 1))
+    on_board = {o: bool(rng.random() < 0.5) for o in OBJECTS}
+    held: str | None = None
+    held_verb = ""
+    forced_at = int(rng.integers(1, max(2, n_actions - 1))) if force_failure else -1
+    segs: list[Seg] = []
+    t = 0.3
+    if leading_no_action:
+        d = float(rng.uniform(1.0, 2.0)) * ts
+        segs.append(Seg(NO_ACTION, t, t + d))
+        t += d
+    k = 0
+    obj = ""
+    while k < n_actions:
+        if held is None:
+            # a different object than the last one most of the time
+            choices = [o for o in OBJECTS if o != obj] if obj else list(OBJECTS)
+            obj = str(choices[int(rng.integers(len(choices)))])
+            verb = "Remove" if on_board[obj] else "Pick"
+        else:
+            obj = held
+            verb = "Insert" if held_verb == "Pick" else "Place"
+        chain = _chain(verb, obj, rng)
+        failable = verb != "Place"
+        if k == forced_at and not failable:
+            forced_at += 1  # Place never fails: force the next action instead
+        fails = failable and (k == forced_at or (forced_at < 0 and rng.random() < 0.09))
+        if fails:
+            chain = _failed_chain(verb, chain)
+        elif rng.random() < 0.05 and "Align" in chain:  # a repeated skill, as re-annotated retries look
+            i = chain.index("Align")
+            chain = chain[: i + 1] + ["Align"] + chain[i + 1:]
+        lows = []
+        t_low = t
+        for j, name in enumerate(chain):
+            lo, hi = SKILL_DUR[name]
+            d = float(rng.uniform(lo, hi)) * ts
+            last = j == len(chain) - 1
+            lows.append(Seg(name, t_low, t_low + d, success=not (fails and last)))
+            t_low += d
+        segs.append(Seg(f"{verb} {obj}.", t, t_low, success=not fails, low=lows))
+        t = t_low
+        if not fails:
+            if verb in ("Pick", "Remove"):
+                held, held_verb = obj, verb
+            else:
+                on_board[obj] = verb == "Insert"
+                held, held_verb = None, ""
+        elif verb == "Remove":
+            held = None  # the gripper slipped off; the object stays in the board
+        k += 1
+        # "No action." between actions, and a trailing one
+        d = float(rng.uniform(1.0, 2.2)) * ts
+        segs.append(Seg(NO_ACTION, t, t + d))
+        t += d
+        if t > cfg["max_dur"] - 6 * ts:
+            break  # a carried object is finished below, so the recording stays within max_dur + one action
+    # finish a carried object so that the recording ends with the gripper open
+    if held is not None:
+        verb = "Insert" if held_verb == "Pick" else "Place"
+        chain = _chain(verb, held, rng)
+        lows, t_low = [], t
+        for name in chain:
+            lo, hi = SKILL_DUR[name]
+            d = float(rng.uniform(lo, hi)) * ts
+            lows.append(Seg(name, t_low, t_low + d))
+            t_low += d
+        segs.append(Seg(f"{verb} {held}.", t, t_low, low=lows))
+        t = t_low
+        d = float(rng.uniform(1.0, 2.2)) * ts
+        segs.append(Seg(NO_ACTION, t, t + d))
+    return segs
+
+
+# ---------------------------------------------------------------------------------------------- kinematics
+class Track:
+    """Keyframed track: min-jerk (`smooth`) or linear interpolation between keyframes, hold outside."""
+
+    def __init__(self, v0, smooth: bool):
+        self.t = [0.0]
+        self.v = [np.atleast_1d(np.asarray(v0, np.float64))]
+        self.smooth = smooth
+
+    @property
+    def cur(self) -> np.ndarray:
+        return self.v[-1].copy()
+
+    def key(self, t: float, v) -> None:
+        t = max(float(t), self.t[-1])
+        self.t.append(t)
+        self.v.append(np.atleast_1d(np.asarray(v, np.float64)))
+
+    def hold(self, t: float) -> None:
+        self.key(t, self.cur)
+
+    def eval(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        T = np.asarray(self.t)
+        V = np.stack(self.v)
+        if T.size == 1:
+            return np.repeat(V, q.size, 0), np.zeros((q.size, V.shape[1]))
+        k = np.clip(np.searchsorted(T, q, side="right") - 1, 0, T.size - 2)
+        ta, tb = T[k], T[k + 1]
+        span = np.where(tb > ta, tb - ta, 1.0)
+        s = np.where(tb > ta, np.clip((q - ta) / span, 0.0, 1.0), 1.0)
+        inside = (s > 0) & (s < 1)
+        if self.smooth:
+            b = s ** 3 * (10 - 15 * s + 6 * s * s)
+            db = 30 * s * s * (1 - s) ** 2 / span
+        else:
+            b = s
+            db = 1.0 / span
+        db = np.where(inside, db, 0.0)
+        dv = V[k + 1] - V[k]
+        return V[k] + b[:, None] * dv, db[:, None] * dv
+
+
+def _locations(rng: np.random.Generator) -> tuple[dict, dict]:
+    board = {}
+    for i, o in enumerate(OBJECTS):  # the NIST board is fixed: a 4 x 5 grid
+        r, c = divmod(i, 5)
+        board[o] = np.array([0.50 + 0.05 * r, -0.12 + 0.06 * c, 0.10])
+    tray = {}
+    for o in OBJECTS:  # loose parts on both sides of the board, per recording
+        side = 1.0 if rng.random() < 0.5 else -1.0
+        tray[o] = np.array([rng.uniform(0.30, 0.42), side * rng.uniform(0.18, 0.30), 0.03])
+    return board, tray
+
+
+def simulate(segs: list[Seg], rng: np.random.Generator) -> dict[str, Track]:
+    board, tray = _locations(rng)
+    home = np.array([0.45, 0.0, 0.30])
+    pos = Track(home, smooth=True)
+    yaw = Track(0.0, smooth=True)
+    width = Track(OPEN_W, smooth=False)
+    effort = Track(0.0, smooth=False)
+    contact = Track([0.0, 0.0, 0.0], smooth=False)  # contact force on the F/T sensor (N)
+    holding = False
+    for seg in segs:
+        a, b = seg.start, seg.end
+        if seg.text == NO_ACTION:
+            for tr in (pos, yaw, width, effort, contact):
+                tr.hold(a)
+            if not holding and width.cur[0] < OPEN_W - 1e-3:  # reopen after a missed grasp (no arm motion)
+                width.key(a + 0.4 * (b - a), OPEN_W)
+                effort.key(a + 0.4 * (b - a), 0.0)
+            for tr in (pos, yaw, width, effort, contact):
+                tr.hold(b)
+            continue
+        verb, obj = seg.text.rstrip(".").split(" ", 1)
+        loc = board[obj] if verb in ("Insert", "Remove") else tray[obj]
+        carry = np.array([0.0, 0.0, rng.uniform(0.6, 1.6)])
+        for low in seg.low:
+            la, end = low.start, low.end
+            backoff = not low.success and verb == "Insert"  # pushed but not seated: back off, still holding
+            lb = la + 0.7 * (end - la) if backoff else end
+            d = lb - la
+            for tr in (pos, yaw, width, effort, contact):
+                tr.hold(la)
+            p = pos.cur
+            name = low.text
+            if name == "Approach":
+                off = rng.normal(0, 0.004, 3) * np.array([1, 1, 0])
+                pos.key(lb, loc + np.array([0, 0, 0.05]) + off)
+            elif name == "Align":
+                side = rng.normal(0, 0.006, 3) * np.array([1, 1, 0])
+                pos.key(la + 0.5 * d, loc + side + np.array([0, 0, 0.02]))
+                pos.key(lb, loc + np.array([0, 0, 0.008]))
+                f = rng.uniform(3.0, 6.0) if verb != "Pick" else rng.uniform(1.5, 3.0)
+                contact.key(la + 0.35 * d, carry * holding + np.array([0.3, -0.2, f]))
+            elif name == "Grasp":
+                closed = 0.002 if not low.success else rng.uniform(0.010, 0.030)
+                width.key(la + 0.6 * d, closed)
+                effort.key(la + 0.6 * d, rng.uniform(20.0, 35.0) if low.success else 2.0)
+                contact.key(la + 0.6 * d, np.array([0.1, 0.1, rng.uniform(1.0, 2.0)]))
+                if low.success:
+                    holding = True
+            elif name == "Lift":
+                pos.key(lb, p + np.array([0, 0, rng.uniform(0.06, 0.10)]))
+                contact.key(la + 0.3 * d, carry)
+            elif name == "Push":
+                pos.key(lb, p - np.array([0, 0, rng.uniform(0.012, 0.020)]))
+                peak = rng.uniform(12.0, 25.0)
+                contact.key(la + 0.6 * d, carry * holding + np.array([0.5, -0.4, peak]))
+                contact.key(lb, carry * holding + np.array([0.4, -0.3, 0.8 * peak]))
+            elif name == "Twist":
+                yaw.key(lb, yaw.cur + (np.pi / 2 if rng.random() < 0.5 else -np.pi / 2))
+                contact.key(la + 0.3 * d, carry * holding + np.array([0.8, 0.6, rng.uniform(5.0, 9.0)]))
+            elif name == "Nudge":
+                amp = rng.uniform(0.003, 0.006)
+                for frac, sgn in ((0.25, 1), (0.5, -1), (0.75, 1)):
+                    pos.key(la + frac * d, p + np.array([sgn * amp, -sgn * amp, 0]))
+                pos.key(lb, p)
+                contact.key(la + 0.3 * d, carry * holding + np.array([1.0, -1.0, rng.uniform(4.0, 7.0)]))
+            elif name == "Pull":
+                peak = rng.uniform(10.0, 20.0)
+                pos.key(la + 0.7 * d, p + np.array([0, 0, 0.006]))
+                contact.key(la + 0.7 * d, np.array([0.3, 0.3, -peak]))
+                pos.key(lb, p + np.array([0, 0, 0.03]))
+                if low.success:
+                    contact.key(lb, carry)
+                else:  # slips off: gripper opens, nothing held
+                    contact.key(lb, np.zeros(3))
+                    width.key(lb, OPEN_W)
+                    effort.key(lb, 0.0)
+                    holding = False
+            elif name == "Release":
+                width.key(la + 0.6 * d, OPEN_W)
+                effort.key(la + 0.6 * d, 0.0)
+                contact.key(la + 0.4 * d, np.zeros(3))
+                pos.key(la + 0.6 * d, p)
+                pos.key(lb, p + np.array([0, 0, 0.015]))
+                holding = False
+            if backoff:
+                for tr in (pos, yaw, width, effort, contact):
+                    tr.hold(lb)
+                pos.key(end, pos.cur + np.array([0, 0, 0.03]))
+                contact.key(end, carry)
+        for tr in (pos, yaw, width, effort, contact):
+            tr.hold(b)
+    return {"pos": pos, "yaw": yaw, "width": width, "effort": effort, "contact": contact}
+
+
+# ---------------------------------------------------------------------------------------------- streams
+def _stream_times(rng: np.random.Generator, t_start: float, t_end: float, rate: float) -> np.ndarray:
+    n = int((t_end - t_start) * rate)
+    base = t_start + np.arange(n) / rate
+    return base + rng.uniform(-0.1, 0.1, n) / rate
+
+
+def robot_streams(tracks: dict[str, Track], rng: np.random.Generator, t_end: float, rate_div: float
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """stream name -> (relative times (N,), values (N, k)) for every robot_state stream."""
+    out = {}
+    bias_f = np.array([0.25, -0.15, 0.35])
+    bias_t = np.array([0.02, 0.01, -0.015])
+    lever = np.array([0.0, 0.0, 0.11])
+    jmix = rng_for(0, SLUG, "jacobian").normal(0, 1.0, (7, 4))
+    j0 = np.array([0.0, -0.3, 0.0, -2.2, 0.0, 1.9, 0.8])
+    times = {}
+    for name, rate in RATES.items():
+        key = {"measured_torque": "measured_force", "joint_velocities": "joint_positions",
+               "joint_efforts": "joint_positions", "gripper_velocities": "gripper_positions",
+               "gripper_efforts": "gripper_positions", "velocity": "pose", "gripper_positions": "joint_positions",
+               "compensated_base_torque": "compensated_base_force"}.get(name, name)
+        if key not in times:
+            times[key] = _stream_times(rng, 0.0, t_end, rate / rate_div)
+        times[name] = times[key]
+    for name in RATES:
+        t = times[name]
+        n = t.size
+        p, dp = tracks["pos"].eval(t)
+        y, dy = tracks["yaw"].eval(t)
+        w, dw = tracks["width"].eval(t)
+        e, _ = tracks["effort"].eval(t)
+        c, _ = tracks["contact"].eval(t)
+        if name == "pose":
+            q = np.stack([np.zeros(n), np.cos(y[:, 0] / 2), np.sin(y[:, 0] / 2), np.zeros(n)], 1)
+            v = np.concatenate([p + rng.normal(0, 5e-5, (n, 3)), q + rng.normal(0, 1e-5, (n, 4))], 1)
+        elif name == "velocity":
+            v = np.concatenate([dp, np.zeros((n, 2)), dy], 1) + rng.normal(0, 3e-4, (n, 6))
+        elif name == "measured_force":
+            v = bias_f + c + rng.normal(0, 0.12, (n, 3))
+        elif name == "measured_torque":
+            v = bias_t + np.cross(lever, c) + rng.normal(0, 0.01, (n, 3))
+        elif name == "compensated_base_force":
+            v = c * np.array([1.0, 1.0, -1.0]) + np.array([0.1, 0.05, -0.2]) + rng.normal(0, 0.2, (n, 3))
+        elif name == "compensated_base_torque":
+            v = np.cross(lever, c) + rng.normal(0, 0.02, (n, 3))
+        elif name.startswith("joint_"):
+            x = np.concatenate([p - np.array([0.45, 0.0, 0.3]), y], 1)
+            dx = np.concatenate([dp, dy], 1)
+            if name == "joint_positions":
+                v = j0 + 0.8 * x @ jmix.T + rng.normal(0, 2e-5, (n, 7))
+            elif name == "joint_velocities":
+                v = 0.8 * dx @ jmix.T + rng.normal(0, 2e-4, (n, 7))
+            else:
+                v = np.array([0.0, -20.0, 0.5, 18.0, 0.6, 2.0, 0.1]) + 0.3 * (c @ jmix[:, :3].T) \
+                    + rng.normal(0, 0.05, (n, 7))
+        elif name == "gripper_positions":
+            v = np.repeat(w / 2, 2, 1) + rng.normal(0, 1e-5, (n, 2))
+        elif name == "gripper_velocities":
+            v = np.repeat(dw / 2, 2, 1) + rng.normal(0, 1e-4, (n, 2))
+        else:  # gripper_efforts
+            v = np.repeat(e / 2, 2, 1) + rng.normal(0, 0.05, (n, 2))
+        out[name] = (t, np.ascontiguousarray(v, dtype=np.float64))
+    return out
+
+
+@lru_cache(maxsize=4)
+def _mp3_silence(rate: int, channels: int, seconds: float = 2.0) -> bytes:
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp3") as out:
+        s = out.add_stream("libmp3lame", rate=rate)
+        s.layout = "stereo" if channels == 2 else "mono"
+        s.bit_rate = 32000
+        n = int(seconds * rate)
+        fr = av.AudioFrame.from_ndarray(np.zeros((channels, n), np.float32), format="fltp", layout=s.layout.name)
+        fr.sample_rate = rate
+        fr.pts = 0
+        for pkt in s.encode(fr):
+            out.mux(pkt)
+        for pkt in s.encode():
+            out.mux(pkt)
+    return buf.getvalue()
+
+
+def _marker(cam: str, p: np.ndarray) -> tuple[float, float]:
+    x, y, z = p
+    if cam == "hand":  # wrist camera looking down: board y -> image x, board x -> image y
+        return 0.5 + y / 0.7, 0.5 + (x - 0.48) / 0.45
+    if cam == "hama1":
+        return 0.5 + y / 0.7, 1.0 - z / 0.40
+    if cam == "hama2":
+        return 0.5 + (x - 0.48) / 0.45, 1.0 - z / 0.40
+    return 0.5 - y / 0.7, 0.5 - (x - 0.48) / 0.45
+
+
+HUES = {"hand": 0, "hama1": 40, "hama2": 80, "capture_node-camera-image": 120}
+
+
+def _encode_h264(frames, fps: float, gop: int) -> bytes:
+    """`common.encode_video`'s h264 path (libx264 veryfast, crf 20, 2 B-frames, one thread, long GOP, yuv420p mp4)
+    plus x264's `mbtree=0`. With macroblock-tree rate control, libx264 gave different bytes from run to run on
+    small frames (64x48, 96x64, 96x72 ... seen; 128x96 not), i.e. it reads uninitialised lookahead memory; the
+    sample corpus must be byte-identical, so the tree is switched off here. Use encode_video once it sets this."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+        stream.pix_fmt = "yuv420p"
+        stream.gop_size = gop
+        stream.codec_context.options = {"preset": "veryfast", "crf": "20", "bf": "2", "threads": "1",
+                                        "x264-params": "mbtree=0"}
+        first = True
+        for rgb in frames:
+            if first:
+                stream.height, stream.width = rgb.shape[:2]
+                first = False
+            for pkt in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")):
+                out.mux(pkt)
+        for pkt in stream.encode():
+            out.mux(pkt)
+    return buf.getvalue()
+
+
+def _camera(tracks, rng, cam: str, t_start: float, t_end: float, fps: float, size) -> tuple[np.ndarray, bytes]:
+    n = int((t_end - t_start) * fps)
+    t = t_start + np.arange(n) / fps + np.clip(rng.normal(0, 0.0015, n), -0.004, 0.004)
+    p, _ = tracks["pos"].eval(t)
+    w, _ = tracks["width"].eval(t)
+    frames = (render_frame(i, size[0], size[1], _marker(cam, p[i]), float(w[i, 0] / OPEN_W), HUES[cam])
+              for i in range(n))
+    gop = 60 if fps >= 15 else 12
+    return t, _encode_h264(frames, fps, gop)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+def _ds(group: h5py.Group, name: str, data) -> None:
+    group.create_dataset(name, data=data, track_times=False)
+
+
+def _unix_t0(rec_id: str) -> float:
+    y, mo, d, h, mi, s = (int(x) for x in rec_id.split("-"))
+    return float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) - VIENNA_UTC_OFFSET_S)
+
+
+def write_recording(path: Path, spec: RecSpec, scale: str = "demo", seed: int = 0) -> list[Seg]:
+    """Write one recording .h5 (deterministic from (seed, recording id)); returns its planned segments."""
+    cfg = SCALES[scale]
+    rng = rng_for(seed, SLUG, spec.rec_id)
+    segs = plan_recording(rng, scale, spec.leading_no_action, spec.force_failure)
+    tracks = simulate(segs, rng)
+    t_end = segs[-1].end + 0.25
+    streams = robot_streams(tracks, rng, t_end + 0.2, cfg["rate_div"])
+    t0 = _unix_t0(spec.rec_id)
+
+    cams: dict[str, tuple[np.ndarray, bytes]] = {}
+    for cam in CAMERAS:
+        if cam == "hand" and not spec.hand:
+            continue
+        start = 0.15 + float(rng.uniform(0.0, 0.05))
+        if cam == "hand" and spec.hand_late:
+            first_action = next(i for i, s in enumerate(segs) if s.text != NO_ACTION)
+            s = segs[first_action]
+            start = s.low[0].end + 0.5 * (s.low[1].end - s.low[1].start) if len(s.low) > 1 else \
+                0.5 * (s.start + s.end)
+        if cam == "capture_node-camera-image":
+            fps, size = 6.0, cfg["event"]
+        else:
+            fps, size = 30.0, cfg["hand"] if cam == "hand" else cfg["hama"]
+        cams[cam] = _camera(tracks, rng, cam, start, t_end, fps, size)
+        if cams[cam][0].size > 1 << INDEX_BITS:
+            raise ValueError(f"{spec.rec_id}/{cam}: {cams[cam][0].size} frames exceed the frame barcode's range")
+
+    n_ev = int(t_end * cfg["events_per_s"])
+    ev_t = np.sort(rng.uniform(0.0, t_end, n_ev))
+    events = np.stack([rng.integers(0, 346, n_ev), rng.integers(0, 260, n_ev), rng.integers(0, 2, n_ev)],
+                      1).astype(np.int64)
+
+    def tsdata(t: np.ndarray) -> np.ndarray:
+        a = (t0 + t).astype(np.float64)
+        return a[:, None] if spec.ts_2d else a
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with h5py.File(tmp, "w", libver=("v110", "v110"), track_order=True) as f:
+        for cam in CAMERAS:
+            if cam in cams:
+                _ds(f, cam, np.void(cams[cam][1]))
+        for mic, (rate, ch) in (("hama1_audio", (16000, 2)), ("hama2_audio", (16000, 2)), ("hand_audio", (48000, 1))):
+            _ds(f, mic, np.frombuffer(_mp3_silence(rate, ch), np.uint8).astype(np.int64))
+        _ds(f, "events", events)
+        rs = f.create_group("robot_state", track_order=True)
+        ts = f.create_group("timestamps", track_order=True)
+        for cam in CAMERAS:
+            if cam in cams:
+                _ds(ts, cam, tsdata(cams[cam][0]))
+        _ds(ts, "events", tsdata(ev_t))
+        for name, (t, v) in streams.items():
+            if spec.per_axis:
+                keys = PER_AXIS.get(name)
+                if keys is None:  # joints/gripper: pos_joint1..9, vel_joint1..9, eff_joint1..9
+                    if name.startswith("gripper_"):
+                        continue
+                    prefix = {"joint_positions": "pos", "joint_velocities": "vel", "joint_efforts": "eff"}[name]
+                    grip = streams[name.replace("joint_", "gripper_")][1]
+                    v = np.concatenate([v, grip], 1)
+                    keys = [f"{prefix}_joint{i}" for i in range(1, 10)]
+                for i, k in enumerate(keys):
+                    _ds(rs, k, np.ascontiguousarray(v[:, i]))
+                    _ds(ts, k, tsdata(t))
+            else:
+                _ds(rs, name, v)
+                _ds(ts, name, tsdata(t))
+        si = f.create_group("segments_info", track_order=True)
+        for i, s in enumerate(segs):
+            g = si.create_group(str(i), track_order=True)
+            _write_seg(g, s, t0)
+            _ds(g, "index", np.int64(i))
+            if s.low:
+                ll = g.create_group("low_level", track_order=True)
+                for j, low in enumerate(s.low):
+                    _write_seg(ll.create_group(str(j), track_order=True), low, t0)
+    tmp.replace(path)
+    return segs
+
+
+def _write_seg(g: h5py.Group, s: Seg, t0: float) -> None:
+    _ds(g, "start", np.float64(t0 + s.start))
+    _ds(g, "end", np.float64(t0 + s.end))
+    _ds(g, "success", np.bool_(s.success))
+    _ds(g, "text", np.bytes_(s.text.encode("utf-8")))
+
+
+def _poses(rng: np.random.Generator) -> dict:
+    def pose(xyz, q):
+        q = np.asarray(q, float) + rng.normal(0, 0.01, 4)
+        q /= np.linalg.norm(q)
+        return [[round(float(v), 6) for v in np.asarray(xyz) + rng.normal(0, 0.005, 3)],
+                [round(float(v), 6) for v in q]]  # [x, y, z], [qx, qy, qz, qw]
+    return {
+        "Hama1": pose([1.10, 0.45, 0.65], [0.62, 0.55, -0.35, -0.43]),
+        "Hama2": pose([1.05, -0.50, 0.60], [0.60, -0.58, 0.36, -0.41]),
+        "DAVIS346": pose([0.95, 0.05, 0.70], [0.70, 0.0, 0.0, -0.71]),
+        "NIST_Board1": pose([0.55, 0.0, 0.09], [0.0, 0.0, 0.0, 1.0]),
+    }
+
+
+def write(out_dir: Path, scale: str = "demo", seed: int = 0) -> None:
+    """Write the REASSEMBLE sample corpus (`tiny`, `demo` or `release`) into `out_dir` (the source root)."""
+    out_dir = Path(out_dir)
+    specs = specs_for(scale, seed)
+    ids = {s.rec_id for s in specs}
+    for sub, suffix in (("data", ".h5"), ("poses", "_poses.json")):
+        d = out_dir / sub
+        if d.is_dir():  # drop stale recordings of an earlier corpus written here
+            for p in d.iterdir():
+                if p.name.endswith(suffix) and p.name[: -len(suffix)] not in ids:
+                    p.unlink()
+    for spec in specs:
+        write_recording(out_dir / "data" / f"{spec.rec_id}.h5", spec, scale, seed)
+        pose_path = out_dir / "poses" / f"{spec.rec_id}_poses.json"
+        pose_path.parent.mkdir(parents=True, exist_ok=True)
+        pose_path.write_text(json.dumps(_poses(rng_for(seed, SLUG, spec.rec_id, "poses")), indent=4) + "\n")
+    sdir = out_dir / "splits"
+    sdir.mkdir(parents=True, exist_ok=True)
+    for split in ("train_split1", "test_split1"):
+        lines = [s.rec_id for s in specs if split in s.splits]
+        (sdir / f"{split}.txt").write_text("".join(f"{r}\n" for r in lines))
+
+
+# ---------------------------------------------------------------------------------------------- broken copies
+def truncate_file(path: Path, keep: float = 0.4) -> None:
+    """Cut an .h5 file short (a partial download / corrupt extraction)."""
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[: int(len(data) * keep)])
+
+
+def corrupt_blob(path: Path, camera: str = "hand", mode: str = "garbage") -> None:
+    """Replace a camera's MP4 blob: `garbage` = bytes that are not an MP4 at all; `truncated` = the first 60 % of
+    the real MP4 (the moov atom at the end is lost)."""
+    with h5py.File(path, "r+") as f:
+        blob = bytes(f[camera][()])
+        if mode == "garbage":
+            new = bytes(rng_for(0, "garbage").integers(0, 256, len(blob), dtype=np.uint8))
+        else:
+            new = blob[: int(len(blob) * 0.6)]
+        del f[camera]
+        f.create_dataset(camera, data=np.void(new), track_times=False)
+
+
+__all__ = ["write", "write_recording", "specs_for", "RecSpec", "plan_recording", "truncate_file", "corrupt_blob",
+           "OBJECTS", "LOW_VOCAB", "NO_ACTION", "SCALES"]
