@@ -23,7 +23,8 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.seeding import rng as np_rng  # noqa: E402
-from pipeline.split import LETTERS, family_sort_key, load_policy, make_pool, our_rule, public_rule  # noqa: E402
+from pipeline.split import (LETTERS, family_sort_key, leaked_groups, load_policy, make_pool,  # noqa: E402
+                            our_rule, public_rule, split_items)
 
 GROUPS = {"gm100": 4186, "rh20t": 596, "reassemble": 37, "aist": 200}
 QUOTAS = {
@@ -98,7 +99,8 @@ def run(df: pl.DataFrame, policy: dict, seed: int) -> None:
         for t_, fam in enumerate(pool.families):
             mp = Lp[:, t_].max() / Lp[:, t_].sum() if Lp is not None and Lp[:, t_].sum() else None
             mo = Lo[:, t_].max() / Lo[:, t_].sum() if Lo is not None and Lo[:, t_].sum() else None
-            print(f"   {fam:6} {int(tot[t_]):6d} {pool.target[t_]:7.1f} | {fmt(ep[t_] / tot[t_])} {fmt(eo[t_] / tot[t_])}"
+            print(f"   {fam:6} {int(tot[t_]):6d} {pool.target[t_]:7.1f} | "
+                  f"{fmt(ep[t_] / tot[t_])} {fmt(eo[t_] / tot[t_])}"
                   f"    | {fmt(mp)} {fmt(mo)}    {100 / pool.num_choices[t_]:6.2f}")
         print(f"   items  {int(tot.sum()):6d} {pool.target_total:7.1f} | {fmt(ep.sum() / tot.sum())} "
               f"{fmt(eo.sum() / tot.sum())}")
@@ -114,12 +116,16 @@ def main() -> int:
     ap.add_argument("--sources", help="comma-separated slugs (default: all)")
     ap.add_argument("--config", help="split config YAML (default: configs/split.yaml)")
     ap.add_argument("--pool-seed", type=int, default=7)
+    ap.add_argument("--full", action="store_true",
+                    help="also time split_items (groups, both rules, summary) end to end")
     args = ap.parse_args()
     policy, seed = load_policy(Path(args.config) if args.config else None)
     chosen = [s for s in (args.sources or "").split(",") if s]
     if args.items:
         p = Path(args.items)
-        df = pl.read_parquet(p) if p.suffix == ".parquet" else pl.read_ndjson(p)
+        df = pl.read_parquet(p) if p.suffix == ".parquet" else pl.read_ndjson(p, infer_schema_length=None)
+        if "source_slug" in df.columns:  # a release table: `source` holds display names there
+            df = df.with_columns(pl.col("source_slug").alias("source"))
         if chosen:
             df = df.filter(pl.col("source").is_in(chosen))
     else:
@@ -127,6 +133,13 @@ def main() -> int:
     fams = sorted(df["task_id"].unique().to_list(), key=family_sort_key)
     print(f"pool: {df.height} items, sources {sorted(df['source'].unique().to_list())}, families {fams}; seed {seed}")
     run(df, policy, seed)
+    if args.full:
+        items = df if "unit_id" in df.columns else df.with_columns(pl.col("split_group_id").alias("unit_id"))
+        t, c = time.perf_counter(), time.process_time()
+        out, summary = split_items(items, None, policy, seed)
+        print(f"split_items (both rules, summary) on the whole pool: wall {time.perf_counter() - t:.1f} s, "
+              f"cpu {time.process_time() - c:.1f} s; eval {summary['eval_items']} / sft {summary['sft_items']} items, "
+              f"leaked groups {len(leaked_groups(out))}")
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -61,14 +62,15 @@ def cmd_build(args) -> int:
     if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
         from upstream_adapters import write_samples
 
-        sdir = path_in_repo(cfg["build"]["samples"]["dir"])
-        scale = cfg["build"]["scale"]
+        scale, seed = cfg["build"]["scale"], cfg["build"]["samples"]["seed"]
         for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({scale})", unit="source"):
+            root = cfg["sources"][slug]["root"]
             if slug in upstream:
                 continue
-            marker = sdir / f".{slug}.{scale}.{cfg['build']['samples']['seed']}.done"
-            if not marker.exists():
-                write_samples(slug, sdir / slug, scale=scale, seed=cfg["build"]["samples"]["seed"])
+            marker = root.parent / f".{slug}.seed{seed}.done"
+            if not marker.exists():  # (re)write the corpus from scratch: a half-written one is never reused
+                shutil.rmtree(root, ignore_errors=True)
+                write_samples(slug, root, scale=scale, seed=seed)
                 marker.write_text("")
     settings = settings_from(scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
                              work_dir=args.work_dir or "")
@@ -78,6 +80,8 @@ def cmd_build(args) -> int:
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1
+    for warning in result["warnings"]:
+        print(f"check warning: {warning}", file=sys.stderr)
     for failed in result["failed_checks"]:
         print(f"check failed: {failed}", file=sys.stderr)
     print(f"build done in {time.time() - t:.1f}s -> {settings.config()['build']['release_dir']}")

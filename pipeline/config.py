@@ -40,7 +40,8 @@ def load_config(config_dir: Path | None = None, upstream: dict[str, str] | None 
     if scale:
         build["scale"] = scale
     for slug, src in cfg.get("sources", {}).items():
-        root = (upstream or {}).get(slug) or os.environ.get(f"PROCESSBENCH_ROOT_{slug.upper()}") or src["root"]
+        root = (upstream or {}).get(slug) or os.environ.get(f"PROCESSBENCH_ROOT_{slug.upper()}") or \
+            str(src["root"]).replace("{scale}", build.get("scale", "demo"))
         root = Path(root)
         src["root"] = root if root.is_absolute() else (REPO_ROOT / root)
     return cfg

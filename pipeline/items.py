@@ -108,8 +108,11 @@ def _targets(avail: dict[str, int], total: int) -> dict[str, float]:
 
 
 def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: list[int], target: int,
-                   min_gap: int, balance: bool, seed: int, gkey: tuple) -> list[int]:
-    """Round-robin over units; returns the indices (into the given columns) of the picked candidates, in pick order."""
+                   min_gap: int, balance: bool, seed: int, gkey: tuple,
+                   prior: list[tuple[str, str, int]] = ()) -> list[int]:
+    """Round-robin over units; returns the indices (into the given columns) of the picked candidates, in pick order.
+    `prior` = [(unit, label, anchor)] of items of this family taken earlier: they count against min_gap and the
+    label shares."""
     r = py_rng(seed, "select", *gkey)
     units: dict[str, dict[str, deque]] = defaultdict(lambda: defaultdict(deque))
     staging: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -124,9 +127,17 @@ def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: l
             r.shuffle(lst)
             units[u][lab] = deque(lst)
             avail[lab] += len(lst)
-    shares = _targets(dict(avail), target) if balance else {"": float(target)}
     taken: dict[str, int] = defaultdict(int)
     taken_frames: dict[str, list[int]] = defaultdict(list)
+    for u, lab, a in prior:
+        taken[lab if balance else ""] += 1
+        taken_frames[u].append(int(a))
+    if balance:
+        for lab in list(taken):
+            avail[lab] += taken[lab]
+        shares = _targets(dict(avail), target + len(prior))
+    else:
+        shares = {"": float(target + len(prior))}
     picked: list[int] = []
     relaxed = not balance
 
@@ -171,10 +182,12 @@ def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: l
 
 
 def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=frozenset(), extra: float = 0.0,
-                      cfg_tasks: dict | None = None) -> pl.DataFrame:
+                      cfg_tasks: dict | None = None, prior: pl.DataFrame | None = None) -> pl.DataFrame:
     """Pick each family's quota (x (1 + extra)) from the pool, spread over units and time (see the module docstring).
     min_gap / balance_labels come from `cfg_tasks` (cfg["tasks"]) when given, else from the settings that
     `quotas()` attaches to its result; a plain dict of quotas means no gap and no label balance.
+    `prior`: items already kept in earlier rounds (columns source, task_id, unit_id, answer_text, anchor_frame); new
+    picks keep min_gap from them and the label shares count them (quotas are then the numbers still needed).
     Returns the selected rows (the pool's columns + select_rank), sorted by (source, task, candidate_key)."""
     out_schema = {**dict(pool.schema), "select_rank": pl.Int64}
     if pool.height == 0:
@@ -194,9 +207,13 @@ def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=
         keys = df.get_column("candidate_key").to_list()
         min_gap, balance = _family_settings(quotas, cfg_tasks, source, task_id)
         target = int(math.ceil(q * (1.0 + float(extra)) - 1e-9))
+        before: list[tuple[str, str, int]] = []
+        if prior is not None and prior.height:
+            pr = prior.filter((pl.col("source") == source) & (pl.col("task_id") == task_id))
+            before = list(zip(pr["unit_id"].to_list(), pr["answer_text"].to_list(), pr["anchor_frame"].to_list()))
         idx = _select_family(keys, df.get_column("unit_id").to_list(), df.get_column("answer_text").to_list(),
                              df.get_column("anchor_frame").to_list(), target, min_gap, balance, seed,
-                             (source, task_id))
+                             (source, task_id), before)
         picked_keys.extend(keys[i] for i in idx)
         picked_rank.extend(range(len(idx)))
     if not picked_keys:

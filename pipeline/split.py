@@ -11,18 +11,24 @@ Pure functions over tables (no Dagster), configured by configs/split.yaml (`cfg[
 Selection, per source (release-and-peers.md §D.5): the number of eval groups is max(1, round(eval_ratio × groups))
 with Python's round, as the public script. Both rules minimise the public objective J over the eval group set S
 
-    J(S) = Σ_t w_t·|n_t − r·N_t| / max(r·N_t, 1) + zero_penalty·w_t·[r·N_t ≥ 1 ∧ n_t = 0] + items_weight·|n − r·N| / max(r·N, 1)
+    J(S) = Σ_t w_t·|n_t − r·N_t| / max(r·N_t, 1) + zero_penalty·w_t·[r·N_t ≥ 1 ∧ n_t = 0]
+           + items_weight·|n − r·N| / max(r·N, 1)
 
 * `public_rule` re-implements the public script's search: greedy from a shuffled order, at most `swap_passes` best
   swaps among the top-`swap_candidates` groups each way (ranked by Σ_t w_t·count·deficit/target), `restarts`
   restarts seeded from random.Random(42), keep the best. Numerically it sums J in a fixed family order (the public
   script sums in the pool's first-seen order), so ties decided in the last bit may differ; the algorithm is the same.
-* `our_rule` (default): exact search over every eval set when C(groups, m) is small (REASSEMBLE), otherwise
-  best-swap sweeps + simulated annealing from the public set and seeded greedy sets; then, second, the answer-letter
-  term L(S) = Σ_t w_t·(k_t·majority_letter_share_t − 1) is minimised as J + letter_weight·L under
-  J ≤ min(J_public, J_ours_phase1 + share_slack). Hence J(ours) ≤ J(public) on the same pool, always.
-  Objective comparisons are quantised to 1e-10 and ties go to the lowest index, so the result does not hinge on the
-  last bit of a float sum.
+* `our_rule` (default), shares first, letters second. Phase 1 minimises J: exact search over every eval set when
+  C(groups, m) ≤ exact_max_combinations (REASSEMBLE: C(37,6)), otherwise best-swap sweeps from the public set and
+  seeded random sets (random starts escape the greedy basin the public rule ends in). Phase 2 minimises
+  J + letter_weight·(L + letter_l1_weight·L1) under J ≤ cap = min(J_public, J_phase1 + share_slack), with
+  L = Σ_t w_t·(k_t·majority_letter_share_t − 1) (0 = every answer letter equally frequent in eval) and L1 the
+  letters' L1 distance from uniform (a smooth companion that guides the search), by sweeps from every phase-1
+  optimum, iterated local search (random kicks + sweeps) on the best, and the public set itself if it is within the
+  cap and better. Hence J(ours) ≤ J(public) on the same pool, always; and when the public set was within the cap
+  (else J(ours) < J(public)), J + λ·(L + μ·L1) is no worse either: ours never loses on both. Iteration counts
+  come from work budgets divided by m·(groups − m), so they depend on the pool, never on the clock. Objective comparisons are quantised to 1e-10, ties go to the lowest index, and
+  every RNG derives from (seed, stage, source): the result does not hinge on the last bit of a float sum.
 
 Group ids: a unit's group is its unit_id (the public release) unless the policy merges units sharing a stricter key
 (`merge_keys`): a merged group is named "<key>=<smallest value of key in the group>" (first listed key the group
@@ -55,16 +61,31 @@ _SUMMARY_DECIMALS = 6
 
 
 # ------------------------------------------------------------------------------------------------ policy helpers
+def _read_split_yaml(path: Path) -> dict:
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    return data.get("split", data) if isinstance(data, dict) else {}
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def load_policy(config_file: Path | None = None) -> tuple[dict, int]:
-    """The split policy and seed: from `config_file` (a YAML file shaped like configs/split.yaml, with or without the
-    top-level `split:` key) or from configs/split.yaml. A null seed falls back to configs/build.yaml release_seed."""
-    path = Path(config_file) if config_file else CONFIG_DIR / "split.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    policy = data.get("split", data)
+    """The split policy and seed: configs/split.yaml, with `config_file` (YAML shaped like it, with or without the
+    top-level `split:` key; may be partial) merged over it. A null seed falls back to build.yaml's release_seed."""
+    default = CONFIG_DIR / "split.yaml"
+    policy = _read_split_yaml(default) if default.exists() else {}
+    if config_file:
+        policy = _deep_merge(policy, _read_split_yaml(Path(config_file)))
     seed = policy.get("seed")
     if seed is None:
         build_file = CONFIG_DIR / "build.yaml"
-        build = (yaml.safe_load(build_file.read_text(encoding="utf-8")) or {}).get("build", {}) if build_file.exists() else {}
+        build = {}
+        if build_file.exists():
+            build = (yaml.safe_load(build_file.read_text(encoding="utf-8")) or {}).get("build", {})
         seed = build.get("release_seed", 42)
     return policy, int(seed)
 
@@ -278,7 +299,8 @@ def make_pool(items: pl.DataFrame, policy: dict, source: str | None = None, grou
     weights = np.array([float((sp.get("task_weights") or {}).get(f, 1.0)) for f in fams])
     return SplitPool(source=source, group_ids=gids, families=fams, counts=counts, letters=letters,
                      num_choices=np.maximum(k, 1.0), weights=weights, eval_ratio=float(policy.get("eval_ratio", 0.15)),
-                     zero_penalty=float(obj.get("zero_penalty", 2.5)), items_weight=float(obj.get("items_weight", 0.35)))
+                     zero_penalty=float(obj.get("zero_penalty", 2.5)),
+                     items_weight=float(obj.get("items_weight", 0.35)))
 
 
 # ------------------------------------------------------------------------------------------------ public rule
@@ -445,37 +467,45 @@ class _State:
             self.swap(int(sel[rng.integers(sel.size)]), int(uns[rng.integers(uns.size)]))
 
 
-def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: float, chunk: int) -> Selection:
-    """Every eval set of size m: phase 1 min J, then min J + lam·L subject to J ≤ min(cap_public, J* + slack)
-    (mu·L1 breaks ties between equal majority shares)."""
+def _share_cap(cfg: dict, j_public: float, j_star: float, slack: float) -> float:
+    """The bound on J while balancing letters: J* + slack, and never above the public rule's J (cap_at_public)."""
+    cap = j_star + slack
+    return min(j_public, cap) if cfg.get("cap_at_public", True) else cap
+
+
+def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: float, chunk: int,
+           cfg: dict | None = None) -> Selection:
+    """Every eval set of size m: phase 1 min J, then min J + lam·(L + mu·L1) subject to J ≤ min(cap_public, J* + slack).
+    Ties go to the first set in lexicographic order of group indices."""
+    cfg = cfg or {}
     n, m = pool.n, pool.n_eval
     dtype = np.int16 if n < 2**15 else np.int32
-    combos_all, J_all, K_all = [], [], []
+    combos_all, J_all = [], []
     it = itertools.combinations(range(n), m)
-    use_letters = lam > 0 and pool.letters is not None
     while True:
         flat = np.fromiter(itertools.chain.from_iterable(itertools.islice(it, chunk)), dtype=dtype)
         if not flat.size:
             break
         idx = flat.reshape(-1, m)
-        C = pool.counts[idx[:, 0]].copy()
+        C = pool.counts[idx[:, 0]]
         for c in range(1, m):
-            C += pool.counts[idx[:, c]]
-        J = pool.share_obj(C, C.sum(1))
-        J_all.append(J)
-        if use_letters:
+            C = C + pool.counts[idx[:, c]]
+        J_all.append(_q(pool.share_obj(C, C.sum(1))))
+        combos_all.append(idx)
+    combos = np.concatenate(combos_all)
+    J = np.concatenate(J_all)
+    best = int(np.argmin(J))
+    if lam > 0 and pool.letters is not None:
+        cap = _q(_share_cap(cfg, cap_public, float(J[best]), slack))
+        feas = np.flatnonzero(J <= cap)  # ascending: keeps the lexicographic tie order
+        K = np.empty(feas.size)
+        for s in range(0, feas.size, chunk):
+            idx = combos[feas[s:s + chunk]].astype(np.int64)
             Lc = pool.letters[:, idx[:, 0], :]
             for c in range(1, m):
                 Lc = Lc + pool.letters[:, idx[:, c], :]
-            K_all.append(J + lam * pool.letter_obj(Lc) + lam * mu * pool.letter_l1(Lc))
-        combos_all.append(idx)
-    combos = np.concatenate(combos_all)
-    J = _q(np.concatenate(J_all))
-    best = int(np.argmin(J))
-    if use_letters:
-        cap = min(_q(cap_public), _q(float(J[best]) + slack))
-        K = np.where(J <= cap, _q(np.concatenate(K_all)), np.inf)
-        best = int(np.argmin(K))
+            K[s:s + chunk] = _q(J[feas[s:s + chunk]] + lam * (pool.letter_obj(Lc) + mu * pool.letter_l1(Lc)))
+        best = int(feas[int(np.argmin(K))])
     mask = np.zeros(n, dtype=bool)
     mask[combos[best].astype(np.int64)] = True
     ev = pool.evaluate(mask)
@@ -498,7 +528,7 @@ def our_rule(pool: SplitPool, policy: dict, seed: int, baseline: Selection | Non
     baseline = baseline or public_rule(pool, policy)
     slack = float(cfg.get("share_slack", 0.01))
     if math.comb(pool.n, pool.n_eval) <= int(cfg.get("exact_max_combinations", 3_000_000)):
-        return _exact(pool, lam, mu, baseline.share, slack, int(cfg.get("exact_chunk", 100_000)))
+        return _exact(pool, lam, mu, baseline.share, slack, int(cfg.get("exact_chunk", 100_000)), cfg)
 
     sweeps, rho = int(cfg.get("max_sweeps", 50)), float(cfg.get("cap_penalty", 100.0))
     top = int(cfg.get("letter_candidates", 64))
@@ -516,7 +546,7 @@ def our_rule(pool: SplitPool, policy: dict, seed: int, baseline: Selection | Non
         st.sweep(np_rng(seed, "split-phase1", pool.source, r), sweeps)
         phase1.append(st)
     j_star = min(_q(st.J) for st in phase1)
-    cap = min(baseline.share, float(j_star) + slack)
+    cap = _share_cap(cfg, baseline.share, float(j_star), slack)
     if lam <= 0:
         best = min(phase1, key=lambda s: _q(s.J))  # first of the minima
     else:
@@ -536,6 +566,10 @@ def our_rule(pool: SplitPool, policy: dict, seed: int, baseline: Selection | Non
             st.sweep(r_ils, sweeps)
             if _q(st.J) <= _q(cap) and _q(st.K) < _q(best.K):
                 best = st
+        # the public set itself when it is within the cap and better on J + letters: ours never loses on both
+        pub = _State(pool, baseline.mask, lam, mu, cap, rho, top)
+        if _q(pub.J) <= _q(cap) and _q(pub.K) < _q(best.K):
+            best = pub
     ev = pool.evaluate(best.mask)
     return Selection(best.mask.copy(), ev["share"], ev["letters"], "local_search")
 
@@ -578,7 +612,8 @@ def _selection_report(pool: SplitPool, ours: Selection, public: Selection, rule:
             "objective": {"ours": obj(ours), "public": obj(public)},
             "task_eval_share_ours": _shares(pool, ours.mask), "task_eval_share_public": _shares(pool, public.mask),
             "letter_balance_eval_ours": _letter_report(pool, ours.mask),
-            "majority_share_eval_public": {f: v["majority_share"] for f, v in _letter_report(pool, public.mask).items()},
+            "majority_share_eval_public": {f: v["majority_share"]
+                                           for f, v in _letter_report(pool, public.mask).items()},
             "task_target_eval": {f: _r(pool.target[t]) for t, f in enumerate(pool.families)}}
 
 
@@ -588,7 +623,7 @@ _KEY_COLUMNS = {"task_id": ("unit_task_id", "source_task_id"), "operator_id": ("
 
 
 def _attach_groups(items: pl.DataFrame, groups: pl.DataFrame | None) -> tuple[pl.DataFrame, int]:
-    df = items.with_row_index("__row")
+    df = items
     missing = 0
     if groups is not None:
         g = groups.select([c for c in groups.columns if c in ("source", "unit_id", "split_group_id", "unit_task_id",
@@ -605,8 +640,8 @@ def _attach_groups(items: pl.DataFrame, groups: pl.DataFrame | None) -> tuple[pl
     return df, missing
 
 
-def _strs(values) -> pl.Series:
-    return pl.Series(sorted(values), dtype=pl.String)
+def _strs(values) -> list[str]:
+    return sorted(str(v) for v in values)
 
 
 def _key_column(df: pl.DataFrame, key: str) -> str | None:
@@ -643,7 +678,7 @@ def _ood_levels(sub: pl.DataFrame, ood_cfg: dict, seed: int, source: str) -> tup
         for i in order[:max(0, len(vals) - 1)]:  # at least one value stays out of the level
             chosen.append(vals[i])
             held = sub.filter(pl.col(col).is_in(_strs(chosen)))["__gid"].unique()
-            if sub.filter(pl.col("__gid").is_in(held)).height >= goal:
+            if sub.filter(pl.col("__gid").is_in(held.to_list())).height >= goal:
                 break
         chosen = sorted(chosen)
         gids = sorted(set(sub.filter(pl.col(col).is_in(_strs(chosen)))["__gid"].to_list()) - set(level_of))
@@ -685,7 +720,7 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
         sel_report: dict = {}
         if pool is not None and pool.n:
             pub = public_rule(pool, policy)
-            ours = our_rule(pool, policy, seed, baseline=pub) if rule == "ours" else pub
+            ours = our_rule(pool, policy, seed, baseline=pub)
             use = ours if rule == "ours" else pub
             chosen = set(use.eval_groups(pool))
             sel_report = _selection_report(pool, ours, pub, rule, lam if pool.letters is not None else 0.0)
@@ -705,8 +740,8 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
                    "eval_groups_target": pool.n_eval if pool is not None else 0,
                    **sel_report}
         if missing and groups is not None:
-            summary["units_without_group_row"] = int(df.filter(pl.col("source") == source)
-                                                     .filter(pl.col("__g_split_group_id").is_null())["unit_id"].n_unique())
+            summary["units_without_group_row"] = int(
+                sub.filter(pl.col("__g_split_group_id").is_null())["unit_id"].n_unique())
         if ood_on:
             summary["ood"] = ood_report
         src_summaries[source] = summary
@@ -742,8 +777,8 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
             summary["ood"]["excluded_sft_items"] = tc(ex) if ex.height else {}
             ev = s.filter(pl.col("split") == "eval")
             summary["ood"]["levels"] = {
-                lev: {"items": ev.filter(pl.col("eval_level") == lev).height,
-                      "groups": ev.filter(pl.col("eval_level") == lev)["__gid"].n_unique(),
+                lev: {"items": ev.filter(pl.col("eval_level") == lev).height,  # held-out families' items count in L3
+                      "groups": sum(1 for (src, _), v in level_of.items() if src == source and v == lev),
                       "task_counts": tc(ev.filter(pl.col("eval_level") == lev))}
                 for lev in ("L1", "L2", "L3")}
 

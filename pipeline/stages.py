@@ -117,8 +117,9 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     for rnd in range(int(gate_cfg["max_gate_rounds"])):
         if not need:
             break
+        prior = pl.concat(kept_parts, how="vertical_relaxed").drop("_round", "select_rank") if kept_parts else None
         batch = items_mod.select_candidates(pool, need, seed, exclude_keys=tried, extra=gate_cfg["gate_margin"],
-                                            cfg_tasks=cfg["tasks"])
+                                            cfg_tasks=cfg["tasks"], prior=prior)
         if not batch.height:
             break
         tried |= set(batch["candidate_key"].to_list())
@@ -189,15 +190,26 @@ def run_release(cfg: dict) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- checks
-def quarantine_shares(cfg: dict) -> dict[str, float]:
+def quarantine_shares(cfg: dict, slug: str | None = None) -> dict[str, float]:
+    """Share of each source's units (plus whole-source rows) that ingest quarantined."""
     out = {}
-    for s in sources(cfg):
+    for s in ([slug] if slug else sources(cfg)):
         ir = work_dir(cfg) / "ir" / s
         if not (ir / "units.parquet").exists():
             continue
         n_ok = pl.read_parquet(ir / "units.parquet").height
         n_bad = pl.read_parquet(ir / "quarantine.parquet").height
         out[s] = round(n_bad / max(1, n_ok + n_bad), 4)
+    return out
+
+
+def shortfall(cfg: dict, slug: str | None = None) -> list[dict]:
+    """Families below their quota, from the frames stage's reports (all sources when slug is None)."""
+    out = []
+    for s in ([slug] if slug else sources(cfg)):
+        path = work_dir(cfg) / "items" / f"{s}_shortfall.json"
+        if path.exists():
+            out += json.loads(path.read_text())
     return out
 
 

@@ -586,3 +586,21 @@ def test_pool_independent_of_hash_seed(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         outs.add(r.stdout.strip())
     assert len(outs) == 1
+
+
+def test_items_from_every_family(pools, reassemble_pool):
+    """Every family, every source: candidates -> items with a consistent option set and answer letter."""
+    from pipeline.items import assign_choices
+
+    seen = set()
+    for source, (_, _, pool) in list(pools.items()) + [("reassemble", reassemble_pool)]:
+        items = assign_choices(pool, seed=42)
+        assert items.height == pool.height
+        for r in items.iter_rows(named=True):
+            k = r["num_choices"]
+            assert len(r["choices"]) == k and r["answer"] in "ABCDEF"[:k]
+            assert r["choices"]["ABCDEF".index(r["answer"])] == r["answer_text"]
+            assert sorted(r["choices"]) == sorted([r["answer_text"], *r["distractors"]])
+            seen.add((source, r["task_id"]))
+    assert {t for _, t in seen} == {f"T{i}" for i in range(1, 13)}
+    assert seen == {(s, t) for s, ts in FAMILIES_BY_SOURCE.items() for t in ts}

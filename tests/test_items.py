@@ -213,3 +213,20 @@ def test_select_then_assign_on_real_pool_is_deterministic():
     assert a.equals(b)
     assert a["item_key"].is_unique().all()
     assert a["frame_indices"].to_list() == b["frame_indices"].to_list()
+
+
+def test_replacement_round_respects_prior_picks():
+    pool = _fake_pool(n_units=2, per_unit=40, gap=3, labels=("yes", "no"), k=2)
+    q = I.Quotas({"T1": 10}, {"T1": {"min_gap": 10, "balance_labels": True}})
+    first = I.select_candidates(pool, q, seed=4)
+    dropped = set(first["candidate_key"][:3])  # say the visual gate drops three
+    kept = first.filter(~pl.col("candidate_key").is_in(list(dropped)))
+    more = I.select_candidates(pool, I.Quotas({"T1": 3}, q.settings), seed=4, exclude_keys=set(first["candidate_key"]),
+                               prior=kept)
+    assert more.height == 3 and not set(more["candidate_key"]) & set(first["candidate_key"])
+    both = pl.concat([kept, more])
+    for _, g in both.group_by("unit_id"):
+        f = sorted(g["anchor_frame"].to_list())
+        assert all(b - a >= 10 for a, b in zip(f, f[1:]))
+    counts = dict(both.group_by("answer_text").len().iter_rows())
+    assert abs(counts["yes"] - counts["no"]) <= 1

@@ -26,9 +26,7 @@ def _anchors(labels, n: int, offsets, stride: int, margin: int, cap: int | None,
         lo, hi = max(s + margin, -mn), min(e - 1 - margin, n - 1 - mx)  # anchors whose window fits the unit
         if window_in_run:
             lo, hi = max(lo, s - mn), min(hi, e - 1 - mx)
-        for a in stride_anchors(s, e, margin, stride):
-            if a < lo or a > hi:
-                continue
+        for a in stride_anchors(lo, hi + 1, 0, stride):
             f = [a + o for o in offsets]
             if ok is not None and not ok(a, f):
                 continue

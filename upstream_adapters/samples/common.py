@@ -1,7 +1,8 @@
 """Shared pieces of the sample-data generators: deterministic RNGs, rendered frames and video encoding.
 
-Every rendered frame carries its own frame index as a 12-bit barcode along the top edge (white/black cells on a
-grey band), so a test can decode frame i and check it reads back as i, whatever codec wrote it. Below the band, a
+Every rendered frame carries its own frame index as a 14-bit barcode along the top edge (white/black cells on a
+grey band; a cell is width // 14 px, so frames must be at least 42 px wide; the sample sizes, 64x36 and up, give
+4 px cells), so a test can decode frame i and check it reads back as i, whatever codec wrote it. Below the band, a
 gripper-like marker moves along the recorded trajectory over a background that drifts with time, so temporal
 questions have visible answers.
 """
@@ -17,7 +18,7 @@ from typing import Iterable
 import av
 import numpy as np
 
-INDEX_BITS = 12  # frames 0..4095
+INDEX_BITS = 14  # frames 0..16383 (REASSEMBLE release recordings reach ~9,000 hand-camera frames)
 
 
 def rng_for(seed: int, *key: object) -> np.random.Generator:

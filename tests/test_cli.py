@@ -1,0 +1,52 @@
+"""The `processbench` commands a user runs without the UI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import polars as pl
+
+from pipeline.cli import main
+
+
+def test_ingest_writes_ir_and_summary(demo_samples, tmp_path, capsys):
+    assert main(["ingest", "--source", "reassemble", "--root", str(demo_samples["reassemble"]),
+                 "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "source reassemble:" in text and "quarantined by reason" in text and "camera 'hand' missing" in text
+    for name in ("units", "frames", "signals", "segments", "quarantine"):
+        assert (tmp_path / f"{name}.parquet").is_file()
+    units = pl.read_parquet(tmp_path / "units.parquet")
+    q = pl.read_parquet(tmp_path / "quarantine.parquet")
+    assert units.height >= 1 and q.height >= 1
+    assert not set(units["unit_id"]) & set(q["unit_id"])
+
+
+def test_ingest_of_a_missing_root_quarantines_the_source(tmp_path, capsys):
+    assert main(["ingest", "--source", "gm100", "--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 0
+    q = pl.read_parquet(tmp_path / "o" / "quarantine.parquet")
+    assert q["unit_id"].to_list() == ["*"] and "does not exist" in q["reason"][0]
+    assert str(tmp_path) not in q["reason"][0]  # path-free
+
+
+def test_validate_accepts_the_demo_release_and_rejects_a_tampered_copy(demo_release, tmp_path, capsys):
+    assert main(["validate", str(demo_release)]) == 0
+    copy = tmp_path / "release"
+    shutil.copytree(demo_release, copy)
+    (copy / "metadata" / "schema.md").write_text("tampered\n")
+    assert main(["validate", str(copy)]) == 1
+    assert "INVALID" in capsys.readouterr().out
+
+
+def test_split_resplits_a_pool_file(demo_release, tmp_path):
+    rows = pl.read_parquet(demo_release / "splits" / "processdata_sft.parquet").select(
+        "item_id", pl.col("source_slug").alias("source"), "task_id", "split_group_id", "answer", "num_choices")
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows.iter_rows(named=True)))
+    assert main(["split", "--items", str(pool), "--out", str(tmp_path / "out")]) == 0
+    ev = [json.loads(x) for x in (tmp_path / "out" / "eval.jsonl").read_text().splitlines()]
+    sft = [json.loads(x) for x in (tmp_path / "out" / "sft.jsonl").read_text().splitlines()]
+    assert len(ev) + len(sft) == rows.height and ev and sft
+    assert not {r["split_group_id"] for r in ev} & {r["split_group_id"] for r in sft}
+    assert (tmp_path / "out" / "split_summary.json").is_file()

@@ -1,0 +1,379 @@
+"""The split stage: isolation (incl. merged groups and OOD levels), group counts, shares, our rule vs the public rule,
+letter balance, determinism, the pool-file entry point."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import random
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.split import (
+    LETTERS,
+    build_groups,
+    group_count_problems,
+    group_lists,
+    leaked_groups,
+    load_policy,
+    make_pool,
+    n_eval_groups,
+    our_rule,
+    public_rule,
+    split_items,
+    split_pool_file,
+)
+
+CHOICES = {"T1": 4, "T2": 2, "T3": 4, "T5": 3, "T7": 2, "T8": 6, "T12": 4}
+
+
+@pytest.fixture(scope="module")
+def policy():
+    pol, _ = load_policy()
+    return pol
+
+
+def make_items(source: str, n_groups: int, fams: dict[str, int], seed: int, sigma: float = 1.0,
+               prefix: str | None = None) -> pl.DataFrame:
+    """Items of one source: quotas spread unevenly over groups, letters balanced per family, shuffled."""
+    r = np.random.default_rng(seed)
+    prefix = prefix or source
+    size = r.lognormal(0.0, sigma, n_groups)
+    rows = []
+    primary = r.integers(0, len(fams), n_groups)
+    for f_i, (fam, quota) in enumerate(fams.items()):
+        base = (primary == f_i).astype(int)
+        w = size * r.gamma(0.8, 1.0, n_groups) * ((r.random(n_groups) < 0.8) | (base > 0))
+        per = base + r.multinomial(quota - base.sum(), w / w.sum())
+        k = CHOICES[fam]
+        letters = [LETTERS[i % k] for i in range(quota)]
+        r.shuffle(letters)
+        g_of = np.repeat(np.arange(n_groups), per)
+        for j, (g, a) in enumerate(zip(g_of, letters)):
+            rows.append({"source": source, "unit_id": f"{prefix}_u{g:04d}", "task_id": fam, "answer": a,
+                         "num_choices": k, "candidate_key": f"{fam}|{source}|{prefix}_u{g:04d}|{j}"})
+    return pl.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------------------ counts
+def test_eval_group_count_is_the_public_round_rule():
+    assert [n_eval_groups(n, 0.15) for n in (4186, 596, 37, 200)] == [628, 89, 6, 30]
+    assert n_eval_groups(30, 0.15) == round(30 * 0.15) == 4      # 4.5 -> 4: Python's half-even round, as published
+    assert n_eval_groups(10, 0.15) == 2                           # 1.5 -> 2
+    assert n_eval_groups(2, 0.15) == 1 and n_eval_groups(1, 0.15) == 1 and n_eval_groups(0, 0.15) == 0
+
+
+# ------------------------------------------------------------------------------------------------ groups
+def units_table() -> pl.DataFrame:
+    rows = []
+    for i in range(12):
+        rows.append({"source": "rh20t", "unit_id": f"task_{i % 3:04d}_user_{i % 4:04d}_scene_{i % 5:04d}_cfg_0001",
+                     "task_id": f"task_{i % 3:04d}", "operator_id": f"user_{i % 4:04d}",
+                     "scene_id": f"scene_{i % 5:04d}", "config_id": "cfg_0001", "taxonomy": None})
+    for i in range(4):
+        rows.append({"source": "gm100", "unit_id": f"task_{i // 2:05d}__episode_{i:06d}",
+                     "task_id": f"task_{i // 2:05d}", "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None})
+    return pl.DataFrame(rows)
+
+
+def test_groups_default_to_units(policy):
+    g = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}), units_table(), policy)
+    assert g.height == 16
+    assert g["split_group_id"].to_list() == g["unit_id"].to_list()
+    assert {"unit_task_id", "operator_id", "scene_id"} <= set(g.columns)
+
+
+def test_groups_merge_by_stricter_keys(policy):
+    pol = copy.deepcopy(policy)
+    pol["sources"]["rh20t"]["merge_keys"] = ["scene_id"]
+    pol["sources"]["gm100"]["merge_keys"] = ["task_id"]
+    units = units_table()
+    g = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}), units, pol)
+    rh = g.filter(pl.col("source") == "rh20t")
+    # one group per scene, named after it; every unit of a scene in it
+    assert sorted(rh["split_group_id"].unique()) == [f"scene_id=scene_{i:04d}" for i in range(5)]
+    assert all(r["split_group_id"] == f"scene_id={r['scene_id']}" for r in rh.iter_rows(named=True))
+    gm = g.filter(pl.col("source") == "gm100")
+    assert sorted(gm["split_group_id"].unique()) == ["task_id=task_00000", "task_id=task_00001"]
+    # transitive union over two keys: operator and scene together connect everything here
+    pol["sources"]["rh20t"]["merge_keys"] = ["operator_id", "scene_id"]
+    g2 = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}), units, pol)
+    assert g2.filter(pl.col("source") == "rh20t")["split_group_id"].unique().to_list() == ["operator_id=user_0000"]
+    # independent of row order
+    g3 = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}),
+                      units.sample(fraction=1.0, shuffle=True, seed=3), pol)
+    assert g3.equals(g2)
+
+
+def test_item_units_missing_from_units_table_keep_their_id(policy):
+    items = pl.DataFrame({"source": ["aist"], "unit_id": ["task_004_episode_0"], "task_id": ["T3"]})
+    g = build_groups(items, units_table(), policy)
+    assert g.filter(pl.col("source") == "aist")["split_group_id"].to_list() == ["task_004_episode_0"]
+
+
+# ------------------------------------------------------------------------------------------------ isolation
+def test_isolation_and_counts_with_merged_groups(policy):
+    pol = copy.deepcopy(policy)
+    pol["sources"]["rh20t"]["merge_keys"] = ["scene_id"]
+    rows = []
+    r = random.Random(1)
+    units = units_table().filter(pl.col("source") == "rh20t")
+    for u in units["unit_id"]:
+        for j in range(r.randint(3, 9)):
+            fam = r.choice(["T1", "T2", "T7"])
+            rows.append({"source": "rh20t", "unit_id": u, "task_id": fam,
+                         "answer": LETTERS[r.randrange(CHOICES[fam])], "num_choices": CHOICES[fam]})
+    items = pl.DataFrame(rows)
+    groups = build_groups(items, units, pol)
+    out, summary = split_items(items, groups, pol, 42)
+    assert leaked_groups(out) == []
+    # the stricter key, not only the group id, is isolated
+    joined = out.join(units.select("unit_id", "scene_id"), on="unit_id")
+    assert joined.group_by("scene_id").agg(pl.col("split").n_unique().alias("k"))["k"].max() == 1
+    s = summary["sources"]["rh20t"]
+    assert s["groups"] == 5 and s["eval_groups"] == n_eval_groups(5, 0.15) == 1
+    assert group_count_problems(summary, pol) == []
+    assert s["group_unit"] == "recording_id merged by scene_id"
+    lists = group_lists(out)
+    assert not set(lists["eval"]) & set(lists["sft"]) and lists["eval"] == sorted(lists["eval"])
+
+
+# ------------------------------------------------------------------------------------------------ selection quality
+def scalar_public_rule(pool, seed=42, restarts=8, passes=4, limit=24):
+    """An independent, loop-by-loop implementation of the published rule (release-and-peers.md §D.5), to check the
+    vectorised one: same shuffles, same scan order, same 1e-12 tolerance."""
+    T = len(pool.families)
+    cnt = pool.counts.tolist()
+
+    def J(c):
+        tot = sum(c)
+        s = 0.0
+        for t in range(T):
+            tg, w = pool.target[t], pool.weights[t]
+            s += w * abs(c[t] - tg) / max(tg, 1.0)
+            if tg >= 1.0 and c[t] <= 0:
+                s += pool.zero_penalty * w
+        return s + pool.items_weight * abs(tot - pool.target_total) / max(pool.target_total, 1.0)
+
+    def add(c, g, sign=1):
+        return [c[t] + sign * cnt[g][t] for t in range(T)]
+
+    root = random.Random(seed)
+    best = None
+    for r in range(restarts):
+        rr = random.Random(root.randint(0, 10**12) + r)
+        order = list(range(pool.n))
+        rr.shuffle(order)
+        sel, c = set(), [0.0] * T
+        for _ in range(pool.n_eval):
+            bg, bs = None, None
+            for g in order:
+                if g in sel:
+                    continue
+                s = J(add(c, g))
+                if bs is None or s < bs - 1e-12:
+                    bg, bs = g, s
+            sel.add(bg)
+            c = add(c, bg)
+        score = J(c)
+        for _ in range(passes):
+            def delta(g):
+                return sum(pool.weights[t] * cnt[g][t] * (pool.target[t] - c[t]) / max(pool.target[t], 1.0)
+                           for t in range(T))
+            outs = sorted(((delta(g), g) for g in sorted(sel)))[:limit]
+            ins = sorted(((delta(g), g) for g in range(pool.n) if g not in sel), reverse=True)[:limit]
+            pick, ps = None, score
+            for _, go in outs:
+                for _, gi in ins:
+                    s = J(add(add(c, go, -1), gi))
+                    if s < ps - 1e-12:
+                        pick, ps = (go, gi), s
+            if pick is None:
+                break
+            sel.remove(pick[0])
+            sel.add(pick[1])
+            c, score = add(add(c, pick[0], -1), pick[1]), ps
+        if best is None or score < best[0] - 1e-12:
+            best = (score, sorted(sel))
+    return best
+
+
+@pytest.mark.parametrize("kind", ["uneven", "ties"])
+def test_public_rule_matches_a_loop_implementation(policy, kind):
+    if kind == "uneven":
+        items = make_items("rh20t", 60, {"T1": 300, "T2": 200, "T7": 250, "T8": 90}, seed=5)
+    else:  # many groups with identical counts: the scan order and the tie rule decide
+        items = pl.DataFrame([{"source": "rh20t", "unit_id": f"u{g:03d}", "task_id": "T1" if g % 3 else "T2"}
+                              for g in range(45) for _ in range(1 + g % 2)])
+    pool = make_pool(items.rename({"unit_id": "split_group_id"}), policy, "rh20t")
+    sel = public_rule(pool, policy)
+    score, groups = scalar_public_rule(pool)
+    assert sorted(np.flatnonzero(sel.mask).tolist()) == groups
+    assert sel.share == pytest.approx(score, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed,n_groups,sigma", [(11, 40, 0.6), (12, 120, 1.0), (13, 16, 1.2)])
+def test_ours_never_worse_than_public_on_its_objective(policy, seed, n_groups, sigma):
+    items = make_items("gm100", n_groups, {"T1": 500, "T3": 400, "T5": 300, "T8": 200}, seed=seed, sigma=sigma)
+    pool = make_pool(items.rename({"unit_id": "split_group_id"}), policy, "gm100")
+    pub = public_rule(pool, policy)
+    ours = our_rule(pool, policy, 42, baseline=pub)
+    assert ours.mask.sum() == pub.mask.sum() == n_eval_groups(n_groups, 0.15)
+    assert ours.share <= pub.share + 1e-9
+    # shares first, letters second: ours is strictly better on J, or no worse on the letter-aware objective either
+    assert ours.share < pub.share or k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, pub.mask) + 1e-9
+
+
+def k_obj(pool, policy, mask):
+    lam, mu = policy["objective"]["letter_weight"], policy["ours"]["letter_l1_weight"]
+    lc = pool.letters[:, mask, :].sum(1)
+    return pool.evaluate(mask)["share"] + lam * (pool.letter_obj(lc) + mu * pool.letter_l1(lc))
+
+
+def test_ours_hits_shares_where_public_greedy_overshoots(policy):
+    """Uneven group sizes: the public greedy takes big groups first and overshoots (as in the published GM-100 split,
+    2,643 of 15,500 items = 17.1 % eval); ours gets every family close to 15 %, with balanced letters."""
+    fams = {"T1": 900, "T2": 300, "T3": 750, "T5": 750, "T8": 600}
+    items = make_items("gm100", 400, fams, seed=21, sigma=1.0)
+    out, summary = split_items(items, None, policy, 42)
+    s = summary["sources"]["gm100"]
+    ours, pub = s["task_eval_share_ours"], s["task_eval_share_public"]
+    dev = lambda d: max(abs(v - 0.15) for v in d.values())  # noqa: E731
+    assert dev(ours) < dev(pub)
+    assert dev(ours) <= 0.005
+    assert s["objective"]["ours"]["share"] < s["objective"]["public"]["share"]
+    # letter balance of the eval set improved: majority letter share closer to 1/k in (almost) every family
+    assert s["objective"]["ours"]["letters"] < 0.5 * s["objective"]["public"]["letters"]
+    maj_ours = {f: v["majority_share"] for f, v in s["letter_balance_eval_ours"].items()}
+    excess = lambda d: sum(d[f] - 1 / CHOICES[f] for f in d)  # noqa: E731
+    assert excess(maj_ours) < excess(s["majority_share_eval_public"])
+    assert s["eval"] == sum(s["task_counts_eval"].values()) and s["task_eval_share"] == ours
+    assert leaked_groups(out) == []
+
+
+def test_exact_search_is_optimal_on_small_pools(policy):
+    items = make_items("reassemble", 14, {"T1": 300, "T2": 300, "T12": 60}, seed=4, sigma=0.8)
+    pool = make_pool(items.rename({"unit_id": "split_group_id"}), policy, "reassemble")
+    pub = public_rule(pool, policy)
+    ours = our_rule(pool, policy, 42, baseline=pub)
+    assert ours.method == "exact"
+    best_j = min(pool.evaluate(np.isin(np.arange(pool.n), c))["share"]
+                 for c in itertools.combinations(range(pool.n), pool.n_eval))
+    assert ours.share <= pub.share + 1e-9
+    slack = policy["ours"]["share_slack"]
+    assert ours.share <= min(pub.share, best_j + slack) + 1e-9
+    # nothing within the cap has a lower letter-aware objective
+    cap = min(pub.share, best_j + slack)
+    for c in itertools.combinations(range(pool.n), pool.n_eval):
+        m = np.isin(np.arange(pool.n), c)
+        if pool.evaluate(m)["share"] <= cap + 1e-9:
+            assert k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, m) + 1e-9
+
+
+def test_task_weights_come_from_config(policy):
+    items = make_items("reassemble", 10, {"T1": 100, "T12": 20}, seed=2)
+    pool = make_pool(items.rename({"unit_id": "split_group_id"}), policy, "reassemble")
+    assert dict(zip(pool.families, pool.weights.tolist())) == {"T1": 1.0, "T12": 5.0}
+
+
+# ------------------------------------------------------------------------------------------------ determinism
+def test_deterministic_and_order_independent(policy):
+    items = pl.concat([make_items("aist", 50, {"T3": 300, "T8": 200}, seed=8),
+                       make_items("rh20t", 45, {"T1": 250, "T7": 250}, seed=9)])
+    a, sa = split_items(items, build_groups(items, None, policy), policy, 42)
+    b, sb = split_items(items, build_groups(items, None, policy), policy, 42)
+    assert a.equals(b) and json.dumps(sa, sort_keys=True) == json.dumps(sb, sort_keys=True)
+    shuffled = items.sample(fraction=1.0, shuffle=True, seed=1)
+    c, sc = split_items(shuffled, None, policy, 42)
+    key = ["candidate_key", "split", "split_group_id"]
+    assert a.select(key).sort("candidate_key").equals(c.select(key).sort("candidate_key"))
+    assert sa == sc
+    assert list(a.columns) == [*items.columns, "split", "split_group_id"]
+    assert set(a["split"]) == {"eval", "sft"} and a.height == items.height
+    text = json.dumps(sa)
+    assert "/tmp" not in text and "/work" not in text and "created_at" not in text
+
+
+# ------------------------------------------------------------------------------------------------ pool files
+def test_split_pool_file(tmp_path):
+    items = make_items("aist", 30, {"T3": 150, "T8": 60}, seed=3)
+    rows = []
+    for i, r in enumerate(items.iter_rows(named=True)):
+        rows.append({"source": r["source"], "task_id": r["task_id"], "split_group_id": r["unit_id"],
+                     "answer": r["answer"], "num_choices": r["num_choices"], "item_id": f"x{i:05d}",
+                     "extra": {"nested": [i, "keep"]}})
+    random.Random(0).shuffle(rows)
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s1 = split_pool_file(pool, tmp_path / "o1", None)
+    s2 = split_pool_file(pool, tmp_path / "o2", None)
+    for name in ("eval.jsonl", "sft.jsonl", "split_summary.json"):
+        assert (tmp_path / "o1" / name).read_bytes() == (tmp_path / "o2" / name).read_bytes()
+    assert s1 == s2 == json.loads((tmp_path / "o1" / "split_summary.json").read_text())
+    ev = [json.loads(line) for line in (tmp_path / "o1" / "eval.jsonl").read_text().splitlines()]
+    sft = [json.loads(line) for line in (tmp_path / "o1" / "sft.jsonl").read_text().splitlines()]
+    assert len(ev) + len(sft) == len(rows) and {r["split"] for r in ev} == {"eval"}
+    assert not {r["split_group_id"] for r in ev} & {r["split_group_id"] for r in sft}
+    assert all(r["extra"]["nested"][1] == "keep" for r in ev + sft)
+    assert ev == sorted(ev, key=lambda r: (r["source"], r["split_group_id"], r["item_id"]))
+    assert s1["sources"]["aist"]["eval_groups"] == n_eval_groups(30, 0.15)
+    assert "created_at" not in s1 and str(tmp_path) not in (tmp_path / "o1" / "split_summary.json").read_text()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"source": "aist", "task_id": "T3"}) + "\n")
+    with pytest.raises(ValueError, match="split_group_id"):
+        split_pool_file(bad, tmp_path / "o3", None)
+
+
+def test_pool_file_with_config_and_without_answers(tmp_path):
+    cfg = tmp_path / "split.yaml"
+    cfg.write_text("split:\n  eval_ratio: 0.2\n  seed: 7\n  rule: public\n")
+    rows = [{"source": "newsrc", "task_id": f"T{1 + i % 2}", "split_group_id": f"g{i % 10}"} for i in range(60)]
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = split_pool_file(pool, tmp_path / "out", cfg)
+    assert s["seed"] == 7 and s["rule"] == "public" and s["sources"]["newsrc"]["eval_groups"] == 2
+    assert s["eval_ratio"] == 0.2 and s["split_policy"]  # the partial file is merged over configs/split.yaml
+    assert s["sources"]["newsrc"]["letter_balance_eval_ours"] == {}
+
+
+# ------------------------------------------------------------------------------------------------ OOD levels
+def test_ood_levels_are_isolated(policy):
+    pol = copy.deepcopy(policy)
+    pol["ood"] = {"enabled": True, "sources": {"rh20t": {
+        "L2": {"key": "operator_id", "item_share": 0.1},
+        "L3": {"key": "task_id", "item_share": 0.1, "families": ["T7"]}}}}
+    r = random.Random(5)
+    units, rows = [], []
+    for i in range(60):
+        uid = f"task_{i % 6:04d}_user_{i % 7:04d}_scene_{i % 4:04d}_cfg_0001"
+        units.append({"source": "rh20t", "unit_id": uid, "task_id": f"task_{i % 6:04d}",
+                      "operator_id": f"user_{i % 7:04d}", "scene_id": f"scene_{i % 4:04d}", "config_id": "cfg_0001"})
+        for _ in range(r.randint(4, 12)):
+            fam = r.choice(["T1", "T2", "T7"])
+            rows.append({"source": "rh20t", "unit_id": uid, "task_id": fam,
+                         "answer": LETTERS[r.randrange(CHOICES[fam])], "num_choices": CHOICES[fam]})
+    units, items = pl.DataFrame(units), pl.DataFrame(rows)
+    out, summary = split_items(items, build_groups(items, units, pol), pol, 42)
+    assert leaked_groups(out) == []
+    ood = summary["sources"]["rh20t"]["ood"]
+    l3_tasks, l2_ops = ood["L3"]["held_out_values"], ood["L2"]["held_out_values"]
+    assert l3_tasks and l2_ops
+    j = out.join(units.select("unit_id", pl.col("task_id").alias("utask"), "operator_id"), on="unit_id")
+    # whole held-out keys are eval, at their level (L3 before L2)
+    assert set(j.filter(pl.col("utask").is_in(l3_tasks))["split"]) == {"eval"}
+    assert set(j.filter(pl.col("utask").is_in(l3_tasks))["eval_level"]) == {"L3"}
+    assert set(j.filter(pl.col("operator_id").is_in(l2_ops))["split"]) == {"eval"}
+    assert set(j.filter(pl.col("operator_id").is_in(l2_ops) & ~pl.col("utask").is_in(l3_tasks)
+                        & (pl.col("task_id") != "T7"))["eval_level"]) == {"L2"}
+    # the held-out family is never trained on: eval L3 where its group is eval, excluded from SFT (and counted)
+    assert out.filter((pl.col("task_id") == "T7") & (pl.col("split") == "sft")).height == 0
+    assert set(out.filter(pl.col("task_id") == "T7")["eval_level"]) == {"L3"}
+    excluded = sum(ood["excluded_sft_items"].values())
+    assert excluded > 0 and out.height + excluded == items.height == summary["total_items"] + excluded
+    sft = out.filter(pl.col("split") == "sft")
+    assert sft["eval_level"].null_count() == sft.height
+    assert set(out.filter(pl.col("split") == "eval")["eval_level"]) == {"L1", "L2", "L3"}
+    assert group_count_problems(summary, pol) == []
