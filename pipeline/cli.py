@@ -60,15 +60,18 @@ def cmd_build(args) -> int:
     upstream = _upstream(args.upstream)
     cfg = load_config(upstream=upstream, scale=args.scale)
     if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
-        from upstream_adapters import write_samples
+        from upstream_adapters import samples_fingerprint, write_samples
 
         scale, seed = cfg["build"]["scale"], cfg["build"]["samples"]["seed"]
         for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({scale})", unit="source"):
             root = cfg["sources"][slug]["root"]
             if slug in upstream:
                 continue
-            marker = root.parent / f".{slug}.seed{seed}.done"
+            # the marker names the seed and the generator code: a corpus from older code is written again
+            marker = root.parent / f".{slug}.seed{seed}.{samples_fingerprint(slug)}.done"
             if not marker.exists():  # (re)write the corpus from scratch: a half-written one is never reused
+                for stale in root.parent.glob(f".{slug}.seed*.done"):
+                    stale.unlink()
                 shutil.rmtree(root, ignore_errors=True)
                 write_samples(slug, root, scale=scale, seed=seed)
                 marker.write_text("")

@@ -21,6 +21,16 @@ Selection, per (source, task_id), deterministic for a given seed:
      still below its share can be taken anywhere, the rest of the quota is filled from any label;
   4. the target is ceil(quota * (1 + extra)); `select_rank` records the visit order (ranks < quota are the
      primary items, the rest the reserve for the visual gate). exclude_keys removes candidates beforehand.
+Coverage across the families of a source (every unit with candidates should get an item when the source's quota
+allows it; the split groups by unit):
+  5. the families are picked in task order and share a per-unit count of the source's items so far (primary picks of
+     earlier families + `prior` items of any family); each round-robin pass visits its units by that count, fewest
+     first (ties in the family's seeded unit order), so later families fill the units earlier ones left out;
+  6. a repair pass then gives each still uncovered unit (in a seeded order) an item by a same-family, same-label swap
+     with a primary pick of the most covered unit that has at least two items (ties in a seeded order): a reserve
+     pick of the uncovered unit is promoted (the two exchange ranks), else one of its candidates that keeps min_gap
+     from its reserve picks takes the donor's rank. Family counts, label counts (primary and reserve) and min_gap are
+     unchanged; a unit that no such swap can reach stays uncovered.
 
 Choice assignment, per (source, task_id): the answer letters come from a balanced list (each letter
 floor(n / k) or ceil(n / k) times) shuffled with a seeded RNG over the items sorted by candidate_key, so the
@@ -33,6 +43,7 @@ and render_spec_json are updated together.
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from collections import defaultdict, deque
@@ -109,10 +120,12 @@ def _targets(avail: dict[str, int], total: int) -> dict[str, float]:
 
 def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: list[int], target: int,
                    min_gap: int, balance: bool, seed: int, gkey: tuple,
-                   prior: list[tuple[str, str, int]] = ()) -> list[int]:
+                   prior: list[tuple[str, str, int]] = (), cover: dict[str, int] | None = None,
+                   primary: int | None = None) -> list[int]:
     """Round-robin over units; returns the indices (into the given columns) of the picked candidates, in pick order.
     `prior` = [(unit, label, anchor)] of items of this family taken earlier: they count against min_gap and the
-    label shares."""
+    label shares. `cover` = {unit: items of the source so far}: each pass visits the units with the fewest first, and
+    the first `primary` picks (default: all) are added to it."""
     r = py_rng(seed, "select", *gkey)
     units: dict[str, dict[str, deque]] = defaultdict(lambda: defaultdict(deque))
     staging: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -145,7 +158,12 @@ def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: l
         return min_gap <= 0 or all(abs(frame - f) >= min_gap for f in taken_frames[u])
 
     active = list(unit_order)
+    if cover is not None:
+        pos = {u: i for i, u in enumerate(unit_order)}
+        n_primary = target if primary is None else int(primary)
     while len(picked) < target and active:
+        if cover is not None:
+            active.sort(key=lambda u: (cover.get(u, 0), pos[u]))
         progress = False
         still = []
         for u in active:
@@ -171,6 +189,8 @@ def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: l
                 taken_frames[u].append(anchor[got])
                 picked.append(got)
                 progress = True
+                if cover is not None and len(picked) <= n_primary:
+                    cover[u] = cover.get(u, 0) + 1
             if any(queues.values()):
                 still.append(u)
         active = still
@@ -181,13 +201,125 @@ def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: l
     return picked
 
 
+class _Family:
+    """One family's columns and picks while a source is selected (the coverage repair swaps inside `picked`)."""
+
+    __slots__ = ("task_id", "keys", "unit", "label", "anchor", "min_gap", "balance", "quota", "picked")
+
+    def __init__(self, task_id, keys, unit, label, anchor, min_gap, balance, quota, picked):
+        self.task_id, self.keys, self.unit, self.label, self.anchor = task_id, keys, unit, label, anchor
+        self.min_gap, self.balance, self.quota, self.picked = min_gap, balance, quota, picked
+
+    def lab(self, i: int) -> str:
+        return self.label[i] if self.balance else ""
+
+
+def _repair_coverage(fams: list[_Family], cover: dict[str, int], seed: int, source: str) -> int:
+    """Give each unit with candidates but no item (cover 0) one, by a same-family, same-label swap with a primary pick
+    of the most covered unit with >= 2 items (module docstring, step 6). Updates `picked` and `cover`; returns the
+    number of units it covered."""
+    cand_units = sorted({u for f in fams for u in f.unit})
+    uncovered = [u for u in cand_units if not cover.get(u, 0)]
+    if not uncovered:
+        return 0
+    r = py_rng(seed, "cover", source)
+    order = list(cand_units)
+    r.shuffle(order)
+    tie = {u: i for i, u in enumerate(order)}
+    uncovered.sort(key=tie.__getitem__)
+    # donors[(fam, label)][unit] = positions (in fam.picked, < quota) of its primary picks; heaps of units by cover
+    donors: dict[tuple[int, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for fi, f in enumerate(fams):
+        for p in range(min(f.quota, len(f.picked))):
+            i = f.picked[p]
+            donors[(fi, f.lab(i))][f.unit[i]].append(p)
+    heaps: dict[tuple[int, str], list] = {}
+    for k, per_unit in donors.items():
+        heaps[k] = [(-cover.get(v, 0), tie[v], v) for v in per_unit if cover.get(v, 0) >= 2]
+        heapq.heapify(heaps[k])
+
+    def donor(k: tuple[int, str]) -> str | None:
+        h = heaps.get(k)
+        while h:
+            c, t, v = h[0]
+            cur = cover.get(v, 0)
+            if cur < 2 or not donors[k].get(v):
+                heapq.heappop(h)
+            elif -c != cur:  # its cover fell since it was pushed
+                heapq.heapreplace(h, (-cur, t, v))
+            else:
+                return v
+        return None
+
+    def take(k: tuple[int, str], v: str) -> int:
+        lst = donors[k][v]
+        p = max(lst)  # the donor's latest primary pick
+        lst.remove(p)
+        cover[v] -= 1
+        return p
+
+    todo = set(uncovered)
+    cands_of: list[dict[str, list[int]]] = []  # per family: uncovered unit -> its candidates
+    picks_of: list[dict[str, dict[int, int]]] = []  # per family: uncovered unit -> {candidate: position in picked}
+    for f in fams:
+        c: dict[str, list[int]] = defaultdict(list)
+        for i, u in enumerate(f.unit):
+            if u in todo:
+                c[u].append(i)
+        pk: dict[str, dict[int, int]] = defaultdict(dict)
+        for p, i in enumerate(f.picked):
+            if f.unit[i] in todo:
+                pk[f.unit[i]][i] = p  # reserve picks only (p >= quota): the unit has no primary pick
+        cands_of.append(c)
+        picks_of.append(pk)
+
+    fixed = 0
+    for u in uncovered:
+        done = False
+        for fi, f in enumerate(fams):
+            idx = cands_of[fi].get(u)
+            if not idx:
+                continue
+            where = picks_of[fi].get(u, {})
+            # (a) promote a reserve pick of u: it and the donor's primary pick exchange ranks
+            for i, p_r in sorted(where.items(), key=lambda kv: kv[1]):
+                k = (fi, f.lab(i))
+                v = donor(k)
+                if v is not None:
+                    p_x = take(k, v)
+                    f.picked[p_x], f.picked[p_r] = f.picked[p_r], f.picked[p_x]
+                    done = True
+                    break
+            if not done:
+                # (b) a candidate of u (seeded order) that keeps min_gap from u's reserve picks replaces the donor's pick
+                frames = [f.anchor[i] for i in where]
+                cands = sorted((i for i in idx if i not in where), key=f.keys.__getitem__)
+                py_rng(seed, "cover", source, f.task_id, u).shuffle(cands)
+                for i in cands:
+                    if f.min_gap > 0 and any(abs(f.anchor[i] - a) < f.min_gap for a in frames):
+                        continue
+                    k = (fi, f.lab(i))
+                    v = donor(k)
+                    if v is not None:
+                        f.picked[take(k, v)] = i
+                        done = True
+                        break
+            if done:
+                cover[u] = cover.get(u, 0) + 1
+                fixed += 1
+                break
+    return fixed
+
+
 def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=frozenset(), extra: float = 0.0,
                       cfg_tasks: dict | None = None, prior: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Pick each family's quota (x (1 + extra)) from the pool, spread over units and time (see the module docstring).
+    """Pick each family's quota (x (1 + extra)) from the pool, spread over units and time, covering every unit of a
+    source the quotas allow (see the module docstring).
     min_gap / balance_labels come from `cfg_tasks` (cfg["tasks"]) when given, else from the settings that
     `quotas()` attaches to its result; a plain dict of quotas means no gap and no label balance.
     `prior`: items already kept in earlier rounds (columns source, task_id, unit_id, answer_text, anchor_frame); new
-    picks keep min_gap from them and the label shares count them (quotas are then the numbers still needed).
+    picks keep min_gap from them, the label shares count them (quotas are then the numbers still needed), and the
+    units they are in count as covered.
     Returns the selected rows (the pool's columns + select_rank), sorted by (source, task, candidate_key)."""
     out_schema = {**dict(pool.schema), "select_rank": pl.Int64}
     if pool.height == 0:
@@ -197,25 +329,40 @@ def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=
     picked_rank: list[int] = []
     slim = pool.select("candidate_key", "source", "task_id", "unit_id", "answer_text", "anchor_frame")
     groups = slim.partition_by(["source", "task_id"], as_dict=True, maintain_order=True)
-    for (source, task_id) in sorted(groups, key=lambda k: (k[0], _task_order(k[1]))):
-        q = _quota_for(quotas, source, task_id)
-        if not q:
-            continue
-        df = groups[(source, task_id)]
-        if excl:
-            df = df.filter(~pl.col("candidate_key").is_in(list(excl)))
-        keys = df.get_column("candidate_key").to_list()
-        min_gap, balance = _family_settings(quotas, cfg_tasks, source, task_id)
-        target = int(math.ceil(q * (1.0 + float(extra)) - 1e-9))
-        before: list[tuple[str, str, int]] = []
-        if prior is not None and prior.height:
-            pr = prior.filter((pl.col("source") == source) & (pl.col("task_id") == task_id))
-            before = list(zip(pr["unit_id"].to_list(), pr["answer_text"].to_list(), pr["anchor_frame"].to_list()))
-        idx = _select_family(keys, df.get_column("unit_id").to_list(), df.get_column("answer_text").to_list(),
-                             df.get_column("anchor_frame").to_list(), target, min_gap, balance, seed,
-                             (source, task_id), before)
-        picked_keys.extend(keys[i] for i in idx)
-        picked_rank.extend(range(len(idx)))
+    has_prior = prior is not None and prior.height > 0
+    for source in sorted({s for s, _ in groups}):
+        cover: dict[str, int] = defaultdict(int)
+        if has_prior:
+            for u in prior.filter(pl.col("source") == source)["unit_id"].to_list():
+                cover[u] += 1
+        fams: list[_Family] = []
+        for task_id in sorted((t for s, t in groups if s == source), key=_task_order):
+            q = _quota_for(quotas, source, task_id)
+            if not q:
+                continue
+            df = groups[(source, task_id)]
+            if excl:
+                df = df.filter(~pl.col("candidate_key").is_in(list(excl)))
+            if df.height == 0:
+                continue
+            keys = df.get_column("candidate_key").to_list()
+            unit = df.get_column("unit_id").to_list()
+            label = df.get_column("answer_text").to_list()
+            anchor = df.get_column("anchor_frame").to_list()
+            min_gap, balance = _family_settings(quotas, cfg_tasks, source, task_id)
+            target = int(math.ceil(q * (1.0 + float(extra)) - 1e-9))
+            before: list[tuple[str, str, int]] = []
+            if has_prior:
+                pr = prior.filter((pl.col("source") == source) & (pl.col("task_id") == task_id))
+                before = list(zip(pr["unit_id"].to_list(), pr["answer_text"].to_list(),
+                                  pr["anchor_frame"].to_list()))
+            idx = _select_family(keys, unit, label, anchor, target, min_gap, balance, seed, (source, task_id),
+                                 before, cover=cover, primary=int(q))
+            fams.append(_Family(task_id, keys, unit, label, anchor, min_gap, balance, int(q), idx))
+        _repair_coverage(fams, cover, seed, source)
+        for f in fams:
+            picked_keys.extend(f.keys[i] for i in f.picked)
+            picked_rank.extend(range(len(f.picked)))
     if not picked_keys:
         return pl.DataFrame(schema=out_schema)
     sel = pl.DataFrame({"candidate_key": picked_keys, "select_rank": picked_rank},

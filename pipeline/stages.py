@@ -91,16 +91,6 @@ def run_candidates(cfg: dict, slug: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- frames
-def _trim_to_quota(kept: pl.DataFrame, quotas: dict) -> pl.DataFrame:
-    """Keep each family's first `quota` items in selection order (gate round, then select_rank)."""
-    if not kept.height:
-        return kept
-    ordered = kept.sort(["task_id", "_round", "select_rank", "candidate_key"])
-    ordered = ordered.with_columns(_n=pl.int_range(pl.len()).over("task_id"))
-    quota = pl.col("task_id").replace_strict(quotas, default=0, return_dtype=pl.Int64)
-    return ordered.filter(pl.col("_n") < quota).drop("_n", "_round")
-
-
 def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     """Select each family's quota, decode its frames, gate them, and ask for replacements until the quotas hold or the
     pool runs out; then assign balanced answer letters and hash the images each item shows."""
@@ -131,7 +121,12 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
         have = pl.concat(kept_parts).group_by("task_id").len()
         have = dict(zip(have["task_id"].to_list(), have["len"].to_list()))
         need = {t: q - have.get(t, 0) for t, q in quotas.items() if q and q - have.get(t, 0) > 0}
-    kept = _trim_to_quota(pl.concat(kept_parts, how="vertical_relaxed"), quotas) if kept_parts else pool.clear()
+    if kept_parts:  # the gate survivors hold each quota plus a margin: select the quota again among them, so the
+        # final set keeps the selection's spread, label balance and unit coverage (a plain cut by rank would not)
+        survivors = pl.concat(kept_parts, how="vertical_relaxed").drop("_round", "select_rank")
+        kept = items_mod.select_candidates(survivors, quotas, seed, cfg_tasks=cfg["tasks"]).drop("select_rank")
+    else:
+        kept = pool.clear()
     items = items_mod.assign_choices(kept, seed)
     frame_table = pl.concat(frame_parts, how="vertical_relaxed") if frame_parts else None
     if frame_table is not None:

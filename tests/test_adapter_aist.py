@@ -235,6 +235,39 @@ def test_generator_is_deterministic(tmp_path):
             assert f["text/prompt"][()] == b"Close the cardboard box."
 
 
+def test_release_bouts_carry_stable_coordination_windows():
+    """Release-scale episodes (signals only): with the build's activity rule (configs/labels.yaml), each arm moves for
+    under ~30 % of the episode, so the 0.70-quantile threshold stays below the bouts' speeds, the labels agree
+    with the generator's blocks, and every coordination state has a stable run longer than T4's 45-frame window
+    (offsets -30..+15) in every episode."""
+    from pipeline import labels as L
+    from pipeline.config import load_config
+
+    spec = load_config()["labels"]["activity"]["aist"]
+    tasks, episodes, frames, _ = samples.SCALES["release"]
+    code = {"both": 0, "left": 1, "right": 2, "idle": 3}
+    for tid in tasks:
+        for ep in range(episodes):
+            n = samples.frame_count(7, tid, ep, frames)
+            _, qvel, blocks, _ = samples.episode_signals(7, tid, ep, n)
+            active = {}
+            for arm, off in (("left", 0), ("right", 7)):
+                speed = np.linalg.norm(qvel[:, off:off + 6].astype(np.float64), axis=1)
+                active[arm], meta = L.activity_mask(speed, spec)
+                assert meta["threshold"] < 0.25, (tid, ep, arm, meta)  # bouts move at >= 0.3 rad/s
+            coord = L.stable_codes(L.coordination_codes(active["left"], active["right"]),
+                                   int(spec["transition_margin"]), int(spec["min_stable_run"]))
+            truth = np.full(n, 3)
+            for kind, s, _, e in blocks:
+                truth[s:e] = code[kind]
+            labelled = coord >= 0
+            assert labelled.mean() > 0.8 and (coord[labelled] == truth[labelled]).mean() > 0.99, (tid, ep)
+            longest = {}
+            for s, e, v in L.value_runs(coord):
+                longest[int(v)] = max(longest.get(int(v), 0), e - s)
+            assert all(longest.get(k, 0) >= 80 for k in range(4)), (tid, ep, longest)
+
+
 # ------------------------------------------------------------------------------------------------ layouts
 
 

@@ -113,6 +113,28 @@ def test_generator_is_deterministic(tmp_path):
     assert digest[0] == digest[1] and digest[0] != digest[2]
 
 
+def test_release_plan_is_realistic_and_fits_the_barcode():
+    """Release recordings (plans only, no video): ~30-36 actions each like the real ~30.5 per recording, ~4-5 min
+    long, hand-camera frame counts within the frame-index barcode, recording ids at least 6 min apart."""
+    from upstream_adapters.samples.common import INDEX_BITS, rng_for
+
+    for seed in (0, 7):
+        specs = gen.specs_for("release", seed)
+        assert len(specs) == 41 and sum("test_split1" in s.splits for s in specs) == 37
+        starts = sorted(gen._unix_t0(s.rec_id) for s in specs)
+        assert min(np.diff(starts)) >= 360
+        n_actions = []
+        for spec in specs:
+            segs = gen.plan_recording(rng_for(seed, gen.SLUG, spec.rec_id), "release", spec.leading_no_action,
+                                      spec.force_failure)
+            actions = [s for s in segs if s.text != gen.NO_ACTION]
+            n_actions.append(len(actions))
+            assert 30 <= len(actions) <= 37 and all(s.low for s in actions), spec.rec_id
+            frames = (segs[-1].end + 0.25) * 30
+            assert 6000 <= frames < (1 << INDEX_BITS), (spec.rec_id, frames)
+        assert 31 <= np.mean(n_actions) <= 35
+
+
 # ------------------------------------------------------------------------------------------ discovery
 def test_discover_sorted_and_split_filter(root):
     assert ReassembleAdapter().discover(root) == ALL

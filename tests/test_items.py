@@ -230,3 +230,163 @@ def test_replacement_round_respects_prior_picks():
         assert all(b - a >= 10 for a, b in zip(f, f[1:]))
     counts = dict(both.group_by("answer_text").len().iter_rows())
     assert abs(counts["yes"] - counts["no"]) <= 1
+
+
+# ------------------------------------------------------------------------------------------ coverage across families
+
+
+def _independent_units(pool: pl.DataFrame, q: dict, seed: int) -> set[str]:
+    """Units the old per-family selection (no shared coverage, no repair) would cover."""
+    out = set()
+    for (t,), g in sorted(pool.group_by("task_id"), key=lambda kv: kv[0]):
+        mg, bal = q.settings[t]["min_gap"], q.settings[t]["balance_labels"]
+        idx = I._select_family(g["candidate_key"].to_list(), g["unit_id"].to_list(), g["answer_text"].to_list(),
+                               g["anchor_frame"].to_list(), q[t], mg, bal, seed, ("gm100", t))
+        out |= {g["unit_id"][i] for i in idx}
+    return out
+
+
+def _unit_pool(unit: str, labels: tuple, per_unit=6, task="T1") -> pl.DataFrame:
+    """One unit's candidates of one family, labels cycling (yes/no style: distractor = the other label)."""
+    p = _fake_pool(n_units=1, per_unit=per_unit, task=task, labels=labels, k=2)
+    return p.with_columns(unit_id=pl.lit(unit), candidate_key=pl.col("candidate_key").str.replace("u000", unit),
+                          distractors=pl.col("answer_text").replace_strict({"a": ["b"], "b": ["a"]},
+                                                                           return_dtype=pl.List(pl.String)))
+
+
+def _two_family_pool():
+    pool = pl.concat([_fake_pool(n_units=10, per_unit=12, task="T1"),
+                      _fake_pool(n_units=10, per_unit=12, task="T2", labels=("yes", "no"), k=2)])
+    st = {"min_gap": 12, "balance_labels": True}
+    return pool, I.Quotas({"T1": 6, "T2": 6}, {"T1": st, "T2": st})
+
+
+def test_selection_covers_every_unit_across_families():
+    pool, q = _two_family_pool()
+    seed = 0
+    assert len(_independent_units(pool, q, seed)) == 8  # picked family by family, two units got nothing
+    sel = I.select_candidates(pool, q, seed)
+    assert sel["unit_id"].n_unique() == 10
+    assert dict(sel.group_by("task_id").len().iter_rows()) == {"T1": 6, "T2": 6}  # quotas exact
+    per_unit = sel.group_by("unit_id").len()["len"]
+    assert per_unit.min() == 1 and per_unit.max() == 2  # 12 items over 10 units: none dominates
+    assert sel.group_by(["task_id", "unit_id"]).len()["len"].max() == 1
+    for (t,), g in sel.group_by("task_id"):
+        counts = g.group_by("answer_text").len()["len"]
+        assert counts.max() - counts.min() <= 1  # labels still balanced
+    for seed in range(8):  # for any seed
+        s = I.select_candidates(pool, q, seed)
+        assert s["unit_id"].n_unique() == 10 and s.height == 12
+        for _, g in s.group_by(["task_id", "unit_id"]):
+            f = sorted(g["anchor_frame"].to_list())
+            assert all(b - a >= 12 for a, b in zip(f, f[1:]))
+
+
+def test_selection_spreads_a_small_quota_over_distinct_units():
+    pool, q = _two_family_pool()
+    small = I.Quotas({"T1": 4, "T2": 4}, q.settings)  # 8 items, 10 units: 8 different units
+    sel = I.select_candidates(pool, small, seed=3)
+    assert sel.height == 8 and sel["unit_id"].n_unique() == 8
+
+
+def test_coverage_repair_swaps_within_family_and_label():
+    # A has both labels, B1..B3 only "a", C only "b"; quota 6 = 3 a + 3 b. The round-robin fills "a" from A and two
+    # Bs when A comes early, leaving a B out; the repair hands A's "a" to it (A keeps its "b"s).
+    pool = pl.concat([_unit_pool("A", ("a", "b")), _unit_pool("B1", ("a",)), _unit_pool("B2", ("a",)),
+                      _unit_pool("B3", ("a",)), _unit_pool("C", ("b",))])
+    q = I.Quotas({"T1": 6}, {"T1": {"min_gap": 0, "balance_labels": True}})
+    left_out = 0
+    for seed in range(10):
+        left_out += len(_independent_units(pool, q, seed)) < 5
+        sel = I.select_candidates(pool, q, seed)
+        assert sel["unit_id"].n_unique() == 5
+        assert dict(sel.group_by("answer_text").len().iter_rows()) == {"a": 3, "b": 3}
+        assert sorted(sel["select_rank"].to_list()) == list(range(6))
+    assert left_out >= 5  # the repair did the work in most seeds
+
+
+def test_coverage_repair_with_reserve_keeps_primary_ranks_covering():
+    pool, q = _two_family_pool()
+    sel = I.select_candidates(pool, q, seed=0, extra=0.5)
+    assert dict(sel.group_by("task_id").len().iter_rows()) == {"T1": 9, "T2": 9}
+    primary = sel.filter(pl.col("select_rank") < 6)
+    assert primary["unit_id"].n_unique() == 10  # the items kept after trimming to the quota cover every unit
+
+
+def test_coverage_is_impossible_when_balance_forbids_it():
+    # 4 units, quota 4 = 2 a + 2 b, but "b" only in A: one of the a-only units must stay out; balance wins
+    pool = pl.concat([_unit_pool("A", ("a", "b")), _unit_pool("B1", ("a",)), _unit_pool("B2", ("a",)),
+                      _unit_pool("B3", ("a",))])
+    q = I.Quotas({"T1": 4}, {"T1": {"min_gap": 0, "balance_labels": True}})
+    sel = I.select_candidates(pool, q, seed=1)
+    assert sel.height == 4 and dict(sel.group_by("answer_text").len().iter_rows()) == {"a": 2, "b": 2}
+    assert sel["unit_id"].n_unique() == 3
+
+
+def test_prior_items_count_toward_coverage():
+    pool, q = _two_family_pool()
+    prior = pool.filter((pl.col("task_id") == "T1") & pl.col("unit_id").is_in([f"u{u:03d}" for u in range(7)])
+                        ).group_by("unit_id").first()
+    more = I.select_candidates(pool, I.Quotas({"T2": 3}, q.settings), seed=5, exclude_keys=set(prior["candidate_key"]),
+                               prior=prior)
+    assert sorted(more["unit_id"].to_list()) == ["u007", "u008", "u009"]  # the units the earlier round left out
+    again = I.select_candidates(pool, I.Quotas({"T1": 2, "T2": 1}, q.settings), seed=5,
+                                exclude_keys=set(prior["candidate_key"]), prior=prior)
+    assert sorted(again["unit_id"].to_list()) == ["u007", "u008", "u009"]
+
+
+def test_coverage_selection_is_deterministic_and_order_free():
+    pool, q = _two_family_pool()
+    a = I.select_candidates(pool, q, seed=7, extra=0.2)
+    b = I.select_candidates(pool.sample(fraction=1.0, shuffle=True, seed=3), q, seed=7, extra=0.2)
+    assert a.equals(b)
+    assert not a.equals(I.select_candidates(pool, q, seed=8, extra=0.2))
+
+
+def test_coverage_selection_is_independent_of_pythonhashseed(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = (
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "import hashlib\n"
+        "from pipeline import items as I\n"
+        "from test_items import _two_family_pool\n"
+        "pool, q = _two_family_pool()\n"
+        "s = I.select_candidates(pool, q, 11, extra=0.3)\n"
+        "print(hashlib.sha256(s.select('candidate_key', 'select_rank').write_csv().encode()).hexdigest())\n")
+    root = Path(__file__).resolve().parents[1]
+    outs = set()
+    for hs in ("0", "12345"):
+        env = {**__import__("os").environ, "PYTHONHASHSEED": hs}
+        outs.add(subprocess.run([sys.executable, "-c", script], cwd=root, env=env, check=True,
+                                capture_output=True, text=True).stdout.strip())
+    assert len(outs) == 1
+
+
+def _family(task, cands, quota, picked, min_gap=0, balance=True):
+    """A _Family from [(unit, label, anchor)] candidates and the positions picked so far."""
+    keys = [f"{task}|gm100|{u}|f{a}" for u, _, a in cands]
+    return I._Family(task, keys, [u for u, _, _ in cands], [lab for _, lab, _ in cands], [a for _, _, a in cands],
+                     min_gap, balance, quota, list(picked))
+
+
+def test_repair_promotes_a_reserve_pick_of_an_uncovered_unit():
+    f = _family("T1", [("A", "a", 0), ("A", "a", 10), ("B", "a", 0)], quota=2, picked=[0, 1, 2])  # B only in reserve
+    cover = {"A": 2}
+    assert I._repair_coverage([f], cover, seed=0, source="gm100") == 1
+    assert f.picked == [0, 2, 1]  # B's pick and A's latest primary pick exchange ranks: nothing added or dropped
+    assert cover == {"A": 1, "B": 1}
+
+
+def test_repair_swaps_in_a_same_label_candidate_that_keeps_min_gap():
+    cands = [("A", "a", 0), ("A", "a", 10), ("B", "b", 0), ("B", "a", 3), ("B", "a", 20), ("C", "b", 0)]
+    # B's reserve pick is a "b" and no unit with two items has a primary "b": it cannot be promoted; B's "a" at 3 is
+    # too close to its reserve pick (min_gap 5), the one at 20 replaces A's latest "a"
+    f = _family("T1", cands, quota=3, picked=[0, 1, 5, 2], min_gap=5)
+    cover = {"A": 2, "C": 1}
+    assert I._repair_coverage([f], cover, seed=0, source="gm100") == 1
+    assert f.picked == [0, 4, 5, 2] and cover == {"A": 1, "B": 1, "C": 1}
+    # the only donor has one item: nothing to swap, B stays uncovered
+    g = _family("T1", cands, quota=2, picked=[0, 5, 2], min_gap=5)
+    assert I._repair_coverage([g], {"A": 1, "C": 1}, seed=0, source="gm100") == 0 and g.picked == [0, 5, 2]

@@ -83,7 +83,7 @@ def test_leaked_group(release):
     ev = pl.read_parquet(release / FILES["eval_parquet"])
     sft = pl.read_parquet(release / FILES["sft_parquet"])
     group = ev["split_group_id"][0]
-    sft = sft.with_columns(split_group_id=pl.when(pl.col("item_id") == "pb_v1_sft_000001").then(pl.lit(group))
+    sft = sft.with_columns(split_group_id=pl.when(pl.col("item_id") == "pb_v2_sft_000001").then(pl.lit(group))
                            .otherwise(pl.col("split_group_id")))
     _rewrite_split(release, "sft", sft)
     problems = validate_release(release, make_cfg())
@@ -157,7 +157,7 @@ def test_schema_mismatch(release):
     (dict(answer=pl.lit("E")), "answer is not a letter within num_choices"),
     (dict(sft_target=pl.lit("<ANSWER>Z</ANSWER>")), "sft_target does not match answer"),
     (dict(choice_F=pl.lit("extra")), "choices not non-null exactly up to num_choices"),
-    (dict(item_id=pl.lit("pb_v1_eval_1")), "item_id"),
+    (dict(item_id=pl.lit("pb_v2_eval_1")), "item_id"),
     (dict(visual_ref=pl.lit("gm100/episode/x/camera_top/frames[000001]")), "visual_ref"),
     (dict(task_meta_public=pl.lit(True)), "task_meta_public"),
 ])

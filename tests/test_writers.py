@@ -178,8 +178,8 @@ def test_release_tables_rows():
     ev, sft = writers.release_tables(items, make_units(), cfg)
     assert ev.height + sft.height == items.height
     assert ev.height == 10 and sft.height == 25
-    assert ev["item_id"].to_list() == [f"pb_v1_eval_{n:06d}" for n in range(1, 11)]
-    assert sft["item_id"].to_list()[0] == "pb_v1_sft_000001"
+    assert ev["item_id"].to_list() == [f"pb_v2_eval_{n:06d}" for n in range(1, 11)]
+    assert sft["item_id"].to_list()[0] == "pb_v2_sft_000001"
     # sort: source order, task number, unit, anchor
     assert ev["source_slug"].to_list() == ["gm100"] * 5 + ["rh20t"] * 5
     assert ev["task_id"].to_list()[:5] == ["T1", "T1", "T2", "T8", "T9"]

@@ -30,6 +30,16 @@ def get_adapter(slug: str, **options):
     return getattr(importlib.import_module(module), cls)(**options)
 
 
+def samples_fingerprint(slug: str) -> str:
+    """A hash of the generator code of `slug` (its module + the shared pieces): a corpus written by other code is stale."""
+    import hashlib
+    from pathlib import Path
+
+    here = Path(__file__).parent / "samples"
+    data = b"".join((here / name).read_bytes() for name in (f"{slug}.py", "common.py"))
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
 def write_samples(slug: str, out_dir, scale: str = "demo", seed: int = 0) -> None:
     """Write the sample corpus of `slug` into `out_dir` (the source root), in the source's real layout."""
     importlib.import_module(SAMPLE_GENERATORS[slug]).write(out_dir, scale=scale, seed=seed)

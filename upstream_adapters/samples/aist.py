@@ -12,12 +12,16 @@ Each episode HDF5 (ALOHA style, written with track_times=False so the bytes are 
     text/prompt                            bytes scalar
 
 Motion: the episode is a sequence of blocks: a leading idle, then cycles of {left only, right only, both} moving
-blocks in a seeded order, each followed by a both-idle block. A moving block is two stretches for each moving arm:
-approach (gripper open, one joint-space direction) then carry (gripper closes at the start, another direction); the
-gripper re-opens (release) early in the following idle block. Directions per arm come from a shuffled cycle of
-(+x, -x, +y, -y) on the (qpos[0], qpos[1]) / (qpos[7], qpos[8]) joint proxies, so each arm moves in all four
-directions in every episode. Speeds 0.3-0.6 rad/s on the driving joint (T3 deltas >> 0.035 rad over 45 frames);
-idle joint-space speed ~0.015 (below ProcessBench's 0.08 floor); each arm is active about a third of the time.
+blocks in a seeded order, each followed by a both-idle block. A moving block is one continuous bout of two stretches
+for each moving arm (~1.0-1.4 s each, nominal): approach (gripper open, one joint-space direction) then carry (gripper
+closes at the start, another direction), with the speed ramping up at the bout's start and down at its end only; the
+gripper re-opens (release) early in the following idle block (~2.8-3.6 s). Release episodes (17-20 s) hold 3-4
+moving blocks, so every coordination state has bouts of ~100-140 frames, well over T4's 45-frame window. Directions
+per arm come from a shuffled cycle of (+x, -x, +y, -y) on the (qpos[0], qpos[1]) / (qpos[7], qpos[8]) joint proxies,
+so each arm moves in all four directions in every episode. Speeds 0.3-0.6 rad/s on the driving joint, capped so a
+stretch moves at most 0.42 rad (T3 deltas >> 0.035 rad over 45 frames); idle joint-space speed ~0.015 (below
+ProcessBench's 0.08 floor); each arm is active for ~27 % of the episode (under the 0.70-quantile activity threshold's
+30 %, so the threshold falls in idle noise or on the speed ramps, never inside a bout).
 
 Images: `render_frame` draws the frame-index barcode and the LEFT arm's marker (yellow); a second, cyan marker for the
 RIGHT arm is drawn on top. Marker positions follow the joint proxies through the mapping below, which is consistent
@@ -86,14 +90,22 @@ HOME = np.array([0.0, -0.6, 0.9, 0.0, 0.4, 0.0])  # ALOHA-like joint home (rad)
 BOUND = 0.5  # |proxy - home| limit (rad)
 RIGHT_COLOUR = (40, 200, 250)
 DIRECTIONS = ("+x", "-x", "+y", "-y")
+# Block timing (nominal seconds, rescaled to fill the episode): a leading idle, then per moving block an approach
+# and a carry stretch followed by a both-idle block. Long bouts give every coordination state stable windows of
+# T4's 45-frame span (offsets -30..+15 at 50 fps); the idle blocks keep each arm active for under ~30 % of the
+# episode, so the 0.70-quantile activity threshold falls below the moving speeds (on the speed ramps at most).
+LEAD_S = (0.6, 1.0)
+STRETCH_S = (1.0, 1.4)
+IDLE_S = (2.8, 3.6)
+RAMP = 6  # frames of speed ramp at a bout's start and end
 
 
 # ---------------------------------------------------------------------------------------------- signals
 
 def _blocks(rng: np.random.Generator, n: int, fps: float) -> list[tuple[str, int, int, int]]:
     """[(kind, start, mid, end)] covering 0..n: kind idle|left|right|both; mid splits approach/carry."""
-    lead = rng.uniform(0.6, 1.0)
-    pair = 2 * 0.55 + 1.25  # nominal seconds of a moving block + its idle block
+    lead = rng.uniform(*LEAD_S)
+    pair = 2 * np.mean(STRETCH_S) + np.mean(IDLE_S)  # nominal seconds of a moving block + its idle block
     m = max(3, int(round((n / fps - lead) / pair)))
     kinds: list[str] = []
     while len(kinds) < m:
@@ -102,7 +114,7 @@ def _blocks(rng: np.random.Generator, n: int, fps: float) -> list[tuple[str, int
     # nominal durations (s): lead idle, then (sub1, sub2, idle) per moving block; rescaled to fill n frames
     durs = [lead]
     for _ in kinds:
-        durs += [rng.uniform(0.45, 0.65), rng.uniform(0.45, 0.65), rng.uniform(1.0, 1.5)]
+        durs += [rng.uniform(*STRETCH_S), rng.uniform(*STRETCH_S), rng.uniform(*IDLE_S)]
     durs_f = np.array(durs) * (n / fps) / sum(durs) * fps
     edges = np.round(np.concatenate([[0.0], np.cumsum(durs_f)])).astype(int)
     edges[-1] = n
@@ -137,8 +149,12 @@ def _arm_track(rng: np.random.Generator, n: int, fps: float, blocks, arm: str):
             d = queue.pop(0)
             dur = max(1, b - a)
             speed = min(rng.uniform(0.3, 0.6), 0.42 * fps / dur)
-            ramp = max(1, min(6, dur // 4))
-            prof = np.minimum(1.0, np.minimum((np.arange(dur) + 1) / ramp, (dur - np.arange(dur)) / ramp))
+            ramp = max(1, min(RAMP, dur // 4))
+            # one bout per block: speed ramps up at the block's start and down at its end only, so the arm keeps
+            # moving through the approach -> carry turn (no dip that would split the bout's activity)
+            up = (np.arange(dur) + 1) / ramp if k == 0 else np.ones(dur)
+            down = (dur - np.arange(dur)) / ramp if k == 1 else np.ones(dur)
+            prof = np.minimum(1.0, np.minimum(up, down))
             axis = 0 if d[1] == "x" else 1
             sign = 1.0 if d[0] == "+" else -1.0
             disp = sign * speed * prof.sum() / fps

@@ -34,16 +34,13 @@ arm's cyan around x=0.7. Wrist cameras show their own arm's marker (same mapping
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Iterable
 
-import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -393,38 +390,6 @@ def _frames(camera: str, pos: np.ndarray, grip: np.ndarray, n: int, width: int, 
 
 # ---------------------------------------------------------------------------- writing
 
-# encode_video's libx264 settings, plus mbtree=0. WORKAROUND: with these settings libx264 (PyAV 18.1 wheel) is not
-# deterministic: repeated encodes of the same frames differ in 5-100 % of runs, at every size tried (64x48..160x120),
-# with or without thread_count=1; disabling the macroblock tree (or asm, or B-frames) makes it byte-stable.
-# samples/common.py is shared, so the fix is proposed there; until then H.264 is encoded here.
-X264_OPTIONS = {"preset": "veryfast", "crf": "20", "bf": "2", "threads": "1", "x264-params": "mbtree=0"}
-
-
-def encode(frames: Iterable[np.ndarray], fps: float, codec: str, gop: int, path: Path) -> None:
-    """H.264 (long GOP, 2 B-frames) written deterministically; other codecs through common.encode_video."""
-    if codec != "h264":
-        encode_video(frames, fps, codec=codec, gop=gop, bframes=True, path=path)
-        return
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        stream = out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
-        stream.pix_fmt = "yuv420p"
-        stream.gop_size = gop
-        stream.codec_context.thread_count = 1
-        stream.codec_context.options = dict(X264_OPTIONS)
-        first = True
-        for rgb in frames:
-            if first:
-                stream.height, stream.width = rgb.shape[:2]
-                first = False
-            for pkt in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")):
-                out.mux(pkt)
-        for pkt in stream.encode():
-            out.mux(pkt)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(buf.getvalue())
-
-
 
 def _info(task: TaskSpec, episodes_written: int, frames_total: int, videos_total: int) -> dict:
     features: dict = {}
@@ -526,8 +491,8 @@ def _write_task(root: Path, task: TaskSpec, seed: int) -> None:
             if codec == "av1":
                 os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner on stderr otherwise
             path = tdir / VIDEO_PATH.format(episode_chunk=chunk, video_key=VIDEO_PREFIX + cam, episode_index=ep.index)
-            encode(_frames(cam, pos, grip, count, task.width, task.height, hue), task.fps, codec,
-                   2 if codec == "av1" else GOP, path)
+            encode_video(_frames(cam, pos, grip, count, task.width, task.height, hue), task.fps, codec=codec,
+                         gop=2 if codec == "av1" else GOP, path=path)
             videos_total += 1
 
         episodes_lines.append({"episode_index": ep.index, "tasks": [task.text],

@@ -14,8 +14,10 @@ float64 streams at distinct native rates (the real ~1000 / 970 / 580 / 465 Hz di
 track_times=False, so two runs give identical bytes.
 
 Scales: `tiny` (tests: 7 recordings of ~5-10 s), `demo` (7 recordings of ~20-28 s, 8-11 high-level segments,
-6 in test_split1 + 1 in train_split1), `release` (41 recordings of ~90-125 s at 64x48: the 37 of test_split1,
-3 in train_split1 that a `only_split: test_split1` build filters out, and 1 in neither split, as in the release).
+6 in test_split1 + 1 in train_split1), `release` (41 recordings of ~250-290 s at 64x48, i.e. ~7,400-8,800 frames
+per 30 fps camera, with 31-36 actions each, about as the real ~30.5 actions in ~5.2 min per recording: the 37 of
+test_split1, 3 in train_split1 that a `only_split: test_split1` build filters out, and 1 in neither split, as in the
+release; recording ids at least 6 min apart).
 
 The robot follows the labels: a "No action." segment is stationary; Approach moves between the tray and the NIST
 board (so the wrist-camera marker moves left/right/up/down over a recording); Grasp closes the gripper on the
@@ -83,10 +85,11 @@ SCALES = {
     # frame sizes (w, h) per camera, robot-rate divisor, time scale of the skills, actions per recording
     "tiny": dict(hand=(64, 48), hama=(64, 48), event=(64, 48), rate_div=20.0, tscale=0.45, actions=(2, 3),
                  max_dur=9.0, events_per_s=40),
-    "demo": dict(hand=(128, 96), hama=(96, 72), event=(88, 64), rate_div=5.0, tscale=0.95, actions=(4, 4),
+    "demo": dict(hand=(128, 96), hama=(96, 72), event=(88, 64), rate_div=5.0, tscale=0.95, actions=(5, 5),
                  max_dur=29.0, events_per_s=100),
-    "release": dict(hand=(64, 48), hama=(64, 48), event=(64, 48), rate_div=10.0, tscale=1.4, actions=(12, 14),
-                    max_dur=112.0, events_per_s=60),
+    # release: ~33 actions in ~4.5 min per recording, as the real 4,551 actions / 149 recordings / 781 min
+    "release": dict(hand=(64, 48), hama=(64, 48), event=(64, 48), rate_div=10.0, tscale=1.4, actions=(31, 35),
+                    max_dur=285.0, events_per_s=60),
 }
 
 SKILL_DUR = {  # seconds at tscale 1
@@ -140,10 +143,17 @@ def _release_specs(seed: int) -> list[RecSpec]:
     }
     rng = rng_for(seed, SLUG, "release-ids")
     ids: set[str] = set(special)
+
+    def start_s(r: str) -> int:
+        d, h, mi, s = (int(x) for x in r.split("-")[2:])
+        return ((d * 24 + h) * 60 + mi) * 60 + s
+
     while len(ids) < 41:
         day = int(rng.integers(9, 14))
         minute = int(rng.integers(9 * 60, 18 * 60))
-        ids.add(f"2025-01-{day:02d}-{minute // 60:02d}-{minute % 60:02d}-{int(rng.integers(0, 60)):02d}")
+        r = f"2025-01-{day:02d}-{minute // 60:02d}-{minute % 60:02d}-{int(rng.integers(0, 60)):02d}"
+        if all(abs(start_s(r) - start_s(o)) >= 360 for o in ids):  # recordings last ~4-5 min: no overlaps
+            ids.add(r)
     ordered = sorted(ids)
     plain = [r for r in ordered if r not in special]
     order = rng.permutation(len(plain))

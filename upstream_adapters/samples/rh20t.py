@@ -31,14 +31,12 @@ import os
 import shutil
 import tarfile
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import av
 import numpy as np
 
-from .common import render_frame, rng_for
+from .common import encode_video, render_frame, rng_for
 
 PRIMARY = "036422060215"  # cfg2 "shoulder" camera (the one ProcessBench used)
 OVERHEAD = "104122061850"  # cfg2 "overhead" camera
@@ -81,27 +79,6 @@ class SceneSpec:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def encode_h264(frames: Iterable[np.ndarray], fps: float, gop: int = 250) -> bytes:
-    """H.264 MP4 as common.encode_video(codec="h264") writes it (libx264 veryfast, crf 20, 2 B-frames, one
-    thread), plus x264 `mbtree=0`: with macroblock-tree rate control this libx264 build gives different bytes
-    for the same input now and then (seen on 64x36..96x64 clips), which breaks the same-bytes-twice rule."""
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        stream = out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
-        stream.pix_fmt = "yuv420p"
-        stream.gop_size = gop
-        stream.codec_context.options = {"preset": "veryfast", "crf": "20", "bf": "2", "threads": "1",
-                                        "x264-params": "mbtree=0"}
-        first = True
-        for rgb in frames:
-            if first:
-                stream.height, stream.width = rgb.shape[:2]
-                first = False
-            for pkt in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")):
-                out.mux(pkt)
-        for pkt in stream.encode():
-            out.mux(pkt)
-    return buf.getvalue()
 
 
 def npy_bytes(obj) -> bytes:
@@ -306,7 +283,7 @@ def scene_files(spec: SceneSpec, seed: int = 0, size: tuple[int, int] = SIZES["d
         hue = int(rng_for(seed, "rh20t", spec.name, cam).integers(0, 60))
         frames = (render_frame(i, W, H, tuple(xy[min(i, len(ts) - 1)]),
                                float(width[min(i, len(ts) - 1)] / GRIPPER_MAX_MM), hue) for i in range(max(nv, 0)))
-        data = encode_h264(frames, 10.0)
+        data = encode_video(frames, 10.0, codec="h264", gop=250)
         if cam == PRIMARY and spec.video_damage == "truncate":
             data = data[: int(len(data) * 0.4)]
         elif cam == PRIMARY and spec.video_damage == "garbage":
@@ -370,7 +347,7 @@ def _human_files(spec: SceneSpec, seed: int, size: tuple[int, int], cameras: Seq
         ts = _clock(rng, t0 + int(rng.integers(0, 60)), n)
         path = 0.5 + 0.3 * np.sin(np.linspace(0, np.pi, n))
         frames = (render_frame(i, size[0], size[1], (float(path[i]), 0.6), 1.0, 120) for i in range(n))
-        files[f"cam_{cam}/color.mp4"] = encode_h264(frames, 10.0)
+        files[f"cam_{cam}/color.mp4"] = encode_video(frames, 10.0, codec="h264", gop=250)
         files[f"cam_{cam}/timestamps.npy"] = npy_bytes({"color": ts, "depth": ts})
     return files
 
