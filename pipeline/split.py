@@ -474,12 +474,17 @@ def _share_cap(cfg: dict, j_public: float, j_star: float, slack: float) -> float
 
 
 def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: float, chunk: int,
-           cfg: dict | None = None) -> Selection:
+           cfg: dict | None = None, public_mask: np.ndarray | None = None) -> Selection:
     """Every eval set of size m: phase 1 min J, then min J + lam·(L + mu·L1) subject to J ≤ min(cap_public, J* + slack).
+    With `families_not_worse_than_public` (and the public set given), only sets where no family's eval count is
+    farther from its target than under the public rule are eligible (the public set itself always is).
     Ties go to the first set in lexicographic order of group indices."""
     cfg = cfg or {}
     n, m = pool.n, pool.n_eval
     dtype = np.int16 if n < 2**15 else np.int32
+    dominance = public_mask is not None and bool(cfg.get("families_not_worse_than_public", False))
+    if dominance:
+        limit = np.abs(pool.counts[public_mask].sum(0) - pool.target) + 1e-9
     combos_all, J_all = [], []
     it = itertools.combinations(range(n), m)
     while True:
@@ -490,7 +495,10 @@ def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: flo
         C = pool.counts[idx[:, 0]]
         for c in range(1, m):
             C = C + pool.counts[idx[:, c]]
-        J_all.append(_q(pool.share_obj(C, C.sum(1))))
+        J = _q(pool.share_obj(C, C.sum(1)))
+        if dominance:  # ineligible sets never win: J = inf
+            J = np.where((np.abs(C - pool.target) <= limit).all(1), J, np.inf)
+        J_all.append(J)
         combos_all.append(idx)
     combos = np.concatenate(combos_all)
     J = np.concatenate(J_all)
@@ -528,7 +536,8 @@ def our_rule(pool: SplitPool, policy: dict, seed: int, baseline: Selection | Non
     baseline = baseline or public_rule(pool, policy)
     slack = float(cfg.get("share_slack", 0.01))
     if math.comb(pool.n, pool.n_eval) <= int(cfg.get("exact_max_combinations", 3_000_000)):
-        return _exact(pool, lam, mu, baseline.share, slack, int(cfg.get("exact_chunk", 100_000)), cfg)
+        return _exact(pool, lam, mu, baseline.share, slack, int(cfg.get("exact_chunk", 100_000)), cfg,
+                      public_mask=baseline.mask)
 
     sweeps, rho = int(cfg.get("max_sweeps", 50)), float(cfg.get("cap_penalty", 100.0))
     top = int(cfg.get("letter_candidates", 64))

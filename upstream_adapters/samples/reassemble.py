@@ -42,7 +42,6 @@ import calendar
 import io
 import json
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 
@@ -50,7 +49,7 @@ import av
 import h5py
 import numpy as np
 
-from .common import INDEX_BITS, render_frame, rng_for
+from .common import INDEX_BITS, encode_video, render_frame, rng_for
 
 SLUG = "reassemble"
 OBJECTS = (
@@ -542,30 +541,6 @@ def _marker(cam: str, p: np.ndarray) -> tuple[float, float]:
 HUES = {"hand": 0, "hama1": 40, "hama2": 80, "capture_node-camera-image": 120}
 
 
-def _encode_h264(frames, fps: float, gop: int) -> bytes:
-    """`common.encode_video`'s h264 path (libx264 veryfast, crf 20, 2 B-frames, one thread, long GOP, yuv420p mp4)
-    plus x264's `mbtree=0`. With macroblock-tree rate control, libx264 gave different bytes from run to run on
-    small frames (64x48, 96x64, 96x72 ... seen; 128x96 not), i.e. it reads uninitialised lookahead memory; the
-    sample corpus must be byte-identical, so the tree is switched off here. Use encode_video once it sets this."""
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        stream = out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
-        stream.pix_fmt = "yuv420p"
-        stream.gop_size = gop
-        stream.codec_context.options = {"preset": "veryfast", "crf": "20", "bf": "2", "threads": "1",
-                                        "x264-params": "mbtree=0"}
-        first = True
-        for rgb in frames:
-            if first:
-                stream.height, stream.width = rgb.shape[:2]
-                first = False
-            for pkt in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")):
-                out.mux(pkt)
-        for pkt in stream.encode():
-            out.mux(pkt)
-    return buf.getvalue()
-
-
 def _camera(tracks, rng, cam: str, t_start: float, t_end: float, fps: float, size) -> tuple[np.ndarray, bytes]:
     n = int((t_end - t_start) * fps)
     t = t_start + np.arange(n) / fps + np.clip(rng.normal(0, 0.0015, n), -0.004, 0.004)
@@ -574,7 +549,7 @@ def _camera(tracks, rng, cam: str, t_start: float, t_end: float, fps: float, siz
     frames = (render_frame(i, size[0], size[1], _marker(cam, p[i]), float(w[i, 0] / OPEN_W), HUES[cam])
               for i in range(n))
     gop = 60 if fps >= 15 else 12
-    return t, _encode_h264(frames, fps, gop)
+    return t, encode_video(frames, fps, codec="h264", gop=gop)
 
 
 # ---------------------------------------------------------------------------------------------- writing
