@@ -608,6 +608,14 @@ def _letter_report(pool: SplitPool, mask: np.ndarray) -> dict:
     return out
 
 
+def eval_letter_report(items: pl.DataFrame, policy: dict, source: str) -> dict:
+    """Per family: answer-letter counts and majority share of one source's eval items (items carry split)."""
+    sub = items.filter(pl.col("source") == source)
+    pool = make_pool(sub, policy, source)
+    ev = set(sub.filter(pl.col("split") == "eval")["split_group_id"].to_list())
+    return _letter_report(pool, np.array([g in ev for g in pool.group_ids], dtype=bool))
+
+
 def _shares(pool: SplitPool, mask: np.ndarray) -> dict:
     tot = pool.counts.sum(0)
     ev = pool.counts[mask].sum(0)

@@ -156,12 +156,29 @@ def split_policy(cfg: dict) -> tuple[dict, int]:
     return policy, int(cfg["build"]["release_seed"] if seed is None else seed)
 
 
+def letters_per_split(items: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """Assign the answer letters again within each split, so eval (a few whole groups) is letter-balanced per source
+    and family too, not only the pool. T8/T9 (display labels) keep theirs: their frame order, and so their rendered
+    images and hashes, follow the letter; the split's letter term balances them."""
+    plain = pl.col("display_labels").is_null()
+    parts = [items.filter(~plain)]
+    for name in ("eval", "sft"):
+        sub = items.filter(plain & (pl.col("split") == name))
+        if sub.height:
+            redone = items_mod.assign_choices(sub.drop("item_key", "choices", "answer"), seed)
+            parts.append(redone.select(items.columns))
+    return pl.concat(parts, how="vertical_relaxed").sort("source", "task_id", "candidate_key")
+
+
 def run_split(cfg: dict) -> dict:
     wd = work_dir(cfg)
     items = _concat([pl.read_parquet(wd / "items" / f"{s}.parquet") for s in sources(cfg)])
     policy, seed = split_policy(cfg)
     groups = split_mod.build_groups(items, all_units(cfg), policy)
     split_df, summary = split_mod.split_items(items, groups, policy, seed)
+    split_df = letters_per_split(split_df, seed)
+    for slug, s in summary["sources"].items():  # what the release finally holds, after the per-split letters
+        s["letter_balance_eval"] = split_mod.eval_letter_report(split_df, policy, slug)
     write_parquet(wd / "split" / "items.parquet", split_df)
     write_json(wd / "split" / "summary.json", summary)
     return {"eval_items": summary["eval_items"], "sft_items": summary["sft_items"],

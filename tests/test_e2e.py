@@ -61,3 +61,14 @@ def test_regeneration_matches_lock(demo_release):
     got = dict(reversed(line.split("  ", 1)) for line in current.splitlines())
     changed = sorted(f for f in set(want) | set(got) if want.get(f) != got.get(f))
     assert not changed, f"release files differ from tests/regen/demo.sha256: {changed}"
+
+
+def test_eval_answer_letters_balanced_per_source_and_family(demo_release):
+    """Letters are assigned again within each split, so eval's majority-letter baseline is as close to random as its
+    size allows (families with display labels, T8/T9, keep the letters their rendered images follow)."""
+    ev = pl.read_parquet(demo_release / "splits" / "processbench_eval.parquet").filter(
+        pl.col("display_labels_json").is_null())
+    for (src, task), rows in ev.group_by("source_slug", "task_id"):
+        counts = rows["answer"].value_counts()["count"].to_list()
+        k, n = rows["num_choices"][0], rows.height
+        assert max(counts) <= -(-n // k), (src, task, counts)
