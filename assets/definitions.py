@@ -28,6 +28,7 @@ class BuildSettings(dg.ConfigurableResource):
     upstream_json: str = "{}"  # {"gm100": "/data/gm100", ...}: upstream roots overriding configs/sources.yaml
     work_dir: str = ""
     release_dir: str = ""
+    sources: str = ""  # comma-separated subset of build.sources; empty = all
 
     def config(self) -> dict:
         cfg = load_config(self.config_dir or None, upstream=json.loads(self.upstream_json or "{}"),
@@ -36,6 +37,8 @@ class BuildSettings(dg.ConfigurableResource):
             cfg["build"]["work_dir"] = self.work_dir
         if self.release_dir:
             cfg["build"]["release_dir"] = self.release_dir
+        if self.sources:
+            cfg["build"]["sources"] = [s for s in cfg["build"]["sources"] if s in self.sources.split(",")]
         return cfg
 
 

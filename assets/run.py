@@ -63,6 +63,6 @@ def rebuild(settings: BuildSettings | None = None, sources: list[str] | None = N
 
 
 def settings_from(config_dir: str = "", scale: str = "", upstream: dict | None = None, work_dir: str = "",
-                  release_dir: str = "") -> BuildSettings:
+                  release_dir: str = "", sources: list[str] | None = None) -> BuildSettings:
     return BuildSettings(config_dir=config_dir, scale=scale, upstream_json=json.dumps(upstream or {}),
-                         work_dir=work_dir, release_dir=release_dir)
+                         work_dir=work_dir, release_dir=release_dir, sources=",".join(sources or []))

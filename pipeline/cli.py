@@ -76,7 +76,7 @@ def cmd_build(args) -> int:
                 write_samples(slug, root, scale=scale, seed=seed)
                 marker.write_text("")
     settings = settings_from(scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
-                             work_dir=args.work_dir or "")
+                             work_dir=args.work_dir or "", sources=_sources(args.sources, cfg) if args.sources else None)
     t = time.time()
     try:
         result = rebuild(settings, sources=_sources(args.sources, cfg), log=lambda m: tqdm.write(m))

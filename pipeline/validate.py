@@ -419,7 +419,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     # schema.md is generated, never edited
     rel = files["schema"]
     if (root / rel).is_file():
-        if (root / rel).read_text(encoding="utf-8") != schema_markdown(rc, writers.source_names(cfg)):
+        if (root / rel).read_text(encoding="utf-8") != schema_markdown(rc, writers.schema_source_names(cfg)):
             report.add(f"{rel}: differs from the schema generated from pipeline/schema.py")
 
 

@@ -75,6 +75,11 @@ def source_names(cfg: dict) -> dict[str, str]:
     return {slug: cfg["sources"][slug]["name"] for slug in source_order(cfg)}
 
 
+def schema_source_names(cfg: dict) -> dict[str, str]:
+    """Every known source in configs/sources.yaml order: a build of a subset documents the same schema as a full one."""
+    return {slug: src["name"] for slug, src in cfg["sources"].items()}
+
+
 def task_number(task_id: str) -> int:
     if not re.fullmatch(r"T[1-9][0-9]*", task_id or ""):
         raise ValueError(f"malformed task_id {task_id!r}")
@@ -536,7 +541,7 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
         texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg))
         texts[files[f"split_groups_{split}"]] = "".join(g + "\n" for g in _groups(df))
     texts[files["task_distribution"]] = task_distribution_csv(eval_df, cfg)
-    texts[files["schema"]] = schema_markdown(rc, source_names(cfg))
+    texts[files["schema"]] = schema_markdown(rc, schema_source_names(cfg))
     for key in wanted_docs:
         texts[files[key]] = documents[key] if documents[key].endswith("\n") else documents[key] + "\n"
     content = {**texts, "eval rows": eval_df.write_ndjson(), "sft rows": sft_df.write_ndjson()}

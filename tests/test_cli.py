@@ -50,3 +50,12 @@ def test_split_resplits_a_pool_file(demo_release, tmp_path):
     assert len(ev) + len(sft) == rows.height and ev and sft
     assert not {r["split_group_id"] for r in ev} & {r["split_group_id"] for r in sft}
     assert (tmp_path / "out" / "split_summary.json").is_file()
+
+
+def test_build_of_one_source_is_a_valid_release(demo_samples, tmp_path):
+    args = ["build", "--scale", "demo", "--sources", "aist", "--upstream", f"aist={demo_samples['aist']}",
+            "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "release")]
+    assert main(args) == 0
+    assert main(["validate", str(tmp_path / "release")]) == 0
+    rows = pl.read_parquet(tmp_path / "release" / "splits" / "processdata_sft.parquet")
+    assert set(rows["source_slug"]) == {"aist"}
