@@ -31,19 +31,18 @@ def _failed_checks(result: dg.ExecuteInProcessResult, severity: dg.AssetCheckSev
     return out
 
 
-def rebuild(settings: BuildSettings | None = None, sources: list[str] | None = None,
-            instance: dg.DagsterInstance | None = None, log=print, log_level: str = "WARNING") -> dict:
+def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance | None = None, log=print,
+            log_level: str = "WARNING") -> dict:
     """Materialize every asset; raise BuildFailed when a step fails. Returns the checks that failed with ERROR
     severity (`failed_checks`) and those that only warn (`warnings`, e.g. a family short of its quota)."""
     settings = settings or BuildSettings()
     cfg = settings.config()
     instance = instance or _instance()
-    sources = sources or list(cfg["build"]["sources"])
     resources = {"build": settings}
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     failed: list[str] = []
     warnings: list[str] = []
-    for slug in sources:
+    for slug in cfg["build"]["sources"]:  # settings.sources narrows it
         log(f"[build] {slug}: ingest -> labels -> candidates -> frames")
         res = dg.materialize([*ASSETS, *CHECKS], selection=dg.AssetSelection.assets(*PER_SOURCE),
                              partition_key=slug, resources=resources, instance=instance, raise_on_error=False,

@@ -59,14 +59,15 @@ def cmd_build(args) -> int:
 
     upstream = _upstream(args.upstream)
     cfg = load_config(upstream=upstream, scale=args.scale)
+    chosen = _sources(args.sources, cfg)
     if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
         from upstream_adapters import samples_fingerprint, write_samples
 
         scale, seed = cfg["build"]["scale"], cfg["build"]["samples"]["seed"]
-        for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({scale})", unit="source"):
-            root = cfg["sources"][slug]["root"]
+        for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
             if slug in upstream:
                 continue
+            root = cfg["sources"][slug]["root"]
             # the marker names the seed and the generator code: a corpus from older code is written again
             marker = root.parent / f".{slug}.seed{seed}.{samples_fingerprint(slug)}.done"
             if not marker.exists():  # (re)write the corpus from scratch: a half-written one is never reused
@@ -76,10 +77,10 @@ def cmd_build(args) -> int:
                 write_samples(slug, root, scale=scale, seed=seed)
                 marker.write_text("")
     settings = settings_from(scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
-                             work_dir=args.work_dir or "", sources=_sources(args.sources, cfg) if args.sources else None)
+                             work_dir=args.work_dir or "", sources=chosen)
     t = time.time()
     try:
-        result = rebuild(settings, sources=_sources(args.sources, cfg), log=lambda m: tqdm.write(m))
+        result = rebuild(settings, log=lambda m: tqdm.write(m))
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1

@@ -102,28 +102,27 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     cache = FrameCache.from_config(cfg)
     readers = AdapterReaders.from_config(cfg)
     tried: set[str] = set()
-    kept_parts, quarantine_parts, frame_parts = [], [], []
+    survivors = None  # items that passed the gate so far, over all rounds
+    quarantine_parts, frame_parts = [], []
     need = {t: q for t, q in quotas.items() if q}
-    for rnd in range(int(gate_cfg["max_gate_rounds"])):
+    for _ in range(int(gate_cfg["max_gate_rounds"])):
         if not need:
             break
-        prior = pl.concat(kept_parts, how="vertical_relaxed").drop("_round", "select_rank") if kept_parts else None
         batch = items_mod.select_candidates(pool, need, seed, exclude_keys=tried, extra=gate_cfg["gate_margin"],
-                                            cfg_tasks=cfg["tasks"], prior=prior)
+                                            cfg_tasks=cfg["tasks"], prior=survivors)
         if not batch.height:
             break
         tried |= set(batch["candidate_key"].to_list())
         table = extract_from_config(requests_from_items(batch), readers, cache, cfg, progress=progress)
         kept, quarantined = gate_items(batch, table, cfg)
-        kept_parts.append(kept.with_columns(_round=pl.lit(rnd)))
+        kept = kept.drop("select_rank")
+        survivors = kept if survivors is None else pl.concat([survivors, kept], how="vertical_relaxed")
         quarantine_parts.append(quarantined)
         frame_parts.append(table)
-        have = pl.concat(kept_parts).group_by("task_id").len()
-        have = dict(zip(have["task_id"].to_list(), have["len"].to_list()))
+        have = dict(survivors.group_by("task_id").len().iter_rows())
         need = {t: q - have.get(t, 0) for t, q in quotas.items() if q and q - have.get(t, 0) > 0}
-    if kept_parts:  # the gate survivors hold each quota plus a margin: select the quota again among them, so the
-        # final set keeps the selection's spread, label balance and unit coverage (a plain cut by rank would not)
-        survivors = pl.concat(kept_parts, how="vertical_relaxed").drop("_round", "select_rank")
+    if survivors is not None:  # the survivors hold each quota plus a margin: select the quota again among them, so
+        # the final set keeps the selection's spread, label balance and unit coverage (a plain cut by rank would not)
         kept = items_mod.select_candidates(survivors, quotas, seed, cfg_tasks=cfg["tasks"]).drop("select_rank")
     else:
         kept = pool.clear()
