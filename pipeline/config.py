@@ -1,4 +1,5 @@
-"""Load the build configuration: every YAML file under configs/, merged into one plain dict.
+"""Load the build configuration: every YAML file under configs/, validated by its typed model (pipeline/settings.py)
+and merged into one plain dict with the defaults filled.
 
     cfg = load_config()                    # configs/ of this repository
     cfg["build"]["release_seed"]           # configs/build.yaml
@@ -6,54 +7,180 @@
     cfg["labels"], cfg["split"], cfg["frames"], cfg["release"]   # configs/<name>.yaml
     cfg["tasks"]["T1"]                     # configs/tasks/T1.yaml
 
-Thresholds, quotas, seeds and names live in these files only; code reads them from here.
+A misspelt key, a wrong type or an unknown file fails here (`ConfigError`: file, key path, what was expected), never
+later as a silently used default. Thresholds, quotas, seeds and names live in these files only; code reads them from
+here. The helpers below are the one place for what several stages read the same way: `per_source` (a per-source
+template value), `task_ids` / `task_names` (the task table) and `split_policy` (the split's policy and seed).
 """
 
 from __future__ import annotations
 
-import hashlib
+import copy
 import os
 from pathlib import Path
 
 import yaml
+
+import upstream_adapters
+
+from .settings_errors import ConfigError, validate_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
 
 
 def _read(path: Path) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh) or {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, "", f"valid YAML ({exc})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(path, "", f"a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _section(path: Path, data: dict) -> dict:
+    """A file holds its section under a key named like the file (`build:` in build.yaml), or the section itself."""
+    if path.stem not in data:
+        return data
+    other = sorted(set(data) - {path.stem})
+    if other:
+        raise ConfigError(path, other[0], f"only the top-level key {path.stem!r}")
+    return data[path.stem] or {}
+
+
+def _rel(path: Path, config_dir: Path) -> str:
+    try:
+        return f"configs/{path.relative_to(config_dir).as_posix()}"
+    except ValueError:
+        return path.name
+
+
+def read_settings(config_dir: Path | None = None) -> dict:
+    """Every file of `config_dir` validated and dumped (defaults filled), before roots and scale are applied."""
+    from .settings import FILE_MODELS, TaskFile
+
+    config_dir = Path(config_dir or CONFIG_DIR)
+    cfg: dict = {}
+    for path in sorted(config_dir.glob("*.yaml")):
+        name = _rel(path, config_dir)
+        if path.stem not in FILE_MODELS:
+            raise ConfigError(name, "", f"a known config file ({', '.join(f'{k}.yaml' for k in FILE_MODELS)}); "
+                              "a new file needs its model in pipeline/settings.py")
+        cfg[path.stem] = validate_file(FILE_MODELS[path.stem], _section(path, _read(path)), name, path.stem)
+    missing = sorted(set(FILE_MODELS) - set(cfg))
+    if missing:
+        raise ConfigError(f"configs/{missing[0]}.yaml", "", "the file to exist (every config file is required)")
+    tasks = {}
+    for path in sorted((config_dir / "tasks").glob("*.yaml")):
+        name = _rel(path, config_dir)
+        if not path.stem[1:].isdigit() or path.stem[0] != "T":
+            raise ConfigError(name, "", "a task template named T<n>.yaml")
+        t = validate_file(TaskFile, _read(path), name)
+        if t["task_id"] != path.stem:
+            raise ConfigError(name, "task_id", f"{path.stem!r} (the file name), got {t['task_id']!r}")
+        tasks[path.stem] = t
+    cfg["tasks"] = dict(sorted(tasks.items(), key=lambda kv: int(kv[0][1:])))
+    _cross_checks(cfg)
+    return cfg
+
+
+def _cross_checks(cfg: dict) -> None:
+    """What one file's model cannot see: names that must agree across files."""
+    for i, slug in enumerate(cfg["build"]["sources"]):
+        if slug not in cfg["sources"]:
+            raise ConfigError("configs/build.yaml", f"build.sources[{i}]",
+                              f"a source of configs/sources.yaml ({', '.join(cfg['sources'])}), got {slug!r}")
+    fallback = cfg["release"]["task_names"]
+    for tid, t in cfg["tasks"].items():
+        if t["task_name"] is None and tid not in fallback:
+            raise ConfigError(f"configs/tasks/{tid}.yaml", "task_name", "a public task name (here or in "
+                              "configs/release.yaml task_names)")
+        if t["task_name"] is not None and tid in fallback and fallback[tid] != t["task_name"]:
+            raise ConfigError("configs/release.yaml", f"release.task_names.{tid}",
+                              f"the task_name of configs/tasks/{tid}.yaml ({t['task_name']!r}); keep one")
 
 
 def load_config(config_dir: Path | None = None, upstream: dict[str, str] | None = None,
                 scale: str | None = None) -> dict:
-    """Merge configs/*.yaml and configs/tasks/*.yaml. `upstream` maps slug -> root path (overrides sources.yaml and the
+    """The validated configs. `upstream` maps slug -> root path (overrides sources.yaml and the
     PROCESSBENCH_ROOT_<SLUG> environment variables); `scale` overrides build.scale (demo | release)."""
-    config_dir = Path(config_dir or CONFIG_DIR)
-    cfg: dict = {}
-    for path in sorted(config_dir.glob("*.yaml")):
-        data = _read(path)
-        cfg[path.stem] = data.get(path.stem, data) if isinstance(data, dict) else data
-    cfg["tasks"] = {p.stem: _read(p) for p in sorted((config_dir / "tasks").glob("T*.yaml"), key=lambda p: int(p.stem[1:]))}
-    build = cfg.setdefault("build", {})
+    cfg = copy.deepcopy(read_settings(config_dir))
+    build = cfg["build"]
     if scale:
+        if scale not in build["quota_scale"]:
+            raise ConfigError("configs/build.yaml", "build.scale", f"one of {sorted(build['quota_scale'])} "
+                              f"(quota_scale keys), got {scale!r}")
         build["scale"] = scale
-    for slug, src in cfg.get("sources", {}).items():
+    for slug, src in cfg["sources"].items():
         root = (upstream or {}).get(slug) or os.environ.get(f"PROCESSBENCH_ROOT_{slug.upper()}") or \
-            str(src["root"]).replace("{scale}", build.get("scale", "demo"))
+            str(src["root"]).replace("{scale}", build["scale"])
         root = Path(root)
         src["root"] = root if root.is_absolute() else (REPO_ROOT / root)
     return cfg
 
 
-def config_digest(cfg: dict) -> str:
-    """A hash of everything in the config that shapes release content (roots excluded: they are machine-specific)."""
-    clean = {k: v for k, v in cfg.items() if k != "sources"}
-    clean["sources"] = {s: {k: v for k, v in d.items() if k != "root"} for s, d in cfg.get("sources", {}).items()}
-    return hashlib.sha256(yaml.safe_dump(clean, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def path_in_repo(p: str | Path) -> Path:
     p = Path(p)
     return p if p.is_absolute() else REPO_ROOT / p
+
+
+# ------------------------------------------------------------------------------------------- shared readers
+
+
+def per_source(value, source: str, default=None):
+    """A value that may differ per source: a mapping keyed by registered source slugs (and `default`) resolves to the
+    source's entry (else its `default`, else `default`); anything else is the value itself."""
+    if isinstance(value, dict) and value and all(k == "default" or k in upstream_adapters.ADAPTERS for k in value):
+        return value.get(source, value.get("default", default))
+    return default if value is None else value
+
+
+def source_section(section: dict | None, source: str) -> dict:
+    """The entry of a per-source config section (labels.yaml style, no `default`): an empty dict when none."""
+    return dict((section or {}).get(source) or {})
+
+
+def task_ids(cfg: dict) -> list[str]:
+    """The task families of the config (configs/tasks/T<n>.yaml), in task order."""
+    return sorted(cfg["tasks"], key=lambda t: int(t[1:]))
+
+
+def task_names(cfg: dict) -> dict[str, str]:
+    """Task id -> public task name: the template's `task_name`, else configs/release.yaml `task_names` (the loader
+    checks that the two agree where both exist); in task order."""
+    fallback = cfg["release"]["task_names"]
+    names = {t: cfg["tasks"][t]["task_name"] or fallback[t] for t in task_ids(cfg)}
+    extra = {t: n for t, n in fallback.items() if t not in names}
+    return dict(sorted({**names, **extra}.items(), key=lambda kv: int(kv[0][1:])))
+
+
+def split_policy(cfg: dict) -> tuple[dict, int]:
+    """The split policy (cfg["split"]) and its seed (split.seed, null = build.release_seed)."""
+    policy = cfg["split"]
+    seed = policy["seed"]
+    return policy, int(cfg["build"]["release_seed"] if seed is None else seed)
+
+
+def load_split_policy(config_file: Path | None = None, config_dir: Path | None = None) -> tuple[dict, int]:
+    """`split_policy` of the configs, with `config_file` (YAML shaped like configs/split.yaml, with or without the
+    top-level `split:` key; may be partial) merged over configs/split.yaml and validated like it."""
+    from .settings import SplitFile
+
+    cfg = read_settings(config_dir)
+    if config_file:
+        path = Path(config_file)
+        data = _read(path)
+        over = data["split"] or {} if list(data) == ["split"] else data
+        cfg = {**cfg, "split": validate_file(SplitFile, _deep_merge(cfg["split"], over), path.name, "split")}
+    return split_policy(cfg)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

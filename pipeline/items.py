@@ -50,9 +50,11 @@ from collections import defaultdict, deque
 
 import polars as pl
 
-from pipeline.families.common import LETTERS, kendall, list_column, per_source, scale_quota
+from pipeline.config import per_source, task_ids
+from pipeline.families.common import kendall, list_column, scale_quota
 from pipeline.families.temporal import answer_for, canonical_choices
 from pipeline.io import compact_json
+from pipeline.schema import CHOICE_LETTERS
 from pipeline.seeding import py_rng, rng, stable_hash
 
 ITEM_EXTRA_SCHEMA = {"item_key": pl.String, "choices": pl.List(pl.String), "answer": pl.String}
@@ -76,12 +78,11 @@ def quotas(cfg: dict, source: str) -> dict[str, int]:
     build = cfg["build"]
     scale = float(build["quota_scale"][build["scale"]])
     out, settings = {}, {}
-    for tid in sorted(cfg["tasks"], key=_task_order):
+    for tid in task_ids(cfg):
         t = cfg["tasks"][tid]
-        if source in (t.get("sources") or []) and source in (t.get("quota") or {}):
+        if source in t["sources"] and source in t["quota"]:
             out[tid] = scale_quota(int(t["quota"][source]), scale)
-            settings[tid] = {"min_gap": int(per_source(t.get("min_gap"), source, 0) or 0),
-                             "balance_labels": bool(per_source(t.get("balance_labels"), source, False))}
+            settings[tid] = dict(zip(("min_gap", "balance_labels"), _template_settings(t, source)))
     return Quotas(out, settings)
 
 
@@ -93,12 +94,15 @@ def _quota_for(quotas_: dict, source: str, task_id: str) -> int | None:
     return None if isinstance(v, dict) else v
 
 
+def _template_settings(t: dict, source: str) -> tuple[int, bool]:
+    """min_gap / balance_labels of one template for one source (a per-source map without the source: 0 / False)."""
+    return int(per_source(t["min_gap"], source, 0)), bool(per_source(t["balance_labels"], source, False))
+
+
 def _family_settings(quotas_: dict, cfg_tasks: dict | None, source: str, task_id: str) -> tuple[int, bool]:
     """min_gap / balance_labels: from cfg_tasks when given, else from the Quotas' settings, else none."""
     if cfg_tasks is not None:
-        t = cfg_tasks.get(task_id) or {}
-        return (int(per_source(t.get("min_gap"), source, 0) or 0),
-                bool(per_source(t.get("balance_labels"), source, False)))
+        return _template_settings(cfg_tasks[task_id], source)
     st = getattr(quotas_, "settings", {}).get(task_id)
     if st is None and isinstance(quotas_.get(source), dict):
         st = getattr(quotas_[source], "settings", {}).get(task_id)
@@ -455,7 +459,7 @@ def assign_choices(items: pl.DataFrame, seed: int) -> pl.DataFrame:
             if len(choices) != k or choices.count(new["answer_text"][i]) != 1:
                 raise ValueError(f"{ckey}: bad option set {choices}")
             new["choices"][i] = choices
-            new["answer"][i] = LETTERS[pos]
+            new["answer"][i] = CHOICE_LETTERS[pos]
             new["item_key"][i] = stable_hash(ckey)
         start = end
     repl = []

@@ -1,9 +1,9 @@
 """The prompt protocol: one user prompt per item, the SFT target, the task-id vocabulary and the generated
 metadata/prompt_templates.md.
 
-Every family uses the standard MCQ template of the public release (release-and-peers.md §D.4): the question, a
+Every family uses the standard MCQ template of the public release (docs/release-format.md): the question, a
 blank line, one `A: text` line per option, a blank line, "Choose exactly one option label.", and the output
-protocol ending in the `<ANSWER>A</ANSWER>` line. T8 and T9 open with their header lines (§D.4, from
+protocol ending in the `<ANSWER>A</ANSWER>` line. T8 and T9 open with their header lines (from
 configs/tasks/T8.yaml / T9.yaml `prompt.header`); they answer with an option letter like every other family (the
 public docs' `<ANSWER>XYZ</ANSWER>` / `<ANSWER>X</ANSWER>` is replaced by one letter protocol). Task language is
 never part of a prompt; only the T11/T12 questions name the high-level action, as in the reference build.
@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 
-from pipeline.families.common import LETTERS, per_source
+import upstream_adapters
+from pipeline.config import per_source, task_ids
+from pipeline.config import task_names as _task_names
+from pipeline.schema import CHOICE_LETTERS as LETTERS
 
-TASK_IDS: tuple[str, ...] = tuple(f"T{i}" for i in range(1, 13))
 PROTOCOL_LINES: tuple[str, ...] = (
     "Choose exactly one option label.",
     "",
@@ -24,7 +26,6 @@ PROTOCOL_LINES: tuple[str, ...] = (
     "- The final line must be exactly: <ANSWER>A</ANSWER>",
     "- Do not output anything after </ANSWER>.",
 )
-SOURCE_ORDER = ("gm100", "rh20t", "reassemble", "aist")
 
 
 def sft_target(letter: str) -> str:
@@ -35,7 +36,12 @@ def sft_target(letter: str) -> str:
 
 
 def _task_cfg(cfg: dict, task_id: str) -> dict:
-    return (cfg.get("tasks") or {}).get(task_id) or {}
+    return cfg["tasks"][task_id]
+
+
+def source_order() -> list[str]:
+    """Sources in the adapter registry's order (the one list of sources)."""
+    return list(upstream_adapters.ADAPTERS)
 
 
 def _choices(row: dict) -> list[str]:
@@ -55,7 +61,8 @@ def format_prompt(row: dict, cfg: dict) -> str:
     choices = _choices(row)
     if len(choices) < 2:
         raise ValueError(f"item {row.get('item_key') or row.get('item_id')}: fewer than two options")
-    header = list(((_task_cfg(cfg, row["task_id"]).get("prompt") or {}).get("header")) or [])
+    prompt = _task_cfg(cfg, row["task_id"])["prompt"]
+    header = list(prompt["header"]) if prompt else []
     lines: list[str] = []
     if header:
         lines += header + [""]
@@ -69,23 +76,21 @@ def format_prompt(row: dict, cfg: dict) -> str:
 
 
 def task_names(cfg: dict) -> dict[str, str]:
-    """T1..T12 -> public task name (configs/tasks/T*.yaml `task_name`, else configs/release.yaml `task_names`)."""
-    fallback = ((cfg.get("release") or {}).get("task_names")) or {}
-    return {t: str(_task_cfg(cfg, t).get("task_name") or fallback.get(t, t)) for t in TASK_IDS
-            if _task_cfg(cfg, t) or t in fallback}
+    """Task id -> public task name (pipeline.config.task_names: the one task table)."""
+    return _task_names(cfg)
 
 
 def name_aliases(cfg: dict) -> dict[str, list[str]]:
     """T -> other names the family goes by (citation/search only)."""
-    return {t: list(_task_cfg(cfg, t).get("name_aliases") or []) for t in TASK_IDS if _task_cfg(cfg, t)}
+    return {t: list(_task_cfg(cfg, t)["name_aliases"]) for t in task_ids(cfg)}
 
 
 def legacy_aliases(cfg: dict) -> dict[str, list[str]]:
     """T -> legacy engineering ids used by the reference build (T5 T_progress, T8 T_temporal, T9 T_binary / T9),
     only where they differ from the task id. A mapping only: the release uses T1..T12."""
     out = {}
-    for t in TASK_IDS:
-        la = _task_cfg(cfg, t).get("legacy_alias")
+    for t in task_ids(cfg):
+        la = _task_cfg(cfg, t)["legacy_alias"]
         vals = sorted(set(la.values()) if isinstance(la, dict) else ({la} if la else set()))
         vals = [v for v in vals if v != t] + ([t] if t in vals and len(vals) > 1 else [])
         if vals:
@@ -95,19 +100,20 @@ def legacy_aliases(cfg: dict) -> dict[str, list[str]]:
 
 def legacy_alias(cfg: dict, task_id: str, source: str) -> str:
     """The legacy id of a family for one source (task_type_legacy)."""
-    return str(per_source(_task_cfg(cfg, task_id).get("legacy_alias"), source, task_id))
+    return str(per_source(_task_cfg(cfg, task_id)["legacy_alias"], source, task_id))
 
 
 def resolve_task_id(name: str, cfg: dict) -> str:
     """T-id for a task id, a legacy alias, a public name or a name alias (case-insensitive)."""
     key = str(name).strip()
-    if key in TASK_IDS:
+    if key in cfg["tasks"]:
         return key
     low = key.lower()
-    for t in TASK_IDS:
+    names_of = task_names(cfg)
+    for t in task_ids(cfg):
         tc = _task_cfg(cfg, t)
-        names = [task_names(cfg).get(t, "")] + list(tc.get("name_aliases") or [])
-        la = tc.get("legacy_alias")
+        names = [names_of[t]] + list(tc["name_aliases"])
+        la = tc["legacy_alias"]
         names += list(la.values()) if isinstance(la, dict) else [la] if la else []
         if any(str(n).lower() == low for n in names if n):
             return t
@@ -120,14 +126,14 @@ def resolve_task_id(name: str, cfg: dict) -> str:
 def _example_row(cfg: dict, task_id: str, source: str) -> dict:
     tc = _task_cfg(cfg, task_id)
     k = int(tc["num_choices"])
-    q = str(per_source(tc.get("question"), source))
+    q = str(per_source(tc["question"], source))
     fields = {"arm": "left", "high_action": "Pick round peg 1", "prev": "Approach", "next": "Lift"}
     q = q.format(**fields)
-    if tc.get("display_labels"):
+    if tc["display_labels"]:
         from pipeline.families.temporal import canonical_choices
         choices = canonical_choices({"display_labels": tc["display_labels"], "num_choices": k})
     else:
-        choices = list((per_source(tc.get("labels"), source) or {}).values())[:k]
+        choices = list((per_source(tc["labels"], source) or {}).values())[:k]
     return {"task_id": task_id, "question": q, "choices": choices}
 
 
@@ -150,7 +156,7 @@ def _frames_text(fr: dict) -> str:
 
 def prompt_templates_markdown(cfg: dict) -> str:
     """metadata/prompt_templates.md, generated from configs/tasks/*.yaml (deterministic; no hand-written copy)."""
-    version = (cfg.get("release") or {}).get("prompt_version", "")
+    version = cfg["release"]["prompt_version"]
     names = task_names(cfg)
     out = [
         "# Prompt templates",
@@ -185,35 +191,31 @@ def prompt_templates_markdown(cfg: dict) -> str:
     ]
     legacy = legacy_aliases(cfg)
     aliases = name_aliases(cfg)
-    for t in TASK_IDS:
-        if t not in names:
-            continue
+    for t in task_ids(cfg):
         out.append(f"| {t} | {names[t]} | {', '.join(legacy.get(t, [])) or '—'} | "
                    f"{', '.join(aliases.get(t, [])) or '—'} |")
     out.append("")
-    for t in TASK_IDS:
+    for t in task_ids(cfg):
         tc = _task_cfg(cfg, t)
-        if not tc:
-            continue
-        sources = [s for s in SOURCE_ORDER if s in (tc.get("sources") or [])]
-        out += [f"## {t} — {names.get(t, t)}", "",
-                f"- options: {tc['num_choices']}; input: `{tc.get('input_type')}`; sources: "
+        sources = [s for s in source_order() if s in tc["sources"]]
+        out += [f"## {t} — {names[t]}", "",
+                f"- options: {tc['num_choices']}; input: `{tc['input_type']}`; sources: "
                 + ", ".join(f"`{s}`" for s in sources), ""]
         out += ["| source | question | options (closed label set) | frames |", "|---|---|---|---|"]
         for s in sources:
-            q = str(per_source(tc.get("question"), s))
-            if tc.get("display_labels"):
+            q = str(per_source(tc["question"], s))
+            if tc["display_labels"]:
                 from pipeline.families.temporal import canonical_choices
                 opts = ", ".join(canonical_choices({"display_labels": tc["display_labels"],
                                                     "num_choices": tc["num_choices"]}))
             else:
-                opts = "; ".join(f"{k} = “{v}”" for k, v in (per_source(tc.get("labels"), s) or {}).items())
-            fr = per_source(tc.get("frames"), s) or {}
+                opts = "; ".join(f"{k} = “{v}”" for k, v in (per_source(tc["labels"], s) or {}).items())
+            fr = per_source(tc["frames"], s) or {}
             out.append(f"| `{s}` | {q} | {opts} | {_frames_text(fr)} |".replace("\n", " "))
-        header = (tc.get("prompt") or {}).get("header")
+        header = tc["prompt"]["header"] if tc["prompt"] else None
         if header:
             out += ["", "Header lines:", "", "```text", *header, "```"]
-        ex_src = sources[0] if sources else "gm100"
+        ex_src = sources[0] if sources else source_order()[0]
         out += ["", f"Example prompt (`{ex_src}`):", "", "```text", format_prompt(_example_row(cfg, t, ex_src), cfg),
                 "```", ""]
     return "\n".join(out).rstrip("\n") + "\n"

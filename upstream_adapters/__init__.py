@@ -4,6 +4,7 @@ episode IR (`ir.py`). No Dagster and nothing of the pipeline in here."""
 from __future__ import annotations
 
 import importlib
+import re
 
 # slug -> "module:Class". Imported lazily so that one adapter's heavy dependency never slows the others.
 ADAPTERS = {
@@ -20,6 +21,27 @@ SAMPLE_GENERATORS = {
     "reassemble": "upstream_adapters.samples.reassemble",
     "aist": "upstream_adapters.samples.aist",
 }
+
+
+def register(slug: str, adapter: str, samples: str | None = None, *, replace: bool = False) -> None:
+    """Add a source to the registry (a plugin, a test): `adapter` = "module:Class", `samples` = the module of its
+    sample-data generator (write(out_dir, scale, seed)). This registry is the one list of sources: IR validation, the
+    per-source keys of configs/ and the prompts all read it, so a registered slug needs no other code change."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", slug) or slug == "default":
+        raise ValueError(f"source slug {slug!r} must be lower-case letters, digits and _ (and not 'default')")
+    if not re.fullmatch(r"[\w.]+:\w+", adapter):
+        raise ValueError(f"adapter of {slug!r} must be 'module:Class', got {adapter!r}")
+    if slug in ADAPTERS and ADAPTERS[slug] != adapter and not replace:
+        raise ValueError(f"source {slug!r} is already registered as {ADAPTERS[slug]}")
+    ADAPTERS[slug] = adapter
+    if samples:
+        SAMPLE_GENERATORS[slug] = samples
+
+
+def unregister(slug: str) -> None:
+    """Remove a registered source (tests that registered a toy one)."""
+    ADAPTERS.pop(slug, None)
+    SAMPLE_GENERATORS.pop(slug, None)
 
 
 def get_adapter(slug: str, **options):

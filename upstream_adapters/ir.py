@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SOURCE_SLUGS = ("gm100", "rh20t", "reassemble", "aist")
+from . import ADAPTERS  # noqa: E402
+
+SOURCE_SLUGS = ADAPTERS.keys()  # a live view of the adapter registry (upstream_adapters.register adds to it)
 UNIT_TYPES = ("episode", "recording")
 ARMS = ("single", "left", "right")
 ARM_LAYOUTS = ("single_arm", "single_left", "single_right", "bimanual_sync", "bimanual_sequential", "bimanual")

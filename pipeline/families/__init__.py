@@ -3,7 +3,8 @@ YAML template (configs/tasks/T<n>.yaml), emitting an over-complete pool of candi
 
     pool = build_candidates("gm100", ir, labels, cfg)     # polars DataFrame, sorted by candidate_key
 
-Template keys read here (per source where a mapping is keyed by source slugs and/or `default`):
+Template keys read here (per source where a mapping is keyed by source slugs and/or `default`; the model of a
+template, with every key and its type, is pipeline/settings.py TaskFile):
     task_id, task_name, name_aliases, legacy_alias, input_type, num_choices, sources, quota, question, labels
     (closed label set: label -> choice text), frames (offsets / relative / centers / grid / segment_midpoints),
     candidates (stride, boundary_margin, cap_per_label, cap_per_unit), min_gap, balance_labels, distractors
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from .common import CANDIDATE_SCHEMA, Spec, empty_candidates, per_source
+from pipeline.config import per_source, task_ids
+
+from .common import CANDIDATE_SCHEMA, Spec, empty_candidates
 from .context import Context
 from .framewise import t1_phase, t2_contact, t3_direction, t4_coordination, t5_progress, t6_motion
 from .outcome import t7_outcome
@@ -38,7 +41,7 @@ def build_candidates(source: str, ir: dict[str, pl.DataFrame], labels: dict[str,
     """The full candidate pool of one source: every family whose template lists the source (with a quota)."""
     ctx = Context(source, ir, labels, cfg)
     parts = []
-    for task_id in sorted(cfg["tasks"], key=lambda t: int(t[1:])):
+    for task_id in task_ids(cfg):
         spec = Spec(cfg, task_id, source)
         if not spec.enabled:
             continue

@@ -12,11 +12,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from pipeline.config import per_source
 from pipeline.io import compact_json
 from pipeline.seeding import py_rng, stable_hash
-
-SOURCES = ("gm100", "rh20t", "reassemble", "aist")
-LETTERS = "ABCDEF"
 
 CANDIDATE_SCHEMA = {
     "candidate_key": pl.String, "source": pl.String, "unit_id": pl.String, "task_id": pl.String,
@@ -25,14 +23,6 @@ CANDIDATE_SCHEMA = {
     "frame_indices": pl.List(pl.Int64), "display_labels": pl.List(pl.String), "render_spec_json": pl.String,
     "anchor_frame": pl.Int64, "arm_type": pl.String, "label_meta_json": pl.String,
 }
-
-
-def per_source(value, source: str, default=None):
-    """A template value that may differ per source: a mapping keyed by source slugs (and `default`) resolves to the
-    source's entry (else `default`); anything else is the value itself."""
-    if isinstance(value, dict) and value and set(value) <= set(SOURCES) | {"default"}:
-        return value.get(source, value.get("default", default))
-    return default if value is None else value
 
 
 def empty_candidates() -> pl.DataFrame:
@@ -57,10 +47,12 @@ class Spec:
         self.seed = int(cfg["build"]["release_seed"])
 
     def get(self, key: str, default=None):
-        return per_source(self.t.get(key), self.source, default)
+        """The template key resolved for this source (pipeline.config.per_source); `default` where it resolves to
+        None (the loader fills every key the model declares)."""
+        return per_source(self.t[key], self.source, default)
 
     def cand(self, key: str, default=None):
-        return per_source((self.t.get("candidates") or {}).get(key), self.source, default)
+        return per_source(self.t["candidates"][key], self.source, default)
 
     @property
     def num_choices(self) -> int:
@@ -84,21 +76,21 @@ class Spec:
 
     @cached_property
     def distractor_cfg(self) -> dict:
-        return dict(self.t.get("distractors") or {})
+        return dict(self.t["distractors"])
 
     def question(self, **fields) -> str:
         return str(self.get("question")).format(**fields)
 
     @property
     def enabled(self) -> bool:
-        return self.source in (self.t.get("sources") or []) and self.source in (self.t.get("quota") or {})
+        return self.source in self.t["sources"] and self.source in self.t["quota"]
 
     @cached_property
     def quota(self) -> int:
         """This family's quota for the source at the configured build scale."""
         build = self.cfg["build"]
         scale = float(build["quota_scale"][build["scale"]])
-        return scale_quota(int((self.t.get("quota") or {}).get(self.source, 0)), scale)
+        return scale_quota(int(self.t["quota"].get(self.source, 0)), scale)
 
     def cap(self, key: str, n_units: int, n_labels: int = 1) -> int | None:
         """Per-unit (per-label) cap on candidates: the template's `key` as a floor, raised so that the pool can hold
@@ -281,13 +273,13 @@ def order_distractors(spec: Spec, answer: str, key: str, *, context: list[str] |
 
 
 def render_spec(spec: Spec, frames: list[int], labels: list[str]) -> str | None:
-    r = spec.t.get("render")
+    r = spec.t["render"]
     if not r:
         return None
     out = {"version": 1, "kind": r["kind"], "labels": list(labels), "frame_indices": [int(f) for f in frames],
-           "size": r.get("size"), "label": dict(r["label"])}
+           "size": r["size"], "label": dict(r["label"])}
     if r["kind"] == "panels":
-        out["gap"] = int(r.get("gap", 0))
+        out["gap"] = int(r["gap"])
     return compact_json(out)
 
 

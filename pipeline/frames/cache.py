@@ -134,8 +134,8 @@ class FrameCache:
 
             root = path_in_repo(cfg["build"]["work_dir"]) / fr["cache"]["dir"]
         c = fr["cache"]
-        return cls(root, png_compression=c["png_compression"], png_filter=c.get("png_filter", "up"),
-                   version=fr["version"], decoder=fr["decoder"], decoder_threads=fr.get("decoder_threads", 1),
+        return cls(root, png_compression=c["png_compression"], png_filter=c["png_filter"],
+                   version=fr["version"], decoder=fr["decoder"], decoder_threads=fr["decoder_threads"],
                    thumb_size=fr["stats"]["thumb_size"])
 
     # -------------------------------------------------------------------------------------------- keys, paths

@@ -108,6 +108,5 @@ def extract_frames(requests: pl.DataFrame, open_reader, cache: FrameCache, worke
 def extract_from_config(requests: pl.DataFrame, open_reader, cache: FrameCache, cfg: dict, progress=None) -> pl.DataFrame:
     """extract_frames with workers / mp_context / in-flight bound from configs/frames.yaml."""
     fr = cfg["frames"] if "frames" in cfg else cfg
-    return extract_frames(requests, open_reader, cache, workers=fr.get("workers", 0), progress=progress,
-                          mp_context=fr.get("mp_context", "forkserver"),
-                          in_flight_per_worker=fr.get("in_flight_per_worker", 2))
+    return extract_frames(requests, open_reader, cache, workers=fr["workers"], progress=progress,
+                          mp_context=fr["mp_context"], in_flight_per_worker=fr["in_flight_per_worker"])

@@ -60,17 +60,17 @@ def item_problems(item: dict, frames: dict, g: dict) -> list[str]:
             rows[i] = r
     if problems:
         return problems
-    black, flat = g.get("black_max_mean"), g.get("flat_max_std")
+    black, flat = g["black_max_mean"], g["flat_max_std"]
     for i, r in rows.items():
         if black is not None and r["mean"] is not None and r["mean"] <= black:
             problems.append(f"black frame {i} (mean {_fmt(r['mean'])} <= {black})")
         elif flat is not None and r["std"] is not None and r["std"] <= flat:
             problems.append(f"flat frame {i} (std {_fmt(r['std'])} <= {flat})")
-    mad_max = g.get("near_identical_max_mad")
-    if item.get("task_id") in set(g.get("near_identical_exempt_tasks") or []):
+    mad_max = g["near_identical_max_mad"]
+    if item.get("task_id") in set(g["near_identical_exempt_tasks"]):
         mad_max = None
     for (i, a), (j, b) in itertools.combinations(rows.items(), 2):
-        if g.get("identical", True) and a["pixel_sha256"] == b["pixel_sha256"]:
+        if g["identical"] and a["pixel_sha256"] == b["pixel_sha256"]:
             problems.append(f"identical frames {i} and {j} (frozen video)")
         elif mad_max is not None and a["thumb"] and b["thumb"]:
             mad = thumb_mad(a["thumb"], b["thumb"])

@@ -28,7 +28,6 @@ from .readers import AdapterReaders
 from .render import RENDER_VERSION, frame_indices_of, image_hashes, render_item_images, render_spec_of, write_item_images
 from .worker import read_with_fallback
 
-DEFAULT_FILES = {"eval_parquet": "splits/processbench_eval.parquet", "sft_parquet": "splits/processdata_sft.parquet"}
 COLUMNS = ["item_id", "source_slug", "source_unit_id", "camera", "frame_indices_json", "render_spec_json",
            "image_hashes_json"]
 STATUSES = ("ok", "missing", "differs", "unverified")
@@ -120,7 +119,7 @@ def run_recon(task: ReconTask) -> list[dict]:
 
 
 def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:
-    files = {**DEFAULT_FILES, **(cfg.get("release", {}).get("files") or {})}
+    files = cfg["release"]["files"]
     frames = []
     for key in ("eval_parquet", "sft_parquet"):
         path = Path(release_dir) / files[key]
@@ -144,9 +143,9 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     <out_dir>/<frames.reconstruction.report_file>.
     """
     fr = cfg["frames"]
-    rc = fr.get("reconstruction", {})
+    rc = fr["reconstruction"]
     out_dir = Path(out_dir)
-    images_dir = out_dir / rc.get("images_dir", "images")
+    images_dir = out_dir / rc["images_dir"]
     items = read_release_items(Path(release_dir), cfg)
     selected = sorted(sources) if sources is not None else sorted(upstream)
     items = items.filter(pl.col("source_slug").is_in(selected))
@@ -161,8 +160,8 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
         task = ReconTask(readers, slug, unit_id, camera,
                          tuple((r["item_id"], r["frame_indices_json"], r["render_spec_json"], r["image_hashes_json"])
                                for r in rows),
-                         str(images_dir), fr.get("image"), int(fr["cache"]["png_compression"]),
-                         fr.get("decoder", "auto"), int(fr.get("decoder_threads", 1)))
+                         str(images_dir), fr["image"], int(fr["cache"]["png_compression"]),
+                         fr["decoder"], int(fr["decoder_threads"]))
         if slug not in upstream:
             results.extend(_fail(task, f"no upstream root given for {slug}"))
         else:
@@ -184,9 +183,9 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
         results.extend(res)
         step()
 
-    run_tasks(run_recon, tasks, fr.get("workers", 0) if workers is None else workers, on_result,
-              lambda t, reason: _fail(t, reason), mp_context=fr.get("mp_context", "forkserver"),
-              in_flight_per_worker=fr.get("in_flight_per_worker", 2))
+    run_tasks(run_recon, tasks, fr["workers"] if workers is None else workers, on_result,
+              lambda t, reason: _fail(t, reason), mp_context=fr["mp_context"],
+              in_flight_per_worker=fr["in_flight_per_worker"])
     per_source = {s: {"items": 0, **{k: 0 for k in STATUSES}} for s in selected}
     for r in results:
         per_source[r["source"]]["items"] += 1
@@ -194,12 +193,12 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     problems = sorted(({k: r[k] for k in ("item_id", "source", "unit_id", "camera", "status", "reason")}
                        for r in results if r["status"] != "ok"), key=lambda r: r["item_id"])
     report = {"sources": per_source, "images_written": sum(r["images"] for r in results), "problems": problems}
-    write_json(out_dir / rc.get("report_file", "reconstruction_report.json"), report)
+    write_json(out_dir / rc["report_file"], report)
     return report
 
 
 def _size_policy_text(fr: dict) -> str:
-    max_side = (fr.get("image") or {}).get("max_side")
+    max_side = fr["image"]["max_side"]
     if not max_side:
         return "shown at their native decoded size"
     return (f"downscaled with OpenCV INTER_AREA so that the longer side is at most {max_side} px (aspect ratio kept, "
@@ -209,12 +208,12 @@ def _size_policy_text(fr: dict) -> str:
 def reconstruction_markdown(cfg: dict) -> str:
     """metadata/reconstruction.md: generated from the configs, path-free, deterministic."""
     fr = cfg["frames"]
-    rc = fr.get("reconstruction", {})
-    srcs = cfg.get("sources", {})
-    slugs = list(cfg.get("build", {}).get("sources") or sorted(srcs))
-    files = {**DEFAULT_FILES, **(cfg.get("release", {}).get("files") or {})}
-    images_dir = rc.get("images_dir", "images")
-    report_file = rc.get("report_file", "reconstruction_report.json")
+    rc = fr["reconstruction"]
+    srcs = cfg["sources"]
+    slugs = list(cfg["build"]["sources"] or sorted(srcs))
+    files = cfg["release"]["files"]
+    images_dir = rc["images_dir"]
+    report_file = rc["report_file"]
     lines = [
         "# Reconstructing the images behind each item",
         "",
@@ -245,9 +244,9 @@ def reconstruction_markdown(cfg: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for slug in slugs:
-        info = (rc.get("sources") or {}).get(slug, {})
-        name = srcs.get(slug, {}).get("name", slug)
-        lines.append(f"| `{slug}` | {name} | {info.get('dataset', '')} | {info.get('root', '')} | {info.get('frames', '')} |")
+        info = rc["sources"].get(slug, {"dataset": "", "root": "", "frames": ""})
+        name = srcs[slug]["name"] if slug in srcs else slug
+        lines.append(f"| `{slug}` | {name} | {info['dataset']} | {info['root']} | {info['frames']} |")
     example = " ".join(f"--upstream {s}=PATH" for s in slugs)
     lines += [
         "",

@@ -1,0 +1,386 @@
+"""Typed settings: one pydantic model per file in configs/, every model `extra="forbid"`.
+
+    BuildFile     configs/build.yaml      (section `build`)
+    SourcesFile   configs/sources.yaml    (section `sources`: slug -> SourceEntry)
+    LabelsFile    configs/labels.yaml     (section `labels`)   — models in pipeline/settings_labels.py
+    SplitFile     configs/split.yaml      (section `split`)
+    FramesFile    configs/frames.yaml     (section `frames`)
+    ReleaseFile   configs/release.yaml    (section `release`)
+    TaskFile      configs/tasks/T<n>.yaml (one per task family)
+
+`pipeline.config.load_config()` validates each file with its model and hands the code the dumped dict (defaults
+filled), so code reads `cfg["labels"]["speed"]["gm100"]["span"]`. To add a key: add a field (with its type and
+default) to the model of its file below; a key nobody declared fails at load with the file, the key path and the
+keys that are allowed. Per-source maps are keyed by the slugs of the adapter registry (`upstream_adapters.ADAPTERS`)
+and, in task templates, `default`; a slug outside the registry is an error.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+import upstream_adapters
+
+# ------------------------------------------------------------------------------------------------ building blocks
+
+
+class Strict(BaseModel):
+    """Base of every settings model: unknown keys are errors. Fields named in `omit_unset` are left out of the dump
+    when the file does not set them (for sections whose code distinguishes "absent" from any value)."""
+
+    model_config = ConfigDict(extra="forbid")
+    omit_unset: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        data = handler(self)
+        for name in self.omit_unset - self.model_fields_set:
+            data.pop(name, None)
+        return data
+
+
+def _known_slug(slug: str) -> str:
+    if slug not in upstream_adapters.ADAPTERS:
+        raise ValueError(f"unknown source {slug!r}; registered sources: {', '.join(sorted(upstream_adapters.ADAPTERS))}")
+    return slug
+
+
+def _slug_or_default(key: str) -> str:
+    return key if key == "default" else _known_slug(key)
+
+
+Slug = Annotated[str, AfterValidator(_known_slug)]
+SlugOrDefault = Annotated[str, AfterValidator(_slug_or_default)]
+TaskId = Annotated[str, Field(pattern=r"^T[1-9][0-9]*$")]
+
+
+def PerSource(tp):  # noqa: N802 - reads as a type: {slug | default: value}
+    return dict[SlugOrDefault, tp]
+
+
+def OneOrPerSource(tp):  # noqa: N802 - a plain value for every source, or {slug | default: value}
+    return Union[tp, dict[SlugOrDefault, tp]]
+
+
+class BySource(Strict):
+    """A section with shared keys (the declared fields) plus one entry per source slug, written side by side in YAML
+    (`motion: {window: [...], gm100: {...}}`). Subclasses type `entries`; the dump puts them back at the top level."""
+
+    entries: dict[Slug, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect(cls, data):
+        if not isinstance(data, dict):
+            return data
+        shared = set(cls.model_fields) - {"entries"}
+        return {**{k: v for k, v in data.items() if k in shared},
+                "entries": {k: v for k, v in data.items() if k not in shared}}
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        data = handler(self)
+        entries = data.pop("entries", {})
+        return {**data, **entries}
+
+
+# ================================================================================================ configs/build.yaml
+
+
+class BuildSamples(Strict):
+    seed: int = 7
+
+
+class BuildItems(Strict):
+    gate_margin: float = Field(0.05, ge=0)      # select this share above each quota (frames stage)
+    max_gate_rounds: int = Field(5, ge=1)       # rounds of replacements for what the visual gate dropped
+
+
+class BuildFile(Strict):
+    release_seed: int = 42
+    scale: str = "demo"                          # a key of quota_scale: demo | release
+    sources: list[Slug]
+    work_dir: str = "build/work"
+    release_dir: str = "release"
+    samples: BuildSamples = BuildSamples()
+    quota_scale: dict[str, float] = {"demo": 0.02, "release": 1.0}
+    max_quarantine_share: float = Field(0.25, ge=0, le=1)
+    items: BuildItems = BuildItems()
+
+    @model_validator(mode="after")
+    def _scale_known(self):
+        if self.scale not in self.quota_scale:
+            raise ValueError(f"scale {self.scale!r} has no quota_scale entry (expected one of {sorted(self.quota_scale)})")
+        return self
+
+
+# ================================================================================================ configs/sources.yaml
+
+
+class SourceEntry(Strict):
+    name: str                                    # display name (GM-100, ...)
+    unit_type: Literal["episode", "recording"]
+    root: str                                    # relative to the repository; {scale} = build.scale
+    adapter: dict[str, Any] = {}                 # keyword options of the adapter's constructor
+
+
+SourcesFile = dict[Slug, SourceEntry]
+
+# ================================================================================================ configs/split.yaml
+
+
+class SplitSource(Strict):
+    group_unit: str
+    merge_keys: list[Literal["task_id", "operator_id", "scene_id", "config_id", "taxonomy"]] = []
+    task_weights: dict[TaskId, float] = {}
+
+
+class SplitObjective(Strict):
+    zero_penalty: float = 2.5
+    items_weight: float = 0.35
+    letter_weight: float = 1.0
+
+
+class SplitPublicRule(Strict):
+    seed: int = 42
+    restarts: int = Field(8, ge=1)
+    swap_passes: int = Field(4, ge=0)
+    swap_candidates: int = Field(24, ge=1)
+
+
+class SplitOurs(Strict):
+    exact_max_combinations: int = 3_000_000
+    exact_chunk: int = 100_000
+    max_sweeps: int = 50
+    restarts_budget: int = 7_000_000
+    min_restarts: int = 1
+    max_restarts: int = 16
+    ils_budget: int = 20_000_000
+    min_ils: int = 0
+    max_ils: int = 100
+    ils_kick: int = 3
+    letter_l1_weight: float = 0.5
+    letter_candidates: int = 64
+    cap_penalty: float = 100.0
+    share_slack: float = 0.01
+    cap_at_public: bool = True
+    families_not_worse_than_public: bool = False
+
+
+class OodLevel(Strict):
+    key: Literal["task_id", "operator_id", "scene_id", "config_id", "taxonomy"]
+    item_share: float = Field(gt=0, lt=1)
+    families: list[TaskId] = []                  # L3 only: families never trained on
+    omit_unset: ClassVar[frozenset[str]] = frozenset({"families"})
+
+
+class OodSource(Strict):
+    L2: Optional[OodLevel] = None
+    L3: Optional[OodLevel] = None
+    omit_unset: ClassVar[frozenset[str]] = frozenset({"L2", "L3"})
+
+
+class SplitOod(Strict):
+    enabled: bool = False
+    sources: dict[Slug, OodSource] = {}
+
+
+class SplitFile(Strict):
+    eval_ratio: float = Field(0.15, gt=0, lt=1)
+    seed: Optional[int] = None                   # null = build.release_seed
+    rule: Literal["ours", "public"] = "ours"
+    split_policy: str = ""
+    sources: dict[Slug, SplitSource] = {}
+    default_source: SplitSource = SplitSource(group_unit="split_group_id")
+    objective: SplitObjective = SplitObjective()
+    public_rule: SplitPublicRule = SplitPublicRule()
+    ours: SplitOurs = SplitOurs()
+    ood: SplitOod = SplitOod()
+
+
+# ================================================================================================ configs/frames.yaml
+
+
+class FramesCache(Strict):
+    dir: str = "frame_cache"                     # under build.work_dir
+    png_compression: int = Field(1, ge=0, le=9)
+    png_filter: Literal["none", "sub", "up", "avg", "paeth", "fast", "all"] = "up"
+
+
+class FramesImage(Strict):
+    max_side: Optional[int] = Field(640, ge=1)   # null = native size
+
+
+class FramesStats(Strict):
+    thumb_size: int = Field(16, ge=1)
+
+
+class FramesGate(Strict):
+    black_max_mean: Optional[float] = 10.0       # null = off
+    flat_max_std: Optional[float] = 2.0
+    identical: bool = True
+    near_identical_max_mad: Optional[float] = 0.5
+    near_identical_exempt_tasks: list[TaskId] = []
+
+
+class ReconstructionSource(Strict):
+    dataset: str = ""
+    root: str = ""
+    frames: str = ""
+
+
+class FramesReconstruction(Strict):
+    report_file: str = "reconstruction_report.json"
+    images_dir: str = "images"
+    sources: dict[Slug, ReconstructionSource] = {}
+
+
+class FramesFile(Strict):
+    version: int = 1
+    decoder: Literal["auto", "pyav", "decord"] = "auto"
+    decoder_threads: int = Field(1, ge=0)
+    workers: int = Field(0, ge=0)                # 0 = number of cores; 1 = in-process
+    mp_context: Literal["forkserver", "spawn", "fork"] = "forkserver"
+    in_flight_per_worker: int = Field(2, ge=1)
+    cache: FramesCache = FramesCache()
+    image: FramesImage = FramesImage()
+    stats: FramesStats = FramesStats()
+    gate: FramesGate = FramesGate()
+    reconstruction: FramesReconstruction = FramesReconstruction()
+
+
+# ================================================================================================ configs/release.yaml
+
+
+class ReleaseFiles(Strict):
+    """Release-relative posix file names, one per artefact."""
+    eval_parquet: str = "splits/processbench_eval.parquet"
+    eval_jsonl: str = "splits/processbench_eval.jsonl"
+    sft_parquet: str = "splits/processdata_sft.parquet"
+    sft_jsonl: str = "splits/processdata_sft.jsonl"
+    split_summary: str = "metadata/split_summary.json"
+    eval_manifest: str = "metadata/eval_manifest.json"
+    sft_manifest: str = "metadata/sft_manifest.json"
+    task_distribution: str = "metadata/task_distribution.csv"
+    schema_: str = Field("metadata/schema.md", alias="schema")
+    reconstruction: str = "metadata/reconstruction.md"
+    prompt_templates: str = "metadata/prompt_templates.md"
+    split_groups_eval: str = "metadata/split_groups_eval.txt"
+    split_groups_sft: str = "metadata/split_groups_sft.txt"
+    checksums: str = "checksums.sha256"
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+
+class ReleaseFile(Strict):
+    release_version: str
+    builder_version: str
+    split_version: str
+    prompt_version: str
+    item_id_prefix: str
+    float_decimals: int = Field(4, ge=0)
+    hf_split_names: dict[Literal["eval", "sft"], str] = {"eval": "test", "sft": "train"}
+    files: ReleaseFiles = ReleaseFiles()
+    documents: list[str] = ["prompt_templates", "reconstruction"]
+    task_names: dict[TaskId, str] = {}           # only for a task whose template has no task_name
+
+
+# ================================================================================================ configs/tasks/T<n>.yaml
+
+
+class Window(Strict):
+    """Which frames an item shows, relative to its anchor / segment / unit (the keys a family reads)."""
+    offsets: Optional[list[int]] = None
+    centers: Optional[list[float]] = None
+    relative: Optional[list[float]] = None
+    shifts: Optional[list[float]] = None
+    margin_ratio: Optional[float] = None
+    min_margin: Optional[int] = None
+    min_step: Optional[int] = None
+    mode: Optional[Literal["grid", "segment_midpoints"]] = None
+    step_sec: Optional[float] = None
+    min_sep_sec: Optional[float] = None
+    max_gap_steps: Optional[int] = None
+    margin_frac: Optional[float] = None
+    gaps: Optional[list[int]] = None
+    # the families test which keys a window has: a key the file leaves out stays out
+    omit_unset: ClassVar[frozenset[str]] = frozenset({
+        "offsets", "centers", "relative", "shifts", "margin_ratio", "min_margin", "min_step", "mode", "step_sec",
+        "min_sep_sec", "max_gap_steps", "margin_frac", "gaps"})
+
+
+class Candidates(Strict):
+    pool_factor: Optional[OneOrPerSource(Union[int, float])] = None
+    stride: Optional[OneOrPerSource(int)] = None
+    boundary_margin: Optional[OneOrPerSource(int)] = None
+    cap_per_label: Optional[OneOrPerSource(int)] = None
+    cap_per_unit: Optional[OneOrPerSource(int)] = None
+
+
+class Distractors(Strict):
+    policy: Literal["all", "neighbours", "pairs", "context", "permutations"] = "all"
+    order: Optional[list[str]] = None            # neighbours: process order
+    hard: Optional[dict[str, list[str]]] = None  # pairs: answer -> hard distractors
+    exclude_current: bool = True                 # context (T11)
+    exclude_neighbours: bool = True              # context (T12)
+
+
+class Prompt(Strict):
+    header: list[str] = []
+
+
+class RenderLabel(Strict):
+    font: str = "HERSHEY_SIMPLEX"
+    scale: float = 1.0
+    thickness: int = 1
+    color: list[int] = [255, 255, 255]
+    background: list[int] = [0, 0, 0]
+    position: Literal["top_left"] = "top_left"
+    margin: int = 0
+
+
+class Render(Strict):
+    kind: Literal["labelled_frames", "panels"]
+    size: Optional[Union[int, list[int]]] = None  # null = native size
+    gap: int = 0                                  # panels: pixels between them
+    label: RenderLabel = RenderLabel()
+
+
+class TaskFile(Strict):
+    task_id: TaskId
+    task_name: Optional[str] = None               # public name; else release.yaml task_names
+    name_aliases: list[str] = []
+    legacy_alias: Optional[OneOrPerSource(str)] = None   # null = the task id
+    input_type: Literal["single_frame", "frame_sequence", "labelled_frames", "panel_composite"]
+    num_choices: int = Field(ge=2, le=6)          # at most len(pipeline.schema.CHOICE_LETTERS)
+    sources: list[Slug]
+    quota: dict[Slug, int]                        # release-scale quota per source
+    question: OneOrPerSource(str)
+    labels: Optional[PerSource(dict[str, str])] = None   # closed label set: label -> choice text
+    frames: PerSource(Window)
+    candidates: Candidates = Candidates()
+    min_gap: OneOrPerSource(int) = 0
+    balance_labels: OneOrPerSource(bool) = False
+    distractors: Distractors = Distractors()
+    display_labels: Optional[list[str]] = None
+    choice_order: Optional[Literal["canonical"]] = None
+    prompt: Optional[Prompt] = None
+    render: Optional[Render] = None
+    require_motion_between: bool = False
+    window_in_run: Optional[PerSource(bool)] = None      # T4
+    eligible_arm_types: Optional[PerSource(list[str])] = None   # T4
+    per_arm: Optional[PerSource(bool)] = None            # T6
+
+    @model_validator(mode="after")
+    def _quota_sources(self):
+        extra = sorted(set(self.quota) - set(self.sources))
+        if extra:
+            raise ValueError(f"quota names sources not in `sources`: {', '.join(extra)}")
+        return self
+
+
+from pipeline.settings_labels import LabelsFile  # noqa: E402  (its own file: the largest model)
+
+FILE_MODELS: dict[str, Any] = {"build": BuildFile, "sources": SourcesFile, "labels": LabelsFile, "split": SplitFile,
+                               "frames": FramesFile, "release": ReleaseFile}
