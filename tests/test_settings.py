@@ -1,0 +1,181 @@
+"""Typed settings: every configs/ file is validated at load; a wrong key or type names the file, the key path and what
+was expected; the dict handed to the code keeps every YAML value and fills the declared defaults."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.config import (CONFIG_DIR, load_config, load_split_policy, per_source, read_settings, source_section,
+                             split_policy, task_ids, task_names)
+from pipeline.settings_errors import ConfigError
+
+
+@pytest.fixture
+def cfg_dir(tmp_path) -> Path:
+    d = tmp_path / "configs"
+    shutil.copytree(CONFIG_DIR, d)
+    return d
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+def _error(cfg_dir) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg_dir)
+    return err.value
+
+
+def test_typo_in_labels_names_file_key_and_the_key_meant(cfg_dir):
+    _replace(cfg_dir / "labels.yaml", "head_ratio: 0.10", "head_ratoi: 0.10")
+    e = _error(cfg_dir)
+    assert e.file == "configs/labels.yaml"
+    assert e.key == "labels.contact.gm100.head_ratoi"
+    assert "did you mean 'head_ratio'" in e.expected and "tail_ratio" in e.expected
+
+
+def test_wrong_type_in_a_task_template(cfg_dir):
+    _replace(cfg_dir / "tasks" / "T3.yaml", "num_choices: 4", "num_choices: four")
+    e = _error(cfg_dir)
+    assert (e.file, e.key) == ("configs/tasks/T3.yaml", "num_choices")
+    assert "valid integer" in e.expected and "'four'" in e.expected
+    assert str(e).startswith("configs/tasks/T3.yaml: num_choices: expected")
+
+
+def test_unknown_top_level_file(cfg_dir):
+    (cfg_dir / "exports.yaml").write_text("exports: {formats: [croissant]}\n")
+    e = _error(cfg_dir)
+    assert e.file == "configs/exports.yaml" and "known config file" in e.expected and "build.yaml" in e.expected
+
+
+def test_unknown_key_in_a_per_source_window(cfg_dir):
+    _replace(cfg_dir / "tasks" / "T3.yaml", "gm100: {offsets: [-10, -5, 0, 5]}", "gm100: {offset: [-10, -5, 0, 5]}")
+    e = _error(cfg_dir)
+    assert (e.file, e.key) == ("configs/tasks/T3.yaml", "frames.gm100.offset")
+    assert "did you mean 'offsets'" in e.expected
+
+
+def test_a_key_of_another_method_is_an_error(cfg_dir):
+    # low_velocity belongs to the contact_speed phase rule, not to REASSEMBLE's low_level_map
+    _replace(cfg_dir / "labels.yaml", "no_action: pre-approach", "no_action: pre-approach\n      low_velocity: 0.3")
+    e = _error(cfg_dir)
+    assert e.key == "labels.phase.reassemble.low_velocity"
+
+
+def test_unknown_method_lists_the_methods(cfg_dir):
+    _replace(cfg_dir / "labels.yaml", "method: effort_drop", "method: effort_dropp")
+    e = _error(cfg_dir)
+    assert e.key == "labels.contact.gm100" and "'force_hysteresis'" in e.expected
+
+
+def test_misspelt_source_slug(cfg_dir):
+    _replace(cfg_dir / "labels.yaml", "    gm100: {smooth: none, span: 1}", "    gm10: {smooth: none, span: 1}")
+    e = _error(cfg_dir)
+    assert e.key == "labels.speed.gm10" and "unknown source 'gm10'" in e.expected
+
+
+def test_wrong_enum_value_and_out_of_range_number(cfg_dir):
+    _replace(cfg_dir / "frames.yaml", "mp_context: forkserver", "mp_context: threads")
+    e = _error(cfg_dir)
+    assert (e.file, e.key) == ("configs/frames.yaml", "frames.mp_context") and "'spawn'" in e.expected
+    _replace(cfg_dir / "frames.yaml", "mp_context: threads", "mp_context: forkserver")
+    _replace(cfg_dir / "frames.yaml", "png_compression: 1", "png_compression: 12")
+    assert _error(cfg_dir).key == "frames.cache.png_compression"
+
+
+def test_cross_file_checks(cfg_dir):
+    _replace(cfg_dir / "build.yaml", "sources: [gm100, rh20t, reassemble, aist]", "sources: [gm100, rh20t]")
+    load_config(cfg_dir)  # a subset is fine
+    _replace(cfg_dir / "sources.yaml", "  aist:\n", "  aist_off:\n")
+    e = _error(cfg_dir)
+    assert e.file == "configs/sources.yaml" and "unknown source 'aist_off'" in e.expected
+    _replace(cfg_dir / "sources.yaml", "  aist_off:\n", "  aist:\n")
+    _replace(cfg_dir / "build.yaml", "sources: [gm100, rh20t]", "sources: [gm100, rh20t, aist]")
+    text = (cfg_dir / "sources.yaml").read_text()
+    (cfg_dir / "sources.yaml").write_text(text[:text.index("  aist:\n")])   # aist built but not configured
+    e = _error(cfg_dir)
+    assert (e.file, e.key) == ("configs/build.yaml", "build.sources[2]") and "configs/sources.yaml" in e.expected
+    (cfg_dir / "sources.yaml").write_text(text)
+    _replace(cfg_dir / "tasks" / "T2.yaml", "task_id: T2", "task_id: T3")
+    e = _error(cfg_dir)
+    assert (e.file, e.key) == ("configs/tasks/T2.yaml", "task_id")
+
+
+def test_task_name_in_two_places_must_agree(cfg_dir):
+    _replace(cfg_dir / "release.yaml", "  documents:", "  task_names: {T1: Phase Classification}\n  documents:")
+    e = _error(cfg_dir)
+    assert (e.file, e.key) == ("configs/release.yaml", "release.task_names.T1")
+
+
+def test_quota_for_a_source_the_template_does_not_list(cfg_dir):
+    _replace(cfg_dir / "tasks" / "T10.yaml", "quota: {reassemble: 2438}", "quota: {reassemble: 2438, gm100: 10}")
+    e = _error(cfg_dir)
+    assert e.file == "configs/tasks/T10.yaml" and "gm100" in e.expected
+
+
+def _leaves(d, path=()):
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield from _leaves(v, (*path, k))
+    else:
+        yield path, d
+
+
+def test_every_yaml_value_reaches_the_code_unchanged():
+    cfg = read_settings()
+    for p in sorted(CONFIG_DIR.glob("*.yaml")):
+        raw = yaml.safe_load(p.read_text())[p.stem]
+        for path, value in _leaves(raw):
+            got = cfg[p.stem]
+            for k in path:
+                got = got[k]
+            assert got == value and type(got) is type(value), (p.name, path)
+    for p in sorted((CONFIG_DIR / "tasks").glob("*.yaml")):
+        for path, value in _leaves(yaml.safe_load(p.read_text())):
+            got = cfg["tasks"][p.stem]
+            for k in path:
+                got = got[k]
+            assert got == value and type(got) is type(value), (p.name, path)
+
+
+def test_defaults_are_filled_for_omitted_keys(cfg_dir):
+    _replace(cfg_dir / "frames.yaml", "  in_flight_per_worker: 2", "")
+    _replace(cfg_dir / "tasks" / "T1.yaml", "balance_labels: true", "")
+    cfg = load_config(cfg_dir)
+    assert cfg["frames"]["in_flight_per_worker"] == 2
+    assert cfg["tasks"]["T1"]["balance_labels"] is False
+    assert cfg["tasks"]["T10"]["distractors"]["exclude_current"] is True
+    assert "centers" not in cfg["tasks"]["T1"]["frames"]["default"]   # a window keeps exactly its keys
+
+
+def test_shared_readers():
+    cfg = load_config()
+    assert task_ids(cfg) == [f"T{i}" for i in range(1, 13)]
+    assert task_names(cfg)["T7"] == "Operation Outcome Prediction"
+    assert per_source({"gm100": 1, "default": 2}, "gm100") == 1
+    assert per_source({"gm100": 1, "default": 2}, "aist") == 2
+    assert per_source({"contact": "x"}, "gm100") == {"contact": "x"}     # not keyed by sources: the value itself
+    assert per_source(None, "gm100", 5) == 5
+    assert source_section(cfg["labels"]["speed"], "rh20t") == {"smooth": "ema", "span": 9}
+    assert source_section(cfg["labels"]["activity"], "rh20t") == {}
+    assert split_policy(cfg)[1] == cfg["build"]["release_seed"]
+
+
+def test_load_split_policy_merges_and_validates_an_override(tmp_path):
+    policy, seed = load_split_policy()
+    assert seed == 42 and policy["rule"] == "ours"
+    over = tmp_path / "pol.yaml"
+    over.write_text("split:\n  seed: 5\n  public_rule: {restarts: 2}\n")
+    policy, seed = load_split_policy(over)
+    assert seed == 5 and policy["public_rule"] == {"seed": 42, "restarts": 2, "swap_passes": 4, "swap_candidates": 24}
+    over.write_text("eval_ratio: 0.2\nrulez: public\n")
+    with pytest.raises(ConfigError) as err:
+        load_split_policy(over)
+    assert (err.value.file, err.value.key) == ("pol.yaml", "split.rulez")
