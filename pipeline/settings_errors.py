@@ -106,11 +106,22 @@ def _expected(err: dict, root, loc) -> str:
     return msg
 
 
+_ADAPTERS: dict[int, TypeAdapter] = {}
+
+
+def _adapter(model) -> TypeAdapter:
+    """One TypeAdapter per model (building one compiles the model's schema: the slow part of a load)."""
+    key = id(model)
+    if key not in _ADAPTERS:
+        _ADAPTERS[key] = TypeAdapter(model)
+    return _ADAPTERS[key]
+
+
 def validate_file(model, data, file: str, prefix: str = "") -> dict:
     """Validate one file's section with its model (a pydantic model or a type such as dict[Slug, Entry]) and
     return the plain dict (defaults filled). The first error becomes a ConfigError; key paths start with `prefix`
     (the section name)."""
-    adapter = TypeAdapter(model)
+    adapter = _adapter(model)
     try:
         value = adapter.validate_python(data)
     except ValidationError as exc:

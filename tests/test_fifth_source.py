@@ -161,6 +161,16 @@ def test_unregistered_slug_is_refused_by_the_ir_and_the_config(tmp_path):
     assert "unknown source 'toy'" in str(err.value)
 
 
+def test_per_source_values_resolve_for_a_registered_source(toy_registered):
+    from pipeline.config import per_source
+
+    template = {"gm100": "a", SLUG: "b", "default": "c"}
+    assert per_source(template, SLUG) == "b"
+    assert per_source({"gm100": "a", "default": "c"}, SLUG) == "c"
+    upstream_adapters.unregister(SLUG)   # unknown keys: not a per-source map, the value itself (never guessed)
+    assert per_source(template, SLUG) == template
+
+
 def test_register_rejects_bad_names_and_silent_overrides():
     with pytest.raises(ValueError, match="lower-case"):
         upstream_adapters.register("Bad Slug", f"{__name__}:ToyAdapter")

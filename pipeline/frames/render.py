@@ -74,7 +74,7 @@ def resize_to(img: np.ndarray, size: Sequence[int] | None) -> np.ndarray:
 
 def apply_size_policy(img: np.ndarray, size_policy: dict | None) -> np.ndarray:
     img = as_rgb(img)
-    max_side = (size_policy or {}).get("max_side")
+    max_side = size_policy["max_side"] if size_policy else None
     return resize_to(img, fit_size(img.shape[1], img.shape[0], max_side))
 
 
