@@ -149,7 +149,7 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     items = read_release_items(Path(release_dir), cfg)
     selected = sorted(sources) if sources is not None else sorted(upstream)
     items = items.filter(pl.col("source_slug").is_in(selected))
-    readers = AdapterReaders({s: (cfg["sources"].get(s, {}).get("adapter", {}), upstream[s])
+    readers = AdapterReaders({s: (cfg["sources"][s]["adapter"] if s in cfg["sources"] else {}, upstream[s])
                               for s in selected if s in upstream})
     tasks = []
     results: list[dict] = []
