@@ -90,7 +90,10 @@ def read_settings(config_dir: Path | None = None) -> dict:
 
 
 def _cross_checks(cfg: dict) -> None:
-    """What one file's model cannot see: names that must agree across files."""
+    """What one file's model cannot see: names that must agree across files (or keys of one file)."""
+    if cfg["build"]["scale"] not in cfg["build"]["quota_scale"]:
+        raise ConfigError("configs/build.yaml", "build.scale", f"one of {sorted(cfg['build']['quota_scale'])} "
+                          f"(the quota_scale keys), got {cfg['build']['scale']!r}")
     for i, slug in enumerate(cfg["build"]["sources"]):
         if slug not in cfg["sources"]:
             raise ConfigError("configs/build.yaml", f"build.sources[{i}]",

@@ -96,8 +96,20 @@ def _expected(err: dict, root, loc) -> str:
         near = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         return f"no key {loc[-1]!r}{hint}; allowed keys: {', '.join(allowed) or 'none'}"
+    if kind == "union_tag_invalid":
+        c = err["ctx"]
+        return f"{c['discriminator']} to be one of {c['expected_tags']}, got {c['tag']!r}"
     if kind == "missing":
         return "this required key to be set"
+    if kind == "value_error" and "registered source slug" in err["msg"] and "entries" in loc:
+        # a key of a per-source section that is no source: maybe a misspelt shared key of the section
+        _, section = _walk(root, loc[:loc.index("entries")])
+        shared = _allowed(section)[:-1]
+        near = difflib.get_close_matches(str(loc[loc.index("entries") + 1]), shared, n=1)
+        if shared:
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            return f"a shared key of the section ({', '.join(shared)}){hint} or " \
+                   f"{err['msg'][len('Value error, '):]}"
     msg = err["msg"]
     for lead in ("Value error, ", "Input should be "):
         msg = msg[len(lead):] if msg.startswith(lead) else msg
@@ -125,12 +137,20 @@ def validate_file(model, data, file: str, prefix: str = "") -> dict:
     try:
         value = adapter.validate_python(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        loc = tuple(err["loc"])
-        key_loc = loc[:-1] if err["type"] == "extra_forbidden" else loc
-        parts, _ = _walk(model, key_loc)
-        if err["type"] == "extra_forbidden":
-            parts.append(str(loc[-1]))
-        key = ".".join(([prefix] if prefix else []) + parts)
-        raise ConfigError(file, key, _expected(err, model, loc)) from None
+        found = []  # (key path, expected) per error; a union reports one error per member
+        for err in exc.errors(include_url=False):
+            loc = tuple(err["loc"])
+            parts, _ = _walk(model, loc[:-1] if err["type"] == "extra_forbidden" else loc)
+            if err["type"] == "extra_forbidden":
+                parts.append(str(loc[-1]))
+            found.append((parts, _expected(err, model, loc), "[key]" in loc))
+        # the first error's key, at the deepest level any union member reached there (the most specific reason)
+        head = found[0][0][:1]
+        same = [f for f in found if f[0][:1] == head]
+        depth = max(len(f[0]) for f in same)
+        deepest = [f for f in same if len(f[0]) == depth]
+        deepest = [f for f in deepest if f[2]] or deepest  # a wrong key: its value's errors are noise
+        parts = deepest[0][0]
+        expected = " or ".join(dict.fromkeys(f[1] for f in deepest if f[0] == parts))
+        raise ConfigError(file, ".".join(([prefix] if prefix else []) + parts), expected) from None
     return adapter.dump_python(value, mode="python")

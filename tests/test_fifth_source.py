@@ -158,7 +158,7 @@ def test_unregistered_slug_is_refused_by_the_ir_and_the_config(tmp_path):
     assert validate_unit(ir) == "unknown source 'toy'"
     with pytest.raises(ConfigError) as err:
         load_config(toy_config(tmp_path, corpus))
-    assert "unknown source 'toy'" in str(err.value)
+    assert err.value.key == "build.sources[0]" and "got 'toy'" in err.value.expected  # the first file read
 
 
 def test_per_source_values_resolve_for_a_registered_source(toy_registered):

@@ -75,10 +75,22 @@ def test_unknown_method_lists_the_methods(cfg_dir):
     assert e.key == "labels.contact.gm100" and "'force_hysteresis'" in e.expected
 
 
+def test_misspelt_shared_key_of_a_per_source_section(cfg_dir):
+    _replace(cfg_dir / "labels.yaml", "    window: [-6, -3, 0, 3, 6]", "    windw: [-6, -3, 0, 3, 6]")
+    e = _error(cfg_dir)
+    assert e.key == "labels.motion.windw" and "did you mean 'window'" in e.expected
+
+
+def test_a_union_reports_the_member_that_got_furthest(cfg_dir):
+    _replace(cfg_dir / "tasks" / "T1.yaml", "min_gap: {gm100: 10,", "min_gap: {gm100: ten,")
+    e = _error(cfg_dir)
+    assert e.key == "min_gap.gm100" and "got 'ten'" in e.expected
+
+
 def test_misspelt_source_slug(cfg_dir):
     _replace(cfg_dir / "labels.yaml", "    gm100: {smooth: none, span: 1}", "    gm10: {smooth: none, span: 1}")
     e = _error(cfg_dir)
-    assert e.key == "labels.speed.gm10" and "unknown source 'gm10'" in e.expected
+    assert e.key == "labels.speed.gm10" and "a registered source slug" in e.expected and "got 'gm10'" in e.expected
 
 
 def test_wrong_enum_value_and_out_of_range_number(cfg_dir):
@@ -95,7 +107,7 @@ def test_cross_file_checks(cfg_dir):
     load_config(cfg_dir)  # a subset is fine
     _replace(cfg_dir / "sources.yaml", "  aist:\n", "  aist_off:\n")
     e = _error(cfg_dir)
-    assert e.file == "configs/sources.yaml" and "unknown source 'aist_off'" in e.expected
+    assert e.file == "configs/sources.yaml" and "got 'aist_off'" in e.expected
     _replace(cfg_dir / "sources.yaml", "  aist_off:\n", "  aist:\n")
     _replace(cfg_dir / "build.yaml", "sources: [gm100, rh20t]", "sources: [gm100, rh20t, aist]")
     text = (cfg_dir / "sources.yaml").read_text()
