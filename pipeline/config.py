@@ -100,12 +100,29 @@ def _cross_checks(cfg: dict) -> None:
                               f"a source of configs/sources.yaml ({', '.join(cfg['sources'])}), got {slug!r}")
     fallback = cfg["release"]["task_names"]
     for tid, t in cfg["tasks"].items():
+        _template_covers_its_sources(tid, t)
         if t["task_name"] is None and tid not in fallback:
             raise ConfigError(f"configs/tasks/{tid}.yaml", "task_name", "a public task name (here or in "
                               "configs/release.yaml task_names)")
         if t["task_name"] is not None and tid in fallback and fallback[tid] != t["task_name"]:
             raise ConfigError("configs/release.yaml", f"release.task_names.{tid}",
                               f"the task_name of configs/tasks/{tid}.yaml ({t['task_name']!r}); keep one")
+
+
+def _template_covers_its_sources(tid: str, t: dict) -> None:
+    """Every source a template lists has a quota, and its per-source maps resolve for it (its slug or `default`)."""
+    file = f"configs/tasks/{tid}.yaml"
+    for slug in t["quota"]:
+        if slug not in t["sources"]:
+            raise ConfigError(file, f"quota.{slug}", f"a source listed in `sources` ({', '.join(t['sources'])})")
+    needed = ["question", "frames"] + ([] if t["display_labels"] else ["labels"])
+    for slug in t["sources"]:
+        if slug not in t["quota"]:
+            raise ConfigError(file, "quota", f"a quota for every listed source; {slug!r} has none")
+        for key in needed:
+            value = t[key]
+            if isinstance(value, dict) and slug not in value and "default" not in value:
+                raise ConfigError(file, key, f"an entry for source {slug!r} or a `default` entry")
 
 
 def load_config(config_dir: Path | None = None, upstream: dict[str, str] | None = None,

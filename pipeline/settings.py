@@ -366,13 +366,6 @@ class TaskFile(Strict):
     eligible_arm_types: Optional[PerSource(list[str])] = None   # T4
     per_arm: Optional[PerSource(bool)] = None            # T6
 
-    @model_validator(mode="after")
-    def _quota_sources(self):
-        extra = sorted(set(self.quota) - set(self.sources))
-        if extra:
-            raise ValueError(f"quota names sources not in `sources`: {', '.join(extra)}")
-        return self
-
 
 from pipeline.settings_labels import LabelsFile  # noqa: E402  (its own file: the largest model)
 

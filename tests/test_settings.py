@@ -129,7 +129,13 @@ def test_task_name_in_two_places_must_agree(cfg_dir):
 def test_quota_for_a_source_the_template_does_not_list(cfg_dir):
     _replace(cfg_dir / "tasks" / "T10.yaml", "quota: {reassemble: 2438}", "quota: {reassemble: 2438, gm100: 10}")
     e = _error(cfg_dir)
-    assert e.file == "configs/tasks/T10.yaml" and "gm100" in e.expected
+    assert (e.file, e.key) == ("configs/tasks/T10.yaml", "quota.gm100") and "reassemble" in e.expected
+
+
+def test_a_listed_source_needs_its_template_entries(cfg_dir):
+    _replace(cfg_dir / "tasks" / "T3.yaml", "  aist: {offsets: [-30, -15, 0, 15]}\n", "")
+    e = _error(cfg_dir)
+    assert (e.file, e.key) == ("configs/tasks/T3.yaml", "frames") and "'aist'" in e.expected
 
 
 def _leaves(d, path=()):
