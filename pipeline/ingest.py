@@ -69,7 +69,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         quarantine.append({"source": slug, "unit_id": "*", "stage": "ingest", "reason": str(exc), "file": None})
         unit_ids = []
     # Archive-level problems an adapter found while listing (a damaged tar, an unsafe member name): one row each.
-    for file, reason in getattr(adapter, "issues", []) or []:
+    for file, reason in adapter.issues:
         quarantine.append({"source": slug, "unit_id": "*", "stage": "ingest", "reason": reason, "file": file})
     parts: dict[str, list[pa.Table]] = {"units": [], "frames": [], "signals": [], "segments": []}
     notes: list[dict] = []
@@ -94,7 +94,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         parts["frames"].append(ir.frames)
         parts["signals"].append(ir.signals)
         parts["segments"].append(ir.segments)
-        notes += [{"source": slug, "unit_id": unit_id, "note": n} for n in getattr(ir, "notes", [])]
+        notes += [{"source": slug, "unit_id": unit_id, "note": n} for n in ir.notes]
     for q in quarantine:
         log.warning("quarantined %s/%s at %s: %s", q["source"], q["unit_id"], q["stage"], q["reason"])
     return IngestResult(

@@ -505,10 +505,9 @@ def test_task_ids_without_manifest_and_unmapped_tasks(tmp_path):
         sel.read_unit(root2, "task_048_unreadable")
 
 
-@pytest.mark.parametrize("uid", ["..", ".", "", "/etc/passwd", "../task_004_episode_0", "task_004_episode_0/../x",
-                                 "task_004_episode_0\\..\\x", "task_004_episode_7", "task_123_episode_0",
-                                 "task_004_episode_x"])
-def test_bad_unit_ids_refused(tmp_path, uid):
+# ids escaping the root: tests/test_adapter_contract.py; here the AIST-specific malformed ones
+@pytest.mark.parametrize("uid", ["task_004_episode_7", "task_123_episode_0", "task_004_episode_x"])
+def test_malformed_unit_ids_refused(tmp_path, uid):
     root = small_root(tmp_path)
     adapter = AistAdapter()
     with pytest.raises(UnitError):

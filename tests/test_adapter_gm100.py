@@ -301,10 +301,9 @@ def test_root_pointing_at_one_task_folder_is_a_source_error(tiny, adapter):
         adapter.discover(tiny / "task_00001")
 
 
-@pytest.mark.parametrize("bad", ["", "..", "../task_00001__episode_000000", "/etc/passwd",
-                                 "task_00001/../task_00002__episode_000000", "..__episode_000000",
-                                 "task_00001__episode_7", "task_00001__episode_000000.mp4"])
-def test_unit_ids_that_escape_or_are_malformed(tiny, adapter, bad):
+# ids escaping the root: tests/test_adapter_contract.py; here the GM-100-specific malformed ones
+@pytest.mark.parametrize("bad", ["task_00001__episode_7", "task_00001__episode_000000.mp4"])
+def test_malformed_unit_ids(tiny, adapter, bad):
     with pytest.raises(UnitError):
         adapter.read_unit(tiny, bad)
     with pytest.raises(UnitError):

@@ -352,9 +352,6 @@ def test_unit_ids_escaping_the_root_are_refused(tmp_path):
         a.read_unit(root, GOOD[2].name)
     with pytest.raises(UnitError, match="outside the source root"):
         a.read_frames(root, GOOD[2].name, S.PRIMARY, [0])
-    for bad in ("..", f"../{GOOD[0].name}", "/etc/passwd", f"{GOOD[0].name}/../../x", f"{GOOD[0].name}/.."):
-        with pytest.raises(UnitError):
-            a.read_unit(root, bad)
     # a file inside a scene symlinked outside the root
     mp4 = root / S.CFG_DIR / GOOD[0].name / f"cam_{S.OVERHEAD}" / "color.mp4"
     mp4.unlink()

@@ -36,7 +36,8 @@ def samples_fingerprint(slug: str) -> str:
     from pathlib import Path
 
     here = Path(__file__).parent / "samples"
-    data = b"".join((here / name).read_bytes() for name in (f"{slug}.py", "common.py"))
+    names = [f"{slug}.py", *sorted(p.name for p in here.glob(f"{slug}_*.py")), "common.py"]
+    data = b"".join((here / name).read_bytes() for name in names)
     return hashlib.sha256(data).hexdigest()[:12]
 
 

@@ -1,6 +1,6 @@
 """GM-100 adapter: The Great March 100, AgileX Cobot Magic LeRobot release (HF `rhos-ai/gm100-cobotmagic-lerobot`).
 
-Layout read (upstream-formats.md §2.2): the root is the HF repo folder holding `task_XXXXX/` folders, each a standalone
+Layout read (docs/upstream-formats.md, GM-100): the root is the HF repo folder holding `task_XXXXX/` folders, each a standalone
 LeRobot v2.x dataset:
 
     task_00043/meta/info.json          codebase_version, fps, features{dtype,shape,names,info}, data_path, video_path,
@@ -21,7 +21,7 @@ Unit = one episode, id `task_00043__episode_000007`, task id `task_00043`. The I
     speed          = ||observation.state.arm.velocity[0:3]|| / ||[h:h+3]||
     gripper_effort = observation.state.effector.effort[0] (left) / [1] (right)
     gripper_width, force = null (GM-100 has no F/T; effector.position semantics unverified, so not mapped).
-  WHETHER arm.position/velocity ARE JOINT OR CARTESIAN IS UNVERIFIED (upstream-formats §2.3/§8): the pos_*
+  WHETHER arm.position/velocity ARE JOINT OR CARTESIAN IS UNVERIFIED (docs/upstream-formats.md, GM-100): the pos_*
   channels are "first three entries of the arm's 6-vector", as recorded in `Gm100Adapter.signal_semantics`.
 - segments: none (GM-100 ships no native annotations).
 - licence: from a dataset card (`README.md` YAML front matter `license:`) in the task folder or the root, else
@@ -41,19 +41,31 @@ import json
 import logging
 import os
 import re
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-import yaml
 
 from . import video
-from .base import check_unit_id, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, require_root, safe_join
+from .storage.lerobot import (
+    card_licence as _card_licence,
+    fill as _fill,
+    is_v3 as _is_v3,
+    matrix as _matrix,
+    read_json_quiet as _read_json_quiet,
+    read_jsonl_quiet as _read_jsonl_quiet,
+    read_parquet as _read_parquet,
+    scan_template as _scan_template,
+    stat as _stat,
+    DEFAULT_DATA_PATH,
+    arm_slices as _arm_slices,
+    names_swapped as _names_swapped,
+    parse_info_v2,
+    VIDEO_PREFIX,
+)
 from .ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
@@ -67,14 +79,10 @@ from .ir import (
 log = logging.getLogger(__name__)
 
 SLUG = "gm100"
-VIDEO_PREFIX = "observation.images."
 TASK_RE = re.compile(r"^task_\d+$")
 UNIT_RE = re.compile(r"^(task_\d+)__episode_(\d{6,})$")
 PLACEHOLDER = "unlisted"
 
-# LeRobot v2.x defaults, used only to list episodes of a task folder whose info.json is missing/unreadable.
-DEFAULT_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-DEFAULT_CHUNKS_SIZE = 1000
 
 COL_TS = "timestamp"
 COL_FRAME = "frame_index"
@@ -83,13 +91,8 @@ COL_TASK = "task_index"
 COL_POS = "observation.state.arm.position"
 COL_VEL = "observation.state.arm.velocity"
 COL_EFFORT = "observation.state.effector.effort"
+PARQUET_COLUMNS = (COL_TS, COL_FRAME, COL_EPISODE, COL_TASK, COL_POS, COL_VEL, COL_EFFORT)
 
-# Dataset-card licence ids (HF `license:` values) mapped to the IR's licence strings.
-LICENCES = {
-    "cc-by-4.0": "CC BY 4.0",
-    "cc-by-sa-4.0": "CC BY-SA 4.0",
-    "cc-by-nc-4.0": "CC BY-NC 4.0",
-}
 
 
 @dataclass
@@ -107,14 +110,19 @@ class _TaskMeta:
     notes: list[str] = field(default_factory=list)
 
 
-class Gm100Adapter:
+class Gm100Adapter(SourceAdapter):
     slug = SLUG
     name = "GM-100"
     unit_type = "episode"
+    options = {
+        "camera": "primary camera: the video feature without 'observation.images.' (default camera_top)",
+        "short_video": "quarantine | truncate: what a video shorter/longer than its parquet does (default quarantine)",
+        "truncate_limit": "largest frame-count gap that short_video=truncate accepts (default 2)",
+    }
     arm_layout = "bimanual"  # the Cobot Magic hardware; single/bimanual task typing is derived by the labels stage
     signal_semantics = {
         "pos_x/pos_y/pos_z": "observation.state.arm.position[0:3] (left) / [6:9] (right); joint vs end-effector "
-        "space UNVERIFIED (upstream-formats §2.3, §8)",
+        "space UNVERIFIED (docs/upstream-formats.md, GM-100)",
         "speed": "L2 norm of observation.state.arm.velocity[0:3] / [6:9]; joint vs Cartesian UNVERIFIED",
         "gripper_effort": "observation.state.effector.effort[0] (left) / [1] (right); units unknown (driver current?)",
         "gripper_width": "null (effector.position semantics unverified)",
@@ -127,6 +135,9 @@ class Gm100Adapter:
         self.camera = camera[len(VIDEO_PREFIX):] if camera.startswith(VIDEO_PREFIX) else camera
         self.short_video = short_video
         self.truncate_limit = int(truncate_limit)
+        super().__init__()
+
+    def _init_state(self) -> None:
         self._meta_cache: dict[tuple, _TaskMeta] = {}
         self._root_licence: dict[tuple, str | None] = {}
 
@@ -198,7 +209,7 @@ class Gm100Adapter:
         data_path = safe_join(root, data_rel)
         if not data_path.is_file():
             raise UnitError(f"episode parquet is missing ({data_rel.split('/', 1)[1]})", file=data_rel)
-        table = _read_parquet(data_path, data_rel)
+        table = _read_parquet(data_path, data_rel, PARQUET_COLUMNS)
         n = table.num_rows
         if n == 0:
             raise UnitError("episode parquet has no rows", file=data_rel)
@@ -353,7 +364,18 @@ class Gm100Adapter:
 
     # ------------------------------------------------------------------ frames
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
+    def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:
+        root = Path(root)
+        task, ep = self._parse(root, unit_id)
+        meta = self._task_meta(root, task)
+        rels = [f"{task}/meta/info.json",
+                f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=f'{task}/meta/info.json')}"]
+        if meta.video_path is not None:
+            rels += [self._video_rel(meta, task, ep, cam) for cam in sorted(meta.video_keys)]
+        return [(r, safe_join(root, r), None) for r in rels]
+
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto",
+                    threads: int = 1) -> dict[int, np.ndarray]:
         root = Path(root)
         task, ep = self._parse(root, unit_id)
         meta = self._task_meta(root, task)
@@ -369,7 +391,7 @@ class Gm100Adapter:
         if not want:
             return {}
         try:
-            got = video.read_frames(path, want)
+            got = video.read_frames(path, want, decoder=decoder, threads=threads)
         except video.DecodeError as exc:
             raise UnitError(f"{cam} video: {exc}", file=rel_v) from None
         return {i: got[i] for i in want}
@@ -423,26 +445,7 @@ class Gm100Adapter:
                 f"LeRobot v3.0 layout (codebase_version {info.get('codebase_version')!r}) is not supported yet",
                 file=info_rel,
             )
-        version = str(info.get("codebase_version", ""))
-        if version and not version.startswith("v2"):
-            raise UnitError(f"unsupported LeRobot codebase_version {version!r} (expected v2.x)", file=info_rel)
-        fps = info.get("fps")
-        if not isinstance(fps, (int, float)) or not fps > 0:
-            raise UnitError(f"meta/info.json has no valid fps ({fps!r})", file=info_rel)
-        data_path = info.get("data_path")
-        if not isinstance(data_path, str) or not data_path:
-            raise UnitError("meta/info.json has no data_path template", file=info_rel)
-        video_path = info.get("video_path")
-        features = info.get("features")
-        if not isinstance(features, dict):
-            raise UnitError("meta/info.json has no features", file=info_rel)
-        video_keys = {
-            (k[len(VIDEO_PREFIX):] if k.startswith(VIDEO_PREFIX) else k): k
-            for k, f in features.items()
-            if isinstance(f, dict) and f.get("dtype") == "video"
-        }
-        chunks = info.get("chunks_size")
-        chunks = chunks if isinstance(chunks, int) and chunks > 0 else DEFAULT_CHUNKS_SIZE
+        fps, data_path, video_path, features, video_keys, chunks = parse_info_v2(info, info_rel)
         tasks = None
         notes: list[str] = []
         if tasks_path.is_file():
@@ -495,193 +498,3 @@ class Gm100Adapter:
 
 # ---------------------------------------------------------------------- module helpers
 
-
-def _stat(p: Path):
-    try:
-        st = os.stat(p)
-        return (st.st_mtime_ns, st.st_size)
-    except OSError:
-        return None
-
-
-def _is_v3(tdir: Path, info: dict | None) -> bool:
-    if (tdir / "meta" / "tasks.parquet").is_file():
-        return True
-    if isinstance(info, dict):
-        if str(info.get("codebase_version", "")).startswith("v3"):
-            return True
-        if "{file_index" in str(info.get("data_path", "")):
-            return True
-    return False
-
-
-def _read_json_quiet(root: Path, rel_path: str):
-    try:
-        p = safe_join(root, rel_path)
-        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
-    except (UnitError, OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-
-
-def _read_jsonl_quiet(root: Path, rel_path: str) -> list:
-    try:
-        p = safe_join(root, rel_path)
-        if not p.is_file():
-            return []
-        text = p.read_text(encoding="utf-8")
-    except (UnitError, OSError, UnicodeDecodeError):
-        return []
-    rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
-
-
-def _fill(template: str, ep: int, chunks_size: int, video_key: str | None = None, file: str | None = None) -> str:
-    fields = {
-        "episode_chunk": ep // chunks_size,
-        "chunk_index": ep // chunks_size,
-        "episode_index": ep,
-    }
-    if video_key is not None:
-        fields["video_key"] = video_key
-    try:
-        return template.format_map(fields)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise UnitError(f"unsupported path template {template!r} in meta/info.json ({exc})", file=file) from None
-
-
-def _scan_template(tdir: Path, template: str) -> set[int]:
-    """Episode indices of files under `tdir` matching a LeRobot path template (symlinks are not followed)."""
-    pattern = ""
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError:
-        return set()
-    for literal, name, _spec, _conv in parsed:
-        pattern += re.escape(literal)
-        if name is None:
-            continue
-        pattern += r"(?P<episode_index>\d+)" if name == "episode_index" and "(?P<episode_index>" not in pattern \
-            else r"[^/]+"
-    if "(?P<episode_index>" not in pattern:
-        return set()
-    rx = re.compile(pattern)
-    top = template.split("/", 1)[0] if "/" in template else ""
-    if not top or "{" in top:
-        return set()
-    base = tdir / top
-    found: set[int] = set()
-    if not base.is_dir():
-        return found
-    for dirpath, _dirs, files in os.walk(base):
-        reldir = Path(dirpath).relative_to(tdir).as_posix()
-        for f in files:
-            m = rx.fullmatch(f"{reldir}/{f}")
-            if m:
-                found.add(int(m.group("episode_index")))
-    return found
-
-
-def _read_parquet(path: Path, rel_path: str) -> pa.Table:
-    try:
-        schema = pq.read_schema(path)
-        wanted = [c for c in (COL_TS, COL_FRAME, COL_EPISODE, COL_TASK, COL_POS, COL_VEL, COL_EFFORT)
-                  if c in schema.names]
-        return pq.read_table(path, columns=wanted)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise UnitError(f"episode parquet cannot be read: {exc}", file=rel_path) from None
-
-
-def _matrix(table: pa.Table, name: str, features: dict, rel_path: str) -> np.ndarray | None:
-    """A fixed-width list column as an (n, k) float64 matrix (nulls -> NaN); None when the column is absent."""
-    if name not in table.column_names:
-        return None
-    arr = table.column(name).combine_chunks()
-    n = len(arr)
-    shape = (features.get(name) or {}).get("shape")
-    width = int(shape[0]) if isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int) else None
-    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type)):
-        raise UnitError(f"column {name} is {arr.type}, not a list column", file=rel_path)
-    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
-    valid = ~np.isnan(lengths.astype(np.float64)) if arr.null_count else np.ones(n, bool)
-    present = lengths[valid].astype(np.int64)
-    if len(present) and (present.min() != present.max()):
-        raise UnitError(f"column {name} has ragged lists (lengths {present.min()}..{present.max()})", file=rel_path)
-    k = int(present[0]) if len(present) else (width or 0)
-    if width is not None and k != width:
-        raise UnitError(f"column {name} has width {k}, meta/info.json says {width}", file=rel_path)
-    out = np.full((n, k), np.nan)
-    if k and valid.any():
-        vals = arr.filter(pa.array(valid)).flatten() if arr.null_count else arr.flatten()
-        out[valid] = vals.to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, k)
-    return out
-
-
-def _names(feature) -> list[str] | None:
-    names = feature.get("names") if isinstance(feature, dict) else None
-    if isinstance(names, dict) and len(names) == 1:
-        names = next(iter(names.values()))
-    if isinstance(names, list) and all(isinstance(x, str) for x in names):
-        return [x.lower() for x in names]
-    return None
-
-
-def _names_swapped(feature, half: int) -> bool:
-    """True when info.json names say the first half is the right arm and the second the left."""
-    names = _names(feature)
-    if not names or len(names) != 2 * half:
-        return False
-    first, second = names[:half], names[half:]
-    return all("right" in x for x in first) and all("left" in x for x in second)
-
-
-def _arm_slices(m: np.ndarray | None, feature, notes: list[str], name: str) -> dict[str, slice] | None:
-    """Per-arm first-three-entry slices of a two-arm vector (left half first unless info.json names say otherwise)."""
-    if m is None:
-        return None
-    k = m.shape[1]
-    if k < 6 or k % 2:
-        notes.append(f"{name} has width {k}, not two arms of >= 3: its channels are null")
-        return None
-    half = k // 2
-    left, right = slice(0, 3), slice(half, half + 3)
-    if _names_swapped(feature, half):
-        left, right = right, left
-    return {"left": left, "right": right}
-
-
-def _card_licence(card: Path) -> str | None:
-    """The `license:` of a Hugging Face dataset card's YAML front matter, mapped to the IR's strings."""
-    try:
-        if not card.is_file():
-            return None
-        text = card.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    if not text.startswith("---"):
-        return None
-    end = text.find("\n---", 3)
-    if end < 0:
-        return None
-    try:
-        front = yaml.safe_load(text[3:end])
-    except yaml.YAMLError:
-        return None
-    if not isinstance(front, dict):
-        return None
-    lic = front.get("license")
-    if isinstance(lic, list):
-        lic = lic[0] if len(lic) == 1 else None
-    if not isinstance(lic, str) or not lic.strip():
-        return None
-    lic = lic.strip()
-    if lic.lower() == "other":
-        name = front.get("license_name")
-        return str(name) if isinstance(name, str) and name.strip() else None
-    return LICENCES.get(lic.lower(), lic)

@@ -1,6 +1,6 @@
 """REASSEMBLE (TU Wien HDF5 release) -> episode IR.
 
-Layout read (upstream-formats.md §4; checked against the authors' `REASSEMBLE/io.py` and the third-party
+Layout read (docs/upstream-formats.md, REASSEMBLE; checked against the authors' `REASSEMBLE/io.py` and the third-party
 daft-physical-ai reader):
 
     <root>/data/<YYYY-MM-DD-HH-MM-SS>.h5        one recording = one isolation unit (unit id = file stem)
@@ -62,7 +62,7 @@ import h5py
 import numpy as np
 
 from . import video
-from .base import check_unit_id, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, require_root, safe_join
 from .ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
@@ -118,15 +118,21 @@ def _nearest(src_ts: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndar
     return best, np.abs(src_ts[best] - query)
 
 
-class ReassembleAdapter:
+class ReassembleAdapter(SourceAdapter):
     slug = SLUG
     name = "REASSEMBLE"
     unit_type = "recording"
+    options = {
+        "camera": "primary camera dataset at the HDF5 root (default hand)",
+        "only_split": "read only the recordings listed in splits/<name>.txt (default: every data/*.h5)",
+        "max_signal_gap_s": "largest gap (s) to the nearest signal sample; beyond it the channel is null (0.25)",
+    }
 
     def __init__(self, camera: str = "hand", only_split: str | None = None, max_signal_gap_s: float = 0.25):
         self.camera = camera
         self.only_split = only_split or None
         self.max_signal_gap_s = float(max_signal_gap_s)
+        super().__init__()
 
     # ------------------------------------------------------------------ discovery
     def _data_dir(self, root: Path) -> Path:
@@ -427,7 +433,12 @@ class ReassembleAdapter:
         return rows
 
     # ------------------------------------------------------------------ frames
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
+    def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:
+        path, relpath = self._h5_path(Path(root), unit_id)
+        return [(relpath, path, None)]
+
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto",
+                    threads: int = 1) -> dict[int, np.ndarray]:
         root = Path(root)
         path, relpath = self._h5_path(root, unit_id)
         want = [int(i) for i in indices]
@@ -445,7 +456,7 @@ class ReassembleAdapter:
         except (OSError, KeyError, ValueError) as exc:
             raise UnitError(f"cannot read camera {camera!r}: {exc.__class__.__name__}: {exc}", file=relpath) from exc
         try:
-            got = video.read_frames(blob, want)
+            got = video.read_frames(blob, want, decoder=decoder, threads=threads)
         except video.DecodeError as exc:
             raise UnitError(f"camera {camera!r}: {exc}", file=relpath) from exc
         return {i: got[i] for i in want}

@@ -1,4 +1,4 @@
-"""RH20T sample corpus in the real resized-release layout (upstream-formats.md §3.2, §3.6).
+"""RH20T sample corpus in the real resized-release layout (docs/upstream-formats.md, RH20T).
 
     write(out_dir, "demo")     -> <out_dir>/RH20T_cfg2.tar.gz   (deterministic tar; exercises the archive path)
     write(out_dir, "release")  -> <out_dir>/RH20T_cfg2/         (extracted folder; 596 robot scenes, 76 tasks)
