@@ -516,31 +516,42 @@ def test_malformed_unit_ids_refused(tmp_path, uid):
         adapter.read_frames(root, uid, "cam_high", [0])
 
 
-def test_symlinks_out_of_the_root_refused(tmp_path):
+def test_task_folders_and_files_linked_from_another_disk_are_read(tmp_path):
     root = small_root(tmp_path)
     outside = tmp_path / "outside"
     (outside / "insert_usb_cable").mkdir(parents=True)
     (outside / "insert_usb_cable" / "episode_0.hdf5").write_bytes(ep_bytes("task_004", 0))
     (outside / "episode_0.hdf5").write_bytes(ep_bytes("task_089", 0))
-    # a task folder symlinked outside the root (it would shadow insert_usb_cable.zip)
+    # a task folder linked from elsewhere (it shadows insert_usb_cable.zip), an episode file linked from elsewhere
     (root / "insert_usb_cable").symlink_to(outside / "insert_usb_cable", target_is_directory=True)
-    # an episode file symlinked outside the root inside a real task folder
     (root / "close_cardboard_box.zip").unlink()
     (root / "close_cardboard_box").mkdir()
     (root / "close_cardboard_box" / "episode_0.hdf5").symlink_to(outside / "episode_0.hdf5")
     (root / "close_cardboard_box" / "episode_1.hdf5").write_bytes(ep_bytes("task_089", 1))
     adapter = AistAdapter()
     ids = adapter.discover(root)
-    assert ids == ["task_004_unreadable", "task_089_episode_0", "task_089_episode_1"]
-    with pytest.raises(UnitError, match="refused.*symlink") as e:
-        adapter.read_unit(root, "task_004_unreadable")
-    assert e.value.file == "insert_usb_cable" and str(tmp_path) not in e.value.reason
-    with pytest.raises(UnitError, match="symlink"):
-        adapter.read_unit(root, "task_004_episode_0")
+    assert ids == ["task_004_episode_0", "task_089_episode_0", "task_089_episode_1"]
+    for uid in ids:
+        assert validate_unit(adapter.read_unit(root, uid)) is None
+    assert adapter.read_frames(root, "task_089_episode_0", "cam_high", [0])[0].shape[2] == 3
+
+
+def test_symlink_members_inside_a_zip_are_refused(tmp_path):
+    import stat
+    import zipfile
+
+    root = small_root(tmp_path)
+    zpath = root / "insert_usb_cable.zip"
+    with zipfile.ZipFile(zpath, "a") as zf:
+        info = zipfile.ZipInfo("insert_usb_cable/episode_7.hdf5")
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(info, "/etc/passwd")
+    adapter = AistAdapter()
+    assert "task_004_episode_7" in adapter.discover(root)
     with pytest.raises(UnitError, match="symlink") as e:
-        adapter.read_frames(root, "task_089_episode_0", "cam_high", [0])
-    assert e.value.file == "close_cardboard_box/episode_0.hdf5"
-    assert validate_unit(adapter.read_unit(root, "task_089_episode_1")) is None
+        adapter.read_unit(root, "task_004_episode_7")
+    assert e.value.file == "insert_usb_cable.zip"
+    assert validate_unit(adapter.read_unit(root, "task_004_episode_0")) is None
 
 
 def test_zip_slip_member_names_refused(tmp_path):

@@ -139,3 +139,55 @@ def test_fingerprint_is_stable_path_free_and_follows_content(adapter, cfg, slug,
         assert fresh.fingerprint(copy, good) != fp
     except UnitError:
         pass  # the flipped byte broke an archive's checksum: the unit is refused, never fingerprinted as before
+
+
+def hf_snapshot(src: Path, cache: Path, repo: str = "datasets--org--corpus", rev: str = "0" * 40) -> Path:
+    """Lay `src` out as a huggingface_hub cache snapshot: every file stored once under `blobs/<sha256>` and linked from
+    `snapshots/<rev>/<path>` by a relative symlink (`../../blobs/<sha>`, one more `../` per folder level), plus
+    `refs/main` naming the revision, as `huggingface-cli download` leaves it."""
+    import hashlib
+    import os
+
+    base = cache / repo
+    (base / "blobs").mkdir(parents=True)
+    (base / "refs").mkdir()
+    (base / "refs" / "main").write_text(rev)
+    snap = base / "snapshots" / rev
+    for path in sorted(p for p in Path(src).rglob("*") if p.is_file()):
+        rel = path.relative_to(src)
+        data = path.read_bytes()
+        blob = base / "blobs" / hashlib.sha256(data).hexdigest()
+        if not blob.exists():
+            blob.write_bytes(data)
+        link = snap / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(blob, link.parent), link)
+    return snap
+
+
+def test_a_hugging_face_cache_snapshot_reads_exactly_like_a_plain_copy(adapter, cfg, slug, root, tmp_path):
+    snap = hf_snapshot(root, tmp_path / "hub")
+    assert all(p.is_symlink() for p in snap.rglob("*") if not p.is_dir())
+    fresh = get_adapter(slug, **cfg["sources"][slug].get("adapter", {}))
+    ids = adapter.discover(root)
+    assert fresh.discover(snap) == ids
+    good = None
+    for unit_id in ids:
+        try:
+            a = adapter.read_unit(root, unit_id)
+        except UnitError as exc:
+            with pytest.raises(UnitError) as b:
+                fresh.read_unit(snap, unit_id)
+            assert (b.value.reason, b.value.file) == (exc.reason, exc.file)
+            continue
+        b = fresh.read_unit(snap, unit_id)
+        assert b.unit == a.unit and b.notes == a.notes
+        for name in ("frames", "signals", "segments"):
+            assert getattr(b, name).equals(getattr(a, name)), (unit_id, name)
+        good = good or (unit_id, a.unit)
+    unit_id, unit = good
+    want = [0, unit["num_frames"] - 1]
+    x = adapter.read_frames(root, unit_id, unit["camera"], want)
+    y = fresh.read_frames(snap, unit_id, unit["camera"], want)
+    assert all(np.array_equal(x[i], y[i]) for i in want)
+    assert fresh.fingerprint(snap, unit_id) == adapter.fingerprint(root, unit_id)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .base import require_root, safe_join
 from .ir import SourceError, UnitError
-from .storage.zipwindow import unsafe_member as _unsafe_member
+from .storage.zipwindow import is_symlink, unsafe_member as _unsafe_member
 
 SLUG = "aist"
 MANIFEST = "aist_bimanual_manifest.csv"
@@ -199,6 +199,13 @@ class AistLayout:
             if name.endswith("/"):
                 continue
             why = _unsafe_member(name)
+            if why is None and is_symlink(info):
+                m = _EPISODE_RE.fullmatch(name.split("/")[-1])
+                if m:
+                    n = int(m.group(1))
+                    refused.setdefault(n, _Episode(n, task.rel, name, f"zip member {name!r} is a symlink; links "
+                                                                       "inside archives are refused"))
+                continue
             if why:
                 m = _EPISODE_RE.fullmatch(re.split(r"[/\\]", name)[-1])
                 if m:

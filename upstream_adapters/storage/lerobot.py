@@ -99,7 +99,7 @@ def fill(template: str, ep: int, chunks_size: int, video_key: str | None = None,
 
 
 def scan_template(tdir: Path, template: str) -> set[int]:
-    """Episode indices of files under `tdir` matching a LeRobot path template (symlinks are not followed)."""
+    """Episode indices of files under `tdir` matching a LeRobot path template (symlinks made by a download tool are followed)."""
     pattern = ""
     try:
         parsed = list(string.Formatter().parse(template))
@@ -121,7 +121,7 @@ def scan_template(tdir: Path, template: str) -> set[int]:
     found: set[int] = set()
     if not base.is_dir():
         return found
-    for dirpath, _dirs, files in os.walk(base):
+    for dirpath, _dirs, files in os.walk(base, followlinks=True):
         reldir = Path(dirpath).relative_to(tdir).as_posix()
         for f in files:
             m = rx.fullmatch(f"{reldir}/{f}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import stat
 from pathlib import Path
 
 class Window(io.RawIOBase):
@@ -54,3 +55,8 @@ def unsafe_member(name: str) -> str | None:
     if "\\" in name:
         return "backslash"
     return None
+
+
+def is_symlink(info) -> bool:
+    """True for a zip member stored as a symbolic link (Unix mode S_IFLNK in the external attributes)."""
+    return stat.S_ISLNK((info.external_attr >> 16) & 0xFFFF)
