@@ -12,10 +12,12 @@ Zip members are read without extracting: a stored member through a seekable wind
 member inflated into memory (or an anonymous temp file above `member_memory_limit` bytes) and opened with h5py as a
 file-like object.
 
-Task ids: real files carry no numeric task id. It comes from the selected20 folder name, else from the manifest row
-whose `task_name` matches, else from the `task_ids={task_name: task_id}` option. A root whose tasks cannot be given an
-id that way (no manifest, no option) is a SourceError; a single task missing from an existing manifest becomes an
-`unmapped_<task_name>` unit that read_unit refuses (so the ingest stage quarantines it instead of losing it).
+Task ids: real files carry no numeric task id. It comes from the selected20 folder name, else from the
+`task_ids={task_name: task_id}` option, else from the row whose `task_name` matches in the public AIST-Bimanual task
+table shipped as `configs/aist_tasks.csv` (option `task_table` for another copy), extended by a manifest
+(`aist_bimanual_manifest.csv`, task_id,task_name,taxonomy,url) when the root has one. So the per-task zips alone are
+enough. A task found in none of them becomes an `unmapped_<task_name>` unit that read_unit refuses, naming the task
+(the ingest stage quarantines it; the other tasks load).
 Likewise a task zip that cannot be opened (not a zip, truncated central directory, no episode members) or a task
 folder that escapes the root is listed as `<task_id>_unreadable`, whose read_unit raises the UnitError.
 
@@ -94,14 +96,16 @@ def _text(value) -> str | None:
     return str(value)
 
 
-def _decode_jpeg_row(row: np.ndarray) -> np.ndarray | None:
+def _decode_jpeg_row(row: np.ndarray, channel_order: str = "rgb") -> np.ndarray | None:
+    """One zero-padded JPEG row -> HxWx3 RGB. channel_order "bgr": the JPEG was encoded from an RGB array handed to
+    cv2.imencode (which takes BGR), so a standard decode has red and blue swapped and is swapped back."""
     data = bytes(np.asarray(row, dtype=np.uint8).tobytes()).rstrip(b"\x00")
     if not data:
         return None
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     if img is None or img.ndim != 3:
         return None
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    return img if channel_order == "bgr" else cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
 def _float_array(values: np.ndarray) -> pa.Array:
@@ -121,13 +125,18 @@ class AistAdapter(AistLayout, SourceAdapter):
         "right_xy": "qpos columns used as pos_x, pos_y of the right arm (default [7, 8], joint angles)",
         "row_mismatch_tolerance": "largest row-count gap of qpos/qvel/camera cut to the common prefix (default 5)",
         "member_memory_limit": "deflated zip members up to this many bytes are inflated in memory (default 512 MiB)",
+        "task_table": "CSV task_id,task_name,taxonomy of the AIST tasks (default: the shipped configs/aist_tasks.csv)",
+        "jpeg_channel_order": "rgb | bgr: channel order the JPEG rows were encoded from. rgb (default, the public "
+                              "build's PIL decoding) keeps the decoded colours; bgr swaps red and blue back for rows "
+                              "written the ALOHA way (cv2.imencode of RGB arrays)",
     }
 
     def __init__(self, camera: str = "cam_high", tasks: Sequence[str] | None = None,
                  task_ids: dict[str, str] | None = None, left_xy: Sequence[int] = (0, 1),
                  right_xy: Sequence[int] = (7, 8), row_mismatch_tolerance: int = 5,
-                 member_memory_limit: int = 512 * 1024 * 1024):
-        """
+                 member_memory_limit: int = 512 * 1024 * 1024, task_table: str | None = None,
+                 jpeg_channel_order: str = "rgb"):
+        """See `options` for every option; in short:
         camera: the primary camera under observations/images (ProcessBench: cam_high).
         tasks: task ids to keep (e.g. ["task_004"]); None keeps every task present in the root.
         task_ids: {task_name: task_id} for tasks the manifest does not list (or when there is no manifest).
@@ -146,6 +155,10 @@ class AistAdapter(AistLayout, SourceAdapter):
             raise ValueError("left_xy and right_xy take two qpos column indices each")
         self.row_mismatch_tolerance = int(row_mismatch_tolerance)
         self.member_memory_limit = int(member_memory_limit)
+        self.task_table = str(task_table) if task_table else None
+        if jpeg_channel_order not in ("rgb", "bgr"):
+            raise ValueError(f"jpeg_channel_order must be 'rgb' or 'bgr', not {jpeg_channel_order!r}")
+        self.jpeg_channel_order = jpeg_channel_order
         super().__init__()
 
     def _init_state(self) -> None:
@@ -183,8 +196,9 @@ class AistAdapter(AistLayout, SourceAdapter):
             for task in tasks:
                 if task.sentinel == unit_id:
                     if task.task_id is None:
-                        raise UnitError(f"task {task.task_name!r} has no task id: it is not in {MANIFEST} nor in "
-                                        "the task_ids option", file=task.rel)
+                        raise UnitError(f"task {task.task_name!r} has no task id: it is not in the AIST task table "
+                                        f"(configs/aist_tasks.csv), the root's {MANIFEST} nor the task_ids option",
+                                        file=task.rel)
                     self._list_episodes(root, task)
                     raise UnitError(task.error or f"task {task.task_id} is unreadable", file=task.rel)
             raise UnitError(f"not an AIST unit id {unit_id!r} (expected task_XXX_episode_N)")
@@ -326,6 +340,8 @@ class AistAdapter(AistLayout, SourceAdapter):
             if not np.isfinite(fps) or fps <= 0:
                 raise UnitError(f"root attr 'frame_rate' is not a positive number: {raw_rate!r}", file=label)
 
+        notes.append(f"JPEG colour order assumed {self.jpeg_channel_order!r} (option jpeg_channel_order; the real "
+                     "files' encoder is unverified, rgb is the public build's PIL convention)")
         images = f.get(IMAGES)
         if not isinstance(images, h5py.Group):
             raise UnitError(f"episode has no {IMAGES} group", file=label)
@@ -356,7 +372,7 @@ class AistAdapter(AistLayout, SourceAdapter):
         if n <= 0:
             raise UnitError("episode has no rows", file=label)
         for i in sorted({0, n - 1}):
-            if _decode_jpeg_row(prim[i]) is None:
+            if _decode_jpeg_row(prim[i], self.jpeg_channel_order) is None:
                 raise UnitError(f"frame {i} of {IMAGES}/{self.camera} does not decode as JPEG", file=label)
         qpos = np.asarray(arrays["qpos"][:n], dtype=np.float64)
         qvel = np.asarray(arrays["qvel"][:n], dtype=np.float64)
@@ -480,7 +496,7 @@ class AistAdapter(AistLayout, SourceAdapter):
                     raise UnitError(f"cannot read rows {run[0]}..{run[-1]} of {IMAGES}/{camera}: "
                                     f"{self._clean(root, exc)}", file=label) from None
                 for k, i in enumerate(run):
-                    img = _decode_jpeg_row(block[k])
+                    img = _decode_jpeg_row(block[k], self.jpeg_channel_order)
                     if img is None:
                         raise UnitError(f"frame {i} of {IMAGES}/{camera} does not decode as JPEG", file=label)
                     out[i] = img

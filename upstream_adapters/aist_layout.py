@@ -50,7 +50,38 @@ class _Task:
         return f"{self.task_id}_unreadable" if self.task_id else f"unmapped_{self.task_name}"
 
 
+# The public AIST-Bimanual task table (task id, task name, taxonomy) as shipped with this repository.
+TASK_TABLE = Path(__file__).resolve().parents[1] / "configs" / "aist_tasks.csv"
+
+
+def read_task_table(path: Path, what: str) -> dict[str, tuple[str, str | None]]:
+    """task_name -> (task_id, taxonomy) from a CSV whose first columns are task_id,task_name[,taxonomy,...]."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{SLUG}: {what} is unreadable: {type(exc).__name__}") from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or [c.strip() for c in rows[0][:2]] != ["task_id", "task_name"]:
+        raise SourceError(f"{SLUG}: {what} does not start with the columns task_id,task_name,taxonomy")
+    out: dict[str, tuple[str, str | None]] = {}
+    for row in rows[1:]:
+        if len(row) < 2 or not row[0].strip():
+            continue
+        tid, tname = row[0].strip(), row[1].strip()
+        taxonomy = row[2].strip() if len(row) > 2 and row[2].strip() else None
+        if _TASK_ID_RE.fullmatch(tid) and tname:
+            out[tname] = (tid, taxonomy)
+    return out
+
+
 class AistLayout:
+    def _known_tasks(self, root: Path) -> dict[str, tuple[str, str | None]]:
+        """task_name -> (task_id, taxonomy): the public task table, extended (and overridden) by a manifest in the
+        root when there is one."""
+        table = read_task_table(self.task_table or TASK_TABLE, "task table "
+                                f"{Path(self.task_table).name if self.task_table else 'configs/aist_tasks.csv'}")
+        return {**table, **(self._read_manifest(root) or {})}
+
     def _read_manifest(self, root: Path) -> dict[str, tuple[str, str | None]] | None:
         """task_name -> (task_id, taxonomy), or None when the root has no manifest."""
         path = root / MANIFEST
@@ -62,24 +93,14 @@ class AistLayout:
         except (UnitError, OSError, UnicodeDecodeError) as exc:
             raise SourceError(f"{SLUG}: manifest {MANIFEST} in root {root.name!r} is unreadable: "
                               f"{getattr(exc, 'reason', type(exc).__name__)}") from None
-        rows = list(csv.reader(io.StringIO(text)))
-        if not rows or [c.strip() for c in rows[0][:2]] != ["task_id", "task_name"]:
-            raise SourceError(f"{SLUG}: manifest {MANIFEST} in root {root.name!r} does not start with the "
-                              "columns task_id,task_name,taxonomy,url")
-        out: dict[str, tuple[str, str | None]] = {}
-        for row in rows[1:]:
-            if len(row) < 2 or not row[0].strip():
-                continue
-            tid, tname = row[0].strip(), row[1].strip()
-            taxonomy = row[2].strip() if len(row) > 2 and row[2].strip() else None
-            if _TASK_ID_RE.fullmatch(tid) and tname:
-                out[tname] = (tid, taxonomy)
-        return out
+        if not text.strip():
+            return {}
+        return read_task_table(path, f"manifest {MANIFEST} in root {root.name!r}")
 
     def _scan(self, root: Path) -> list[_Task]:
         """The tasks stored in the root (episodes not listed yet), with their task ids; sorted by task name."""
         root = require_root(root, SLUG)
-        manifest = self._read_manifest(root)
+        manifest = self._known_tasks(root)
         found: dict[str, _Task] = {}
         names = sorted(os.listdir(root))
         if not names:
@@ -127,18 +148,12 @@ class AistLayout:
         if not found:
             raise SourceError(f"{SLUG}: root {root.name!r} holds no AIST task zips (<task_name>.zip) or task "
                               "folders (<task_name>/episode_N.hdf5)")
-        unmapped = []
         for tname, task in found.items():
             m = (manifest or {}).get(tname)
             if m and task.taxonomy is None:
                 task.taxonomy = m[1]
             if task.task_id is None:
                 task.task_id = self.task_ids.get(tname) or (m[0] if m else None)
-            if task.task_id is None:
-                unmapped.append(tname)
-        if unmapped and manifest is None and not self.task_ids:
-            raise SourceError(f"{SLUG}: root {root.name!r} has no {MANIFEST} and no task_ids option, so the "
-                              f"task ids of {unmapped[:5]} are unknown (AIST files carry no numeric task id)")
         tasks = [found[k] for k in sorted(found)]
         owner: dict[str, str] = {}
         for task in tasks:  # two task names claiming one task id: neither is trusted
