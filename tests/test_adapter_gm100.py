@@ -73,7 +73,7 @@ def test_registry_builds_the_adapter():
     assert isinstance(a, Gm100Adapter)
     assert (a.slug, a.name, a.unit_type, a.camera) == ("gm100", "GM-100", "episode", "camera_top")
     with pytest.raises(ValueError):
-        Gm100Adapter(short_video="ignore")
+        Gm100Adapter(frame_count_tolerance=-1)
 
 
 def test_sample_layout_is_lerobot_v21(tiny):
@@ -226,33 +226,52 @@ def test_licence_from_a_dataset_card(corpus, adapter):
 # ---------------------------------------------------------------------------- odd cases
 
 
-def test_short_camera_top_is_quarantined_with_a_reason(tiny, adapter):
+def test_short_camera_top_within_the_tolerance_is_cut_with_a_note(tiny, adapter):
     rows = parquet(tiny, SHORT).num_rows
-    with pytest.raises(UnitError) as exc:
-        adapter.read_unit(tiny, SHORT)
-    assert f"{rows - 1} decodable frames but the parquet has {rows} rows (1 frame short)" in exc.value.reason
-    assert exc.value.file == f"task_00002/{TOP}/episode_000001.mp4"
-    assert_others_read(adapter, tiny, GOOD)
-
-
-def test_short_camera_top_truncated_when_asked(tiny):
-    a = Gm100Adapter(short_video="truncate", truncate_limit=1)
-    rows = parquet(tiny, SHORT).num_rows
-    ir = a.read_unit(tiny, SHORT)
+    ir = adapter.read_unit(tiny, SHORT)  # default tolerance: 2 frames
     assert validate_unit(ir) is None
     assert ir.unit["num_frames"] == rows - 1
     assert ir.frames.num_rows == rows - 1 and ir.signals.num_rows == 2 * (rows - 1)
-    assert any("truncated to" in n and "dropped 1 trailing signal row" in n for n in ir.notes)
-    got = a.read_frames(tiny, SHORT, "camera_top", [rows - 2])
+    assert any(f"{rows - 1} decodable frames but the parquet has {rows} rows (1 frame short)" in n
+               and "dropped 1 trailing signal row" in n for n in ir.notes)
+    got = adapter.read_frames(tiny, SHORT, "camera_top", [rows - 2])  # the last usable frame decodes, as itself
     assert decode_frame_index(got[rows - 2]) == rows - 2
+    with pytest.raises(UnitError):
+        adapter.read_frames(tiny, SHORT, "camera_top", [rows - 1])  # the missing one never decodes
 
 
-def test_longer_gap_is_quarantined_even_when_truncating(corpus):
+def test_short_camera_top_quarantined_when_strict(tiny):
+    rows = parquet(tiny, SHORT).num_rows
+    with pytest.raises(UnitError) as exc:
+        Gm100Adapter(frame_count_tolerance=0).read_unit(tiny, SHORT)
+    assert f"{rows - 1} decodable frames but the parquet has {rows} rows (1 frame short)" in exc.value.reason
+    assert exc.value.file == f"task_00002/{TOP}/episode_000001.mp4"
+
+
+def test_longer_gap_is_quarantined(corpus, adapter):
     path = samples.unit_paths(corpus, TINY_IDS[2])[0]
     t = pq.read_table(path)
     pq.write_table(t.slice(0, t.num_rows - 10), path)  # video now 10 frames longer than the parquet
     with pytest.raises(UnitError, match="10 frames extra"):
-        Gm100Adapter(short_video="truncate").read_unit(corpus, TINY_IDS[2])
+        adapter.read_unit(corpus, TINY_IDS[2])
+
+
+def test_partial_download_videos_for_some_episodes_is_absent_not_broken(corpus, tmp_path):
+    from pipeline.ingest import ingest_source, summary_text
+
+    for unit_id in TINY_IDS[:2]:  # all parquet files, but the videos of two episodes never downloaded
+        for cam in ("camera_top", "camera_wrist_left", "camera_wrist_right"):
+            samples.unit_paths(corpus, unit_id, cam)[1].unlink(missing_ok=True)
+    samples.corrupt_video(corpus, TINY_IDS[2], "camera_top", keep=0.3)  # truncated: still broken
+    res = ingest_source("gm100", corpus, {"camera": "camera_top"})
+    assert sorted(res.absent["unit_id"].to_list()) == TINY_IDS[:2]
+    assert all("not downloaded" in r for r in res.absent["reason"].to_list())
+    assert res.absent["file"].to_list()[0].endswith("episode_000000.mp4")
+    assert res.quarantine["unit_id"].to_list() == [TINY_IDS[2]]
+    assert "cannot be read" in res.quarantine["reason"][0]
+    assert res.units["unit_id"].to_list() == [SHORT]
+    text = summary_text("gm100", res)
+    assert "2 absent (not downloaded)" in text and "1 quarantined" in text
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.0])

@@ -289,7 +289,21 @@ def test_timestamp_vs_video_frame_count(tmp_path):
     with pytest.raises(UnitError, match=rf"has {plus3.n_frames + 3} frames but .* has {plus3.n_frames} timestamps"):
         a.read_unit(tmp_path, plus3.name)
     with pytest.raises(UnitError, match="tolerance 0"):
-        Rh20tAdapter(max_frame_count_mismatch=0).read_unit(tmp_path, plus1.name)
+        Rh20tAdapter(frame_count_tolerance=0).read_unit(tmp_path, plus1.name)
+
+
+def test_unsorted_timestamps_are_sorted_with_a_note_as_the_official_api(tmp_path):
+    spec = GOOD[0]
+    S.write_root(tmp_path, [spec], seed=2, size=SIZE)
+    p = tmp_path / S.CFG_DIR / spec.name / f"cam_{S.PRIMARY}/timestamps.npy"
+    ts = np.load(p, allow_pickle=True).item()
+    want = list(ts["color"])
+    ts["color"][3], ts["color"][4] = ts["color"][4], ts["color"][3]
+    np.save(p, ts, allow_pickle=True)
+    ir = Rh20tAdapter().read_unit(tmp_path, spec.name)
+    assert validate_unit(ir) is None
+    assert ir.frames.column("native_ts").to_pylist()[: len(want)] == [float(t) for t in want][: ir.frames.num_rows]
+    assert any("sorted, as the official rh20t_api does" in n for n in ir.notes)
 
 
 def test_bad_timestamps_and_metadata_are_unit_errors(tmp_path):
@@ -298,7 +312,7 @@ def test_bad_timestamps_and_metadata_are_unit_errors(tmp_path):
     d0, d1, d2 = (tmp_path / S.CFG_DIR / s.name for s in specs)
     ts = np.load(d0 / f"cam_{S.PRIMARY}/timestamps.npy", allow_pickle=True).item()
     ts["color"][5] = ts["color"][4]
-    np.save(d0 / f"cam_{S.PRIMARY}/timestamps.npy", ts, allow_pickle=True)
+    np.save(d0 / f"cam_{S.PRIMARY}/timestamps.npy", ts, allow_pickle=True)  # a duplicate: refused
     (d1 / "metadata.json").write_text("{not json")
     meta = json.loads((d2 / "metadata.json").read_text())
     meta["rating"] = "good"

@@ -67,6 +67,7 @@ from .ir import (
     SEGMENTS_SCHEMA,
     SIGNALS_SCHEMA,
     SourceError,
+    UnitAbsent,
     UnitError,
     UnitIR,
     empty,
@@ -199,6 +200,8 @@ class AistAdapter(AistLayout, SourceAdapter):
                         raise UnitError(f"task {task.task_name!r} has no task id: it is not in the AIST task table "
                                         f"(configs/aist_tasks.csv), the root's {MANIFEST} nor the task_ids option",
                                         file=task.rel)
+                    if task.absent:
+                        raise UnitAbsent(task.error or "task not downloaded", file=task.rel)
                     self._list_episodes(root, task)
                     raise UnitError(task.error or f"task {task.task_id} is unreadable", file=task.rel)
             raise UnitError(f"not an AIST unit id {unit_id!r} (expected task_XXX_episode_N)")

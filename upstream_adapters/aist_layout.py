@@ -43,6 +43,7 @@ class _Task:
     task_id: str | None = None
     taxonomy: str | None = None  # from the manifest (the HDF5 attr wins)
     error: str | None = None  # set when the task's storage cannot be listed
+    absent: bool = False  # the task is selected but has no zip or folder in the root (not downloaded)
     episodes: dict[int, _Episode] = field(default_factory=dict)
 
     @property
@@ -177,7 +178,7 @@ class AistLayout:
             for tid in sorted(keep - have):
                 name = next((n for n, v in (manifest or {}).items() if v[0] == tid), None) or next(
                     (n for n, v in self.task_ids.items() if v == tid), tid)
-                tasks.append(_Task(name, "zip", f"{name}.zip", task_id=tid,
+                tasks.append(_Task(name, "zip", f"{name}.zip", task_id=tid, absent=True,
                                    error=f"task {tid} ({name}) has no zip or folder in the root"))
         return tasks
 

@@ -27,9 +27,9 @@ Unit = one episode, id `task_00043__episode_000007`, task id `task_00043`. The I
 - licence: from a dataset card (`README.md` YAML front matter `license:`) in the task folder or the root, else
   "unknown"; cc-by(-sa|-nc)-4.0 map to the IR strings, any other stated licence id is kept verbatim.
 
-Odd cases: missing tasks.jsonl -> language null; primary video shorter/longer than the parquet -> UnitError by default
-(`short_video="truncate"` instead truncates to the decodable count when the gap is <= `truncate_limit` frames and
-records the fact in `UnitIR.notes` and the log); unreadable mp4 -> UnitError; task folder without meta/info.json ->
+Odd cases: missing tasks.jsonl -> language null; primary video shorter/longer than the parquet by at most
+`frame_count_tolerance` frames (default 2, as LeRobot's timestamp tolerance) -> cut to the decodable common prefix, with
+a note; a larger gap -> UnitError; parquet or primary video not downloaded -> UnitAbsent; unreadable mp4 -> UnitError; task folder without meta/info.json ->
 its units error; LeRobot v3.0 task folders -> UnitError (SourceError when every task is v3); ids/paths escaping the
 root -> UnitError. A task folder whose episodes cannot even be listed (escaping symlink, no meta and no data) is
 reported by `discover` as the placeholder unit `<task>__unlisted`, so that ingest quarantines it instead of losing it.
@@ -71,6 +71,7 @@ from .ir import (
     SEGMENTS_SCHEMA,
     SIGNALS_SCHEMA,
     SourceError,
+    UnitAbsent,
     UnitError,
     UnitIR,
     empty,
@@ -116,8 +117,9 @@ class Gm100Adapter(SourceAdapter):
     unit_type = "episode"
     options = {
         "camera": "primary camera: the video feature without 'observation.images.' (default camera_top)",
-        "short_video": "quarantine | truncate: what a video shorter/longer than its parquet does (default quarantine)",
-        "truncate_limit": "largest frame-count gap that short_video=truncate accepts (default 2)",
+        "frame_count_tolerance": "largest gap between the primary video's frames and the parquet's rows accepted "
+                                 "(cut to the decodable common prefix, with a note); larger gaps are quarantined "
+                                 "(default 2; 0 = strict)",
     }
     arm_layout = "bimanual"  # the Cobot Magic hardware; single/bimanual task typing is derived by the labels stage
     signal_semantics = {
@@ -129,12 +131,11 @@ class Gm100Adapter(SourceAdapter):
         "force": "null (no F/T sensor)",
     }
 
-    def __init__(self, camera: str = "camera_top", short_video: str = "quarantine", truncate_limit: int = 2):
-        if short_video not in ("quarantine", "truncate"):
-            raise ValueError(f"short_video must be 'quarantine' or 'truncate', not {short_video!r}")
+    def __init__(self, camera: str = "camera_top", frame_count_tolerance: int = 2):
+        if int(frame_count_tolerance) < 0:
+            raise ValueError(f"frame_count_tolerance must be >= 0, not {frame_count_tolerance!r}")
         self.camera = camera[len(VIDEO_PREFIX):] if camera.startswith(VIDEO_PREFIX) else camera
-        self.short_video = short_video
-        self.truncate_limit = int(truncate_limit)
+        self.frame_count_tolerance = int(frame_count_tolerance)
         super().__init__()
 
     def _init_state(self) -> None:
@@ -208,7 +209,7 @@ class Gm100Adapter(SourceAdapter):
         data_rel = f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=f'{task}/meta/info.json')}"
         data_path = safe_join(root, data_rel)
         if not data_path.is_file():
-            raise UnitError(f"episode parquet is missing ({data_rel.split('/', 1)[1]})", file=data_rel)
+            raise UnitAbsent(f"episode parquet is missing ({data_rel.split('/', 1)[1]})", file=data_rel)
         table = _read_parquet(data_path, data_rel, PARQUET_COLUMNS)
         n = table.num_rows
         if n == 0:
@@ -243,8 +244,8 @@ class Gm100Adapter(SourceAdapter):
                 cameras.append(cam)
             if cam == self.camera:
                 primary_rel = rel_v
-        if self.camera not in cameras:
-            raise UnitError(f"primary camera {self.camera!r} video is missing", file=primary_rel)
+        if self.camera not in cameras:  # a partial download (parquet for every episode, videos for some)
+            raise UnitAbsent(f"primary camera {self.camera!r} video is missing (not downloaded)", file=primary_rel)
         try:
             n_video = video.count_frames(safe_join(root, primary_rel))
         except video.DecodeError as exc:
@@ -256,11 +257,11 @@ class Gm100Adapter(SourceAdapter):
             gap = n - n_video
             what = (f"{self.camera} video has {n_video} decodable frames but the parquet has {n} rows "
                     f"({abs(gap)} frame{'s' if abs(gap) != 1 else ''} {'short' if gap > 0 else 'extra'})")
-            if self.short_video == "truncate" and 0 < abs(gap) <= self.truncate_limit:
-                keep = min(n, n_video)
-                note = f"{what}: truncated to {keep} frames"
-                if gap > 0:
-                    note += f", dropped {gap} trailing signal row{'s' if gap != 1 else ''}"
+            if abs(gap) <= self.frame_count_tolerance:
+                keep = self._decodable(root, primary_rel, min(n, n_video))
+                note = f"{what}: cut to the first {keep} frames (tolerance {self.frame_count_tolerance})"
+                if n > keep:
+                    note += f", dropped {n - keep} trailing signal row{'s' if n - keep != 1 else ''}"
                 notes.append(note)
                 log.warning("%s %s: %s", self.slug, unit_id, note)
                 table = table.slice(0, keep)
@@ -314,6 +315,18 @@ class Gm100Adapter(SourceAdapter):
         ir = UnitIR(unit=unit, frames=frames, signals=signals, segments=empty(SEGMENTS_SCHEMA))
         ir.notes = notes  # type: ignore[attr-defined]  # (no notes field in the shared IR yet)
         return ir
+
+    def _decodable(self, root: Path, rel_v: str, keep: int) -> int:
+        """`keep`, lowered past trailing frames that do not decode (a video cut short mid-frame), so that no item
+        can reference a frame that does not decode; UnitError when none of the last frames decode."""
+        path = safe_join(root, rel_v)
+        for last in range(keep - 1, max(-1, keep - 2 - self.frame_count_tolerance), -1):
+            try:
+                video.read_frames(path, [last])
+                return last + 1
+            except video.DecodeError:
+                continue
+        raise UnitError(f"{self.camera} video: the last frames do not decode", file=rel_v)
 
     def _signals(self, table: pa.Table, meta: _TaskMeta, unit_id: str, t_sec: np.ndarray, data_rel: str,
                  notes: list[str]) -> pa.Table:

@@ -68,6 +68,7 @@ from .ir import (
     SEGMENTS_SCHEMA,
     SIGNALS_SCHEMA,
     SourceError,
+    UnitAbsent,
     UnitError,
     UnitIR,
     to_table,
@@ -186,7 +187,7 @@ class ReassembleAdapter(SourceAdapter):
         relpath = f"data/{unit_id}.h5"
         path = safe_join(Path(root), relpath)
         if not path.is_file():
-            raise UnitError(f"recording file {relpath} missing", file=relpath)
+            raise UnitAbsent(f"recording file {relpath} missing (not downloaded)", file=relpath)
         return path, relpath
 
     @staticmethod

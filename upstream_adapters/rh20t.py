@@ -17,9 +17,10 @@ Decisions (documented in the module so the quarantine reasons make sense):
 - Required per scene: metadata.json, the primary camera's color.mp4 + timestamps.npy, transformed/tcp_base.npy,
   transformed/force_torque_base.npy and transformed/gripper.npy (the reference loaders skip scenes missing them).
   A missing one is a UnitError naming the file.
-- Clock: timestamps.npy['color'] (ms Unix) must be strictly increasing integers; frame i of color.mp4 is
+- Clock: timestamps.npy['color'] (ms Unix) integers; frame i of color.mp4 is
   timestamps[i] [I]. If the video's frame count differs from the timestamp count by at most
-  `max_frame_count_mismatch` (default 1) the unit keeps the common prefix; a larger difference is a UnitError.
+  `frame_count_tolerance` (default 2) the unit keeps the decodable common prefix; a larger difference is a UnitError.
+  A list that is not increasing is sorted with a note, as the official rh20t_api sorts it; duplicates are refused.
 - Signals (arm `single`) come from the primary camera's entries of the transformed dicts, matched to each frame's
   timestamp by the nearest sample within `sync_tolerance_ms` (default 100 ms, as the OXE converter); otherwise
   null. pos = tcp_base xyz (m); gripper_width = gripper_info[0]; force = |zeroed[:3]| of force_torque_base;
@@ -106,12 +107,12 @@ class Rh20tAdapter(SourceAdapter):
         "camera": "primary camera serial, folder cam_<serial> (default 036422060215)",
         "cfgs": "configurations read, e.g. [cfg2] (default [cfg2]; null = all present)",
         "sync_tolerance_ms": "largest gap (ms) between a frame and the signal sample matched to it (default 100)",
-        "max_frame_count_mismatch": "largest gap between video frames and timestamps kept as the common prefix "
-                                    "(default 1)",
+        "frame_count_tolerance": "largest gap between video frames and timestamps kept as the common prefix "
+                                    "(default 2)",
     }
 
     def __init__(self, camera: str = "036422060215", cfgs: Sequence[str | int] | None = ("cfg2",),
-                 sync_tolerance_ms: float = 100.0, max_frame_count_mismatch: int = 1):
+                 sync_tolerance_ms: float = 100.0, frame_count_tolerance: int = 2):
         camera = str(camera)
         if camera.startswith("cam_"):
             camera = camera[4:]
@@ -120,7 +121,7 @@ class Rh20tAdapter(SourceAdapter):
         self.camera = camera
         self.cfgs = None if cfgs is None else frozenset(self._cfg_number(c) for c in cfgs)
         self.sync_tolerance_ms = float(sync_tolerance_ms)
-        self.max_frame_count_mismatch = int(max_frame_count_mismatch)
+        self.frame_count_tolerance = int(frame_count_tolerance)
         super().__init__()
 
     def _init_state(self) -> None:
@@ -310,8 +311,14 @@ class Rh20tAdapter(SourceAdapter):
         if not isinstance(tsobj, dict) or "color" not in tsobj:
             raise UnitError(f"{rel_ts} is not a dict with a 'color' list", file=scene.where(rel_ts))
         ts = _int_ms(tsobj["color"], f"{rel_ts}['color']", scene.where(rel_ts))
-        if np.any(np.diff(ts) <= 0):
-            raise UnitError(f"{rel_ts}['color'] is not strictly increasing", file=scene.where(rel_ts))
+        if np.any(np.diff(ts) < 0):  # the official API reads sorted(timestamps['color'])
+            k = int(np.sum(np.diff(ts) < 0))
+            ts = np.sort(ts, kind="stable")
+            notes.append(f"{rel_ts}['color'] was not increasing ({k} step{'s' if k != 1 else ''} back): sorted, as "
+                         "the official rh20t_api does (frame i <-> the i-th smallest timestamp)")
+        if np.any(np.diff(ts) == 0):
+            raise UnitError(f"{rel_ts}['color'] is not strictly increasing (duplicate timestamps)",
+                            file=scene.where(rel_ts))
 
         # video: frame count must match the clock (frame i <-> timestamps[i])
         src = scene.video(rel_mp4, data)
@@ -324,12 +331,14 @@ class Rh20tAdapter(SourceAdapter):
         if n_video == 0:
             raise UnitError(f"{rel_mp4} has no frames", file=scene.where(rel_mp4))
         if n_video != len(ts):
-            if abs(n_video - len(ts)) > self.max_frame_count_mismatch:
+            if abs(n_video - len(ts)) > self.frame_count_tolerance:
                 raise UnitError(f"{rel_mp4} has {n_video} frames but {rel_ts}['color'] has {len(ts)} timestamps "
-                                f"(tolerance {self.max_frame_count_mismatch})", file=scene.where(rel_mp4))
-            notes.append(f"{rel_mp4} has {n_video} frames but {rel_ts}['color'] has {len(ts)} timestamps: "
-                         f"kept the first {min(n_video, len(ts))} (frame i <-> timestamps[i])")
+                                f"(tolerance {self.frame_count_tolerance})", file=scene.where(rel_mp4))
         n = min(n_video, len(ts))
+        if n_video != len(ts):
+            n = self._decodable(src, n, scene.where(rel_mp4))
+            notes.append(f"{rel_mp4} has {n_video} frames but {rel_ts}['color'] has {len(ts)} timestamps: "
+                         f"kept the first {n} (frame i <-> timestamps[i])")
         if n < 2:
             raise UnitError(f"{rel_mp4} has fewer than 2 timestamped frames", file=scene.where(rel_mp4))
         ts = ts[:n]
@@ -408,6 +417,16 @@ class Rh20tAdapter(SourceAdapter):
         for note in notes:
             log.info("rh20t: %s: %s", unit_id, note)
         return UnitIR(unit=unit, frames=frames, signals=signals, segments=empty(SEGMENTS_SCHEMA), notes=notes)
+
+    def _decodable(self, src, keep: int, where: str) -> int:
+        """`keep` lowered past trailing frames that do not decode, so no item references a frame that does not."""
+        for last in range(keep - 1, max(-1, keep - 2 - self.frame_count_tolerance), -1):
+            try:
+                video.read_frames(src, [last])
+                return last + 1
+            except video.DecodeError:
+                continue
+        raise UnitError("the last frames of the video do not decode", file=where)
 
     # -- frames ---------------------------------------------------------------------------------------------------
 
