@@ -3,7 +3,8 @@
 Layout read (docs/upstream-formats.md, REASSEMBLE; checked against the authors' `REASSEMBLE/io.py` and the third-party
 daft-physical-ai reader):
 
-    <root>/data/<YYYY-MM-DD-HH-MM-SS>.h5        one recording = one isolation unit (unit id = file stem)
+    <root>/data/<YYYY-MM-DD-HH-MM-SS>.h5        one recording = one isolation unit (unit id = file stem);
+                                                or <root>/<rec>.h5 side by side (a flat folder, no data/)
     <root>/poses/<rec>_poses.json               camera/board poses (not needed for the IR)
     <root>/splits/{train_split1,test_split1}.txt  one recording id per line, no extension
 
@@ -136,11 +137,17 @@ class ReassembleAdapter(SourceAdapter):
         super().__init__()
 
     # ------------------------------------------------------------------ discovery
+    @staticmethod
+    def _prefix(root: Path) -> str:
+        """"data/" for the release layout (data/<rec>.h5), "" for a flat folder of <rec>.h5 files."""
+        return "data/" if Path(root, "data").is_dir() else ""
+
     def _data_dir(self, root: Path) -> Path:
         root = require_root(root, SLUG)
-        data = Path(root, "data")
-        if not data.is_dir():
-            raise SourceError(f"{SLUG}: root {root.name!r} has no data/ directory (expected data/<recording>.h5)")
+        data = Path(root, self._prefix(root))
+        if data == Path(root) and not any(p.suffix == ".h5" for p in Path(root).iterdir()):
+            raise SourceError(f"{SLUG}: root {root.name!r} has no data/ directory and no .h5 recordings "
+                              "(expected data/<recording>.h5 or a flat folder of <recording>.h5)")
         return data
 
     @staticmethod
@@ -184,7 +191,7 @@ class ReassembleAdapter(SourceAdapter):
     # ------------------------------------------------------------------ helpers
     def _h5_path(self, root: Path, unit_id: str) -> tuple[Path, str]:
         check_unit_id(unit_id)
-        relpath = f"data/{unit_id}.h5"
+        relpath = f"{self._prefix(root)}{unit_id}.h5"
         path = safe_join(Path(root), relpath)
         if not path.is_file():
             raise UnitAbsent(f"recording file {relpath} missing (not downloaded)", file=relpath)
