@@ -571,3 +571,25 @@ def test_npy_pickles_written_by_numpy_1x_load(protocol):
     bio.write(payload)
     got = load_npy(bio.getvalue())
     assert got["color"] == [1, 2] and np.array_equal(got[S.PRIMARY][0]["tcp"], np.arange(7.0))
+
+
+def test_root_given_as_the_archive_file_itself(tmp_path, roots):
+    tar = roots["tar"] / "RH20T_cfg2.tar.gz"
+    a = Rh20tAdapter()
+    ids = a.discover(tar)
+    assert ids == Rh20tAdapter().discover(roots["tar"])
+    x = a.read_unit(tar, ids[0])
+    y = Rh20tAdapter().read_unit(roots["tar"], ids[0])
+    assert validate_unit(x) is None and x.unit == y.unit and x.frames.equals(y.frames)
+    assert np.array_equal(a.read_frames(tar, ids[0], S.PRIMARY, [1])[1],
+                          Rh20tAdapter().read_frames(roots["tar"], ids[0], S.PRIMARY, [1])[1])
+    with pytest.raises(SourceError, match="none of the selected cfgs"):
+        Rh20tAdapter(cfgs=["cfg3"]).discover(tar)
+
+
+def test_generator_writes_either_layout(tmp_path):
+    S.write(tmp_path / "tar", scale="demo", seed=1, archive=True)
+    S.write(tmp_path / "dir", scale="demo", seed=1, archive=False)
+    assert [p.name for p in (tmp_path / "tar").iterdir()] == ["RH20T_cfg2.tar.gz"]
+    assert (tmp_path / "dir" / "RH20T_cfg2").is_dir()
+    assert Rh20tAdapter().discover(tmp_path / "tar") == Rh20tAdapter().discover(tmp_path / "dir")

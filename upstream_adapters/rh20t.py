@@ -11,7 +11,8 @@ Layout (docs/upstream-formats.md, RH20T):
             transformed/{tcp_base,force_torque_base,gripper}.npy  pickled dicts keyed by camera serial
         task_..._human[_N]/                               paired human demo: skipped, never a unit
 
-A root that is itself an extracted `RH20T_cfgN/` folder (scene folders directly inside) is accepted as well.
+A root that is itself an extracted `RH20T_cfgN/` folder (scene folders directly inside), or the `RH20T_cfgN.tar.gz`
+file itself (then only that archive is read), is accepted as well.
 
 Decisions (documented in the module so the quarantine reasons make sense):
 - Required per scene: metadata.json, the primary camera's color.mp4 + timestamps.npy, transformed/tcp_base.npy,
@@ -141,9 +142,21 @@ class Rh20tAdapter(SourceAdapter):
 
     # -- containers -----------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _split_root(root: Path) -> tuple[Path, str | None]:
+        """(folder, archive name) when the root given is an `RH20T_cfgN.tar.gz` file itself, else (root, None)."""
+        root = Path(root)
+        if CFG_TAR_RE.fullmatch(root.name) and root.is_file():
+            return root.parent, root.name
+        return root, None
+
     def _containers(self, root: Path) -> tuple[list[tuple[str, str, int]], list[str]]:
         """[(kind 'dir'|'tar'|'root', name relative to root, cfg number)] present in root, and unselected names."""
         found, skipped = [], []
+        root, only = self._split_root(root)
+        if only is not None:
+            cfg = int(CFG_TAR_RE.fullmatch(only).group(1))
+            return ([("tar", only, cfg)], []) if self._selected(cfg) else ([], [only])
         names = sorted(os.listdir(root))
         for n in names:
             m_dir, m_tar = CFG_DIR_RE.fullmatch(n), CFG_TAR_RE.fullmatch(n)
@@ -178,9 +191,11 @@ class Rh20tAdapter(SourceAdapter):
         return out
 
     def discover(self, root: Path) -> list[str]:
-        root = require_root(root, self.slug)
         self.issues = []
+        if self._split_root(root)[1] is None:
+            require_root(root, self.slug)
         containers, skipped = self._containers(root)
+        root = self._split_root(root)[0]
         if not containers:
             if skipped:
                 raise SourceError(f"rh20t: root {root.name!r} holds {skipped} but none of the selected cfgs "
@@ -230,10 +245,10 @@ class Rh20tAdapter(SourceAdapter):
             raise UnitError(str(exc)) from None
         if not self._selected(ids["cfg_number"]):
             raise UnitError(f"scene {unit_id} belongs to a cfg that is not selected ({sorted(self.cfgs or [])})")
-        root = Path(root)
-        if not root.is_dir():
-            raise UnitError(f"source root {root.name!r} is not a directory")
+        if not self._split_root(root)[0].is_dir():
+            raise UnitError(f"source root {Path(root).name!r} is not a directory")
         containers, _ = self._containers(root)
+        root = self._split_root(root)[0]
         for kind, name, cfg in containers:  # extracted folders win over archives (sorted: dir name < tar name)
             if kind in ("dir", "root") and (kind == "root" or cfg == ids["cfg_number"]):
                 prefix = f"{name}/" if name else ""
@@ -250,7 +265,7 @@ class Rh20tAdapter(SourceAdapter):
     # -- language -------------------------------------------------------------------------------------------------
 
     def _language(self, root: Path, unit_id: str) -> str | None:
-        p = Path(root, "task_description.json")
+        p = Path(self._split_root(root)[0], "task_description.json")
         if not p.is_file():
             return None
         st = p.stat()
