@@ -383,20 +383,6 @@ def test_ragged_list_column_is_a_unit_error(corpus, adapter):
         adapter.read_unit(corpus, TINY_IDS[0])
 
 
-def test_lerobot_v3_task_is_refused_clearly(corpus, adapter):
-    samples.make_v3(corpus, "task_00001")
-    assert adapter.discover(corpus) == TINY_IDS
-    with pytest.raises(UnitError, match="LeRobot v3.0 layout .* not supported yet"):
-        adapter.read_unit(corpus, TINY_IDS[0])
-    assert_others_read(adapter, corpus, [TINY_IDS[2]])
-    samples.make_v3(corpus, "task_00002")
-    with pytest.raises(SourceError, match="v3.0"):
-        adapter.discover(corpus)
-
-
-# ---------------------------------------------------------------------------- generator
-
-
 def _tree_hash(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -493,3 +479,26 @@ def test_signals_let_every_label_rule_fire(task_type, n):
             assert right.sum() == 0 and left.sum() > 0
         if task_type == "single_right":
             assert left.sum() == 0 and right.sum() > 0
+
+
+def test_lerobot_v3_layout_reads_like_v21(tiny, tmp_path):
+    v3root = tmp_path / "v3"
+    samples.write(v3root, scale="tiny", seed=0, codebase_version="v3.0")
+    tdir = v3root / "task_00001"
+    assert json.loads((tdir / "meta" / "info.json").read_text())["codebase_version"] == "v3.0"
+    assert (tdir / "meta" / "episodes" / "chunk-000" / "file-000.parquet").is_file()
+    assert [p.name for p in (tdir / "data" / "chunk-000").iterdir()] == ["file-000.parquet"]
+    a = Gm100Adapter(camera="camera_top")
+    assert a.discover(v3root) == a.discover(tiny) == TINY_IDS
+    for uid in GOOD + [SHORT]:
+        x, y = a.read_unit(tiny, uid), a.read_unit(v3root, uid)
+        assert validate_unit(y) is None
+        assert y.unit == x.unit, uid
+        assert y.frames.equals(x.frames) and y.signals.equals(x.signals)
+    # frame i of each episode is frame i, although the episodes share one mp4 per camera
+    for uid in (TINY_IDS[0], TINY_IDS[2]):
+        n = a.read_unit(v3root, uid).unit["num_frames"]
+        got = a.read_frames(v3root, uid, "camera_top", [0, n // 2, n - 1])
+        assert [decode_frame_index(got[i]) for i in (0, n // 2, n - 1)] == [0, n // 2, n - 1]
+        with pytest.raises(UnitError, match="outside the episode"):
+            a.read_frames(v3root, uid, "camera_top", [n + 5])

@@ -1,7 +1,8 @@
 """GM-100 adapter: The Great March 100, AgileX Cobot Magic LeRobot release (HF `rhos-ai/gm100-cobotmagic-lerobot`).
 
-Layout read (docs/upstream-formats.md, GM-100): the root is the HF repo folder holding `task_XXXXX/` folders, each a standalone
-LeRobot v2.x dataset:
+Layout read (docs/upstream-formats.md, GM-100): the root is the HF repo folder (a plain copy or a huggingface_hub
+snapshot of symlinks) holding `task_XXXXX/` folders, each a standalone LeRobot dataset, v2.x as below or v3.0
+(many episodes per data parquet and per mp4, located by meta/episodes/; storage/lerobot_v3.py):
 
     task_00043/meta/info.json          codebase_version, fps, features{dtype,shape,names,info}, data_path, video_path,
                                        chunks_size, total_episodes ...
@@ -30,7 +31,7 @@ Unit = one episode, id `task_00043__episode_000007`, task id `task_00043`. The I
 Odd cases: missing tasks.jsonl -> language null; primary video shorter/longer than the parquet by at most
 `frame_count_tolerance` frames (default 2, as LeRobot's timestamp tolerance) -> cut to the decodable common prefix, with
 a note; a larger gap -> UnitError; parquet or primary video not downloaded -> UnitAbsent; unreadable mp4 -> UnitError; task folder without meta/info.json ->
-its units error; LeRobot v3.0 task folders -> UnitError (SourceError when every task is v3); ids/paths escaping the
+its units error; ids/paths escaping the
 root -> UnitError. A task folder whose episodes cannot even be listed (escaping symlink, no meta and no data) is
 reported by `discover` as the placeholder unit `<task>__unlisted`, so that ingest quarantines it instead of losing it.
 """
@@ -50,26 +51,24 @@ import pyarrow as pa
 
 from . import video
 from .base import SourceAdapter, check_unit_id, require_root, safe_join
+from .gm100_signals import signals_table
+from .storage import lerobot_v3 as v3
 from .storage.lerobot import (
     card_licence as _card_licence,
     fill as _fill,
     is_v3 as _is_v3,
-    matrix as _matrix,
     read_json_quiet as _read_json_quiet,
     read_jsonl_quiet as _read_jsonl_quiet,
     read_parquet as _read_parquet,
     scan_template as _scan_template,
     stat as _stat,
     DEFAULT_DATA_PATH,
-    arm_slices as _arm_slices,
-    names_swapped as _names_swapped,
-    parse_info_v2,
+    parse_info,
     VIDEO_PREFIX,
 )
 from .ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
-    SIGNALS_SCHEMA,
     SourceError,
     UnitAbsent,
     UnitError,
@@ -109,6 +108,7 @@ class _TaskMeta:
     tasks: dict[int, str] | None  # task_index -> text; None when meta/tasks.jsonl is missing
     licence: str
     notes: list[str] = field(default_factory=list)
+    episodes: dict | None = None  # v3.0: episode_index -> v3.EpisodeV3 (where its rows and frames lie)
 
 
 class Gm100Adapter(SourceAdapter):
@@ -162,19 +162,12 @@ class Gm100Adapter(SourceAdapter):
                 )
             raise SourceError(f"{self.slug}: root {root.name!r} holds no task_XXXXX folders (not the GM-100 layout)")
         ids: list[str] = []
-        v3 = 0
         for task in tasks:
-            episodes, is_v3 = self._list_episodes(root, task)
-            v3 += is_v3
+            episodes, _ = self._list_episodes(root, task)
             if episodes:
                 ids.extend(f"{task}__episode_{e:06d}" for e in episodes)
             else:
                 ids.append(f"{task}__{PLACEHOLDER}")
-        if v3 == len(tasks):
-            raise SourceError(
-                f"{self.slug}: every task folder under {root.name!r} uses the LeRobot v3.0 layout "
-                "(meta/tasks.parquet, file-XXX chunks), which this adapter does not support yet"
-            )
         return sorted(ids)
 
     def _list_episodes(self, root: Path, task: str) -> tuple[list[int], bool]:
@@ -184,8 +177,11 @@ class Gm100Adapter(SourceAdapter):
             return [], False
         info = _read_json_quiet(root, f"{task}/meta/info.json")
         if _is_v3(tdir, info):
-            total = info.get("total_episodes") if isinstance(info, dict) else None
-            return (list(range(total)) if isinstance(total, int) and total > 0 else []), True
+            try:
+                return sorted(v3.read_episodes(root, task)), True
+            except UnitError:  # listed from info.json, so that read_unit quarantines each with the reason
+                total = info.get("total_episodes") if isinstance(info, dict) else None
+                return (list(range(total)) if isinstance(total, int) and total > 0 else []), True
         episodes: set[int] = set()
         for row in _read_jsonl_quiet(root, f"{task}/meta/episodes.jsonl"):
             e = row.get("episode_index") if isinstance(row, dict) else None
@@ -206,11 +202,14 @@ class Gm100Adapter(SourceAdapter):
         notes = list(meta.notes)
         key = self._video_key(meta, self.camera)
 
-        data_rel = f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=f'{task}/meta/info.json')}"
+        data_rel = self._data_rel(meta, task, ep)
         data_path = safe_join(root, data_rel)
         if not data_path.is_file():
             raise UnitAbsent(f"episode parquet is missing ({data_rel.split('/', 1)[1]})", file=data_rel)
-        table = _read_parquet(data_path, data_rel, PARQUET_COLUMNS)
+        if meta.episodes is None:
+            table = _read_parquet(data_path, data_rel, PARQUET_COLUMNS)
+        else:  # v3.0: this episode's rows of a multi-episode file
+            table = v3.episode_rows(data_path, data_rel, ep, PARQUET_COLUMNS)
         n = table.num_rows
         if n == 0:
             raise UnitError("episode parquet has no rows", file=data_rel)
@@ -246,10 +245,13 @@ class Gm100Adapter(SourceAdapter):
                 primary_rel = rel_v
         if self.camera not in cameras:  # a partial download (parquet for every episode, videos for some)
             raise UnitAbsent(f"primary camera {self.camera!r} video is missing (not downloaded)", file=primary_rel)
+        offset, span = self._video_span(meta, ep, self.camera)
         try:
-            n_video = video.count_frames(safe_join(root, primary_rel))
+            n_video = video.count_frames(safe_join(root, primary_rel)) - offset
         except video.DecodeError as exc:
             raise UnitError(f"{self.camera} video cannot be read: {exc}", file=primary_rel) from None
+        if span is not None:
+            n_video = min(n_video, span)
         if n_video <= 0:
             raise UnitError(f"{self.camera} video has no frames", file=primary_rel)
 
@@ -258,7 +260,7 @@ class Gm100Adapter(SourceAdapter):
             what = (f"{self.camera} video has {n_video} decodable frames but the parquet has {n} rows "
                     f"({abs(gap)} frame{'s' if abs(gap) != 1 else ''} {'short' if gap > 0 else 'extra'})")
             if abs(gap) <= self.frame_count_tolerance:
-                keep = self._decodable(root, primary_rel, min(n, n_video))
+                keep = self._decodable(root, primary_rel, min(n, n_video), offset)
                 note = f"{what}: cut to the first {keep} frames (tolerance {self.frame_count_tolerance})"
                 if n > keep:
                     note += f", dropped {n - keep} trailing signal row{'s' if n - keep != 1 else ''}"
@@ -311,69 +313,22 @@ class Gm100Adapter(SourceAdapter):
             ],
             schema=FRAMES_SCHEMA,
         )
-        signals = self._signals(table, meta, unit_id, t_sec, data_rel, notes)
+        signals = signals_table(self.slug, table, meta.features, unit_id, t_sec, data_rel, notes)
         ir = UnitIR(unit=unit, frames=frames, signals=signals, segments=empty(SEGMENTS_SCHEMA))
         ir.notes = notes  # type: ignore[attr-defined]  # (no notes field in the shared IR yet)
         return ir
 
-    def _decodable(self, root: Path, rel_v: str, keep: int) -> int:
+    def _decodable(self, root: Path, rel_v: str, keep: int, offset: int = 0) -> int:
         """`keep`, lowered past trailing frames that do not decode (a video cut short mid-frame), so that no item
         can reference a frame that does not decode; UnitError when none of the last frames decode."""
         path = safe_join(root, rel_v)
         for last in range(keep - 1, max(-1, keep - 2 - self.frame_count_tolerance), -1):
             try:
-                video.read_frames(path, [last])
+                video.read_frames(path, [offset + last])
                 return last + 1
             except video.DecodeError:
                 continue
         raise UnitError(f"{self.camera} video: the last frames do not decode", file=rel_v)
-
-    def _signals(self, table: pa.Table, meta: _TaskMeta, unit_id: str, t_sec: np.ndarray, data_rel: str,
-                 notes: list[str]) -> pa.Table:
-        n = table.num_rows
-        pos = _matrix(table, COL_POS, meta.features, data_rel)
-        vel = _matrix(table, COL_VEL, meta.features, data_rel)
-        eff = _matrix(table, COL_EFFORT, meta.features, data_rel)
-        for col, m in ((COL_POS, pos), (COL_VEL, vel), (COL_EFFORT, eff)):
-            if m is None:
-                notes.append(f"column {col} absent: its channels are null")
-        pos_sl = _arm_slices(pos, meta.features.get(COL_POS), notes, COL_POS)
-        vel_sl = _arm_slices(vel, meta.features.get(COL_VEL), notes, COL_VEL)
-        eff_ix = {"left": 0, "right": 1} if eff is not None and eff.shape[1] == 2 else None
-        if eff is not None and eff_ix is None:
-            notes.append(f"{COL_EFFORT} has width {eff.shape[1]}, not 2: gripper_effort is null")
-        if eff_ix is not None and _names_swapped(meta.features.get(COL_EFFORT), 1):
-            eff_ix = {"left": 1, "right": 0}
-
-        def col(values: np.ndarray | None) -> pa.Array:
-            if values is None:
-                return pa.nulls(n, pa.float64())
-            return pa.array(np.asarray(values, dtype=np.float64), pa.float64(), from_pandas=True)
-
-        parts = []
-        for arm in ("left", "right"):
-            p = pos[:, pos_sl[arm]] if pos_sl else None
-            v = vel[:, vel_sl[arm]] if vel_sl else None
-            parts.append(
-                pa.Table.from_arrays(
-                    [
-                        pa.array([self.slug] * n, pa.string()),
-                        pa.array([unit_id] * n, pa.string()),
-                        pa.array([arm] * n, pa.string()),
-                        pa.array(np.arange(n, dtype=np.int64)),
-                        pa.array(t_sec),
-                        col(p[:, 0] if p is not None else None),
-                        col(p[:, 1] if p is not None else None),
-                        col(p[:, 2] if p is not None else None),
-                        col(np.linalg.norm(v, axis=1) if v is not None else None),
-                        col(eff[:, eff_ix[arm]] if eff_ix is not None else None),
-                        col(None),
-                        col(None),
-                    ],
-                    schema=SIGNALS_SCHEMA,
-                )
-            )
-        return pa.concat_tables(parts).combine_chunks()
 
     # ------------------------------------------------------------------ frames
 
@@ -403,11 +358,15 @@ class Gm100Adapter(SourceAdapter):
             raise UnitError(f"negative frame index requested: {min(want)}", file=rel_v)
         if not want:
             return {}
+        offset, span = self._video_span(meta, ep, cam)
+        if span is not None and max(want) >= span:
+            raise UnitError(f"{cam} frames {[i for i in want if i >= span][:5]} outside the episode ({span} frames)",
+                            file=rel_v)
         try:
-            got = video.read_frames(path, want, decoder=decoder, threads=threads)
+            got = video.read_frames(path, [offset + i for i in want], decoder=decoder, threads=threads)
         except video.DecodeError as exc:
             raise UnitError(f"{cam} video: {exc}", file=rel_v) from None
-        return {i: got[i] for i in want}
+        return {i: got[offset + i] for i in want}
 
     # ------------------------------------------------------------------ helpers
 
@@ -444,8 +403,6 @@ class Gm100Adapter(SourceAdapter):
         if hit is not None:
             return hit
         if not info_path.is_file():
-            if _is_v3(tdir, None):
-                raise UnitError("LeRobot v3.0 layout (meta/tasks.parquet) is not supported yet", file=info_rel)
             raise UnitError("meta/info.json is missing: the task folder is not a LeRobot dataset", file=info_rel)
         try:
             info = json.loads(info_path.read_text(encoding="utf-8"))
@@ -453,15 +410,15 @@ class Gm100Adapter(SourceAdapter):
             raise UnitError(f"meta/info.json is not readable JSON: {exc}", file=info_rel) from None
         if not isinstance(info, dict):
             raise UnitError("meta/info.json is not a JSON object", file=info_rel)
-        if _is_v3(tdir, info):
-            raise UnitError(
-                f"LeRobot v3.0 layout (codebase_version {info.get('codebase_version')!r}) is not supported yet",
-                file=info_rel,
-            )
-        fps, data_path, video_path, features, video_keys, chunks = parse_info_v2(info, info_rel)
+        fps, data_path, video_path, features, video_keys, chunks = parse_info(info, info_rel)
         tasks = None
         notes: list[str] = []
-        if tasks_path.is_file():
+        episodes = v3.read_episodes(root, task) if _is_v3(tdir, info) else None
+        if episodes is not None:
+            tasks = v3.read_tasks(root, task)
+            if tasks is None:
+                notes.append("meta/tasks.parquet is missing or unreadable: language is null")
+        elif tasks_path.is_file():
             tasks = {}
             for row in _read_jsonl_quiet(root, tasks_rel):
                 if isinstance(row, dict) and isinstance(row.get("task_index"), int) \
@@ -473,7 +430,7 @@ class Gm100Adapter(SourceAdapter):
         meta = _TaskMeta(task=task, info=info, fps=float(fps), data_path=data_path,
                          video_path=video_path if isinstance(video_path, str) and video_path else None,
                          chunks_size=chunks, video_keys=video_keys, features=features, tasks=tasks,
-                         licence=licence, notes=notes)
+                         licence=licence, notes=notes, episodes=episodes)
         if len(self._meta_cache) > 512:
             self._meta_cache.clear()
         self._meta_cache[stamp] = meta
@@ -496,8 +453,30 @@ class Gm100Adapter(SourceAdapter):
             )
         return meta.video_keys[camera]
 
+    def _data_rel(self, meta: _TaskMeta, task: str, ep: int) -> str:
+        info_rel = f"{task}/meta/info.json"
+        if meta.episodes is None:
+            return f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=info_rel)}"
+        loc = meta.episodes.get(ep)
+        if loc is None:
+            raise UnitError(f"episode {ep} is not in meta/episodes", file=f"{task}/meta/episodes")
+        return f"{task}/{v3.fill(meta.data_path, *loc.data, where=info_rel)}"
+
+    def _video_span(self, meta: _TaskMeta, ep: int, camera: str) -> tuple[int, int | None]:
+        """(index of the episode's first frame in its video file, frames it spans there or None = to the end)."""
+        if meta.episodes is None:
+            return 0, None
+        loc = meta.episodes[ep].videos.get(self._video_key(meta, camera))
+        fps = self._camera_fps(meta, self._video_key(meta, camera))
+        return (v3.frame_offset(loc[2], fps), v3.span_frames(loc[2], loc[3], fps)) if loc else (0, None)
+
     def _video_rel(self, meta: _TaskMeta, task: str, ep: int, camera: str) -> str:
         key = self._video_key(meta, camera)
+        if meta.episodes is not None:
+            loc = meta.episodes.get(ep)
+            if loc is None or key not in loc.videos:
+                return f"{task}/videos/{key}/episode_{ep:06d}.missing"  # not in the metadata: not downloaded
+            return f"{task}/{v3.fill(meta.video_path, loc.videos[key][0], loc.videos[key][1], key, task)}"
         return f"{task}/{_fill(meta.video_path, ep, meta.chunks_size, video_key=key, file=f'{task}/meta/info.json')}"
 
     def _camera_fps(self, meta: _TaskMeta, key: str) -> float:

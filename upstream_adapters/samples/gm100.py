@@ -47,7 +47,6 @@ import pyarrow.parquet as pq
 from .common import encode_video, render_frame, rng_for
 from .gm100_signals import (  # noqa: F401 - the generator's public names stay importable from here
     HOME,
-    LEGS,
     episode_signals,
 )
 
@@ -350,8 +349,9 @@ No licence is stated here because the licence of the real dataset is unverified.
 """
 
 
-def write(out_dir: Path, scale: str = "demo", seed: int = 0) -> None:
+def write(out_dir: Path, scale: str = "demo", seed: int = 0, codebase_version: str = "v2.1") -> None:
     """Write the GM-100 sample corpus (the source root) into `out_dir`, replacing an earlier sample corpus there.
+    codebase_version "v3.0" lays every task folder out as LeRobot v3.0 (`gm100_v3.convert_task`).
 
     Refuses to touch a non-empty `out_dir` that is not a sample corpus written by this module.
     """
@@ -366,8 +366,14 @@ def write(out_dir: Path, scale: str = "demo", seed: int = 0) -> None:
     (tmp / "README.md").write_text(CARD, encoding="utf-8")
     (tmp / ".gitattributes").write_text("*.mp4 filter=lfs diff=lfs merge=lfs -text\n"
                                         "*.parquet filter=lfs diff=lfs merge=lfs -text\n", encoding="utf-8")
+    if codebase_version not in ("v2.1", "v3.0"):
+        raise ValueError(f"codebase_version must be 'v2.1' or 'v3.0', not {codebase_version!r}")
     for task in tasks:
         _write_task(tmp, task, seed)
+        if codebase_version == "v3.0":
+            from .gm100_v3 import convert_task
+
+            convert_task(tmp / task.task_id)
     (tmp / MARKER_FILE).write_text(f"gm100 sample corpus, scale={scale}, seed={seed}\n", encoding="utf-8")
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -397,19 +403,3 @@ def corrupt_video(root: Path, unit_id: str, camera: str = "camera_top", keep: fl
 
 def remove_info_json(root: Path, task_id: str) -> None:
     (Path(root) / task_id / "meta" / "info.json").unlink()
-
-
-def make_v3(root: Path, task_id: str) -> None:
-    """Turn a task folder's metadata into the LeRobot v3.0 shape (codebase_version, templates, meta/tasks.parquet)."""
-    meta = Path(root) / task_id / "meta"
-    info = json.loads((meta / "info.json").read_text(encoding="utf-8"))
-    info["codebase_version"] = "v3.0"
-    info["data_path"] = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-    info["video_path"] = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-    (meta / "info.json").write_text(json.dumps(info, indent=4) + "\n", encoding="utf-8")
-    text = "unknown"
-    if (meta / "tasks.jsonl").is_file():
-        text = json.loads((meta / "tasks.jsonl").read_text(encoding="utf-8").splitlines()[0])["task"]
-        (meta / "tasks.jsonl").unlink()
-    pq.write_table(pa.table({"task_index": pa.array([0], pa.int64()), "task": pa.array([text])}),
-                   meta / "tasks.parquet")

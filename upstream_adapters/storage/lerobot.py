@@ -229,11 +229,11 @@ def arm_slices(m: np.ndarray | None, feature, notes: list[str], name: str) -> di
     return {"left": left, "right": right}
 
 
-def parse_info_v2(info: dict, info_rel: str) -> tuple[float, str, str | None, dict, dict[str, str], int]:
-    """(fps, data_path, video_path, features, {camera: video feature key}, chunks_size) of a v2.x meta/info.json."""
+def parse_info(info: dict, info_rel: str) -> tuple[float, str, str | None, dict, dict[str, str], int]:
+    """(fps, data_path, video_path, features, {camera: video feature key}, chunks_size) of a v2.x/v3.0 info.json."""
     version = str(info.get("codebase_version", ""))
-    if version and not version.startswith("v2"):
-        raise UnitError(f"unsupported LeRobot codebase_version {version!r} (expected v2.x)", file=info_rel)
+    if version and not version.startswith(("v2", "v3")):
+        raise UnitError(f"unsupported LeRobot codebase_version {version!r} (expected v2.x or v3.0)", file=info_rel)
     fps = info.get("fps")
     if not isinstance(fps, (int, float)) or not fps > 0:
         raise UnitError(f"meta/info.json has no valid fps ({fps!r})", file=info_rel)
