@@ -502,3 +502,71 @@ def test_lerobot_v3_layout_reads_like_v21(tiny, tmp_path):
         assert [decode_frame_index(got[i]) for i in (0, n // 2, n - 1)] == [0, n // 2, n - 1]
         with pytest.raises(UnitError, match="outside the episode"):
             a.read_frames(v3root, uid, "camera_top", [n + 5])
+
+
+def _grey_mp4(path: Path, n: int, fps: int = 30) -> None:
+    """An H.264 mp4 written with PyAV directly (not our generator): frame i is a flat grey of level 8 * i."""
+    import av
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=fps)
+        s.width, s.height, s.pix_fmt = 32, 24, "yuv420p"
+        for i in range(n):
+            for packet in s.encode(av.VideoFrame.from_ndarray(np.full((24, 32, 3), 8 * i, np.uint8), format="rgb24")):
+                c.mux(packet)
+        for packet in s.encode():
+            c.mux(packet)
+
+
+def test_independent_lerobot_v21_corpus_good_broken_absent(tmp_path):
+    """A LeRobot v2.1 task folder written by hand (json + pyarrow + PyAV), not by the sample generator."""
+    root = tmp_path / "gm100"
+    task = root / "task_00005"
+    (task / "meta").mkdir(parents=True)
+    key = "observation.images.camera_top"
+    features = {
+        "timestamp": {"dtype": "float32", "shape": [1]},
+        "frame_index": {"dtype": "int64", "shape": [1]},
+        "observation.state.arm.position": {"dtype": "float32", "shape": [12]},
+        "observation.state.arm.velocity": {"dtype": "float32", "shape": [12]},
+        "observation.state.effector.effort": {"dtype": "float32", "shape": [2]},
+        key: {"dtype": "video", "shape": [24, 32, 3], "info": {"video.fps": 30}},
+    }
+    info = {"codebase_version": "v2.1", "fps": 30, "chunks_size": 1000, "total_episodes": 3, "features": features,
+            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+            "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"}
+    (task / "meta" / "info.json").write_text(json.dumps(info))
+    (task / "meta" / "episodes.jsonl").write_text("".join(json.dumps({"episode_index": e, "length": 24}) + "\n"
+                                                          for e in range(3)))
+    (task / "meta" / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": "fold the towel"}) + "\n")
+    for e in range(3):
+        n = 24
+        t = pa.table({"timestamp": pa.array(np.arange(n) / 30.0, pa.float32()),
+                      "frame_index": pa.array(range(n), pa.int64()), "episode_index": pa.array([e] * n, pa.int64()),
+                      "task_index": pa.array([0] * n, pa.int64()),
+                      "observation.state.arm.position": [[0.01 * i] * 12 for i in range(n)],
+                      "observation.state.arm.velocity": [[0.1] * 12 for _ in range(n)],
+                      "observation.state.effector.effort": [[1.0, 2.0] for _ in range(n)]})
+        out = task / f"data/chunk-000/episode_{e:06d}.parquet"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(t, out)
+    vids = task / "videos/chunk-000" / key
+    _grey_mp4(vids / "episode_000000.mp4", 24)
+    _grey_mp4(vids / "episode_000001.mp4", 24)
+    data = (vids / "episode_000001.mp4").read_bytes()
+    (vids / "episode_000001.mp4").write_bytes(data[: len(data) // 3])  # truncated download
+    # episode 2: parquet only, its video never downloaded
+    from pipeline.ingest import ingest_source
+
+    res = ingest_source("gm100", root, {"camera": "camera_top"})
+    ids = [f"task_00005__episode_00000{e}" for e in range(3)]
+    assert res.units["unit_id"].to_list() == [ids[0]]
+    assert res.quarantine["unit_id"].to_list() == [ids[1]]
+    assert res.quarantine["file"][0] == f"task_00005/videos/chunk-000/{key}/episode_000001.mp4"
+    assert res.absent["unit_id"].to_list() == [ids[2]]
+    a = Gm100Adapter()
+    ir = a.read_unit(root, ids[0])
+    assert ir.unit["language"] == "fold the towel" and ir.unit["num_frames"] == 24
+    got = a.read_frames(root, ids[0], "camera_top", [0, 11, 23])
+    assert all(abs(float(got[i].mean()) - 8 * i) < 4 for i in (0, 11, 23))  # frame i is frame i
