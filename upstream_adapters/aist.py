@@ -54,12 +54,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import cv2
 import h5py
 import numpy as np
 import pyarrow as pa
 
 from .aist_layout import MANIFEST, AistLayout, _Episode, _Task
+from .aist_rows import _decode_jpeg_row, _float_array, _text
 from .base import SourceAdapter, check_unit_id, safe_join
 from .storage.zipwindow import Window as _Window
 from .ir import (
@@ -82,36 +82,6 @@ IMAGES = "observations/images"
 
 _UNIT_RE = re.compile(r"(task_\d+)_episode_(\d+)")
 
-
-
-def _text(value) -> str | None:
-    """An HDF5 attr / scalar dataset value as text (bytes, numpy bytes/str, 0-d or 1-element arrays)."""
-    if value is None:
-        return None
-    if isinstance(value, np.ndarray):
-        if value.size != 1:
-            return None
-        value = value.reshape(()).item()
-    if isinstance(value, (bytes, np.bytes_)):
-        value = bytes(value).decode("utf-8", errors="replace")
-    return str(value)
-
-
-def _decode_jpeg_row(row: np.ndarray, channel_order: str = "rgb") -> np.ndarray | None:
-    """One zero-padded JPEG row -> HxWx3 RGB. channel_order "bgr": the JPEG was encoded from an RGB array handed to
-    cv2.imencode (which takes BGR), so a standard decode has red and blue swapped and is swapped back."""
-    data = bytes(np.asarray(row, dtype=np.uint8).tobytes()).rstrip(b"\x00")
-    if not data:
-        return None
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    if img is None or img.ndim != 3:
-        return None
-    return img if channel_order == "bgr" else cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-
-
-def _float_array(values: np.ndarray) -> pa.Array:
-    values = np.asarray(values, dtype=np.float64)
-    return pa.array(values, type=pa.float64(), mask=~np.isfinite(values))
 
 
 class AistAdapter(AistLayout, SourceAdapter):
