@@ -593,3 +593,48 @@ def test_generator_writes_either_layout(tmp_path):
     assert [p.name for p in (tmp_path / "tar").iterdir()] == ["RH20T_cfg2.tar.gz"]
     assert (tmp_path / "dir" / "RH20T_cfg2").is_dir()
     assert Rh20tAdapter().discover(tmp_path / "tar") == Rh20tAdapter().discover(tmp_path / "dir")
+
+
+def _scene_by_hand(base: Path, serial: str, n: int = 20, with_gripper: bool = True) -> None:
+    """An RH20T scene folder written directly with numpy/json/PyAV (not our generator); frame i is grey level 8 * i."""
+    import av
+
+    (base / f"cam_{serial}").mkdir(parents=True)
+    (base / "transformed").mkdir()
+    (base / "metadata.json").write_text(json.dumps({"finish_time": 1, "rating": 7, "calib": 1, "calib_quality": 1}))
+    with av.open(str(base / f"cam_{serial}" / "color.mp4"), "w") as c:
+        s = c.add_stream("libx264", rate=10)
+        s.width, s.height, s.pix_fmt = 32, 24, "yuv420p"
+        for i in range(n):
+            for p in s.encode(av.VideoFrame.from_ndarray(np.full((24, 32, 3), 8 * i, np.uint8), format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    ts = [1_600_000_000_000 + 100 * i for i in range(n)]
+    np.save(base / f"cam_{serial}" / "timestamps.npy", {"color": ts, "depth": ts}, allow_pickle=True)
+    np.save(base / "transformed" / "tcp_base.npy",
+            {serial: [{"timestamp": t, "tcp": np.array([0.1 * i, 0.2, 0.3, 1, 0, 0, 0])} for i, t in enumerate(ts)]},
+            allow_pickle=True)
+    np.save(base / "transformed" / "force_torque_base.npy",
+            {serial: [{"timestamp": t, "zeroed": np.array([3.0, 4.0, 0, 0, 0, 0])} for t in ts]}, allow_pickle=True)
+    if with_gripper:
+        np.save(base / "transformed" / "gripper.npy",
+                {serial: {t: {"gripper_info": [0.05, 0, 0]} for t in ts}}, allow_pickle=True)
+
+
+def test_independent_scene_folders_good_broken_and_frame_order(tmp_path):
+    serial = "036422060215"
+    cfg = tmp_path / "RH20T_cfg2"
+    good, broken = "task_0001_user_0001_scene_0001_cfg_0002", "task_0002_user_0001_scene_0001_cfg_0002"
+    _scene_by_hand(cfg / good, serial)
+    _scene_by_hand(cfg / broken, serial, with_gripper=False)
+    a = Rh20tAdapter()
+    assert a.discover(tmp_path) == [good, broken]
+    ir = a.read_unit(tmp_path, good)
+    assert validate_unit(ir) is None and ir.unit["num_frames"] == 20 and ir.unit["rating"] == 7
+    assert ir.signals.column("force").to_pylist()[0] == pytest.approx(5.0)
+    with pytest.raises(UnitError, match="missing transformed/gripper.npy") as e:
+        a.read_unit(tmp_path, broken)
+    assert e.value.file == f"RH20T_cfg2/{broken}/transformed/gripper.npy"
+    got = a.read_frames(tmp_path, good, serial, [0, 9, 19])
+    assert all(abs(float(got[i].mean()) - 8 * i) < 4 for i in (0, 9, 19))  # frame i is frame i
