@@ -93,18 +93,10 @@ def cmd_build(args) -> int:
 
 
 def cmd_ingest(args) -> int:
-    from .ingest import ingest_source, summary_text, write_ir
+    from .ingest import command
 
-    cfg = load_config()
-    if args.source not in cfg["sources"]:
-        raise SystemExit(f"unknown source {args.source!r}; known: {sorted(cfg['sources'])}")
-    options = dict(cfg["sources"][args.source].get("adapter", {}))
-    result = ingest_source(args.source, Path(args.root), options,
-                           progress=lambda it: tqdm(it, desc=f"ingest {args.source}", unit="unit"))
-    write_ir(result, Path(args.out))
-    print(summary_text(args.source, result))
-    print(f"tables written to {args.out}: units, frames, signals, segments, quarantine (.parquet)")
-    return 0
+    args.progress = lambda it: tqdm(it, desc=f"ingest {args.source}", unit="unit")
+    return command(args)
 
 
 def cmd_split(args) -> int:
@@ -198,8 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--seed", type=int)
     s.set_defaults(func=cmd_samples)
 
-    i = sub.add_parser("ingest", help="run one adapter over a root and write the IR tables + quarantine")
+    from .ingest import OPTIONS_HELP, IngestHelpFormatter
+
+    i = sub.add_parser("ingest", help="run one adapter over a root and write the IR tables + quarantine",
+                       epilog=OPTIONS_HELP, formatter_class=IngestHelpFormatter)
     i.add_argument("--source", required=True)
+    i.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="adapter option (repeatable; YAML value), over the build's configured options")
     i.add_argument("--root", required=True)
     i.add_argument("--out", required=True)
     i.set_defaults(func=cmd_ingest)

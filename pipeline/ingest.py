@@ -2,6 +2,8 @@
 
 A unit that cannot be read, or whose IR violates the schema, becomes a quarantine row (unit, stage, reason, file)
 and the rest of the source goes on. A source whose root is unusable becomes one quarantine row with unit "*".
+A unit whose media was not downloaded (UnitAbsent) is "absent", not broken: one row in the `absent` table, never
+counted against the quarantine share.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pyarrow as pa
 
 from upstream_adapters import get_adapter
 from upstream_adapters.ir import (
+    ABSENT_SCHEMA,
     FRAMES_SCHEMA,
     QUARANTINE_SCHEMA,
     SEGMENTS_SCHEMA,
@@ -23,6 +26,7 @@ from upstream_adapters.ir import (
     TABLES,
     UNITS_SCHEMA,
     SourceError,
+    UnitAbsent,
     UnitError,
     to_table,
     validate_unit,
@@ -43,10 +47,11 @@ class IngestResult:
     segments: pl.DataFrame
     quarantine: pl.DataFrame
     notes: pl.DataFrame  # source, unit_id, note: what an adapter assumed or repaired in a unit it kept
+    absent: pl.DataFrame  # source, unit_id, reason, file: units whose media was not downloaded (skipped)
 
     def tables(self) -> dict[str, pl.DataFrame]:
         return {"units": self.units, "frames": self.frames, "signals": self.signals, "segments": self.segments,
-                "quarantine": self.quarantine, "notes": self.notes}
+                "quarantine": self.quarantine, "notes": self.notes, "absent": self.absent}
 
 
 def quarantine_frame(rows: list[dict]) -> pl.DataFrame:
@@ -69,14 +74,18 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         quarantine.append({"source": slug, "unit_id": "*", "stage": "ingest", "reason": str(exc), "file": None})
         unit_ids = []
     # Archive-level problems an adapter found while listing (a damaged tar, an unsafe member name): one row each.
-    for file, reason in getattr(adapter, "issues", []) or []:
+    for file, reason in adapter.issues:
         quarantine.append({"source": slug, "unit_id": "*", "stage": "ingest", "reason": reason, "file": file})
     parts: dict[str, list[pa.Table]] = {"units": [], "frames": [], "signals": [], "segments": []}
     notes: list[dict] = []
+    absent: list[dict] = []
     iterator = progress(unit_ids) if progress else unit_ids
     for unit_id in iterator:
         try:
             ir = adapter.read_unit(Path(root), unit_id)
+        except UnitAbsent as exc:
+            absent.append({"source": slug, "unit_id": unit_id, "reason": exc.reason, "file": exc.file})
+            continue
         except UnitError as exc:
             quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest", "reason": exc.reason,
                                "file": exc.file})
@@ -94,7 +103,9 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         parts["frames"].append(ir.frames)
         parts["signals"].append(ir.signals)
         parts["segments"].append(ir.segments)
-        notes += [{"source": slug, "unit_id": unit_id, "note": n} for n in getattr(ir, "notes", [])]
+        notes += [{"source": slug, "unit_id": unit_id, "note": n} for n in ir.notes]
+    if absent:
+        log.info("%s: %d units absent (media not downloaded), skipped", slug, len(absent))
     for q in quarantine:
         log.warning("quarantined %s/%s at %s: %s", q["source"], q["unit_id"], q["stage"], q["reason"])
     return IngestResult(
@@ -104,6 +115,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         segments=_frame(parts["segments"], SEGMENTS_SCHEMA),
         quarantine=quarantine_frame(quarantine),
         notes=pl.DataFrame(notes, schema={"source": pl.String, "unit_id": pl.String, "note": pl.String}),
+        absent=pl.from_arrow(to_table(absent, ABSENT_SCHEMA)),
     )
 
 
@@ -114,13 +126,17 @@ def write_ir(result: IngestResult, out_dir: Path) -> None:
 
 
 def read_ir(ir_dir: Path) -> dict[str, pl.DataFrame]:
-    return {name: pl.read_parquet(Path(ir_dir) / f"{name}.parquet") for name in (*IR_TABLES, "quarantine", "notes")}
+    out = {name: pl.read_parquet(Path(ir_dir) / f"{name}.parquet") for name in (*IR_TABLES, "quarantine", "notes")}
+    absent = Path(ir_dir) / "absent.parquet"
+    out["absent"] = pl.read_parquet(absent) if absent.exists() else pl.from_arrow(ABSENT_SCHEMA.empty_table())
+    return out
 
 
 def summary_text(slug: str, result: IngestResult) -> str:
     """The one-screen summary `processbench ingest` prints."""
     u, q = result.units, result.quarantine
-    lines = [f"source {slug}: {u.height} units read, {q.filter(pl.col('unit_id') != '*').height} quarantined"]
+    lines = [f"source {slug}: {u.height} units read, {q.filter(pl.col('unit_id') != '*').height} quarantined, "
+             f"{result.absent.height} absent (not downloaded)"]
     if q.height:
         lines.append("quarantined by reason:")
         for row in q.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).iter_rows(named=True):
@@ -131,6 +147,88 @@ def summary_text(slug: str, result: IngestResult) -> str:
         lines.append(f"cameras: {', '.join(cams)} (primary: {', '.join(sorted(set(u['camera'].to_list())))})")
         lines.append(f"signals: {result.signals.height} rows; segments: {result.segments.height} rows")
         lines.append(f"tasks: {u['task_id'].n_unique()}; licences: {', '.join(sorted(set(u['licence'].to_list())))}")
+    if result.absent.height:
+        lines.append("absent by reason (skipped, not counted as quarantined):")
+        for row in result.absent.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).iter_rows(
+                named=True):
+            lines.append(f"  {row['len']:5d}  {row['reason']}")
     if result.notes.height:
         lines.append(f"notes on kept units: {result.notes.height} (see notes.parquet)")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------- the ingest command
+OPTIONS_HELP = "<the sources and their adapter options>"  # replaced lazily: listing them imports every adapter
+
+
+def options_help() -> str:
+    """The help text listing every registered source with its adapter's options and what each means."""
+    import importlib
+    import textwrap
+
+    from upstream_adapters import ADAPTERS
+
+    lines = ["sources and their adapter options (--option KEY=VALUE; defaults from configs/sources.yaml):"]
+    for slug, spec in ADAPTERS.items():
+        module, cls = spec.split(":")
+        adapter = getattr(importlib.import_module(module), cls)
+        lines.append(f"  {slug} ({adapter.name}, unit = {adapter.unit_type})")
+        for key, meaning in adapter.options.items():
+            lines.extend(textwrap.wrap(f"{key}: {meaning}", 100, initial_indent="      ",
+                                       subsequent_indent="        "))
+    return "\n".join(lines)
+
+
+class IngestHelpFormatter:
+    """argparse formatter factory: RawDescriptionHelpFormatter that expands OPTIONS_HELP only when help is shown."""
+
+    def __new__(cls, *args, **kwargs):
+        import argparse
+
+        class _Formatter(argparse.RawDescriptionHelpFormatter):
+            def add_text(self, text):
+                super().add_text(options_help() if text == OPTIONS_HELP else text)
+
+        return _Formatter(*args, **kwargs)
+
+
+def parse_options(pairs: list[str] | None) -> dict:
+    """["camera=cam_low", "tasks=[task_004]"] -> {"camera": "cam_low", "tasks": ["task_004"]} (values read as YAML)."""
+    import yaml
+
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--option {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+    return out
+
+
+def command(args) -> int:
+    """`processbench ingest`: 0 when the source was read, 1 when it is unusable, 2 for bad arguments."""
+    import sys
+
+    from .config import load_config
+
+    cfg = load_config()
+    if args.source not in cfg["sources"]:
+        print(f"unknown source {args.source!r}; known: {sorted(cfg['sources'])}", file=sys.stderr)
+        return 2
+    try:
+        options = {**cfg["sources"][args.source].get("adapter", {}), **parse_options(getattr(args, "option", None))}
+        get_adapter(args.source, **options)
+    except (TypeError, ValueError) as exc:  # an unknown option or a bad value: say which
+        print(f"{args.source}: bad adapter option: {exc}", file=sys.stderr)
+        return 2
+    progress = getattr(args, "progress", None)
+    result = ingest_source(args.source, Path(args.root), options, progress=progress)
+    write_ir(result, Path(args.out))
+    print(summary_text(args.source, result))
+    print(f"tables written to {args.out}: units, frames, signals, segments, quarantine, notes, absent (.parquet)")
+    unusable = result.quarantine.filter(pl.col("unit_id") == "*")
+    if result.units.height == 0:
+        reasons = "; ".join(unusable["reason"].to_list()) or "no unit could be read"
+        print(f"{args.source}: source unusable: {reasons}", file=sys.stderr)
+        return 1
+    return 0

@@ -60,7 +60,8 @@ def run_ingest(cfg: dict, slug: str) -> dict:
     write_ir(result, work_dir(cfg) / "ir" / slug)
     log.info("%s", summary_text(slug, result))
     q = result.quarantine
-    return {"units": result.units.height, "quarantined": q.height, "frames": result.frames.height,
+    return {"units": result.units.height, "quarantined": q.height, "absent": result.absent.height,
+            "frames": result.frames.height,
             "signals": result.signals.height, "segments": result.segments.height,
             "quarantine_share": q.height / max(1, q.height + result.units.height)}
 

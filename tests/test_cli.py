@@ -24,7 +24,7 @@ def test_ingest_writes_ir_and_summary(demo_samples, tmp_path, capsys):
 
 
 def test_ingest_of_a_missing_root_quarantines_the_source(tmp_path, capsys):
-    assert main(["ingest", "--source", "gm100", "--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 0
+    assert main(["ingest", "--source", "gm100", "--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 1  # unusable: non-zero
     q = pl.read_parquet(tmp_path / "o" / "quarantine.parquet")
     assert q["unit_id"].to_list() == ["*"] and "does not exist" in q["reason"][0]
     assert str(tmp_path) not in q["reason"][0]  # path-free

@@ -18,6 +18,7 @@ import upstream_adapters
 from pipeline import stages
 from pipeline.config import CONFIG_DIR, load_config
 from pipeline.settings_errors import ConfigError
+from upstream_adapters.base import SourceAdapter
 from upstream_adapters.ir import FRAMES_SCHEMA, SIGNALS_SCHEMA, UnitError, UnitIR, validate_unit
 
 SLUG = "toy"
@@ -27,12 +28,15 @@ N_UNITS, N_FRAMES = 12, 120
 H, W = 72, 96
 
 
-class ToyAdapter:
+class ToyAdapter(SourceAdapter):
     """A single-arm source: <root>/units/<unit_id>.json holds the arm's x positions; frames are synthetic images."""
 
     slug, name, unit_type = SLUG, "Toy", "episode"
 
+    options = {"camera": "the one camera the toy units have"}
+
     def __init__(self, camera: str = CAMERA):
+        super().__init__()
         self.camera = camera
 
     def _meta(self, root: Path, unit_id: str) -> dict:
@@ -59,7 +63,12 @@ class ToyAdapter:
                 "arm_layout": "single_arm", "licence": "CC0-1.0", "rating": None, "language": None}
         return UnitIR(unit=unit, frames=frames, signals=signals)
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices) -> dict[int, np.ndarray]:
+    def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:
+        self._meta(root, unit_id)
+        return [(f"units/{unit_id}.json", Path(root) / "units" / f"{unit_id}.json", None)]
+
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices, decoder: str = "auto",
+                    threads: int = 1) -> dict[int, np.ndarray]:
         n = len(self._meta(root, unit_id)["x"])
         out = {}
         for i in indices:

@@ -45,8 +45,8 @@ def test_gate_drops_black_frames_and_replaces_them(demo_samples, demo_release, t
     victim = before["unit_id"].value_counts(sort=True)["unit_id"][0]
     real = Gm100Adapter.read_frames
 
-    def black_for_victim(self, root, unit_id, camera, indices):
-        frames = real(self, root, unit_id, camera, indices)
+    def black_for_victim(self, root, unit_id, camera, indices, **decoding):
+        frames = real(self, root, unit_id, camera, indices, **decoding)
         return {i: np.zeros_like(f) for i, f in frames.items()} if unit_id == victim else frames
 
     monkeypatch.setattr(Gm100Adapter, "read_frames", black_for_victim)

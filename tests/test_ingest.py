@@ -62,3 +62,45 @@ def test_unusable_root_is_one_quarantine_row(fake, tmp_path):
     res = ingest_source("gm100", tmp_path, {"mode": "no-root"})
     assert res.units.height == 0
     assert ("*", "gm100: root 'x' does not exist") in [(r["unit_id"], r["reason"]) for r in res.quarantine.iter_rows(named=True)]
+
+
+def _args(**kw):
+    import argparse
+
+    return argparse.Namespace(**{"option": None, "progress": None, **kw})
+
+
+def test_ingest_command_exit_codes_and_options(demo_samples, tmp_path, capsys):
+    from pipeline.ingest import command
+
+    root = demo_samples["reassemble"]
+    assert command(_args(source="reassemble", root=str(root), out=str(tmp_path / "a"))) == 0
+    assert "units read" in capsys.readouterr().out
+    # an adapter option from the command line overrides the configured one (only_split: test_split1)
+    assert command(_args(source="reassemble", root=str(root), out=str(tmp_path / "b"),
+                         option=["only_split=train_split1", "max_signal_gap_s=0.5"])) == 0
+    import polars as pl
+
+    a = pl.read_parquet(tmp_path / "a" / "units.parquet")["official_split"].unique().to_list()
+    b = pl.read_parquet(tmp_path / "b" / "units.parquet")["official_split"].unique().to_list()
+    assert a == ["test_split1"] and b == ["train_split1"]
+    # an unusable source exits non-zero and says why
+    assert command(_args(source="reassemble", root=str(tmp_path / "nowhere"), out=str(tmp_path / "c"))) == 1
+    assert "source unusable" in capsys.readouterr().err
+    # a misspelt option or a bad value is an argument error naming it
+    assert command(_args(source="reassemble", root=str(root), out=str(tmp_path / "d"), option=["camra=hand"])) == 2
+    assert "camra" in capsys.readouterr().err
+    assert command(_args(source="aist", root=str(root), out=str(tmp_path / "e"),
+                         option=["jpeg_channel_order=grb"])) == 2
+    assert command(_args(source="nope", root=str(root), out=str(tmp_path / "f"))) == 2
+
+
+def test_ingest_help_lists_every_source_and_option():
+    from pipeline.ingest import options_help
+    from upstream_adapters import ADAPTERS, get_adapter
+
+    text = options_help()
+    for slug in ADAPTERS:
+        assert f"  {slug} (" in text
+        for key in get_adapter(slug).options:
+            assert f"{key}: " in text

@@ -38,12 +38,12 @@ class FakeAdapter:
     def __init__(self, **options):
         self.options = options
 
-    def read_frames(self, root, unit_id, camera, indices):
+    def read_frames(self, root, unit_id, camera, indices, decoder="auto", threads=1):
         path = Path(root) / unit_id / f"{camera}.mp4"
         if not path.is_file():
             raise UnitError(f"{camera} video is missing", file=f"{unit_id}/{camera}.mp4")
         try:
-            return video.read_frames(path, indices)
+            return video.read_frames(path, indices, decoder=decoder, threads=threads)
         except video.DecodeError as exc:
             raise UnitError(str(exc), file=f"{unit_id}/{camera}.mp4") from exc
 

@@ -100,15 +100,12 @@ def test_decord_and_pyav_pixels_identical(videos, codec):
         assert np.array_equal(a[i], b[i])
 
 
-def test_threads_setting_and_defaults(videos):
+def test_threads_and_decoder_are_arguments(videos):
     path, _ = videos["h264"]
-    prev = video.configure(decoder="pyav", threads=0)
-    try:
-        _check(video.read_frames(path, [3, 44, 88]), [3, 44, 88])
-    finally:
-        video.configure(**prev)
+    _check(video.read_frames(path, [3, 44, 88], decoder="pyav", threads=0), [3, 44, 88])
+    assert not hasattr(video, "configure")  # no process-global decoder state
     with pytest.raises(ValueError):
-        video.configure(decoder="nope")
+        video.read_frames(path, [3], decoder="nope")
 
 
 def test_errors(videos, tmp_path):

@@ -58,10 +58,12 @@ def samples_fingerprint(slug: str) -> str:
     from pathlib import Path
 
     here = Path(__file__).parent / "samples"
-    data = b"".join((here / name).read_bytes() for name in (f"{slug}.py", "common.py"))
+    names = [f"{slug}.py", *sorted(p.name for p in here.glob(f"{slug}_*.py")), "common.py"]
+    data = b"".join((here / name).read_bytes() for name in names)
     return hashlib.sha256(data).hexdigest()[:12]
 
 
-def write_samples(slug: str, out_dir, scale: str = "demo", seed: int = 0) -> None:
-    """Write the sample corpus of `slug` into `out_dir` (the source root), in the source's real layout."""
-    importlib.import_module(SAMPLE_GENERATORS[slug]).write(out_dir, scale=scale, seed=seed)
+def write_samples(slug: str, out_dir, scale: str = "demo", seed: int = 0, **layout) -> None:
+    """Write the sample corpus of `slug` into `out_dir` (the source root), in the source's real layout; `layout`
+    holds the generator's layout options (e.g. layout="flat" for REASSEMBLE, as_archive=True for RH20T)."""
+    importlib.import_module(SAMPLE_GENERATORS[slug]).write(out_dir, scale=scale, seed=seed, **layout)

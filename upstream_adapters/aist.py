@@ -1,6 +1,6 @@
 """AIST-Bimanual adapter: ALOHA-style HDF5 episodes, one zip per task, JPEG rows inside HDF5.
 
-Layout read (../shared/reference/upstream-formats.md §5):
+Layout read (docs/upstream-formats.md, AIST-Bimanual):
 
     <root>/aist_bimanual_manifest.csv          ProcessBench's manifest: task_id,task_name,taxonomy,url
     <root>/<task_name>.zip                     the distribution: members <task_name>/episode_<N>.hdf5 (N = 0, 1, ...)
@@ -12,10 +12,12 @@ Zip members are read without extracting: a stored member through a seekable wind
 member inflated into memory (or an anonymous temp file above `member_memory_limit` bytes) and opened with h5py as a
 file-like object.
 
-Task ids: real files carry no numeric task id. It comes from the selected20 folder name, else from the manifest row
-whose `task_name` matches, else from the `task_ids={task_name: task_id}` option. A root whose tasks cannot be given an
-id that way (no manifest, no option) is a SourceError; a single task missing from an existing manifest becomes an
-`unmapped_<task_name>` unit that read_unit refuses (so the ingest stage quarantines it instead of losing it).
+Task ids: real files carry no numeric task id. It comes from the selected20 folder name, else from the
+`task_ids={task_name: task_id}` option, else from the row whose `task_name` matches in the public AIST-Bimanual task
+table shipped as `configs/aist_tasks.csv` (option `task_table` for another copy), extended by a manifest
+(`aist_bimanual_manifest.csv`, task_id,task_name,taxonomy,url) when the root has one. So the per-task zips alone are
+enough. A task found in none of them becomes an `unmapped_<task_name>` unit that read_unit refuses, naming the task
+(the ingest stage quarantines it; the other tasks load).
 Likewise a task zip that cannot be opened (not a zip, truncated central directory, no episode members) or a task
 folder that escapes the root is listed as `<task_id>_unreadable`, whose read_unit raises the UnitError.
 
@@ -39,7 +41,6 @@ Signals per arm (`left`, `right`) on every primary frame:
 
 from __future__ import annotations
 
-import csv
 import io
 import logging
 import os
@@ -50,21 +51,23 @@ import tempfile
 import zipfile
 import zlib
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import cv2
 import h5py
 import numpy as np
 import pyarrow as pa
 
-from .base import check_unit_id, require_root, safe_join
+from .aist_layout import MANIFEST, AistLayout, _Episode, _Task
+from .aist_rows import _decode_jpeg_row, _float_array, _text
+from .base import SourceAdapter, check_unit_id, safe_join
+from .storage.zipwindow import Window as _Window
 from .ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
     SIGNALS_SCHEMA,
     SourceError,
+    UnitAbsent,
     UnitError,
     UnitIR,
     empty,
@@ -73,131 +76,38 @@ from .ir import (
 log = logging.getLogger(__name__)
 
 SLUG = "aist"
-MANIFEST = "aist_bimanual_manifest.csv"
 LICENCE = "CC BY 4.0"
 DEFAULT_FRAME_RATE = 50  # ProcessBench's default when the "frame_rate" attr is absent
 IMAGES = "observations/images"
 
-_EPISODE_RE = re.compile(r"episode_(\d+)\.hdf5")
 _UNIT_RE = re.compile(r"(task_\d+)_episode_(\d+)")
-_TASK_ID_RE = re.compile(r"task_\d+")
-_SAFE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
-@dataclass(frozen=True)
-class _Episode:
-    number: int
-    rel: str  # hdf5 path (folder layout) or zip path (zip layout), relative to the root
-    member: str | None = None  # zip member name
-    refused: str | None = None  # why this member is never read (unsafe name)
 
-    @property
-    def label(self) -> str:
-        """The file named in errors: the hdf5 path, or `<zip>/<member>` for a zip member."""
-        return f"{self.rel}/{self.member}" if self.member is not None else self.rel
-
-
-@dataclass
-class _Task:
-    task_name: str
-    kind: str  # zip | dir
-    rel: str  # the zip or the folder, relative to the root
-    task_id: str | None = None
-    taxonomy: str | None = None  # from the manifest (the HDF5 attr wins)
-    error: str | None = None  # set when the task's storage cannot be listed
-    episodes: dict[int, _Episode] = field(default_factory=dict)
-
-    @property
-    def sentinel(self) -> str:
-        return f"{self.task_id}_unreadable" if self.task_id else f"unmapped_{self.task_name}"
-
-
-class _Window(io.RawIOBase):
-    """A read-only, seekable view of `size` bytes at `offset` of a file: a stored zip member without extracting."""
-
-    def __init__(self, path: Path, offset: int, size: int):
-        super().__init__()
-        self._fh = open(path, "rb")
-        self._offset, self._size, self._pos = offset, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._size}[whence]
-        self._pos = max(0, base + pos)
-        return self._pos
-
-    def readinto(self, buf) -> int:
-        n = max(0, min(len(buf), self._size - self._pos))
-        if n == 0:
-            return 0
-        self._fh.seek(self._offset + self._pos)
-        got = self._fh.readinto(memoryview(buf)[:n])
-        self._pos += got
-        return got
-
-    def close(self) -> None:
-        if not self.closed:
-            self._fh.close()
-        super().close()
-
-
-def _unsafe_member(name: str) -> str | None:
-    """Why a zip member name must never be used (zip-slip), or None when it is a plain relative path."""
-    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or "\x00" in name:
-        return "absolute"
-    if any(part == ".." for part in re.split(r"[/\\]", name)):
-        return "'..'"
-    if "\\" in name:
-        return "backslash"
-    return None
-
-
-def _text(value) -> str | None:
-    """An HDF5 attr / scalar dataset value as text (bytes, numpy bytes/str, 0-d or 1-element arrays)."""
-    if value is None:
-        return None
-    if isinstance(value, np.ndarray):
-        if value.size != 1:
-            return None
-        value = value.reshape(()).item()
-    if isinstance(value, (bytes, np.bytes_)):
-        value = bytes(value).decode("utf-8", errors="replace")
-    return str(value)
-
-
-def _decode_jpeg_row(row: np.ndarray) -> np.ndarray | None:
-    data = bytes(np.asarray(row, dtype=np.uint8).tobytes()).rstrip(b"\x00")
-    if not data:
-        return None
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    if img is None or img.ndim != 3:
-        return None
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-
-
-def _float_array(values: np.ndarray) -> pa.Array:
-    values = np.asarray(values, dtype=np.float64)
-    return pa.array(values, type=pa.float64(), mask=~np.isfinite(values))
-
-
-class AistAdapter:
+class AistAdapter(AistLayout, SourceAdapter):
     slug = SLUG
     name = "AIST-Bimanual"
     unit_type = "recording"
+    options = {
+        "camera": "primary camera under observations/images (default cam_high)",
+        "tasks": "task ids to keep, e.g. [task_004] (default: every task present)",
+        "task_ids": "{task_name: task_id} for tasks neither the task table nor a manifest lists",
+        "left_xy": "qpos columns used as pos_x, pos_y of the left arm (default [0, 1], joint angles)",
+        "right_xy": "qpos columns used as pos_x, pos_y of the right arm (default [7, 8], joint angles)",
+        "row_mismatch_tolerance": "largest row-count gap of qpos/qvel/camera cut to the common prefix (default 5)",
+        "member_memory_limit": "deflated zip members up to this many bytes are inflated in memory (default 512 MiB)",
+        "task_table": "CSV task_id,task_name,taxonomy of the AIST tasks (default: the shipped configs/aist_tasks.csv)",
+        "jpeg_channel_order": "rgb | bgr: channel order the JPEG rows were encoded from. rgb (default, the public "
+                              "build's PIL decoding) keeps the decoded colours; bgr swaps red and blue back for rows "
+                              "written the ALOHA way (cv2.imencode of RGB arrays)",
+    }
 
     def __init__(self, camera: str = "cam_high", tasks: Sequence[str] | None = None,
                  task_ids: dict[str, str] | None = None, left_xy: Sequence[int] = (0, 1),
                  right_xy: Sequence[int] = (7, 8), row_mismatch_tolerance: int = 5,
-                 member_memory_limit: int = 512 * 1024 * 1024):
-        """
+                 member_memory_limit: int = 512 * 1024 * 1024, task_table: str | None = None,
+                 jpeg_channel_order: str = "rgb"):
+        """See `options` for every option; in short:
         camera: the primary camera under observations/images (ProcessBench: cam_high).
         tasks: task ids to keep (e.g. ["task_004"]); None keeps every task present in the root.
         task_ids: {task_name: task_id} for tasks the manifest does not list (or when there is no manifest).
@@ -216,185 +126,17 @@ class AistAdapter:
             raise ValueError("left_xy and right_xy take two qpos column indices each")
         self.row_mismatch_tolerance = int(row_mismatch_tolerance)
         self.member_memory_limit = int(member_memory_limit)
+        self.task_table = str(task_table) if task_table else None
+        if jpeg_channel_order not in ("rgb", "bgr"):
+            raise ValueError(f"jpeg_channel_order must be 'rgb' or 'bgr', not {jpeg_channel_order!r}")
+        self.jpeg_channel_order = jpeg_channel_order
+        super().__init__()
+
+    def _init_state(self) -> None:
         # the last member inflated in memory, so read_unit then read_frames of one unit inflate it once
         self._inflated: tuple[tuple, bytes] | None = None
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_inflated"] = None
-        return state
-
     # ------------------------------------------------------------------ discovery
-
-    def _read_manifest(self, root: Path) -> dict[str, tuple[str, str | None]] | None:
-        """task_name -> (task_id, taxonomy), or None when the root has no manifest."""
-        path = root / MANIFEST
-        if not path.is_file():
-            return None
-        try:
-            safe_join(root, MANIFEST)
-            text = path.read_text(encoding="utf-8-sig")
-        except (UnitError, OSError, UnicodeDecodeError) as exc:
-            raise SourceError(f"{SLUG}: manifest {MANIFEST} in root {root.name!r} is unreadable: "
-                              f"{getattr(exc, 'reason', type(exc).__name__)}") from None
-        rows = list(csv.reader(io.StringIO(text)))
-        if not rows or [c.strip() for c in rows[0][:2]] != ["task_id", "task_name"]:
-            raise SourceError(f"{SLUG}: manifest {MANIFEST} in root {root.name!r} does not start with the "
-                              "columns task_id,task_name,taxonomy,url")
-        out: dict[str, tuple[str, str | None]] = {}
-        for row in rows[1:]:
-            if len(row) < 2 or not row[0].strip():
-                continue
-            tid, tname = row[0].strip(), row[1].strip()
-            taxonomy = row[2].strip() if len(row) > 2 and row[2].strip() else None
-            if _TASK_ID_RE.fullmatch(tid) and tname:
-                out[tname] = (tid, taxonomy)
-        return out
-
-    def _scan(self, root: Path) -> list[_Task]:
-        """The tasks stored in the root (episodes not listed yet), with their task ids; sorted by task name."""
-        root = require_root(root, SLUG)
-        manifest = self._read_manifest(root)
-        found: dict[str, _Task] = {}
-        names = sorted(os.listdir(root))
-        if not names:
-            raise SourceError(f"{SLUG}: root {root.name!r} is empty")
-        for entry in names:
-            if entry.startswith(".") or entry == MANIFEST or entry == "__MACOSX":
-                continue
-            path = root / entry
-            if entry.lower().endswith(".zip") and not path.is_dir():
-                tname = entry[:-4]
-                found.setdefault(tname, _Task(tname, "zip", entry))
-                continue
-            if not path.is_dir():
-                continue
-            try:
-                safe_join(root, entry)
-            except UnitError as exc:
-                # a task folder symlinked out of the root: listed, never read
-                tname = entry
-                found[tname] = _Task(tname, "dir", entry, error=f"task folder {entry!r} refused: {exc.reason}")
-                if _TASK_ID_RE.fullmatch(entry):
-                    found[tname].task_id = entry
-                continue
-            if _TASK_ID_RE.fullmatch(entry):
-                # ProcessBench selected20 layout: task_XXX/<task_name>/episode_N.hdf5
-                for sub in sorted(os.listdir(path)):
-                    subrel = f"{entry}/{sub}"
-                    if sub.startswith(".") or not (path / sub).is_dir():
-                        continue
-                    task = _Task(sub, "dir", subrel, task_id=entry)
-                    try:
-                        safe_join(root, subrel)
-                    except UnitError as exc:
-                        task.error = f"task folder {subrel!r} refused: {exc.reason}"
-                    found[sub] = task
-                continue
-            try:
-                listing = os.listdir(path)
-            except OSError as exc:
-                found[entry] = _Task(entry, "dir", entry, error=f"task folder {entry!r} cannot be listed: "
-                                                                  f"{type(exc).__name__}")
-                continue
-            if any(_EPISODE_RE.fullmatch(n) for n in listing):
-                found[entry] = _Task(entry, "dir", entry)  # an extracted zip; wins over the zip itself
-        if not found:
-            raise SourceError(f"{SLUG}: root {root.name!r} holds no AIST task zips (<task_name>.zip) or task "
-                              "folders (<task_name>/episode_N.hdf5)")
-        unmapped = []
-        for tname, task in found.items():
-            m = (manifest or {}).get(tname)
-            if m and task.taxonomy is None:
-                task.taxonomy = m[1]
-            if task.task_id is None:
-                task.task_id = self.task_ids.get(tname) or (m[0] if m else None)
-            if task.task_id is None:
-                unmapped.append(tname)
-        if unmapped and manifest is None and not self.task_ids:
-            raise SourceError(f"{SLUG}: root {root.name!r} has no {MANIFEST} and no task_ids option, so the "
-                              f"task ids of {unmapped[:5]} are unknown (AIST files carry no numeric task id)")
-        tasks = [found[k] for k in sorted(found)]
-        owner: dict[str, str] = {}
-        for task in tasks:  # two task names claiming one task id: neither is trusted
-            if task.task_id is None:
-                continue
-            if task.task_id in owner:
-                for t in tasks:
-                    if t.task_id == task.task_id:
-                        t.error = (f"task id {task.task_id} is claimed by several task names "
-                                   f"({owner[task.task_id]!r}, {task.task_name!r})")
-            owner.setdefault(task.task_id, task.task_name)
-        if self.tasks is not None:
-            have = {t.task_id for t in tasks}
-            known = have | {v[0] for v in (manifest or {}).values()} | set(self.task_ids.values())
-            unknown = sorted(set(self.tasks) - known)
-            if unknown:
-                raise SourceError(f"{SLUG}: requested tasks {unknown} are neither in {MANIFEST} nor in root "
-                                  f"{root.name!r}")
-            keep = set(self.tasks)
-            tasks = [t for t in tasks if t.task_id in keep]
-            for tid in sorted(keep - have):
-                name = next((n for n, v in (manifest or {}).items() if v[0] == tid), None) or next(
-                    (n for n, v in self.task_ids.items() if v == tid), tid)
-                tasks.append(_Task(name, "zip", f"{name}.zip", task_id=tid,
-                                   error=f"task {tid} ({name}) has no zip or folder in the root"))
-        return tasks
-
-    def _list_episodes(self, root: Path, task: _Task) -> None:
-        """Fill task.episodes (or task.error) from the folder or the zip's central directory."""
-        if task.error or task.episodes:
-            return
-        if task.kind == "dir":
-            folder = safe_join(root, task.rel)
-            for fn in sorted(os.listdir(folder)):
-                m = _EPISODE_RE.fullmatch(fn)
-                if m:
-                    task.episodes.setdefault(int(m.group(1)), _Episode(int(m.group(1)), f"{task.rel}/{fn}"))
-            if not task.episodes:
-                task.error = f"task folder {task.rel!r} holds no episode_N.hdf5 files"
-            return
-        try:
-            zpath = safe_join(root, task.rel)
-        except UnitError as exc:
-            task.error = f"task zip {task.rel!r} refused: {exc.reason}"
-            return
-        try:
-            with zipfile.ZipFile(zpath) as zf:
-                infos = zf.infolist()
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-            task.error = f"task zip {task.rel!r} is not a readable zip archive: {exc}"
-            return
-        exact = re.compile(re.escape(task.task_name) + r"/episode_(\d+)\.hdf5")
-        loose = re.compile(r"(?:[^/]+/)?episode_(\d+)\.hdf5")
-        refused: dict[int, _Episode] = {}
-        ranked: dict[int, tuple[int, str]] = {}
-        for info in sorted(infos, key=lambda i: i.filename):
-            name = info.filename
-            if name.endswith("/"):
-                continue
-            why = _unsafe_member(name)
-            if why:
-                m = _EPISODE_RE.fullmatch(re.split(r"[/\\]", name)[-1])
-                if m:
-                    n = int(m.group(1))
-                    refused.setdefault(n, _Episode(n, task.rel, name, f"zip member name {name!r} is unsafe "
-                                                                       f"({why}); refused (zip-slip)"))
-                continue
-            m = exact.fullmatch(name)
-            rank = 0
-            if not m:
-                m, rank = loose.fullmatch(name), 1
-            if m:
-                n = int(m.group(1))
-                if n not in ranked or rank < ranked[n][0]:
-                    ranked[n] = (rank, name)
-        for n, (_, name) in ranked.items():
-            task.episodes[n] = _Episode(n, task.rel, name)
-        for n, ep in refused.items():
-            task.episodes.setdefault(n, ep)
-        if not task.episodes:
-            task.error = f"task zip {task.rel!r} holds no {task.task_name}/episode_N.hdf5 members"
 
     def discover(self, root: Path) -> list[str]:
         root = Path(root)
@@ -425,8 +167,11 @@ class AistAdapter:
             for task in tasks:
                 if task.sentinel == unit_id:
                     if task.task_id is None:
-                        raise UnitError(f"task {task.task_name!r} has no task id: it is not in {MANIFEST} nor in "
-                                        "the task_ids option", file=task.rel)
+                        raise UnitError(f"task {task.task_name!r} has no task id: it is not in the AIST task table "
+                                        f"(configs/aist_tasks.csv), the root's {MANIFEST} nor the task_ids option",
+                                        file=task.rel)
+                    if task.absent:
+                        raise UnitAbsent(task.error or "task not downloaded", file=task.rel)
                     self._list_episodes(root, task)
                     raise UnitError(task.error or f"task {task.task_id} is unreadable", file=task.rel)
             raise UnitError(f"not an AIST unit id {unit_id!r} (expected task_XXX_episode_N)")
@@ -533,6 +278,8 @@ class AistAdapter:
 
     # ------------------------------------------------------------------ units
 
+    # ------------------------------------------------------------------ units
+
     def read_unit(self, root: Path, unit_id: str) -> UnitIR:
         root = Path(root)
         task, ep = self._resolve(root, unit_id)
@@ -566,6 +313,8 @@ class AistAdapter:
             if not np.isfinite(fps) or fps <= 0:
                 raise UnitError(f"root attr 'frame_rate' is not a positive number: {raw_rate!r}", file=label)
 
+        notes.append(f"JPEG colour order assumed {self.jpeg_channel_order!r} (option jpeg_channel_order; the real "
+                     "files' encoder is unverified, rgb is the public build's PIL convention)")
         images = f.get(IMAGES)
         if not isinstance(images, h5py.Group):
             raise UnitError(f"episode has no {IMAGES} group", file=label)
@@ -596,7 +345,7 @@ class AistAdapter:
         if n <= 0:
             raise UnitError("episode has no rows", file=label)
         for i in sorted({0, n - 1}):
-            if _decode_jpeg_row(prim[i]) is None:
+            if _decode_jpeg_row(prim[i], self.jpeg_channel_order) is None:
                 raise UnitError(f"frame {i} of {IMAGES}/{self.camera} does not decode as JPEG", file=label)
         qpos = np.asarray(arrays["qpos"][:n], dtype=np.float64)
         qvel = np.asarray(arrays["qvel"][:n], dtype=np.float64)
@@ -674,7 +423,21 @@ class AistAdapter:
 
     # ------------------------------------------------------------------ frames
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
+    def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:
+        _, ep = self._resolve(Path(root), unit_id)
+        path = safe_join(Path(root), ep.rel)
+        if ep.member is None:
+            return [(ep.rel, path, None)]
+        try:
+            with zipfile.ZipFile(path) as zf:
+                info = zf.getinfo(ep.member)
+        except (zipfile.BadZipFile, OSError, KeyError, EOFError, ValueError) as exc:
+            raise UnitError(f"task zip is not readable: {type(exc).__name__}", file=ep.rel) from None
+        return [(ep.label, path, (info.CRC, info.file_size, info.compress_size, info.header_offset))]
+
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto",
+                    threads: int = 1) -> dict[int, np.ndarray]:
+        """JPEG rows are decoded with OpenCV; `decoder`/`threads` concern container video and are not used here."""
         root = Path(root)
         want = sorted({int(i) for i in indices})
         if not want:
@@ -706,7 +469,7 @@ class AistAdapter:
                     raise UnitError(f"cannot read rows {run[0]}..{run[-1]} of {IMAGES}/{camera}: "
                                     f"{self._clean(root, exc)}", file=label) from None
                 for k, i in enumerate(run):
-                    img = _decode_jpeg_row(block[k])
+                    img = _decode_jpeg_row(block[k], self.jpeg_channel_order)
                     if img is None:
                         raise UnitError(f"frame {i} of {IMAGES}/{camera} does not decode as JPEG", file=label)
                     out[i] = img

@@ -1,38 +1,103 @@
-"""The contract every source adapter fulfils, and the small helpers they share.
+"""The contract every source adapter fulfils (`SourceAdapter`), and the small helpers they share.
 
 An adapter is a plain object (no Dagster) constructed with its options from `configs/sources.yaml`:
 
     adapter = get_adapter("gm100", camera="camera_top")
     unit_ids = adapter.discover(root)                  # sorted, deterministic; SourceError if the root is unusable
-    ir = adapter.read_unit(root, unit_id)              # UnitIR; UnitError(reason, file) if this unit is unreadable
-    frames = adapter.read_frames(root, unit_id, camera, [3, 10, 57])   # {index: HxWx3 RGB uint8}
+    adapter.issues                                     # [(file, reason)] found while listing (damaged archive, ...)
+    ir = adapter.read_unit(root, unit_id)              # UnitIR (with ir.notes); UnitError(reason, file) if unreadable
+    frames = adapter.read_frames(root, unit_id, camera, [3, 10, 57], decoder="auto")   # {index: HxWx3 RGB uint8}
+    adapter.fingerprint(root, unit_id)                 # cheap content fingerprint of the unit's upstream files
 
 `read_frames` raises UnitError when the storage cannot be opened or an index does not decode; it returns
-exactly the requested indices otherwise. Frame access is the adapter's job: the rest of the pipeline never
-sees file names, HDF5 keys or archive members.
+exactly the requested indices otherwise. The decoder is an argument, never process-global state. Frame access
+is the adapter's job: the rest of the pipeline never sees file names, HDF5 keys or archive members.
+
+Adapters cross process boundaries (the frame pool pickles them): caches, locks and open handles are rebuilt
+after unpickling by `_init_state()`, never pickled.
 """
 
 from __future__ import annotations
 
+import abc
+import hashlib
 import os
 from pathlib import Path, PurePosixPath
-from typing import Protocol, Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
 from .ir import SourceError, UnitError, UnitIR
 
+# Bytes read from each end of a file for its fingerprint: enough to catch a re-encoded or re-written file without
+# reading multi-GB archives.
+FINGERPRINT_CHUNK = 1 << 16
 
-class SourceAdapter(Protocol):
-    slug: str  # gm100 | rh20t | reassemble | aist
-    name: str  # GM-100 | RH20T | REASSEMBLE | AIST-Bimanual
-    unit_type: str  # episode | recording
 
-    def discover(self, root: Path) -> list[str]: ...
+class SourceAdapter(abc.ABC):
+    """Base class of every adapter. Subclasses set the class attributes and implement the abstract methods."""
 
-    def read_unit(self, root: Path, unit_id: str) -> UnitIR: ...
+    slug: ClassVar[str]  # e.g. gm100
+    name: ClassVar[str]  # e.g. GM-100
+    unit_type: ClassVar[str]  # episode | recording
+    # option name -> what it means (shown by `processbench ingest --help`); every __init__ keyword is listed
+    options: ClassVar[dict[str, str]] = {}
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]: ...
+    def __init__(self) -> None:
+        self.issues: list[tuple[str, str]] = []  # (file relative to the root, reason), refreshed by discover()
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """(Re)create per-process state: caches, locks. Called by __init__ and after unpickling."""
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._init_state()
+
+    @abc.abstractmethod
+    def discover(self, root: Path) -> list[str]:
+        """Sorted unit ids under `root`; SourceError when the root is unusable as a whole."""
+
+    @abc.abstractmethod
+    def read_unit(self, root: Path, unit_id: str) -> UnitIR:
+        """The unit's IR; UnitError(reason, file) when it cannot be read."""
+
+    @abc.abstractmethod
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int],
+                    decoder: str = "auto", threads: int = 1) -> dict[int, np.ndarray]:
+        """{index: HxWx3 RGB uint8} for exactly `indices`; UnitError if one does not decode."""
+
+    @abc.abstractmethod
+    def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:
+        """The upstream files a unit is read from, as (name relative to the root, path, extra identity or None).
+        `extra` identifies a part of a shared file (e.g. an archive member's offset, size and CRC)."""
+
+    def fingerprint(self, root: Path, unit_id: str) -> str:
+        """A cheap, path-free content fingerprint of the unit's upstream files (sizes + sha256 of head and tail
+        chunks + member identities); no mtimes, no absolute paths. Part of the frame-cache key."""
+        h = hashlib.sha256(f"{self.slug}\0{unit_id}".encode())
+        for rel, path, extra in sorted(self.unit_files(Path(root), unit_id), key=lambda f: f[0]):
+            h.update(f"\0{rel}\0{extra!r}\0".encode())
+            h.update(file_digest(path).encode())
+        return h.hexdigest()[:24]
+
+
+def file_digest(path: Path, chunk: int = FINGERPRINT_CHUNK) -> str:
+    """size + sha256 of the first and last `chunk` bytes of a file ("missing" when it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = fh.read(chunk)
+            tail = b""
+            if size > chunk:
+                fh.seek(max(chunk, size - chunk))
+                tail = fh.read(chunk)
+    except OSError:
+        return "missing"
+    return f"{size}:{hashlib.sha256(head + b'|' + tail).hexdigest()}"
 
 
 def require_root(root: Path, slug: str) -> Path:
@@ -46,20 +111,18 @@ def require_root(root: Path, slug: str) -> Path:
 
 
 def safe_join(root: Path, rel: str) -> Path:
-    """Join a unit-relative path under `root`, refusing anything that would escape it.
+    """Join a unit-relative path under `root`, refusing names that would escape it.
 
-    Rejects absolute paths, `..` components, and symlinks (anywhere on the way) that resolve outside `root`.
-    The error names only the relative path, so quarantine rows stay path-free.
+    Rejects absolute paths and `..` components: the names come from unit ids, metadata and archive members, which a
+    corpus author controls. Filesystem symlinks are followed: they are made by the user's own download tool (a
+    Hugging Face cache snapshot links every file into `blobs/`, a big archive may live on another disk). The error
+    names only the relative path, so quarantine rows stay path-free.
     """
     p = PurePosixPath(rel)
-    if p.is_absolute() or rel.startswith(("/", "\\")) or os.path.isabs(rel):
+    if p.is_absolute() or rel.startswith(("/", "\\")) or os.path.isabs(rel) or "\x00" in rel:
         raise UnitError("unit path is absolute", file=rel)
-    if any(part == ".." for part in p.parts):
+    if any(part == ".." for part in p.parts) or any(part == ".." for part in rel.split("\\")):
         raise UnitError("unit path escapes the source root ('..')", file=rel)
-    root_real = Path(os.path.realpath(root))
-    target = Path(os.path.realpath(Path(root, *p.parts)))
-    if target != root_real and root_real not in target.parents:
-        raise UnitError("unit path resolves outside the source root (symlink)", file=rel)
     return Path(root, *p.parts)
 
 
@@ -67,11 +130,5 @@ def check_unit_id(unit_id: str) -> None:
     """A unit id is a single path-free token; ids from user input are checked before any file access."""
     if not unit_id or "/" in unit_id or "\\" in unit_id or unit_id in (".", "..") or ".." in unit_id.split("__"):
         raise UnitError(f"invalid unit id {unit_id!r}")
-
-
-def rel(root: Path, path: Path) -> str:
-    """Path of `path` relative to `root`, as a posix string (for quarantine rows and errors)."""
-    try:
-        return PurePosixPath(Path(path).relative_to(root)).as_posix()
-    except ValueError:
-        return Path(path).name
+    if os.path.isabs(unit_id) or ".." in unit_id.split("_"):
+        raise UnitError(f"invalid unit id {unit_id!r}")

@@ -1,7 +1,8 @@
 """GM-100 adapter: The Great March 100, AgileX Cobot Magic LeRobot release (HF `rhos-ai/gm100-cobotmagic-lerobot`).
 
-Layout read (upstream-formats.md §2.2): the root is the HF repo folder holding `task_XXXXX/` folders, each a standalone
-LeRobot v2.x dataset:
+Layout read (docs/upstream-formats.md, GM-100): the root is the HF repo folder (a plain copy or a huggingface_hub
+snapshot of symlinks) holding `task_XXXXX/` folders, each a standalone LeRobot dataset, v2.x as below or v3.0
+(many episodes per data parquet and per mp4, located by meta/episodes/; storage/lerobot_v3.py):
 
     task_00043/meta/info.json          codebase_version, fps, features{dtype,shape,names,info}, data_path, video_path,
                                        chunks_size, total_episodes ...
@@ -21,16 +22,16 @@ Unit = one episode, id `task_00043__episode_000007`, task id `task_00043`. The I
     speed          = ||observation.state.arm.velocity[0:3]|| / ||[h:h+3]||
     gripper_effort = observation.state.effector.effort[0] (left) / [1] (right)
     gripper_width, force = null (GM-100 has no F/T; effector.position semantics unverified, so not mapped).
-  WHETHER arm.position/velocity ARE JOINT OR CARTESIAN IS UNVERIFIED (upstream-formats §2.3/§8): the pos_*
+  WHETHER arm.position/velocity ARE JOINT OR CARTESIAN IS UNVERIFIED (docs/upstream-formats.md, GM-100): the pos_*
   channels are "first three entries of the arm's 6-vector", as recorded in `Gm100Adapter.signal_semantics`.
 - segments: none (GM-100 ships no native annotations).
 - licence: from a dataset card (`README.md` YAML front matter `license:`) in the task folder or the root, else
   "unknown"; cc-by(-sa|-nc)-4.0 map to the IR strings, any other stated licence id is kept verbatim.
 
-Odd cases: missing tasks.jsonl -> language null; primary video shorter/longer than the parquet -> UnitError by default
-(`short_video="truncate"` instead truncates to the decodable count when the gap is <= `truncate_limit` frames and
-records the fact in `UnitIR.notes` and the log); unreadable mp4 -> UnitError; task folder without meta/info.json ->
-its units error; LeRobot v3.0 task folders -> UnitError (SourceError when every task is v3); ids/paths escaping the
+Odd cases: missing tasks.jsonl -> language null; primary video shorter/longer than the parquet by at most
+`frame_count_tolerance` frames (default 2, as LeRobot's timestamp tolerance) -> cut to the decodable common prefix, with
+a note; a larger gap -> UnitError; parquet or primary video not downloaded -> UnitAbsent; unreadable mp4 -> UnitError; task folder without meta/info.json ->
+its units error; ids/paths escaping the
 root -> UnitError. A task folder whose episodes cannot even be listed (escaping symlink, no meta and no data) is
 reported by `discover` as the placeholder unit `<task>__unlisted`, so that ingest quarantines it instead of losing it.
 """
@@ -41,24 +42,35 @@ import json
 import logging
 import os
 import re
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-import yaml
 
 from . import video
-from .base import check_unit_id, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, require_root, safe_join
+from .gm100_signals import signals_table
+from .storage import lerobot_v3 as v3
+from .storage.lerobot import (
+    card_licence as _card_licence,
+    fill as _fill,
+    is_v3 as _is_v3,
+    read_json_quiet as _read_json_quiet,
+    read_jsonl_quiet as _read_jsonl_quiet,
+    read_parquet as _read_parquet,
+    scan_template as _scan_template,
+    stat as _stat,
+    DEFAULT_DATA_PATH,
+    parse_info,
+    VIDEO_PREFIX,
+)
 from .ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
-    SIGNALS_SCHEMA,
     SourceError,
+    UnitAbsent,
     UnitError,
     UnitIR,
     empty,
@@ -67,14 +79,10 @@ from .ir import (
 log = logging.getLogger(__name__)
 
 SLUG = "gm100"
-VIDEO_PREFIX = "observation.images."
 TASK_RE = re.compile(r"^task_\d+$")
 UNIT_RE = re.compile(r"^(task_\d+)__episode_(\d{6,})$")
 PLACEHOLDER = "unlisted"
 
-# LeRobot v2.x defaults, used only to list episodes of a task folder whose info.json is missing/unreadable.
-DEFAULT_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-DEFAULT_CHUNKS_SIZE = 1000
 
 COL_TS = "timestamp"
 COL_FRAME = "frame_index"
@@ -83,13 +91,8 @@ COL_TASK = "task_index"
 COL_POS = "observation.state.arm.position"
 COL_VEL = "observation.state.arm.velocity"
 COL_EFFORT = "observation.state.effector.effort"
+PARQUET_COLUMNS = (COL_TS, COL_FRAME, COL_EPISODE, COL_TASK, COL_POS, COL_VEL, COL_EFFORT)
 
-# Dataset-card licence ids (HF `license:` values) mapped to the IR's licence strings.
-LICENCES = {
-    "cc-by-4.0": "CC BY 4.0",
-    "cc-by-sa-4.0": "CC BY-SA 4.0",
-    "cc-by-nc-4.0": "CC BY-NC 4.0",
-}
 
 
 @dataclass
@@ -105,28 +108,37 @@ class _TaskMeta:
     tasks: dict[int, str] | None  # task_index -> text; None when meta/tasks.jsonl is missing
     licence: str
     notes: list[str] = field(default_factory=list)
+    episodes: dict | None = None  # v3.0: episode_index -> v3.EpisodeV3 (where its rows and frames lie)
 
 
-class Gm100Adapter:
+class Gm100Adapter(SourceAdapter):
     slug = SLUG
     name = "GM-100"
     unit_type = "episode"
+    options = {
+        "camera": "primary camera: the video feature without 'observation.images.' (default camera_top)",
+        "frame_count_tolerance": "largest gap between the primary video's frames and the parquet's rows accepted "
+                                 "(cut to the decodable common prefix, with a note); larger gaps are quarantined "
+                                 "(default 2; 0 = strict)",
+    }
     arm_layout = "bimanual"  # the Cobot Magic hardware; single/bimanual task typing is derived by the labels stage
     signal_semantics = {
         "pos_x/pos_y/pos_z": "observation.state.arm.position[0:3] (left) / [6:9] (right); joint vs end-effector "
-        "space UNVERIFIED (upstream-formats §2.3, §8)",
+        "space UNVERIFIED (docs/upstream-formats.md, GM-100)",
         "speed": "L2 norm of observation.state.arm.velocity[0:3] / [6:9]; joint vs Cartesian UNVERIFIED",
         "gripper_effort": "observation.state.effector.effort[0] (left) / [1] (right); units unknown (driver current?)",
         "gripper_width": "null (effector.position semantics unverified)",
         "force": "null (no F/T sensor)",
     }
 
-    def __init__(self, camera: str = "camera_top", short_video: str = "quarantine", truncate_limit: int = 2):
-        if short_video not in ("quarantine", "truncate"):
-            raise ValueError(f"short_video must be 'quarantine' or 'truncate', not {short_video!r}")
+    def __init__(self, camera: str = "camera_top", frame_count_tolerance: int = 2):
+        if int(frame_count_tolerance) < 0:
+            raise ValueError(f"frame_count_tolerance must be >= 0, not {frame_count_tolerance!r}")
         self.camera = camera[len(VIDEO_PREFIX):] if camera.startswith(VIDEO_PREFIX) else camera
-        self.short_video = short_video
-        self.truncate_limit = int(truncate_limit)
+        self.frame_count_tolerance = int(frame_count_tolerance)
+        super().__init__()
+
+    def _init_state(self) -> None:
         self._meta_cache: dict[tuple, _TaskMeta] = {}
         self._root_licence: dict[tuple, str | None] = {}
 
@@ -150,19 +162,12 @@ class Gm100Adapter:
                 )
             raise SourceError(f"{self.slug}: root {root.name!r} holds no task_XXXXX folders (not the GM-100 layout)")
         ids: list[str] = []
-        v3 = 0
         for task in tasks:
-            episodes, is_v3 = self._list_episodes(root, task)
-            v3 += is_v3
+            episodes, _ = self._list_episodes(root, task)
             if episodes:
                 ids.extend(f"{task}__episode_{e:06d}" for e in episodes)
             else:
                 ids.append(f"{task}__{PLACEHOLDER}")
-        if v3 == len(tasks):
-            raise SourceError(
-                f"{self.slug}: every task folder under {root.name!r} uses the LeRobot v3.0 layout "
-                "(meta/tasks.parquet, file-XXX chunks), which this adapter does not support yet"
-            )
         return sorted(ids)
 
     def _list_episodes(self, root: Path, task: str) -> tuple[list[int], bool]:
@@ -172,8 +177,11 @@ class Gm100Adapter:
             return [], False
         info = _read_json_quiet(root, f"{task}/meta/info.json")
         if _is_v3(tdir, info):
-            total = info.get("total_episodes") if isinstance(info, dict) else None
-            return (list(range(total)) if isinstance(total, int) and total > 0 else []), True
+            try:
+                return sorted(v3.read_episodes(root, task)), True
+            except UnitError:  # listed from info.json, so that read_unit quarantines each with the reason
+                total = info.get("total_episodes") if isinstance(info, dict) else None
+                return (list(range(total)) if isinstance(total, int) and total > 0 else []), True
         episodes: set[int] = set()
         for row in _read_jsonl_quiet(root, f"{task}/meta/episodes.jsonl"):
             e = row.get("episode_index") if isinstance(row, dict) else None
@@ -194,11 +202,14 @@ class Gm100Adapter:
         notes = list(meta.notes)
         key = self._video_key(meta, self.camera)
 
-        data_rel = f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=f'{task}/meta/info.json')}"
+        data_rel = self._data_rel(meta, task, ep)
         data_path = safe_join(root, data_rel)
         if not data_path.is_file():
-            raise UnitError(f"episode parquet is missing ({data_rel.split('/', 1)[1]})", file=data_rel)
-        table = _read_parquet(data_path, data_rel)
+            raise UnitAbsent(f"episode parquet is missing ({data_rel.split('/', 1)[1]})", file=data_rel)
+        if meta.episodes is None:
+            table = _read_parquet(data_path, data_rel, PARQUET_COLUMNS)
+        else:  # v3.0: this episode's rows of a multi-episode file
+            table = v3.episode_rows(data_path, data_rel, ep, PARQUET_COLUMNS)
         n = table.num_rows
         if n == 0:
             raise UnitError("episode parquet has no rows", file=data_rel)
@@ -232,12 +243,15 @@ class Gm100Adapter:
                 cameras.append(cam)
             if cam == self.camera:
                 primary_rel = rel_v
-        if self.camera not in cameras:
-            raise UnitError(f"primary camera {self.camera!r} video is missing", file=primary_rel)
+        if self.camera not in cameras:  # a partial download (parquet for every episode, videos for some)
+            raise UnitAbsent(f"primary camera {self.camera!r} video is missing (not downloaded)", file=primary_rel)
+        offset, span = self._video_span(meta, ep, self.camera)
         try:
-            n_video = video.count_frames(safe_join(root, primary_rel))
+            n_video = video.count_frames(safe_join(root, primary_rel)) - offset
         except video.DecodeError as exc:
             raise UnitError(f"{self.camera} video cannot be read: {exc}", file=primary_rel) from None
+        if span is not None:
+            n_video = min(n_video, span)
         if n_video <= 0:
             raise UnitError(f"{self.camera} video has no frames", file=primary_rel)
 
@@ -245,11 +259,11 @@ class Gm100Adapter:
             gap = n - n_video
             what = (f"{self.camera} video has {n_video} decodable frames but the parquet has {n} rows "
                     f"({abs(gap)} frame{'s' if abs(gap) != 1 else ''} {'short' if gap > 0 else 'extra'})")
-            if self.short_video == "truncate" and 0 < abs(gap) <= self.truncate_limit:
-                keep = min(n, n_video)
-                note = f"{what}: truncated to {keep} frames"
-                if gap > 0:
-                    note += f", dropped {gap} trailing signal row{'s' if gap != 1 else ''}"
+            if abs(gap) <= self.frame_count_tolerance:
+                keep = self._decodable(root, primary_rel, min(n, n_video), offset)
+                note = f"{what}: cut to the first {keep} frames (tolerance {self.frame_count_tolerance})"
+                if n > keep:
+                    note += f", dropped {n - keep} trailing signal row{'s' if n - keep != 1 else ''}"
                 notes.append(note)
                 log.warning("%s %s: %s", self.slug, unit_id, note)
                 table = table.slice(0, keep)
@@ -299,61 +313,37 @@ class Gm100Adapter:
             ],
             schema=FRAMES_SCHEMA,
         )
-        signals = self._signals(table, meta, unit_id, t_sec, data_rel, notes)
+        signals = signals_table(self.slug, table, meta.features, unit_id, t_sec, data_rel, notes)
         ir = UnitIR(unit=unit, frames=frames, signals=signals, segments=empty(SEGMENTS_SCHEMA))
         ir.notes = notes  # type: ignore[attr-defined]  # (no notes field in the shared IR yet)
         return ir
 
-    def _signals(self, table: pa.Table, meta: _TaskMeta, unit_id: str, t_sec: np.ndarray, data_rel: str,
-                 notes: list[str]) -> pa.Table:
-        n = table.num_rows
-        pos = _matrix(table, COL_POS, meta.features, data_rel)
-        vel = _matrix(table, COL_VEL, meta.features, data_rel)
-        eff = _matrix(table, COL_EFFORT, meta.features, data_rel)
-        for col, m in ((COL_POS, pos), (COL_VEL, vel), (COL_EFFORT, eff)):
-            if m is None:
-                notes.append(f"column {col} absent: its channels are null")
-        pos_sl = _arm_slices(pos, meta.features.get(COL_POS), notes, COL_POS)
-        vel_sl = _arm_slices(vel, meta.features.get(COL_VEL), notes, COL_VEL)
-        eff_ix = {"left": 0, "right": 1} if eff is not None and eff.shape[1] == 2 else None
-        if eff is not None and eff_ix is None:
-            notes.append(f"{COL_EFFORT} has width {eff.shape[1]}, not 2: gripper_effort is null")
-        if eff_ix is not None and _names_swapped(meta.features.get(COL_EFFORT), 1):
-            eff_ix = {"left": 1, "right": 0}
-
-        def col(values: np.ndarray | None) -> pa.Array:
-            if values is None:
-                return pa.nulls(n, pa.float64())
-            return pa.array(np.asarray(values, dtype=np.float64), pa.float64(), from_pandas=True)
-
-        parts = []
-        for arm in ("left", "right"):
-            p = pos[:, pos_sl[arm]] if pos_sl else None
-            v = vel[:, vel_sl[arm]] if vel_sl else None
-            parts.append(
-                pa.Table.from_arrays(
-                    [
-                        pa.array([self.slug] * n, pa.string()),
-                        pa.array([unit_id] * n, pa.string()),
-                        pa.array([arm] * n, pa.string()),
-                        pa.array(np.arange(n, dtype=np.int64)),
-                        pa.array(t_sec),
-                        col(p[:, 0] if p is not None else None),
-                        col(p[:, 1] if p is not None else None),
-                        col(p[:, 2] if p is not None else None),
-                        col(np.linalg.norm(v, axis=1) if v is not None else None),
-                        col(eff[:, eff_ix[arm]] if eff_ix is not None else None),
-                        col(None),
-                        col(None),
-                    ],
-                    schema=SIGNALS_SCHEMA,
-                )
-            )
-        return pa.concat_tables(parts).combine_chunks()
+    def _decodable(self, root: Path, rel_v: str, keep: int, offset: int = 0) -> int:
+        """`keep`, lowered past trailing frames that do not decode (a video cut short mid-frame), so that no item
+        can reference a frame that does not decode; UnitError when none of the last frames decode."""
+        path = safe_join(root, rel_v)
+        for last in range(keep - 1, max(-1, keep - 2 - self.frame_count_tolerance), -1):
+            try:
+                video.read_frames(path, [offset + last])
+                return last + 1
+            except video.DecodeError:
+                continue
+        raise UnitError(f"{self.camera} video: the last frames do not decode", file=rel_v)
 
     # ------------------------------------------------------------------ frames
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
+    def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:
+        root = Path(root)
+        task, ep = self._parse(root, unit_id)
+        meta = self._task_meta(root, task)
+        rels = [f"{task}/meta/info.json",
+                f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=f'{task}/meta/info.json')}"]
+        if meta.video_path is not None:
+            rels += [self._video_rel(meta, task, ep, cam) for cam in sorted(meta.video_keys)]
+        return [(r, safe_join(root, r), None) for r in rels]
+
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto",
+                    threads: int = 1) -> dict[int, np.ndarray]:
         root = Path(root)
         task, ep = self._parse(root, unit_id)
         meta = self._task_meta(root, task)
@@ -368,11 +358,15 @@ class Gm100Adapter:
             raise UnitError(f"negative frame index requested: {min(want)}", file=rel_v)
         if not want:
             return {}
+        offset, span = self._video_span(meta, ep, cam)
+        if span is not None and max(want) >= span:
+            raise UnitError(f"{cam} frames {[i for i in want if i >= span][:5]} outside the episode ({span} frames)",
+                            file=rel_v)
         try:
-            got = video.read_frames(path, want)
+            got = video.read_frames(path, [offset + i for i in want], decoder=decoder, threads=threads)
         except video.DecodeError as exc:
             raise UnitError(f"{cam} video: {exc}", file=rel_v) from None
-        return {i: got[i] for i in want}
+        return {i: got[offset + i] for i in want}
 
     # ------------------------------------------------------------------ helpers
 
@@ -409,8 +403,6 @@ class Gm100Adapter:
         if hit is not None:
             return hit
         if not info_path.is_file():
-            if _is_v3(tdir, None):
-                raise UnitError("LeRobot v3.0 layout (meta/tasks.parquet) is not supported yet", file=info_rel)
             raise UnitError("meta/info.json is missing: the task folder is not a LeRobot dataset", file=info_rel)
         try:
             info = json.loads(info_path.read_text(encoding="utf-8"))
@@ -418,34 +410,15 @@ class Gm100Adapter:
             raise UnitError(f"meta/info.json is not readable JSON: {exc}", file=info_rel) from None
         if not isinstance(info, dict):
             raise UnitError("meta/info.json is not a JSON object", file=info_rel)
-        if _is_v3(tdir, info):
-            raise UnitError(
-                f"LeRobot v3.0 layout (codebase_version {info.get('codebase_version')!r}) is not supported yet",
-                file=info_rel,
-            )
-        version = str(info.get("codebase_version", ""))
-        if version and not version.startswith("v2"):
-            raise UnitError(f"unsupported LeRobot codebase_version {version!r} (expected v2.x)", file=info_rel)
-        fps = info.get("fps")
-        if not isinstance(fps, (int, float)) or not fps > 0:
-            raise UnitError(f"meta/info.json has no valid fps ({fps!r})", file=info_rel)
-        data_path = info.get("data_path")
-        if not isinstance(data_path, str) or not data_path:
-            raise UnitError("meta/info.json has no data_path template", file=info_rel)
-        video_path = info.get("video_path")
-        features = info.get("features")
-        if not isinstance(features, dict):
-            raise UnitError("meta/info.json has no features", file=info_rel)
-        video_keys = {
-            (k[len(VIDEO_PREFIX):] if k.startswith(VIDEO_PREFIX) else k): k
-            for k, f in features.items()
-            if isinstance(f, dict) and f.get("dtype") == "video"
-        }
-        chunks = info.get("chunks_size")
-        chunks = chunks if isinstance(chunks, int) and chunks > 0 else DEFAULT_CHUNKS_SIZE
+        fps, data_path, video_path, features, video_keys, chunks = parse_info(info, info_rel)
         tasks = None
         notes: list[str] = []
-        if tasks_path.is_file():
+        episodes = v3.read_episodes(root, task) if _is_v3(tdir, info) else None
+        if episodes is not None:
+            tasks = v3.read_tasks(root, task)
+            if tasks is None:
+                notes.append("meta/tasks.parquet is missing or unreadable: language is null")
+        elif tasks_path.is_file():
             tasks = {}
             for row in _read_jsonl_quiet(root, tasks_rel):
                 if isinstance(row, dict) and isinstance(row.get("task_index"), int) \
@@ -457,7 +430,7 @@ class Gm100Adapter:
         meta = _TaskMeta(task=task, info=info, fps=float(fps), data_path=data_path,
                          video_path=video_path if isinstance(video_path, str) and video_path else None,
                          chunks_size=chunks, video_keys=video_keys, features=features, tasks=tasks,
-                         licence=licence, notes=notes)
+                         licence=licence, notes=notes, episodes=episodes)
         if len(self._meta_cache) > 512:
             self._meta_cache.clear()
         self._meta_cache[stamp] = meta
@@ -480,8 +453,30 @@ class Gm100Adapter:
             )
         return meta.video_keys[camera]
 
+    def _data_rel(self, meta: _TaskMeta, task: str, ep: int) -> str:
+        info_rel = f"{task}/meta/info.json"
+        if meta.episodes is None:
+            return f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=info_rel)}"
+        loc = meta.episodes.get(ep)
+        if loc is None:
+            raise UnitError(f"episode {ep} is not in meta/episodes", file=f"{task}/meta/episodes")
+        return f"{task}/{v3.fill(meta.data_path, *loc.data, where=info_rel)}"
+
+    def _video_span(self, meta: _TaskMeta, ep: int, camera: str) -> tuple[int, int | None]:
+        """(index of the episode's first frame in its video file, frames it spans there or None = to the end)."""
+        if meta.episodes is None:
+            return 0, None
+        loc = meta.episodes[ep].videos.get(self._video_key(meta, camera))
+        fps = self._camera_fps(meta, self._video_key(meta, camera))
+        return (v3.frame_offset(loc[2], fps), v3.span_frames(loc[2], loc[3], fps)) if loc else (0, None)
+
     def _video_rel(self, meta: _TaskMeta, task: str, ep: int, camera: str) -> str:
         key = self._video_key(meta, camera)
+        if meta.episodes is not None:
+            loc = meta.episodes.get(ep)
+            if loc is None or key not in loc.videos:
+                return f"{task}/videos/{key}/episode_{ep:06d}.missing"  # not in the metadata: not downloaded
+            return f"{task}/{v3.fill(meta.video_path, loc.videos[key][0], loc.videos[key][1], key, task)}"
         return f"{task}/{_fill(meta.video_path, ep, meta.chunks_size, video_key=key, file=f'{task}/meta/info.json')}"
 
     def _camera_fps(self, meta: _TaskMeta, key: str) -> float:
@@ -495,193 +490,3 @@ class Gm100Adapter:
 
 # ---------------------------------------------------------------------- module helpers
 
-
-def _stat(p: Path):
-    try:
-        st = os.stat(p)
-        return (st.st_mtime_ns, st.st_size)
-    except OSError:
-        return None
-
-
-def _is_v3(tdir: Path, info: dict | None) -> bool:
-    if (tdir / "meta" / "tasks.parquet").is_file():
-        return True
-    if isinstance(info, dict):
-        if str(info.get("codebase_version", "")).startswith("v3"):
-            return True
-        if "{file_index" in str(info.get("data_path", "")):
-            return True
-    return False
-
-
-def _read_json_quiet(root: Path, rel_path: str):
-    try:
-        p = safe_join(root, rel_path)
-        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
-    except (UnitError, OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-
-
-def _read_jsonl_quiet(root: Path, rel_path: str) -> list:
-    try:
-        p = safe_join(root, rel_path)
-        if not p.is_file():
-            return []
-        text = p.read_text(encoding="utf-8")
-    except (UnitError, OSError, UnicodeDecodeError):
-        return []
-    rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
-
-
-def _fill(template: str, ep: int, chunks_size: int, video_key: str | None = None, file: str | None = None) -> str:
-    fields = {
-        "episode_chunk": ep // chunks_size,
-        "chunk_index": ep // chunks_size,
-        "episode_index": ep,
-    }
-    if video_key is not None:
-        fields["video_key"] = video_key
-    try:
-        return template.format_map(fields)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise UnitError(f"unsupported path template {template!r} in meta/info.json ({exc})", file=file) from None
-
-
-def _scan_template(tdir: Path, template: str) -> set[int]:
-    """Episode indices of files under `tdir` matching a LeRobot path template (symlinks are not followed)."""
-    pattern = ""
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError:
-        return set()
-    for literal, name, _spec, _conv in parsed:
-        pattern += re.escape(literal)
-        if name is None:
-            continue
-        pattern += r"(?P<episode_index>\d+)" if name == "episode_index" and "(?P<episode_index>" not in pattern \
-            else r"[^/]+"
-    if "(?P<episode_index>" not in pattern:
-        return set()
-    rx = re.compile(pattern)
-    top = template.split("/", 1)[0] if "/" in template else ""
-    if not top or "{" in top:
-        return set()
-    base = tdir / top
-    found: set[int] = set()
-    if not base.is_dir():
-        return found
-    for dirpath, _dirs, files in os.walk(base):
-        reldir = Path(dirpath).relative_to(tdir).as_posix()
-        for f in files:
-            m = rx.fullmatch(f"{reldir}/{f}")
-            if m:
-                found.add(int(m.group("episode_index")))
-    return found
-
-
-def _read_parquet(path: Path, rel_path: str) -> pa.Table:
-    try:
-        schema = pq.read_schema(path)
-        wanted = [c for c in (COL_TS, COL_FRAME, COL_EPISODE, COL_TASK, COL_POS, COL_VEL, COL_EFFORT)
-                  if c in schema.names]
-        return pq.read_table(path, columns=wanted)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise UnitError(f"episode parquet cannot be read: {exc}", file=rel_path) from None
-
-
-def _matrix(table: pa.Table, name: str, features: dict, rel_path: str) -> np.ndarray | None:
-    """A fixed-width list column as an (n, k) float64 matrix (nulls -> NaN); None when the column is absent."""
-    if name not in table.column_names:
-        return None
-    arr = table.column(name).combine_chunks()
-    n = len(arr)
-    shape = (features.get(name) or {}).get("shape")
-    width = int(shape[0]) if isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int) else None
-    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type)):
-        raise UnitError(f"column {name} is {arr.type}, not a list column", file=rel_path)
-    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
-    valid = ~np.isnan(lengths.astype(np.float64)) if arr.null_count else np.ones(n, bool)
-    present = lengths[valid].astype(np.int64)
-    if len(present) and (present.min() != present.max()):
-        raise UnitError(f"column {name} has ragged lists (lengths {present.min()}..{present.max()})", file=rel_path)
-    k = int(present[0]) if len(present) else (width or 0)
-    if width is not None and k != width:
-        raise UnitError(f"column {name} has width {k}, meta/info.json says {width}", file=rel_path)
-    out = np.full((n, k), np.nan)
-    if k and valid.any():
-        vals = arr.filter(pa.array(valid)).flatten() if arr.null_count else arr.flatten()
-        out[valid] = vals.to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, k)
-    return out
-
-
-def _names(feature) -> list[str] | None:
-    names = feature.get("names") if isinstance(feature, dict) else None
-    if isinstance(names, dict) and len(names) == 1:
-        names = next(iter(names.values()))
-    if isinstance(names, list) and all(isinstance(x, str) for x in names):
-        return [x.lower() for x in names]
-    return None
-
-
-def _names_swapped(feature, half: int) -> bool:
-    """True when info.json names say the first half is the right arm and the second the left."""
-    names = _names(feature)
-    if not names or len(names) != 2 * half:
-        return False
-    first, second = names[:half], names[half:]
-    return all("right" in x for x in first) and all("left" in x for x in second)
-
-
-def _arm_slices(m: np.ndarray | None, feature, notes: list[str], name: str) -> dict[str, slice] | None:
-    """Per-arm first-three-entry slices of a two-arm vector (left half first unless info.json names say otherwise)."""
-    if m is None:
-        return None
-    k = m.shape[1]
-    if k < 6 or k % 2:
-        notes.append(f"{name} has width {k}, not two arms of >= 3: its channels are null")
-        return None
-    half = k // 2
-    left, right = slice(0, 3), slice(half, half + 3)
-    if _names_swapped(feature, half):
-        left, right = right, left
-    return {"left": left, "right": right}
-
-
-def _card_licence(card: Path) -> str | None:
-    """The `license:` of a Hugging Face dataset card's YAML front matter, mapped to the IR's strings."""
-    try:
-        if not card.is_file():
-            return None
-        text = card.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    if not text.startswith("---"):
-        return None
-    end = text.find("\n---", 3)
-    if end < 0:
-        return None
-    try:
-        front = yaml.safe_load(text[3:end])
-    except yaml.YAMLError:
-        return None
-    if not isinstance(front, dict):
-        return None
-    lic = front.get("license")
-    if isinstance(lic, list):
-        lic = lic[0] if len(lic) == 1 else None
-    if not isinstance(lic, str) or not lic.strip():
-        return None
-    lic = lic.strip()
-    if lic.lower() == "other":
-        name = front.get("license_name")
-        return str(name) if isinstance(name, str) and name.strip() else None
-    return LICENCES.get(lic.lower(), lic)

@@ -102,6 +102,15 @@ QUARANTINE_SCHEMA = pa.schema(
     ]
 )
 
+ABSENT_SCHEMA = pa.schema(
+    [
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("unit_id", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("file", pa.string()),  # the missing file, relative to the source root
+    ]
+)
+
 TABLES = {"units": UNITS_SCHEMA, "frames": FRAMES_SCHEMA, "signals": SIGNALS_SCHEMA, "segments": SEGMENTS_SCHEMA}
 
 
@@ -127,6 +136,11 @@ class UnitError(Exception):
         super().__init__(reason)
         self.reason = reason
         self.file = file
+
+
+class UnitAbsent(UnitError):
+    """A unit whose media was not downloaded (a partial download): skipped and counted as absent, not quarantined.
+    A file that is there but truncated or undecodable is a plain UnitError."""
 
 
 class SourceError(Exception):

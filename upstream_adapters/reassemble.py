@@ -1,9 +1,10 @@
 """REASSEMBLE (TU Wien HDF5 release) -> episode IR.
 
-Layout read (upstream-formats.md §4; checked against the authors' `REASSEMBLE/io.py` and the third-party
+Layout read (docs/upstream-formats.md, REASSEMBLE; checked against the authors' `REASSEMBLE/io.py` and the third-party
 daft-physical-ai reader):
 
-    <root>/data/<YYYY-MM-DD-HH-MM-SS>.h5        one recording = one isolation unit (unit id = file stem)
+    <root>/data/<YYYY-MM-DD-HH-MM-SS>.h5        one recording = one isolation unit (unit id = file stem);
+                                                or <root>/<rec>.h5 side by side (a flat folder, no data/)
     <root>/poses/<rec>_poses.json               camera/board poses (not needed for the IR)
     <root>/splits/{train_split1,test_split1}.txt  one recording id per line, no extension
 
@@ -62,12 +63,13 @@ import h5py
 import numpy as np
 
 from . import video
-from .base import check_unit_id, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, require_root, safe_join
 from .ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
     SIGNALS_SCHEMA,
     SourceError,
+    UnitAbsent,
     UnitError,
     UnitIR,
     to_table,
@@ -118,22 +120,34 @@ def _nearest(src_ts: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndar
     return best, np.abs(src_ts[best] - query)
 
 
-class ReassembleAdapter:
+class ReassembleAdapter(SourceAdapter):
     slug = SLUG
     name = "REASSEMBLE"
     unit_type = "recording"
+    options = {
+        "camera": "primary camera dataset at the HDF5 root (default hand)",
+        "only_split": "read only the recordings listed in splits/<name>.txt (default: every data/*.h5)",
+        "max_signal_gap_s": "largest gap (s) to the nearest signal sample; beyond it the channel is null (0.25)",
+    }
 
     def __init__(self, camera: str = "hand", only_split: str | None = None, max_signal_gap_s: float = 0.25):
         self.camera = camera
         self.only_split = only_split or None
         self.max_signal_gap_s = float(max_signal_gap_s)
+        super().__init__()
 
     # ------------------------------------------------------------------ discovery
+    @staticmethod
+    def _prefix(root: Path) -> str:
+        """"data/" for the release layout (data/<rec>.h5), "" for a flat folder of <rec>.h5 files."""
+        return "data/" if Path(root, "data").is_dir() else ""
+
     def _data_dir(self, root: Path) -> Path:
         root = require_root(root, SLUG)
-        data = Path(root, "data")
-        if not data.is_dir():
-            raise SourceError(f"{SLUG}: root {root.name!r} has no data/ directory (expected data/<recording>.h5)")
+        data = Path(root, self._prefix(root))
+        if data == Path(root) and not any(p.suffix == ".h5" for p in Path(root).iterdir()):
+            raise SourceError(f"{SLUG}: root {root.name!r} has no data/ directory and no .h5 recordings "
+                              "(expected data/<recording>.h5 or a flat folder of <recording>.h5)")
         return data
 
     @staticmethod
@@ -177,10 +191,10 @@ class ReassembleAdapter:
     # ------------------------------------------------------------------ helpers
     def _h5_path(self, root: Path, unit_id: str) -> tuple[Path, str]:
         check_unit_id(unit_id)
-        relpath = f"data/{unit_id}.h5"
+        relpath = f"{self._prefix(root)}{unit_id}.h5"
         path = safe_join(Path(root), relpath)
         if not path.is_file():
-            raise UnitError(f"recording file {relpath} missing", file=relpath)
+            raise UnitAbsent(f"recording file {relpath} missing (not downloaded)", file=relpath)
         return path, relpath
 
     @staticmethod
@@ -427,7 +441,12 @@ class ReassembleAdapter:
         return rows
 
     # ------------------------------------------------------------------ frames
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
+    def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:
+        path, relpath = self._h5_path(Path(root), unit_id)
+        return [(relpath, path, None)]
+
+    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto",
+                    threads: int = 1) -> dict[int, np.ndarray]:
         root = Path(root)
         path, relpath = self._h5_path(root, unit_id)
         want = [int(i) for i in indices]
@@ -445,7 +464,7 @@ class ReassembleAdapter:
         except (OSError, KeyError, ValueError) as exc:
             raise UnitError(f"cannot read camera {camera!r}: {exc.__class__.__name__}: {exc}", file=relpath) from exc
         try:
-            got = video.read_frames(blob, want)
+            got = video.read_frames(blob, want, decoder=decoder, threads=threads)
         except video.DecodeError as exc:
             raise UnitError(f"camera {camera!r}: {exc}", file=relpath) from exc
         return {i: got[i] for i in want}

@@ -4,7 +4,7 @@ The decoder interface every adapter uses for container video (GM-100 mp4 files, 
 a tar, REASSEMBLE MP4 blobs in HDF5). Returns RGB uint8 arrays (H x W x 3) keyed by frame index.
 
 Frame index i is the i-th frame in presentation order: the i-th smallest pts among the video stream's packets
-(the same packets `count_frames` counts). Two decoders, chosen per video (engineering-notes.md §1.4-1.6):
+(the same packets `count_frames` counts). Two decoders, chosen per video (docs/engineering.md, decoders):
 
 - **PyAV** with an exact-timestamp seek, on every codec (H.264, HEVC, AV1, mpeg4, ...): index pts once by
   demuxing; for each wanted frame (sorted) seek to the last keyframe <= its pts, or keep decoding forward when no
@@ -39,8 +39,6 @@ DECODER_VERSION = "pbvideo-2"
 DECODERS = ("auto", "decord", "pyav")
 # Codecs on which decord's get_batch was measured frame-exact (closed GOP). Open GOP is detected per video.
 DECORD_SAFE_CODECS = frozenset({"h264", "mpeg4", "mjpeg", "vp9"})
-
-_DEFAULTS = {"decoder": "auto", "threads": 1}
 
 # decord is an optional fast path (no macOS / Linux-aarch64 wheels), imported lazily: its wheel loads a bundled
 # zlib 1.2.3 into the global symbol namespace, and when that happens before OpenCV is loaded, cv2's PNG decoding fails
@@ -90,19 +88,6 @@ class VideoIndex:
     @property
     def num_frames(self) -> int:
         return len(self.pts)
-
-
-def configure(decoder: str | None = None, threads: int | None = None) -> dict:
-    """Set this process's defaults for `read_frames(decoder=None, threads=None)` (adapters call it without them);
-    returns the previous defaults so a caller can restore them."""
-    prev = dict(_DEFAULTS)
-    if decoder is not None:
-        if decoder not in DECODERS:
-            raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
-        _DEFAULTS["decoder"] = decoder
-    if threads is not None:
-        _DEFAULTS["threads"] = int(threads)
-    return prev
 
 
 def decoder_id(decoder: str = "auto") -> str:
@@ -209,17 +194,16 @@ def decord_is_exact(index: VideoIndex) -> bool:
             and importlib.util.find_spec("decord") is not None)
 
 
-def read_frames(src: VideoSource, indices: Sequence[int], decoder: str | None = None,
-                threads: int | None = None) -> dict[int, np.ndarray]:
+def read_frames(src: VideoSource, indices: Sequence[int], decoder: str = "auto",
+                threads: int = 1) -> dict[int, np.ndarray]:
     """Decode exactly `indices` (any order, duplicates allowed) -> {index: HxWx3 RGB uint8}.
 
     decoder: "auto" (see `decoder_order`), "pyav" or "decord" (forced; DecodeError where decord is not exact:
     AV1, HEVC, open GOP). threads: decoder threads per video (1 suits a process pool with one worker per core;
-    0 = let FFmpeg choose). None = this process's defaults (`configure`; initially auto, 1 thread).
+    0 = let FFmpeg choose). Both are arguments, never process-global state.
     Raises DecodeError if the video cannot be opened or an index is outside the video.
     """
-    decoder = _DEFAULTS["decoder"] if decoder is None else decoder
-    threads = _DEFAULTS["threads"] if threads is None else int(threads)
+    threads = int(threads)
     want = sorted(set(int(i) for i in indices))
     if not want:
         return {}

@@ -1,7 +1,8 @@
 """Frame readers: picklable factories `open_reader(source) -> read(unit_id, camera, indices) -> {index: RGB}`.
 
 They cross process boundaries (the extraction pool pickles them into every task), so they hold only plain data
-(slugs, options, root paths) and build the adapter inside the worker.
+(slugs, options, root paths, the decoder setting) and build the adapter inside the worker. The decoder and its
+thread count are fields of the factory, passed to every `read_frames` call (no process-global decoder state).
 
 - `AdapterReaders` (the build, reconstruction): adapter.read_frames for each source's configured root.
 - `DirectoryReaders` (tests, benchmark): one video file per (source, unit, camera) under a folder.
@@ -14,57 +15,52 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from upstream_adapters import video
+from upstream_adapters import get_adapter, video
+from upstream_adapters.base import SourceAdapter
 
 Reader = Callable[[str, str, Sequence[int]], dict[int, np.ndarray]]
 
 # Adapters built in this process, reused across videos: some keep per-process indexes (RH20T's tar member index).
-_ADAPTERS: dict[tuple, object] = {}
+_ADAPTERS: dict[tuple, SourceAdapter] = {}
 
 
 class AdapterReaders:
-    """source slug -> reader through `upstream_adapters.get_adapter(slug, **options).read_frames(root, ...)`."""
+    """source slug -> reader through `get_adapter(slug, **options).read_frames(root, ..., decoder=...)`."""
 
-    def __init__(self, sources: dict[str, tuple[dict, str | Path]]):
+    def __init__(self, sources: dict[str, tuple[dict, str | Path]], decoder: str = "auto", threads: int = 1):
         self.sources = {slug: (dict(opts or {}), str(root)) for slug, (opts, root) in sources.items()}
+        self.decoder = decoder
+        self.threads = int(threads)
 
     @classmethod
     def from_config(cls, cfg: dict, roots: dict[str, str | Path] | None = None) -> "AdapterReaders":
         """Every source of cfg["sources"]; `roots` (slug -> path) overrides the configured roots."""
         roots = roots or {}
-        return cls({slug: (src.get("adapter", {}), roots.get(slug, src["root"]))
-                    for slug, src in cfg["sources"].items()})
+        fr = cfg["frames"]
+        return cls({slug: (src["adapter"], roots.get(slug, src["root"])) for slug, src in cfg["sources"].items()},
+                   decoder=fr["decoder"], threads=int(fr["decoder_threads"]))
 
     def reader_id(self, source: str) -> str:
-        """Part of the frame-cache key: an adapter may define `frames_version` to invalidate its cached frames."""
-        from upstream_adapters import ADAPTERS
+        """Part of the frame-cache key."""
+        return f"adapter:{source}"
 
-        version = ""
-        spec = ADAPTERS.get(source)
-        if spec:
-            import importlib
-
-            module, cls = spec.split(":")
-            try:
-                version = str(getattr(getattr(importlib.import_module(module), cls), "frames_version", ""))
-            except Exception:  # noqa: BLE001 - an adapter that does not import fails later, per video, with a reason
-                version = ""
-        return f"adapter:{source}:{version}" if version else f"adapter:{source}"
-
-    def __call__(self, source: str) -> Reader:
-        from upstream_adapters import get_adapter
-
+    def adapter(self, source: str) -> SourceAdapter:
         if source not in self.sources:
             raise KeyError(f"no upstream root configured for source {source!r}")
-        opts, root = self.sources[source]
+        opts, _ = self.sources[source]
         memo_key = (source, repr(sorted(opts.items())))
         adapter = _ADAPTERS.get(memo_key)
         if adapter is None:
             adapter = _ADAPTERS[memo_key] = get_adapter(source, **opts)
-        root_path = Path(root)
+        return adapter
+
+    def __call__(self, source: str) -> Reader:
+        adapter = self.adapter(source)
+        root_path = Path(self.sources[source][1])
+        decoder, threads = self.decoder, self.threads
 
         def read(unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
-            return adapter.read_frames(root_path, unit_id, camera, list(indices))
+            return adapter.read_frames(root_path, unit_id, camera, list(indices), decoder=decoder, threads=threads)
 
         return read
 
@@ -72,22 +68,25 @@ class AdapterReaders:
 class DirectoryReaders:
     """source -> reader of `<root>/<pattern>` video files, pattern fields {source} {unit_id} {camera}."""
 
-    def __init__(self, root: str | Path, pattern: str = "{source}/{unit_id}/{camera}.mp4"):
+    def __init__(self, root: str | Path, pattern: str = "{source}/{unit_id}/{camera}.mp4", decoder: str = "auto",
+                 threads: int = 1):
         self.root = str(root)
         self.pattern = pattern
+        self.decoder = decoder
+        self.threads = int(threads)
 
     def reader_id(self, source: str) -> str:
         return f"dir:{self.pattern}"
 
     def __call__(self, source: str) -> Reader:
         root = Path(self.root)
-        pattern = self.pattern
+        pattern, decoder, threads = self.pattern, self.decoder, self.threads
 
         def read(unit_id: str, camera: str, indices: Sequence[int]) -> dict[int, np.ndarray]:
             path = root / pattern.format(source=source, unit_id=unit_id, camera=camera)
             if not path.exists():
                 raise FileNotFoundError(f"no video for {source}/{unit_id}/{camera}")
-            return video.read_frames(path, indices)
+            return video.read_frames(path, indices, decoder=decoder, threads=threads)
 
         return read
 

@@ -58,64 +58,60 @@ def _fail(task: ReconTask, reason: str) -> list[dict]:
 
 def run_recon(task: ReconTask) -> list[dict]:
     """Decode one video once, render and verify its items, write the images. Never raises."""
-    prev = video.configure(decoder=task.decoder, threads=task.decoder_threads)
-    try:
-        items = [{"item_id": a, "frame_indices_json": b, "render_spec_json": c, "image_hashes_json": d}
-                 for a, b, c, d in task.items]
-        needed: set[int] = set()
-        for it in items:
-            try:
-                needed.update(frame_indices_of(it))
-                spec = render_spec_of(it)
-                if spec:
-                    needed.update(int(i) for i in spec.get("frame_indices", []))
-            except (ValueError, TypeError, json.JSONDecodeError):
-                pass
+    items = [{"item_id": a, "frame_indices_json": b, "render_spec_json": c, "image_hashes_json": d}
+             for a, b, c, d in task.items]
+    needed: set[int] = set()
+    for it in items:
         try:
-            reader = task.open_reader(task.source)
-        except Exception as exc:  # noqa: BLE001
-            return _fail(task, f"cannot open reader: {type(exc).__name__}: {exc}")
-        frames, failed = read_with_fallback(reader, task.unit_id, task.camera, sorted(needed))
-        out = []
-        for it in items:
-            item_id = it["item_id"]
+            needed.update(frame_indices_of(it))
+            spec = render_spec_of(it)
+            if spec:
+                needed.update(int(i) for i in spec.get("frame_indices", []))
+        except (ValueError, TypeError, json.JSONDecodeError):
+            pass
+    try:
+        reader = task.open_reader(task.source)
+    except Exception as exc:  # noqa: BLE001
+        return _fail(task, f"cannot open reader: {type(exc).__name__}: {exc}")
+    frames, failed = read_with_fallback(reader, task.unit_id, task.camera, sorted(needed))
+    out = []
+    for it in items:
+        item_id = it["item_id"]
 
-            def get_frame(i: int) -> np.ndarray:
-                if i not in frames:
-                    raise LookupError(failed.get(i, f"frame {i} not returned by the reader"))
-                return frames[i]
+        def get_frame(i: int) -> np.ndarray:
+            if i not in frames:
+                raise LookupError(failed.get(i, f"frame {i} not returned by the reader"))
+            return frames[i]
 
-            try:
-                images = render_item_images(it, get_frame, task.size_policy)
-            except LookupError as exc:
-                out.append(_result(task, item_id, "missing", str(exc).strip("'\"")))
-                continue
-            except Exception as exc:  # noqa: BLE001 - a malformed row
-                out.append(_result(task, item_id, "missing", f"cannot render: {type(exc).__name__}: {exc}"))
-                continue
-            got = image_hashes(images)
-            expected = json.loads(it["image_hashes_json"]) if it["image_hashes_json"] else None
-            if expected is None:
-                status, reason = "unverified", "no image_hashes_json in the release row"
-            elif got == expected:
-                status, reason = "ok", None
+        try:
+            images = render_item_images(it, get_frame, task.size_policy)
+        except LookupError as exc:
+            out.append(_result(task, item_id, "missing", str(exc).strip("'\"")))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a malformed row
+            out.append(_result(task, item_id, "missing", f"cannot render: {type(exc).__name__}: {exc}"))
+            continue
+        got = image_hashes(images)
+        expected = json.loads(it["image_hashes_json"]) if it["image_hashes_json"] else None
+        if expected is None:
+            status, reason = "unverified", "no image_hashes_json in the release row"
+        elif got == expected:
+            status, reason = "ok", None
+        else:
+            if len(got) != len(expected):
+                reason = f"{len(got)} images rendered, {len(expected)} hashes recorded"
             else:
-                if len(got) != len(expected):
-                    reason = f"{len(got)} images rendered, {len(expected)} hashes recorded"
-                else:
-                    bad = [k for k, (a, b) in enumerate(zip(got, expected)) if a != b]
-                    reason = f"image(s) {bad} differ from the release (pixel sha256)"
-                out.append(_result(task, item_id, "differs", reason))
-                continue
-            try:
-                write_item_images(item_id, images, Path(task.images_dir), task.png_compression)
-            except Exception as exc:  # noqa: BLE001
-                out.append(_result(task, item_id, "missing", f"cannot write images: {type(exc).__name__}: {exc}"))
-                continue
-            out.append(_result(task, item_id, status, reason, len(images)))
-        return out
-    finally:
-        video.configure(**prev)
+                bad = [k for k, (a, b) in enumerate(zip(got, expected)) if a != b]
+                reason = f"image(s) {bad} differ from the release (pixel sha256)"
+            out.append(_result(task, item_id, "differs", reason))
+            continue
+        try:
+            write_item_images(item_id, images, Path(task.images_dir), task.png_compression)
+        except Exception as exc:  # noqa: BLE001
+            out.append(_result(task, item_id, "missing", f"cannot write images: {type(exc).__name__}: {exc}"))
+            continue
+        out.append(_result(task, item_id, status, reason, len(images)))
+    return out
 
 
 def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:
@@ -150,7 +146,8 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     selected = sorted(sources) if sources is not None else sorted(upstream)
     items = items.filter(pl.col("source_slug").is_in(selected))
     readers = AdapterReaders({s: (cfg["sources"][s]["adapter"] if s in cfg["sources"] else {}, upstream[s])
-                              for s in selected if s in upstream})
+                              for s in selected if s in upstream},
+                             decoder=fr["decoder"], threads=int(fr["decoder_threads"]))
     tasks = []
     results: list[dict] = []
     grouped = (items.group_by(["source_slug", "source_unit_id", "camera"])

@@ -12,8 +12,6 @@ import resource
 import sys
 from dataclasses import dataclass
 
-from upstream_adapters import video
-
 from .cache import FrameCache
 from .pixels import as_rgb, frame_stats
 
@@ -86,30 +84,26 @@ def run_video(task: VideoTask) -> dict:
     """Decode one video's missing frames into the cache. Returns {"rows", "decoded", "errors", "rss_mb" (this
     process's peak RSS)}; never raises."""
     cache = task.cache
-    prev = video.configure(decoder=cache.decoder, threads=cache.decoder_threads)
     try:
+        reader = task.open_reader(task.source)
+    except Exception as exc:  # noqa: BLE001 - any failure of this video is reported, never raised
+        return error_result(task, f"cannot open reader: {type(exc).__name__}: {exc}")
+    got, failed = read_with_fallback(reader, task.unit_id, task.camera, [i for i, _ in task.frames])
+    rows, decoded, errors = [], 0, 0
+    for index, key in task.frames:
+        img = got.get(index) if isinstance(got, dict) else None
+        if img is None:
+            rows.append(_row(task, index, key, "error", failed.get(index, "frame not returned by the reader"), None))
+            errors += 1
+            continue
         try:
-            reader = task.open_reader(task.source)
-        except Exception as exc:  # noqa: BLE001 - any failure of this video is reported, never raised
-            return error_result(task, f"cannot open reader: {type(exc).__name__}: {exc}")
-        got, failed = read_with_fallback(reader, task.unit_id, task.camera, [i for i, _ in task.frames])
-        rows, decoded, errors = [], 0, 0
-        for index, key in task.frames:
-            img = got.get(index) if isinstance(got, dict) else None
-            if img is None:
-                rows.append(_row(task, index, key, "error", failed.get(index, "frame not returned by the reader"), None))
-                errors += 1
-                continue
-            try:
-                img = as_rgb(img)
-                stats = frame_stats(img, cache.thumb_size)
-                cache.put(key, img, stats)
-            except Exception as exc:  # noqa: BLE001
-                rows.append(_row(task, index, key, "error", f"{type(exc).__name__}: {exc}", None))
-                errors += 1
-                continue
-            rows.append(_row(task, index, key, "ok", None, stats))
-            decoded += 1
-        return {"rows": rows, "decoded": decoded, "errors": errors, "rss_mb": peak_rss_mb()}
-    finally:
-        video.configure(**prev)
+            img = as_rgb(img)
+            stats = frame_stats(img, cache.thumb_size)
+            cache.put(key, img, stats)
+        except Exception as exc:  # noqa: BLE001
+            rows.append(_row(task, index, key, "error", f"{type(exc).__name__}: {exc}", None))
+            errors += 1
+            continue
+        rows.append(_row(task, index, key, "ok", None, stats))
+        decoded += 1
+    return {"rows": rows, "decoded": decoded, "errors": errors, "rss_mb": peak_rss_mb()}

@@ -1,4 +1,4 @@
-"""Sample AIST-Bimanual corpus in the real distribution layout (upstream-formats.md §5).
+"""Sample AIST-Bimanual corpus in the real distribution layout (docs/upstream-formats.md, AIST-Bimanual).
 
     <out_dir>/aist_bimanual_manifest.csv        task_id,task_name,taxonomy,url (all 10 ProcessBench tasks)
     <out_dir>/<task_name>.zip                   members: "<task_name>/" then <task_name>/episode_<N>.hdf5
@@ -59,7 +59,7 @@ JPEG_QUALITY = 90
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 CAMERAS = ("cam_high", "cam_low")
 
-# ProcessBench's 10 AIST tasks (upstream-formats.md §5.3): task_id, task_name, taxonomy, prompt
+# ProcessBench's 10 AIST tasks (docs/upstream-formats.md, AIST-Bimanual): task_id, task_name, taxonomy, prompt
 TASKS = [
     ("task_004", "insert_usb_cable", "Asynchronous Bimanual", "Insert the USB cable using both arms."),
     ("task_016", "insert_rod_board", "Asynchronous Bimanual", "Insert the rod into the board."),

@@ -1,4 +1,4 @@
-"""RH20T sample corpus in the real resized-release layout (upstream-formats.md §3.2, §3.6).
+"""RH20T sample corpus in the real resized-release layout (docs/upstream-formats.md, RH20T).
 
     write(out_dir, "demo")     -> <out_dir>/RH20T_cfg2.tar.gz   (deterministic tar; exercises the archive path)
     write(out_dir, "release")  -> <out_dir>/RH20T_cfg2/         (extracted folder; 596 robot scenes, 76 tasks)
@@ -469,8 +469,9 @@ def write_root(out_dir: Path, specs: Sequence[SceneSpec], seed: int = 0, size: t
     return base
 
 
-def write(out_dir: Path, scale: str = "demo", seed: int = 0) -> None:
-    """Demo: RH20T_cfg2.tar.gz (archive path). Release: the extracted RH20T_cfg2/ folder (596 robot scenes)."""
+def write(out_dir: Path, scale: str = "demo", seed: int = 0, archive: bool | None = None) -> None:
+    """Demo: RH20T_cfg2.tar.gz (archive path). Release: the extracted RH20T_cfg2/ folder (596 robot scenes).
+    `archive` True/False writes the archive or the extracted folder at any scale (None: the scale's default)."""
     if scale not in SIZES:
         raise ValueError(f"unknown scale {scale!r}; expected one of {sorted(SIZES)}")
     out_dir = Path(out_dir)
@@ -480,7 +481,8 @@ def write(out_dir: Path, scale: str = "demo", seed: int = 0) -> None:
             shutil.rmtree(stale)
         elif stale.exists() or stale.is_symlink():
             stale.unlink()
+    as_tar = (scale == "demo") if archive is None else bool(archive)
     if scale == "demo":
-        write_root(out_dir, demo_specs(seed), seed, SIZES["demo"], archive=True)
+        write_root(out_dir, demo_specs(seed), seed, SIZES["demo"], archive=as_tar)
     else:
-        write_root(out_dir, release_specs(seed), seed, SIZES["release"], archive=False, calibs=CALIBS)
+        write_root(out_dir, release_specs(seed), seed, SIZES["release"], archive=as_tar, calibs=CALIBS)
