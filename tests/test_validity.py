@@ -190,3 +190,23 @@ def test_cell_baselines_majority_letter_and_prior():
 def test_uniform_policy_is_seeded(policy):
     a, b = _t1_rows(50, "sft", policy), _t1_rows(50, "sft", policy)
     assert [options(r) for r in a] == [options(r) for r in b]
+
+
+def test_run_validity_writes_the_report_into_the_release(tmp_path):
+    import polars as pl
+
+    from pipeline.cli import main
+    from pipeline.config import load_config
+    from pipeline.validity import run_validity
+
+    rel, wd = tmp_path / "rel", tmp_path / "work"
+    (rel / "splits").mkdir(parents=True)
+    ev, sf = _t1_rows(60, "eval", "neighbours"), _t1_rows(600, "sft", "neighbours", 5000)
+    pl.DataFrame(ev).write_parquet(rel / "splits" / "processbench_eval.parquet")
+    pl.DataFrame(sf).write_parquet(rel / "splits" / "processdata_sft.parquet")
+    summary = run_validity(load_config(), release_dir=rel, work_dir=wd)
+    assert any("gm100/T1: option-set-only" in p for p in summary["problems"])
+    rep = json.loads((rel / "metadata" / "validity_report.json").read_text())
+    assert rep["cells"][0]["images"]["frames_without_thumb"] == 660  # no frame cache: counted, never silent
+    assert "## Problems" in (rel / "metadata" / "validity_report.md").read_text()
+    assert main(["validity", "--release", str(rel), "--work-dir", str(wd)]) == 1

@@ -141,3 +141,15 @@ def write_report(report: dict, metadata_dir: Path) -> None:
     metadata_dir.mkdir(parents=True, exist_ok=True)
     (metadata_dir / "validity_report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     (metadata_dir / "validity_report.md").write_text(render_markdown(report))
+
+
+def command(args) -> int:
+    """`processbench validity --release DIR --work-dir DIR`: audit a written release, print its problems."""
+    from ..config import load_config
+
+    cfg = load_config()
+    summary = run_validity(cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir))
+    for p in summary["problems"]:
+        print(f"VALIDITY: {p}")
+    print(f"{args.release}/metadata/validity_report.md: {summary['cells']} cells, {len(summary['problems'])} problem(s)")
+    return 1 if summary["problems"] else 0
