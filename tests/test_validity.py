@@ -210,3 +210,7 @@ def test_run_validity_writes_the_report_into_the_release(tmp_path):
     assert rep["cells"][0]["images"]["frames_without_thumb"] == 660  # no frame cache: counted, never silent
     assert "## Problems" in (rel / "metadata" / "validity_report.md").read_text()
     assert main(["validity", "--release", str(rel), "--work-dir", str(wd)]) == 1
+    (rel / "checksums.sha256").write_text("")
+    run_validity(load_config(), release_dir=rel, work_dir=wd)
+    sums = (rel / "checksums.sha256").read_text()
+    assert "  metadata/validity_report.json\n" in sums and "  metadata/validity_report.md\n" in sums

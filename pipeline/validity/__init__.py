@@ -116,7 +116,8 @@ def _fps_table(wd: Path, sources: list[str]):
 
 def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | None = None) -> dict:
     """The stage: audit the written release splits (+ the frame cache, the IR's fps), write
-    metadata/validity_report.json and .md, and return {"problems": [...], "cells": n}."""
+    metadata/validity_report.json and .md, re-write checksums.sha256 to cover them, and return
+    {"problems": [...], "cells": n}."""
     import polars as pl
 
     from ..frames.cache import FrameCache
@@ -134,6 +135,10 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
     report = audit(ev, sf, vcfg, thumbs=thumbs, fps_of=_fps_table(wd, sources))
     report["problems"] = problems(report, vcfg)
     write_report(report, rel / "metadata")
+    from ..writers import file_names, write_checksums
+
+    if (rel / file_names(cfg)["checksums"]).exists():  # the report is part of the release: cover it
+        write_checksums(rel, cfg)
     return {"problems": report["problems"], "cells": len(report["cells"])}
 
 
