@@ -211,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("dir")
     v.set_defaults(func=cmd_validate)
 
+    va = sub.add_parser("validity", help="audit a release: text-only baselines, shared images, T8/T9 gaps")
+    va.add_argument("--release", required=True)
+    va.add_argument("--work-dir", required=True, help="the build's work folder (frame cache, IR)")
+    va.set_defaults(func=lambda a: __import__("pipeline.validity", fromlist=["command"]).command(a))
+
     r = sub.add_parser("reconstruct", help="rebuild and verify every item's frames from upstream data")
     r.add_argument("--release", required=True)
     r.add_argument("--upstream", action="append", metavar="SLUG=PATH")

@@ -212,6 +212,8 @@ def prompt_templates_markdown(cfg: dict) -> str:
                 opts = "; ".join(f"{k} = “{v}”" for k, v in (per_source(tc["labels"], s) or {}).items())
             fr = per_source(tc["frames"], s) or {}
             out.append(f"| `{s}` | {q} | {opts} | {_frames_text(fr)} |".replace("\n", " "))
+        if tc["question_changed_from_public"]:  # the task YAML says why the text differs from the public one
+            out += ["", f"Changed from the public question: {' '.join(str(tc['question_changed_from_public']).split())}"]
         header = tc["prompt"]["header"] if tc["prompt"] else None
         if header:
             out += ["", "Header lines:", "", "```text", *header, "```"]

@@ -313,7 +313,7 @@ class Candidates(Strict):
 
 
 class Distractors(Strict):
-    policy: Literal["all", "neighbours", "pairs", "context", "permutations"] = "all"
+    policy: Literal["all", "neighbours", "pairs", "context", "permutations", "uniform"] = "all"
     order: Optional[list[str]] = None            # neighbours: process order
     hard: Optional[dict[str, list[str]]] = None  # pairs: answer -> hard distractors
     exclude_current: bool = True                 # context (T11)
@@ -365,9 +365,43 @@ class TaskFile(Strict):
     window_in_run: Optional[PerSource(bool)] = None      # T4
     eligible_arm_types: Optional[PerSource(list[str])] = None   # T4
     per_arm: Optional[PerSource(bool)] = None            # T6
+    question_changed_from_public: Optional[str] = None   # why the question differs from the public one (prompt docs)
+
+
+# ----------------------------------------------------------------------------------------- validity.yaml
+class ValidityLimits(Strict):
+    blind_over_random: float = Field(ge=0)
+    blind_over_prior: float = Field(ge=0)
+    option_only_over_reference: float = Field(ge=0)
+    exact_shared_fraction: Optional[float] = Field(None, ge=0, le=1)   # null = reported, not checked
+    near_shared_fraction: Optional[float] = Field(None, ge=0, le=1)
+
+
+class ValidityBagOfWords(Strict):
+    C: float = Field(1.0, gt=0)
+    max_iter: int = Field(200, ge=1)
+
+
+class ValidityNearDuplicate(Strict):
+    hamming: int = Field(4, ge=0, le=64)
+
+
+class ValidityTemporal(Strict):
+    families: list[TaskId] = ["T8", "T9"]
+    min_median_gap_s: PerSource(float) = {"default": 0.0}
+    min_median_visual_diff: float = Field(0.0, ge=0)
+
+
+class ValidityFile(Strict):
+    min_eval_items: int = Field(30, ge=1)
+    balance_tolerance: float = Field(0.05, ge=0)
+    limits: ValidityLimits
+    bag_of_words: ValidityBagOfWords = ValidityBagOfWords()
+    near_duplicate: ValidityNearDuplicate = ValidityNearDuplicate()
+    temporal: ValidityTemporal = ValidityTemporal()
 
 
 from pipeline.settings_labels import LabelsFile  # noqa: E402  (its own file: the largest model)
 
 FILE_MODELS: dict[str, Any] = {"build": BuildFile, "sources": SourcesFile, "labels": LabelsFile, "split": SplitFile,
-                               "frames": FramesFile, "release": ReleaseFile}
+                               "frames": FramesFile, "release": ReleaseFile, "validity": ValidityFile}

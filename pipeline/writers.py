@@ -290,7 +290,8 @@ def majority_baselines(df: pl.DataFrame, decimals: int) -> dict[str, float]:
     return out
 
 
-TASK_DISTRIBUTION_HEADER = ("task_id", "task_name", "eval_n", "num_choices", "random_acc", "majority_acc")
+TASK_DISTRIBUTION_HEADER = ("task_id", "task_name", "eval_n", "num_choices", "random_acc", "majority_acc",
+                            "label_prior_acc", "label_prior_answer")
 
 
 def task_distribution_csv(eval_df: pl.DataFrame, cfg: dict) -> str:
@@ -305,7 +306,12 @@ def task_distribution_csv(eval_df: pl.DataFrame, cfg: dict) -> str:
     for task in rnd:
         sub = eval_df.filter(pl.col("task_id") == task)
         nc = sorted(set(sub.get_column("num_choices").to_list()))
-        w.writerow([task, tnames[task], sub.height, "|".join(map(str, nc)), _fmt(rnd[task], dec), _fmt(maj[task], dec)])
+        # majority_acc is the letter prior (kept at random by the letter assignment); the label prior is the share of
+        # the most frequent answer text, what a model that ignores the images but knows the labels' frequency scores
+        counts = sub.group_by("answer_text").len().sort(["len", "answer_text"], descending=[True, False])
+        top, top_n = counts.row(0)
+        w.writerow([task, tnames[task], sub.height, "|".join(map(str, nc)), _fmt(rnd[task], dec), _fmt(maj[task], dec),
+                    _fmt(top_n / sub.height, dec), top])
     return buf.getvalue()
 
 

@@ -241,6 +241,8 @@ def order_distractors(spec: Spec, answer: str, key: str, *, context: list[str] |
       neighbours   nearest labels in `order` first (ties broken by a stable per-candidate coin)
       pairs        the template's `hard[answer]` first, then the rest in label order
       context      the generator's `context` labels (same chain / recording) first, then the rest in a seeded order
+      uniform      a seeded uniform draw from the plausible labels (the generator's `context` when given, else every
+                   label): with balanced answers every label of an option set is then equally likely the answer
       permutations the other permutations of the display labels, fewest swaps away first"""
     d = spec.distractor_cfg
     policy = d.get("policy", "all")
@@ -261,6 +263,11 @@ def order_distractors(spec: Spec, answer: str, key: str, *, context: list[str] |
     elif policy == "pairs":
         hard = list((d.get("hard") or {}).get(answer, []))
         pool.sort(key=lambda x: (0, hard.index(x)) if x in hard else (1, labels.index(x)))
+    elif policy == "uniform":
+        plausible = pool if context is None else sorted(set(context) & set(pool), key=labels.index)
+        if len(plausible) < k:
+            return plausible  # no plausible distractors enough: the candidate is not emitted
+        return py_rng(spec.seed, "distractors", spec.task_id, key).sample(plausible, k)
     elif policy == "context":
         ctx = [x for x in dict.fromkeys(context or []) if x in pool]
         rest = [x for x in pool if x not in ctx]

@@ -2,8 +2,11 @@
 high-level action, T12 the masked middle element of a distinct low-level chain.
 
 Frames: the window `offsets` around centres at `centers` fractions of the stable sub-range of the segment (T10, T11:
-the current low-level segment; T12: the run of the masked chain element). Distractors: labels of the same action
-chain first, then the recording's labels by frequency, then the rest of the vocabulary in a seeded order."""
+the current low-level segment; T12: the run of the masked chain element). Distractors are plausible given what the
+question shows, from the source's primitive statistics: T10 every label the source uses, T11 every label that follows
+some primitive in the source, T12 every label that follows `prev` and precedes `next` somewhere in the source. With
+the `uniform` policy they are a seeded uniform draw among those, so the option set says nothing about the answer
+(the `context` policy puts the item's own chain first, which leaks it)."""
 
 from __future__ import annotations
 
@@ -24,6 +27,24 @@ def _recording_vocab(prims: list[dict]) -> list[str]:
     return [t for t, _ in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def _source_stats(ctx: Context) -> tuple[set[str], set[str], set[tuple[str, str]]]:
+    """Labels used, labels that follow a primitive, and observed (a, b) transitions of distinct chains."""
+    used, nexts, pairs = set(), set(), set()
+    for uid in ctx.unit_ids:
+        for p in ctx.primitives.get(uid, []):
+            used.add(p["text"])
+            if p["next_text"] is not None:
+                nexts.add(p["next_text"])
+        for s in ctx.segments.get(uid, []):
+            chain = list(s["chain"] or [])
+            pairs |= set(zip(chain, chain[1:]))
+    return used, nexts, pairs
+
+
+def _uniform(spec: Spec) -> bool:
+    return (spec.t.get("distractors") or {}).get("policy") == "uniform"
+
+
 def _chains(ctx: Context, uid: str) -> dict[int, list[str]]:
     return {int(s["seg_index"]): list(s["chain"] or []) for s in ctx.segments.get(uid, [])}
 
@@ -42,13 +63,14 @@ def t10_current(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     offsets, centers, mr, mm = _params(spec)
     vocab = set(spec.label_texts)
+    used = _source_stats(ctx)[0] if _uniform(spec) else None
     for uid in ctx.unit_ids:
         prims = ctx.primitives.get(uid, [])
         rec, chains = _recording_vocab(prims), _chains(ctx, uid)
         for p in prims:
             if p["text"] not in vocab:
                 continue
-            context = chains.get(int(p["parent_index"]), []) + rec
+            context = sorted(used) if used is not None else chains.get(int(p["parent_index"]), []) + rec
             for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm):
                 pool.add(uid, f"p{p['parent_index']}.{p['seg_index']}|c{a}", p["text"], f, a, context=context,
                          meta={"parent_index": p["parent_index"], "seg_index": p["seg_index"], "center": c})
@@ -60,6 +82,7 @@ def t11_next(spec: Spec, ctx: Context):
     offsets, centers, mr, mm = _params(spec)
     vocab = set(spec.label_texts)
     excl_cur = bool((spec.t.get("distractors") or {}).get("exclude_current", True))
+    nexts = _source_stats(ctx)[1] if _uniform(spec) else None
     for uid in ctx.unit_ids:
         prims = ctx.primitives.get(uid, [])
         rec, chains = _recording_vocab(prims), _chains(ctx, uid)
@@ -67,7 +90,7 @@ def t11_next(spec: Spec, ctx: Context):
             nxt = p["next_text"]
             if nxt is None or nxt not in vocab:
                 continue
-            context = chains.get(int(p["parent_index"]), []) + rec
+            context = sorted(nexts) if nexts is not None else chains.get(int(p["parent_index"]), []) + rec
             for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm):
                 pool.add(uid, f"p{p['parent_index']}.{p['seg_index']}|c{a}", nxt, f, a, context=context,
                          exclude={p["text"]} if excl_cur else None, qfields={"high_action": p["high_text"]},
@@ -81,6 +104,8 @@ def t12_chain(spec: Spec, ctx: Context):
     offsets, centers, mr, mm = _params(spec)
     vocab = set(spec.label_texts)
     excl_nb = bool((spec.t.get("distractors") or {}).get("exclude_neighbours", True))
+    pairs = _source_stats(ctx)[2] if _uniform(spec) else None
+    mids = {lab for a, lab in pairs} if pairs is not None else set()
     for uid in ctx.unit_ids:
         rec = _recording_vocab(ctx.primitives.get(uid, []))
         for s in ctx.segments.get(uid, []):
@@ -92,7 +117,10 @@ def t12_chain(spec: Spec, ctx: Context):
                 if masked not in vocab:
                     continue
                 lo, hi = int(s["chain_start"][m]), int(s["chain_end"][m])
-                context = [x for x in chain if x not in (prev, nxt)] + rec
+                if pairs is not None:  # labels that can sit between prev and next in this source
+                    context = sorted(x for x in mids if (prev, x) in pairs and (x, nxt) in pairs)
+                else:
+                    context = [x for x in chain if x not in (prev, nxt)] + rec
                 for c, a, f in _windows(lo, hi, ctx.n(uid), offsets, centers, mr, mm):
                     pool.add(uid, f"h{s['seg_index']}.m{m}|c{a}", masked, f, a, context=context,
                              exclude={prev, nxt} if excl_nb else None,

@@ -1,0 +1,149 @@
+"""The validity audit: what a model could score without looking, per (source, family), and what eval and SFT share.
+
+    audit(eval_rows, sft_rows, vcfg, thumbs=None, fps_of=None) -> report (a JSON-able dict, deterministic)
+    problems(report, vcfg) -> list of "source/family: what" strings (empty when every configured limit holds)
+    run_validity(cfg) -> summary    the stage: reads the release splits, writes metadata/validity_report.{json,md}
+
+Thresholds are in configs/validity.yaml. A cell whose eval labels are not balanced (its most frequent eval answer label
+above random by more than `balance_tolerance`) is checked against its label prior instead of random.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from ..config import per_source
+from .baselines import cell_baselines
+from .images import ThumbSource, shared_images, temporal_gaps
+from .report import render_markdown
+
+__all__ = ["audit", "problems", "run_validity", "load_validity_config"]
+
+
+def load_validity_config(cfg: dict) -> dict:
+    return cfg["validity"]  # configs/validity.yaml, validated by pipeline.settings.ValidityFile
+
+
+def _cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    out: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        out[(r["source_slug"], r["task_id"])].append(r)
+    return out
+
+
+def _family_order(t: str) -> tuple[int, str]:
+    return (int(t[1:]) if t[1:].isdigit() else 999, t)
+
+
+def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: dict, thumbs=None, fps_of=None) -> dict:
+    """Per (source, family): baselines, shared images (needs `thumbs`), T8/T9 gaps (needs `fps_of`)."""
+    ev, sf = _cells(eval_rows), _cells(sft_rows)
+    k = int(vcfg["near_duplicate"]["hamming"])
+    tfam = set(vcfg["temporal"]["families"])
+    cells = []
+    for source, task in sorted(set(ev) | set(sf), key=lambda c: (c[0], _family_order(c[1]))):
+        e, s = ev.get((source, task), []), sf.get((source, task), [])
+        cell = {"source": source, "family": task, **cell_baselines(s, e, vcfg.get("bag_of_words"))}
+        if thumbs is not None:
+            cell["images"] = shared_images(s, e, thumbs, k)
+        if fps_of is not None and task in tfam:
+            cell["temporal"] = temporal_gaps(e + s, fps_of, thumbs or (lambda *a: None))
+        cells.append(cell)
+    return {"version": 1, "eval_items": len(eval_rows), "sft_items": len(sft_rows),
+            "near_duplicate_hamming": k, "cells": cells}
+
+
+def problems(report: dict, vcfg: dict) -> list[str]:
+    """Every (source, family) past a configured limit, as 'source/family: reason'."""
+    lim, out = vcfg["limits"], []
+    tol, min_n = float(vcfg["balance_tolerance"]), int(vcfg["min_eval_items"])
+    tcfg = vcfg["temporal"]
+    for c in report["cells"]:
+        where = f"{c['source']}/{c['family']}"
+        img = c.get("images") or {}
+        if img and c["eval_n"]:
+            exact, near = img["exact_shared"] / c["eval_n"], img["near_shared_fraction"]
+            if lim.get("exact_shared_fraction") is not None and exact > float(lim["exact_shared_fraction"]):
+                out.append(f"{where}: {img['exact_shared']} eval items show an image identical to an SFT image")
+            if lim.get("near_shared_fraction") is not None and near > float(lim["near_shared_fraction"]):
+                out.append(f"{where}: {near:.3f} of eval items have a near-duplicate SFT image")
+        t = c.get("temporal")
+        if t and t["median_gap_s"] is not None:
+            need = float(per_source(tcfg["min_median_gap_s"], c["source"], 0.0))
+            if t["median_gap_s"] < need:
+                out.append(f"{where}: median frame gap {t['median_gap_s']} s < {need} s")
+            vd = float(tcfg.get("min_median_visual_diff", 0.0))
+            if t["median_visual_diff"] is not None and t["median_visual_diff"] < vd:
+                out.append(f"{where}: median visual difference {t['median_visual_diff']} < {vd}")
+        if c["eval_n"] < min_n or c["blind"] is None:
+            continue
+        balanced = c["eval_label_share"] <= c["random"] + tol
+        ref, ref_name = (c["random"], "random") if balanced else (c["label_prior"], "label prior")
+        blind_lim = float(lim["blind_over_random"] if balanced else lim["blind_over_prior"])
+        if c["blind"] - ref > blind_lim + 1e-9:
+            out.append(f"{where}: blind text-only {c['blind']:.3f} exceeds {ref_name} {ref:.3f} by more than "
+                       f"{blind_lim:.2f}")
+        if c["option_only"] - ref > float(lim["option_only_over_reference"]) + 1e-9:
+            out.append(f"{where}: option-set-only {c['option_only']:.3f} exceeds {ref_name} {ref:.3f} by more than "
+                       f"{float(lim['option_only_over_reference']):.2f}")
+    return out
+
+
+def _fps_table(wd: Path, sources: list[str]):
+    import polars as pl
+
+    fps = {}
+    for s in sources:
+        p = wd / "ir" / s / "units.parquet"
+        if p.exists():
+            for u, f in pl.read_parquet(p, columns=["unit_id", "fps"]).iter_rows():
+                fps[(s, u)] = float(f)
+    return lambda source, unit_id: fps.get((source, unit_id))
+
+
+def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | None = None) -> dict:
+    """The stage: audit the written release splits (+ the frame cache, the IR's fps), write
+    metadata/validity_report.json and .md, re-write checksums.sha256 to cover them, and return
+    {"problems": [...], "cells": n}."""
+    import polars as pl
+
+    from ..frames.cache import FrameCache
+    from ..frames.readers import AdapterReaders
+    from ..stages import release_dir as _rel, work_dir as _wd
+
+    vcfg = load_validity_config(cfg)
+    rel, wd = Path(release_dir or _rel(cfg)), Path(work_dir or _wd(cfg))
+    ev = pl.read_parquet(rel / "splits" / "processbench_eval.parquet").to_dicts()
+    sf = pl.read_parquet(rel / "splits" / "processdata_sft.parquet").to_dicts()
+    sources = sorted({r["source_slug"] for r in ev + sf})
+    cache = FrameCache.from_config(cfg, root=wd / cfg["frames"]["cache"]["dir"])
+    readers = AdapterReaders.from_config(cfg)
+    thumbs = ThumbSource(cache, {s: readers.reader_id(s) for s in sources if s in cfg["sources"]})
+    report = audit(ev, sf, vcfg, thumbs=thumbs, fps_of=_fps_table(wd, sources))
+    report["problems"] = problems(report, vcfg)
+    write_report(report, rel / "metadata")
+    from ..writers import file_names, write_checksums
+
+    if (rel / file_names(cfg)["checksums"]).exists():  # the report is part of the release: cover it
+        write_checksums(rel, cfg)
+    return {"problems": report["problems"], "cells": len(report["cells"])}
+
+
+def write_report(report: dict, metadata_dir: Path) -> None:
+    metadata_dir.mkdir(parents=True, exist_ok=True)
+    (metadata_dir / "validity_report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    (metadata_dir / "validity_report.md").write_text(render_markdown(report))
+
+
+def command(args) -> int:
+    """`processbench validity --release DIR --work-dir DIR`: audit a written release, print its problems."""
+    from ..config import load_config
+
+    cfg = load_config()
+    summary = run_validity(cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir))
+    for p in summary["problems"]:
+        print(f"VALIDITY: {p}")
+    print(f"{args.release}/metadata/validity_report.md: {summary['cells']} cells, {len(summary['problems'])} problem(s)")
+    return 1 if summary["problems"] else 0

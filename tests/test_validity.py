@@ -1,0 +1,215 @@
+"""The validity audit: baselines a model without the images reaches, images shared between eval and SFT, T8/T9 frame
+gaps, and the checks that fail when a family passes its configured limit (each planted here)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+
+from pipeline.config import load_config
+from pipeline.families.common import Spec, order_distractors
+from pipeline.validity import audit, problems, write_report
+from pipeline.validity.baselines import cell_baselines, options
+from pipeline.validity.images import near_matches, phash_of_thumb
+
+VCFG = load_config()["validity"]
+PHASES = ["pre-approach", "approach", "contact", "hold and carry", "transfer", "release"]
+
+
+def _row(i, split, answer, distractors, *, source="gm100", task="T1", question="Which phase?", frames=(10,),
+         unit=None, hashes=None):
+    rng = random.Random(i)
+    opts = [answer, *distractors]
+    rng.shuffle(opts)
+    r = {"item_id": f"{split}{i}", "split": split, "source_slug": source, "task_id": task, "question": question,
+         "num_choices": len(opts), "answer": "ABCDEF"[opts.index(answer)], "answer_text": answer,
+         "frame_indices_json": json.dumps(list(frames)), "camera": "cam", "source_unit_id": unit or f"{split}u{i}",
+         "image_hashes_json": json.dumps(hashes or [f"{split}{i}".ljust(64, "0")])}
+    for k, c in enumerate("ABCDEF"):
+        r[f"choice_{c}"] = opts[k] if k < len(opts) else None
+    return r
+
+
+def _t1_rows(n, split, policy, seed=0):
+    """Balanced answers; distractors from the real order_distractors under `policy`."""
+    cfg = {"build": {"release_seed": 7}, "tasks": {"T1": {"task_id": "T1", "num_choices": 4, "labels": {p: p for p in PHASES},
+                                                 "distractors": {"policy": policy, "order": PHASES}}}}
+    spec = Spec(cfg, "T1", "gm100")
+    rows = []
+    for i in range(n):
+        ans = PHASES[i % len(PHASES)]
+        rows.append(_row(i + seed, split, ans, order_distractors(spec, ans, f"{split}{i + seed}")))
+    return rows
+
+
+def _cell(report, source, family):
+    return next(c for c in report["cells"] if (c["source"], c["family"]) == (source, family))
+
+
+def test_uniform_distractors_leave_every_option_equally_likely():
+    # P(answer = label | option set) measured over many balanced items: flat under `uniform`, not under `neighbours`
+    def worst_share(policy):
+        rows = _t1_rows(6000, "sft", policy)
+        by_set = defaultdict(Counter)
+        for r in rows:
+            by_set[frozenset(options(r))][r["answer_text"]] += 1
+        return max(max(c.values()) / sum(c.values()) for c in by_set.values() if sum(c.values()) >= 100)
+
+    assert worst_share("uniform") < 0.25 + 0.08
+    assert worst_share("neighbours") > 0.4  # four consecutive phases: the middle two are the likely answers
+
+
+def test_leaky_distractors_fail_the_option_only_check():
+    leak = audit(_t1_rows(1200, "eval", "neighbours"), _t1_rows(3000, "sft", "neighbours", 5000), VCFG)
+    fair = audit(_t1_rows(1200, "eval", "uniform"), _t1_rows(3000, "sft", "uniform", 5000), VCFG)
+    assert _cell(leak, "gm100", "T1")["option_only"] > 0.3
+    assert any("gm100/T1: option-set-only" in p for p in problems(leak, VCFG))
+    assert abs(_cell(fair, "gm100", "T1")["option_only"] - 0.25) < 0.03
+    assert problems(fair, VCFG) == []
+
+
+def test_question_that_names_the_answer_fails_the_blind_check():
+    # the question text carries the answer (like T11's high-level action did): memoriser and bag of words find it
+    labels = ["Grasp", "Lift", "Pull", "Push"]
+
+    def rows(n, split, off):
+        out = []
+        for i in range(n):
+            ans = labels[i % 4]
+            out.append(_row(i + off, split, ans, [x for x in labels if x != ans], source="reassemble", task="T11",
+                            question=f"Within the action 'step {labels.index(ans)}', what happens next?"))
+        return out
+
+    rep = audit(rows(200, "eval", 0), rows(800, "sft", 1000), VCFG)
+    c = _cell(rep, "reassemble", "T11")
+    assert c["memoriser"] == 1.0 and c["bag_of_words"] > 0.9 and c["blind"] == 1.0
+    assert c["random"] == 0.25 and c["majority_letter"] < 0.4
+    assert any("reassemble/T11: blind text-only" in p for p in problems(rep, VCFG))
+
+
+def test_unbalanced_labels_are_checked_against_the_label_prior():
+    yes, no = "Yes — this operation will succeed", "No — this operation will fail"
+    ev = [_row(i, "eval", yes if i % 10 else no, [no if i % 10 else yes], task="T7") for i in range(200)]
+    sf = [_row(i, "sft", yes if i % 10 else no, [no if i % 10 else yes], task="T7") for i in range(1000, 1800)]
+    rep = audit(ev, sf, VCFG)
+    c = _cell(rep, "gm100", "T7")
+    assert c["label_prior"] == 0.9 and c["eval_label_share"] == 0.9 and c["blind"] == 0.9
+    assert problems(rep, VCFG) == []  # reported, and blind stays within 3 points of the prior
+    strict = copy.deepcopy(VCFG)
+    strict["balance_tolerance"] = 0.5  # were the labels called balanced, the prior would count as a leak
+    assert any("blind text-only" in p for p in problems(rep, strict))
+
+
+def test_small_cells_are_reported_not_checked():
+    rep = audit(_t1_rows(20, "eval", "neighbours"), _t1_rows(3000, "sft", "neighbours", 5000), VCFG)
+    assert _cell(rep, "gm100", "T1")["eval_n"] == 20
+    assert problems(rep, VCFG) == []
+
+
+def _thumb(seed):
+    return np.random.default_rng(seed).integers(0, 256, (16, 16), dtype=np.uint8)
+
+
+def test_phash_finds_near_duplicates_only():
+    a = _thumb(1)
+    brighter = np.clip(a.astype(int) + 6, 0, 255).astype(np.uint8)
+    ha, hb, hc = (phash_of_thumb(t.tobytes().hex()) for t in (a, brighter, _thumb(2)))
+    assert bin(ha ^ hb).count("1") <= 4 < bin(ha ^ hc).count("1")
+    assert near_matches([ha, hc], [hb], 4) == [True, False]
+    # the pigeonhole index agrees with brute force
+    rng = random.Random(3)
+    refs = [rng.getrandbits(64) for _ in range(300)]
+    qs = [refs[i] ^ (1 << rng.randrange(64)) ^ (1 << rng.randrange(64)) for i in range(50)]
+    qs += [rng.getrandbits(64) for _ in range(50)]
+    brute = [any(bin(q ^ r).count("1") <= 4 for r in refs) for q in qs]
+    assert near_matches(qs, refs, 4) == brute and all(brute[:50])
+
+
+def test_shared_images_fail_the_image_check():
+    ev, sf = _t1_rows(60, "eval", "uniform"), _t1_rows(300, "sft", "uniform", 5000)
+    thumbs = {r["source_unit_id"]: _thumb(k).tobytes().hex() for k, r in enumerate(ev + sf)}
+    ev[0]["image_hashes_json"] = sf[0]["image_hashes_json"]  # a pixel-identical image in both splits
+    thumbs[ev[1]["source_unit_id"]] = thumbs[sf[1]["source_unit_id"]]  # and a near duplicate
+    lookup = (lambda source, unit, camera, index: thumbs.get(unit))
+    cfg = copy.deepcopy(VCFG)
+    cfg["limits"].update(exact_shared_fraction=0.0, near_shared_fraction=0.0)
+    rep = audit(ev, sf, cfg, thumbs=lookup)
+    img = _cell(rep, "gm100", "T1")["images"]
+    assert img["exact_shared"] == 1 and img["near_shared"] >= 1 and img["frames_without_thumb"] == 0
+    got = problems(rep, cfg)
+    assert any("identical to an SFT image" in p for p in got) and any("near-duplicate" in p for p in got)
+    ev[0]["image_hashes_json"] = json.dumps(["f" * 64])
+    thumbs[ev[1]["source_unit_id"]] = _thumb(999).tobytes().hex()
+    clean = audit(ev, sf, cfg, thumbs=lookup)
+    assert _cell(clean, "gm100", "T1")["images"]["exact_shared"] == 0
+
+
+def test_too_small_temporal_gap_fails():
+    def rows(gap_frames, split, off):
+        return [_row(i + off, split, "XYZ", ["XZY", "YXZ", "YZX", "ZXY", "ZYX"], task="T8",
+                     frames=(100, 100 + gap_frames, 100 + 3 * gap_frames)) for i in range(40)]
+
+    thumbs = (lambda source, unit, camera, index: _thumb(index).tobytes().hex())
+    fps = (lambda source, unit: 10.0)
+    cfg = copy.deepcopy(VCFG)
+    cfg["temporal"]["min_median_gap_s"] = {"default": 2.0}
+    close = audit(rows(5, "eval", 0), rows(5, "sft", 100), cfg, thumbs=thumbs, fps_of=fps)
+    t = _cell(close, "gm100", "T8")["temporal"]
+    assert t["median_gap_s"] == 0.5 and t["n"] == 80 and t["median_visual_diff"] > 0
+    assert any("median frame gap 0.5 s < 2.0 s" in p for p in problems(close, cfg))
+    far = audit(rows(30, "eval", 0), rows(30, "sft", 100), cfg, thumbs=thumbs, fps_of=fps)
+    assert not [p for p in problems(far, cfg) if "frame gap" in p]
+
+
+def test_report_is_deterministic_and_path_free(tmp_path):
+    ev, sf = _t1_rows(100, "eval", "uniform"), _t1_rows(400, "sft", "uniform", 5000)
+    for d in ("a", "b"):
+        rep = audit(ev, sf, VCFG)
+        rep["problems"] = problems(rep, VCFG)
+        write_report(rep, tmp_path / d)
+    a, b = (tmp_path / "a" / "validity_report.json").read_text(), (tmp_path / "b" / "validity_report.json").read_text()
+    assert a == b and str(tmp_path) not in a
+    md = (tmp_path / "a" / "validity_report.md").read_text()
+    assert "| gm100 | T1 | 100 |" in md and "## Problems" in md
+
+
+def test_cell_baselines_majority_letter_and_prior():
+    ev = [_row(i, "eval", "contact", ["approach"]) for i in range(10)]
+    sf = [_row(i, "sft", "contact", ["approach"]) for i in range(100, 140)]
+    c = cell_baselines(sf, ev)
+    assert c["label_prior"] == 1.0 and c["random"] == 0.5 and c["eval_n"] == 10
+
+
+@pytest.mark.parametrize("policy", ["uniform"])
+def test_uniform_policy_is_seeded(policy):
+    a, b = _t1_rows(50, "sft", policy), _t1_rows(50, "sft", policy)
+    assert [options(r) for r in a] == [options(r) for r in b]
+
+
+def test_run_validity_writes_the_report_into_the_release(tmp_path):
+    import polars as pl
+
+    from pipeline.cli import main
+    from pipeline.config import load_config
+    from pipeline.validity import run_validity
+
+    rel, wd = tmp_path / "rel", tmp_path / "work"
+    (rel / "splits").mkdir(parents=True)
+    ev, sf = _t1_rows(60, "eval", "neighbours"), _t1_rows(600, "sft", "neighbours", 5000)
+    pl.DataFrame(ev).write_parquet(rel / "splits" / "processbench_eval.parquet")
+    pl.DataFrame(sf).write_parquet(rel / "splits" / "processdata_sft.parquet")
+    summary = run_validity(load_config(), release_dir=rel, work_dir=wd)
+    assert any("gm100/T1: option-set-only" in p for p in summary["problems"])
+    rep = json.loads((rel / "metadata" / "validity_report.json").read_text())
+    assert rep["cells"][0]["images"]["frames_without_thumb"] == 660  # no frame cache: counted, never silent
+    assert "## Problems" in (rel / "metadata" / "validity_report.md").read_text()
+    assert main(["validity", "--release", str(rel), "--work-dir", str(wd)]) == 1
+    (rel / "checksums.sha256").write_text("")
+    run_validity(load_config(), release_dir=rel, work_dir=wd)
+    sums = (rel / "checksums.sha256").read_text()
+    assert "  metadata/validity_report.json\n" in sums and "  metadata/validity_report.md\n" in sums
