@@ -80,7 +80,7 @@ def _check_offsets(spec: Spec, want, what: str) -> None:
 def t3_direction(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     offsets, stride, margin, cap = _params(spec, ctx)
-    _check_offsets(spec, L.per_source(ctx.cfg["labels"].get("direction"), spec.source).get("offsets"),
+    _check_offsets(spec, L.source_spec(ctx.cfg["labels"], "direction", spec.source)["offsets"],
                    f"labels.direction.{spec.source}.offsets")
     allowed = set(spec.label_texts)
     for uid in ctx.unit_ids:
