@@ -315,3 +315,49 @@ def test_no_signals_still_gives_frames(cfg):
     ir["signals"] = ir["signals"].clear()
     out = L.compute_labels("aist", ir, cfg)
     assert out["frames"].height == 200 and out["arms"].height == 0
+
+
+# ------------------------------------------------------------------------------------------ direction mappings
+
+
+@pytest.mark.parametrize("dx, dy, want", [
+    (0.0, -0.3, "right"),    # public calibration, right arm: robot -y -> toward the right side of the scene
+    (0.0, 0.3, "left"),      # +y -> toward the left side
+    (0.3, 0.0, None),        # +-x buckets are excluded from the right arm's calibration: not labelled
+    (-0.3, 0.02, None),
+])
+def test_gm100_right_arm_mapping_follows_public_calibration(cfg, dx, dy, want):
+    assert L.direction_label("gm100", "camera_top", "right", dx, dy, cfg=cfg) == want
+
+
+@pytest.mark.parametrize("dx, dy, want", [(0.3, 0.0, "left"), (-0.3, 0.0, "right"), (0.0, -0.3, "up"),
+                                          (0.0, 0.3, "down")])
+def test_gm100_left_arm_mapping_unchanged(cfg, dx, dy, want):
+    assert L.direction_label("gm100", "camera_top", "left", dx, dy, cfg=cfg) == want
+
+
+def test_direction_not_labelled_when_third_axis_dominates(cfg):
+    # in-plane +x motion that is mostly vertical (pos_z): the image direction is not what the mapping would say
+    assert L.direction_label("gm100", "camera_top", "left", 0.1, 0.0, cfg=cfg) == "left"
+    assert L.direction_label("gm100", "camera_top", "left", 0.1, 0.0, 0.3, cfg=cfg) is None
+    assert L.direction_label("rh20t", "036422060215", "single", 0.0, 0.1, -0.25, cfg=cfg) is None
+    n = 40
+    z = np.linspace(0, 0.5, n)
+    lab, _, _ = L.direction_labels({"pos_x": np.linspace(0, 0.2, n), "pos_y": np.zeros(n), "pos_z": z},
+                                   [-10, -5, 0, 5], GM_MAP, min_delta=0.01, purity_ratio=1.35, consistent=True,
+                                   consistency_tolerance=0.25, axes=["pos_x", "pos_y", "pos_z"])
+    assert lab[20] is None
+
+
+def test_compute_labels_right_arm_directions(cfg):
+    """The label stage gives the GM-100 right arm only left/right, from its own mapping (pos_y), never up/down."""
+    ir = synthetic_ir("gm100", n_units=3, n_frames=600)
+    arms = L.compute_labels("gm100", ir, cfg)["arms"]
+    right = arms.filter((pl.col("arm") == "right") & pl.col("direction").is_not_null())
+    assert right.height > 0 and set(right["direction"]) <= {"left", "right"}
+    sig = ir["signals"].filter(pl.col("arm") == "right").select("unit_id", "frame_index", "pos_y")
+    j = right.join(sig, on=["unit_id", "frame_index"]).sort("unit_id", "frame_index")
+    for r in j.head(20).iter_rows(named=True):   # the label agrees with the sign of the window's pos_y change
+        s = sig.filter((pl.col("unit_id") == r["unit_id"]) & pl.col("frame_index").is_in(
+            [r["frame_index"] - 10, r["frame_index"] + 5])).sort("frame_index")["pos_y"].to_list()
+        assert r["direction"] == ("left" if s[1] > s[0] else "right")
