@@ -133,7 +133,7 @@ def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[
             unit_motion = classify_motion(unit_mmean, *thr_arm["left"])
 
         # ---- contact per arm (signal methods); the segment pass gives the primitive-label contact
-        contact_arm, events_by_arm = contact_fn(arms, arm_names, primary, n, contact_spec, meta)
+        contact_arm, events_by_arm = contact_fn(u, arms, arm_names, primary, n, contact_spec, meta)
         phase_codes = np.full(n, PHASE_NULL, dtype=np.int8)
         seg_steps, segment_contact = segment_pass(source, uid, segs.get(uid, {"high": [], "low": {}}), n, phases,
                                                   phase_spec, contact_spec, steps_spec, phase_codes, T)

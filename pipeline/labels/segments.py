@@ -23,6 +23,10 @@ def segment_pass(source: str, uid: str, useg: dict, n: int, phases: list, phase_
     contact_lbl = contact_spec["method"] == "low_level_labels"
     high_steps = steps_spec["method"] == "high_segments"
     prim_contact = np.full(n, -1, dtype=np.int8)
+    if contact_lbl:
+        hold_start = {normalize_text(x).lower() for x in contact_spec["hold_start_labels"]}
+        hold_end = {normalize_text(x).lower() for x in contact_spec["hold_end_labels"]}
+    held = False  # an object is in the gripper (REASSEMBLE: from a Grasp to the next Release)
     for h in useg["high"]:
         htext = normalize_text(h["text"])
         hs, he = int(h["start_frame"]), int(h["end_frame"])
@@ -37,14 +41,19 @@ def segment_pass(source: str, uid: str, useg: dict, n: int, phases: list, phase_
             if phase_map:
                 phase_codes[hs:he + 1] = phases.index(phase_spec["no_action"])
             if contact_lbl:
-                prim_contact[hs:he + 1] = 0
+                prim_contact[hs:he + 1] = int(held)
             continue
         texts = [normalize_text(lw["text"]) for lw in lows]
         for i, lw in enumerate(lows):
             ls, le = int(lw["start_frame"]), int(lw["end_frame"])
             nxt = next((x for x in texts[i + 1:] if x != texts[i]), None)
             ph = phase_from_primitive(lw["text"], htext, phase_spec["map"]) if phase_map else None
-            ct = primitive_contact(lw["text"], contact_spec["no_contact_labels"]) if contact_lbl else None
+            ct = None
+            if contact_lbl:
+                ct = primitive_contact(lw["text"], contact_spec["no_contact_labels"])
+                ct = True if held else ct  # holding the object is contact, whatever the primitive
+                low = texts[i].lower()
+                held = True if low in hold_start else (False if low in hold_end else held)
             if ph is not None:
                 phase_codes[ls:le + 1] = phases.index(ph)
             if ct is not None:
