@@ -428,3 +428,31 @@ def test_reassemble_held_peg_is_contact(cfg):
             if r["text"] == "Release":
                 held = False
     assert checked > 0
+
+
+# ------------------------------------------------------------------------------------------ T8/T9 minimum gaps
+
+
+@pytest.mark.parametrize("source", ["gm100", "rh20t", "reassemble", "aist"])
+def test_t8_t9_frames_respect_the_minimum_gap(cfg, source):
+    """Every T8/T9 candidate's consecutive frames lie at least frames.<source>.min_sep_sec apart (configs/tasks);
+    planting a larger gap in the config removes the candidates that no longer fit (REASSEMBLE included)."""
+    from pipeline.families import build_candidates
+
+    ir = synthetic_ir(source, n_units=3, n_frames=1200)
+    labels = L.compute_labels(source, ir, cfg)
+    fps = dict(zip(ir["units"]["unit_id"], ir["units"]["fps"]))
+    pool = build_candidates(source, ir, labels, cfg)
+    for task in ("T8", "T9"):
+        rows = pool.filter(pl.col("task_id") == task).to_dicts()
+        sep = cfg["tasks"][task]["frames"][source]["min_sep_sec"]
+        assert rows, (source, task)
+        gaps = [(b - a) / fps[r["unit_id"]] for r in rows for a, b in zip(sorted(r["frame_indices"]),
+                                                                           sorted(r["frame_indices"])[1:])]
+        assert min(gaps) >= sep - 1e-9, (source, task, min(gaps))
+        c2 = copy.deepcopy(cfg)
+        c2["tasks"][task]["frames"][source]["min_sep_sec"] = min(gaps) + 0.5
+        rows2 = build_candidates(source, ir, labels, c2).filter(pl.col("task_id") == task).to_dicts()
+        gaps2 = [(b - a) / fps[r["unit_id"]] for r in rows2 for a, b in zip(sorted(r["frame_indices"]),
+                                                                             sorted(r["frame_indices"])[1:])]
+        assert all(g >= min(gaps) + 0.5 - 1e-9 for g in gaps2)

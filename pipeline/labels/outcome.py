@@ -7,7 +7,7 @@ import math
 from .text import normalize_text
 
 
-def outcome_from_rating(rating, *, success_min: int = 2, failure_max: int = 1, excluded=(-1,), **_ignored) -> str | None:
+def outcome_from_rating(rating, *, success_min: int, failure_max: int, excluded, **_ignored) -> str | None:
     """RH20T: rating > 1 success, rating in 0..1 failure, -1 (and null / other negatives) excluded."""
     if rating is None or (isinstance(rating, float) and math.isnan(rating)):
         return None
