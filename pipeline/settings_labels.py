@@ -38,12 +38,14 @@ class EffortDrop(Strict):
     sigma_floor: float = 1e-6
     min_effort_range: float = 0.0
     boundary_ignore: int = 0
+    onset_window: int = Field(10, ge=1)          # a contact must step down within this many frames (not drift)
+    no_gripper_motion_tasks: list[str] = []      # tasks annotated with no gripper motion: no contact labels
 
 
 class GripperHold(Strict):
     enabled: bool = True
     open_quantile: float = 0.95
-    closed_quantile: float = 0.02
+    closed_width: float = 0.0                    # mm when fully closed on nothing (hardware constant)
     close_delta: float = 3.0
     hold_margin: float = 2.0
     min_run_frames: int = 6
@@ -63,6 +65,8 @@ class ForceHysteresis(Strict):
 class LowLevelLabels(Strict):
     method: Literal["low_level_labels"]
     no_contact_labels: list[str] = []
+    hold_start_labels: list[str] = []            # an object is held from the end of one of these ...
+    hold_end_labels: list[str] = []              # ... until one of these ends (holding is contact)
 
 
 class NoMethod(Strict):
@@ -101,7 +105,7 @@ class AbsoluteMotion(Strict):
     mode: Literal["absolute"]
     stationary: float
     moving: float
-    combine: Optional[Literal["max"]] = None     # bimanual: the unit's state from the faster arm
+    combine: Optional[Literal["max", "none"]] = None   # bimanual: the unit's state from the faster arm
     omit_unset = frozenset({"combine"})
 
 
@@ -111,6 +115,8 @@ class QuantileMotion(Strict):
     stationary_floor: float = 0.0
     moving_q: float
     moving_floor: float = 0.0
+    combine: Optional[Literal["max", "none"]] = None
+    omit_unset = frozenset({"combine"})
 
 
 class MotionSection(BySource):
@@ -139,17 +145,23 @@ class QuantileActivity(Strict):
     min_stable_run: int = 1
 
 
+class NoMode(Strict):
+    mode: Literal["none"]
+
+
 class ActivitySection(BySource):
-    entries: dict[Slug, Annotated[Union[HysteresisActivity, QuantileActivity], Field(discriminator="mode")]] = {}
+    entries: dict[Slug, Annotated[Union[HysteresisActivity, QuantileActivity, NoMode],
+                                  Field(discriminator="mode")]] = {}
 
 
 class ArmTypeRule(Strict):
+    method: Literal["activity"]
     min_active_share: float
     sync_overlap: float
 
 
 class ArmTypeSection(BySource):
-    entries: dict[Slug, ArmTypeRule] = {}
+    entries: dict[Slug, Annotated[Union[ArmTypeRule, NoMethod], Field(discriminator="method")]] = {}
 
 
 # ---------------------------------------------------------------------------------------------- direction
@@ -159,6 +171,8 @@ class AxisSign(Strict):
 
 
 class DirectionRule(Strict):
+    method: Literal["image_axes"]
+    axes: list[Literal["pos_x", "pos_y", "pos_z"]] = ["pos_x", "pos_y", "pos_z"]  # dominance is judged over these
     offsets: list[int]
     min_delta: float
     consistent: bool = False
@@ -168,7 +182,7 @@ class DirectionRule(Strict):
 class DirectionSection(BySource):
     purity_ratio: float = 1.0
     consistency_tolerance: float = 0.25
-    entries: dict[Slug, DirectionRule] = {}
+    entries: dict[Slug, Annotated[Union[DirectionRule, NoMethod], Field(discriminator="method")]] = {}
 
 
 # ---------------------------------------------------------------------------------------------- steps
@@ -223,7 +237,7 @@ class SegmentSuccess(Strict):
 
 
 class OutcomeSection(BySource):
-    entries: dict[Slug, Annotated[Union[RatingOutcome, SegmentSuccess], Field(discriminator="method")]] = {}
+    entries: dict[Slug, Annotated[Union[RatingOutcome, SegmentSuccess, NoMethod], Field(discriminator="method")]] = {}
 
 
 # ================================================================================================ configs/labels.yaml

@@ -111,6 +111,9 @@ def toy_config(tmp: Path, corpus: Path) -> Path:
     def labels(d):
         d["labels"]["speed"][SLUG] = {"smooth": "box", "span": 5}
         d["labels"]["motion"][SLUG] = {"mode": "absolute", "stationary": 0.02, "moving": 0.07}
+        for section in ("contact", "phase", "arm_type", "direction", "steps", "outcome"):
+            d["labels"][section][SLUG] = {"method": "none"}  # a source without that rule says so
+        d["labels"]["activity"][SLUG] = {"mode": "none"}
     _edit(cfg_dir / "labels.yaml", labels)
 
     def t6(d):

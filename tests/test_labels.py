@@ -67,21 +67,18 @@ def test_effort_short_dip_is_not_contact(cfg):
     assert L.detect_effort_contacts(e, **spec) == [(40, 70), (120, 150)]
 
 
-def test_effort_contact_never_released_lasts_to_end():
+def test_effort_contact_never_released_lasts_to_end(cfg):
+    spec = cfg["labels"]["contact"]["gm100"]
     e = np.r_[np.full(50, 1.0) + np.random.default_rng(1).normal(0, 0.01, 50), np.full(30, 0.3), np.full(20, 1.0)]
-    e[60:] = 0.3  # never back within 2 sigma of the tail median? tail is 0.3 itself -> baseline low: no drop below
-    assert L.detect_effort_contacts(e, head_ratio=0.1, tail_ratio=0.1) == []
-    e2 = np.r_[np.full(60, 1.0), np.full(40, 0.2)]
-    e2[:60] += np.random.default_rng(2).normal(0, 0.01, 60)
-    # baseline (median of the last 10 %) is 0.2: effort never falls below it -> no contact at all
-    assert L.detect_effort_contacts(e2) == []
+    e[60:] = 0.3  # the tail is the grasp level: the baseline must still be the idle (open) level
+    assert L.detect_effort_contacts(e, **spec) == [(50, 100)]  # a grasp held to the end: contact to the end
     e3 = np.r_[np.full(60, 1.0), np.full(30, 0.2), np.full(10, 1.0)]
     e3[:60] += np.random.default_rng(3).normal(0, 0.01, 60)
-    assert L.detect_effort_contacts(e3) == [(60, 90)]
+    assert L.detect_effort_contacts(e3, **spec) == [(60, 90)]
 
 
-def test_flat_effort_gives_no_contact():
-    assert L.detect_effort_contacts(np.ones(50), min_effort_range=0.0) == []
+def test_flat_effort_gives_no_contact(cfg):
+    assert L.detect_effort_contacts(np.ones(50), **cfg["labels"]["contact"]["gm100"]) == []
 
 
 def test_force_contact_with_hysteresis(cfg):
@@ -97,7 +94,7 @@ def test_force_contact_with_hysteresis(cfg):
 
 def test_gripper_hold(cfg):
     g = cfg["labels"]["contact"]["rh20t"]["gripper"]
-    w = np.r_[np.full(40, 90.0), np.full(30, 40.0), np.full(20, 90.0), np.full(10, 2.0)]
+    w = np.r_[np.full(40, 90.0), np.full(30, 40.0), np.full(20, 90.0), np.full(10, 0.2)]  # 0.2 mm: closed
     m = L.gripper_hold_mask(w, **g)
     assert m[40:70].all() and not m[:40].any() and not m[90:].any()  # fully closed (empty) is not holding
 
@@ -315,3 +312,147 @@ def test_no_signals_still_gives_frames(cfg):
     ir["signals"] = ir["signals"].clear()
     out = L.compute_labels("aist", ir, cfg)
     assert out["frames"].height == 200 and out["arms"].height == 0
+
+
+# ------------------------------------------------------------------------------------------ direction mappings
+
+
+@pytest.mark.parametrize("dx, dy, want", [
+    (0.0, -0.3, "right"),    # public calibration, right arm: robot -y -> toward the right side of the scene
+    (0.0, 0.3, "left"),      # +y -> toward the left side
+    (0.3, 0.0, None),        # +-x buckets are excluded from the right arm's calibration: not labelled
+    (-0.3, 0.02, None),
+])
+def test_gm100_right_arm_mapping_follows_public_calibration(cfg, dx, dy, want):
+    assert L.direction_label("gm100", "camera_top", "right", dx, dy, cfg=cfg) == want
+
+
+@pytest.mark.parametrize("dx, dy, want", [(0.3, 0.0, "left"), (-0.3, 0.0, "right"), (0.0, -0.3, "up"),
+                                          (0.0, 0.3, "down")])
+def test_gm100_left_arm_mapping_unchanged(cfg, dx, dy, want):
+    assert L.direction_label("gm100", "camera_top", "left", dx, dy, cfg=cfg) == want
+
+
+def test_direction_not_labelled_when_third_axis_dominates(cfg):
+    # in-plane +x motion that is mostly vertical (pos_z): the image direction is not what the mapping would say
+    assert L.direction_label("gm100", "camera_top", "left", 0.1, 0.0, cfg=cfg) == "left"
+    assert L.direction_label("gm100", "camera_top", "left", 0.1, 0.0, 0.3, cfg=cfg) is None
+    assert L.direction_label("rh20t", "036422060215", "single", 0.0, 0.1, -0.25, cfg=cfg) is None
+    n = 40
+    z = np.linspace(0, 0.5, n)
+    lab, _, _ = L.direction_labels({"pos_x": np.linspace(0, 0.2, n), "pos_y": np.zeros(n), "pos_z": z},
+                                   [-10, -5, 0, 5], GM_MAP, min_delta=0.01, purity_ratio=1.35, consistent=True,
+                                   consistency_tolerance=0.25, axes=["pos_x", "pos_y", "pos_z"])
+    assert lab[20] is None
+
+
+def test_compute_labels_right_arm_directions(cfg):
+    """The label stage gives the GM-100 right arm only left/right, from its own mapping (pos_y), never up/down."""
+    ir = synthetic_ir("gm100", n_units=3, n_frames=600)
+    arms = L.compute_labels("gm100", ir, cfg)["arms"]
+    right = arms.filter((pl.col("arm") == "right") & pl.col("direction").is_not_null())
+    assert right.height > 0 and set(right["direction"]) <= {"left", "right"}
+    sig = ir["signals"].filter(pl.col("arm") == "right").select("unit_id", "frame_index", "pos_y")
+    j = right.join(sig, on=["unit_id", "frame_index"]).sort("unit_id", "frame_index")
+    for r in j.head(20).iter_rows(named=True):   # the label agrees with the sign of the window's pos_y change
+        s = sig.filter((pl.col("unit_id") == r["unit_id"]) & pl.col("frame_index").is_in(
+            [r["frame_index"] - 10, r["frame_index"] + 5])).sort("frame_index")["pos_y"].to_list()
+        assert r["direction"] == ("left" if s[1] > s[0] else "right")
+
+
+# ------------------------------------------------------------------------------------------ label rules that misfired
+
+
+def test_gm100_grasp_lasting_to_episode_end_is_contact(cfg):
+    """A grasp still held at the last frame: the tail is the grasp level, so a tail-only baseline saw no drop."""
+    spec = cfg["labels"]["contact"]["gm100"]
+    e = np.r_[np.full(60, 1.0), np.full(40, 0.2)]
+    e[:60] += np.random.default_rng(2).normal(0, 0.01, 60)
+    assert L.detect_effort_contacts(e, **spec) == [(60, 100)]
+
+
+@pytest.mark.parametrize("lo, hi", [(0.4, 1.0), (1.0, 0.4)])
+def test_gm100_slow_effort_drift_is_not_contact(cfg, lo, hi):
+    """Effort that drifts slowly over the episode (no step) is not a grasp, whichever way it drifts."""
+    spec = cfg["labels"]["contact"]["gm100"]
+    e = np.linspace(lo, hi, 300) + np.random.default_rng(4).normal(0, 0.005, 300)
+    assert L.detect_effort_contacts(e, **spec) == []
+    e[150:200] -= 0.4  # a real grasp on top of the drift is still found
+    ev = L.detect_effort_contacts(e, **spec)
+    assert len(ev) == 1 and abs(ev[0][0] - 150) <= 1
+
+
+def test_gm100_tasks_without_gripper_motion_get_no_contact(cfg):
+    """Per-task gate (public task annotation: has_gripper_motion False): such units carry no contact labels."""
+    ir = synthetic_ir("gm100", n_units=3, n_frames=600)
+    c2 = copy.deepcopy(cfg)
+    gated = ir["units"]["task_id"][0]
+    c2["labels"]["contact"]["gm100"]["no_gripper_motion_tasks"] = [gated]
+    out = L.compute_labels("gm100", ir, c2)
+    uids = ir["units"].filter(pl.col("task_id") == gated)["unit_id"].to_list()
+    arms = out["arms"].filter(pl.col("unit_id").is_in(uids))
+    assert arms.height > 0 and arms["contact"].null_count() == arms.height
+    rest = out["arms"].filter(~pl.col("unit_id").is_in(uids))
+    assert rest["contact"].sum() > 0
+
+
+def test_rh20t_gripper_hold_on_an_object(cfg):
+    """RH20T gripper_info[0] is the width in mm (open ~85): a grasp stops the fingers at the object's width, far
+    above fully closed, and the episode need not contain an empty close at all."""
+    g = cfg["labels"]["contact"]["rh20t"]["gripper"]
+    w = np.r_[np.full(40, 86.0), np.linspace(86, 40, 6), np.full(50, 40.0), np.full(40, 86.0)]
+    w = w + np.random.default_rng(5).normal(0, 0.05, w.size)
+    m = L.gripper_hold_mask(w, **g)
+    assert m[46:96].all() and not m[:40].any() and not m[100:].any()
+    empty = np.r_[np.full(40, 86.0), np.full(30, 0.3), np.full(40, 86.0)]   # closed on nothing: not holding
+    assert not L.gripper_hold_mask(empty, **g).any()
+
+
+def test_reassemble_held_peg_is_contact(cfg):
+    """REASSEMBLE: from a Grasp until the next Release the peg is held, also through "No action." and the Approach
+    of the next segment (GM-100 and RH20T call holding contact too)."""
+    ra = L.compute_labels("reassemble", synthetic_ir("reassemble", n_units=2, n_frames=1200), cfg)
+    prim = ra["primitives"].sort("unit_id", "start_frame")
+    fr = ra["arms"].select("unit_id", "frame_index", "contact")
+    checked = 0
+    for uid in prim["unit_id"].unique().sort().to_list():
+        p = prim.filter(pl.col("unit_id") == uid)
+        c = fr.filter(pl.col("unit_id") == uid).sort("frame_index")["contact"].to_list()
+        held = False
+        for r in p.iter_rows(named=True):
+            if r["text"] == "Approach" and held:
+                assert all(c[r["start_frame"]:r["end_frame"] + 1]) and r["contact"] is True
+                checked += 1
+            if r["text"] == "Grasp":
+                held = True
+            if r["text"] == "Release":
+                held = False
+    assert checked > 0
+
+
+# ------------------------------------------------------------------------------------------ T8/T9 minimum gaps
+
+
+@pytest.mark.parametrize("source", ["gm100", "rh20t", "reassemble", "aist"])
+def test_t8_t9_frames_respect_the_minimum_gap(cfg, source):
+    """Every T8/T9 candidate's consecutive frames lie at least frames.<source>.min_sep_sec apart (configs/tasks);
+    planting a larger gap in the config removes the candidates that no longer fit (REASSEMBLE included)."""
+    from pipeline.families import build_candidates
+
+    ir = synthetic_ir(source, n_units=3, n_frames=1200)
+    labels = L.compute_labels(source, ir, cfg)
+    fps = dict(zip(ir["units"]["unit_id"], ir["units"]["fps"]))
+    pool = build_candidates(source, ir, labels, cfg)
+    for task in ("T8", "T9"):
+        rows = pool.filter(pl.col("task_id") == task).to_dicts()
+        sep = cfg["tasks"][task]["frames"][source]["min_sep_sec"]
+        assert rows, (source, task)
+        gaps = [(b - a) / fps[r["unit_id"]] for r in rows for a, b in zip(sorted(r["frame_indices"]),
+                                                                           sorted(r["frame_indices"])[1:])]
+        assert min(gaps) >= sep - 1e-9, (source, task, min(gaps))
+        c2 = copy.deepcopy(cfg)
+        c2["tasks"][task]["frames"][source]["min_sep_sec"] = min(gaps) + 0.5
+        rows2 = build_candidates(source, ir, labels, c2).filter(pl.col("task_id") == task).to_dicts()
+        gaps2 = [(b - a) / fps[r["unit_id"]] for r in rows2 for a, b in zip(sorted(r["frame_indices"]),
+                                                                             sorted(r["frame_indices"])[1:])]
+        assert all(g >= min(gaps) + 0.5 - 1e-9 for g in gaps2)

@@ -182,7 +182,8 @@ def test_shared_readers():
     assert per_source({"contact": "x"}, "gm100") == {"contact": "x"}     # not keyed by sources: the value itself
     assert per_source(None, "gm100", 5) == 5
     assert source_section(cfg["labels"]["speed"], "rh20t") == {"smooth": "ema", "span": 9}
-    assert source_section(cfg["labels"]["activity"], "rh20t") == {}
+    assert source_section(cfg["labels"]["activity"], "rh20t") == {"mode": "none"}
+    assert source_section({"gm100": {"mode": "none"}}, "rh20t") == {}
     assert split_policy(cfg)[1] == cfg["build"]["release_seed"]
 
 

@@ -80,11 +80,13 @@ def _check_offsets(spec: Spec, want, what: str) -> None:
 def t3_direction(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     offsets, stride, margin, cap = _params(spec, ctx)
-    _check_offsets(spec, L.per_source(ctx.cfg["labels"].get("direction"), spec.source).get("offsets"),
+    _check_offsets(spec, L.source_spec(ctx.cfg["labels"], "direction", spec.source)["offsets"],
                    f"labels.direction.{spec.source}.offsets")
-    allowed = set(spec.label_texts)
     for uid in ctx.unit_ids:
         for arm, d in sorted((ctx.arms.get(uid) or {}).items()):
+            # only the directions the (source, camera, arm) mapping names: a label outside it would be a stale table
+            mapped = L.direction_mapping(ctx.cfg, spec.source, ctx.units[uid]["camera"], arm)
+            allowed = set(spec.label_texts) & set(mapped)
             for lab, a, f in _anchors(d["direction"], ctx.n(uid), offsets, stride, margin, cap, allowed=allowed):
                 key = f"{arm}|f{a}" if arm != "single" else f"f{a}"
                 pool.add(uid, key, lab, f, a, qfields={"arm": arm},

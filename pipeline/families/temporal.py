@@ -3,7 +3,8 @@
 Frames come from one unit: `grid` mode takes anchors every `step_sec` seconds (clear of `margin_frac` at both ends),
 combines grid points at most `max_gap_steps` apart and at least `min_sep_sec` apart, and (with
 `require_motion_between`) refuses two frames with nothing but stationary frames between them; `segment_midpoints`
-mode (REASSEMBLE) takes the midpoints of successful high-level action segments, `gaps` segments apart.
+mode (REASSEMBLE) takes the midpoints of successful high-level action segments, `gaps` segments apart and at least
+`min_sep_sec` apart. `min_sep_sec` is the per-source minimum temporal gap between consecutive frames.
 
 The display order is a seeded shuffle of the chronological order; the display labels (X, Y[, Z]) are fixed in
 display order, so the answer is the permutation of labels in time order (T8) or the label of the earlier panel (T9).
@@ -62,6 +63,7 @@ def _segment_sets(ctx: Context, uid: str, fcfg: dict, k: int) -> list[tuple[int,
     mids = [(int(s["start_frame"]) + int(s["end_frame"])) // 2 for s in ctx.segments.get(uid, [])
             if not s["no_action"] and s["success"]]
     mids = sorted(set(m for m in mids if 0 <= m < ctx.n(uid)))
+    min_sep = max(1, int(round(float(fcfg["min_sep_sec"]) * ctx.fps(uid))))
     out = set()
     for i in range(len(mids)):
         for gaps in itertools.product([int(g) for g in fcfg["gaps"]], repeat=k - 1):
@@ -69,7 +71,9 @@ def _segment_sets(ctx: Context, uid: str, fcfg: dict, k: int) -> list[tuple[int,
             for g in gaps:
                 idx.append(idx[-1] + g)
             if idx[-1] < len(mids):
-                out.add(tuple(mids[j] for j in idx))
+                f = [mids[j] for j in idx]
+                if all(b - a >= min_sep for a, b in zip(f, f[1:])):  # the minimum temporal gap, as in grid mode
+                    out.add(tuple(f))
     return sorted(out)
 
 
