@@ -12,8 +12,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from pipeline.schema import CHOICE_LETTERS as LETTERS
 from pipeline.split import (
-    LETTERS,
     build_groups,
     group_count_problems,
     group_lists,
@@ -29,12 +29,10 @@ from pipeline.split import (
 
 CHOICES = {"T1": 4, "T2": 2, "T3": 4, "T5": 3, "T7": 2, "T8": 6, "T12": 4}
 
-
 @pytest.fixture(scope="module")
 def policy():
     pol, _ = load_policy()
     return pol
-
 
 def make_items(source: str, n_groups: int, fams: dict[str, int], seed: int, sigma: float = 1.0,
                prefix: str | None = None) -> pl.DataFrame:
@@ -57,14 +55,12 @@ def make_items(source: str, n_groups: int, fams: dict[str, int], seed: int, sigm
                          "num_choices": k, "candidate_key": f"{fam}|{source}|{prefix}_u{g:04d}|{j}"})
     return pl.DataFrame(rows)
 
-
 # ------------------------------------------------------------------------------------------------ counts
 def test_eval_group_count_is_the_public_round_rule():
     assert [n_eval_groups(n, 0.15) for n in (4186, 596, 37, 200)] == [628, 89, 6, 30]
     assert n_eval_groups(30, 0.15) == round(30 * 0.15) == 4      # 4.5 -> 4: Python's half-even round, as published
     assert n_eval_groups(10, 0.15) == 2                           # 1.5 -> 2
     assert n_eval_groups(2, 0.15) == 1 and n_eval_groups(1, 0.15) == 1 and n_eval_groups(0, 0.15) == 0
-
 
 # ------------------------------------------------------------------------------------------------ groups
 def units_table() -> pl.DataFrame:
@@ -78,13 +74,11 @@ def units_table() -> pl.DataFrame:
                      "task_id": f"task_{i // 2:05d}", "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None})
     return pl.DataFrame(rows)
 
-
 def test_groups_default_to_units(policy):
     g = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}), units_table(), policy)
     assert g.height == 16
     assert g["split_group_id"].to_list() == g["unit_id"].to_list()
     assert {"unit_task_id", "operator_id", "scene_id"} <= set(g.columns)
-
 
 def test_groups_merge_by_stricter_keys(policy):
     pol = copy.deepcopy(policy)
@@ -107,12 +101,10 @@ def test_groups_merge_by_stricter_keys(policy):
                       units.sample(fraction=1.0, shuffle=True, seed=3), pol)
     assert g3.equals(g2)
 
-
 def test_item_units_missing_from_units_table_keep_their_id(policy):
     items = pl.DataFrame({"source": ["aist"], "unit_id": ["task_004_episode_0"], "task_id": ["T3"]})
     g = build_groups(items, units_table(), policy)
     assert g.filter(pl.col("source") == "aist")["split_group_id"].to_list() == ["task_004_episode_0"]
-
 
 # ------------------------------------------------------------------------------------------------ isolation
 def test_isolation_and_counts_with_merged_groups(policy):
@@ -140,10 +132,9 @@ def test_isolation_and_counts_with_merged_groups(policy):
     lists = group_lists(out)
     assert not set(lists["eval"]) & set(lists["sft"]) and lists["eval"] == sorted(lists["eval"])
 
-
 # ------------------------------------------------------------------------------------------------ selection quality
 def scalar_public_rule(pool, seed=42, restarts=8, passes=4, limit=24):
-    """An independent, loop-by-loop implementation of the published rule (release-and-peers.md §D.5), to check the
+    """An independent, loop-by-loop implementation of the published rule (docs/release-format.md, "Split"), to check the
     vectorised one: same shuffles, same scan order, same 1e-12 tolerance."""
     T = len(pool.families)
     cnt = pool.counts.tolist()
@@ -200,7 +191,6 @@ def scalar_public_rule(pool, seed=42, restarts=8, passes=4, limit=24):
             best = (score, sorted(sel))
     return best
 
-
 @pytest.mark.parametrize("kind", ["uneven", "ties"])
 def test_public_rule_matches_a_loop_implementation(policy, kind):
     if kind == "uneven":
@@ -214,7 +204,6 @@ def test_public_rule_matches_a_loop_implementation(policy, kind):
     assert sorted(np.flatnonzero(sel.mask).tolist()) == groups
     assert sel.share == pytest.approx(score, abs=1e-9)
 
-
 @pytest.mark.parametrize("seed,n_groups,sigma", [(11, 40, 0.6), (12, 120, 1.0), (13, 16, 1.2)])
 def test_ours_never_worse_than_public_on_its_objective(policy, seed, n_groups, sigma):
     items = make_items("gm100", n_groups, {"T1": 500, "T3": 400, "T5": 300, "T8": 200}, seed=seed, sigma=sigma)
@@ -226,12 +215,10 @@ def test_ours_never_worse_than_public_on_its_objective(policy, seed, n_groups, s
     # shares first, letters second: ours is strictly better on J, or no worse on the letter-aware objective either
     assert ours.share < pub.share or k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, pub.mask) + 1e-9
 
-
 def k_obj(pool, policy, mask):
     lam, mu = policy["objective"]["letter_weight"], policy["ours"]["letter_l1_weight"]
     lc = pool.letters[:, mask, :].sum(1)
     return pool.evaluate(mask)["share"] + lam * (pool.letter_obj(lc) + mu * pool.letter_l1(lc))
-
 
 def test_ours_hits_shares_where_public_greedy_overshoots(policy):
     """Uneven group sizes: the public greedy takes big groups first and overshoots (as in the published GM-100 split,
@@ -252,7 +239,6 @@ def test_ours_hits_shares_where_public_greedy_overshoots(policy):
     assert excess(maj_ours) < excess(s["majority_share_eval_public"])
     assert s["eval"] == sum(s["task_counts_eval"].values()) and s["task_eval_share"] == ours
     assert leaked_groups(out) == []
-
 
 def test_exact_search_is_optimal_on_small_pools(policy):
     items = make_items("reassemble", 14, {"T1": 300, "T2": 300, "T12": 60}, seed=4, sigma=0.8)
@@ -279,12 +265,10 @@ def test_exact_search_is_optimal_on_small_pools(policy):
         if pool.evaluate(m)["share"] <= cap + 1e-9:
             assert k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, m) + 1e-9
 
-
 def test_task_weights_come_from_config(policy):
     items = make_items("reassemble", 10, {"T1": 100, "T12": 20}, seed=2)
     pool = make_pool(items.rename({"unit_id": "split_group_id"}), policy, "reassemble")
     assert dict(zip(pool.families, pool.weights.tolist())) == {"T1": 1.0, "T12": 5.0}
-
 
 # ------------------------------------------------------------------------------------------------ determinism
 def test_deterministic_and_order_independent(policy):
@@ -302,7 +286,6 @@ def test_deterministic_and_order_independent(policy):
     assert set(a["split"]) == {"eval", "sft"} and a.height == items.height
     text = json.dumps(sa)
     assert "/tmp" not in text and "/work" not in text and "created_at" not in text
-
 
 # ------------------------------------------------------------------------------------------------ pool files
 def test_split_pool_file(tmp_path):
@@ -333,7 +316,6 @@ def test_split_pool_file(tmp_path):
     with pytest.raises(ValueError, match="split_group_id"):
         split_pool_file(bad, tmp_path / "o3", None)
 
-
 def test_pool_file_with_config_and_without_answers(tmp_path):
     cfg = tmp_path / "split.yaml"
     cfg.write_text("split:\n  eval_ratio: 0.2\n  seed: 7\n  rule: public\n")
@@ -344,7 +326,6 @@ def test_pool_file_with_config_and_without_answers(tmp_path):
     assert s["seed"] == 7 and s["rule"] == "public" and s["sources"]["newsrc"]["eval_groups"] == 2
     assert s["eval_ratio"] == 0.2 and s["split_policy"]  # the partial file is merged over configs/split.yaml
     assert s["sources"]["newsrc"]["letter_balance_eval_ours"] == {}
-
 
 # ------------------------------------------------------------------------------------------------ OOD levels
 def test_ood_levels_are_isolated(policy):
