@@ -16,10 +16,8 @@ host names, user names or absolute paths, and every file name comes from configs
 from __future__ import annotations
 
 import csv
-import hashlib
 import io as _stdio
 import json
-import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -29,6 +27,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline import io
+from pipeline.leaks import find_path_leaks
 from pipeline.schema import (
     CHOICE_COLUMNS,
     CHOICE_LETTERS,
@@ -53,64 +52,15 @@ REQUIRED_ITEM_COLUMNS = (
     "choices", "answer", "image_hashes_json", "split", "split_group_id",
 )
 REQUIRED_UNIT_COLUMNS = ("source", "unit_id", "unit_type", "task_id", "licence", "language")
-# Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers (§D.6 #8).
+# Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers (docs/release-format.md, "Determinism").
 FORBIDDEN_KEYS = frozenset({"created_at", "updated_at", "generated_at", "build_time", "timestamp", "datetime",
                             "hostname", "username", "cwd"})
 
 
-# ---------------------------------------------------------------- names from the configs (one place each)
-
-
-def release_cfg(cfg: dict) -> dict:
-    return cfg["release"]
-
-
-def source_order(cfg: dict) -> list[str]:
-    """Source slugs in their configured order (build.sources, else the order of configs/sources.yaml)."""
-    return list(cfg.get("build", {}).get("sources") or cfg["sources"])
-
-
-def source_names(cfg: dict) -> dict[str, str]:
-    """slug -> public display name (configs/sources.yaml `name`), in configured order."""
-    return {slug: cfg["sources"][slug]["name"] for slug in source_order(cfg)}
-
-
-def schema_source_names(cfg: dict) -> dict[str, str]:
-    """Every known source in configs/sources.yaml order: a build of a subset documents the same schema as a full one."""
-    return {slug: src["name"] for slug, src in cfg["sources"].items()}
-
-
-def task_number(task_id: str) -> int:
-    if not re.fullmatch(r"T[1-9][0-9]*", task_id or ""):
-        raise ValueError(f"malformed task_id {task_id!r}")
-    return int(task_id[1:])
-
-
-def task_names(cfg: dict) -> dict[str, str]:
-    """Public task names: configs/tasks/T*.yaml `task_name` when a task file has one, else release.yaml `task_names`.
-    Where both exist they must agree (two places that differ are an error, not a choice)."""
-    fallback = dict(release_cfg(cfg).get("task_names") or {})
-    names = dict(fallback)
-    for task, tcfg in (cfg.get("tasks") or {}).items():
-        name = (tcfg or {}).get("task_name")
-        if name is None:
-            continue
-        if task in fallback and fallback[task] != name:
-            raise ValueError(f"task name of {task} differs: configs/tasks/{task}.yaml {name!r} vs "
-                             f"configs/release.yaml {fallback[task]!r}; keep one")
-        names[task] = name
-    return dict(sorted(names.items(), key=lambda kv: task_number(kv[0])))
-
-
-def file_names(cfg: dict) -> dict[str, str]:
-    files = dict(release_cfg(cfg)["files"])
-    for key, rel in files.items():
-        p = Path(rel)
-        if p.is_absolute() or ".." in p.parts or "\\" in rel:
-            raise ValueError(f"release file {key} = {rel!r} must be a relative posix path inside the release")
-    if len(set(files.values())) != len(files):
-        raise ValueError("two release artefacts share one file name in configs/release.yaml")
-    return files
+from pipeline.release_files import (  # noqa: F401 - re-exported: writers.file_names etc. stay valid
+    file_names, release_cfg, release_files_on_disk, schema_source_names, sha256_file, source_names, source_order,
+    task_names, task_number, write_checksums,
+)
 
 
 # ---------------------------------------------------------------- release tables
@@ -480,47 +430,11 @@ def _check_table(df: pl.DataFrame, split: str) -> pl.DataFrame:
     return df.sort("item_id")
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def release_files_on_disk(out_dir: Path, cfg: dict) -> list[str]:
-    """Every regular file of the release (posix, relative, sorted), except the checksum file itself and dot files
-    (temporary files of an atomic write)."""
-    out_dir = Path(out_dir)
-    checksums = file_names(cfg)["checksums"]
-    rels = []
-    for dirpath, dirnames, filenames in os.walk(out_dir):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for f in filenames:
-            if f.startswith("."):
-                continue
-            rel = (Path(dirpath) / f).relative_to(out_dir).as_posix()
-            if rel != checksums:
-                rels.append(rel)
-    return sorted(rels)
-
-
-def write_checksums(out_dir: Path, cfg: dict) -> dict[str, str]:
-    """(Re)write checksums.sha256 over every file now in the release (`sha256sum -c` format, sorted by path). A later
-    stage that adds files to the release (exports) calls this again when it is done."""
-    out_dir = Path(out_dir)
-    sums = {rel: sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
-    io.atomic_write_text(out_dir / file_names(cfg)["checksums"], "".join(f"{h}  {rel}\n" for rel, h in sums.items()))
-    return sums
-
-
 def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: dict, out_dir: Path,
                   documents: dict[str, str]) -> dict:
     """Write the release folder. Every file is written atomically; checksums.sha256 is written last, so an interrupted
     run leaves a release that fails validation instead of one that looks complete. Returns
     {"files": {relpath: sha256}, "eval_items", "sft_items", "eval_groups", "sft_groups"}."""
-    from pipeline.validate import find_path_leaks  # validate imports this module
-
     out_dir = Path(out_dir)
     rc = release_cfg(cfg)
     files = file_names(cfg)

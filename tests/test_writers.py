@@ -20,7 +20,7 @@ from pipeline.io import compact_json
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 PHASES = ["pre-approach", "approach", "contact", "release"]
 PERMS = ["".join(p) for p in itertools.permutations("XYZ")]
-# Public names (release-and-peers.md §D.2); the build reads them from configs/tasks/T*.yaml.
+# Public names (docs/release-format.md); the build reads them from configs/tasks/T*.yaml.
 TASK_NAMES = {"T1": "Phase Recognition", "T2": "Contact Detection", "T3": "Motion Direction Prediction",
               "T8": "Temporal Ordering", "T9": "Temporal Priority Prediction", "T10": "Current Primitive Recognition"}
 
