@@ -12,7 +12,14 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
+
 from pipeline import io
+
+# Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers
+# (docs/release-format.md, "Determinism").
+FORBIDDEN_KEYS = frozenset({"created_at", "updated_at", "generated_at", "build_time", "timestamp", "datetime",
+                            "hostname", "username", "cwd"})
 
 
 def release_cfg(cfg: dict) -> dict:
@@ -99,3 +106,52 @@ def write_checksums(out_dir: Path, cfg: dict) -> dict[str, str]:
     sums = {rel: sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
     io.atomic_write_text(out_dir / file_names(cfg)["checksums"], "".join(f"{h}  {rel}\n" for rel, h in sums.items()))
     return sums
+
+
+def level_file_names(cfg: dict, level: str) -> dict[str, str]:
+    """File names of one out-of-distribution eval level (L2, L3, ...): the eval files' names with `_<level>` before
+    the extension (splits/processbench_eval_L2.parquet, metadata/eval_L2_manifest.json, ...)."""
+    files = file_names(cfg)
+
+    def named(rel: str, tag: str) -> str:
+        p = Path(rel)
+        stem = p.stem.replace("eval", f"eval_{level}", 1) if "eval" in p.stem else f"{p.stem}_{level}"
+        return (p.parent / f"{stem}{p.suffix}").as_posix() if tag else rel
+    return {"parquet": named(files["eval_parquet"], "p"), "jsonl": named(files["eval_jsonl"], "j"),
+            "manifest": named(files["eval_manifest"], "m"), "split_groups": named(files["split_groups_eval"], "g")}
+
+
+def plain_json(obj, where: str = "split_summary"):
+    """JSON-ready copy of `obj` (numpy scalars -> Python, tuples -> lists); refuses machine-specific content."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                k = str(k)
+            if k.lower() in FORBIDDEN_KEYS:
+                raise ValueError(f"{where}.{k}: wall-clock or machine-specific fields are not allowed in the release")
+            out[k] = plain_json(v, f"{where}.{k}")
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [plain_json(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        raise ValueError(f"{where}: non-finite float {obj}")
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise ValueError(f"{where}: {type(obj).__name__} is not JSON data")
+
+
+def merge_checked(base: dict, extra: dict, where: str = "split_summary") -> dict:
+    """Deep-merge `extra` (the split stage's summary) into `base` (what the tables say). A key present in both with
+    different values is an inconsistency between the split stage and the release tables: raise."""
+    out = dict(base)
+    for k, v in extra.items():
+        if k not in out:
+            out[k] = v
+        elif isinstance(out[k], dict) and isinstance(v, dict):
+            out[k] = merge_checked(out[k], v, f"{where}.{k}")
+        elif out[k] != v:
+            raise ValueError(f"{where}.{k}: the split stage says {v!r}, the release tables/configs give {out[k]!r}")
+    return out

@@ -101,9 +101,10 @@ def _check_checksums(root: Path, cfg: dict, report: _Report) -> None:
             report.add(f"{rel}: {name} is not covered by a checksum")
 
 
-def _read_split(root: Path, split: str, cfg: dict, report: _Report) -> pl.DataFrame | None:
+def _read_split(root: Path, split: str, cfg: dict, report: _Report, rels: tuple[str, str] | None = None
+                ) -> pl.DataFrame | None:
     files = writers.file_names(cfg)
-    pq_rel, jl_rel = files[f"{split}_parquet"], files[f"{split}_jsonl"]
+    pq_rel, jl_rel = rels or (files[f"{split}_parquet"], files[f"{split}_jsonl"])
     df = None
     if (root / pq_rel).is_file():
         try:
@@ -246,10 +247,12 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Re
             bad("eval_level is not of the form L<n>")
 
 
-def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report) -> None:
+def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report,
+                    levels: dict[str, pl.DataFrame], has_levels: bool) -> None:
     rc = writers.release_cfg(cfg)
     files = writers.file_names(cfg)
     ev, sf = tables.get("eval"), tables.get("sft")
+    ev_all = pl.concat([ev, *levels.values()]) if ev is not None and levels else ev
     groups = {s: set(df.get_column("split_group_id").to_list()) for s, df in tables.items()}
 
     # group lists
@@ -284,7 +287,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
         m = _read_json(root / rel, report)
         if not isinstance(m, dict):
             continue
-        want = writers.build_manifest(split, df, cfg)
+        want = writers.build_manifest(split, df, cfg, "L1" if split == "eval" and has_levels else None)
         for key in sorted(want):
             if key not in m:
                 report.add(f"{rel}: lacks {key}")
@@ -297,7 +300,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     if (root / rel).is_file() and ev is not None and sf is not None:
         s = _read_json(root / rel, report)
         if isinstance(s, dict):
-            want = writers.build_split_summary(ev, sf, {}, cfg)
+            want = writers.build_split_summary(ev_all, sf, {}, cfg)
             for key in ("version", "split_version", "builder_version", "release_version", "total_items",
                         "eval_items", "sft_items", "eval_groups", "sft_groups", "task_counts_total",
                         "task_counts_eval", "task_counts_sft", "task_aliases", "hf_split_names"):
@@ -400,6 +403,51 @@ def validate_release(release_dir: Path, cfg: dict | None = None) -> list[str]:
         if df is not None:
             _check_rows(df, split, files[f"{split}_parquet"], cfg, report)
             tables[split] = df
-    _check_metadata(root, tables, cfg, report)
+    listed, levels = _check_levels(root, tables, cfg, report)
+    _check_metadata(root, tables, cfg, report, levels, listed)
     _check_leaks(root, cfg, report)
     return report.done()
+
+
+def _check_levels(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report
+                  ) -> tuple[bool, dict[str, pl.DataFrame]]:
+    """The out-of-distribution eval level files split_summary.json lists (L2, L3, ...): rows, level column, manifest,
+    group list, and isolation from SFT and from the other eval files. Returns (levels listed?, {level: rows})."""
+    s = _read_json(root / writers.file_names(cfg)["split_summary"], report) if (
+        root / writers.file_names(cfg)["split_summary"]).is_file() else None
+    listed = (s or {}).get("eval_levels") or {} if isinstance(s, dict) else {}
+    out: dict[str, pl.DataFrame] = {}
+    ev = tables.get("eval")
+    if ev is not None and listed:
+        wrong = ev.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") != "L1")).height
+        if wrong:
+            report.add(f"{writers.file_names(cfg)['eval_parquet']}: {wrong} rows are not eval_level L1")
+    for level in sorted(lv for lv in listed if lv != "L1"):
+        lf = writers.level_file_names(cfg, level)
+        for rel in lf.values():
+            if not (root / rel).is_file():
+                report.add(f"missing file {rel} (eval level {level})")
+        df = _read_split(root, "eval", cfg, report, (lf["parquet"], lf["jsonl"]))
+        if df is None:
+            continue
+        _check_rows(df, "eval", lf["parquet"], cfg, report)
+        if df.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") != level)).height:
+            report.add(f"{lf['parquet']}: rows whose eval_level is not {level}")
+        _eq(report, f"split_summary eval_levels.{level}.items", listed[level].get("items"), df.height)
+        if (root / lf["manifest"]).is_file():
+            m = _read_json(root / lf["manifest"], report)
+            want = writers.build_manifest("eval", df, cfg, level)
+            if isinstance(m, dict) and m != want:
+                diff = sorted(k for k in set(m) | set(want) if m.get(k) != want.get(k))
+                report.add(f"{lf['manifest']}: differs from its rows in {diff[:5]}")
+        groups = set(df.get_column("split_group_id").to_list())
+        if (root / lf["split_groups"]).is_file():
+            got = (root / lf["split_groups"]).read_text(encoding="utf-8").splitlines()
+            if got != sorted(groups):
+                report.add(f"{lf['split_groups']}: does not list the level's groups sorted and unique")
+        for other, odf in [*tables.items(), *out.items()]:
+            shared = groups & set(odf.get_column("split_group_id").to_list())
+            if shared:
+                report.add(f"{level} and {other} share {len(shared)} split groups, e.g. {sorted(shared)[:3]}")
+        out[level] = df
+    return bool(listed), out

@@ -22,7 +22,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -52,14 +51,13 @@ REQUIRED_ITEM_COLUMNS = (
     "choices", "answer", "image_hashes_json", "split", "split_group_id",
 )
 REQUIRED_UNIT_COLUMNS = ("source", "unit_id", "unit_type", "task_id", "licence", "language")
-# Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers (docs/release-format.md, "Determinism").
-FORBIDDEN_KEYS = frozenset({"created_at", "updated_at", "generated_at", "build_time", "timestamp", "datetime",
-                            "hostname", "username", "cwd"})
 
-
+from pipeline.release_files import merge_checked as _merge
+from pipeline.release_files import plain_json as _plain
 from pipeline.release_files import (  # noqa: F401 - re-exported: writers.file_names etc. stay valid
-    file_names, release_cfg, release_files_on_disk, schema_source_names, sha256_file, source_names, source_order,
-    task_names, task_number, write_checksums,
+    file_names, level_file_names, release_cfg, release_files_on_disk, schema_source_names, sha256_file, source_names,
+    source_order,
+    FORBIDDEN_KEYS, task_names, task_number, write_checksums,
 )
 
 
@@ -259,42 +257,6 @@ def task_distribution_csv(eval_df: pl.DataFrame, cfg: dict) -> str:
     return buf.getvalue()
 
 
-def _plain(obj, where: str = "split_summary"):
-    """JSON-ready copy of `obj` (numpy scalars -> Python, tuples -> lists); refuses machine-specific content."""
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            if not isinstance(k, str):
-                k = str(k)
-            if k.lower() in FORBIDDEN_KEYS:
-                raise ValueError(f"{where}.{k}: wall-clock or machine-specific fields are not allowed in the release")
-            out[k] = _plain(v, f"{where}.{k}")
-        return out
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        raise ValueError(f"{where}: non-finite float {obj}")
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    raise ValueError(f"{where}: {type(obj).__name__} is not JSON data")
-
-
-def _merge(base: dict, extra: dict, where: str = "split_summary") -> dict:
-    """Deep-merge `extra` (the split stage's summary) into `base` (what the tables say). A key present in both with
-    different values is an inconsistency between the split stage and the release tables: raise."""
-    out = dict(base)
-    for k, v in extra.items():
-        if k not in out:
-            out[k] = v
-        elif isinstance(out[k], dict) and isinstance(v, dict):
-            out[k] = _merge(out[k], v, f"{where}.{k}")
-        elif out[k] != v:
-            raise ValueError(f"{where}.{k}: the split stage says {v!r}, the release tables/configs give {out[k]!r}")
-    return out
-
-
 def _groups(df: pl.DataFrame) -> list[str]:
     return sorted(set(df.get_column("split_group_id").to_list()))
 
@@ -374,7 +336,8 @@ def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summa
     return _merge(computed, extra)
 
 
-def build_manifest(split: str, df: pl.DataFrame, cfg: dict) -> dict:
+def build_manifest(split: str, df: pl.DataFrame, cfg: dict, level: str | None = None) -> dict:
+    """A split's manifest; with `level`, the manifest of that eval level's own files."""
     rc = release_cfg(cfg)
     files = file_names(cfg)
     dec = int(rc["float_decimals"])
@@ -402,8 +365,10 @@ def build_manifest(split: str, df: pl.DataFrame, cfg: dict) -> dict:
         "item_id_prefix": rc["item_id_prefix"],
         "visual_inputs_redistributed": False,
         "reconstruction_required": True,
-        "files": {"parquet": files[f"{split}_parquet"], "jsonl": files[f"{split}_jsonl"],
-                  "split_groups": files[f"split_groups_{split}"]},
+        "files": ({k: v for k, v in level_file_names(cfg, level).items() if k != "manifest"}
+                  if level not in (None, "L1") else
+                  {"parquet": files[f"{split}_parquet"], "jsonl": files[f"{split}_jsonl"],
+                   "split_groups": files[f"split_groups_{split}"]}),
         "release_files": dict(sorted(files.items())),
         "num_items": df.height,
         "num_groups": len(_groups(df)),
@@ -416,7 +381,34 @@ def build_manifest(split: str, df: pl.DataFrame, cfg: dict) -> dict:
     }
     if split == "eval":
         manifest["majority_baselines"] = majority_baselines(df, dec)
+    if level is not None:
+        manifest["eval_level"] = level
     return manifest
+
+
+def eval_level_tables(eval_df: pl.DataFrame) -> dict[str | None, pl.DataFrame]:
+    """The eval rows per level: {None: all} without levels, else {"L1": in-distribution, "L2": ..., ...}. L1 (and
+    rows without a level) go to the main eval files, every other level to its own files."""
+    levels = sorted(set(eval_df.get_column("eval_level").drop_nulls().to_list()))
+    if not levels or levels == ["L1"] and not eval_df.get_column("eval_level").null_count():
+        return {None: eval_df} if not levels else {"L1": eval_df}
+    main = eval_df.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") == "L1"))
+    return {"L1": main, **{lv: eval_df.filter(pl.col("eval_level") == lv) for lv in levels if lv != "L1"}}
+
+
+def eval_levels_summary(tables: dict[str | None, pl.DataFrame], cfg: dict) -> dict:
+    """split_summary.json `eval_levels`: per level its files, items, groups and per-source/family counts."""
+    files = file_names(cfg)
+    out = {}
+    for lv, df in tables.items():
+        if lv is None:
+            continue
+        f = level_file_names(cfg, lv) if lv != "L1" else {"parquet": files["eval_parquet"],
+                                                          "jsonl": files["eval_jsonl"]}
+        out[lv] = {"files": {"parquet": f["parquet"], "jsonl": f["jsonl"]}, "items": df.height,
+                   "groups": len(_groups(df)), "task_counts": _task_sorted(_counts(df, "task_id")),
+                   "source_counts": {k: v for k, v in sorted(_counts(df, "source_slug").items())}}
+    return out
 
 
 # ---------------------------------------------------------------- writing
@@ -449,12 +441,25 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
         raise ValueError(f"documents: unknown keys {unknown}, missing {missing} (configured: {wanted_docs})")
 
     texts: dict[str, str] = {}
+    levels = eval_level_tables(eval_df)
+    main_eval = next(iter(levels.values()))
     summary = build_split_summary(eval_df, sft_df, split_summary, cfg)
+    if None not in levels:
+        summary["eval_levels"] = eval_levels_summary(levels, cfg)
     texts[files["split_summary"]] = io.dumps_json(summary)
-    for split, df in (("eval", eval_df), ("sft", sft_df)):
-        texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg))
+    for split, df, lv in (("eval", main_eval, next(iter(levels))), ("sft", sft_df, None)):
+        texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg, lv))
         texts[files[f"split_groups_{split}"]] = "".join(g + "\n" for g in _groups(df))
-    texts[files["task_distribution"]] = task_distribution_csv(eval_df, cfg)
+    tables = [(files["eval_parquet"], files["eval_jsonl"], main_eval),
+              (files["sft_parquet"], files["sft_jsonl"], sft_df)]
+    for lv, df in levels.items():
+        if lv in (None, "L1"):
+            continue
+        lf = level_file_names(cfg, lv)
+        texts[lf["manifest"]] = io.dumps_json(build_manifest("eval", df, cfg, lv))
+        texts[lf["split_groups"]] = "".join(g + "\n" for g in _groups(df))
+        tables.append((lf["parquet"], lf["jsonl"], df))
+    texts[files["task_distribution"]] = task_distribution_csv(main_eval, cfg)
     texts[files["schema"]] = schema_markdown(rc, schema_source_names(cfg))
     for key in wanted_docs:
         texts[files[key]] = documents[key] if documents[key].endswith("\n") else documents[key] + "\n"
@@ -463,9 +468,9 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
     if leaks:
         raise ValueError(f"path or identity leaks in release content: {leaks}")
 
-    for split, df in (("eval", eval_df), ("sft", sft_df)):
-        io.write_parquet(out_dir / files[f"{split}_parquet"], df)
-        io.write_jsonl(out_dir / files[f"{split}_jsonl"], df)
+    for pq_rel, jl_rel, df in tables:
+        io.write_parquet(out_dir / pq_rel, df)
+        io.write_jsonl(out_dir / jl_rel, df)
     for rel, text in sorted(texts.items()):
         io.atomic_write_text(out_dir / rel, text)
     sums = write_checksums(out_dir, cfg)

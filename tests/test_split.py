@@ -17,7 +17,10 @@ from pipeline.split import (
     build_groups,
     group_count_problems,
     group_lists,
+    held_out_problems,
+    isolation_key_problems,
     leaked_groups,
+    level_count_problems,
     load_policy,
     make_pool,
     n_eval_groups,
@@ -83,6 +86,7 @@ def test_groups_default_to_units(policy):
 def test_groups_merge_by_stricter_keys(policy):
     pol = copy.deepcopy(policy)
     pol["sources"]["rh20t"]["merge_keys"] = ["scene_id"]
+    pol["ood"]["enabled"] = False  # L1 only: the counts below are the eval rule's
     pol["sources"]["gm100"]["merge_keys"] = ["task_id"]
     units = units_table()
     g = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}), units, pol)
@@ -110,6 +114,7 @@ def test_item_units_missing_from_units_table_keep_their_id(policy):
 def test_isolation_and_counts_with_merged_groups(policy):
     pol = copy.deepcopy(policy)
     pol["sources"]["rh20t"]["merge_keys"] = ["scene_id"]
+    pol["ood"]["enabled"] = False  # L1 only: the counts below are the eval rule's
     rows = []
     r = random.Random(1)
     units = units_table().filter(pl.col("source") == "rh20t")
@@ -272,6 +277,8 @@ def test_task_weights_come_from_config(policy):
 
 # ------------------------------------------------------------------------------------------------ determinism
 def test_deterministic_and_order_independent(policy):
+    policy = copy.deepcopy(policy)
+    policy["ood"]["enabled"] = False  # the eval rule alone (the levels have their own tests)
     items = pl.concat([make_items("aist", 50, {"T3": 300, "T8": 200}, seed=8),
                        make_items("rh20t", 45, {"T1": 250, "T7": 250}, seed=9)])
     a, sa = split_items(items, build_groups(items, None, policy), policy, 42)
@@ -365,3 +372,112 @@ def test_ood_levels_are_isolated(policy):
     assert sft["eval_level"].null_count() == sft.height
     assert set(out.filter(pl.col("split") == "eval")["eval_level"]) == {"L1", "L2", "L3"}
     assert group_count_problems(summary, pol) == []
+
+
+# ------------------------------------------------------------------------------------------------ issue 12
+def _rh20t_pool(seed: int = 3):
+    """60 RH20T recordings over 6 tasks x 4 scenes x 7 operators, so most (task, scene) set-ups have several takes."""
+    r = random.Random(seed)
+    units, rows = [], []
+    for i in range(60):
+        task, op, scene = f"task_{i % 6:04d}", f"user_{i % 7:04d}", f"scene_{(i // 6) % 4:04d}"
+        uid = f"{task}_{op}_{scene}_cfg_0001_{i:03d}"
+        units.append({"source": "rh20t", "unit_id": uid, "task_id": task, "operator_id": op, "scene_id": scene,
+                      "config_id": "cfg_0001"})
+        for _ in range(r.randint(4, 12)):
+            fam = r.choice(["T1", "T2", "T7"])
+            rows.append({"source": "rh20t", "unit_id": uid, "task_id": fam,
+                         "answer": LETTERS[r.randrange(CHOICES[fam])], "num_choices": CHOICES[fam]})
+    return pl.DataFrame(units), pl.DataFrame(rows)
+
+
+def test_composite_key_merges_task_and_scene_only(policy):
+    assert policy["sources"]["rh20t"]["merge_keys"] == [["task_id", "scene_id"]]  # the default release
+    units, items = _rh20t_pool()
+    g = build_groups(items, units, policy)
+    per = g.group_by("unit_task_id", "scene_id").agg(pl.col("split_group_id").n_unique().alias("n"),
+                                                     pl.len().alias("units"))
+    assert per["n"].max() == 1  # one group per (task, scene)
+    assert g["split_group_id"].n_unique() == per.height < units.height
+    merged = g.filter(pl.col("split_group_id").str.contains("="))["split_group_id"]
+    assert merged.str.starts_with("task_id+scene_id=task_").all()
+    # the same task in two scenes stays two groups
+    t0 = g.filter(pl.col("unit_task_id") == "task_0000")
+    assert t0["split_group_id"].n_unique() == t0["scene_id"].n_unique() > 1
+
+
+def test_default_policy_levels_and_checks_hold(policy):
+    assert policy["ood"]["enabled"]
+    units, items = _rh20t_pool()
+    groups = build_groups(items, units, policy)
+    out, summary = split_items(items, groups, policy, 42)
+    assert leaked_groups(out) == [] and isolation_key_problems(out, groups, policy) == []
+    assert held_out_problems(out, groups, summary) == [] and level_count_problems(out, summary, policy) == []
+    ood = summary["sources"]["rh20t"]["ood"]
+    assert ood["L2"]["key"] == "scene_id" and ood["L3"]["key"] == "task_id"
+    assert ood["L2"]["held_out_values"] and ood["L3"]["held_out_values"]
+    assert set(out.filter(pl.col("split") == "eval")["eval_level"]) == {"L1", "L2", "L3"}
+    lv = ood["levels"]
+    assert sum(v["items"] for v in lv.values()) == summary["sources"]["rh20t"]["eval"]
+    # SFT loses only what the levels hold: every item is eval or sft
+    assert out.height == items.height
+
+
+def test_isolation_key_check_sees_a_planted_scene_leak(policy):
+    units, items = _rh20t_pool()
+    groups = build_groups(items, units, policy)
+    out, _ = split_items(items, groups, policy, 42)
+    # plant: one unit of an eval (task, scene) set-up moved to SFT under its own id
+    victim = out.filter((pl.col("split") == "eval") & pl.col("split_group_id").str.contains("="))["unit_id"][0]
+    bad = out.with_columns(pl.when(pl.col("unit_id") == victim).then(pl.lit("sft")).otherwise(pl.col("split"))
+                           .alias("split"))
+    probs = isolation_key_problems(bad, groups, policy)
+    assert len(probs) == 1 and "task_id+scene_id" in probs[0] and "rh20t" in probs[0]
+
+
+def test_held_out_check_sees_a_planted_task_in_sft(policy):
+    units, items = _rh20t_pool()
+    groups = build_groups(items, units, policy)
+    out, summary = split_items(items, groups, policy, 42)
+    task = summary["sources"]["rh20t"]["ood"]["L3"]["held_out_values"][0]
+    uid = groups.filter(pl.col("unit_task_id") == task)["unit_id"][0]
+    bad = out.with_columns(pl.when(pl.col("unit_id") == uid).then(pl.lit("sft")).otherwise(pl.col("split"))
+                           .alias("split"))
+    probs = held_out_problems(bad, groups, summary)
+    assert probs and "L3" in probs[0] and task in probs[0]
+
+
+def test_level_count_check_sees_planted_defects(policy):
+    units, items = _rh20t_pool()
+    groups = build_groups(items, units, policy)
+    out, summary = split_items(items, groups, policy, 42)
+    # plant 1: an L2 item relabelled L1 (counts no longer those of split_summary.json)
+    first = out.with_row_index("__i").filter(pl.col("eval_level") == "L2")["__i"][0]
+    bad = out.with_row_index("__i").with_columns(
+        pl.when(pl.col("__i") == first).then(pl.lit("L1")).otherwise(pl.col("eval_level")).alias("eval_level"))
+    assert any("L2" in p for p in level_count_problems(bad.drop("__i"), summary, policy))
+    # plant 2: a configured level that holds nothing
+    s2 = copy.deepcopy(summary)
+    s2["sources"]["rh20t"]["ood"]["levels"]["L3"]["items"] = 0
+    none_l3 = out.filter(pl.col("eval_level") != "L3")
+    assert any("L3 holds 0 items" in p for p in level_count_problems(none_l3, s2, policy))
+
+
+def test_pool_file_honours_the_levels(tmp_path, policy):
+    units, items = _rh20t_pool()
+    u = {r["unit_id"]: r for r in units.iter_rows(named=True)}
+    rows = [{"source": "rh20t", "task_id": r["task_id"], "split_group_id": r["unit_id"], "unit_id": r["unit_id"],
+             "source_task_id": u[r["unit_id"]]["task_id"], "scene_id": u[r["unit_id"]]["scene_id"],
+             "operator_id": u[r["unit_id"]]["operator_id"], "answer": r["answer"], "num_choices": r["num_choices"]}
+            for r in items.iter_rows(named=True)]
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = split_pool_file(pool, tmp_path / "out")
+    ev = [json.loads(line) for line in (tmp_path / "out" / "eval.jsonl").read_text().splitlines()]
+    sft = [json.loads(line) for line in (tmp_path / "out" / "sft.jsonl").read_text().splitlines()]
+    assert {r["eval_level"] for r in ev} == {"L1", "L2", "L3"} and all(r["eval_level"] is None for r in sft)
+    held = set(s["sources"]["rh20t"]["ood"]["L2"]["held_out_values"])
+    assert held and not held & {r["scene_id"] for r in sft}
+    # (task, scene) isolation holds in the pool file too
+    ts = lambda rs: {(r["source_task_id"], r["scene_id"]) for r in rs}  # noqa: E731
+    assert not ts(ev) & ts(sft)

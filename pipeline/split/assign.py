@@ -9,7 +9,7 @@ import polars as pl
 from ..seeding import rng as np_rng
 from .ours import our_rule
 from .objective import make_pool
-from .policy import UNIT_KEYS, family_sort_key, source_policy
+from .policy import UNIT_KEYS, family_sort_key, key_name, merge_keys, source_policy
 from .public import public_rule
 from .report import _r, _selection_report
 
@@ -49,7 +49,8 @@ def _key_column(df: pl.DataFrame, key: str) -> str | None:
 
 
 def _ood_levels(sub: pl.DataFrame, ood_cfg: dict, seed: int, source: str) -> tuple[dict[str, str], dict]:
-    """Groups held out at L3 then L2: every group holding a unit with a held-out key value. Returns
+    """Groups held out at L3 then L2: every group (not held out already) holding a unit with a held-out key value;
+    values are drawn in a seeded order until the level holds `item_share` of the source's items. Returns
     {group: level} and a report."""
     level_of: dict[str, str] = {}
     report: dict = {}
@@ -58,29 +59,30 @@ def _ood_levels(sub: pl.DataFrame, ood_cfg: dict, seed: int, source: str) -> tup
         lc = ood_cfg.get(level)
         if not lc:
             continue
-        key = lc.get("key")
-        col = _key_column(sub, key) if key else None
-        rep = {"key": key, "item_share_target": _r(float(lc.get("item_share", 0.05))),
+        key = lc["key"]
+        col = _key_column(sub, key)
+        rep = {"key": key, "item_share_target": _r(float(lc["item_share"])),
                "families": sorted(lc.get("families") or [], key=family_sort_key)}
         if col is None:
             rep["skipped"] = f"no {key} column"
             report[level] = rep
             continue
-        taken = _strs(level_of)
-        vals = sorted(sub.filter(~pl.col("__gid").is_in(taken) & pl.col(col).is_not_null())[col].unique().to_list())
+        free = sub.filter(~pl.col("__gid").is_in(_strs(level_of)))
+        vals = sorted(free.filter(pl.col(col).is_not_null())[col].unique().to_list())
         order = np_rng(seed, "split-ood", source, level).permutation(len(vals)).tolist()
-        goal = float(lc.get("item_share", 0.05)) * n_items
+        goal = float(lc["item_share"]) * n_items
         chosen: list[str] = []
         for i in order[:max(0, len(vals) - 1)]:  # at least one value stays out of the level
             chosen.append(vals[i])
-            held = sub.filter(pl.col(col).is_in(_strs(chosen)))["__gid"].unique()
-            if sub.filter(pl.col("__gid").is_in(held.to_list())).height >= goal:
+            held = free.filter(pl.col(col).is_in(_strs(chosen)))["__gid"].unique()
+            if free.filter(pl.col("__gid").is_in(held.to_list())).height >= goal:
                 break
         chosen = sorted(chosen)
-        gids = sorted(set(sub.filter(pl.col(col).is_in(_strs(chosen)))["__gid"].to_list()) - set(level_of))
+        gids = sorted(set(free.filter(pl.col(col).is_in(_strs(chosen)))["__gid"].to_list()))
         for g in gids:
             level_of[g] = level
-        rep.update({"held_out_values": chosen, "groups": len(gids)})
+        rep.update({"held_out_values": chosen, "groups": len(gids), "values_available": len(vals),
+                    "items_goal": _r(goal)})
         report[level] = rep
     return level_of, report
 
@@ -92,11 +94,11 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
     `items` needs source, unit_id (or split_group_id), task_id; `answer` (letter) and `num_choices` enable the letter
     term. `groups` is build_groups' table (None: the items' own split_group_id, else unit_id). Returns the items (input
     order, same columns) plus split, split_group_id (and eval_level when OOD levels are enabled), and the summary."""
-    ratio = float(policy.get("eval_ratio", 0.15))
-    rule = str(policy.get("rule", "ours"))
-    lam = float((policy.get("objective") or {}).get("letter_weight", 1.0))
-    ood = policy.get("ood") or {}
-    ood_on = bool(ood.get("enabled"))
+    ratio = float(policy["eval_ratio"])
+    rule = str(policy["rule"])
+    lam = float(policy["objective"]["letter_weight"])
+    ood = policy["ood"]
+    ood_on = bool(ood["enabled"])
     df, missing = _attach_groups(items, groups)
     split_of: dict[tuple[str, str], str] = {}
     level_of: dict[tuple[str, str], str] = {}
@@ -105,7 +107,7 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
     for source in sorted(df["source"].unique().to_list()):
         sub = df.filter(pl.col("source") == source)
         sp = source_policy(policy, source)
-        s_ood = ((ood.get("sources") or {}).get(source) or {}) if ood_on else {}
+        s_ood = (ood["sources"].get(source) or {}) if ood_on else {}
         held_fams = set((s_ood.get("L3") or {}).get("families") or [])
         excluded_families[source] = held_fams
         lv, ood_report = _ood_levels(sub, s_ood, seed, source) if s_ood else ({}, {})
@@ -129,9 +131,11 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
             split_of[(source, g)], level_of[(source, g)] = "eval", lev
         all_groups = sorted(set(sub["__gid"].to_list()))
         eval_groups = [g for g in all_groups if split_of[(source, g)] == "eval"]
-        summary = {"group_unit": sp["group_unit"] if not sp["merge_keys"]
-                   else f"{sp['group_unit']} merged by {'+'.join(sp['merge_keys'])}",
-                   "merge_keys": list(sp["merge_keys"]), "groups": len(all_groups),
+        keys = merge_keys(sp)
+        summary = {"group_unit": sp["group_unit"] if not keys
+                   else f"{sp['group_unit']} merged by {' and '.join(key_name(k) for k in keys)}",
+                   "merge_keys": [list(k) for k in keys], "groups": len(all_groups),
+                   "units": int(sub["unit_id"].n_unique()) if "unit_id" in sub.columns else len(all_groups),
                    "eval_groups": len(eval_groups), "sft_groups": len(all_groups) - len(eval_groups),
                    "eval_groups_target": pool.n_eval if pool is not None else 0,
                    **sel_report}
@@ -182,7 +186,7 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
     df = df.with_columns(pl.col("__gid").alias("split_group_id"))
     df = df.select(*out_cols, "split", "split_group_id", *(["eval_level"] if ood_on else []))
     eval_n = int((df["split"] == "eval").sum())
-    summary = {"seed": int(seed), "eval_ratio": ratio, "split_policy": policy.get("split_policy", ""),
+    summary = {"seed": int(seed), "eval_ratio": ratio, "split_policy": policy["split_policy"],
                "rule": rule, "eval_items": eval_n, "sft_items": df.height - eval_n, "total_items": df.height,
                "excluded_items": excluded.height, "sources": src_summaries}
     return df, json.loads(json.dumps(summary, sort_keys=True))

@@ -147,7 +147,8 @@ def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: flo
 
 def _budget(cfg: dict, name: str, cost: int) -> int:
     """Iterations from a fixed work budget (so the count depends on the pool's size, never on the clock)."""
-    return int(min(int(cfg[f"max_{name}"]), max(int(cfg[f"min_{name}"]), int(float(cfg[f"{name}_budget"]) // max(cost, 1)))))
+    n = int(float(cfg[f"{name}_budget"]) // max(cost, 1))
+    return int(min(int(cfg[f"max_{name}"]), max(int(cfg[f"min_{name}"]), n)))
 
 
 def our_rule(pool: SplitPool, policy: dict, seed: int, baseline: Selection | None = None) -> Selection:

@@ -10,6 +10,7 @@ import polars as pl
 from ..io import atomic_write_text, compact_json, write_json
 from ..schema import CHOICE_LETTERS
 from .assign import split_items
+from .groups import build_groups
 from .policy import UNIT_KEYS, load_policy
 
 
@@ -45,8 +46,12 @@ def split_pool_file(items_jsonl: Path, out_dir: Path, config_file: Path | None =
         if any(r.get(k) is not None for r in rows):
             cols[k] = [None if r.get(k) is None else str(r[k]) for r in rows]
     frame = pl.DataFrame(cols, schema={k: (pl.Int64 if k == "num_choices" else pl.String) for k in cols})
-    frame = frame.with_row_index("__line")
-    out, summary = split_items(frame, None, policy, seed)
+    # the rows' split_group_id is the isolation unit; units sharing an isolation key of the policy merge as in the build
+    frame = frame.with_row_index("__line").with_columns(pl.col("split_group_id").alias("unit_id"))
+    fields = [c for c in ("source_task_id", *UNIT_KEYS[1:]) if c in frame.columns]
+    units = (frame.group_by("source", "unit_id").agg([pl.col(c).drop_nulls().first() for c in fields])
+             .rename({"source_task_id": "task_id"} if "source_task_id" in fields else {}))
+    out, summary = split_items(frame, build_groups(frame, units, policy), policy, seed)
     by_split: dict[str, list[dict]] = {"eval": [], "sft": []}
     has_level = "eval_level" in out.columns
     for rec in out.select("__line", "split", *(["eval_level"] if has_level else [])).iter_rows(named=True):
