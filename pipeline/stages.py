@@ -161,8 +161,10 @@ def letters_per_split(items: pl.DataFrame, seed: int) -> pl.DataFrame:
     images and hashes, follow the letter; the split's letter term balances them."""
     plain = pl.col("display_labels").is_null()
     parts = [items.filter(~plain)]
-    for name in ("eval", "sft"):
-        sub = items.filter(plain & (pl.col("split") == name))
+    # each eval level is its own release file, so each is balanced on its own
+    level = pl.col("eval_level") if "eval_level" in items.columns else pl.lit(None, pl.String)
+    for name, lv in sorted(items.select("split", level.alias("lv")).unique().iter_rows(), key=str):
+        sub = items.filter(plain & (pl.col("split") == name) & (level.eq_missing(lv)))
         if sub.height:
             redone = items_mod.assign_choices(sub.drop("item_key", "choices", "answer"), seed)
             parts.append(redone.select(items.columns))
