@@ -23,7 +23,8 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.seeding import rng as np_rng  # noqa: E402
-from pipeline.split import (LETTERS, family_sort_key, leaked_groups, load_policy, make_pool,  # noqa: E402
+from pipeline.schema import CHOICE_LETTERS as LETTERS  # noqa: E402
+from pipeline.split import (family_sort_key, leaked_groups, load_policy, make_pool,  # noqa: E402
                             our_rule, public_rule, split_items)
 
 GROUPS = {"gm100": 4186, "rh20t": 596, "reassemble": 37, "aist": 200}

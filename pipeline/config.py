@@ -191,12 +191,14 @@ def split_policy(cfg: dict) -> tuple[dict, int]:
     return policy, int(cfg["build"]["release_seed"] if seed is None else seed)
 
 
-def load_split_policy(config_file: Path | None = None, config_dir: Path | None = None) -> tuple[dict, int]:
-    """`split_policy` of the configs, with `config_file` (YAML shaped like configs/split.yaml, with or without the
-    top-level `split:` key; may be partial) merged over configs/split.yaml and validated like it."""
+def load_split_policy(config_file: Path | None = None, config_dir: Path | None = None,
+                      cfg: dict | None = None) -> tuple[dict, int]:
+    """`split_policy` of the configs (`cfg`, else those of `config_dir`), with `config_file` (YAML shaped like
+    configs/split.yaml, with or without the top-level `split:` key; may be partial) merged over the split section and
+    validated like it."""
     from .settings import SplitFile
 
-    cfg = read_settings(config_dir)
+    cfg = cfg if cfg is not None else read_settings(config_dir)
     if config_file:
         path = Path(config_file)
         data = _read(path)

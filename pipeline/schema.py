@@ -2,10 +2,10 @@
 
 This module is the one place the release columns are defined. The writers build the eval/SFT tables in this order,
 `metadata/schema.md` is generated from it (`schema_markdown`), and the validator compares every release parquet with it.
-The columns up to `sft_target` are the public RoboProcessBench row schema (release-and-peers.md §D.3, in its order);
-`licence`, `render_spec_json`, `image_hashes_json` and `eval_level` are our additions (§D.6 #14, upstream licences).
+The columns up to `sft_target` are the public RoboProcessBench row schema (docs/release-format.md, in its order);
+`licence`, `render_spec_json`, `image_hashes_json` and `eval_level` are our additions (docs/release-format.md).
 
-Reference strings (upstream-formats.md §6), built only from path-free keys:
+Reference strings (docs/upstream-formats.md), built only from path-free keys:
     visual_ref              = "{slug}/{unit_type}/{unit_id}/{camera}/frames[{i:06d},{j:06d},...]"
     source_episode_ref      = "{slug}/{unit_type}/{unit_id}"
     reconstruction_key_json = compact sorted JSON {"camera","frame_indices","source","source_task_id",
@@ -14,12 +14,11 @@ Reference strings (upstream-formats.md §6), built only from path-free keys:
 
 from __future__ import annotations
 
-import json
-
 import polars as pl
 import pyarrow as pa
 
 from pipeline.io import compact_json
+from upstream_adapters import ADAPTERS
 
 CHOICE_LETTERS = "ABCDEF"
 MAX_CHOICES = len(CHOICE_LETTERS)
@@ -31,8 +30,8 @@ _S, _I, _B = pa.string(), pa.int64(), pa.bool_()
 COLUMNS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
     ("item_id", _S, False, "Stable public id `{prefix}_{split}_{n:06d}`, numbered per split after the deterministic sort."),
     ("split", _S, False, "`eval` or `sft` (Hugging Face split names: see the manifests' `hf_split`)."),
-    ("source", _S, False, "Source display name: GM-100, RH20T, REASSEMBLE, AIST-Bimanual."),
-    ("source_slug", _S, False, "Source slug: gm100, rh20t, reassemble, aist."),
+    ("source", _S, False, "Source display name (configs/sources.yaml `name`; see Sources below)."),
+    ("source_slug", _S, False, "Source slug: %s." % ", ".join(ADAPTERS)),
     ("source_task_id", _S, False, "The source's own task id (e.g. task_00001); no local paths."),
     ("source_unit_type", _S, False, "Isolation unit type: `episode` or `recording`."),
     ("source_unit_id", _S, False, "The isolation unit (e.g. task_00001__episode_000007)."),
@@ -86,10 +85,6 @@ def polars_schema() -> pl.Schema:
     return pl.from_arrow(RELEASE_SCHEMA.empty_table()).schema
 
 
-def empty_release_table() -> pl.DataFrame:
-    return pl.from_arrow(RELEASE_SCHEMA.empty_table())
-
-
 # ---------------------------------------------------------------- reference strings
 
 
@@ -119,15 +114,6 @@ def reconstruction_key_json(slug: str, task_id: str, unit_type: str, unit_id: st
 
 def sft_target(answer: str) -> str:
     return f"<ANSWER>{answer}</ANSWER>"
-
-
-def parse_json_list(text: str | None) -> list | None:
-    if text is None:
-        return None
-    value = json.loads(text)
-    if not isinstance(value, list):
-        raise ValueError(f"not a JSON list: {text!r}")
-    return value
 
 
 # ---------------------------------------------------------------- schema.md

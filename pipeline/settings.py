@@ -125,9 +125,12 @@ SourcesFile = dict[Slug, SourceEntry]
 # ================================================================================================ configs/split.yaml
 
 
+UnitKey = Literal["task_id", "operator_id", "scene_id", "config_id", "taxonomy"]  # IR unit fields a key may name
+
+
 class SplitSource(Strict):
     group_unit: str
-    merge_keys: list[Literal["task_id", "operator_id", "scene_id", "config_id", "taxonomy"]] = []
+    merge_keys: list[Union[UnitKey, list[UnitKey]]] = []   # a unit field, or a tuple of fields (composite key)
     task_weights: dict[TaskId, float] = {}
 
 

@@ -24,7 +24,7 @@ import polars as pl
 from . import items as items_mod
 from . import split as split_mod
 from . import writers
-from .config import path_in_repo
+from .config import path_in_repo, split_policy
 from .families import build_candidates
 from .frames.cache import FrameCache
 from .frames.extract import extract_from_config, requests_from_items
@@ -150,20 +150,16 @@ def all_units(cfg: dict) -> pl.DataFrame:
     return _concat([pl.read_parquet(work_dir(cfg) / "ir" / s / "units.parquet") for s in sources(cfg)])
 
 
-def split_policy(cfg: dict) -> tuple[dict, int]:
-    policy = cfg["split"]
-    seed = policy.get("seed")
-    return policy, int(cfg["build"]["release_seed"] if seed is None else seed)
-
-
 def letters_per_split(items: pl.DataFrame, seed: int) -> pl.DataFrame:
     """Assign the answer letters again within each split, so eval (a few whole groups) is letter-balanced per source
     and family too, not only the pool. T8/T9 (display labels) keep theirs: their frame order, and so their rendered
     images and hashes, follow the letter; the split's letter term balances them."""
     plain = pl.col("display_labels").is_null()
     parts = [items.filter(~plain)]
-    for name in ("eval", "sft"):
-        sub = items.filter(plain & (pl.col("split") == name))
+    # each eval level is its own release file, so each is balanced on its own
+    level = pl.col("eval_level") if "eval_level" in items.columns else pl.lit(None, pl.String)
+    for name, lv in sorted(items.select("split", level.alias("lv")).unique().iter_rows(), key=str):
+        sub = items.filter(plain & (pl.col("split") == name) & (level.eq_missing(lv)))
         if sub.height:
             redone = items_mod.assign_choices(sub.drop("item_key", "choices", "answer"), seed)
             parts.append(redone.select(items.columns))

@@ -1,7 +1,6 @@
-"""The release validator (`processbench validate DIR`) and the path-leak scanner shared with the asset checks.
+"""The release validator (`processbench validate DIR`); the path-leak scanner is pipeline/leaks.py.
 
     problems = validate_release(Path("release"))      # [] when the release is valid
-    find_path_leaks("see /home/alice/x")              # ["absolute path '/home/alice/x'"]
 
 The validator trusts nothing it did not recompute: it reads the files back, compares parquet with its jsonl mirror,
 recomputes every count, baseline, group list and reference string from the rows, and checks them against the
@@ -11,12 +10,9 @@ manifests, split_summary.json, task_distribution.csv, the group lists and checks
 from __future__ import annotations
 
 import csv
-import getpass
 import json
 import os
 import re
-import socket
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,6 +21,7 @@ import pyarrow.parquet as pq
 
 from pipeline import writers
 from pipeline.io import compact_json
+from pipeline.leaks import find_path_leaks  # noqa: F401 - re-exported for the asset checks
 from pipeline.schema import (
     CHOICE_COLUMNS,
     CHOICE_LETTERS,
@@ -37,79 +34,6 @@ from pipeline.schema import (
     source_episode_ref,
     visual_ref,
 )
-
-# ---------------------------------------------------------------- path / identity leaks
-
-_ABS_ROOTS = ("home", "root", "tmp", "work", "Users", "mnt", "media", "data", "scratch", "private", "Volumes", "var",
-              "opt", "srv", "nfs", "gpfs", "lustre", "storage", "workspace", "content", "kaggle", "net")
-_TAIL = r"[^\s\"'`,;)\]}>]*"
-# (description, pattern, characters that must NOT precede the match, whether the char before the match must be a
-# letter that is itself not preceded by a letter/digit (drive letters)). Every pattern starts with a literal so that
-# `re` can skip ahead quickly: release tables are tens of megabytes of text.
-_PATTERNS = (
-    ("absolute path", re.compile(r"/(?:%s)(?![\w.-])%s" % ("|".join(_ABS_ROOTS), _TAIL)), set("._~/\\-"), False),
-    ("Windows path", re.compile(r":(?:\\\\|\\|/)%s" % _TAIL), None, True),
-    ("UNC path", re.compile(r"\\\\[A-Za-z0-9_.$-]+\\%s" % _TAIL), set("\\"), False),
-    ("file URL", re.compile(r"file:/%s" % _TAIL), None, False),
-    ("home-relative path", re.compile(r"~/%s" % _TAIL), set("~_"), False),
-)
-# Account / host names too generic to search for as words (a leak of their home folder is still an absolute path).
-_GENERIC_NAMES = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody", "jovyan", "vscode", "docker",
-                            "localhost", "build", "home", "work", "worker", "main", "test", "default", "node"})
-
-
-def _identity_tokens() -> list[str]:
-    tokens = set()
-    try:
-        tokens.add(getpass.getuser())
-    except Exception:  # noqa: BLE001 - no user database in some containers
-        pass
-    host = socket.gethostname()
-    tokens.update({host, host.split(".")[0]})
-    return sorted(t for t in tokens if t and len(t) >= 4 and t.lower() not in _GENERIC_NAMES)
-
-
-def _local_dirs() -> list[str]:
-    dirs = {str(Path.home()), os.getcwd(), tempfile.gettempdir(), str(Path(__file__).resolve().parent.parent)}
-    return sorted(d for d in dirs if len(d) >= 5)
-
-
-def find_path_leaks(text: str, extra_tokens=()) -> list[str]:
-    """Absolute or home-relative paths (POSIX, Windows, UNC, file://), this machine's directories (home, cwd, temp,
-    repository), and the current user / host name (as whole words, case-insensitive; generic names such as `root` are
-    skipped, their home folders are still absolute paths) found in `text`. Returns one description per distinct
-    finding; [] when clean."""
-    found: list[str] = []
-
-    def add(msg: str) -> None:
-        if msg not in found:
-            found.append(msg)
-
-    for what, pat, not_before, drive in _PATTERNS:
-        for m in pat.finditer(text):
-            i = m.start()
-            prev = text[i - 1] if i else ""
-            if drive:
-                before = text[i - 2] if i >= 2 else ""
-                if not (prev.isascii() and prev.isalpha()) or (before.isascii() and before.isalnum()):
-                    continue
-                add(f"{what} {text[i - 1:m.end()][:120]!r}")
-                continue
-            if prev and (prev.isalnum() or prev in not_before):
-                continue
-            add(f"{what} {m.group(0)[:120]!r}")
-    for d in _local_dirs():
-        if d in text and re.search(r"(?<![\w.-])%s(?![\w.-])" % re.escape(d), text):
-            add(f"local directory {d!r}")
-    tokens = [t for t in [*_identity_tokens(), *extra_tokens] if t]
-    if tokens:
-        lowered = text.lower()
-        for tok in tokens:
-            if tok.lower() in lowered and re.search(
-                    r"(?<![A-Za-z0-9])%s(?![A-Za-z0-9])" % re.escape(tok), text, flags=re.IGNORECASE):
-                add(f"user/host name {tok!r}")
-    return found
-
 
 # ---------------------------------------------------------------- helpers
 
@@ -177,9 +101,10 @@ def _check_checksums(root: Path, cfg: dict, report: _Report) -> None:
             report.add(f"{rel}: {name} is not covered by a checksum")
 
 
-def _read_split(root: Path, split: str, cfg: dict, report: _Report) -> pl.DataFrame | None:
+def _read_split(root: Path, split: str, cfg: dict, report: _Report, rels: tuple[str, str] | None = None
+                ) -> pl.DataFrame | None:
     files = writers.file_names(cfg)
-    pq_rel, jl_rel = files[f"{split}_parquet"], files[f"{split}_jsonl"]
+    pq_rel, jl_rel = rels or (files[f"{split}_parquet"], files[f"{split}_jsonl"])
     df = None
     if (root / pq_rel).is_file():
         try:
@@ -322,10 +247,12 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Re
             bad("eval_level is not of the form L<n>")
 
 
-def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report) -> None:
+def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report,
+                    levels: dict[str, pl.DataFrame], has_levels: bool) -> None:
     rc = writers.release_cfg(cfg)
     files = writers.file_names(cfg)
     ev, sf = tables.get("eval"), tables.get("sft")
+    ev_all = pl.concat([ev, *levels.values()]) if ev is not None and levels else ev
     groups = {s: set(df.get_column("split_group_id").to_list()) for s, df in tables.items()}
 
     # group lists
@@ -360,7 +287,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
         m = _read_json(root / rel, report)
         if not isinstance(m, dict):
             continue
-        want = writers.build_manifest(split, df, cfg)
+        want = writers.build_manifest(split, df, cfg, "L1" if split == "eval" and has_levels else None)
         for key in sorted(want):
             if key not in m:
                 report.add(f"{rel}: lacks {key}")
@@ -373,7 +300,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     if (root / rel).is_file() and ev is not None and sf is not None:
         s = _read_json(root / rel, report)
         if isinstance(s, dict):
-            want = writers.build_split_summary(ev, sf, {}, cfg)
+            want = writers.build_split_summary(ev_all, sf, {}, cfg)
             for key in ("version", "split_version", "builder_version", "release_version", "total_items",
                         "eval_items", "sft_items", "eval_groups", "sft_groups", "task_counts_total",
                         "task_counts_eval", "task_counts_sft", "task_aliases", "hf_split_names"):
@@ -476,6 +403,51 @@ def validate_release(release_dir: Path, cfg: dict | None = None) -> list[str]:
         if df is not None:
             _check_rows(df, split, files[f"{split}_parquet"], cfg, report)
             tables[split] = df
-    _check_metadata(root, tables, cfg, report)
+    listed, levels = _check_levels(root, tables, cfg, report)
+    _check_metadata(root, tables, cfg, report, levels, listed)
     _check_leaks(root, cfg, report)
     return report.done()
+
+
+def _check_levels(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report
+                  ) -> tuple[bool, dict[str, pl.DataFrame]]:
+    """The out-of-distribution eval level files split_summary.json lists (L2, L3, ...): rows, level column, manifest,
+    group list, and isolation from SFT and from the other eval files. Returns (levels listed?, {level: rows})."""
+    s = _read_json(root / writers.file_names(cfg)["split_summary"], report) if (
+        root / writers.file_names(cfg)["split_summary"]).is_file() else None
+    listed = (s or {}).get("eval_levels") or {} if isinstance(s, dict) else {}
+    out: dict[str, pl.DataFrame] = {}
+    ev = tables.get("eval")
+    if ev is not None and listed:
+        wrong = ev.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") != "L1")).height
+        if wrong:
+            report.add(f"{writers.file_names(cfg)['eval_parquet']}: {wrong} rows are not eval_level L1")
+    for level in sorted(lv for lv in listed if lv != "L1"):
+        lf = writers.level_file_names(cfg, level)
+        for rel in lf.values():
+            if not (root / rel).is_file():
+                report.add(f"missing file {rel} (eval level {level})")
+        df = _read_split(root, "eval", cfg, report, (lf["parquet"], lf["jsonl"]))
+        if df is None:
+            continue
+        _check_rows(df, "eval", lf["parquet"], cfg, report)
+        if df.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") != level)).height:
+            report.add(f"{lf['parquet']}: rows whose eval_level is not {level}")
+        _eq(report, f"split_summary eval_levels.{level}.items", listed[level].get("items"), df.height)
+        if (root / lf["manifest"]).is_file():
+            m = _read_json(root / lf["manifest"], report)
+            want = writers.build_manifest("eval", df, cfg, level)
+            if isinstance(m, dict) and m != want:
+                diff = sorted(k for k in set(m) | set(want) if m.get(k) != want.get(k))
+                report.add(f"{lf['manifest']}: differs from its rows in {diff[:5]}")
+        groups = set(df.get_column("split_group_id").to_list())
+        if (root / lf["split_groups"]).is_file():
+            got = (root / lf["split_groups"]).read_text(encoding="utf-8").splitlines()
+            if got != sorted(groups):
+                report.add(f"{lf['split_groups']}: does not list the level's groups sorted and unique")
+        for other, odf in [*tables.items(), *out.items()]:
+            shared = groups & set(odf.get_column("split_group_id").to_list())
+            if shared:
+                report.add(f"{level} and {other} share {len(shared)} split groups, e.g. {sorted(shared)[:3]}")
+        out[level] = df
+    return bool(listed), out

@@ -16,19 +16,17 @@ host names, user names or absolute paths, and every file name comes from configs
 from __future__ import annotations
 
 import csv
-import hashlib
 import io as _stdio
 import json
-import os
 import re
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from pipeline import io
+from pipeline.leaks import find_path_leaks
 from pipeline.schema import (
     CHOICE_COLUMNS,
     CHOICE_LETTERS,
@@ -53,64 +51,14 @@ REQUIRED_ITEM_COLUMNS = (
     "choices", "answer", "image_hashes_json", "split", "split_group_id",
 )
 REQUIRED_UNIT_COLUMNS = ("source", "unit_id", "unit_type", "task_id", "licence", "language")
-# Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers (§D.6 #8).
-FORBIDDEN_KEYS = frozenset({"created_at", "updated_at", "generated_at", "build_time", "timestamp", "datetime",
-                            "hostname", "username", "cwd"})
 
-
-# ---------------------------------------------------------------- names from the configs (one place each)
-
-
-def release_cfg(cfg: dict) -> dict:
-    return cfg["release"]
-
-
-def source_order(cfg: dict) -> list[str]:
-    """Source slugs in their configured order (build.sources, else the order of configs/sources.yaml)."""
-    return list(cfg.get("build", {}).get("sources") or cfg["sources"])
-
-
-def source_names(cfg: dict) -> dict[str, str]:
-    """slug -> public display name (configs/sources.yaml `name`), in configured order."""
-    return {slug: cfg["sources"][slug]["name"] for slug in source_order(cfg)}
-
-
-def schema_source_names(cfg: dict) -> dict[str, str]:
-    """Every known source in configs/sources.yaml order: a build of a subset documents the same schema as a full one."""
-    return {slug: src["name"] for slug, src in cfg["sources"].items()}
-
-
-def task_number(task_id: str) -> int:
-    if not re.fullmatch(r"T[1-9][0-9]*", task_id or ""):
-        raise ValueError(f"malformed task_id {task_id!r}")
-    return int(task_id[1:])
-
-
-def task_names(cfg: dict) -> dict[str, str]:
-    """Public task names: configs/tasks/T*.yaml `task_name` when a task file has one, else release.yaml `task_names`.
-    Where both exist they must agree (two places that differ are an error, not a choice)."""
-    fallback = dict(release_cfg(cfg).get("task_names") or {})
-    names = dict(fallback)
-    for task, tcfg in (cfg.get("tasks") or {}).items():
-        name = (tcfg or {}).get("task_name")
-        if name is None:
-            continue
-        if task in fallback and fallback[task] != name:
-            raise ValueError(f"task name of {task} differs: configs/tasks/{task}.yaml {name!r} vs "
-                             f"configs/release.yaml {fallback[task]!r}; keep one")
-        names[task] = name
-    return dict(sorted(names.items(), key=lambda kv: task_number(kv[0])))
-
-
-def file_names(cfg: dict) -> dict[str, str]:
-    files = dict(release_cfg(cfg)["files"])
-    for key, rel in files.items():
-        p = Path(rel)
-        if p.is_absolute() or ".." in p.parts or "\\" in rel:
-            raise ValueError(f"release file {key} = {rel!r} must be a relative posix path inside the release")
-    if len(set(files.values())) != len(files):
-        raise ValueError("two release artefacts share one file name in configs/release.yaml")
-    return files
+from pipeline.release_files import merge_checked as _merge
+from pipeline.release_files import plain_json as _plain
+from pipeline.release_files import (  # noqa: F401 - re-exported: writers.file_names etc. stay valid
+    file_names, level_file_names, release_cfg, release_files_on_disk, schema_source_names, sha256_file, source_names,
+    source_order,
+    FORBIDDEN_KEYS, task_names, task_number, write_checksums,
+)
 
 
 # ---------------------------------------------------------------- release tables
@@ -315,42 +263,6 @@ def task_distribution_csv(eval_df: pl.DataFrame, cfg: dict) -> str:
     return buf.getvalue()
 
 
-def _plain(obj, where: str = "split_summary"):
-    """JSON-ready copy of `obj` (numpy scalars -> Python, tuples -> lists); refuses machine-specific content."""
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            if not isinstance(k, str):
-                k = str(k)
-            if k.lower() in FORBIDDEN_KEYS:
-                raise ValueError(f"{where}.{k}: wall-clock or machine-specific fields are not allowed in the release")
-            out[k] = _plain(v, f"{where}.{k}")
-        return out
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        raise ValueError(f"{where}: non-finite float {obj}")
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    raise ValueError(f"{where}: {type(obj).__name__} is not JSON data")
-
-
-def _merge(base: dict, extra: dict, where: str = "split_summary") -> dict:
-    """Deep-merge `extra` (the split stage's summary) into `base` (what the tables say). A key present in both with
-    different values is an inconsistency between the split stage and the release tables: raise."""
-    out = dict(base)
-    for k, v in extra.items():
-        if k not in out:
-            out[k] = v
-        elif isinstance(out[k], dict) and isinstance(v, dict):
-            out[k] = _merge(out[k], v, f"{where}.{k}")
-        elif out[k] != v:
-            raise ValueError(f"{where}.{k}: the split stage says {v!r}, the release tables/configs give {out[k]!r}")
-    return out
-
-
 def _groups(df: pl.DataFrame) -> list[str]:
     return sorted(set(df.get_column("split_group_id").to_list()))
 
@@ -430,7 +342,8 @@ def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summa
     return _merge(computed, extra)
 
 
-def build_manifest(split: str, df: pl.DataFrame, cfg: dict) -> dict:
+def build_manifest(split: str, df: pl.DataFrame, cfg: dict, level: str | None = None) -> dict:
+    """A split's manifest; with `level`, the manifest of that eval level's own files."""
     rc = release_cfg(cfg)
     files = file_names(cfg)
     dec = int(rc["float_decimals"])
@@ -458,8 +371,10 @@ def build_manifest(split: str, df: pl.DataFrame, cfg: dict) -> dict:
         "item_id_prefix": rc["item_id_prefix"],
         "visual_inputs_redistributed": False,
         "reconstruction_required": True,
-        "files": {"parquet": files[f"{split}_parquet"], "jsonl": files[f"{split}_jsonl"],
-                  "split_groups": files[f"split_groups_{split}"]},
+        "files": ({k: v for k, v in level_file_names(cfg, level).items() if k != "manifest"}
+                  if level not in (None, "L1") else
+                  {"parquet": files[f"{split}_parquet"], "jsonl": files[f"{split}_jsonl"],
+                   "split_groups": files[f"split_groups_{split}"]}),
         "release_files": dict(sorted(files.items())),
         "num_items": df.height,
         "num_groups": len(_groups(df)),
@@ -472,7 +387,34 @@ def build_manifest(split: str, df: pl.DataFrame, cfg: dict) -> dict:
     }
     if split == "eval":
         manifest["majority_baselines"] = majority_baselines(df, dec)
+    if level is not None:
+        manifest["eval_level"] = level
     return manifest
+
+
+def eval_level_tables(eval_df: pl.DataFrame) -> dict[str | None, pl.DataFrame]:
+    """The eval rows per level: {None: all} without levels, else {"L1": in-distribution, "L2": ..., ...}. L1 (and
+    rows without a level) go to the main eval files, every other level to its own files."""
+    levels = sorted(set(eval_df.get_column("eval_level").drop_nulls().to_list()))
+    if not levels or levels == ["L1"] and not eval_df.get_column("eval_level").null_count():
+        return {None: eval_df} if not levels else {"L1": eval_df}
+    main = eval_df.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") == "L1"))
+    return {"L1": main, **{lv: eval_df.filter(pl.col("eval_level") == lv) for lv in levels if lv != "L1"}}
+
+
+def eval_levels_summary(tables: dict[str | None, pl.DataFrame], cfg: dict) -> dict:
+    """split_summary.json `eval_levels`: per level its files, items, groups and per-source/family counts."""
+    files = file_names(cfg)
+    out = {}
+    for lv, df in tables.items():
+        if lv is None:
+            continue
+        f = level_file_names(cfg, lv) if lv != "L1" else {"parquet": files["eval_parquet"],
+                                                          "jsonl": files["eval_jsonl"]}
+        out[lv] = {"files": {"parquet": f["parquet"], "jsonl": f["jsonl"]}, "items": df.height,
+                   "groups": len(_groups(df)), "task_counts": _task_sorted(_counts(df, "task_id")),
+                   "source_counts": {k: v for k, v in sorted(_counts(df, "source_slug").items())}}
+    return out
 
 
 # ---------------------------------------------------------------- writing
@@ -486,47 +428,11 @@ def _check_table(df: pl.DataFrame, split: str) -> pl.DataFrame:
     return df.sort("item_id")
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def release_files_on_disk(out_dir: Path, cfg: dict) -> list[str]:
-    """Every regular file of the release (posix, relative, sorted), except the checksum file itself and dot files
-    (temporary files of an atomic write)."""
-    out_dir = Path(out_dir)
-    checksums = file_names(cfg)["checksums"]
-    rels = []
-    for dirpath, dirnames, filenames in os.walk(out_dir):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for f in filenames:
-            if f.startswith("."):
-                continue
-            rel = (Path(dirpath) / f).relative_to(out_dir).as_posix()
-            if rel != checksums:
-                rels.append(rel)
-    return sorted(rels)
-
-
-def write_checksums(out_dir: Path, cfg: dict) -> dict[str, str]:
-    """(Re)write checksums.sha256 over every file now in the release (`sha256sum -c` format, sorted by path). A later
-    stage that adds files to the release (exports) calls this again when it is done."""
-    out_dir = Path(out_dir)
-    sums = {rel: sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
-    io.atomic_write_text(out_dir / file_names(cfg)["checksums"], "".join(f"{h}  {rel}\n" for rel, h in sums.items()))
-    return sums
-
-
 def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: dict, out_dir: Path,
                   documents: dict[str, str]) -> dict:
     """Write the release folder. Every file is written atomically; checksums.sha256 is written last, so an interrupted
     run leaves a release that fails validation instead of one that looks complete. Returns
     {"files": {relpath: sha256}, "eval_items", "sft_items", "eval_groups", "sft_groups"}."""
-    from pipeline.validate import find_path_leaks  # validate imports this module
-
     out_dir = Path(out_dir)
     rc = release_cfg(cfg)
     files = file_names(cfg)
@@ -541,12 +447,25 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
         raise ValueError(f"documents: unknown keys {unknown}, missing {missing} (configured: {wanted_docs})")
 
     texts: dict[str, str] = {}
+    levels = eval_level_tables(eval_df)
+    main_eval = next(iter(levels.values()))
     summary = build_split_summary(eval_df, sft_df, split_summary, cfg)
+    if None not in levels:
+        summary["eval_levels"] = eval_levels_summary(levels, cfg)
     texts[files["split_summary"]] = io.dumps_json(summary)
-    for split, df in (("eval", eval_df), ("sft", sft_df)):
-        texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg))
+    for split, df, lv in (("eval", main_eval, next(iter(levels))), ("sft", sft_df, None)):
+        texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg, lv))
         texts[files[f"split_groups_{split}"]] = "".join(g + "\n" for g in _groups(df))
-    texts[files["task_distribution"]] = task_distribution_csv(eval_df, cfg)
+    tables = [(files["eval_parquet"], files["eval_jsonl"], main_eval),
+              (files["sft_parquet"], files["sft_jsonl"], sft_df)]
+    for lv, df in levels.items():
+        if lv in (None, "L1"):
+            continue
+        lf = level_file_names(cfg, lv)
+        texts[lf["manifest"]] = io.dumps_json(build_manifest("eval", df, cfg, lv))
+        texts[lf["split_groups"]] = "".join(g + "\n" for g in _groups(df))
+        tables.append((lf["parquet"], lf["jsonl"], df))
+    texts[files["task_distribution"]] = task_distribution_csv(main_eval, cfg)
     texts[files["schema"]] = schema_markdown(rc, schema_source_names(cfg))
     for key in wanted_docs:
         texts[files[key]] = documents[key] if documents[key].endswith("\n") else documents[key] + "\n"
@@ -555,9 +474,9 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
     if leaks:
         raise ValueError(f"path or identity leaks in release content: {leaks}")
 
-    for split, df in (("eval", eval_df), ("sft", sft_df)):
-        io.write_parquet(out_dir / files[f"{split}_parquet"], df)
-        io.write_jsonl(out_dir / files[f"{split}_jsonl"], df)
+    for pq_rel, jl_rel, df in tables:
+        io.write_parquet(out_dir / pq_rel, df)
+        io.write_jsonl(out_dir / jl_rel, df)
     for rel, text in sorted(texts.items()):
         io.atomic_write_text(out_dir / rel, text)
     sums = write_checksums(out_dir, cfg)

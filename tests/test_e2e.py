@@ -36,7 +36,9 @@ def test_counts_consistent_and_isolated(demo_release):
     assert sum(1 for _ in open(demo_release / "splits" / "processbench_eval.jsonl")) == ev.height
     assert sum(1 for _ in open(demo_release / "splits" / "processdata_sft.jsonl")) == sft.height
     summary = json.loads((demo_release / "metadata" / "split_summary.json").read_text())
-    assert summary["eval_items"] == ev.height and summary["sft_items"] == sft.height
+    levels = summary.get("eval_levels") or {}  # L2/L3 are eval files of their own
+    assert summary["eval_items"] == sum(v["items"] for v in levels.values()) if levels else ev.height
+    assert levels.get("L1", {}).get("items", ev.height) == ev.height and summary["sft_items"] == sft.height
     assert not set(ev["split_group_id"]) & set(sft["split_group_id"])
     assert set(ev["split"]) == {"eval"} and set(sft["split"]) == {"sft"}
 

@@ -12,12 +12,15 @@ import numpy as np
 import polars as pl
 import pytest
 
+from pipeline.schema import CHOICE_LETTERS as LETTERS
 from pipeline.split import (
-    LETTERS,
     build_groups,
     group_count_problems,
     group_lists,
+    held_out_problems,
+    isolation_key_problems,
     leaked_groups,
+    level_count_problems,
     load_policy,
     make_pool,
     n_eval_groups,
@@ -29,12 +32,10 @@ from pipeline.split import (
 
 CHOICES = {"T1": 4, "T2": 2, "T3": 4, "T5": 3, "T7": 2, "T8": 6, "T12": 4}
 
-
 @pytest.fixture(scope="module")
 def policy():
     pol, _ = load_policy()
     return pol
-
 
 def make_items(source: str, n_groups: int, fams: dict[str, int], seed: int, sigma: float = 1.0,
                prefix: str | None = None) -> pl.DataFrame:
@@ -57,14 +58,12 @@ def make_items(source: str, n_groups: int, fams: dict[str, int], seed: int, sigm
                          "num_choices": k, "candidate_key": f"{fam}|{source}|{prefix}_u{g:04d}|{j}"})
     return pl.DataFrame(rows)
 
-
 # ------------------------------------------------------------------------------------------------ counts
 def test_eval_group_count_is_the_public_round_rule():
     assert [n_eval_groups(n, 0.15) for n in (4186, 596, 37, 200)] == [628, 89, 6, 30]
     assert n_eval_groups(30, 0.15) == round(30 * 0.15) == 4      # 4.5 -> 4: Python's half-even round, as published
     assert n_eval_groups(10, 0.15) == 2                           # 1.5 -> 2
     assert n_eval_groups(2, 0.15) == 1 and n_eval_groups(1, 0.15) == 1 and n_eval_groups(0, 0.15) == 0
-
 
 # ------------------------------------------------------------------------------------------------ groups
 def units_table() -> pl.DataFrame:
@@ -78,17 +77,16 @@ def units_table() -> pl.DataFrame:
                      "task_id": f"task_{i // 2:05d}", "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None})
     return pl.DataFrame(rows)
 
-
 def test_groups_default_to_units(policy):
     g = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}), units_table(), policy)
     assert g.height == 16
     assert g["split_group_id"].to_list() == g["unit_id"].to_list()
     assert {"unit_task_id", "operator_id", "scene_id"} <= set(g.columns)
 
-
 def test_groups_merge_by_stricter_keys(policy):
     pol = copy.deepcopy(policy)
     pol["sources"]["rh20t"]["merge_keys"] = ["scene_id"]
+    pol["ood"]["enabled"] = False  # L1 only: the counts below are the eval rule's
     pol["sources"]["gm100"]["merge_keys"] = ["task_id"]
     units = units_table()
     g = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}), units, pol)
@@ -107,17 +105,16 @@ def test_groups_merge_by_stricter_keys(policy):
                       units.sample(fraction=1.0, shuffle=True, seed=3), pol)
     assert g3.equals(g2)
 
-
 def test_item_units_missing_from_units_table_keep_their_id(policy):
     items = pl.DataFrame({"source": ["aist"], "unit_id": ["task_004_episode_0"], "task_id": ["T3"]})
     g = build_groups(items, units_table(), policy)
     assert g.filter(pl.col("source") == "aist")["split_group_id"].to_list() == ["task_004_episode_0"]
 
-
 # ------------------------------------------------------------------------------------------------ isolation
 def test_isolation_and_counts_with_merged_groups(policy):
     pol = copy.deepcopy(policy)
     pol["sources"]["rh20t"]["merge_keys"] = ["scene_id"]
+    pol["ood"]["enabled"] = False  # L1 only: the counts below are the eval rule's
     rows = []
     r = random.Random(1)
     units = units_table().filter(pl.col("source") == "rh20t")
@@ -140,10 +137,9 @@ def test_isolation_and_counts_with_merged_groups(policy):
     lists = group_lists(out)
     assert not set(lists["eval"]) & set(lists["sft"]) and lists["eval"] == sorted(lists["eval"])
 
-
 # ------------------------------------------------------------------------------------------------ selection quality
 def scalar_public_rule(pool, seed=42, restarts=8, passes=4, limit=24):
-    """An independent, loop-by-loop implementation of the published rule (release-and-peers.md §D.5), to check the
+    """An independent, loop-by-loop implementation of the published rule (docs/release-format.md, "Split"), to check the
     vectorised one: same shuffles, same scan order, same 1e-12 tolerance."""
     T = len(pool.families)
     cnt = pool.counts.tolist()
@@ -200,7 +196,6 @@ def scalar_public_rule(pool, seed=42, restarts=8, passes=4, limit=24):
             best = (score, sorted(sel))
     return best
 
-
 @pytest.mark.parametrize("kind", ["uneven", "ties"])
 def test_public_rule_matches_a_loop_implementation(policy, kind):
     if kind == "uneven":
@@ -214,7 +209,6 @@ def test_public_rule_matches_a_loop_implementation(policy, kind):
     assert sorted(np.flatnonzero(sel.mask).tolist()) == groups
     assert sel.share == pytest.approx(score, abs=1e-9)
 
-
 @pytest.mark.parametrize("seed,n_groups,sigma", [(11, 40, 0.6), (12, 120, 1.0), (13, 16, 1.2)])
 def test_ours_never_worse_than_public_on_its_objective(policy, seed, n_groups, sigma):
     items = make_items("gm100", n_groups, {"T1": 500, "T3": 400, "T5": 300, "T8": 200}, seed=seed, sigma=sigma)
@@ -226,12 +220,10 @@ def test_ours_never_worse_than_public_on_its_objective(policy, seed, n_groups, s
     # shares first, letters second: ours is strictly better on J, or no worse on the letter-aware objective either
     assert ours.share < pub.share or k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, pub.mask) + 1e-9
 
-
 def k_obj(pool, policy, mask):
     lam, mu = policy["objective"]["letter_weight"], policy["ours"]["letter_l1_weight"]
     lc = pool.letters[:, mask, :].sum(1)
     return pool.evaluate(mask)["share"] + lam * (pool.letter_obj(lc) + mu * pool.letter_l1(lc))
-
 
 def test_ours_hits_shares_where_public_greedy_overshoots(policy):
     """Uneven group sizes: the public greedy takes big groups first and overshoots (as in the published GM-100 split,
@@ -252,7 +244,6 @@ def test_ours_hits_shares_where_public_greedy_overshoots(policy):
     assert excess(maj_ours) < excess(s["majority_share_eval_public"])
     assert s["eval"] == sum(s["task_counts_eval"].values()) and s["task_eval_share"] == ours
     assert leaked_groups(out) == []
-
 
 def test_exact_search_is_optimal_on_small_pools(policy):
     items = make_items("reassemble", 14, {"T1": 300, "T2": 300, "T12": 60}, seed=4, sigma=0.8)
@@ -279,15 +270,15 @@ def test_exact_search_is_optimal_on_small_pools(policy):
         if pool.evaluate(m)["share"] <= cap + 1e-9:
             assert k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, m) + 1e-9
 
-
 def test_task_weights_come_from_config(policy):
     items = make_items("reassemble", 10, {"T1": 100, "T12": 20}, seed=2)
     pool = make_pool(items.rename({"unit_id": "split_group_id"}), policy, "reassemble")
     assert dict(zip(pool.families, pool.weights.tolist())) == {"T1": 1.0, "T12": 5.0}
 
-
 # ------------------------------------------------------------------------------------------------ determinism
 def test_deterministic_and_order_independent(policy):
+    policy = copy.deepcopy(policy)
+    policy["ood"]["enabled"] = False  # the eval rule alone (the levels have their own tests)
     items = pl.concat([make_items("aist", 50, {"T3": 300, "T8": 200}, seed=8),
                        make_items("rh20t", 45, {"T1": 250, "T7": 250}, seed=9)])
     a, sa = split_items(items, build_groups(items, None, policy), policy, 42)
@@ -302,7 +293,6 @@ def test_deterministic_and_order_independent(policy):
     assert set(a["split"]) == {"eval", "sft"} and a.height == items.height
     text = json.dumps(sa)
     assert "/tmp" not in text and "/work" not in text and "created_at" not in text
-
 
 # ------------------------------------------------------------------------------------------------ pool files
 def test_split_pool_file(tmp_path):
@@ -333,7 +323,6 @@ def test_split_pool_file(tmp_path):
     with pytest.raises(ValueError, match="split_group_id"):
         split_pool_file(bad, tmp_path / "o3", None)
 
-
 def test_pool_file_with_config_and_without_answers(tmp_path):
     cfg = tmp_path / "split.yaml"
     cfg.write_text("split:\n  eval_ratio: 0.2\n  seed: 7\n  rule: public\n")
@@ -344,7 +333,6 @@ def test_pool_file_with_config_and_without_answers(tmp_path):
     assert s["seed"] == 7 and s["rule"] == "public" and s["sources"]["newsrc"]["eval_groups"] == 2
     assert s["eval_ratio"] == 0.2 and s["split_policy"]  # the partial file is merged over configs/split.yaml
     assert s["sources"]["newsrc"]["letter_balance_eval_ours"] == {}
-
 
 # ------------------------------------------------------------------------------------------------ OOD levels
 def test_ood_levels_are_isolated(policy):
@@ -384,3 +372,112 @@ def test_ood_levels_are_isolated(policy):
     assert sft["eval_level"].null_count() == sft.height
     assert set(out.filter(pl.col("split") == "eval")["eval_level"]) == {"L1", "L2", "L3"}
     assert group_count_problems(summary, pol) == []
+
+
+# ------------------------------------------------------------------------------------------------ issue 12
+def _rh20t_pool(seed: int = 3):
+    """60 RH20T recordings over 6 tasks x 4 scenes x 7 operators, so most (task, scene) set-ups have several takes."""
+    r = random.Random(seed)
+    units, rows = [], []
+    for i in range(60):
+        task, op, scene = f"task_{i % 6:04d}", f"user_{i % 7:04d}", f"scene_{(i // 6) % 4:04d}"
+        uid = f"{task}_{op}_{scene}_cfg_0001_{i:03d}"
+        units.append({"source": "rh20t", "unit_id": uid, "task_id": task, "operator_id": op, "scene_id": scene,
+                      "config_id": "cfg_0001"})
+        for _ in range(r.randint(4, 12)):
+            fam = r.choice(["T1", "T2", "T7"])
+            rows.append({"source": "rh20t", "unit_id": uid, "task_id": fam,
+                         "answer": LETTERS[r.randrange(CHOICES[fam])], "num_choices": CHOICES[fam]})
+    return pl.DataFrame(units), pl.DataFrame(rows)
+
+
+def test_composite_key_merges_task_and_scene_only(policy):
+    assert policy["sources"]["rh20t"]["merge_keys"] == [["task_id", "scene_id"]]  # the default release
+    units, items = _rh20t_pool()
+    g = build_groups(items, units, policy)
+    per = g.group_by("unit_task_id", "scene_id").agg(pl.col("split_group_id").n_unique().alias("n"),
+                                                     pl.len().alias("units"))
+    assert per["n"].max() == 1  # one group per (task, scene)
+    assert g["split_group_id"].n_unique() == per.height < units.height
+    merged = g.filter(pl.col("split_group_id").str.contains("="))["split_group_id"]
+    assert merged.str.starts_with("task_id+scene_id=task_").all()
+    # the same task in two scenes stays two groups
+    t0 = g.filter(pl.col("unit_task_id") == "task_0000")
+    assert t0["split_group_id"].n_unique() == t0["scene_id"].n_unique() > 1
+
+
+def test_default_policy_levels_and_checks_hold(policy):
+    assert policy["ood"]["enabled"]
+    units, items = _rh20t_pool()
+    groups = build_groups(items, units, policy)
+    out, summary = split_items(items, groups, policy, 42)
+    assert leaked_groups(out) == [] and isolation_key_problems(out, groups, policy) == []
+    assert held_out_problems(out, groups, summary) == [] and level_count_problems(out, summary, policy) == []
+    ood = summary["sources"]["rh20t"]["ood"]
+    assert ood["L2"]["key"] == "scene_id" and ood["L3"]["key"] == "task_id"
+    assert ood["L2"]["held_out_values"] and ood["L3"]["held_out_values"]
+    assert set(out.filter(pl.col("split") == "eval")["eval_level"]) == {"L1", "L2", "L3"}
+    lv = ood["levels"]
+    assert sum(v["items"] for v in lv.values()) == summary["sources"]["rh20t"]["eval"]
+    # SFT loses only what the levels hold: every item is eval or sft
+    assert out.height == items.height
+
+
+def test_isolation_key_check_sees_a_planted_scene_leak(policy):
+    units, items = _rh20t_pool()
+    groups = build_groups(items, units, policy)
+    out, _ = split_items(items, groups, policy, 42)
+    # plant: one unit of an eval (task, scene) set-up moved to SFT under its own id
+    victim = out.filter((pl.col("split") == "eval") & pl.col("split_group_id").str.contains("="))["unit_id"][0]
+    bad = out.with_columns(pl.when(pl.col("unit_id") == victim).then(pl.lit("sft")).otherwise(pl.col("split"))
+                           .alias("split"))
+    probs = isolation_key_problems(bad, groups, policy)
+    assert len(probs) == 1 and "task_id+scene_id" in probs[0] and "rh20t" in probs[0]
+
+
+def test_held_out_check_sees_a_planted_task_in_sft(policy):
+    units, items = _rh20t_pool()
+    groups = build_groups(items, units, policy)
+    out, summary = split_items(items, groups, policy, 42)
+    task = summary["sources"]["rh20t"]["ood"]["L3"]["held_out_values"][0]
+    uid = groups.filter(pl.col("unit_task_id") == task)["unit_id"][0]
+    bad = out.with_columns(pl.when(pl.col("unit_id") == uid).then(pl.lit("sft")).otherwise(pl.col("split"))
+                           .alias("split"))
+    probs = held_out_problems(bad, groups, summary)
+    assert probs and "L3" in probs[0] and task in probs[0]
+
+
+def test_level_count_check_sees_planted_defects(policy):
+    units, items = _rh20t_pool()
+    groups = build_groups(items, units, policy)
+    out, summary = split_items(items, groups, policy, 42)
+    # plant 1: an L2 item relabelled L1 (counts no longer those of split_summary.json)
+    first = out.with_row_index("__i").filter(pl.col("eval_level") == "L2")["__i"][0]
+    bad = out.with_row_index("__i").with_columns(
+        pl.when(pl.col("__i") == first).then(pl.lit("L1")).otherwise(pl.col("eval_level")).alias("eval_level"))
+    assert any("L2" in p for p in level_count_problems(bad.drop("__i"), summary, policy))
+    # plant 2: a configured level that holds nothing
+    s2 = copy.deepcopy(summary)
+    s2["sources"]["rh20t"]["ood"]["levels"]["L3"]["items"] = 0
+    none_l3 = out.filter(pl.col("eval_level") != "L3")
+    assert any("L3 holds 0 items" in p for p in level_count_problems(none_l3, s2, policy))
+
+
+def test_pool_file_honours_the_levels(tmp_path, policy):
+    units, items = _rh20t_pool()
+    u = {r["unit_id"]: r for r in units.iter_rows(named=True)}
+    rows = [{"source": "rh20t", "task_id": r["task_id"], "split_group_id": r["unit_id"], "unit_id": r["unit_id"],
+             "source_task_id": u[r["unit_id"]]["task_id"], "scene_id": u[r["unit_id"]]["scene_id"],
+             "operator_id": u[r["unit_id"]]["operator_id"], "answer": r["answer"], "num_choices": r["num_choices"]}
+            for r in items.iter_rows(named=True)]
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = split_pool_file(pool, tmp_path / "out")
+    ev = [json.loads(line) for line in (tmp_path / "out" / "eval.jsonl").read_text().splitlines()]
+    sft = [json.loads(line) for line in (tmp_path / "out" / "sft.jsonl").read_text().splitlines()]
+    assert {r["eval_level"] for r in ev} == {"L1", "L2", "L3"} and all(r["eval_level"] is None for r in sft)
+    held = set(s["sources"]["rh20t"]["ood"]["L2"]["held_out_values"])
+    assert held and not held & {r["scene_id"] for r in sft}
+    # (task, scene) isolation holds in the pool file too
+    ts = lambda rs: {(r["source_task_id"], r["scene_id"]) for r in rs}  # noqa: E731
+    assert not ts(ev) & ts(sft)

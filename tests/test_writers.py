@@ -20,7 +20,7 @@ from pipeline.io import compact_json
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 PHASES = ["pre-approach", "approach", "contact", "release"]
 PERMS = ["".join(p) for p in itertools.permutations("XYZ")]
-# Public names (release-and-peers.md §D.2); the build reads them from configs/tasks/T*.yaml.
+# Public names (docs/release-format.md); the build reads them from configs/tasks/T*.yaml.
 TASK_NAMES = {"T1": "Phase Recognition", "T2": "Contact Detection", "T3": "Motion Direction Prediction",
               "T8": "Temporal Ordering", "T9": "Temporal Priority Prediction", "T10": "Current Primitive Recognition"}
 
@@ -376,3 +376,29 @@ def test_task_distribution_baselines():
     ]
     assert writers.majority_baselines(ev, 4) == {"T1": 0.375, "T2": 0.6667, "T3": 0.5, "T10": 1.0}
     assert writers.random_baselines(ev, 4)["T3"] == 0.375
+
+
+def test_eval_levels_are_files_of_their_own_and_validated(tmp_path):
+    from pipeline.validate import validate_release
+
+    cfg = make_cfg()
+    l2_unit = "task_0001_user_0001_scene_0001_cfg_0002"
+    items = make_items().with_columns(eval_level=pl.when(pl.col("split") != "eval").then(None)
+                                      .when(pl.col("unit_id") == l2_unit).then(pl.lit("L2")).otherwise(pl.lit("L1")))
+    ev, sft, _ = build(tmp_path / "rel", cfg, items)
+    files, lf = writers.file_names(cfg), writers.level_file_names(cfg, "L2")
+    main = pl.read_parquet(tmp_path / "rel" / files["eval_parquet"])
+    l2 = pl.read_parquet(tmp_path / "rel" / lf["parquet"])
+    assert set(main["eval_level"]) == {"L1"} and set(l2["eval_level"]) == {"L2"}
+    assert main.height + l2.height == ev.height and l2.height == ev.filter(pl.col("eval_level") == "L2").height
+    m = json.loads((tmp_path / "rel" / lf["manifest"]).read_text())
+    assert m["eval_level"] == "L2" and m["num_items"] == l2.height and m["files"]["parquet"] == lf["parquet"]
+    s = json.loads((tmp_path / "rel" / files["split_summary"]).read_text())
+    assert s["eval_levels"]["L2"]["items"] == l2.height and s["eval_levels"]["L1"]["items"] == main.height
+    assert s["eval_items"] == ev.height
+    assert validate_release(tmp_path / "rel", cfg) == []
+    # plant: the L2 jsonl loses a row (and its checksum is refreshed so only the level check can see it)
+    jl = tmp_path / "rel" / lf["jsonl"]
+    jl.write_text("".join(jl.read_text().splitlines(keepends=True)[1:]))
+    writers.write_checksums(tmp_path / "rel", cfg)
+    assert any(lf["jsonl"] in p for p in validate_release(tmp_path / "rel", cfg))

@@ -1,0 +1,84 @@
+"""The path / identity leak scanner shared by the writers, the validator and the asset checks.
+
+    find_path_leaks("see /home/alice/x")              # ["absolute path '/home/alice/x'"]
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import socket
+import tempfile
+from pathlib import Path
+
+
+_ABS_ROOTS = ("home", "root", "tmp", "work", "Users", "mnt", "media", "data", "scratch", "private", "Volumes", "var",
+              "opt", "srv", "nfs", "gpfs", "lustre", "storage", "workspace", "content", "kaggle", "net")
+_TAIL = r"[^\s\"'`,;)\]}>]*"
+# (description, pattern, characters that must NOT precede the match, whether the char before the match must be a
+# letter that is itself not preceded by a letter/digit (drive letters)). Every pattern starts with a literal so that
+# `re` can skip ahead quickly: release tables are tens of megabytes of text.
+_PATTERNS = (
+    ("absolute path", re.compile(r"/(?:%s)(?![\w.-])%s" % ("|".join(_ABS_ROOTS), _TAIL)), set("._~/\\-"), False),
+    ("Windows path", re.compile(r":(?:\\\\|\\|/)%s" % _TAIL), None, True),
+    ("UNC path", re.compile(r"\\\\[A-Za-z0-9_.$-]+\\%s" % _TAIL), set("\\"), False),
+    ("file URL", re.compile(r"file:/%s" % _TAIL), None, False),
+    ("home-relative path", re.compile(r"~/%s" % _TAIL), set("~_"), False),
+)
+# Account / host names too generic to search for as words (a leak of their home folder is still an absolute path).
+_GENERIC_NAMES = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody", "jovyan", "vscode", "docker",
+                            "localhost", "build", "home", "work", "worker", "main", "test", "default", "node"})
+
+
+def _identity_tokens() -> list[str]:
+    tokens = set()
+    try:
+        tokens.add(getpass.getuser())
+    except Exception:  # noqa: BLE001 - no user database in some containers
+        pass
+    host = socket.gethostname()
+    tokens.update({host, host.split(".")[0]})
+    return sorted(t for t in tokens if t and len(t) >= 4 and t.lower() not in _GENERIC_NAMES)
+
+
+def _local_dirs() -> list[str]:
+    dirs = {str(Path.home()), os.getcwd(), tempfile.gettempdir(), str(Path(__file__).resolve().parent.parent)}
+    return sorted(d for d in dirs if len(d) >= 5)
+
+
+def find_path_leaks(text: str, extra_tokens=()) -> list[str]:
+    """Absolute or home-relative paths (POSIX, Windows, UNC, file://), this machine's directories (home, cwd, temp,
+    repository), and the current user / host name (as whole words, case-insensitive; generic names such as `root` are
+    skipped, their home folders are still absolute paths) found in `text`. Returns one description per distinct
+    finding; [] when clean."""
+    found: list[str] = []
+
+    def add(msg: str) -> None:
+        if msg not in found:
+            found.append(msg)
+
+    for what, pat, not_before, drive in _PATTERNS:
+        for m in pat.finditer(text):
+            i = m.start()
+            prev = text[i - 1] if i else ""
+            if drive:
+                before = text[i - 2] if i >= 2 else ""
+                if not (prev.isascii() and prev.isalpha()) or (before.isascii() and before.isalnum()):
+                    continue
+                add(f"{what} {text[i - 1:m.end()][:120]!r}")
+                continue
+            if prev and (prev.isalnum() or prev in not_before):
+                continue
+            add(f"{what} {m.group(0)[:120]!r}")
+    for d in _local_dirs():
+        if d in text and re.search(r"(?<![\w.-])%s(?![\w.-])" % re.escape(d), text):
+            add(f"local directory {d!r}")
+    tokens = [t for t in [*_identity_tokens(), *extra_tokens] if t]
+    if tokens:
+        lowered = text.lower()
+        for tok in tokens:
+            if tok.lower() in lowered and re.search(
+                    r"(?<![A-Za-z0-9])%s(?![A-Za-z0-9])" % re.escape(tok), text, flags=re.IGNORECASE):
+                add(f"user/host name {tok!r}")
+    return found

@@ -1,0 +1,157 @@
+"""The release's names and files, shared by the writers and the validator: configured source/task names, the
+release file-name table, and the checksum file over what is on disk.
+
+    file_names(cfg)["eval_parquet"]   # "eval.parquet" (configs/release.yaml `files`)
+    write_checksums(release_dir, cfg)  # checksums.sha256 over every file now in the release
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from pipeline import io
+
+# Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers
+# (docs/release-format.md, "Determinism").
+FORBIDDEN_KEYS = frozenset({"created_at", "updated_at", "generated_at", "build_time", "timestamp", "datetime",
+                            "hostname", "username", "cwd"})
+
+
+def release_cfg(cfg: dict) -> dict:
+    return cfg["release"]
+
+
+def source_order(cfg: dict) -> list[str]:
+    """Source slugs in their configured order (build.sources, else the order of configs/sources.yaml)."""
+    return list(cfg.get("build", {}).get("sources") or cfg["sources"])
+
+
+def source_names(cfg: dict) -> dict[str, str]:
+    """slug -> public display name (configs/sources.yaml `name`), in configured order."""
+    return {slug: cfg["sources"][slug]["name"] for slug in source_order(cfg)}
+
+
+def schema_source_names(cfg: dict) -> dict[str, str]:
+    """Every known source in configs/sources.yaml order: a build of a subset documents the same schema as a full one."""
+    return {slug: src["name"] for slug, src in cfg["sources"].items()}
+
+
+def task_number(task_id: str) -> int:
+    if not re.fullmatch(r"T[1-9][0-9]*", task_id or ""):
+        raise ValueError(f"malformed task_id {task_id!r}")
+    return int(task_id[1:])
+
+
+def task_names(cfg: dict) -> dict[str, str]:
+    """Public task names: configs/tasks/T*.yaml `task_name` when a task file has one, else release.yaml `task_names`.
+    Where both exist they must agree (two places that differ are an error, not a choice)."""
+    fallback = dict(release_cfg(cfg).get("task_names") or {})
+    names = dict(fallback)
+    for task, tcfg in (cfg.get("tasks") or {}).items():
+        name = (tcfg or {}).get("task_name")
+        if name is None:
+            continue
+        if task in fallback and fallback[task] != name:
+            raise ValueError(f"task name of {task} differs: configs/tasks/{task}.yaml {name!r} vs "
+                             f"configs/release.yaml {fallback[task]!r}; keep one")
+        names[task] = name
+    return dict(sorted(names.items(), key=lambda kv: task_number(kv[0])))
+
+
+def file_names(cfg: dict) -> dict[str, str]:
+    files = dict(release_cfg(cfg)["files"])
+    for key, rel in files.items():
+        p = Path(rel)
+        if p.is_absolute() or ".." in p.parts or "\\" in rel:
+            raise ValueError(f"release file {key} = {rel!r} must be a relative posix path inside the release")
+    if len(set(files.values())) != len(files):
+        raise ValueError("two release artefacts share one file name in configs/release.yaml")
+    return files
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def release_files_on_disk(out_dir: Path, cfg: dict) -> list[str]:
+    """Every regular file of the release (posix, relative, sorted), except the checksum file itself and dot files
+    (temporary files of an atomic write)."""
+    out_dir = Path(out_dir)
+    checksums = file_names(cfg)["checksums"]
+    rels = []
+    for dirpath, dirnames, filenames in os.walk(out_dir):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for f in filenames:
+            if f.startswith("."):
+                continue
+            rel = (Path(dirpath) / f).relative_to(out_dir).as_posix()
+            if rel != checksums:
+                rels.append(rel)
+    return sorted(rels)
+
+
+def write_checksums(out_dir: Path, cfg: dict) -> dict[str, str]:
+    """(Re)write checksums.sha256 over every file now in the release (`sha256sum -c` format, sorted by path). A later
+    stage that adds files to the release (exports) calls this again when it is done."""
+    out_dir = Path(out_dir)
+    sums = {rel: sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
+    io.atomic_write_text(out_dir / file_names(cfg)["checksums"], "".join(f"{h}  {rel}\n" for rel, h in sums.items()))
+    return sums
+
+
+def level_file_names(cfg: dict, level: str) -> dict[str, str]:
+    """File names of one out-of-distribution eval level (L2, L3, ...): the eval files' names with `_<level>` before
+    the extension (splits/processbench_eval_L2.parquet, metadata/eval_L2_manifest.json, ...)."""
+    files = file_names(cfg)
+
+    def named(rel: str, tag: str) -> str:
+        p = Path(rel)
+        stem = p.stem.replace("eval", f"eval_{level}", 1) if "eval" in p.stem else f"{p.stem}_{level}"
+        return (p.parent / f"{stem}{p.suffix}").as_posix() if tag else rel
+    return {"parquet": named(files["eval_parquet"], "p"), "jsonl": named(files["eval_jsonl"], "j"),
+            "manifest": named(files["eval_manifest"], "m"), "split_groups": named(files["split_groups_eval"], "g")}
+
+
+def plain_json(obj, where: str = "split_summary"):
+    """JSON-ready copy of `obj` (numpy scalars -> Python, tuples -> lists); refuses machine-specific content."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                k = str(k)
+            if k.lower() in FORBIDDEN_KEYS:
+                raise ValueError(f"{where}.{k}: wall-clock or machine-specific fields are not allowed in the release")
+            out[k] = plain_json(v, f"{where}.{k}")
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [plain_json(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        raise ValueError(f"{where}: non-finite float {obj}")
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise ValueError(f"{where}: {type(obj).__name__} is not JSON data")
+
+
+def merge_checked(base: dict, extra: dict, where: str = "split_summary") -> dict:
+    """Deep-merge `extra` (the split stage's summary) into `base` (what the tables say). A key present in both with
+    different values is an inconsistency between the split stage and the release tables: raise."""
+    out = dict(base)
+    for k, v in extra.items():
+        if k not in out:
+            out[k] = v
+        elif isinstance(out[k], dict) and isinstance(v, dict):
+            out[k] = merge_checked(out[k], v, f"{where}.{k}")
+        elif out[k] != v:
+            raise ValueError(f"{where}.{k}: the split stage says {v!r}, the release tables/configs give {out[k]!r}")
+    return out

@@ -1,0 +1,130 @@
+"""One source's selection problem (SplitPool) and the objective both rules minimise (J, and the letter term L)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from ..schema import CHOICE_LETTERS
+from .policy import family_sort_key, n_eval_groups, source_policy
+
+_EPS = 1e-12
+_Q = 10  # decimals objective comparisons are quantised to in our rule
+
+
+@dataclass
+class SplitPool:
+    """One source's selection problem: per-group family counts (and answer-letter counts), targets and weights."""
+
+    source: str
+    group_ids: list[str]                 # sorted
+    families: list[str]                  # T1.. in natural order
+    counts: np.ndarray                   # (n, T) items per group and family
+    letters: np.ndarray | None           # (6, n, T) answer letters A-F per group and family (None: no answers)
+    num_choices: np.ndarray              # (T,) choices per family (letter term: k·majority share − 1)
+    weights: np.ndarray                  # (T,)
+    eval_ratio: float
+    zero_penalty: float = 2.5
+    items_weight: float = 0.35
+    n_eval: int = 0
+    target: np.ndarray = field(init=False)
+    target_total: float = field(init=False)
+    sizes: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        self.counts = np.asarray(self.counts, dtype=np.float64).reshape(len(self.group_ids), len(self.families))
+        tot = self.counts.sum(0)
+        self.target = tot * float(self.eval_ratio)
+        self.target_total = float(tot.sum()) * float(self.eval_ratio)
+        self.sizes = self.counts.sum(1)
+        self._scale = self.weights / np.maximum(self.target, 1.0)
+        self._zero = np.where(self.target >= 1.0, self.zero_penalty * self.weights, 0.0)
+        if self.letters is not None:
+            self.letters = np.asarray(self.letters, dtype=np.float64)
+        self._letter_mask = (np.arange(len(CHOICE_LETTERS))[:, None] < np.asarray(self.num_choices)[None, :]).astype(float)
+        if not self.n_eval:
+            self.n_eval = n_eval_groups(len(self.group_ids), self.eval_ratio)
+
+    @property
+    def n(self) -> int:
+        return len(self.group_ids)
+
+    # J for a batch of eval count vectors C (..., T) with item totals tot (...)
+    def share_obj(self, C: np.ndarray, tot) -> np.ndarray:
+        dev = np.abs(C - self.target) @ self._scale + (C <= 0) @ self._zero
+        return dev + self.items_weight * np.abs(tot - self.target_total) / max(self.target_total, 1.0)
+
+    # L for eval letter counts Lc (6, T) or a batch (6, B, T): letters on the first axis (fast reductions)
+    def letter_obj(self, Lc: np.ndarray) -> np.ndarray:
+        n = Lc.sum(0)
+        ex = np.where(n > 0, self.num_choices * Lc.max(0) / np.maximum(n, 1.0) - 1.0, 0.0)
+        return ex @ self.weights
+
+    # the letters' L1 distance from uniform, Σ_t w_t·k_t·Σ_l |c_tl − n_t/k_t| / (2·n_t): the search's smooth companion
+    def letter_l1(self, Lc: np.ndarray) -> np.ndarray:
+        n = Lc.sum(0)
+        k = self.num_choices
+        mask = self._letter_mask if Lc.ndim == 2 else self._letter_mask[:, None, :]
+        dev = np.abs(Lc - (n / k)[None]) * mask
+        ex = np.where(n > 0, dev.sum(0) * k / (2.0 * np.maximum(n, 1.0)), 0.0)
+        return ex @ self.weights
+
+    def evaluate(self, mask: np.ndarray) -> dict:
+        mask = np.asarray(mask, dtype=bool)
+        C = self.counts[mask].sum(0)
+        J = float(self.share_obj(C, C.sum()))
+        L = float(self.letter_obj(self.letters[:, mask, :].sum(1))) if self.letters is not None else 0.0
+        return {"share": J, "letters": L}
+
+
+@dataclass
+class Selection:
+    mask: np.ndarray                     # (n,) bool, True = eval
+    share: float                         # J
+    letters: float                       # L (0 without answers)
+    method: str
+
+    def eval_groups(self, pool: SplitPool) -> list[str]:
+        return [g for g, m in zip(pool.group_ids, self.mask) if m]
+
+
+def make_pool(items: pl.DataFrame, policy: dict, source: str | None = None, group_col: str = "split_group_id",
+              families: list[str] | None = None) -> SplitPool:
+    """The selection problem of one source's items (columns task_id, `group_col`, optional answer, num_choices)."""
+    source = source or (items["source"][0] if "source" in items.columns and items.height else "")
+    sp = source_policy(policy, source)
+    obj = policy["objective"]
+    gids = sorted(set(items[group_col].to_list()))
+    fams = families or sorted(set(items["task_id"].to_list()), key=family_sort_key)
+    gi = {g: i for i, g in enumerate(gids)}
+    fi = {f: i for i, f in enumerate(fams)}
+    counts = np.zeros((len(gids), len(fams)))
+    g_idx = np.array([gi[g] for g in items[group_col].to_list()], dtype=np.int64)
+    f_idx = np.array([fi[f] for f in items["task_id"].to_list()], dtype=np.int64)
+    np.add.at(counts, (g_idx, f_idx), 1.0)
+    letters = None
+    k = np.zeros(len(fams))
+    if "answer" in items.columns and items["answer"].drop_nulls().len():
+        ans = items["answer"].to_list()
+        l_idx = np.array([CHOICE_LETTERS.find(a) if isinstance(a, str) and len(a) == 1 else -1 for a in ans], dtype=np.int64)
+        ok = l_idx >= 0
+        letters = np.zeros((len(CHOICE_LETTERS), len(gids), len(fams)))
+        np.add.at(letters, (l_idx[ok], g_idx[ok], f_idx[ok]), 1.0)
+        if "num_choices" in items.columns:
+            nc = items["num_choices"].to_list()
+            for f, c in zip(f_idx, nc):
+                if c is not None:
+                    k[f] = max(k[f], int(c))
+        for t in range(len(fams)):  # fall back on the letters seen
+            if k[t] == 0:
+                seen = np.flatnonzero(letters[:, :, t].sum(1))
+                k[t] = (seen.max() + 1) if seen.size else 1
+    weights = np.array([float(sp["task_weights"].get(f, 1.0)) for f in fams])
+    return SplitPool(source=source, group_ids=gids, families=fams, counts=counts, letters=letters,
+                     num_choices=np.maximum(k, 1.0), weights=weights, eval_ratio=float(policy["eval_ratio"]),
+                     zero_penalty=float(obj["zero_penalty"]),
+                     items_weight=float(obj["items_weight"]))
+
+

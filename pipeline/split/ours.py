@@ -1,0 +1,209 @@
+"""Our rule: J(ours) ≤ J(public) on the same pool, then balanced answer letters (see the package docstring)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ..seeding import rng as np_rng
+from .objective import _Q, Selection, SplitPool
+from .public import public_rule
+
+
+def _q(x):
+    return np.round(x, _Q)
+
+
+class _State:
+    """An eval set with running family/letter counts and its search objective
+    K = J + lam·(L + mu·L1) + rho·max(0, J − cap)   (L1: the letters' L1 distance from uniform, a smooth companion
+    of the majority-share term L that guides the search off its plateaus)."""
+
+    def __init__(self, pool: SplitPool, mask: np.ndarray, lam: float = 0.0, mu: float = 0.0,
+                 cap: float = math.inf, rho: float = 0.0, top: int = 64):
+        self.pool, self.lam, self.mu, self.cap, self.rho, self.top = pool, lam, mu, cap, rho, max(1, int(top))
+        self.use_letters = lam > 0 and pool.letters is not None
+        self.mask = np.asarray(mask, dtype=bool).copy()
+        self.C = pool.counts[self.mask].sum(0)
+        self.tot = float(self.C.sum())
+        self.Lc = pool.letters[:, self.mask, :].sum(1) if self.use_letters else None
+        self.J = float(pool.share_obj(self.C, self.tot))
+        self.K = float(self.objective(np.asarray(self.J), self.Lc))
+
+    def objective(self, J: np.ndarray, Lc: np.ndarray | None) -> np.ndarray:
+        K = J + self.rho * np.maximum(0.0, J - self.cap) if self.rho else J
+        if self.use_letters:
+            K = K + self.lam * self.pool.letter_obj(Lc)
+            if self.mu:
+                K = K + self.lam * self.mu * self.pool.letter_l1(Lc)
+        return K
+
+    def copy(self) -> "_State":
+        new = object.__new__(_State)
+        new.__dict__.update(self.__dict__)
+        new.mask, new.C = self.mask.copy(), self.C.copy()
+        new.Lc = None if self.Lc is None else self.Lc.copy()
+        return new
+
+    def swap(self, o: int, i: int) -> None:
+        p = self.pool
+        self.mask[o], self.mask[i] = False, True
+        self.C = self.C - p.counts[o] + p.counts[i]
+        self.tot += p.sizes[i] - p.sizes[o]
+        if self.use_letters:
+            self.Lc = self.Lc - p.letters[:, o, :] + p.letters[:, i, :]
+        self.J = float(p.share_obj(self.C, self.tot))
+        self.K = float(self.objective(np.asarray(self.J), self.Lc))
+
+    def sweep(self, rng: np.random.Generator, max_sweeps: int) -> None:
+        """First improvement over the eval groups (seeded order), each replaced by the best non-eval group."""
+        p = self.pool
+        for _ in range(max(0, max_sweeps)):
+            improved = False
+            outs = np.flatnonzero(self.mask)
+            rng.shuffle(outs)
+            for o in outs:
+                uns = np.flatnonzero(~self.mask)
+                if not uns.size:
+                    return
+                C2 = (self.C - p.counts[o])[None, :] + p.counts[uns]
+                J2 = p.share_obj(C2, self.tot - p.sizes[o] + p.sizes[uns])
+                if self.use_letters:
+                    if uns.size > self.top:  # letters only for the `top` best replacements by J
+                        keep = np.argsort(_q(J2), kind="stable")[:self.top]
+                        uns, J2 = uns[keep], J2[keep]
+                    Lc2 = (self.Lc - p.letters[:, o, :])[:, None, :] + p.letters[:, uns, :]
+                    K2 = _q(self.objective(J2, Lc2))
+                else:
+                    K2 = _q(J2)
+                j = int(np.argmin(K2))
+                if K2[j] < _q(self.K):
+                    self.swap(int(o), int(uns[j]))
+                    improved = True
+            if not improved:
+                return
+
+    def kick(self, rng: np.random.Generator, swaps: int) -> None:
+        for _ in range(swaps):
+            sel, uns = np.flatnonzero(self.mask), np.flatnonzero(~self.mask)
+            if not sel.size or not uns.size:
+                return
+            self.swap(int(sel[rng.integers(sel.size)]), int(uns[rng.integers(uns.size)]))
+
+
+def _share_cap(cfg: dict, j_public: float, j_star: float, slack: float) -> float:
+    """The bound on J while balancing letters: J* + slack, and never above the public rule's J (cap_at_public)."""
+    cap = j_star + slack
+    return min(j_public, cap) if cfg["cap_at_public"] else cap
+
+
+def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: float, chunk: int,
+           cfg: dict, public_mask: np.ndarray | None = None) -> Selection:
+    """Every eval set of size m: phase 1 min J, then min J + lam·(L + mu·L1) subject to J ≤ min(cap_public, J* + slack).
+    With `families_not_worse_than_public` (and the public set given), only sets where no family's eval count is
+    farther from its target than under the public rule are eligible (the public set itself always is).
+    Ties go to the first set in lexicographic order of group indices."""
+    n, m = pool.n, pool.n_eval
+    dtype = np.int16 if n < 2**15 else np.int32
+    dominance = public_mask is not None and bool(cfg["families_not_worse_than_public"])
+    if dominance:
+        limit = np.abs(pool.counts[public_mask].sum(0) - pool.target) + 1e-9
+    combos_all, J_all = [], []
+    it = itertools.combinations(range(n), m)
+    while True:
+        flat = np.fromiter(itertools.chain.from_iterable(itertools.islice(it, chunk)), dtype=dtype)
+        if not flat.size:
+            break
+        idx = flat.reshape(-1, m)
+        C = pool.counts[idx[:, 0]]
+        for c in range(1, m):
+            C = C + pool.counts[idx[:, c]]
+        J = _q(pool.share_obj(C, C.sum(1)))
+        if dominance:  # ineligible sets never win: J = inf
+            J = np.where((np.abs(C - pool.target) <= limit).all(1), J, np.inf)
+        J_all.append(J)
+        combos_all.append(idx)
+    combos = np.concatenate(combos_all)
+    J = np.concatenate(J_all)
+    best = int(np.argmin(J))
+    if lam > 0 and pool.letters is not None:
+        cap = _q(_share_cap(cfg, cap_public, float(J[best]), slack))
+        feas = np.flatnonzero(J <= cap)  # ascending: keeps the lexicographic tie order
+        K = np.empty(feas.size)
+        for s in range(0, feas.size, chunk):
+            idx = combos[feas[s:s + chunk]].astype(np.int64)
+            Lc = pool.letters[:, idx[:, 0], :]
+            for c in range(1, m):
+                Lc = Lc + pool.letters[:, idx[:, c], :]
+            K[s:s + chunk] = _q(J[feas[s:s + chunk]] + lam * (pool.letter_obj(Lc) + mu * pool.letter_l1(Lc)))
+        best = int(feas[int(np.argmin(K))])
+    mask = np.zeros(n, dtype=bool)
+    mask[combos[best].astype(np.int64)] = True
+    ev = pool.evaluate(mask)
+    return Selection(mask, ev["share"], ev["letters"], "exact")
+
+
+def _budget(cfg: dict, name: str, cost: int) -> int:
+    """Iterations from a fixed work budget (so the count depends on the pool's size, never on the clock)."""
+    n = int(float(cfg[f"{name}_budget"]) // max(cost, 1))
+    return int(min(int(cfg[f"max_{name}"]), max(int(cfg[f"min_{name}"]), n)))
+
+
+def our_rule(pool: SplitPool, policy: dict, seed: int, baseline: Selection | None = None) -> Selection:
+    """Our selection: J(ours) ≤ J(public) on the same pool, then balanced answer letters (module docstring)."""
+    cfg = policy["ours"]
+    lam = float(policy["objective"]["letter_weight"]) if pool.letters is not None else 0.0
+    mu = float(cfg["letter_l1_weight"])
+    if pool.n == 0:
+        return Selection(np.zeros(0, dtype=bool), 0.0, 0.0, "empty")
+    baseline = baseline or public_rule(pool, policy)
+    slack = float(cfg["share_slack"])
+    if math.comb(pool.n, pool.n_eval) <= int(cfg["exact_max_combinations"]):
+        return _exact(pool, lam, mu, baseline.share, slack, int(cfg["exact_chunk"]), cfg,
+                      public_mask=baseline.mask)
+
+    sweeps, rho = int(cfg["max_sweeps"]), float(cfg["cap_penalty"])
+    top = int(cfg["letter_candidates"])
+    cost = pool.n_eval * (pool.n - pool.n_eval)
+    restarts = _budget(cfg, "restarts", cost)
+    # phase 1, the share objective J: the public set, then seeded random sets, each to a swap-local optimum
+    phase1 = []
+    for r in range(restarts):
+        if r == 0:
+            start = baseline.mask
+        else:
+            start = np.zeros(pool.n, dtype=bool)
+            start[np_rng(seed, "split-start", pool.source, r).permutation(pool.n)[:pool.n_eval]] = True
+        st = _State(pool, start)
+        st.sweep(np_rng(seed, "split-phase1", pool.source, r), sweeps)
+        phase1.append(st)
+    j_star = min(_q(st.J) for st in phase1)
+    cap = _share_cap(cfg, baseline.share, float(j_star), slack)
+    if lam <= 0:
+        best = min(phase1, key=lambda s: _q(s.J))  # first of the minima
+    else:
+        # phase 2, J + lam·letters under J ≤ cap, from every phase-1 optimum; then iterated local search on the best
+        best = None
+        for r, st1 in enumerate(phase1):
+            st = _State(pool, st1.mask, lam, mu, cap, rho, top)
+            st.sweep(np_rng(seed, "split-phase2", pool.source, r), sweeps)
+            if _q(st.J) <= _q(cap) and (best is None or _q(st.K) < _q(best.K)):
+                best = st
+        if best is None:  # cannot happen (the phase-1 optimum is feasible); keep the guarantee explicit
+            best = _State(pool, min(phase1, key=lambda s: _q(s.J)).mask, lam, mu, cap, rho, top)
+        r_ils = np_rng(seed, "split-ils", pool.source)
+        for _ in range(_budget(cfg, "ils", cost)):
+            st = best.copy()
+            st.kick(r_ils, int(cfg["ils_kick"]))
+            st.sweep(r_ils, sweeps)
+            if _q(st.J) <= _q(cap) and _q(st.K) < _q(best.K):
+                best = st
+        # the public set itself when it is within the cap and better on J + letters: ours never loses on both
+        pub = _State(pool, baseline.mask, lam, mu, cap, rho, top)
+        if _q(pub.J) <= _q(cap) and _q(pub.K) < _q(best.K):
+            best = pub
+    ev = pool.evaluate(best.mask)
+    return Selection(best.mask.copy(), ev["share"], ev["letters"], "local_search")
+
