@@ -18,12 +18,15 @@ def export_texts(tables: dict[str, pl.DataFrame], cfg: dict) -> dict[str, str]:
     """Every text export, by release-relative path (the card and Croissant excepted: see write_exports)."""
     xf = common.export_files(cfg)
     ev, sft = tables["eval"], tables["sft"]
+    # LLaMA-Factory (sharegpt with OpenAI role tags) and ms-swift read the same `messages` + `images` rows.
+    msg_ev = common.jsonl(consumers.messages_rows(ev, cfg, "llamafactory / ms-swift"))
+    msg_sft = common.jsonl(consumers.messages_rows(sft, cfg, "llamafactory / ms-swift"))
     out = {
-        xf["llamafactory_eval"]: common.jsonl(consumers.messages_rows(ev, cfg, "llamafactory")),
-        xf["llamafactory_sft"]: common.jsonl(consumers.messages_rows(sft, cfg, "llamafactory")),
+        xf["llamafactory_eval"]: msg_ev,
+        xf["llamafactory_sft"]: msg_sft,
         xf["llamafactory_info"]: common.dumps(consumers.llamafactory_info(cfg)),
-        xf["swift_eval"]: common.jsonl(consumers.messages_rows(ev, cfg, "ms-swift")),
-        xf["swift_sft"]: common.jsonl(consumers.messages_rows(sft, cfg, "ms-swift")),
+        xf["swift_eval"]: msg_ev,
+        xf["swift_sft"]: msg_sft,
         xf["vlmevalkit_eval"]: consumers.vlmevalkit_tsv(ev, cfg),
         xf["grpo_eval"]: common.jsonl(consumers.grpo_rows(ev, cfg)),
         xf["grpo_sft"]: common.jsonl(consumers.grpo_rows(sft, cfg)),

@@ -115,10 +115,12 @@ def lmms_eval_files(df, cfg: dict) -> dict[str, str]:
         "metric_list:\n  - metric: accuracy\n    aggregation: !function utils.aggregate_accuracy\n"
         "    higher_is_better: true\n"
         "metadata:\n  version: 1.0\n")
+    by_task: dict[str, list[dict]] = {t: [] for t in tasks}
+    for r in _rows(df):  # one pass over the table, not one per family
+        by_task[r["task_id"]].append(r)
     for t in tasks:
-        rows = [r for r in _rows(df) if r["task_id"] == t]
         data = []
-        for r in rows:
+        for r in by_task[t]:
             text = common.prompt(r, cfg)
             common.check_model_text([text], r, "lmms-eval")
             data.append({"item_id": r["item_id"], "task_id": t, "source": r["source"], "prompt": text,
