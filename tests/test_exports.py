@@ -196,3 +196,23 @@ def test_write_exports_refuses_a_path_leak(tables, cfg, tmp_path):
     bad = tables["eval"].with_columns(pl.lit("/home/someone/data").alias("choice_A"))
     with pytest.raises(ValueError, match="leak"):
         write_exports(tmp_path, bad, tables["sft"], cfg)
+
+
+def test_trainer_files_read_as_their_loaders_read_them(demo_release, cfg, tables, tmp_path):
+    """LLaMA-Factory and ms-swift read jsonl through datasets' json builder; VLMEvalKit reads its TSV with pandas
+    (sep='\\t'), takes options from the non-empty A..F cells and a list literal in image_path as several images."""
+    import ast
+
+    datasets = pytest.importorskip("datasets")
+    pd = pytest.importorskip("pandas")
+    xf = common.export_files(cfg)
+    ds = datasets.load_dataset("json", data_files=str(demo_release / xf["llamafactory_sft"]),
+                               cache_dir=str(tmp_path / "hf"), split="train")
+    assert ds.num_rows == tables["sft"].height and set(ds.column_names) == {"messages", "images"}
+    tsv = pd.read_csv(demo_release / xf["vlmevalkit_eval"], sep="\t")
+    assert len(tsv) == tables["eval"].height
+    for (_, t), r in zip(tsv.iterrows(), tables["eval"].iter_rows(named=True)):
+        opts = [t[c] for c in "ABCDEF" if not pd.isna(t[c])]
+        assert len(opts) == r["num_choices"]
+        paths = ast.literal_eval(t["image_path"]) if t["image_path"].startswith("[") else [t["image_path"]]
+        assert len(paths) == common.num_images(r)
