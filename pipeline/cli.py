@@ -169,6 +169,11 @@ def cmd_dev(args) -> int:
         pid_file.unlink(missing_ok=True)
 
 
+def cmd_score(args) -> int:
+    from pipeline.score import main as score_main  # logic lives in pipeline/score.py
+    return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     p = argparse.ArgumentParser(prog="processbench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -221,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--upstream", action="append", metavar="SLUG=PATH")
     r.add_argument("--out", default="build/reconstructed")
     r.set_defaults(func=cmd_reconstruct)
+
+    sc = sub.add_parser("score", help="score predictions (jsonl item_id, response) against the eval split")
+    for opt in ("--release", "--predictions", "--out"):
+        sc.add_argument(opt, required=True)
+    sc.set_defaults(func=cmd_score)
 
     d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")
     d.add_argument("--host", default="127.0.0.1")

@@ -404,7 +404,47 @@ class ValidityFile(Strict):
     temporal: ValidityTemporal = ValidityTemporal()
 
 
+# ----------------------------------------------------------------------------------------- exports.yaml
+class ExportsFiles(Strict):
+    card: str
+    croissant: str
+    llamafactory_eval: str
+    llamafactory_sft: str
+    llamafactory_info: str
+    swift_eval: str
+    swift_sft: str
+    vlmevalkit_eval: str
+    lmms_eval_dir: str
+    grpo_sft: str
+    grpo_eval: str
+
+
+class ExportsScore(Strict):
+    bootstrap_samples: int = Field(1000, ge=1)
+    seed: int = 20260101
+    ci: float = Field(0.95, gt=0, lt=1)
+    bare_letter_fallback: bool = True     # accept a bare letter when no <ANSWER> tag is given
+
+
+class ExportsFile(Strict):
+    dataset_name: str
+    pretty_name: str
+    hub_repo: str
+    version: str
+    images_prefix: str = "images"         # folder of `processbench reconstruct --out` the exports point into
+    dir: str = "exports"
+    citation: str
+    licences: dict[Slug, str]             # per-source licence terms spelled out on the card
+    intended_use: str
+    limitations: str
+    biases: str
+    provenance: dict[Slug, str]
+    files: ExportsFiles
+    score: ExportsScore = ExportsScore()
+
+
 from pipeline.settings_labels import LabelsFile  # noqa: E402  (its own file: the largest model)
 
 FILE_MODELS: dict[str, Any] = {"build": BuildFile, "sources": SourcesFile, "labels": LabelsFile, "split": SplitFile,
-                               "frames": FramesFile, "release": ReleaseFile, "validity": ValidityFile}
+                               "frames": FramesFile, "release": ReleaseFile, "validity": ValidityFile,
+                               "exports": ExportsFile}

@@ -25,6 +25,7 @@ from . import items as items_mod
 from . import split as split_mod
 from . import writers
 from .config import path_in_repo, split_policy
+from .exports import run_exports
 from .families import build_candidates
 from .frames.cache import FrameCache
 from .frames.extract import extract_from_config, requests_from_items
@@ -194,7 +195,9 @@ def run_release(cfg: dict) -> dict:
     eval_df, sft_df = writers.release_tables(_split_items(cfg), all_units(cfg), cfg)
     documents = {"prompt_templates": prompt_templates_markdown(cfg), "reconstruction": reconstruction_markdown(cfg)}
     out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents)
-    return {k: v for k, v in out.items() if k != "files"} | {"files": len(out["files"])}
+    # card, Croissant, trainer/harness files: from the files just written (the main eval file holds level L1 only)
+    exported = run_exports(cfg, release_dir(cfg))
+    return {k: v for k, v in out.items() if k != "files"} | {"files": len(out["files"]) + len(exported)}
 
 
 # --------------------------------------------------------------------------------------------------- checks

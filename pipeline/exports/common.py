@@ -1,0 +1,104 @@
+"""Shared pieces of every export: the export config, the model-facing prompt of a release row, its image
+references (relative to the folder `processbench reconstruct --out` writes) and the leak check that keeps frame
+indices, render specs, reconstruction keys and display mappings out of model-facing text (they give T8/T9 away)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+
+from pipeline import io, writers
+from pipeline.frames.render import image_filename
+from pipeline.prompts import format_prompt
+from pipeline.schema import CHOICE_LETTERS
+
+IMAGE_TAG = "<image>"
+# Columns that locate or render frames: never in model-facing text.
+HIDDEN_COLUMNS = ("frame_indices_json", "display_labels_json", "render_spec_json", "reconstruction_key_json",
+                  "visual_ref", "source_episode_ref", "image_hashes_json")
+LEAK_TOKENS = ("frame_indices", "frame_index", "render_spec", "reconstruction_key", "display_label", "visual_ref",
+               "frames[", "image_hashes")
+
+
+def export_cfg(cfg: dict) -> dict:
+    if "exports" not in cfg:
+        raise KeyError("configs/exports.yaml: missing `exports` section")
+    return cfg["exports"]
+
+
+def export_files(cfg: dict) -> dict[str, str]:
+    return dict(export_cfg(cfg)["files"])
+
+
+def hf_split(cfg: dict, split: str) -> str:
+    return writers.release_cfg(cfg)["hf_split_names"][split]
+
+
+def read_tables(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame]:
+    """The two release tables, by split column value (eval, sft)."""
+    files = writers.file_names(cfg)
+    out = {}
+    for split in writers.SPLITS:
+        path = Path(release_dir) / files[f"{split}_parquet"]
+        if not path.is_file():
+            raise FileNotFoundError(f"release {Path(release_dir).name}: missing {files[f'{split}_parquet']}")
+        out[split] = pl.read_parquet(path)
+    return out
+
+
+def num_images(row: dict) -> int:
+    """Images the renderer writes for an item: one per recorded hash (T9 composes two frames into one panel);
+    without hashes, one per frame."""
+    if row.get("image_hashes_json"):
+        return len(json.loads(row["image_hashes_json"]))
+    return int(row["num_frames"])
+
+
+def image_refs(row: dict, cfg: dict) -> list[str]:
+    prefix = export_cfg(cfg).get("images_prefix", "images")
+    return [f"{prefix}/{image_filename(row['item_id'], k)}" for k in range(num_images(row))]
+
+
+def prompt(row: dict, cfg: dict) -> str:
+    """The user prompt of the public protocol (question, options, output protocol), without image tags."""
+    return format_prompt(row, cfg)
+
+
+def options(row: dict) -> list[str]:
+    return [row[f"choice_{c}"] for c in CHOICE_LETTERS[: int(row["num_choices"])]]
+
+
+def model_text_leaks(text: str, row: dict) -> list[str]:
+    """What of a row's hidden frame data appears in a model-facing text (empty list = clean)."""
+    found = [t for t in LEAK_TOKENS if t in text.lower()]
+    for col in HIDDEN_COLUMNS:
+        v = row.get(col)
+        if v and len(str(v)) >= 3 and str(v) in text:
+            found.append(col)
+    frames = json.loads(row["frame_indices_json"]) if row.get("frame_indices_json") else []
+    if len(frames) > 1 and ", ".join(map(str, frames)) in text:  # the index list written out in prose
+        found.append("frame_indices_json")
+    if row.get("source_unit_id") and row["source_unit_id"] in text:
+        found.append("source_unit_id")
+    return found
+
+
+def check_model_text(texts: list[str], row: dict, what: str) -> None:
+    leaks = sorted({x for t in texts for x in model_text_leaks(t, row)})
+    if leaks:
+        raise ValueError(f"{what}: item {row['item_id']}: model-facing text carries {leaks}")
+
+
+def jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), sort_keys=False) + "\n" for r in rows)
+
+
+def dumps(obj) -> str:
+    return io.dumps_json(obj)
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")

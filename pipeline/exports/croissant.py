@@ -1,0 +1,85 @@
+"""release/croissant.json: Croissant 1.0 metadata (core fields, one record set per release table keyed by
+split_group_id + item_id, and the responsible-AI fields), written by hand as plain JSON-LD and checked by
+mlcroissant in the tests, so the build itself does not need mlcroissant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from pipeline import writers
+from pipeline.exports import common
+
+_CONTEXT = {
+    "@language": "en", "@vocab": "https://schema.org/", "sc": "https://schema.org/",
+    "cr": "http://mlcommons.org/croissant/", "rai": "http://mlcommons.org/croissant/RAI/",
+    "dct": "http://purl.org/dc/terms/", "prov": "http://www.w3.org/ns/prov#",
+    "citeAs": "cr:citeAs", "column": "cr:column", "conformsTo": "dct:conformsTo",
+    "data": {"@id": "cr:data", "@type": "@json"}, "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
+    "examples": {"@id": "cr:examples", "@type": "@json"}, "extract": "cr:extract", "field": "cr:field",
+    "fileProperty": "cr:fileProperty", "fileObject": "cr:fileObject", "fileSet": "cr:fileSet",
+    "format": "cr:format", "includes": "cr:includes", "isLiveDataset": "cr:isLiveDataset",
+    "jsonPath": "cr:jsonPath", "key": "cr:key", "md5": "cr:md5", "parentField": "cr:parentField",
+    "path": "cr:path", "recordSet": "cr:recordSet", "references": "cr:references", "regex": "cr:regex",
+    "repeated": "cr:repeated", "replace": "cr:replace", "separator": "cr:separator", "source": "cr:source",
+    "subField": "cr:subField", "transform": "cr:transform",
+}
+_TYPES = {pl.Utf8: "sc:Text", pl.String: "sc:Text", pl.Int64: "sc:Integer", pl.Int32: "sc:Integer",
+          pl.Boolean: "sc:Boolean", pl.Float64: "sc:Float", pl.Float32: "sc:Float"}
+
+
+def _record_set(split: str, df: pl.DataFrame, file_id: str, cfg: dict) -> dict:
+    rs = common.hf_split(cfg, split)
+    fields = []
+    for name, dtype in df.schema.items():
+        t = _TYPES.get(dtype) or _TYPES.get(type(dtype))
+        if t is None:
+            raise ValueError(f"croissant: column {name} has type {dtype}, which has no Croissant type here")
+        fields.append({"@type": "cr:Field", "@id": f"{rs}/{name}", "name": name, "dataType": t,
+                       "source": {"fileObject": {"@id": file_id}, "extract": {"column": name}}})
+    return {"@type": "cr:RecordSet", "@id": rs, "name": rs,
+            "description": f"{df.height} items of the {split} table (Hugging Face split `{rs}`).",
+            "key": [{"@id": f"{rs}/split_group_id"}, {"@id": f"{rs}/item_id"}], "field": fields}
+
+
+def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: dict) -> dict:
+    ec = common.export_cfg(cfg)
+    files = writers.file_names(cfg)
+    snames = writers.source_names(cfg)
+    order = writers.source_order(cfg)
+    distribution, record_sets = [], []
+    for split in writers.SPLITS:
+        rel = files[f"{split}_parquet"]
+        fid = rel.replace("/", "_")
+        distribution.append({"@type": "cr:FileObject", "@id": fid, "name": fid, "contentUrl": rel,
+                             "encodingFormat": "application/x-parquet",
+                             "sha256": writers.sha256_file(Path(release_dir) / rel)})
+        record_sets.append(_record_set(split, tables[split], fid, cfg))
+    licences = " ".join(ec["licences"][s] for s in order if s in ec["licences"])
+    return {
+        "@context": _CONTEXT,
+        "@type": "sc:Dataset",
+        "conformsTo": "http://mlcommons.org/croissant/1.0",
+        "name": ec["dataset_name"],
+        "description": ec["intended_use"],
+        "version": ec["version"],
+        "license": licences,
+        "url": f"https://huggingface.co/datasets/{ec['hub_repo']}",
+        "citeAs": ec["citation"].strip(),
+        "keywords": ["robotics", "manipulation", "visual question answering", "multiple choice", "benchmark"],
+        "isLiveDataset": False,
+        "distribution": distribution,
+        "recordSet": record_sets,
+        "rai:dataUseCases": ec["intended_use"],
+        "rai:dataLimitations": ec["limitations"],
+        "rai:dataBiases": ec["biases"],
+        "rai:dataCollection": " ".join(f"{snames[s]}: {ec['provenance'][s]}" for s in order if s in ec["provenance"]),
+        "rai:dataCollectionType": "Derived from existing robot-manipulation datasets (no new recordings).",
+        "rai:personalSensitiveInformation": "None added: the release carries no pixels or participant data; "
+                                            "frames are rebuilt from the sources under their terms.",
+        "rai:dataReleaseMaintenancePlan": f"Versioned releases ({writers.release_cfg(cfg)['release_version']}); "
+                                          "every file is covered by checksums.sha256.",
+        "prov:wasDerivedFrom": [{"@type": "sc:Dataset", "name": snames[s], "license": ec["licences"].get(s, ""),
+                                 "description": ec["provenance"].get(s, "")} for s in order],
+    }
