@@ -7,7 +7,7 @@ import shutil
 
 import polars as pl
 
-from pipeline.cli import main
+from assets.cli import main
 
 
 def test_ingest_writes_ir_and_summary(demo_samples, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """`processbench` — the jobs a user runs without the Dagster UI.
 
     processbench build [--scale demo|release] [--upstream gm100=PATH ...] [--sources gm100,aist]
+                       [--executor in_process|multiprocess|dask] [--dask-address tcp://HOST:8786] [--force]
     processbench samples --scale demo|release --out DIR [--sources ...] [--seed N]
     processbench ingest --source SLUG --root PATH --out DIR
     processbench split --items POOL.jsonl --out DIR [--config FILE]
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .config import load_config, path_in_repo
+from pipeline.config import load_config, path_in_repo
 
 
 def _upstream(pairs: list[str] | None) -> dict[str, str]:
@@ -55,7 +56,7 @@ def cmd_samples(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from assets.run import BuildFailed, rebuild, settings_from  # Dagster is the orchestration shell
+    from .run import BuildFailed, rebuild, settings_from  # Dagster is the orchestration shell
 
     upstream = _upstream(args.upstream)
     cfg = load_config(upstream=upstream, scale=args.scale)
@@ -78,9 +79,11 @@ def cmd_build(args) -> int:
                 marker.write_text("")
     settings = settings_from(scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
                              work_dir=args.work_dir or "", sources=chosen)
+    use_repo_dagster_home()
     t = time.time()
     try:
-        result = rebuild(settings, log=lambda m: tqdm.write(m))
+        result = rebuild(settings, log=lambda m: tqdm.write(m), executor=args.executor,
+                         max_concurrent=args.max_concurrent, dask_address=args.dask_address, force=args.force)
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1
@@ -88,12 +91,25 @@ def cmd_build(args) -> int:
         print(f"check warning: {warning}", file=sys.stderr)
     for failed in result["failed_checks"]:
         print(f"check failed: {failed}", file=sys.stderr)
-    print(f"build done in {time.time() - t:.1f}s -> {settings.config()['build']['release_dir']}")
+    print(f"build done in {time.time() - t:.1f}s ({len(result['steps'])} step(s) run, run id {result['run_id']}) "
+          f"-> {settings.config()['build']['release_dir']}")
     return 1 if result["failed_checks"] else 0
 
 
+def use_repo_dagster_home() -> Path:
+    """Runs are recorded in DAGSTER_HOME; unset, the repository's .dagster_home (what `make dev` shows)."""
+    import os
+
+    home = Path(os.environ.get("DAGSTER_HOME") or path_in_repo(".dagster_home"))
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
 def cmd_ingest(args) -> int:
-    from .ingest import ingest_source, summary_text, write_ir
+    from pipeline.ingest import ingest_source, summary_text, write_ir
 
     cfg = load_config()
     if args.source not in cfg["sources"]:
@@ -108,7 +124,7 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_split(args) -> int:
-    from .split import split_pool_file
+    from pipeline.split import split_pool_file
 
     summary = split_pool_file(Path(args.items), Path(args.out), Path(args.config) if args.config else None)
     for slug, s in sorted(summary.get("sources", {}).items()):
@@ -119,7 +135,7 @@ def cmd_split(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .validate import validate_release
+    from pipeline.validate import validate_release
 
     problems = validate_release(Path(args.dir))
     for p in problems:
@@ -129,7 +145,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_reconstruct(args) -> int:
-    from .frames.reconstruct import reconstruct
+    from pipeline.frames.reconstruct import reconstruct
 
     upstream = _upstream(args.upstream)
     if not upstream:
@@ -146,7 +162,7 @@ def cmd_reconstruct(args) -> int:
 
 def cmd_dev(args) -> int:
     """Run `dagster dev` as a child and forward SIGINT/SIGTERM to it, so the whole tree stops cleanly
-    (a backgrounded `dagster dev` ignores both signals; see engineering-notes §2.3)."""
+    (a backgrounded `dagster dev` ignores both signals; see docs/running.md)."""
     import os
     import signal
     import subprocess
@@ -189,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--samples", action="store_true", help="generate the sample corpora first when missing")
     b.add_argument("--release-dir")
     b.add_argument("--work-dir")
+    b.add_argument("--executor", choices=["in_process", "multiprocess", "dask"],
+                   help="the engine of the one run (default: configs/build.yaml executor.engine)")
+    b.add_argument("--max-concurrent", type=int, help="steps at a time (multiprocess) / local Dask workers; 0 = cores")
+    b.add_argument("--dask-address", help="scheduler address of an existing Dask cluster (default: a local one)")
+    b.add_argument("--force", action="store_true", help="run every step even when its inputs are unchanged")
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("samples", help="write the sample upstream corpora, one folder per source slug")
