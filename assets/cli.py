@@ -59,7 +59,7 @@ def cmd_build(args) -> int:
     from .run import BuildFailed, rebuild, settings_from  # Dagster is the orchestration shell
 
     upstream = _upstream(args.upstream)
-    cfg = load_config(upstream=upstream, scale=args.scale)
+    cfg = load_config(Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale)
     chosen = _sources(args.sources, cfg)
     if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
         from upstream_adapters import samples_fingerprint, write_samples
@@ -77,7 +77,7 @@ def cmd_build(args) -> int:
                 shutil.rmtree(root, ignore_errors=True)
                 write_samples(slug, root, scale=scale, seed=seed)
                 marker.write_text("")
-    settings = settings_from(scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
+    settings = settings_from(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
                              work_dir=args.work_dir or "", sources=chosen)
     use_repo_dagster_home()
     t = time.time()
@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the engine of the one run (default: configs/build.yaml executor.engine)")
     b.add_argument("--max-concurrent", type=int, help="steps at a time (multiprocess) / local Dask workers; 0 = cores")
     b.add_argument("--dask-address", help="scheduler address of an existing Dask cluster (default: a local one)")
+    b.add_argument("--config-dir", help="read the configuration from this folder instead of configs/")
     b.add_argument("--force", action="store_true", help="run every step even when its inputs are unchanged")
     b.set_defaults(func=cmd_build)
 
