@@ -47,7 +47,11 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
                     description=step.description, can_subset=False, op_tags={"source": step.source or "all"})
     def _asset(context: dg.AssetExecutionContext, build: BuildSettings):
         cfg = build.config()
-        summary, skipped, fp = fingerprint.run_step(step, cfg, TABLES)
+        # the step as the chosen sources define it (split and release read only those): the same fingerprint the
+        # planner in assets/run.py computed
+        live = all_steps(cfg)
+        summary, skipped, fp = fingerprint.run_step(next((s for s in live if s.name == step.name), step), cfg,
+                                                    tables_by_name(live))
         context.log.info(f"{step.name}: {'unchanged, skipped' if skipped else 'computed'} ({fp[:12]})")
         for t in step.writes:
             yield dg.MaterializeResult(asset_key=_key(t.name), data_version=dg.DataVersion(fp[:16]),

@@ -36,6 +36,10 @@ def _requirements(config):
 def build_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     ((kind, config),) = init_context.executor_config.items()
     engine = ENGINES[kind]
+    if kind == "dask":  # local Dask workers must be allowed children: the frames stage's decode pool
+        import dask
+
+        dask.config.set({"distributed.worker.daemon": False})
     return engine.executor_creation_fn(init_context._replace(executor_def=engine, executor_config=config))
 
 

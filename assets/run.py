@@ -7,8 +7,6 @@ is downstream of them are selected; nothing stale means no run at all. The run g
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
 from . import fingerprint
@@ -57,8 +55,6 @@ def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance 
                   "resources": {"build": {"config": settings.model_dump()}},
                   "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)}}
     log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
-    if engine == "dask":  # Dask worker processes must be allowed children (the frames stage's decode pool)
-        os.environ.setdefault("DASK_DISTRIBUTED__WORKER__DAEMON", "False")
     instance = instance or dg.DagsterInstance.get()
     with dg.execute_job(dg.reconstructable(build_job), instance=instance, run_config=run_config,
                         asset_selection=keys, raise_on_error=False) as res:
