@@ -4,7 +4,9 @@
 #   make dev                            the Dagster UI on 127.0.0.1:$(PORT) (Ctrl-C or SIGTERM stops it cleanly)
 #   make check-regen                    rebuild the demo release and compare its checksums with tests/regen/demo.sha256
 #   make regen-lock                     update that lock after a deliberate change (commit it with the change)
-#   make bench                          frame-extraction and split benchmarks (numbers, not pass/fail)
+#   make bench [BENCH_UPSTREAM="--upstream gm100=PATH ..."]
+#                                       frame-extraction, split and build benchmarks (cold build, rebuild with nothing
+#                                       changed, rebuild after one template edit: numbers, not pass/fail)
 #   make clean                          remove build outputs (keeps the virtualenv)
 
 PYTHON ?= python3.11
@@ -48,6 +50,7 @@ regen-lock: venv
 bench: venv
 	$(BIN)/python bench/bench_frames.py
 	$(BIN)/python bench/bench_split.py
+	$(BIN)/python bench/bench_build.py --scale $(SCALE) $(BENCH_UPSTREAM)
 
 clean:
 	rm -rf build release .pytest_cache bench/results

@@ -1,28 +1,26 @@
-"""Materialize the whole graph through Dagster from Python (what `processbench build` and `make rebuild` run).
+"""Run the `build` job from Python, in ONE Dagster run (what `processbench build` and `make rebuild` do).
 
-Per-source assets run once per source partition, then the split and release assets; asset checks run with their
-assets. Runs go to the instance of DAGSTER_HOME when set (so `make dev` shows their history), else an ephemeral one.
+Only the steps that are stale (assets/fingerprint.py: code, config or inputs changed, or an output is gone) and what
+is downstream of them are selected; nothing stale means no run at all. The run goes to the instance of DAGSTER_HOME
+(the CLI sets the repository's .dagster_home when unset); multiprocess and Dask need such a persistent instance.
 """
 
 from __future__ import annotations
 
-import json
-import os
-
 import dagster as dg
 
-from .definitions import ASSETS, CHECKS, PER_SOURCE, BuildSettings, split, release
+from . import fingerprint
+from .definitions import STEPS, build_job
+from .executors import run_config_for
+from .settings import BuildSettings, settings_from  # noqa: F401 - re-exported for the CLI and tests
+from .tables import all_steps
 
 
 class BuildFailed(RuntimeError):
     pass
 
 
-def _instance() -> dg.DagsterInstance:
-    return dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
-
-
-def _failed_checks(result: dg.ExecuteInProcessResult, severity: dg.AssetCheckSeverity) -> list[str]:
+def _failed_checks(result: dg.ExecutionResult, severity: dg.AssetCheckSeverity) -> list[str]:
     out = []
     for ev in result.get_asset_check_evaluations():
         if not ev.passed and ev.severity == severity:
@@ -31,37 +29,45 @@ def _failed_checks(result: dg.ExecuteInProcessResult, severity: dg.AssetCheckSev
     return out
 
 
+def plan(settings: BuildSettings) -> list[str]:
+    """Names of the steps the build must run for these settings (stale ones and their downstream)."""
+    cfg = settings.config()
+    steps = all_steps(cfg)  # the chosen sources only
+    known = {s.name for s in STEPS}
+    return [s.name for s in fingerprint.stale_steps(steps, cfg) if s.name in known]
+
+
 def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance | None = None, log=print,
-            log_level: str = "WARNING") -> dict:
-    """Materialize every asset; raise BuildFailed when a step fails. Returns the checks that failed with ERROR
-    severity (`failed_checks`) and those that only warn (`warnings`, e.g. a family short of its quota)."""
+            log_level: str = "WARNING", executor: str | None = None, max_concurrent: int | None = None,
+            dask_address: str | None = None, force: bool = False) -> dict:
+    """Materialize what is stale in one run; raise BuildFailed when a step fails. Returns the checks that failed with
+    ERROR severity (`failed_checks`), those that only warn (`warnings`), the steps run and the run id."""
     settings = settings or BuildSettings()
     cfg = settings.config()
-    instance = instance or _instance()
-    resources = {"build": settings}
-    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
-    failed: list[str] = []
-    warnings: list[str] = []
-    for slug in cfg["build"]["sources"]:  # settings.sources narrows it
-        log(f"[build] {slug}: ingest -> labels -> candidates -> frames")
-        res = dg.materialize([*ASSETS, *CHECKS], selection=dg.AssetSelection.assets(*PER_SOURCE),
-                             partition_key=slug, resources=resources, instance=instance, raise_on_error=False,
-                             run_config=run_config)
+    exec_cfg = dict(cfg["build"].get("executor") or {})
+    engine = executor or exec_cfg.get("engine", "multiprocess")
+    steps = [s.name for s in STEPS if s.name in {x.name for x in all_steps(cfg)}] if force else plan(settings)
+    if not steps:
+        log("[build] every step is up to date: nothing to run")
+        return {"failed_checks": [], "warnings": [], "steps": [], "run_id": None}
+    keys = [k for a in _assets_of(steps) for k in a.keys]
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}},
+                  "resources": {"build": {"config": settings.model_dump()}},
+                  "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)}}
+    log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
+    instance = instance or dg.DagsterInstance.get()
+    with dg.execute_job(dg.reconstructable(build_job), instance=instance, run_config=run_config,
+                        asset_selection=keys, raise_on_error=False) as res:
+        failed = _failed_checks(res, dg.AssetCheckSeverity.ERROR)
+        warnings = _failed_checks(res, dg.AssetCheckSeverity.WARN)
         if not res.success:
-            raise BuildFailed(f"per-source assets failed for {slug}")
-        failed += _failed_checks(res, dg.AssetCheckSeverity.ERROR)
-        warnings += _failed_checks(res, dg.AssetCheckSeverity.WARN)
-    log("[build] split -> release")
-    res = dg.materialize([*ASSETS, *CHECKS], selection=dg.AssetSelection.assets(split, release),
-                         resources=resources, instance=instance, raise_on_error=False, run_config=run_config)
-    failed += _failed_checks(res, dg.AssetCheckSeverity.ERROR)
-    warnings += _failed_checks(res, dg.AssetCheckSeverity.WARN)
-    if not res.success:
-        raise BuildFailed("split/release failed: " + "; ".join(failed))
-    return {"failed_checks": failed, "warnings": warnings}
+            errors = [e.message for e in res.all_events if e.is_failure][:5]
+            raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(failed + errors))
+        return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id}
 
 
-def settings_from(config_dir: str = "", scale: str = "", upstream: dict | None = None, work_dir: str = "",
-                  release_dir: str = "", sources: list[str] | None = None) -> BuildSettings:
-    return BuildSettings(config_dir=config_dir, scale=scale, upstream_json=json.dumps(upstream or {}),
-                         work_dir=work_dir, release_dir=release_dir, sources=",".join(sources or []))
+def _assets_of(step_names: list[str]):
+    from .definitions import ASSETS
+
+    chosen = set(step_names)
+    return [a for a in ASSETS if a.op.name in chosen]

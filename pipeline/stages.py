@@ -26,6 +26,7 @@ from . import split as split_mod
 from . import writers
 from .config import path_in_repo, split_policy
 from .exports import run_exports
+from .validity import REPORT_FILES, run_validity
 from .families import build_candidates
 from .frames.cache import FrameCache
 from .frames.extract import extract_from_config, requests_from_items
@@ -197,7 +198,10 @@ def run_release(cfg: dict) -> dict:
     out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents)
     # card, Croissant, trainer/harness files: from the files just written (the main eval file holds level L1 only)
     exported = run_exports(cfg, release_dir(cfg))
-    return {k: v for k, v in out.items() if k != "files"} | {"files": len(out["files"]) + len(exported)}
+    # the validity audit reads the written splits and adds its report to the release (and to its checksums)
+    validity = run_validity(cfg)
+    return {k: v for k, v in out.items() if k != "files"} | {"files": len(out["files"]) + len(exported),
+                                                               "validity_problems": len(validity["problems"])}
 
 
 # --------------------------------------------------------------------------------------------------- checks
@@ -230,6 +234,27 @@ def leaked_groups(cfg: dict) -> list[str]:
 
 def eval_group_count_problems(cfg: dict) -> list[str]:
     return split_mod.group_count_problems(_split_summary(cfg), split_policy(cfg)[0])
+
+
+def split_isolation_problems(cfg: dict) -> list[str]:
+    """Isolation keys (composite ones too) and held-out OOD values that reach both sides, recomputed from the units."""
+    items = _split_items(cfg)
+    policy = split_policy(cfg)[0]
+    groups = split_mod.build_groups(items, all_units(cfg), policy)
+    return split_mod.isolation_key_problems(items, groups, policy) + \
+        split_mod.held_out_problems(items, groups, _split_summary(cfg))
+
+
+def eval_level_problems(cfg: dict) -> list[str]:
+    return split_mod.level_count_problems(_split_items(cfg), _split_summary(cfg), split_policy(cfg)[0])
+
+
+def validity_problems(cfg: dict) -> list[str]:
+    """Families past the validity limits (configs/validity.yaml), as the release's validity report states them."""
+    path = release_dir(cfg) / "metadata" / REPORT_FILES[0]
+    if not path.is_file():
+        return [f"metadata/{REPORT_FILES[0]}: missing"]
+    return list(json.loads(path.read_text(encoding="utf-8"))["problems"])
 
 
 def release_problems(cfg: dict) -> list[str]:

@@ -26,16 +26,19 @@ def demo_samples(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def build_demo(samples: dict[str, Path], out: Path) -> Path:
-    """Materialize every asset through Dagster in-process (ephemeral instance) into `out`/{work,release}."""
+def build_demo(samples: dict[str, Path], out: Path, executor: str = "in_process", **kw) -> Path:
+    """Run the `build` job in one Dagster run (a throw-away instance under `out`) into `out`/{work,release}."""
     import dagster as dg
 
     from assets.run import rebuild, settings_from
 
     settings = settings_from(scale="demo", upstream={k: str(v) for k, v in samples.items()},
                              work_dir=str(out / "work"), release_dir=str(out / "release"))
-    result = rebuild(settings, instance=dg.DagsterInstance.ephemeral(), log=lambda m: None)
+    (out / "dagster_home").mkdir(parents=True, exist_ok=True)
+    with dg.DagsterInstance.local_temp(str(out / "dagster_home"), overrides={"telemetry": {"enabled": False}}) as instance:
+        result = rebuild(settings, instance=instance, log=lambda m: None, executor=executor, **kw)
     assert result["failed_checks"] == [], result["failed_checks"]
+    assert result["steps"], "a fresh work folder must run every step"
     return out / "release"
 
 

@@ -15,7 +15,7 @@ LOCK = REPO / "tests" / "regen" / "demo.sha256"
 
 def build(out: Path) -> Path:
     release = out / "release"
-    cmd = [sys.executable, "-m", "pipeline.cli", "build", "--samples", "--scale", "demo",
+    cmd = [sys.executable, "-m", "assets.cli", "build", "--samples", "--scale", "demo",
            "--work-dir", str(out / "work"), "--release-dir", str(release)]
     subprocess.run(cmd, check=True, cwd=REPO)
     return release

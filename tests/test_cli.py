@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 
+import dagster as dg
 import polars as pl
 
-from pipeline.cli import main
+from assets.cli import main
 
 
 def test_ingest_writes_ir_and_summary(demo_samples, tmp_path, capsys):
@@ -52,10 +53,18 @@ def test_split_resplits_a_pool_file(demo_release, tmp_path):
     assert (tmp_path / "out" / "split_summary.json").is_file()
 
 
-def test_build_of_one_source_is_a_valid_release(demo_samples, tmp_path):
+def test_build_of_one_source_is_a_valid_release_and_a_rebuild_runs_nothing(demo_samples, tmp_path, monkeypatch,
+                                                                          capsys):
+    monkeypatch.setenv("DAGSTER_HOME", "")  # unset: the CLI falls back to the repository's .dagster_home
+    monkeypatch.setattr("assets.cli.path_in_repo", lambda rel: tmp_path / rel)  # the repository's .dagster_home
     args = ["build", "--scale", "demo", "--sources", "aist", "--upstream", f"aist={demo_samples['aist']}",
-            "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "release")]
+            "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "release"), "--executor", "in_process"]
     assert main(args) == 0
+    assert "(6 step(s) run" in capsys.readouterr().out  # ingest, labels, candidates, items of aist; split; release
+    runs = dg.DagsterInstance.from_config(str(tmp_path / ".dagster_home")).get_runs()
+    assert len(runs) == 1 and runs[0].job_name == "build"  # recorded in the default DAGSTER_HOME, one run
+    assert main(args) == 0
+    assert "nothing to run" in capsys.readouterr().out
     assert main(["validate", str(tmp_path / "release")]) == 0
     rows = pl.read_parquet(tmp_path / "release" / "splits" / "processdata_sft.parquet")
     assert set(rows["source_slug"]) == {"aist"}

@@ -1,4 +1,4 @@
-"""The Dagster graph: loads, has one asset per stage in its group, per-source partitions, the checks, and the UI serves it."""
+"""The Dagster graph: one asset per table with the lineage the stages read, generated checks, one build job, and the UI\nserves it with row counts."""
 
 from __future__ import annotations
 
@@ -13,29 +13,66 @@ import urllib.request
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
 
 from assets.definitions import defs
 
+from assets.definitions import CHECKS, STEPS, TABLES, build_job
+from pipeline.config import load_config
+
 REPO = Path(__file__).resolve().parent.parent
-STAGES = {"ingest": "ingest", "labels": "labels", "candidates": "items", "frames": "frames", "split": "split",
-          "release": "release"}
+SLUGS = ["gm100", "rh20t", "reassemble", "aist"]
 
 
-def test_definitions_load_and_shape():
+def _deps(graph, name):
+    return {k.to_user_string() for k in graph.get(dg.AssetKey(name.split("/"))).parent_keys}
+
+
+def test_one_asset_per_table_with_the_lineage_the_code_reads():
     dg.Definitions.validate_loadable(defs)
+    cfg = load_config()
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert keys == set(STAGES)
-    for name, group in STAGES.items():
-        node = graph.get(dg.AssetKey(name))
-        assert node.group_name == group
-        assert node.description, f"{name} has no description"
-        assert (node.partitions_def is not None) == (name in {"ingest", "labels", "candidates", "frames"})
-    parts = graph.get(dg.AssetKey("ingest")).partitions_def.get_partition_keys()
-    assert parts == ["gm100", "rh20t", "reassemble", "aist"]
-    checks = {k.name for k in graph.asset_check_keys}
-    assert {"no_group_in_both_splits", "release_valid", "release_path_free", "quarantine_share",
-            "eval_group_counts"} <= checks
+    per_source = {f"ir/{s}/{t}" for s in SLUGS for t in ("units", "frames", "signals", "segments", "quarantine",
+                                                          "notes")}
+    per_source |= {f"{layer}/{s}" for s in SLUGS for layer in ("candidates", "items", "gate_quarantine", "shortfall")}
+    assert per_source <= keys
+    assert {f"labels/gm100/{t}" for t in ("units", "frames", "arms", "steps", "segments", "primitives")} <= keys
+    assert {"split/items", "split/summary"} | {f"release/{n}" for n in cfg["release"]["files"]} <= keys
+    # every table a stage reads is a declared dependency (split and release read the IR units)
+    assert _deps(graph, "split/items") == {f"items/{s}" for s in SLUGS} | {f"ir/{s}/units" for s in SLUGS}
+    assert _deps(graph, "release/eval_parquet") == ({"split/items", "split/summary"} |
+                                                   {f"ir/{s}/units" for s in SLUGS})
+    assert _deps(graph, "candidates/aist") == {f"ir/aist/{t}" for t in ("units", "frames", "signals", "segments",
+                                                                        "quarantine", "notes")} | \
+        {f"labels/aist/{t}" for t in ("units", "frames", "arms", "steps", "segments", "primitives")}
+    assert _deps(graph, "items/aist") == {"candidates/aist"}
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.description and node.group_name in {"ir", "labels", "candidates", "items", "split", "release"}
+
+
+def test_checks_are_generated_from_the_schema_registries():
+    graph = defs.resolve_asset_graph()
+    checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
+    with_schema = {n for n, t in TABLES.items() if t.schema is not None}
+    assert {(n, "schema") for n in with_schema} <= checks
+    assert {"ir/aist/units", "labels/aist/frames", "candidates/aist", "items/aist", "release/eval_parquet"} <= with_schema
+    assert {("split/items", "no_group_in_both_splits"), ("split/summary", "eval_group_counts"),
+            ("release/checksums", "release_valid"), ("release/checksums", "release_path_free"),
+            ("ir/gm100/quarantine", "quarantine_share"), ("items/gm100", "quotas_met")} <= checks
+    assert sum(map(len, CHECKS.values())) == len(checks)
+
+
+def test_the_build_job_covers_every_step_in_one_run_with_a_choice_of_engine():
+    job = build_job()
+    assert job.executor_def.name == "processbench_executor"
+    ops = {n.name for n in job.graph.node_defs}
+    assert ops == {s.name for s in STEPS}
+    # the four sources' chains do not depend on each other, so the executor can run them side by side
+    graph = defs.resolve_asset_graph()
+    up = graph.get(dg.AssetKey(["items", "gm100"])).parent_keys
+    assert all("gm100" in k.path for k in up)
 
 
 def test_dagster_cli_validates_definitions():
@@ -52,14 +89,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ui_serves_the_graph_and_stops_on_sigterm(tmp_path):
+def test_ui_serves_the_graph_with_row_counts_and_stops_on_sigterm(demo_release):
     port = _free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
-    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    home = demo_release.parent / "dagster_home"  # where the session's demo build recorded its run
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     proc = subprocess.Popen([str(Path(sys.executable).with_name("processbench")), "dev", "--port", str(port)],
                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        query = json.dumps({"query": "{ assetNodes { assetKey { path } groupName isPartitioned } }"}).encode()
+        query = json.dumps({"query": "{ assetNodes { assetKey { path } groupName assetMaterializations(limit: 1) "
+                                     "{ metadataEntries { label ... on IntMetadataEntry { intValue } } } } }"}).encode()
         nodes = None
         deadline = time.time() + 180
         while time.time() < deadline and nodes is None:
@@ -71,8 +110,11 @@ def test_ui_serves_the_graph_and_stops_on_sigterm(tmp_path):
             except Exception:
                 nodes = None
         assert nodes, "the UI did not answer GraphQL within 180 s"
-        got = {n["assetKey"]["path"][0]: (n["groupName"], n["isPartitioned"]) for n in nodes}
-        assert got["frames"] == ("frames", True) and got["release"] == ("release", False)
+        got = {"/".join(n["assetKey"]["path"]): n for n in nodes}
+        assert got["ir/gm100/units"]["groupName"] == "ir" and got["release/eval_parquet"]["groupName"] == "release"
+        # the demo build's run is in this DAGSTER_HOME: the UI shows each table's row count
+        rows = {e["label"]: e.get("intValue") for e in got["items/aist"]["assetMaterializations"][0]["metadataEntries"]}
+        assert rows["dagster/row_count"] == pl.read_parquet(demo_release.parent / "work" / "items" / "aist.parquet").height
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=60)

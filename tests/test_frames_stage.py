@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import stages
-from pipeline.cli import main
+from assets.cli import main
 from pipeline.config import load_config
 
 

@@ -50,9 +50,9 @@ def test_wrong_type_in_a_task_template(cfg_dir):
 
 
 def test_unknown_top_level_file(cfg_dir):
-    (cfg_dir / "exports.yaml").write_text("exports: {formats: [croissant]}\n")
+    (cfg_dir / "publish.yaml").write_text("publish: {formats: [croissant]}\n")
     e = _error(cfg_dir)
-    assert e.file == "configs/exports.yaml" and "known config file" in e.expected and "build.yaml" in e.expected
+    assert e.file == "configs/publish.yaml" and "known config file" in e.expected and "build.yaml" in e.expected
 
 
 def test_unknown_key_in_a_per_source_window(cfg_dir):

@@ -22,6 +22,9 @@ from .report import render_markdown
 __all__ = ["audit", "problems", "run_validity", "load_validity_config"]
 
 
+REPORT_FILES = ("validity_report.json", "validity_report.md")  # in the release's metadata/ folder
+
+
 def load_validity_config(cfg: dict) -> dict:
     return cfg["validity"]  # configs/validity.yaml, validated by pipeline.settings.ValidityFile
 
@@ -111,12 +114,16 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
 
     from ..frames.cache import FrameCache
     from ..frames.readers import AdapterReaders
-    from ..stages import release_dir as _rel, work_dir as _wd
+    from ..config import path_in_repo
 
     vcfg = load_validity_config(cfg)
-    rel, wd = Path(release_dir or _rel(cfg)), Path(work_dir or _wd(cfg))
-    ev = pl.read_parquet(rel / "splits" / "processbench_eval.parquet").to_dicts()
-    sf = pl.read_parquet(rel / "splits" / "processdata_sft.parquet").to_dicts()
+    rel = Path(release_dir or path_in_repo(cfg["build"]["release_dir"]))
+    wd = Path(work_dir or path_in_repo(cfg["build"]["work_dir"]))
+    from ..writers import file_names, write_checksums
+
+    names = file_names(cfg)
+    ev = pl.read_parquet(rel / names["eval_parquet"]).to_dicts()
+    sf = pl.read_parquet(rel / names["sft_parquet"]).to_dicts()
     sources = sorted({r["source_slug"] for r in ev + sf})
     cache = FrameCache.from_config(cfg, root=wd / cfg["frames"]["cache"]["dir"])
     readers = AdapterReaders.from_config(cfg)
@@ -124,17 +131,16 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
     report = audit(ev, sf, vcfg, thumbs=thumbs, fps_of=_fps_table(wd, sources))
     report["problems"] = problems(report, vcfg)
     write_report(report, rel / "metadata")
-    from ..writers import file_names, write_checksums
-
-    if (rel / file_names(cfg)["checksums"]).exists():  # the report is part of the release: cover it
+    if (rel / names["checksums"]).exists():  # the report is part of the release: cover it
         write_checksums(rel, cfg)
     return {"problems": report["problems"], "cells": len(report["cells"])}
 
 
 def write_report(report: dict, metadata_dir: Path) -> None:
-    metadata_dir.mkdir(parents=True, exist_ok=True)
-    (metadata_dir / "validity_report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    (metadata_dir / "validity_report.md").write_text(render_markdown(report))
+    from ..io import atomic_write_bytes
+
+    atomic_write_bytes(metadata_dir / REPORT_FILES[0], (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(metadata_dir / REPORT_FILES[1], render_markdown(report).encode())
 
 
 def command(args) -> int:

@@ -1,6 +1,7 @@
 """`processbench` — the jobs a user runs without the Dagster UI.
 
     processbench build [--scale demo|release] [--upstream gm100=PATH ...] [--sources gm100,aist]
+                       [--executor in_process|multiprocess|dask] [--dask-address tcp://HOST:8786] [--force]
     processbench samples --scale demo|release --out DIR [--sources ...] [--seed N]
     processbench ingest --source SLUG --root PATH --out DIR
     processbench split --items POOL.jsonl --out DIR [--config FILE]
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .config import load_config, path_in_repo
+from pipeline.config import load_config, path_in_repo
 
 
 def _upstream(pairs: list[str] | None) -> dict[str, str]:
@@ -55,10 +56,10 @@ def cmd_samples(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from assets.run import BuildFailed, rebuild, settings_from  # Dagster is the orchestration shell
+    from .run import BuildFailed, rebuild, settings_from  # Dagster is the orchestration shell
 
     upstream = _upstream(args.upstream)
-    cfg = load_config(upstream=upstream, scale=args.scale)
+    cfg = load_config(Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale)
     chosen = _sources(args.sources, cfg)
     if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
         from upstream_adapters import samples_fingerprint, write_samples
@@ -76,11 +77,13 @@ def cmd_build(args) -> int:
                 shutil.rmtree(root, ignore_errors=True)
                 write_samples(slug, root, scale=scale, seed=seed)
                 marker.write_text("")
-    settings = settings_from(scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
+    settings = settings_from(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
                              work_dir=args.work_dir or "", sources=chosen)
+    use_repo_dagster_home()
     t = time.time()
     try:
-        result = rebuild(settings, log=lambda m: tqdm.write(m))
+        result = rebuild(settings, log=lambda m: tqdm.write(m), executor=args.executor,
+                         max_concurrent=args.max_concurrent, dask_address=args.dask_address, force=args.force)
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1
@@ -88,19 +91,32 @@ def cmd_build(args) -> int:
         print(f"check warning: {warning}", file=sys.stderr)
     for failed in result["failed_checks"]:
         print(f"check failed: {failed}", file=sys.stderr)
-    print(f"build done in {time.time() - t:.1f}s -> {settings.config()['build']['release_dir']}")
+    print(f"build done in {time.time() - t:.1f}s ({len(result['steps'])} step(s) run, run id {result['run_id']}) "
+          f"-> {settings.config()['build']['release_dir']}")
     return 1 if result["failed_checks"] else 0
 
 
+def use_repo_dagster_home() -> Path:
+    """Runs are recorded in DAGSTER_HOME; unset, the repository's .dagster_home (what `make dev` shows)."""
+    import os
+
+    home = Path(os.environ.get("DAGSTER_HOME") or path_in_repo(".dagster_home"))
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
 def cmd_ingest(args) -> int:
-    from .ingest import command
+    from pipeline.ingest import command
 
     args.progress = lambda it: tqdm(it, desc=f"ingest {args.source}", unit="unit")
     return command(args)
 
 
 def cmd_split(args) -> int:
-    from .split import split_pool_file
+    from pipeline.split import split_pool_file
 
     summary = split_pool_file(Path(args.items), Path(args.out), Path(args.config) if args.config else None)
     for slug, s in sorted(summary.get("sources", {}).items()):
@@ -111,7 +127,7 @@ def cmd_split(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .validate import validate_release
+    from pipeline.validate import validate_release
 
     problems = validate_release(Path(args.dir))
     for p in problems:
@@ -121,7 +137,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_reconstruct(args) -> int:
-    from .frames.reconstruct import reconstruct
+    from pipeline.frames.reconstruct import reconstruct
 
     upstream = _upstream(args.upstream)
     if not upstream:
@@ -138,7 +154,7 @@ def cmd_reconstruct(args) -> int:
 
 def cmd_dev(args) -> int:
     """Run `dagster dev` as a child and forward SIGINT/SIGTERM to it, so the whole tree stops cleanly
-    (a backgrounded `dagster dev` ignores both signals; see engineering-notes §2.3)."""
+    (a backgrounded `dagster dev` ignores both signals; see docs/running.md)."""
     import os
     import signal
     import subprocess
@@ -169,6 +185,12 @@ def cmd_dev(args) -> int:
         pid_file.unlink(missing_ok=True)
 
 
+def cmd_validity(args) -> int:
+    from pipeline.validity import command  # logic lives in pipeline/validity/
+
+    return command(args)
+
+
 def cmd_score(args) -> int:
     from pipeline.score import main as score_main  # logic lives in pipeline/score.py
     return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
@@ -186,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--samples", action="store_true", help="generate the sample corpora first when missing")
     b.add_argument("--release-dir")
     b.add_argument("--work-dir")
+    b.add_argument("--executor", choices=["in_process", "multiprocess", "dask"],
+                   help="the engine of the one run (default: configs/build.yaml executor.engine)")
+    b.add_argument("--max-concurrent", type=int, help="steps at a time (multiprocess) / local Dask workers; 0 = cores")
+    b.add_argument("--dask-address", help="scheduler address of an existing Dask cluster (default: a local one)")
+    b.add_argument("--config-dir", help="read the configuration from this folder instead of configs/")
+    b.add_argument("--force", action="store_true", help="run every step even when its inputs are unchanged")
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("samples", help="write the sample upstream corpora, one folder per source slug")
@@ -195,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--seed", type=int)
     s.set_defaults(func=cmd_samples)
 
-    from .ingest import OPTIONS_HELP, IngestHelpFormatter
+    from pipeline.ingest import OPTIONS_HELP, IngestHelpFormatter
 
     i = sub.add_parser("ingest", help="run one adapter over a root and write the IR tables + quarantine",
                        epilog=OPTIONS_HELP, formatter_class=IngestHelpFormatter)
@@ -219,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     va = sub.add_parser("validity", help="audit a release: text-only baselines, shared images, T8/T9 gaps")
     va.add_argument("--release", required=True)
     va.add_argument("--work-dir", required=True, help="the build's work folder (frame cache, IR)")
-    va.set_defaults(func=lambda a: __import__("pipeline.validity", fromlist=["command"]).command(a))
+    va.set_defaults(func=cmd_validity)
 
     r = sub.add_parser("reconstruct", help="rebuild and verify every item's frames from upstream data")
     r.add_argument("--release", required=True)

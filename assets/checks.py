@@ -1,0 +1,181 @@
+"""What the UI shows of each table (row count, column schema, a short preview) and the asset checks.
+
+The schema checks are generated from the table registry (assets/tables.py), one per table that has a schema, as PUDL
+generates its checks from its metadata; the rest check what a schema cannot say (quarantine share, quotas, split
+isolation and counts, release validity and path-freedom). The check functions are plain functions of (cfg, ...) that
+return problems, evaluated inside the step that writes their asset.
+"""
+
+
+from dataclasses import dataclass
+from typing import Callable
+
+import dagster as dg
+import polars as pl
+
+from pipeline import stages
+
+from .tables import Step, Table
+
+PREVIEW_ROWS = 5
+PREVIEW_CELL = 40
+
+
+def schema_problems(table: Table, cfg: dict) -> list[str]:
+    """Missing columns, columns of another dtype, and (for exact tables) columns the schema does not name."""
+    path = table.file(cfg)
+    if not path.is_file():
+        return [f"{table.path}: missing"]
+    try:
+        got = dict(pl.read_parquet_schema(path))
+    except Exception as exc:  # noqa: BLE001 - an unreadable file is the defect to report
+        return [f"{table.path}: unreadable parquet ({type(exc).__name__}: {exc})"]
+    out = [f"{table.path}: column {c!r} missing" for c in table.schema if c not in got]
+    out += [f"{table.path}: column {c!r} is {got[c]}, expected {t}" for c, t in table.schema.items()
+            if c in got and got[c] != t]
+    if table.exact:
+        out += [f"{table.path}: unexpected column {c!r}" for c in got if c not in table.schema]
+    return out
+
+
+def _cell(v) -> str:
+    text = str(v).replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= PREVIEW_CELL else text[:PREVIEW_CELL - 1] + "…"
+
+
+def preview_markdown(df: pl.DataFrame) -> str:
+    head = df.head(PREVIEW_ROWS)
+    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in head.iter_rows()]
+    return "\n".join(lines)
+
+
+def table_metadata(table: Table, cfg: dict) -> dict:
+    path = table.file(cfg)
+    meta: dict = {"path": dg.MetadataValue.path(table.path)}
+    if table.schema is None or not path.is_file():
+        return meta
+    df = pl.read_parquet(path)
+    meta["dagster/row_count"] = df.height
+    meta["dagster/column_schema"] = dg.TableSchema(
+        columns=[dg.TableColumn(name=c, type=str(t)) for c, t in df.schema.items()])
+    meta["preview"] = dg.MetadataValue.md(preview_markdown(df))
+    return meta
+
+
+# ------------------------------------------------------------------------------------------ the checks
+@dataclass(frozen=True)
+class Check:
+    """One asset check: evaluated inside the step that writes its asset (a check as a step of its own would cost a
+    process start each under the multiprocess executor), so `run(cfg)` is a plain function returning
+    (passed, metadata)."""
+
+    asset: str  # Table.name
+    name: str
+    description: str
+    run: Callable[[dict], tuple[bool, dict]]
+    blocking: bool = False
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
+
+    def spec(self) -> dg.AssetCheckSpec:
+        return dg.AssetCheckSpec(self.name, asset=dg.AssetKey(self.asset.split("/")), description=self.description,
+                                 blocking=self.blocking)
+
+    def evaluate(self, cfg: dict) -> dg.AssetCheckResult:
+        passed, meta = self.run(cfg)
+        meta = {k: (v if isinstance(v, (int, float, str)) else dg.MetadataValue.json(v)) for k, v in meta.items()}
+        return dg.AssetCheckResult(asset_key=dg.AssetKey(self.asset.split("/")), check_name=self.name,
+                                   passed=bool(passed), severity=self.severity, metadata=meta)
+
+
+def _schema_check(table: Table) -> Check:
+    def run(cfg):
+        problems = schema_problems(table, cfg)
+        return not problems, {"problems": problems[:50]}
+    return Check(table.name, "schema", f"{table.path} has the registered columns and dtypes"
+                 f"{' (and no others)' if table.exact else ''}.", run)
+
+
+def _quarantine_check(slug: str) -> Check:
+    def run(cfg):
+        limit = cfg["build"]["max_quarantine_share"]
+        shares = stages.quarantine_shares(cfg, slug)
+        over = {s: v for s, v in shares.items() if v > limit}
+        return not over, {"shares": shares, "limit": limit, "over": over}
+    return Check(f"ir/{slug}/quarantine", "quarantine_share",
+                 "Quarantined units stay under build.max_quarantine_share of the source's units.", run)
+
+
+def _quota_check(slug: str) -> Check:
+    def run(cfg):
+        short = stages.shortfall(cfg, slug)
+        return not short, {"shortfall": short}
+    return Check(f"items/{slug}", "quotas_met", "Every family reaches its quota for this source (a shortfall is "
+                 "reported, never padded; it warns rather than fails, since small corpora may lack candidates).",
+                 run, severity=dg.AssetCheckSeverity.WARN)
+
+
+def _no_group_in_both_splits(cfg):
+    leaked = stages.leaked_groups(cfg)
+    return not leaked, {"leaked_groups": leaked[:50], "n_leaked": len(leaked)}
+
+
+def _eval_group_counts(cfg):
+    problems = stages.eval_group_count_problems(cfg)
+    return not problems, {"problems": problems}
+
+
+def _split_isolation(cfg):
+    problems = stages.split_isolation_problems(cfg)
+    return not problems, {"problems": problems[:50], "n_problems": len(problems)}
+
+
+def _eval_levels(cfg):
+    problems = stages.eval_level_problems(cfg)
+    return not problems, {"problems": problems}
+
+
+def _validity(cfg):
+    problems = stages.validity_problems(cfg)
+    return not problems, {"problems": problems[:50], "n_problems": len(problems)}
+
+
+def _release_valid(cfg):
+    problems = stages.release_problems(cfg)
+    return not problems, {"problems": problems[:50], "n_problems": len(problems)}
+
+
+def _release_path_free(cfg):
+    leaks = stages.release_path_leaks(cfg)
+    return not leaks, {"leaks": leaks[:50]}
+
+
+SHARED_CHECKS = (
+    Check("split/items", "no_group_in_both_splits", "No split group (or merged group) has items on both sides.",
+          _no_group_in_both_splits, blocking=True),
+    Check("split/summary", "eval_group_counts",
+          "Per-source eval group counts are the configured round(eval_ratio × groups).", _eval_group_counts),
+    Check("split/items", "isolation_keys_hold", "No isolation key value (RH20T task+scene, ...) and no held-out OOD "
+          "scene or task has items on both sides, recomputed from the units' own fields.", _split_isolation,
+          blocking=True),
+    Check("split/summary", "eval_level_counts", "Every configured eval level (L2, L3) holds its share of items and "
+          "its rows match split_summary.json.", _eval_levels),
+    Check("release/validity_report", "validity_limits", "No family passes its validity limit (configs/validity.yaml): "
+          "blind text-only and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
+          _validity, blocking=True),
+    Check("release/checksums", "release_valid", "The release validates: schema, parquet == jsonl, counts across "
+          "files, checksums, isolation.", _release_valid, blocking=True),
+    Check("release/checksums", "release_path_free", "No absolute path, user name or host name in any release file.",
+          _release_path_free),
+)
+
+
+def checks_for(step: Step) -> list[Check]:
+    """The checks of the tables a step writes: generated schema checks, then the step's own."""
+    out = [_schema_check(t) for t in step.writes if t.schema is not None]
+    if step.name.startswith("ingest_"):
+        out.append(_quarantine_check(step.source))
+    if step.name.startswith("items_"):
+        out.append(_quota_check(step.source))
+    names = {t.name for t in step.writes}
+    return out + [c for c in SHARED_CHECKS if c.asset in names]

@@ -1,0 +1,64 @@
+"""One executor for the `build` job that runs it on an existing engine chosen by run config:
+
+    execution: {config: {multiprocess: {max_concurrent: 2}}}      the default: one process per step on this host
+    execution: {config: {in_process: {}}}                          every step in the run's process
+    execution: {config: {dask: {cluster: {local: {n_workers: 2}}}}} dagster-dask on a local Dask cluster
+    execution: {config: {dask: {cluster: {existing: {address: "tcp://scheduler:8786"}}}}}   a real cluster
+
+It delegates to Dagster's own in_process/multiprocess executors and to dagster-dask's, so the job the UI shows is the
+job `processbench build` runs, whatever the engine. (dagster-k8s and dagster-celery executors plug in the same way:
+docs/running.md.)
+"""
+
+
+import dagster as dg
+from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
+from dagster_dask import dask_executor
+
+ENGINES: dict[str, dg.ExecutorDefinition] = {
+    "in_process": dg.in_process_executor,
+    "multiprocess": dg.multiprocess_executor,
+    "dask": dask_executor,
+}
+
+
+def _requirements(config):
+    return [] if "in_process" in (config or {}) else multiple_process_executor_requirements()
+
+
+@dg.executor(
+    name="processbench_executor",
+    config_schema=dg.Field(dg.Selector({k: v.config_schema.as_field() if hasattr(v.config_schema, "as_field")
+                                        else v.config_schema for k, v in ENGINES.items()}),
+                           default_value={"multiprocess": {}}),
+    requirements=_requirements,
+)
+def build_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
+    ((kind, config),) = init_context.executor_config.items()
+    engine = ENGINES[kind]
+    if kind == "dask":  # local Dask workers must be allowed children: the frames stage's decode pool
+        import dask
+
+        dask.config.set({"distributed.worker.daemon": False})
+    return engine.executor_creation_fn(init_context._replace(executor_def=engine, executor_config=config))
+
+
+def run_config_for(engine: str, cfg_executor: dict | None = None, max_concurrent: int | None = None,
+                   address: str | None = None) -> dict:
+    """The `execution` run-config fragment for an engine name (configs/build.yaml `executor`, or --executor)."""
+    cfg_executor = dict(cfg_executor or {})
+    if engine == "in_process":
+        return {"in_process": {}}
+    if engine == "multiprocess":
+        n = max_concurrent if max_concurrent is not None else cfg_executor.get("max_concurrent", 0)
+        return {"multiprocess": {"max_concurrent": int(n or 0)}}
+    if engine == "dask":
+        address = address or cfg_executor.get("dask_address") or ""
+        if address:
+            return {"dask": {"cluster": {"existing": {"address": address}}}}
+        n = max_concurrent if max_concurrent is not None else cfg_executor.get("max_concurrent", 0)
+        local = {"n_workers": int(n) if n else None, "threads_per_worker": 1, "processes": True,
+                 "dashboard_address": None}
+        return {"dask": {"cluster": {"local": {k: v for k, v in local.items() if v is not None}
+                                     | {"dashboard_address": None}}}}
+    raise ValueError(f"unknown executor {engine!r}; known: {sorted(ENGINES)}")

@@ -1,0 +1,123 @@
+"""Input fingerprints: a step whose code, config and inputs are unchanged is skipped.
+
+A step's fingerprint is the sha256 of (its name, the digest of the build's code, the config sections it depends on,
+the sha256 of every table it reads, and for ingest a listing of the upstream folder: relative path, size, mtime).
+After a step runs, `<work_dir>/_fingerprints/<step>.json` records the fingerprint, the step's summary and the
+sha256 of every file it wrote; the next build skips the step when the fingerprint matches and every output is still
+there with the recorded bytes. Code is hashed as a whole (pipeline/, upstream_adapters/, assets/): any code change
+recomputes everything, which is safe; config and data changes recompute only the steps that read them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pipeline import stages
+from pipeline.io import write_json
+
+from .tables import Step, tables_by_name
+
+REPO = Path(__file__).resolve().parent.parent
+CODE_PACKAGES = ("pipeline", "upstream_adapters", "assets")
+_PATH_KEYS = ("work_dir", "release_dir")  # where the build writes changes no byte it writes
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    h = hashlib.sha256()
+    for pkg in CODE_PACKAGES:
+        for p in sorted((REPO / pkg).rglob("*.py")):
+            h.update(p.relative_to(REPO).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def file_digest(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_listing(root: Path) -> str:
+    """sha256 over (relative path, size, mtime_ns) of every file under root: cheap, and any edit changes it."""
+    h = hashlib.sha256()
+    if not root.exists():
+        return "missing"
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            st = p.stat()
+            h.update(f"{p.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def config_part(cfg: dict, sections: tuple[str, ...]) -> dict:
+    def section(name: str):
+        if name == "*":
+            return {k: section(k) for k in sorted(cfg)}
+        head, _, slug = name.partition(".")
+        value = cfg.get(head)
+        if slug:
+            value = (value or {}).get(slug)
+        if head == "build" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k not in _PATH_KEYS}
+        return value
+    return {s: section(s) for s in sections}
+
+
+def fingerprint(step: Step, cfg: dict, tables: dict) -> str:
+    inputs = {name: file_digest(tables[name].file(cfg)) for name in step.reads if name in tables}
+    doc = {"step": step.name, "code": code_digest(), "config": config_part(cfg, step.config), "inputs": inputs,
+           "external": tree_listing(step.external(cfg)) if step.external else None}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _record_path(cfg: dict, step: Step) -> Path:
+    return stages.work_dir(cfg) / "_fingerprints" / f"{step.name}.json"
+
+
+def recorded(cfg: dict, step: Step) -> dict | None:
+    p = _record_path(cfg, step)
+    try:
+        return json.loads(p.read_text()) if p.is_file() else None
+    except json.JSONDecodeError:
+        return None
+
+
+def is_fresh(step: Step, cfg: dict, tables: dict, fp: str | None = None) -> bool:
+    rec = recorded(cfg, step)
+    if not rec or rec.get("fingerprint") != (fp or fingerprint(step, cfg, tables)):
+        return False
+    return all(file_digest(t.file(cfg)) == rec["outputs"].get(t.name) for t in step.writes)
+
+
+def run_step(step: Step, cfg: dict, tables: dict) -> tuple[dict, bool, str]:
+    """Run the step unless it is fresh. Returns (summary, skipped, fingerprint)."""
+    fp = fingerprint(step, cfg, tables)
+    if is_fresh(step, cfg, tables, fp):
+        return recorded(cfg, step)["summary"], True, fp
+    _record_path(cfg, step).unlink(missing_ok=True)  # a crash mid-step leaves no stale record
+    summary = step.run(cfg)
+    outputs = {t.name: file_digest(t.file(cfg)) for t in step.writes}
+    write_json(_record_path(cfg, step), {"fingerprint": fp, "summary": summary, "outputs": outputs})
+    return summary, False, fp
+
+
+def stale_steps(steps: list[Step], cfg: dict) -> list[Step]:
+    """The steps a build must run: those not fresh, and everything downstream of them (their inputs will change)."""
+    tables = tables_by_name(steps)
+    stale: list[Step] = []
+    changed: set[str] = set()
+    for step in steps:  # dependency order
+        if changed & set(step.reads) or not is_fresh(step, cfg, tables):
+            stale.append(step)
+            changed |= {t.name for t in step.writes}
+    return stale

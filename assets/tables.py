@@ -1,0 +1,140 @@
+"""The build's steps and the tables each writes and reads: ONE registry the Dagster graph, the asset checks, the
+input fingerprints and the stale-step planner all derive from (plain Python, no Dagster).
+
+A step is one call of a pipeline.stages function (per source, or over all sources); it writes one or more tables,
+each of which is an asset key in the graph (`ir/<slug>/units`, `labels/<slug>/frames`, `candidates/<slug>`,
+`items/<slug>`, `split/items`, `release/<file>`...). `reads` lists every table the step's function reads, so the
+graph's lineage is what the code does. Schemas come from the registries that already exist: the IR schemas
+(upstream_adapters/ir.py), the label tables (pipeline/labels.py), the candidate schema (pipeline/families/common.py)
+and the release schema (pipeline/schema.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+import pyarrow as pa
+
+from pipeline import stages
+from pipeline.families.common import CANDIDATE_SCHEMA
+from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
+from pipeline.schema import RELEASE_SCHEMA
+from upstream_adapters.ir import QUARANTINE_SCHEMA, TABLES as IR_SCHEMAS
+
+# What the frames stage adds to a candidate row (pipeline.stages.run_frames): the selected, gated, lettered item.
+ITEM_COLUMNS = {"item_key": pl.String, "choices": pl.List(pl.String), "answer": pl.String,
+                "image_hashes_json": pl.String}
+NOTES_SCHEMA = {"source": pl.String, "unit_id": pl.String, "note": pl.String}
+IR_TABLES = (*IR_SCHEMAS, "quarantine", "notes")
+
+
+def _polars(schema: pa.Schema) -> dict:
+    return dict(pl.from_arrow(schema.empty_table()).schema)
+
+
+@dataclass(frozen=True)
+class Table:
+    key: tuple[str, ...]  # the asset key path
+    path: str  # relative to the work folder, or to the release folder when root == "release"
+    description: str
+    schema: dict | None = None  # column -> polars dtype; None: not a parquet table (json, text)
+    exact: bool = True  # False: the schema's columns must be there, more may follow
+    root: str = "work"
+
+    @property
+    def name(self) -> str:
+        return "/".join(self.key)
+
+    def file(self, cfg: dict) -> Path:
+        return (stages.release_dir(cfg) if self.root == "release" else stages.work_dir(cfg)) / self.path
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str  # the Dagster op name, e.g. ingest_gm100
+    group: str  # the layer, the UI's asset group
+    run: Callable[[dict], dict]  # cfg -> summary
+    writes: tuple[Table, ...]
+    reads: tuple[str, ...]  # table names (Table.name) of other steps
+    config: tuple[str, ...]  # configs/ sections (or "sources.<slug>") that change what the step computes
+    description: str
+    source: str | None = None
+    external: Callable[[dict], Path] | None = field(default=None)  # an input outside the work folder
+
+
+def _ir(slug: str) -> tuple[Table, ...]:
+    tables = [Table(("ir", slug, t), f"ir/{slug}/{t}.parquet", f"{slug} episode IR: {t}", _polars(s))
+              for t, s in IR_SCHEMAS.items()]
+    tables.append(Table(("ir", slug, "quarantine"), f"ir/{slug}/quarantine.parquet",
+                        f"{slug} units ingest could not read, with unit, stage, reason and file",
+                        _polars(QUARANTINE_SCHEMA)))
+    tables.append(Table(("ir", slug, "notes"), f"ir/{slug}/notes.parquet",
+                        f"{slug}: what the adapter assumed or repaired in units it kept", NOTES_SCHEMA))
+    return tuple(tables)
+
+
+def source_steps(slug: str) -> list[Step]:
+    ir = _ir(slug)
+    labels = tuple(Table(("labels", slug, t), f"labels/{slug}/{t}.parquet", f"{slug} process labels: {t}", dict(s))
+                   for t, s in LABEL_SCHEMAS.items())
+    candidates = Table(("candidates", slug), f"candidates/{slug}.parquet",
+                       f"{slug}: the over-complete pool of candidate items of every task family", CANDIDATE_SCHEMA)
+    items = (Table(("items", slug), f"items/{slug}.parquet",
+                   f"{slug}: the selected items with frames that pass the visual gate, choices and image hashes",
+                   {**CANDIDATE_SCHEMA, **ITEM_COLUMNS}),
+             Table(("gate_quarantine", slug), f"items/{slug}_quarantine.parquet",
+                   f"{slug}: items the visual gate dropped, with the reason", _polars(QUARANTINE_SCHEMA)),
+             Table(("shortfall", slug), f"items/{slug}_shortfall.json", f"{slug}: families short of their quota"))
+    names = lambda tables: tuple(t.name for t in tables)  # noqa: E731
+    return [
+        Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir, (), (f"sources.{slug}",),
+             f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units.", slug,
+             external=lambda cfg: Path(cfg["sources"][slug]["root"])),
+        Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels, names(ir),
+             ("labels", "build"), f"Per-frame process labels of {slug} from its IR (configs/labels.yaml).", slug),
+        Step(f"candidates_{slug}", "candidates", lambda cfg: stages.run_candidates(cfg, slug), (candidates,),
+             names(ir) + names(labels), ("tasks", "labels", "build"),
+             f"Candidate items of every family for {slug} from the templates in configs/tasks/.", slug),
+        Step(f"items_{slug}", "items", lambda cfg: stages.run_frames(cfg, slug), items, (candidates.name,),
+             ("tasks", "build", "frames", f"sources.{slug}"),
+             f"Select {slug}'s quotas, decode their frames, drop what the visual gate rejects (with replacements), "
+             "assign answer letters, hash the images.", slug),
+    ]
+
+
+def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
+    split = (Table(("split", "items"), "split/items.parquet", "Every item with its split (eval|sft) and split group",
+                   {**CANDIDATE_SCHEMA, **ITEM_COLUMNS, "split": pl.String, "split_group_id": pl.String},
+                   exact=False),
+             Table(("split", "summary"), "split/summary.json", "Per-source group and item counts of the split"))
+    release = []
+    for name, rel in sorted(cfg["release"]["files"].items()):
+        schema = _polars(RELEASE_SCHEMA) if rel.endswith(".parquet") and name in ("eval_parquet", "sft_parquet") \
+            else None
+        release.append(Table(("release", name), rel, f"release file {rel}", schema, root="release"))
+    release.append(Table(("release", "validity_report"), "metadata/validity_report.json",
+                         "validity audit: baselines per (source, family), shared images, T8/T9 gaps, problems",
+                         root="release"))
+    units = tuple(f"ir/{s}/units" for s in slugs)
+    return [
+        Step("split", "split", stages.run_split, split, tuple(f"items/{s}" for s in slugs) + units,
+             ("split", "build", "tasks"),
+             "Group items by isolation unit and choose eval groups per source, stratified per family and answer "
+             "letter (configs/split.yaml); answer letters are balanced again within each split."),
+        Step("release", "release", stages.run_release, tuple(release), ("split/items", "split/summary") + units,
+             ("*",),  # the release documents every config file
+             "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums."),
+    ]
+
+
+def all_steps(cfg: dict, slugs: list[str] | None = None) -> list[Step]:
+    """Every step of the build in dependency order (the per-source chains, then split and release)."""
+    slugs = list(cfg["build"]["sources"]) if slugs is None else slugs
+    return [st for s in slugs for st in source_steps(s)] + shared_steps(cfg, slugs)
+
+
+def tables_by_name(steps: list[Step]) -> dict[str, Table]:
+    return {t.name: t for st in steps for t in st.writes}
