@@ -8,7 +8,8 @@ import logging
 import polars as pl
 import pytest
 
-from pipeline import cli, score
+from assets import cli
+from pipeline import score
 from pipeline.config import load_config
 from pipeline.exports.common import read_tables
 

@@ -194,7 +194,7 @@ def test_uniform_policy_is_seeded(policy):
 def test_run_validity_writes_the_report_into_the_release(tmp_path):
     import polars as pl
 
-    from pipeline.cli import main
+    from assets.cli import main
     from pipeline.config import load_config
     from pipeline.validity import run_validity
 
