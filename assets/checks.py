@@ -120,29 +120,12 @@ def _no_group_in_both_splits(cfg):
     return not leaked, {"leaked_groups": leaked[:50], "n_leaked": len(leaked)}
 
 
-def _eval_group_counts(cfg):
-    problems = stages.eval_group_count_problems(cfg)
-    return not problems, {"problems": problems}
-
-
-def _split_isolation(cfg):
-    problems = stages.split_isolation_problems(cfg)
-    return not problems, {"problems": problems[:50], "n_problems": len(problems)}
-
-
-def _eval_levels(cfg):
-    problems = stages.eval_level_problems(cfg)
-    return not problems, {"problems": problems}
-
-
-def _validity(cfg):
-    problems = stages.validity_problems(cfg)
-    return not problems, {"problems": problems[:50], "n_problems": len(problems)}
-
-
-def _release_valid(cfg):
-    problems = stages.release_problems(cfg)
-    return not problems, {"problems": problems[:50], "n_problems": len(problems)}
+def _problems(find: Callable[[dict], list[str]]) -> Callable[[dict], tuple[bool, dict]]:
+    """A check that passes when `find(cfg)` (a plain function of pipeline.stages) returns no problems."""
+    def run(cfg):
+        problems = find(cfg)
+        return not problems, {"problems": problems[:50], "n_problems": len(problems)}
+    return run
 
 
 def _release_path_free(cfg):
@@ -154,17 +137,19 @@ SHARED_CHECKS = (
     Check("split/items", "no_group_in_both_splits", "No split group (or merged group) has items on both sides.",
           _no_group_in_both_splits, blocking=True),
     Check("split/summary", "eval_group_counts",
-          "Per-source eval group counts are the configured round(eval_ratio × groups).", _eval_group_counts),
+          "Per-source eval group counts are the configured round(eval_ratio × groups).",
+          _problems(stages.eval_group_count_problems)),
     Check("split/items", "isolation_keys_hold", "No isolation key value (RH20T task+scene, ...) and no held-out OOD "
-          "scene or task has items on both sides, recomputed from the units' own fields.", _split_isolation,
+          "scene or task has items on both sides, recomputed from the units' own fields.",
+          _problems(stages.split_isolation_problems),
           blocking=True),
     Check("split/summary", "eval_level_counts", "Every configured eval level (L2, L3) holds its share of items and "
-          "its rows match split_summary.json.", _eval_levels),
+          "its rows match split_summary.json.", _problems(stages.eval_level_problems)),
     Check("release/validity_report", "validity_limits", "No family passes its validity limit (configs/validity.yaml): "
           "blind text-only and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
-          _validity, blocking=True),
+          _problems(stages.validity_problems), blocking=True),
     Check("release/checksums", "release_valid", "The release validates: schema, parquet == jsonl, counts across "
-          "files, checksums, isolation.", _release_valid, blocking=True),
+          "files, checksums, isolation.", _problems(stages.release_problems), blocking=True),
     Check("release/checksums", "release_path_free", "No absolute path, user name or host name in any release file.",
           _release_path_free),
 )

@@ -160,11 +160,6 @@ def per_source(value, source: str, default=None):
     return default if value is None else value
 
 
-def source_section(section: dict | None, source: str) -> dict:
-    """The entry of a per-source config section (labels.yaml style, no `default`): an empty dict when none."""
-    return dict((section or {}).get(source) or {})
-
-
 def task_ids(cfg: dict) -> list[str]:
     """The task families of the config (configs/tasks/T<n>.yaml), in task order."""
     return sorted(cfg["tasks"], key=lambda t: int(t[1:]))

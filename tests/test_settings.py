@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.config import (CONFIG_DIR, load_config, load_split_policy, per_source, read_settings, source_section,
+from pipeline.config import (CONFIG_DIR, load_config, load_split_policy, per_source, read_settings,
                              split_policy, task_ids, task_names)
+from pipeline.labels.driver import source_spec
 from pipeline.settings_errors import ConfigError
 
 
@@ -181,9 +182,10 @@ def test_shared_readers():
     assert per_source({"gm100": 1, "default": 2}, "aist") == 2
     assert per_source({"contact": "x"}, "gm100") == {"contact": "x"}     # not keyed by sources: the value itself
     assert per_source(None, "gm100", 5) == 5
-    assert source_section(cfg["labels"]["speed"], "rh20t") == {"smooth": "ema", "span": 9}
-    assert source_section(cfg["labels"]["activity"], "rh20t") == {"mode": "none"}
-    assert source_section({"gm100": {"mode": "none"}}, "rh20t") == {}
+    assert source_spec(cfg["labels"], "speed", "rh20t") == {"smooth": "ema", "span": 9}
+    assert source_spec(cfg["labels"], "activity", "rh20t") == {"mode": "none"}
+    with pytest.raises(KeyError, match=r"labels\.activity\.rh20t is missing"):
+        source_spec({"activity": {"gm100": {"mode": "none"}}}, "activity", "rh20t")
     assert split_policy(cfg)[1] == cfg["build"]["release_seed"]
 
 
