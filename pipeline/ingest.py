@@ -1,7 +1,11 @@
 """Ingest: run one source adapter over a root and collect the episode IR tables plus the quarantine table.
 
-A unit that cannot be read, or whose IR violates the schema, becomes a quarantine row (unit, stage, reason, file)
-and the rest of the source goes on. A source whose root is unusable becomes one quarantine row with unit "*".
+A unit that cannot be read (any exception while reading it), whose IR violates the schema or the sane ranges of
+`build.ir_limits`, or whose text fields (licence, language, segment texts, ...) hold a path or this machine's name
+(what the release's leak scanner, pipeline/leaks.py, would refuse) becomes a quarantine row (unit, stage, reason,
+file) and the rest of the source goes on. A source whose root is unusable, or whose discovery fails, becomes one
+quarantine row with unit "*". Reasons, notes and files are made path-free here, the one place every adapter's
+messages pass (absolute paths under the root become relative, any other absolute path `<path>`).
 A unit whose media was not downloaded (UnitAbsent) is "absent", not broken: one row in the `absent` table, never
 counted against the quarantine share.
 """
@@ -9,6 +13,7 @@ counted against the quarantine share.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -33,6 +38,7 @@ from upstream_adapters.ir import (
 )
 
 from .io import write_parquet
+from .leaks import find_path_leaks, redact_paths
 
 log = logging.getLogger(__name__)
 
@@ -62,48 +68,87 @@ def _frame(tables: list[pa.Table], schema: pa.Schema) -> pl.DataFrame:
     return pl.from_arrow(pa.concat_tables(tables) if tables else schema.empty_table())
 
 
+# units-row text fields a release file may carry; each must pass the release's leak scanner
+TEXT_FIELDS = ("task_id", "operator_id", "scene_id", "config_id", "taxonomy", "official_split", "camera", "licence",
+               "language")
+
+
+def text_field_problem(ir) -> str | None:
+    """The first text field of a unit (units row, cameras, segment texts) that pipeline/leaks.py would refuse in a
+    release file, named with what it looks like (never the text itself, which is the leak); None when clean."""
+    fields = [(f"units.{k}", ir.unit.get(k)) for k in TEXT_FIELDS]
+    fields.append(("units.cameras", " ".join(map(str, ir.unit.get("cameras") or []))))
+    fields.append(("segments.text", "\n".join(str(t) for t in ir.segments.column("text").to_pylist())))
+    for name, text in fields:
+        if isinstance(text, str) and text:
+            leaks = find_path_leaks(text)
+            if leaks:
+                kinds = sorted({leak.split(" '")[0].split(' "')[0] for leak in leaks})
+                return f"{name} holds {', '.join(kinds)} (the release refuses path-like text)"
+    return None
+
+
 def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
-                  progress: Callable[[Iterable], Iterable] | None = None) -> IngestResult:
-    """Read every unit of one source into the IR. Never raises for bad data: it quarantines."""
+                  progress: Callable[[Iterable], Iterable] | None = None,
+                  limits: dict | None = None) -> IngestResult:
+    """Read every unit of one source into the IR. Never raises for bad data: it quarantines.
+    `limits`: `build.ir_limits` (default: from configs/build.yaml)."""
+    if limits is None:
+        from .config import load_config
+
+        limits = load_config()["build"]["ir_limits"]
     adapter = get_adapter(slug, **(adapter_options or {}))
+    root = Path(root)
+    roots = (str(root), str(root.absolute()), os.path.realpath(root))
     quarantine: list[dict] = []
+
+    def row(unit_id: str, reason: str, file: str | None, table: list[dict] = quarantine, stage=True) -> None:
+        rec = {"source": slug, "unit_id": unit_id, "reason": redact_paths(str(reason), roots),
+               "file": _relative(file, roots)}
+        table.append({**rec, "stage": "ingest"} if stage else rec)
+
     try:
-        unit_ids = adapter.discover(Path(root))
+        unit_ids = adapter.discover(root)
     except SourceError as exc:
-        log.error("%s: source unusable: %s", slug, exc)
-        quarantine.append({"source": slug, "unit_id": "*", "stage": "ingest", "reason": str(exc), "file": None})
+        row("*", str(exc), None)
+        log.error("%s: source unusable: %s", slug, quarantine[-1]["reason"])
+        unit_ids = []
+    except Exception as exc:  # noqa: BLE001 - a discovery bug or an unforeseen file problem: one row, no crash
+        row("*", f"discovery failed: unexpected {type(exc).__name__}: {exc}", None)
+        log.error("%s: source unusable: %s", slug, quarantine[-1]["reason"])
         unit_ids = []
     # Archive-level problems an adapter found while listing (a damaged tar, an unsafe member name): one row each.
-    for file, reason in adapter.issues:
-        quarantine.append({"source": slug, "unit_id": "*", "stage": "ingest", "reason": reason, "file": file})
+    for file, reason in getattr(adapter, "issues", []):
+        row("*", reason, file)
     parts: dict[str, list[pa.Table]] = {"units": [], "frames": [], "signals": [], "segments": []}
     notes: list[dict] = []
     absent: list[dict] = []
     iterator = progress(unit_ids) if progress else unit_ids
     for unit_id in iterator:
         try:
-            ir = adapter.read_unit(Path(root), unit_id)
+            ir = adapter.read_unit(root, unit_id)
         except UnitAbsent as exc:
-            absent.append({"source": slug, "unit_id": unit_id, "reason": exc.reason, "file": exc.file})
+            row(unit_id, exc.reason, exc.file, absent, stage=False)
             continue
         except UnitError as exc:
-            quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest", "reason": exc.reason,
-                               "file": exc.file})
+            row(unit_id, exc.reason, exc.file)
             continue
-        except Exception as exc:  # an adapter bug or an unforeseen file problem: quarantine, name it, go on
-            quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest",
-                               "reason": f"unexpected {type(exc).__name__}: {exc}", "file": None})
+        except Exception as exc:  # noqa: BLE001 - an adapter bug or an unforeseen file problem: quarantine, go on
+            row(unit_id, f"unexpected {type(exc).__name__}: {exc}", None)
             continue
-        problem = validate_unit(ir)
+        try:
+            problem = validate_unit(ir, limits)
+            problem = f"IR schema: {problem}" if problem else text_field_problem(ir)
+        except Exception as exc:  # noqa: BLE001 - a value the checks themselves choke on is still this unit's
+            problem = f"IR schema: unexpected {type(exc).__name__}: {exc}"
         if problem:
-            quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest",
-                               "reason": f"IR schema: {problem}", "file": None})
+            row(unit_id, problem, None)
             continue
         parts["units"].append(pa.Table.from_pylist([ir.unit], schema=UNITS_SCHEMA))
         parts["frames"].append(ir.frames)
         parts["signals"].append(ir.signals)
         parts["segments"].append(ir.segments)
-        notes += [{"source": slug, "unit_id": unit_id, "note": n} for n in ir.notes]
+        notes += [{"source": slug, "unit_id": unit_id, "note": redact_paths(str(n), roots)} for n in ir.notes]
     if absent:
         log.info("%s: %d units absent (media not downloaded), skipped", slug, len(absent))
     for q in quarantine:
@@ -117,6 +162,19 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         notes=pl.DataFrame(notes, schema={"source": pl.String, "unit_id": pl.String, "note": pl.String}),
         absent=pl.from_arrow(to_table(absent, ABSENT_SCHEMA)),
     )
+
+
+def _relative(file: str | None, roots) -> str | None:
+    """A quarantine row's file relative to the source root; an absolute path outside it keeps its name only."""
+    if file is None:
+        return None
+    file = str(file)
+    for r in sorted(roots, key=len, reverse=True):
+        if r not in ("", ".", "/") and file.startswith(r.rstrip("/") + "/"):
+            return file[len(r.rstrip("/")) + 1:]
+    if os.path.isabs(file) or find_path_leaks(file):
+        return redact_paths(file, roots)
+    return file
 
 
 def write_ir(result: IngestResult, out_dir: Path) -> None:
@@ -222,7 +280,7 @@ def command(args) -> int:
         print(f"{args.source}: bad adapter option: {exc}", file=sys.stderr)
         return 2
     progress = getattr(args, "progress", None)
-    result = ingest_source(args.source, Path(args.root), options, progress=progress)
+    result = ingest_source(args.source, Path(args.root), options, progress=progress, limits=cfg["build"]["ir_limits"])
     write_ir(result, Path(args.out))
     print(summary_text(args.source, result))
     print(f"tables written to {args.out}: units, frames, signals, segments, quarantine, notes, absent (.parquet)")

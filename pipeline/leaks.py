@@ -47,6 +47,40 @@ def _local_dirs() -> list[str]:
     return sorted(d for d in dirs if len(d) >= 5)
 
 
+def _path_spans(text: str):
+    """(start, end, description) of every absolute / home-relative path in `text` (the patterns above)."""
+    for what, pat, not_before, drive in _PATTERNS:
+        for m in pat.finditer(text):
+            i = m.start()
+            prev = text[i - 1] if i else ""
+            if drive:
+                before = text[i - 2] if i >= 2 else ""
+                if not (prev.isascii() and prev.isalpha()) or (before.isascii() and before.isalnum()):
+                    continue
+                yield i - 1, m.end(), f"{what} {text[i - 1:m.end()][:120]!r}"
+                continue
+            if prev and (prev.isalnum() or prev in not_before):
+                continue
+            yield i, m.end(), f"{what} {m.group(0)[:120]!r}"
+
+
+def redact_paths(text: str, roots=()) -> str:
+    """`text` made path-free for quarantine reasons and log lines: a path under one of `roots` (a source root)
+    becomes relative to it, any other absolute path `<path>`, this machine's user / host name `<name>`."""
+    for root in sorted({str(r) for r in roots if str(r) not in ("", ".", "/")}, key=len, reverse=True):
+        text = text.replace(root.rstrip("/") + "/", "").replace(root, "<root>")
+    spans = sorted(_path_spans(text))
+    out, pos = [], 0
+    for start, end, _ in spans:
+        if start >= pos:
+            out += [text[pos:start], "<path>"]
+            pos = end
+    text = "".join(out) + text[pos:]
+    for tok in _identity_tokens():
+        text = re.sub(r"(?<![A-Za-z0-9])%s(?![A-Za-z0-9])" % re.escape(tok), "<name>", text, flags=re.IGNORECASE)
+    return text
+
+
 def find_path_leaks(text: str, extra_tokens=()) -> list[str]:
     """Absolute or home-relative paths (POSIX, Windows, UNC, file://), this machine's directories (home, cwd, temp,
     repository), and the current user / host name (as whole words, case-insensitive; generic names such as `root` are
@@ -58,19 +92,8 @@ def find_path_leaks(text: str, extra_tokens=()) -> list[str]:
         if msg not in found:
             found.append(msg)
 
-    for what, pat, not_before, drive in _PATTERNS:
-        for m in pat.finditer(text):
-            i = m.start()
-            prev = text[i - 1] if i else ""
-            if drive:
-                before = text[i - 2] if i >= 2 else ""
-                if not (prev.isascii() and prev.isalpha()) or (before.isascii() and before.isalnum()):
-                    continue
-                add(f"{what} {text[i - 1:m.end()][:120]!r}")
-                continue
-            if prev and (prev.isalnum() or prev in not_before):
-                continue
-            add(f"{what} {m.group(0)[:120]!r}")
+    for _start, _end, msg in _path_spans(text):
+        add(msg)
     for d in _local_dirs():
         if d in text and re.search(r"(?<![\w.-])%s(?![\w.-])" % re.escape(d), text):
             add(f"local directory {d!r}")

@@ -44,6 +44,17 @@ class BuildExecutor(Strict):
     dask_address: Optional[str] = None          # an existing Dask scheduler; null = a local cluster
 
 
+class IrLimits(Strict):
+    """Sane ranges at the IR boundary (upstream_adapters/ir.py validate_unit): a unit outside is quarantined."""
+    fps: list[float] = Field([1.0, 1000.0], min_length=2, max_length=2)   # nominal fps of the primary camera, [min, max]
+    rating: list[int] = Field([-1, 9], min_length=2, max_length=2)        # RH20T metadata.json rating, [min, max]
+    duration_max_s: float = Field(86400.0, gt=0)         # span of the primary-camera clock
+    position_abs_max: float = Field(1000.0, gt=0)        # |pos_x/y/z| (m, or rad for joint-angle proxies)
+    speed_abs_max: float = Field(1000.0, gt=0)           # |speed|
+    gripper_abs_max: float = Field(100000.0, gt=0)       # |gripper_effort|, |gripper_width|
+    force_abs_max: float = Field(100000.0, gt=0)         # |force| (N)
+
+
 class BuildFile(Strict):
     release_seed: int = 42
     scale: str = "demo"                          # a key of quota_scale: demo | release
@@ -55,6 +66,7 @@ class BuildFile(Strict):
     max_quarantine_share: float = Field(0.25, ge=0, le=1)
     items: BuildItems = BuildItems()
     executor: BuildExecutor = BuildExecutor()
+    ir_limits: IrLimits = IrLimits()
 
 
 # ================================================================================================ configs/sources.yaml

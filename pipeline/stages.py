@@ -58,7 +58,7 @@ def sources(cfg: dict) -> list[str]:
 # --------------------------------------------------------------------------------------------------- ingest
 def run_ingest(cfg: dict, slug: str) -> dict:
     src = cfg["sources"][slug]
-    result = ingest_source(slug, src["root"], src.get("adapter", {}))
+    result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"])
     write_ir(result, work_dir(cfg) / "ir" / slug)
     log.info("%s", summary_text(slug, result))
     q = result.quarantine

@@ -60,7 +60,7 @@ import pyarrow as pa
 
 from .aist_layout import MANIFEST, AistLayout, _Episode, _Task
 from .aist_rows import _decode_jpeg_row, _float_array, _text
-from .base import SourceAdapter, check_unit_id, safe_join
+from .base import SourceAdapter, check_unit_id, refuse_hdf5_links, safe_join
 from .storage.zipwindow import Window as _Window
 from .ir import (
     FRAMES_SCHEMA,
@@ -234,6 +234,7 @@ class AistAdapter(AistLayout, SourceAdapter):
                 raise UnitError(f"cannot open {what} as HDF5 (corrupt or truncated): {self._clean(root, exc)}",
                                 file=label) from None
             stack.append(f)
+            refuse_hdf5_links(f, label)  # data from another file must not enter the IR or a frame
             yield f
         finally:
             for obj in reversed(stack):

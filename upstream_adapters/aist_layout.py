@@ -12,7 +12,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import require_root, safe_join
+from .base import read_metadata, require_root, safe_join
 from .ir import SourceError, UnitError
 from .storage.zipwindow import is_symlink, unsafe_member as _unsafe_member
 
@@ -61,6 +61,10 @@ def read_task_table(path: Path, what: str) -> dict[str, tuple[str, str | None]]:
         text = Path(path).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise SourceError(f"{SLUG}: {what} is unreadable: {type(exc).__name__}") from None
+    return parse_task_table(text, what)
+
+
+def parse_task_table(text: str, what: str) -> dict[str, tuple[str, str | None]]:
     rows = list(csv.reader(io.StringIO(text)))
     if not rows or [c.strip() for c in rows[0][:2]] != ["task_id", "task_name"]:
         raise SourceError(f"{SLUG}: {what} does not start with the columns task_id,task_name,taxonomy")
@@ -85,18 +89,16 @@ class AistLayout:
 
     def _read_manifest(self, root: Path) -> dict[str, tuple[str, str | None]] | None:
         """task_name -> (task_id, taxonomy), or None when the root has no manifest."""
-        path = root / MANIFEST
-        if not path.is_file():
+        if not os.path.lexists(root / MANIFEST):
             return None
         try:
-            safe_join(root, MANIFEST)
-            text = path.read_text(encoding="utf-8-sig")
-        except (UnitError, OSError, UnicodeDecodeError) as exc:
+            text = read_metadata(root, MANIFEST)
+        except UnitError as exc:
             raise SourceError(f"{SLUG}: manifest {MANIFEST} in root {root.name!r} is unreadable: "
-                              f"{getattr(exc, 'reason', type(exc).__name__)}") from None
+                              f"{exc.reason}") from None
         if not text.strip():
             return {}
-        return read_task_table(path, f"manifest {MANIFEST} in root {root.name!r}")
+        return parse_task_table(text, f"manifest {MANIFEST} in root {root.name!r}")
 
     def _scan(self, root: Path) -> list[_Task]:
         """The tasks stored in the root (episodes not listed yet), with their task ids; sorted by task name."""
@@ -127,7 +129,13 @@ class AistLayout:
                 continue
             if _TASK_ID_RE.fullmatch(entry):
                 # ProcessBench selected20 layout: task_XXX/<task_name>/episode_N.hdf5
-                for sub in sorted(os.listdir(path)):
+                try:
+                    subs = sorted(os.listdir(path))
+                except OSError as exc:  # one unreadable folder: its <task_id>_unreadable unit is quarantined
+                    found[entry] = _Task(entry, "dir", entry, task_id=entry,
+                                         error=f"task folder {entry!r} cannot be listed: {type(exc).__name__}")
+                    continue
+                for sub in subs:
                     subrel = f"{entry}/{sub}"
                     if sub.startswith(".") or not (path / sub).is_dir():
                         continue
@@ -188,7 +196,12 @@ class AistLayout:
             return
         if task.kind == "dir":
             folder = safe_join(root, task.rel)
-            for fn in sorted(os.listdir(folder)):
+            try:
+                listing = sorted(os.listdir(folder))
+            except OSError as exc:
+                task.error = f"task folder {task.rel!r} cannot be listed: {type(exc).__name__}"
+                return
+            for fn in listing:
                 m = _EPISODE_RE.fullmatch(fn)
                 if m:
                     task.episodes.setdefault(int(m.group(1)), _Episode(int(m.group(1)), f"{task.rel}/{fn}"))

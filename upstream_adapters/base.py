@@ -126,6 +126,70 @@ def safe_join(root: Path, rel: str) -> Path:
     return Path(root, *p.parts)
 
 
+# Metadata and list files (split lists, task tables, info.json, dataset cards) are small; a "metadata" file larger
+# than this is not what the layout says it is (or a device/FIFO), and reading it whole would stall the build.
+MAX_METADATA_BYTES = 64 << 20
+
+
+def read_metadata(root: Path, rel: str) -> str:
+    """The text of a small metadata file under `root`, through the same path rule as media (`safe_join`): a regular
+    file (filesystem symlinks followed), at most MAX_METADATA_BYTES, UTF-8. UnitError(reason, file=rel) otherwise."""
+    path = safe_join(root, rel)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UnitError("file is missing", file=rel) from None
+    except OSError as exc:
+        raise UnitError(f"cannot stat file: {type(exc).__name__}", file=rel) from None
+    import stat as _stat
+
+    if not _stat.S_ISREG(st.st_mode):
+        raise UnitError("not a regular file", file=rel)
+    if st.st_size > MAX_METADATA_BYTES:
+        raise UnitError(f"metadata file is {st.st_size} bytes, more than {MAX_METADATA_BYTES}", file=rel)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_METADATA_BYTES + 1)
+    except OSError as exc:
+        raise UnitError(f"cannot read file: {type(exc).__name__}", file=rel) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UnitError("not UTF-8 text", file=rel) from None
+
+
+def refuse_hdf5_links(h5, file: str) -> None:
+    """Raise UnitError when an open HDF5 file reaches data outside itself: an external link (to another file),
+    a virtual dataset (its sources may be other files) or a dataset with external raw storage. Only link
+    metadata and dataset creation properties are read, so no other file is opened. Soft links stay allowed
+    (they point inside the same file)."""
+    import h5py
+
+    stack, seen = [("", h5)], set()
+    while stack:
+        prefix, group = stack.pop()
+        for name in group.keys():
+            path = f"{prefix}{name}"
+            link = group.get(name, getlink=True)
+            if isinstance(link, h5py.ExternalLink):
+                raise UnitError(f"HDF5 external link {path!r} (to another file) refused: links inside content "
+                                "are not followed", file=file)
+            if isinstance(link, h5py.SoftLink):
+                continue
+            obj = group.get(name)
+            if isinstance(obj, h5py.Group):
+                if obj.id not in seen:  # a group hard-linked into its own subtree is walked once
+                    seen.add(obj.id)
+                    stack.append((f"{path}/", obj))
+            elif isinstance(obj, h5py.Dataset):
+                if obj.is_virtual:
+                    raise UnitError(f"HDF5 virtual dataset {path!r} refused: its data may live in other files",
+                                    file=file)
+                if obj.external:
+                    raise UnitError(f"HDF5 dataset {path!r} with external raw storage refused: its data lives in "
+                                    "other files", file=file)
+
+
 def check_unit_id(unit_id: str) -> None:
     """A unit id is a single path-free token; ids from user input are checked before any file access."""
     if not unit_id or "/" in unit_id or "\\" in unit_id or unit_id in (".", "..") or ".." in unit_id.split("__"):

@@ -50,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import video
-from .base import SourceAdapter, check_unit_id, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, read_metadata, require_root, safe_join
 from .gm100_signals import signals_table
 from .storage import lerobot_v3 as v3
 from .storage.lerobot import (
@@ -92,7 +92,6 @@ COL_POS = "observation.state.arm.position"
 COL_VEL = "observation.state.arm.velocity"
 COL_EFFORT = "observation.state.effector.effort"
 PARQUET_COLUMNS = (COL_TS, COL_FRAME, COL_EPISODE, COL_TASK, COL_POS, COL_VEL, COL_EFFORT)
-
 
 
 @dataclass
@@ -163,7 +162,10 @@ class Gm100Adapter(SourceAdapter):
             raise SourceError(f"{self.slug}: root {root.name!r} holds no task_XXXXX folders (not the GM-100 layout)")
         ids: list[str] = []
         for task in tasks:
-            episodes, _ = self._list_episodes(root, task)
+            try:
+                episodes, _ = self._list_episodes(root, task)
+            except OSError:  # an unreadable task folder: its placeholder unit is quarantined with the reason
+                episodes = []
             if episodes:
                 ids.extend(f"{task}__episode_{e:06d}" for e in episodes)
             else:
@@ -376,10 +378,14 @@ class Gm100Adapter(SourceAdapter):
             task = unit_id[: -len(PLACEHOLDER) - 2]
             if TASK_RE.match(task):
                 safe_join(root, task)  # raises for a task folder escaping the root
-                if not (root / task).is_dir():
-                    raise UnitError("task folder is missing", file=task)
-                if not (root / task / "meta" / "info.json").is_file():
-                    raise UnitError("task folder has no meta/info.json and no episode files", file=task)
+                try:
+                    if not (root / task).is_dir():
+                        raise UnitError("task folder is missing", file=task)
+                    if not (root / task / "meta" / "info.json").is_file():
+                        raise UnitError("task folder has no meta/info.json and no episode files", file=task)
+                    os.listdir(root / task)
+                except OSError as exc:
+                    raise UnitError(f"task folder cannot be read: {type(exc).__name__}", file=task) from None
                 raise UnitError(
                     "task folder lists no episodes (no meta/episodes.jsonl entries and no episode parquet files)",
                     file=task,
@@ -405,8 +411,10 @@ class Gm100Adapter(SourceAdapter):
         if not info_path.is_file():
             raise UnitError("meta/info.json is missing: the task folder is not a LeRobot dataset", file=info_rel)
         try:
-            info = json.loads(info_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            info = json.loads(read_metadata(root, info_rel))
+        except UnitError as exc:
+            raise UnitError(f"meta/info.json is not readable: {exc.reason}", file=info_rel) from None
+        except json.JSONDecodeError as exc:
             raise UnitError(f"meta/info.json is not readable JSON: {exc}", file=info_rel) from None
         if not isinstance(info, dict):
             raise UnitError("meta/info.json is not a JSON object", file=info_rel)
@@ -426,7 +434,7 @@ class Gm100Adapter(SourceAdapter):
                     tasks[row["task_index"]] = row["task"]
         else:
             notes.append("meta/tasks.jsonl is missing: language is null")
-        licence = _card_licence(safe_join(root, f"{task}/README.md")) or self._licence_of_root(root) or "unknown"
+        licence = _card_licence(root, f"{task}/README.md") or self._licence_of_root(root) or "unknown"
         meta = _TaskMeta(task=task, info=info, fps=float(fps), data_path=data_path,
                          video_path=video_path if isinstance(video_path, str) and video_path else None,
                          chunks_size=chunks, video_keys=video_keys, features=features, tasks=tasks,
@@ -440,7 +448,7 @@ class Gm100Adapter(SourceAdapter):
         card = Path(root) / "README.md"
         key = (str(root), _stat(card))
         if key not in self._root_licence:
-            self._root_licence[key] = _card_licence(card)
+            self._root_licence[key] = _card_licence(root, "README.md")
         return self._root_licence[key]
 
     def _video_key(self, meta: _TaskMeta, camera: str) -> str:
@@ -486,7 +494,3 @@ class Gm100Adapter(SourceAdapter):
             if isinstance(v, (int, float)) and v > 0:
                 return float(v)
         return meta.fps
-
-
-# ---------------------------------------------------------------------- module helpers
-

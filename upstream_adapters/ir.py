@@ -1,8 +1,10 @@
 """The episode IR: the four tables every stage after ingest shares, with their explicit Arrow schemas.
 
 Every adapter hands one unit over as a `UnitIR`; `validate_unit` checks it against these schemas and a few
-invariants (ids consistent, frame indices contiguous from 0, clocks monotone). A unit that fails is quarantined
-by the ingest stage with the reason returned here; nothing downstream ever sees it.
+invariants (ids consistent, frame indices contiguous from 0, the primary clock strictly increasing, every number
+finite) and, given `limits` (configs/build.yaml `build.ir_limits`), the sane ranges of fps, rating, duration and the
+signal channels. A unit that fails is quarantined by the ingest stage with the reason returned here, which names the
+field; nothing downstream ever sees it.
 
 Conventions:
 - `source` is always the slug (`gm100`, `rh20t`, `reassemble`, `aist`).
@@ -14,9 +16,12 @@ Conventions:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import ADAPTERS  # noqa: E402
 
@@ -111,6 +116,14 @@ ABSENT_SCHEMA = pa.schema(
     ]
 )
 
+# signal channel -> the key of `build.ir_limits` bounding its magnitude
+SIGNAL_LIMITS = {"pos_x": "position_abs_max", "pos_y": "position_abs_max", "pos_z": "position_abs_max",
+                 "speed": "speed_abs_max", "gripper_effort": "gripper_abs_max", "gripper_width": "gripper_abs_max",
+                 "force": "force_abs_max"}
+_FLOAT_COLUMNS = (("frames", ("t_sec", "native_ts")), ("signals", ("t_sec", *SIGNAL_LIMITS)),
+                  ("segments", ("start_sec", "end_sec")))
+_INT64_MAX = 2 ** 63 - 1
+
 TABLES = {"units": UNITS_SCHEMA, "frames": FRAMES_SCHEMA, "signals": SIGNALS_SCHEMA, "segments": SEGMENTS_SCHEMA}
 
 
@@ -151,11 +164,18 @@ def to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema) if rows else empty(schema)
 
 
-def validate_unit(ir: UnitIR) -> str | None:
-    """Return None if `ir` satisfies the IR contract, else a one-line reason."""
+def validate_unit(ir: UnitIR, limits: Mapping | None = None) -> str | None:
+    """Return None if `ir` satisfies the IR contract, else a one-line reason naming the field.
+
+    `limits` is `build.ir_limits` (configs/build.yaml); without it only the limit-free checks run (schemas, ids,
+    indices, finite numbers, a strictly increasing primary clock)."""
+    for key in ("num_frames", "rating"):  # an int64 field holding e.g. int(1e300) fails here, named, not in Arrow
+        value = ir.unit.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+            return f"units.{key} {float(value):.3g} does not fit a 64-bit integer"
     try:
         units = pa.Table.from_pylist([ir.unit], schema=UNITS_SCHEMA)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError, OverflowError) as exc:
         return f"units row violates schema: {exc}"
     missing = [f.name for f in UNITS_SCHEMA if f.name not in ir.unit or (not f.nullable and ir.unit[f.name] is None)]
     if missing:
@@ -181,6 +201,9 @@ def validate_unit(ir: UnitIR) -> str | None:
         return f"primary camera {u['camera']!r} not among cameras {u['cameras']}"
     if u["num_frames"] <= 0 or not u["fps"] > 0:
         return f"no frames (num_frames={u['num_frames']}, fps={u['fps']})"
+    problem = _unit_range_problem(u, limits)
+    if problem:
+        return problem
     for name, table in (("frames", ir.frames), ("signals", ir.signals), ("segments", ir.segments)):
         foreign = (set(table.column("unit_id").to_pylist()) - {u["unit_id"]}) | (
             set(table.column("source").to_pylist()) - {u["source"]}
@@ -191,9 +214,20 @@ def validate_unit(ir: UnitIR) -> str | None:
     idx = [r["frame_index"] for r in prim]
     if idx != list(range(u["num_frames"])):
         return f"primary-camera frame indices are not 0..{u['num_frames'] - 1} in order"
+    problem = _finite_problem(ir, limits)
+    if problem:
+        return problem
     t = [r["t_sec"] for r in prim]
     if any(b < a for a, b in zip(t, t[1:])):
         return "primary-camera clock is not monotone"
+    if len(t) > 1 and t[0] == t[-1]:
+        return f"primary-camera clock is constant (all {len(t)} timestamps equal)"
+    repeat = next((i for i in range(1, len(t)) if t[i] == t[i - 1]), None)
+    if repeat is not None:
+        return f"primary-camera clock is not strictly increasing (frame {repeat} repeats t_sec={t[repeat]:g})"
+    if limits is not None and len(t) > 1 and t[-1] - t[0] > limits["duration_max_s"]:
+        return (f"primary-camera clock spans {t[-1] - t[0]:.4g} s, more than {limits['duration_max_s']:g} s "
+                "(build.ir_limits.duration_max_s)")
     arms = set(ir.signals.column("arm").to_pylist())
     if arms - set(ARMS):
         return f"unknown arm names {sorted(arms - set(ARMS))}"
@@ -206,3 +240,49 @@ def validate_unit(ir: UnitIR) -> str | None:
         if not (0 <= s["start_frame"] <= s["end_frame"] < u["num_frames"]):
             return f"segment {s['level']}/{s['seg_index']} frames {s['start_frame']}..{s['end_frame']} out of range"
     return None
+
+
+def _unit_range_problem(u: dict, limits: Mapping | None) -> str | None:
+    """fps and rating of the units row: finite and within `build.ir_limits`."""
+    if not math.isfinite(u["fps"]):
+        return f"units.fps is not finite ({u['fps']})"
+    if limits is None:
+        return None
+    lo, hi = limits["fps"]
+    if not lo <= u["fps"] <= hi:
+        return f"units.fps {u['fps']:.4g} outside [{lo:g}, {hi:g}] (build.ir_limits.fps)"
+    if u["rating"] is not None:
+        lo, hi = limits["rating"]
+        if not lo <= u["rating"] <= hi:
+            return f"units.rating {u['rating']:.4g} outside [{lo}, {hi}] (build.ir_limits.rating)"
+    return None
+
+
+def _finite_problem(ir: UnitIR, limits: Mapping | None) -> str | None:
+    """Every float of the frames, signals and segments tables finite (null is allowed where the schema allows it);
+    signal magnitudes within `build.ir_limits`. The reason names the table, the column and the first bad frame."""
+    tables = {"frames": ir.frames, "signals": ir.signals, "segments": ir.segments}
+    for name, cols in _FLOAT_COLUMNS:
+        table = tables[name]
+        if not table.num_rows:
+            continue
+        for col in cols:
+            arr = table.column(col)
+            bad = pc.invert(pc.is_finite(arr))
+            if pc.any(bad).as_py():
+                where = _first_row(table, bad)
+                return f"{name}.{col} has non-finite values ({pc.sum(bad).as_py()}, first {where})"
+            key = SIGNAL_LIMITS.get(col) if name == "signals" else None
+            if key is None or limits is None:
+                continue
+            too_big = pc.greater(pc.abs(arr), limits[key])
+            if pc.any(too_big).as_py():
+                return (f"{name}.{col} magnitude {pc.max(pc.abs(arr)).as_py():.4g} exceeds {limits[key]:g} "
+                        f"(build.ir_limits.{key}; first {_first_row(table, too_big)})")
+    return None
+
+
+def _first_row(table: pa.Table, mask) -> str:
+    i = pc.index(pc.fill_null(mask, False), True).as_py()
+    label = "frame_index" if "frame_index" in table.column_names else "seg_index"
+    return f"at {label} {table.column(label)[i].as_py()}"

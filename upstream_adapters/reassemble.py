@@ -53,6 +53,7 @@ Choices (each also in the module's test file):
 from __future__ import annotations
 
 import io
+import os
 import re
 from fractions import Fraction
 from pathlib import Path
@@ -63,7 +64,7 @@ import h5py
 import numpy as np
 
 from . import video
-from .base import SourceAdapter, check_unit_id, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, read_metadata, refuse_hdf5_links, require_root, safe_join
 from .ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
@@ -151,16 +152,25 @@ class ReassembleAdapter(SourceAdapter):
         return data
 
     @staticmethod
-    def _split_files(root: Path) -> dict[str, list[str]]:
-        """split name -> recording ids listed in splits/<name>.txt (empty if there is no splits/)."""
+    def _split_files(root: Path, issues: list | None = None) -> dict[str, list[str]]:
+        """split name -> recording ids listed in splits/<name>.txt (empty if there is no splits/). A list that
+        cannot be read under the metadata rule (base.read_metadata) is left out and reported in `issues`."""
         out: dict[str, list[str]] = {}
         sdir = Path(root, "splits")
         if not sdir.is_dir():
             return out
-        for p in sorted(sdir.glob("*.txt")):
+        try:
+            names = sorted(n for n in os.listdir(sdir) if n.endswith(".txt") and not n.startswith("."))
+        except OSError as exc:
+            if issues is not None:
+                issues.append(("splits", f"split lists cannot be listed: {type(exc).__name__}"))
+            return out
+        for name in names:
             try:
-                lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
-            except OSError:
+                lines = read_metadata(root, f"splits/{name}").splitlines()
+            except UnitError as exc:
+                if issues is not None:
+                    issues.append((exc.file, f"split list not read: {exc.reason}"))
                 continue
             ids = []
             for line in lines:
@@ -169,17 +179,24 @@ class ReassembleAdapter(SourceAdapter):
                     rid = rid[:-3]
                 if rid:
                     ids.append(rid)
-            out[p.stem] = ids
+            out[name[:-4]] = ids
         return out
 
     def discover(self, root: Path) -> list[str]:
+        self.issues = []
         data = self._data_dir(root)
         root = Path(root)
-        ids = sorted(p.stem for p in data.iterdir() if p.suffix == ".h5" and not p.name.startswith("."))
+        try:
+            ids = sorted(p.stem for p in data.iterdir() if p.suffix == ".h5" and not p.name.startswith("."))
+        except OSError as exc:
+            raise SourceError(f"{SLUG}: the recordings folder of root {root.name!r} cannot be listed "
+                              f"({type(exc).__name__})") from None
+        splits = self._split_files(root, self.issues)
         if self.only_split is not None:
-            splits = self._split_files(root)
             if self.only_split not in splits:
-                raise SourceError(f"{SLUG}: root {root.name!r} has no splits/{self.only_split}.txt")
+                why = next((r for f, r in self.issues if f == f"splits/{self.only_split}.txt"), None)
+                raise SourceError(f"{SLUG}: root {root.name!r} has no splits/{self.only_split}.txt"
+                                  + (f" ({why})" if why else ""))
             # Every listed recording is returned, present or not: a listed recording missing from data/ then
             # fails in read_unit and is quarantined (visible) instead of silently vanishing.
             ids = sorted(set(splits[self.only_split]))
@@ -291,6 +308,7 @@ class ReassembleAdapter(SourceAdapter):
                             file=relpath) from exc
 
     def _read_open(self, root: Path, unit_id: str, h5: h5py.File, relpath: str) -> UnitIR:
+        refuse_hdf5_links(h5, relpath)  # data from another file must not enter the IR
         cam = self.camera
         cameras = self._cameras(h5)
         if cam not in cameras:
@@ -453,6 +471,7 @@ class ReassembleAdapter(SourceAdapter):
         h5 = self._open(path, relpath)
         try:
             with h5:
+                refuse_hdf5_links(h5, relpath)
                 ds = h5.get(camera)
                 if not (isinstance(ds, h5py.Dataset) and ds.shape == () and ds.dtype.kind == "V"):
                     raise UnitError(f"camera {camera!r} missing", file=relpath)

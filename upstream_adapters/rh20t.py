@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import pickle
 import re
@@ -50,7 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import video
-from .base import SourceAdapter, check_unit_id, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, read_metadata, require_root, safe_join
 from .rh20t_scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
 from .rh20t_parse import _as_float, _col, _int_ms, _nearest, _samples, _serial_entry
 from .storage.pickles import load_npy
@@ -221,7 +222,11 @@ class Rh20tAdapter(SourceAdapter):
                     self.issues.append((name, f"unsafe member name ignored: {bad!r}"))
                 scenes = list(arc.scenes)
             else:
-                scenes = self._folder_scenes(root, name)
+                try:
+                    scenes = self._folder_scenes(root, name)
+                except OSError as exc:  # one unreadable folder is one quarantine row, the others still read
+                    self.issues.append((name or ".", f"folder cannot be listed: {type(exc).__name__}"))
+                    continue
             for s in scenes:
                 scfg = parse_scene_name(s)["cfg_number"]
                 if kind == "root" and not self._selected(scfg):
@@ -264,19 +269,31 @@ class Rh20tAdapter(SourceAdapter):
 
     # -- language -------------------------------------------------------------------------------------------------
 
-    def _language(self, root: Path, unit_id: str) -> str | None:
-        p = Path(self._split_root(root)[0], "task_description.json")
-        if not p.is_file():
+    def _language(self, root: Path, unit_id: str, notes: list[str]) -> str | None:
+        """The task's English description from the root's task_description.json (read by the metadata rule,
+        base.read_metadata); an unreadable table leaves the language null with a note."""
+        base = self._split_root(root)[0]
+        p = Path(base, "task_description.json")
+        if not os.path.lexists(p):
             return None
-        st = p.stat()
-        key = (st.st_size, st.st_mtime_ns)
+        try:
+            st = os.stat(p)
+            key = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            key = None
         cached = self._languages.get(str(p))
-        if cached is None or cached[0] != key:
+        if cached is None or cached[0] != key or key is None:
             try:
-                table = json.loads(p.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                table = {}
-            self._languages[str(p)] = cached = (key, table if isinstance(table, dict) else {})
+                table = json.loads(read_metadata(base, "task_description.json"))
+                error = None if isinstance(table, dict) else "not a JSON object"
+            except UnitError as exc:
+                table, error = {}, exc.reason
+            except ValueError:
+                table, error = {}, "not valid JSON"
+            self._languages[str(p)] = cached = (key, table if isinstance(table, dict) else {}, error)
+        if cached[2]:
+            notes.append(f"task_description.json not read ({cached[2]}): language is null")
+            return None
         entry = cached[1].get(unit_id[:9])
         if isinstance(entry, dict):
             text = entry.get("task_description_english")
@@ -310,7 +327,8 @@ class Rh20tAdapter(SourceAdapter):
         if "rating" not in meta:
             notes.append("metadata.json has no 'rating': rating is null")
         if rating is not None:
-            if isinstance(rating, bool) or not isinstance(rating, (int, float)) or rating != int(rating):
+            if isinstance(rating, bool) or not isinstance(rating, (int, float)) or not math.isfinite(rating) \
+                    or rating != int(rating):
                 raise UnitError(f"metadata.json rating {rating!r} is not an integer", file=scene.where("metadata.json"))
             rating = int(rating)
 
@@ -427,7 +445,7 @@ class Rh20tAdapter(SourceAdapter):
             "arm_layout": "single_arm",
             "licence": licence_for_scene(ids["scene_number"]),
             "rating": rating,
-            "language": self._language(root, unit_id),
+            "language": self._language(root, unit_id, notes),
         }
         for note in notes:
             log.info("rh20t: %s: %s", unit_id, note)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from ..base import safe_join
+from ..base import read_metadata, safe_join
 from ..ir import UnitError
 
 VIDEO_PREFIX = "observation.images."
@@ -58,20 +58,17 @@ def is_v3(tdir: Path, info: dict | None) -> bool:
 
 
 def read_json_quiet(root: Path, rel_path: str):
+    """A JSON file read by the metadata rule (base.read_metadata); None when missing or unreadable."""
     try:
-        p = safe_join(root, rel_path)
-        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
-    except (UnitError, OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return json.loads(read_metadata(root, rel_path))
+    except (UnitError, ValueError):
         return None
 
 
 def read_jsonl_quiet(root: Path, rel_path: str) -> list:
     try:
-        p = safe_join(root, rel_path)
-        if not p.is_file():
-            return []
-        text = p.read_text(encoding="utf-8")
-    except (UnitError, OSError, UnicodeDecodeError):
+        text = read_metadata(root, rel_path)
+    except UnitError:
         return []
     rows = []
     for line in text.splitlines():
@@ -165,13 +162,12 @@ def matrix(table: pa.Table, name: str, features: dict, rel_path: str) -> np.ndar
     return out
 
 
-def card_licence(card: Path) -> str | None:
-    """The `license:` of a Hugging Face dataset card's YAML front matter, mapped to the IR's strings."""
+def card_licence(root: Path, rel_path: str) -> str | None:
+    """The `license:` of a Hugging Face dataset card's YAML front matter (read by the metadata rule), mapped to the
+    IR's strings; None when there is no readable card or it states no licence."""
     try:
-        if not card.is_file():
-            return None
-        text = card.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = read_metadata(root, rel_path)
+    except UnitError:
         return None
     if not text.startswith("---"):
         return None
