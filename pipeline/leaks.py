@@ -59,7 +59,7 @@ def _path_spans(text: str):
                     continue
                 yield i - 1, m.end(), f"{what} {text[i - 1:m.end()][:120]!r}"
                 continue
-            if prev and (prev.isalnum() or prev in not_before):
+            if prev and (prev.isalnum() or prev in (not_before or ())):
                 continue
             yield i, m.end(), f"{what} {m.group(0)[:120]!r}"
 

@@ -421,3 +421,34 @@ def test_reasons_and_logs_are_path_free(leaky, tmp_path, caplog):
     assert "'task_00009'" in row["reason"]
     _assert_path_free(res, tmp_path)
     assert caplog.records and not any(str(tmp_path) in r.getMessage() for r in caplog.records)
+
+
+def test_frame_errors_name_the_file_relative_to_the_root(bases, tmp_path):
+    """read_frames reasons reach the frames stage's quarantine and logs without passing ingest: path-free too."""
+    gm = tmp_path / "gm100"
+    shutil.copytree(bases["gm100"], gm)
+    gm_samples.unit_paths(gm, GM_UNIT)[1].write_bytes(b"not an mp4")
+    with pytest.raises(UnitError) as e:
+        Gm100Adapter(camera="camera_top").read_frames(gm, GM_UNIT, "camera_top", [0])
+    assert str(tmp_path) not in e.value.reason and "task_00001/videos/" in e.value.reason
+    rh = tmp_path / "rh20t"
+    shutil.copytree(bases["rh20t"], rh)
+    (rh_scene(rh) / f"cam_{S.PRIMARY}" / "color.mp4").write_bytes(b"not an mp4")
+    with pytest.raises(UnitError) as e:
+        Rh20tAdapter().read_frames(rh, RH0, S.PRIMARY, [0])
+    assert str(tmp_path) not in e.value.reason and f"{S.CFG_DIR}/{RH0}/cam_{S.PRIMARY}/color.mp4" in e.value.reason
+
+
+def test_redact_paths_makes_root_paths_relative_and_hides_others():
+    from pipeline.leaks import redact_paths
+
+    text = ("cannot open '/data/gm100/task_00001/x.mp4' (also /home/alice/y.h5, C:\\Users\\bob\\z, "
+            "file:///mnt/q, ~/w.txt)")
+    out = redact_paths(text, ["/data/gm100"])
+    assert out.startswith("cannot open 'task_00001/x.mp4' (also <path>,")
+    assert not find_path_leaks(out) and out.count("<path>") == 4
+
+
+def test_leak_scanner_reports_a_file_url_after_a_space_instead_of_crashing():
+    # the "file URL" pattern had no forbidden-preceding set: `prev in None` raised TypeError in the release step
+    assert find_path_leaks("licence at file:///mnt/share/LICENSE") == ["file URL 'file:///mnt/share/LICENSE'"]

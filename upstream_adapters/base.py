@@ -190,6 +190,14 @@ def refuse_hdf5_links(h5, file: str) -> None:
                                     "other files", file=file)
 
 
+def path_free(message: str, path: Path, rel: str) -> str:
+    """`message` (e.g. a decoder's error, which quotes the file it opened) with the absolute `path` replaced by its
+    name relative to the source root, so that frame-stage quarantine rows and logs stay path-free too."""
+    for p in sorted({str(path), os.path.abspath(path), os.path.realpath(path)}, key=len, reverse=True):
+        message = message.replace(p, rel)
+    return message
+
+
 def check_unit_id(unit_id: str) -> None:
     """A unit id is a single path-free token; ids from user input are checked before any file access."""
     if not unit_id or "/" in unit_id or "\\" in unit_id or unit_id in (".", "..") or ".." in unit_id.split("__"):

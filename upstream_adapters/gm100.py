@@ -50,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import video
-from .base import SourceAdapter, check_unit_id, read_metadata, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, path_free, read_metadata, require_root, safe_join
 from .gm100_signals import signals_table
 from .storage import lerobot_v3 as v3
 from .storage.lerobot import (
@@ -367,7 +367,7 @@ class Gm100Adapter(SourceAdapter):
         try:
             got = video.read_frames(path, [offset + i for i in want], decoder=decoder, threads=threads)
         except video.DecodeError as exc:
-            raise UnitError(f"{cam} video: {exc}", file=rel_v) from None
+            raise UnitError(path_free(f"{cam} video: {exc}", path, rel_v), file=rel_v) from None
         return {i: got[offset + i] for i in want}
 
     # ------------------------------------------------------------------ helpers

@@ -51,7 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import video
-from .base import SourceAdapter, check_unit_id, read_metadata, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, path_free, read_metadata, require_root, safe_join
 from .rh20t_scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
 from .rh20t_parse import _as_float, _col, _int_ms, _nearest, _samples, _serial_entry
 from .storage.pickles import load_npy
@@ -482,5 +482,7 @@ class Rh20tAdapter(SourceAdapter):
         try:
             got = video.read_frames(src, idx, decoder=decoder, threads=threads)
         except video.DecodeError as exc:
-            raise UnitError(f"{rel}: {exc}", file=scene.where(rel)) from None
+            msg = f"{rel}: {exc}"
+            raise UnitError(path_free(msg, src, scene.where(rel)) if isinstance(src, Path) else msg,
+                            file=scene.where(rel)) from None
         return {i: got[i] for i in idx}
