@@ -164,7 +164,7 @@ class Gm100Adapter(SourceAdapter):
         for task in tasks:
             try:
                 episodes, _ = self._list_episodes(root, task)
-            except OSError:  # an unreadable task folder: its placeholder unit is quarantined with the reason
+            except Exception:  # noqa: BLE001 - one unreadable task folder: its placeholder unit is quarantined
                 episodes = []
             if episodes:
                 ids.extend(f"{task}__episode_{e:06d}" for e in episodes)

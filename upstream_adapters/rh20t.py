@@ -224,7 +224,7 @@ class Rh20tAdapter(SourceAdapter):
             else:
                 try:
                     scenes = self._folder_scenes(root, name)
-                except OSError as exc:  # one unreadable folder is one quarantine row, the others still read
+                except Exception as exc:  # noqa: BLE001 - one unreadable folder is one row, the others still read
                     self.issues.append((name or ".", f"folder cannot be listed: {type(exc).__name__}"))
                     continue
             for s in scenes:
