@@ -71,6 +71,12 @@ class SplitPool:
         ex = np.where(n > 0, dev.sum(0) * k / (2.0 * np.maximum(n, 1.0)), 0.0)
         return ex @ self.weights
 
+    # the worst family's eval share deviation |n_t/N_t − r| in percentage points, for a batch C (..., T) → (...)
+    def worst_dev_pts(self, C: np.ndarray) -> np.ndarray:
+        tot = self.counts.sum(0)
+        dev = np.abs(C - self.target) / np.maximum(tot, 1.0) * 100.0
+        return np.where(tot > 0, dev, 0.0).max(-1) if tot.size else np.zeros(np.shape(C)[:-1])
+
     def evaluate(self, mask: np.ndarray) -> dict:
         mask = np.asarray(mask, dtype=bool)
         C = self.counts[mask].sum(0)
@@ -85,6 +91,8 @@ class Selection:
     share: float                         # J
     letters: float                       # L (0 without answers)
     method: str
+    best_worst_dev_pts: float | None = None  # exact search: the least worst-family deviation any eval set reaches
+    dominance_relaxed: bool = False          # exact search: families_not_worse_than_public set aside for the bound
 
     def eval_groups(self, pool: SplitPool) -> list[str]:
         return [g for g, m in zip(pool.group_ids, self.mask) if m]
