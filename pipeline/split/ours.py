@@ -126,9 +126,10 @@ def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: flo
         for c in range(1, m):
             C = C + pool.counts[idx[:, c]]
         J_all.append(_q(pool.share_obj(C, C.sum(1))))
-        D_all.append(_q(pool.worst_dev_pts(C)))
+        absdev = np.abs(C - pool.target)
+        D_all.append(_q(pool.worst_dev_pts(C, absdev)))
         if dominance:
-            dom_all.append((np.abs(C - pool.target) <= limit).all(1))
+            dom_all.append((absdev <= limit).all(1))
         combos_all.append(idx)
     combos = np.concatenate(combos_all)
     J, D = np.concatenate(J_all), np.concatenate(D_all)
