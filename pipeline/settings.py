@@ -123,6 +123,7 @@ class SplitOurs(Strict):
     share_slack: float = 0.01
     cap_at_public: bool = True
     families_not_worse_than_public: bool = False
+    max_family_deviation_pts: Optional[float] = Field(None, gt=0)  # null = no bound on the worst family share
 
 
 class OodLevel(Strict):

@@ -216,6 +216,13 @@ def test_ours_never_worse_than_public_on_its_objective(policy, seed, n_groups, s
     pub = public_rule(pool, policy)
     ours = our_rule(pool, policy, 42, baseline=pub)
     assert ours.mask.sum() == pub.mask.sum() == n_eval_groups(n_groups, 0.15)
+    if ours.method == "exact":  # the worst-family bound comes first: J(ours) ≤ J(public) when the public set meets it
+        worst = lambda m: float(pool.worst_dev_pts(pool.counts[m].sum(0)))  # noqa: E731
+        level = max(policy["ours"]["max_family_deviation_pts"], ours.best_worst_dev_pts)
+        assert worst(ours.mask) <= level + 1e-9
+        if worst(pub.mask) > level + 1e-9:
+            assert n_groups == 16 and ours.dominance_relaxed  # this pool: no set within 1.5, public worse than best
+            return
     assert ours.share <= pub.share + 1e-9
     # shares first, letters second: ours is strictly better on J, or no worse on the letter-aware objective either
     assert ours.share < pub.share or k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, pub.mask) + 1e-9
@@ -245,30 +252,96 @@ def test_ours_hits_shares_where_public_greedy_overshoots(policy):
     assert s["eval"] == sum(s["task_counts_eval"].values()) and s["task_eval_share"] == ours
     assert leaked_groups(out) == []
 
-def test_exact_search_is_optimal_on_small_pools(policy):
-    items = make_items("reassemble", 14, {"T1": 300, "T2": 300, "T12": 60}, seed=4, sigma=0.8)
+@pytest.mark.parametrize("n_groups,seed", [(14, 4), (24, 5)])  # bound out of reach; met (not by public)
+def test_exact_search_is_optimal_on_small_pools(policy, n_groups, seed):
+    """Against a brute-force reading of the rule: within the bound (or the least worst deviation), then families not
+    worse than public (unless none is), then min J, then letters under the cap."""
+    items = make_items("reassemble", n_groups, {"T1": 300, "T2": 300, "T12": 60}, seed=seed, sigma=0.8)
     pool = make_pool(items.rename({"unit_id": "split_group_id"}), policy, "reassemble")
     pub = public_rule(pool, policy)
     ours = our_rule(pool, policy, 42, baseline=pub)
     assert ours.method == "exact"
-    assert policy["ours"]["families_not_worse_than_public"]
+    assert policy["ours"]["families_not_worse_than_public"] and policy["ours"]["max_family_deviation_pts"] == 1.5
     pub_dev = np.abs(pool.counts[pub.mask].sum(0) - pool.target)
+    tot = pool.counts.sum(0)
 
-    def eligible(m):  # no family farther from its target than under the public rule
+    def worst(m):  # worst family's |eval share − 15 %| in points
+        return float((np.abs(pool.counts[m].sum(0) / tot - 0.15) * 100).max())
+
+    def not_worse(m):  # no family farther from its target than under the public rule
         return bool((np.abs(pool.counts[m].sum(0) - pool.target) <= pub_dev + 1e-9).all())
 
     masks = [np.isin(np.arange(pool.n), c) for c in itertools.combinations(range(pool.n), pool.n_eval)]
-    masks = [m for m in masks if eligible(m)]
-    assert eligible(ours.mask)
+    best_worst = min(worst(m) for m in masks)
+    assert ours.best_worst_dev_pts == pytest.approx(best_worst, abs=1e-9)
+    level = max(1.5, best_worst)
+    masks = [m for m in masks if worst(m) <= level + 1e-9]
+    relaxed = not any(not_worse(m) for m in masks)
+    pub_ok = worst(pub.mask) <= level + 1e-9
+    assert ours.dominance_relaxed == relaxed and not (relaxed and pub_ok)
+    masks = masks if relaxed else [m for m in masks if not_worse(m)]
+    assert worst(ours.mask) <= level + 1e-9 and (relaxed or not_worse(ours.mask))
     best_j = min(pool.evaluate(m)["share"] for m in masks)
-    assert ours.share <= pub.share + 1e-9
     slack = policy["ours"]["share_slack"]
-    assert ours.share <= min(pub.share, best_j + slack) + 1e-9
+    cap = min(pub.share, best_j + slack) if pub_ok else best_j + slack
+    assert ours.share <= cap + 1e-9
     # nothing eligible within the cap has a lower letter-aware objective
-    cap = min(pub.share, best_j + slack)
     for m in masks:
         if pool.evaluate(m)["share"] <= cap + 1e-9:
             assert k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, m) + 1e-9
+
+def counts_items(source: str, groups: dict[str, dict[str, int]]) -> pl.DataFrame:
+    """Items of hand-made groups: {group: {family: count}} (no answers: shares alone decide)."""
+    return pl.DataFrame([{"source": source, "unit_id": g, "task_id": f}
+                         for g, fams in groups.items() for f, k in fams.items() for _ in range(k)])
+
+
+def test_exact_search_honours_the_family_deviation_bound(policy):
+    """g0 is J-optimal (T1 on target, T2 2.3 pts off) and what the public rule picks; g1 has both families 1.2 pts
+    off: the bound 1.5 makes ours take g1, though no family of g1 is closer than under the public set (the
+    families-not-worse rule is set aside, and reported so)."""
+    items = counts_items("reassemble", {"g0": {"T1": 150, "T2": 127}, "g1": {"T1": 138, "T2": 138},
+                                        "g2": {"T1": 400, "T2": 400}, "g3": {"T1": 312, "T2": 335}})
+    pol = copy.deepcopy(policy)
+    pol["ood"]["enabled"] = False
+    out, summary = split_items(items, None, pol, 42)
+    s = summary["sources"]["reassemble"]
+    assert s["method"] == "exact" and s["eval_groups"] == 1
+    assert set(out.filter(pl.col("split") == "eval")["unit_id"]) == {"g1"}
+    assert s["task_eval_share_ours"] == {"T1": 0.138, "T2": 0.138} and s["task_eval_share_public"]["T2"] == 0.127
+    assert s["family_deviation_pts"] == {"bound": 1.5, "ours": 1.2, "public": 2.3, "best_achievable": 1.2,
+                                         "bound_met": True, "families_not_worse_than_public_relaxed": True}
+    assert s["objective"]["ours"]["share"] > s["objective"]["public"]["share"]  # J gives way to the bound
+    # planted defect: without the bound, ours is the J-optimal set that breaks it
+    pol["ours"]["max_family_deviation_pts"] = None
+    out, summary = split_items(items, None, pol, 42)
+    s = summary["sources"]["reassemble"]
+    assert set(out.filter(pl.col("split") == "eval")["unit_id"]) == {"g0"}
+    assert s["family_deviation_pts"]["bound"] is None and s["family_deviation_pts"]["ours"] == 2.3
+
+
+def test_unreachable_bound_reports_the_best_achievable_deviation(policy):
+    """No eval set gets every family within 1.5 pts: ours takes the set with the least worst deviation (g1, 2 pts;
+    the J-optimal g0 is 2.8 pts off) and the summary says the bound is not met and what was achievable."""
+    items = counts_items("reassemble", {"g0": {"T1": 150, "T2": 122}, "g1": {"T1": 130, "T2": 140},
+                                        "g2": {"T1": 400, "T2": 400}, "g3": {"T1": 320, "T2": 338}})
+    pol = copy.deepcopy(policy)
+    pol["ood"]["enabled"] = False
+    out, summary = split_items(items, None, pol, 42)
+    s = summary["sources"]["reassemble"]
+    assert set(out.filter(pl.col("split") == "eval")["unit_id"]) == {"g1"}
+    assert s["family_deviation_pts"] == {"bound": 1.5, "ours": 2.0, "public": 2.8, "best_achievable": 2.0,
+                                         "bound_met": False, "families_not_worse_than_public_relaxed": True}
+
+
+def test_family_deviation_bound_is_typed(tmp_path):
+    cfg = tmp_path / "split.yaml"
+    cfg.write_text("split:\n  ours:\n    max_family_deviation_pts: null\n")
+    assert load_policy(cfg)[0]["ours"]["max_family_deviation_pts"] is None
+    cfg.write_text("split:\n  ours:\n    max_family_deviation_pts: -1.5\n")
+    with pytest.raises(ValueError, match="max_family_deviation_pts"):
+        load_policy(cfg)
+
 
 def test_task_weights_come_from_config(policy):
     items = make_items("reassemble", 10, {"T1": 100, "T12": 20}, seed=2)

@@ -28,10 +28,13 @@ with Python's round, as the public script. Both rules minimise the public object
   L = Σ_t w_t·(k_t·majority_letter_share_t − 1) (0 = every answer letter equally frequent in eval) and L1 the
   letters' L1 distance from uniform (a smooth companion that guides the search), by sweeps from every phase-1
   optimum, iterated local search (random kicks + sweeps) on the best, and the public set itself if it is within the
-  cap and better. Hence J(ours) ≤ J(public) on the same pool, always; and when the public set was within the cap
+  cap and better. Hence J(ours) ≤ J(public) on the same pool (exact search: see below); and when the public set was within the cap
   (else J(ours) < J(public)), J + λ·(L + μ·L1) is no worse either: ours never loses on both. Iteration counts
   come from work budgets divided by m·(groups − m), so they depend on the pool, never on the clock. Objective comparisons are quantised to 1e-10, ties go to the lowest index, and
   every RNG derives from (seed, stage, source): the result does not hinge on the last bit of a float sum.
+  The exact search first restricts the sets to those whose worst family share is within `max_family_deviation_pts`
+  of r (or, if none is, to those with the least worst deviation), then to `families_not_worse_than_public` unless
+  that leaves none; J(ours) ≤ J(public) then holds whenever the public set meets the bound (ours._exact).
 
 Group ids: a unit's group is its unit_id (the public release) unless the policy merges units sharing a stricter key
 (`merge_keys`; a key is a unit field or a tuple of fields, e.g. [task_id, scene_id]): a merged group is named

@@ -121,7 +121,8 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
             ours = our_rule(pool, policy, seed, baseline=pub)
             use = ours if rule == "ours" else pub
             chosen = set(use.eval_groups(pool))
-            sel_report = _selection_report(pool, ours, pub, rule, lam if pool.letters is not None else 0.0)
+            sel_report = _selection_report(pool, ours, pub, rule, lam if pool.letters is not None else 0.0,
+                                           policy["ours"]["max_family_deviation_pts"])
         # groups whose only items belong to held-out families are not in the pool: they stay SFT (items excluded)
         for g in rest_groups:
             split_of[(source, g)] = "eval" if g in chosen else "sft"

@@ -41,6 +41,7 @@ class SplitPool:
         self.sizes = self.counts.sum(1)
         self._scale = self.weights / np.maximum(self.target, 1.0)
         self._zero = np.where(self.target >= 1.0, self.zero_penalty * self.weights, 0.0)
+        self._pts = np.where(tot > 0, 100.0 / np.maximum(tot, 1.0), 0.0)
         if self.letters is not None:
             self.letters = np.asarray(self.letters, dtype=np.float64)
         self._letter_mask = (np.arange(len(CHOICE_LETTERS))[:, None] < np.asarray(self.num_choices)[None, :]).astype(float)
@@ -71,6 +72,14 @@ class SplitPool:
         ex = np.where(n > 0, dev.sum(0) * k / (2.0 * np.maximum(n, 1.0)), 0.0)
         return ex @ self.weights
 
+    # the worst family's eval share deviation |n_t/N_t − r| in percentage points, for a batch C (..., T) → (...);
+    # `absdev` = |C − target| when the caller has it already
+    def worst_dev_pts(self, C: np.ndarray, absdev: np.ndarray | None = None) -> np.ndarray:
+        if not self.families:
+            return np.zeros(np.shape(C)[:-1])
+        absdev = np.abs(C - self.target) if absdev is None else absdev
+        return (absdev * self._pts).max(-1)
+
     def evaluate(self, mask: np.ndarray) -> dict:
         mask = np.asarray(mask, dtype=bool)
         C = self.counts[mask].sum(0)
@@ -85,6 +94,8 @@ class Selection:
     share: float                         # J
     letters: float                       # L (0 without answers)
     method: str
+    best_worst_dev_pts: float | None = None  # exact search: the least worst-family deviation any eval set reaches
+    dominance_relaxed: bool = False          # exact search: families_not_worse_than_public set aside for the bound
 
     def eval_groups(self, pool: SplitPool) -> list[str]:
         return [g for g, m in zip(pool.group_ids, self.mask) if m]

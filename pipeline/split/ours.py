@@ -1,4 +1,5 @@
-"""Our rule: J(ours) ≤ J(public) on the same pool, then balanced answer letters (see the package docstring)."""
+"""Our rule: the worst-family bound (exact search), J(ours) ≤ J(public) on the same pool, then balanced answer
+letters (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -101,16 +102,20 @@ def _share_cap(cfg: dict, j_public: float, j_star: float, slack: float) -> float
 
 def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: float, chunk: int,
            cfg: dict, public_mask: np.ndarray | None = None) -> Selection:
-    """Every eval set of size m: phase 1 min J, then min J + lam·(L + mu·L1) subject to J ≤ min(cap_public, J* + slack).
-    With `families_not_worse_than_public` (and the public set given), only sets where no family's eval count is
-    farther from its target than under the public rule are eligible (the public set itself always is).
-    Ties go to the first set in lexicographic order of group indices."""
+    """Every eval set of size m. Eligible sets, in order of precedence:
+    1. worst family deviation D(S) = max_t |n_t/N_t − r| (points) ≤ max(max_family_deviation_pts, min_S D(S)): the
+       bound, or the best any set reaches when none meets it (null bound: every set);
+    2. with `families_not_worse_than_public` (public set given): no family's eval count farther from its target than
+       under the public rule, unless no set of step 1 qualifies (the public set breaks the bound): then this rule is
+       set aside, and D(ours) ≤ bound < D(public) anyway.
+    Among them phase 1 min J, then min J + lam·(L + mu·L1) subject to J ≤ J* + slack, and ≤ J(public) when the
+    public set is eligible (cap_at_public). Ties go to the first set in lexicographic order of group indices."""
     n, m = pool.n, pool.n_eval
     dtype = np.int16 if n < 2**15 else np.int32
     dominance = public_mask is not None and bool(cfg["families_not_worse_than_public"])
     if dominance:
         limit = np.abs(pool.counts[public_mask].sum(0) - pool.target) + 1e-9
-    combos_all, J_all = [], []
+    combos_all, J_all, D_all, dom_all = [], [], [], []
     it = itertools.combinations(range(n), m)
     while True:
         flat = np.fromiter(itertools.chain.from_iterable(itertools.islice(it, chunk)), dtype=dtype)
@@ -120,14 +125,27 @@ def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: flo
         C = pool.counts[idx[:, 0]]
         for c in range(1, m):
             C = C + pool.counts[idx[:, c]]
-        J = _q(pool.share_obj(C, C.sum(1)))
-        if dominance:  # ineligible sets never win: J = inf
-            J = np.where((np.abs(C - pool.target) <= limit).all(1), J, np.inf)
-        J_all.append(J)
+        J_all.append(_q(pool.share_obj(C, C.sum(1))))
+        absdev = np.abs(C - pool.target)
+        D_all.append(_q(pool.worst_dev_pts(C, absdev)))
+        if dominance:
+            dom_all.append((absdev <= limit).all(1))
         combos_all.append(idx)
     combos = np.concatenate(combos_all)
-    J = np.concatenate(J_all)
+    J, D = np.concatenate(J_all), np.concatenate(D_all)
+    d_best = float(D.min())
+    bound = cfg.get("max_family_deviation_pts")
+    level = math.inf if bound is None else max(float(_q(bound)), d_best)
+    ok = D <= level
+    relaxed = False
+    if dominance:
+        ok_dom = ok & np.concatenate(dom_all)
+        relaxed = not ok_dom.any()
+        ok = ok if relaxed else ok_dom
+    J = np.where(ok, J, np.inf)  # ineligible sets never win
     best = int(np.argmin(J))
+    if public_mask is not None and float(_q(pool.worst_dev_pts(pool.counts[public_mask].sum(0)))) > level:
+        cap_public = math.inf  # the public set breaks the bound: J(ours) may exceed J(public)
     if lam > 0 and pool.letters is not None:
         cap = _q(_share_cap(cfg, cap_public, float(J[best]), slack))
         feas = np.flatnonzero(J <= cap)  # ascending: keeps the lexicographic tie order
@@ -142,7 +160,7 @@ def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: flo
     mask = np.zeros(n, dtype=bool)
     mask[combos[best].astype(np.int64)] = True
     ev = pool.evaluate(mask)
-    return Selection(mask, ev["share"], ev["letters"], "exact")
+    return Selection(mask, ev["share"], ev["letters"], "exact", best_worst_dev_pts=d_best, dominance_relaxed=relaxed)
 
 
 def _budget(cfg: dict, name: str, cost: int) -> int:
