@@ -3,18 +3,25 @@
 A unit that cannot be read, or whose IR violates the schema, becomes a quarantine row (unit, stage, reason, file)
 and the rest of the source goes on. A source whose root is unusable becomes one quarantine row with unit "*".
 A unit whose media was not downloaded (UnitAbsent) is "absent", not broken: one row in the `absent` table, never
-counted against the quarantine share.
+counted against the quarantine share. A placeholder unit standing for several upstream units it cannot name (e.g. an
+AIST task without a task id) carries their number in the row's `units` column, which the quarantine share counts.
+
+Every unit kept gets a `content_hash` of its clock and signals (never its id or paths): units with equal content are
+the same recording under two ids, merged into one split group (configs/split.yaml merge_keys) and noted here.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from upstream_adapters import get_adapter
 from upstream_adapters.ir import (
@@ -58,6 +65,56 @@ def quarantine_frame(rows: list[dict]) -> pl.DataFrame:
     return pl.from_arrow(to_table(rows, QUARANTINE_SCHEMA))
 
 
+def units_lost(quarantine: pl.DataFrame) -> int:
+    """Upstream units a quarantine table stands for: one per row, or the row's `units` when it names more."""
+    if not quarantine.height:
+        return 0
+    if "units" not in quarantine.columns:
+        return quarantine.height
+    return int(quarantine.select(pl.col("units").fill_null(1).clip(lower_bound=1).sum()).item())
+
+
+_CHANNELS = ("pos_x", "pos_y", "pos_z", "speed", "gripper_effort", "gripper_width", "force")
+
+
+def content_hash(ir) -> str | None:
+    """sha256 of a unit's primary-camera clock (t_sec, native_ts) and its signals, without source, ids or paths: the
+    same recording stored under another unit id hashes the same. None when every signal channel is null or constant:
+    such units (an idle robot) could be equal by chance, so they are not compared."""
+    sig = ir.signals.sort_by([("arm", "ascending"), ("frame_index", "ascending")])
+    chans = {c: sig.column(c).to_numpy(zero_copy_only=False).astype("<f8") for c in _CHANNELS}
+    if not any(np.nanmax(v) > np.nanmin(v) for v in chans.values() if v.size and not np.isnan(v).all()):
+        return None
+    prim = ir.frames.filter(pc.equal(ir.frames.column("camera"), ir.unit["camera"]))
+    h = hashlib.sha256(f"{ir.unit['num_frames']}\0{len(sig)}\0".encode())
+    for col in ("t_sec", "native_ts"):
+        h.update(prim.column(col).to_numpy(zero_copy_only=False).astype("<f8").tobytes())
+    h.update("\0".join(sig.column("arm").to_pylist()).encode())
+    h.update(sig.column("frame_index").to_numpy(zero_copy_only=False).astype("<i8").tobytes())
+    for c in _CHANNELS:
+        v = chans[c].copy()
+        v[np.isnan(v)] = np.nan  # one NaN bit pattern for nulls
+        h.update(v.tobytes())
+    return h.hexdigest()[:24]
+
+
+def _duplicate_notes(slug: str, units: list[dict]) -> list[dict]:
+    """A note on each unit whose content equals another's (the first unit id in sort order is named)."""
+    first: dict[str, str] = {}
+    out = []
+    for u in sorted(units, key=lambda u: u["unit_id"]):
+        key = u.get("content_hash")
+        if key is None:
+            continue
+        if key in first:
+            out.append({"source": slug, "unit_id": u["unit_id"],
+                        "note": f"same clock and signals as unit {first[key]} (content_hash {key}): a duplicate "
+                                "recording, kept in one split group with it"})
+        else:
+            first.setdefault(key, u["unit_id"])
+    return out
+
+
 def _frame(tables: list[pa.Table], schema: pa.Schema) -> pl.DataFrame:
     return pl.from_arrow(pa.concat_tables(tables) if tables else schema.empty_table())
 
@@ -79,6 +136,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     parts: dict[str, list[pa.Table]] = {"units": [], "frames": [], "signals": [], "segments": []}
     notes: list[dict] = []
     absent: list[dict] = []
+    kept: list[dict] = []
     iterator = progress(unit_ids) if progress else unit_ids
     for unit_id in iterator:
         try:
@@ -88,7 +146,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
             continue
         except UnitError as exc:
             quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest", "reason": exc.reason,
-                               "file": exc.file})
+                               "file": exc.file, "units": exc.units})
             continue
         except Exception as exc:  # an adapter bug or an unforeseen file problem: quarantine, name it, go on
             quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest",
@@ -99,11 +157,14 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
             quarantine.append({"source": slug, "unit_id": unit_id, "stage": "ingest",
                                "reason": f"IR schema: {problem}", "file": None})
             continue
+        ir.unit["content_hash"] = content_hash(ir)
+        kept.append(ir.unit)
         parts["units"].append(pa.Table.from_pylist([ir.unit], schema=UNITS_SCHEMA))
         parts["frames"].append(ir.frames)
         parts["signals"].append(ir.signals)
         parts["segments"].append(ir.segments)
         notes += [{"source": slug, "unit_id": unit_id, "note": n} for n in ir.notes]
+    notes += _duplicate_notes(slug, kept)
     if absent:
         log.info("%s: %d units absent (media not downloaded), skipped", slug, len(absent))
     for q in quarantine:
@@ -135,7 +196,7 @@ def read_ir(ir_dir: Path) -> dict[str, pl.DataFrame]:
 def summary_text(slug: str, result: IngestResult) -> str:
     """The one-screen summary `processbench ingest` prints."""
     u, q = result.units, result.quarantine
-    lines = [f"source {slug}: {u.height} units read, {q.filter(pl.col('unit_id') != '*').height} quarantined, "
+    lines = [f"source {slug}: {u.height} units read, {units_lost(q.filter(pl.col('unit_id') != '*'))} quarantined, "
              f"{result.absent.height} absent (not downloaded)"]
     if q.height:
         lines.append("quarantined by reason:")
