@@ -96,7 +96,8 @@ def run_candidates(cfg: dict, slug: str) -> dict:
         log.warning("%s/%s: no candidate items: %s", slug, r["unit_id"], r["reason"])
     return {"candidates": pool.height,
             "per_family": {r["task_id"]: r["len"] for r in pool.group_by("task_id").len().sort("task_id").iter_rows(named=True)},
-            "no_items": {r["unit_id"]: r["reason"] for r in silent.iter_rows(named=True)}}
+            "no_items": silent.height,  # and the first 50 units with their reason:
+            "no_items_units": {r["unit_id"]: r["reason"] for r in silent.head(50).iter_rows(named=True)}}
 
 
 # --------------------------------------------------------------------------------------------------- frames
