@@ -200,7 +200,8 @@ def summary_text(slug: str, result: IngestResult) -> str:
              f"{result.absent.height} absent (not downloaded)"]
     if q.height:
         lines.append("quarantined by reason:")
-        for row in q.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).iter_rows(named=True):
+        per = q.group_by("reason").agg(pl.col("units").fill_null(1).clip(lower_bound=1).sum().alias("len"))
+        for row in per.sort(["len", "reason"], descending=[True, False]).iter_rows(named=True):
             lines.append(f"  {row['len']:5d}  {row['reason']}")
     if u.height:
         cams = sorted({c for cs in u["cameras"].to_list() for c in cs})

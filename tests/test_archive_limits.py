@@ -16,7 +16,7 @@ import yaml
 
 from bombs import tar_gz_bomb, zip_bomb
 from pipeline.config import load_config
-from pipeline.ingest import ingest_source, units_lost, write_ir
+from pipeline.ingest import ingest_source, summary_text, units_lost, write_ir
 from pipeline.settings_errors import ConfigError
 from pipeline.stages import quarantine_shares
 from upstream_adapters.aist import AistAdapter
@@ -175,6 +175,7 @@ def test_unmapped_task_row_counts_its_episodes_in_the_quarantine_share(tmp_path)
     row = res.quarantine.filter(pl.col("unit_id") == "unmapped_sort_unknown_things").row(0, named=True)
     assert row["units"] == 3 and "3 episodes not read" in row["reason"]
     assert units_lost(res.quarantine) == 3
+    assert "2 units read, 3 quarantined" in summary_text("aist", res)
     cfg = {"build": {"work_dir": str(tmp_path / "work"), "sources": ["aist"]}}
     write_ir(res, tmp_path / "work" / "ir" / "aist")
     assert quarantine_shares(cfg, "aist") == {"aist": round(3 / 5, 4)}  # 3 lost of 2 read + 3
