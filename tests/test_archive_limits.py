@@ -3,6 +3,7 @@ fails counts every unit it held, folders named like archives are read, limits ar
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -155,10 +156,35 @@ def _aist_root(tmp_path: Path) -> Path:
     return root
 
 
-def test_unreadable_zip_counts_each_episode_it_held(tmp_path):
+class _Stream(io.RawIOBase):
+    """A non-seekable sink: zipfile then writes data descriptors after each member, as streaming zip servers do."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        self.data += b
+        return len(b)
+
+
+@pytest.mark.parametrize("kind", ["seekable", "streamed_stored", "streamed_deflated"])
+def test_unreadable_zip_counts_each_episode_it_held(tmp_path, kind):
     root = _aist_root(tmp_path)
     bad = root / "insert_rod_board.zip"
-    A.write_task_zip(bad, {f"insert_rod_board/episode_{i}.hdf5": ep_bytes("task_016", i) for i in range(3)})
+    members = {f"insert_rod_board/episode_{i}.hdf5": ep_bytes("task_016", i) for i in range(3)}
+    if kind == "seekable":
+        A.write_task_zip(bad, members)
+    else:
+        sink, method = _Stream(), zipfile.ZIP_STORED if kind == "streamed_stored" else zipfile.ZIP_DEFLATED
+        with zipfile.ZipFile(sink, "w") as zf:
+            for name, data in members.items():
+                info = zipfile.ZipInfo(name)
+                info.compress_type = method
+                zf.writestr(info, data)
+        bad.write_bytes(bytes(sink.data))
     bad.write_bytes(bad.read_bytes()[:-200])  # a download cut short: the central directory is gone
     res = ingest_source("aist", root, {})
     q = res.quarantine.filter(pl.col("unit_id").str.starts_with("task_016"))

@@ -96,14 +96,16 @@ def local_member_names(path: Path, limit: int = 100_000) -> list[str]:
                 if csize is None:
                     break
             if flags & 0x8:
-                if method != 8:
-                    break
-                end = _deflate_end(fh, data)
-                if end is None:
-                    break
-                fh.seek(end)
-                desc = fh.read(4)
-                pos = end + (16 if desc == b"PK\x07\x08" else 12)
+                if method == 8:
+                    end = _deflate_end(fh, data)
+                    if end is None:
+                        break
+                    fh.seek(end)
+                    pos = end + (16 if fh.read(4) == b"PK\x07\x08" else 12)
+                else:  # stored: the descriptor whose compressed size is its own distance from the data
+                    pos = _stored_end(fh, data)
+                    if pos is None:
+                        break
             else:
                 pos = data + csize
             if pos > total:
@@ -119,6 +121,30 @@ def _zip64_csize(extra: bytes) -> int | None:
             return struct.unpack("<Q", extra[i + 12:i + 20])[0]
         i += 4 + size
     return None
+
+
+def _stored_end(fh, start: int) -> int | None:
+    """Offset past the data descriptor of a stored member whose data starts at `start` (signature PK\\x07\\x08 and
+    a compressed size equal to the data's length, 32- or 64-bit)."""
+    fh.seek(start)
+    buf, base = b"", start
+    while True:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return None
+        buf += chunk
+        i = buf.find(b"PK\x07\x08")
+        while i >= 0:
+            if len(buf) < i + 24:
+                break
+            at = base + i
+            if struct.unpack("<I", buf[i + 8:i + 12])[0] == at - start:
+                return at + 16
+            if struct.unpack("<Q", buf[i + 8:i + 16])[0] == at - start:
+                return at + 24
+            i = buf.find(b"PK\x07\x08", i + 1)
+        keep = max(0, len(buf) - 24)  # a signature may straddle two chunks
+        base, buf = base + keep, buf[keep:]
 
 
 def _deflate_end(fh, start: int) -> int | None:
