@@ -85,7 +85,7 @@ def test_tar_gz_bomb_member_is_its_scenes_row_with_bounded_memory(tmp_path):
     got = _probe("rh20t", tmp_path, BOMB.name, GOOD.name)
     assert got["ids"] == sorted([GOOD.name, BOMB.name])
     assert "color.mp4" in got["bad"] and ("max_compression_ratio" in got["bad"] or "max_member_bytes" in got["bad"])
-    assert got["file"] == "RH20T_cfg2.tar.gz"
+    assert got["file"] == f"RH20T_cfg2.tar.gz:{bomb_rel}"
     assert got["good_frames"] == 30
     assert got["maxrss_kb"] < RSS_LIMIT_KB, f"peak RSS {got['maxrss_kb']} kB"
 

@@ -128,7 +128,7 @@ class _TarScene:
         try:
             got = self.archive.read(self.path, members.values())
         except MemberRefused as exc:
-            raise UnitError(str(exc), file=self.archive.rel) from None
+            raise UnitError(str(exc), file=f"{self.archive.rel}:{exc.member}") from None
         except (ArchiveDamaged, OSError) as exc:
             raise UnitError(f"cannot read scene from archive {self.archive.rel}: {exc}",
                             file=self.archive.rel) from None

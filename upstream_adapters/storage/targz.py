@@ -35,6 +35,10 @@ class ArchiveDamaged(Exception):
 class MemberRefused(Exception):
     """A member past the archive limits (too large, or a compression ratio of a bomb): never inflated."""
 
+    def __init__(self, reason: str, member: str):
+        super().__init__(reason)
+        self.member = member
+
 
 class _Checkpoints:
     """Decompressor snapshots along one gzip file: (uncompressed pos, compressed pos, zlib state or None)."""
@@ -229,7 +233,7 @@ class TarGzIndex:
         for m in members:
             why = self.limits.refuse(m.name, m.size, m.csize)
             if why:
-                raise MemberRefused(why)
+                raise MemberRefused(why, m.name)
         out: dict[str, bytes] = {}
         with open(path, "rb") as fh:
             reader = _GzReader(fh, self.checkpoints)
