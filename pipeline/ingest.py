@@ -7,19 +7,26 @@ file) and the rest of the source goes on. A source whose root is unusable, or wh
 quarantine row with unit "*". Reasons, notes and files are made path-free here, the one place every adapter's
 messages pass (absolute paths under the root become relative, any other absolute path `<path>`).
 A unit whose media was not downloaded (UnitAbsent) is "absent", not broken: one row in the `absent` table, never
-counted against the quarantine share.
+counted against the quarantine share. A placeholder unit standing for several upstream units it cannot name (e.g. an
+AIST task without a task id) carries their number in the row's `units` column, which the quarantine share counts.
+
+Every unit kept gets a `content_hash` of its clock and signals (never its id or paths): units with equal content are
+the same recording under two ids, merged into one split group (configs/split.yaml merge_keys) and noted here.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from upstream_adapters import get_adapter
 from upstream_adapters.ir import (
@@ -64,6 +71,56 @@ def quarantine_frame(rows: list[dict]) -> pl.DataFrame:
     return pl.from_arrow(to_table(rows, QUARANTINE_SCHEMA))
 
 
+def units_lost(quarantine: pl.DataFrame) -> int:
+    """Upstream units a quarantine table stands for: one per row, or the row's `units` when it names more."""
+    if not quarantine.height:
+        return 0
+    if "units" not in quarantine.columns:
+        return quarantine.height
+    return int(quarantine.select(pl.col("units").fill_null(1).clip(lower_bound=1).sum()).item())
+
+
+_CHANNELS = ("pos_x", "pos_y", "pos_z", "speed", "gripper_effort", "gripper_width", "force")
+
+
+def content_hash(ir) -> str | None:
+    """sha256 of a unit's primary-camera clock (t_sec, native_ts) and its signals, without source, ids or paths: the
+    same recording stored under another unit id hashes the same. None when every signal channel is null or constant:
+    such units (an idle robot) could be equal by chance, so they are not compared."""
+    sig = ir.signals.sort_by([("arm", "ascending"), ("frame_index", "ascending")])
+    chans = {c: sig.column(c).to_numpy(zero_copy_only=False).astype("<f8") for c in _CHANNELS}
+    if not any(np.nanmax(v) > np.nanmin(v) for v in chans.values() if v.size and not np.isnan(v).all()):
+        return None
+    prim = ir.frames.filter(pc.equal(ir.frames.column("camera"), ir.unit["camera"]))
+    h = hashlib.sha256(f"{ir.unit['num_frames']}\0{len(sig)}\0".encode())
+    for col in ("t_sec", "native_ts"):
+        h.update(prim.column(col).to_numpy(zero_copy_only=False).astype("<f8").tobytes())
+    h.update("\0".join(sig.column("arm").to_pylist()).encode())
+    h.update(sig.column("frame_index").to_numpy(zero_copy_only=False).astype("<i8").tobytes())
+    for c in _CHANNELS:
+        v = chans[c].copy()
+        v[np.isnan(v)] = np.nan  # one NaN bit pattern for nulls
+        h.update(v.tobytes())
+    return h.hexdigest()[:24]
+
+
+def _duplicate_notes(slug: str, units: list[dict]) -> list[dict]:
+    """A note on each unit whose content equals another's (the first unit id in sort order is named)."""
+    first: dict[str, str] = {}
+    out = []
+    for u in sorted(units, key=lambda u: u["unit_id"]):
+        key = u.get("content_hash")
+        if key is None:
+            continue
+        if key in first:
+            out.append({"source": slug, "unit_id": u["unit_id"],
+                        "note": f"same clock and signals as unit {first[key]} (content_hash {key}): a duplicate "
+                                "recording, kept in one split group with it"})
+        else:
+            first.setdefault(key, u["unit_id"])
+    return out
+
+
 def _frame(tables: list[pa.Table], schema: pa.Schema) -> pl.DataFrame:
     return pl.from_arrow(pa.concat_tables(tables) if tables else schema.empty_table())
 
@@ -102,10 +159,11 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     roots = (str(root), str(root.absolute()), os.path.realpath(root))
     quarantine: list[dict] = []
 
-    def row(unit_id: str, reason: str, file: str | None, table: list[dict] = quarantine, stage=True) -> None:
+    def row(unit_id: str, reason: str, file: str | None, table: list[dict] = quarantine, stage=True,
+            units: int | None = None) -> None:
         rec = {"source": slug, "unit_id": unit_id, "reason": redact_paths(str(reason), roots),
                "file": _relative(file, roots)}
-        table.append({**rec, "stage": "ingest"} if stage else rec)
+        table.append({**rec, "stage": "ingest", "units": units} if stage else rec)
 
     try:
         unit_ids = adapter.discover(root)
@@ -123,6 +181,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     parts: dict[str, list[pa.Table]] = {"units": [], "frames": [], "signals": [], "segments": []}
     notes: list[dict] = []
     absent: list[dict] = []
+    kept: list[dict] = []
     iterator = progress(unit_ids) if progress else unit_ids
     for unit_id in iterator:
         try:
@@ -131,7 +190,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
             row(unit_id, exc.reason, exc.file, absent, stage=False)
             continue
         except UnitError as exc:
-            row(unit_id, exc.reason, exc.file)
+            row(unit_id, exc.reason, exc.file, units=exc.units)
             continue
         except Exception as exc:  # noqa: BLE001 - an adapter bug or an unforeseen file problem: quarantine, go on
             row(unit_id, f"unexpected {type(exc).__name__}: {exc}", None)
@@ -144,11 +203,14 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         if problem:
             row(unit_id, problem, None)
             continue
+        ir.unit["content_hash"] = content_hash(ir)
+        kept.append(ir.unit)
         parts["units"].append(pa.Table.from_pylist([ir.unit], schema=UNITS_SCHEMA))
         parts["frames"].append(ir.frames)
         parts["signals"].append(ir.signals)
         parts["segments"].append(ir.segments)
         notes += [{"source": slug, "unit_id": unit_id, "note": redact_paths(str(n), roots)} for n in ir.notes]
+    notes += _duplicate_notes(slug, kept)
     if absent:
         log.info("%s: %d units absent (media not downloaded), skipped", slug, len(absent))
     for q in quarantine:
@@ -193,11 +255,12 @@ def read_ir(ir_dir: Path) -> dict[str, pl.DataFrame]:
 def summary_text(slug: str, result: IngestResult) -> str:
     """The one-screen summary `processbench ingest` prints."""
     u, q = result.units, result.quarantine
-    lines = [f"source {slug}: {u.height} units read, {q.filter(pl.col('unit_id') != '*').height} quarantined, "
+    lines = [f"source {slug}: {u.height} units read, {units_lost(q.filter(pl.col('unit_id') != '*'))} quarantined, "
              f"{result.absent.height} absent (not downloaded)"]
     if q.height:
         lines.append("quarantined by reason:")
-        for row in q.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).iter_rows(named=True):
+        per = q.group_by("reason").agg(pl.col("units").fill_null(1).clip(lower_bound=1).sum().alias("len"))
+        for row in per.sort(["len", "reason"], descending=[True, False]).iter_rows(named=True):
             lines.append(f"  {row['len']:5d}  {row['reason']}")
     if u.height:
         cams = sorted({c for cs in u["cameras"].to_list() for c in cs})

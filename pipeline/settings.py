@@ -72,11 +72,27 @@ class BuildFile(Strict):
 # ================================================================================================ configs/sources.yaml
 
 
+class ArchiveLimits(Strict):
+    """Bounds on reading archives (upstream_adapters/storage/limits.py): a member past them is refused before it is
+    inflated and its unit quarantined; an archive expanding past max_archive_bytes is not read further."""
+    max_member_bytes: int = Field(4 << 30, gt=0)            # one member's uncompressed size
+    max_compression_ratio: float = Field(200.0, gt=1)       # uncompressed / compressed size of one member
+    max_archive_bytes: int = Field(1 << 40, gt=0)           # what one archive may expand to in total
+
+
+class AdapterOptions(Strict):
+    """Keyword options of the adapter's constructor (each adapter checks its own); the ones shared by several
+    adapters are typed here."""
+    model_config = ConfigDict(extra="allow")
+    omit_unset: ClassVar[frozenset[str]] = frozenset({"archive_limits"})
+    archive_limits: Optional[ArchiveLimits] = None
+
+
 class SourceEntry(Strict):
     name: str                                    # display name (GM-100, ...)
     unit_type: Literal["episode", "recording"]
     root: str                                    # relative to the repository; {scale} = build.scale
-    adapter: dict[str, Any] = {}                 # keyword options of the adapter's constructor
+    adapter: AdapterOptions = AdapterOptions()   # keyword options of the adapter's constructor
 
 
 SourcesFile = dict[Slug, SourceEntry]
@@ -84,7 +100,8 @@ SourcesFile = dict[Slug, SourceEntry]
 # ================================================================================================ configs/split.yaml
 
 
-UnitKey = Literal["task_id", "operator_id", "scene_id", "config_id", "taxonomy"]  # IR unit fields a key may name
+UnitKey = Literal["task_id", "operator_id", "scene_id", "config_id", "taxonomy",  # IR unit fields a key may name
+                  "content_hash"]
 
 
 class SplitSource(Strict):

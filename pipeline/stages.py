@@ -28,13 +28,14 @@ from .config import path_in_repo, split_policy
 from .exports import run_exports
 from .validity import REPORT_FILES, run_validity
 from .families import build_candidates
+from .families.no_items import units_without_items
 from .frames.cache import FrameCache
 from .frames.extract import extract_from_config, requests_from_items
 from .frames.gate import gate_items
 from .frames.readers import AdapterReaders
 from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
-from .ingest import ingest_source, quarantine_frame, read_ir, summary_text, write_ir
+from .ingest import ingest_source, quarantine_frame, read_ir, summary_text, units_lost, write_ir
 from .io import write_json, write_parquet
 from .labels import compute_labels
 from .prompts import prompt_templates_markdown
@@ -61,11 +62,11 @@ def run_ingest(cfg: dict, slug: str) -> dict:
     result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"])
     write_ir(result, work_dir(cfg) / "ir" / slug)
     log.info("%s", summary_text(slug, result))
-    q = result.quarantine
-    return {"units": result.units.height, "quarantined": q.height, "absent": result.absent.height,
+    lost = units_lost(result.quarantine)
+    return {"units": result.units.height, "quarantined": lost, "absent": result.absent.height,
             "frames": result.frames.height,
             "signals": result.signals.height, "segments": result.segments.height,
-            "quarantine_share": q.height / max(1, q.height + result.units.height)}
+            "quarantine_share": lost / max(1, lost + result.units.height)}
 
 
 def load_ir(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
@@ -87,10 +88,16 @@ def load_labels(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
 
 # --------------------------------------------------------------------------------------------------- candidates
 def run_candidates(cfg: dict, slug: str) -> dict:
-    pool = build_candidates(slug, load_ir(cfg, slug), load_labels(cfg, slug), cfg)
+    ir, labels = load_ir(cfg, slug), load_labels(cfg, slug)
+    pool = build_candidates(slug, ir, labels, cfg)
     write_parquet(work_dir(cfg) / "candidates" / f"{slug}.parquet", pool)
+    silent = units_without_items(slug, ir, labels, pool)  # kept units that give nothing: say why
+    for r in silent.iter_rows(named=True):
+        log.warning("%s/%s: no candidate items: %s", slug, r["unit_id"], r["reason"])
     return {"candidates": pool.height,
-            "per_family": {r["task_id"]: r["len"] for r in pool.group_by("task_id").len().sort("task_id").iter_rows(named=True)}}
+            "per_family": {r["task_id"]: r["len"] for r in pool.group_by("task_id").len().sort("task_id").iter_rows(named=True)},
+            "no_items": silent.height,  # and the first 50 units with their reason:
+            "no_items_units": {r["unit_id"]: r["reason"] for r in silent.head(50).iter_rows(named=True)}}
 
 
 # --------------------------------------------------------------------------------------------------- frames
@@ -206,14 +213,15 @@ def run_release(cfg: dict) -> dict:
 
 # --------------------------------------------------------------------------------------------------- checks
 def quarantine_shares(cfg: dict, slug: str | None = None) -> dict[str, float]:
-    """Share of each source's units (plus whole-source rows) that ingest quarantined."""
+    """Share of each source's units (plus whole-source rows) that ingest quarantined; a row standing for several
+    units (its `units` column) counts each of them."""
     out = {}
     for s in ([slug] if slug else sources(cfg)):
         ir = work_dir(cfg) / "ir" / s
         if not (ir / "units.parquet").exists():
             continue
         n_ok = pl.read_parquet(ir / "units.parquet").height
-        n_bad = pl.read_parquet(ir / "quarantine.parquet").height
+        n_bad = units_lost(pl.read_parquet(ir / "quarantine.parquet"))
         out[s] = round(n_bad / max(1, n_ok + n_bad), 4)
     return out
 

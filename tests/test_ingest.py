@@ -104,3 +104,29 @@ def test_ingest_help_lists_every_source_and_option():
         assert f"  {slug} (" in text
         for key in get_adapter(slug).options:
             assert f"{key}: " in text
+
+
+def test_content_hash_finds_the_same_recording_under_another_id(tmp_path):
+    """A scene copied under a new id hashes equal (the hash holds no id or path) and is noted; others differ."""
+    import shutil
+
+    from upstream_adapters.samples import rh20t as S
+
+    specs = [S.SceneSpec(1, 1, 1, rating=5, n_frames=30), S.SceneSpec(1, 2, 2, rating=6, n_frames=30)]
+    base = S.write_root(tmp_path, specs, seed=3, size=(64, 36))
+    copy = "task_0001_user_0009_scene_0001_cfg_0002"
+    shutil.copytree(base / specs[0].name, base / copy)
+    res = ingest_source("rh20t", tmp_path, {})
+    h = dict(zip(res.units["unit_id"], res.units["content_hash"]))
+    assert h[copy] == h[specs[0].name] is not None and h[specs[1].name] not in (None, h[copy])
+    notes = res.notes.filter(res.notes["note"].str.contains("content_hash"))
+    assert notes["unit_id"].to_list() == [copy] and specs[0].name in notes["note"][0]
+
+
+def test_demo_corpora_hold_no_duplicate_content(demo_samples):
+    """The demo split must not change by the duplicate merge: no two demo units share content."""
+    for slug, root in demo_samples.items():
+        units = ingest_source(slug, root, {}).units
+        hashes = units["content_hash"].drop_nulls()
+        assert hashes.len() == hashes.n_unique(), slug
+        assert hashes.len() >= units.height - 1, f"{slug}: units without a content hash"

@@ -465,7 +465,7 @@ def _rh20t_pool(seed: int = 3):
 
 
 def test_composite_key_merges_task_and_scene_only(policy):
-    assert policy["sources"]["rh20t"]["merge_keys"] == [["task_id", "scene_id"]]  # the default release
+    assert policy["sources"]["rh20t"]["merge_keys"] == [["task_id", "scene_id"], "content_hash"]  # the default
     units, items = _rh20t_pool()
     g = build_groups(items, units, policy)
     per = g.group_by("unit_task_id", "scene_id").agg(pl.col("split_group_id").n_unique().alias("n"),
@@ -554,3 +554,36 @@ def test_pool_file_honours_the_levels(tmp_path, policy):
     # (task, scene) isolation holds in the pool file too
     ts = lambda rs: {(r["source_task_id"], r["scene_id"]) for r in rs}  # noqa: E731
     assert not ts(ev) & ts(sft)
+
+
+def test_duplicate_content_under_another_id_is_one_group_and_its_leak_is_seen(policy):
+    """The same recording stored under two unit ids (equal content_hash from ingest) never lands on both sides."""
+    assert all("content_hash" in policy["sources"][s]["merge_keys"] for s in policy["sources"])
+    items = make_items("aist", 40, {"T1": 160, "T2": 120}, seed=5)
+    units = (items.select("source", "unit_id").unique().sort("unit_id")
+             .with_columns(pl.lit("task_004").alias("task_id"), pl.col("unit_id").alias("content_hash")))
+    ids = units["unit_id"].to_list()
+    copy_of = {ids[7]: ids[3], ids[21]: ids[3], ids[30]: ids[12]}  # re-uploads under new ids
+    units = units.with_columns(pl.col("content_hash").replace(copy_of))
+    groups = build_groups(items, units, policy)
+    gid = dict(zip(groups["unit_id"], groups["split_group_id"]))
+    assert gid[ids[7]] == gid[ids[3]] == gid[ids[21]] == f"content_hash={ids[3]}" and gid[ids[30]] == gid[ids[12]]
+    assert groups["split_group_id"].n_unique() == len(ids) - 3
+    out, _ = split_items(items, groups, policy, 42)
+    side = dict(out.select("unit_id", "split").unique().iter_rows())
+    assert side[ids[7]] == side[ids[3]] == side[ids[21]] and side[ids[30]] == side[ids[12]]
+    assert isolation_key_problems(out, groups, policy) == []
+    # plant: group by unit alone (duplicates unmerged) and put one copy on each side: the check names it
+    plain = groups.with_columns(pl.col("unit_id").alias("split_group_id"))
+    planted = out.with_columns(pl.when(pl.col("unit_id") == ids[7]).then(pl.lit("sft" if side[ids[3]] == "eval"
+                                                                                   else "eval"))
+                               .otherwise(pl.col("split")).alias("split"))
+    assert any("content_hash" in p for p in isolation_key_problems(planted, plain, policy))
+
+
+def test_units_without_content_hash_never_merge(policy):
+    items = make_items("aist", 10, {"T1": 50}, seed=2)
+    units = items.select("source", "unit_id").unique().with_columns(pl.lit("task_004").alias("task_id"),
+                                                                     pl.lit(None, pl.String).alias("content_hash"))
+    groups = build_groups(items, units, policy)
+    assert (groups["split_group_id"] == groups["unit_id"]).all()

@@ -61,6 +61,7 @@ import pyarrow as pa
 from .aist_layout import MANIFEST, AistLayout, _Episode, _Task
 from .aist_rows import _decode_jpeg_row, _float_array, _text
 from .base import SourceAdapter, check_unit_id, refuse_hdf5_links, safe_join
+from .storage.limits import ArchiveLimits
 from .storage.zipwindow import Window as _Window
 from .ir import (
     FRAMES_SCHEMA,
@@ -96,6 +97,8 @@ class AistAdapter(AistLayout, SourceAdapter):
         "right_xy": "qpos columns used as pos_x, pos_y of the right arm (default [7, 8], joint angles)",
         "row_mismatch_tolerance": "largest row-count gap of qpos/qvel/camera cut to the common prefix (default 5)",
         "member_memory_limit": "deflated zip members up to this many bytes are inflated in memory (default 512 MiB)",
+        "archive_limits": "{max_member_bytes, max_compression_ratio, max_archive_bytes}: a deflated zip member past "
+                          "them is refused (its episode quarantined) before it is inflated",
         "task_table": "CSV task_id,task_name,taxonomy of the AIST tasks (default: the shipped configs/aist_tasks.csv)",
         "jpeg_channel_order": "rgb | bgr: channel order the JPEG rows were encoded from. rgb (default, the public "
                               "build's PIL decoding) keeps the decoded colours; bgr swaps red and blue back for rows "
@@ -106,7 +109,7 @@ class AistAdapter(AistLayout, SourceAdapter):
                  task_ids: dict[str, str] | None = None, left_xy: Sequence[int] = (0, 1),
                  right_xy: Sequence[int] = (7, 8), row_mismatch_tolerance: int = 5,
                  member_memory_limit: int = 512 * 1024 * 1024, task_table: str | None = None,
-                 jpeg_channel_order: str = "rgb"):
+                 jpeg_channel_order: str = "rgb", archive_limits: ArchiveLimits | dict | None = None):
         """See `options` for every option; in short:
         camera: the primary camera under observations/images (ProcessBench: cam_high).
         tasks: task ids to keep (e.g. ["task_004"]); None keeps every task present in the root.
@@ -126,6 +129,7 @@ class AistAdapter(AistLayout, SourceAdapter):
             raise ValueError("left_xy and right_xy take two qpos column indices each")
         self.row_mismatch_tolerance = int(row_mismatch_tolerance)
         self.member_memory_limit = int(member_memory_limit)
+        self.archive_limits = ArchiveLimits.of(archive_limits)
         self.task_table = str(task_table) if task_table else None
         if jpeg_channel_order not in ("rgb", "bgr"):
             raise ValueError(f"jpeg_channel_order must be 'rgb' or 'bgr', not {jpeg_channel_order!r}")
@@ -147,9 +151,9 @@ class AistAdapter(AistLayout, SourceAdapter):
                     ids.append(task.sentinel)
                 continue
             self._list_episodes(root, task)
-            if task.error:
+            if task.error and not task.episodes:
                 ids.append(task.sentinel)
-            else:
+            else:  # an unreadable zip whose headers still name its episodes: one unit (and row) each
                 ids.extend(f"{task.task_id}_episode_{n}" for n in task.episodes)
         return sorted(set(ids))
 
@@ -164,16 +168,20 @@ class AistAdapter(AistLayout, SourceAdapter):
         except SourceError as exc:
             raise UnitError(f"source root unusable: {exc}") from None
         if not m:
-            for task in tasks:
-                if task.sentinel == unit_id:
-                    if task.task_id is None:
-                        raise UnitError(f"task {task.task_name!r} has no task id: it is not in the AIST task table "
-                                        f"(configs/aist_tasks.csv), the root's {MANIFEST} nor the task_ids option",
-                                        file=task.rel)
-                    if task.absent:
-                        raise UnitAbsent(task.error or "task not downloaded", file=task.rel)
-                    self._list_episodes(root, task)
-                    raise UnitError(task.error or f"task {task.task_id} is unreadable", file=task.rel)
+            held = [t for t in tasks if t.sentinel == unit_id]  # two task names may claim one task id
+            counts = [self._episode_count(root, t) for t in held]
+            units = sum(c for c in counts if c) if any(counts) else None  # the episodes this placeholder loses
+            for task in held:
+                if task.absent:
+                    raise UnitAbsent(task.error or "task not downloaded", file=task.rel)
+                if task.error:
+                    raise UnitError(task.error, file=task.rel, units=units)
+                if task.task_id is None:
+                    raise UnitError(f"task {task.task_name!r} has no task id: it is not in the AIST task table "
+                                    f"(configs/aist_tasks.csv), the root's {MANIFEST} nor the task_ids option"
+                                    + (f" ({units} episodes not read)" if units else ""), file=task.rel, units=units)
+                self._list_episodes(root, task)
+                raise UnitError(task.error or f"task {task.task_id} is unreadable", file=task.rel, units=units)
             raise UnitError(f"not an AIST unit id {unit_id!r} (expected task_XXX_episode_N)")
         task_id, number = m.group(1), int(m.group(2))
         task = next((t for t in tasks if t.task_id == task_id), None)
@@ -261,6 +269,11 @@ class AistAdapter(AistLayout, SourceAdapter):
         key = (os.path.realpath(zpath), st.st_size, st.st_mtime_ns, info.filename, info.header_offset, info.CRC)
         if self._inflated is not None and self._inflated[0] == key:
             return io.BytesIO(self._inflated[1])
+        # refused before a byte is inflated: neither RAM nor the temp file grows past the limits (zipfile itself
+        # stops at the declared size, so a member lying about it fails its CRC instead of growing)
+        why = self.archive_limits.refuse(info.filename, info.file_size, info.compress_size)
+        if why:
+            raise UnitError(why, file=label)
         in_memory = info.file_size <= self.member_memory_limit
         buf = io.BytesIO() if in_memory else tempfile.TemporaryFile()
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .base import read_metadata, require_root, safe_join
 from .ir import SourceError, UnitError
-from .storage.zipwindow import is_symlink, unsafe_member as _unsafe_member
+from .storage.zipwindow import is_symlink, local_member_names, unsafe_member as _unsafe_member
 
 SLUG = "aist"
 MANIFEST = "aist_bimanual_manifest.csv"
@@ -118,6 +118,9 @@ class AistLayout:
                 continue
             if not path.is_dir():
                 continue
+            if entry.lower().endswith(".zip"):  # a task zip extracted into a folder of its own name: read as one
+                found.setdefault(entry[:-4], _Task(entry[:-4], "dir", entry))
+                continue
             try:
                 safe_join(root, entry)
             except UnitError as exc:
@@ -152,8 +155,11 @@ class AistLayout:
                 found[entry] = _Task(entry, "dir", entry, error=f"task folder {entry!r} cannot be listed: "
                                                                   f"{type(exc).__name__}")
                 continue
-            if any(_EPISODE_RE.fullmatch(n) for n in listing):
+            if any(_EPISODE_RE.fullmatch(n) for n in listing) or (path / entry).is_dir():
                 found[entry] = _Task(entry, "dir", entry)  # an extracted zip; wins over the zip itself
+            elif any(n.lower().endswith(".hdf5") for n in listing):
+                found[entry] = _Task(entry, "dir", entry, error=f"task folder {entry!r} holds .hdf5 files but none "
+                                                                "named episode_N.hdf5")
         if not found:
             raise SourceError(f"{SLUG}: root {root.name!r} holds no AIST task zips (<task_name>.zip) or task "
                               "folders (<task_name>/episode_N.hdf5)")
@@ -195,16 +201,22 @@ class AistLayout:
         if task.error or task.episodes:
             return
         if task.kind == "dir":
-            folder = safe_join(root, task.rel)
-            try:
-                listing = sorted(os.listdir(folder))
-            except OSError as exc:
-                task.error = f"task folder {task.rel!r} cannot be listed: {type(exc).__name__}"
-                return
-            for fn in listing:
-                m = _EPISODE_RE.fullmatch(fn)
-                if m:
-                    task.episodes.setdefault(int(m.group(1)), _Episode(int(m.group(1)), f"{task.rel}/{fn}"))
+            # episodes directly inside, else inside <folder>/<task_name>/ (the zip's member layout, extracted)
+            for rel in (task.rel, f"{task.rel}/{task.task_name}"):
+                folder = safe_join(root, rel)
+                if not folder.is_dir():
+                    continue
+                try:
+                    listing = sorted(os.listdir(folder))
+                except OSError as exc:
+                    task.error = f"task folder {rel!r} cannot be listed: {type(exc).__name__}"
+                    return
+                for fn in listing:
+                    m = _EPISODE_RE.fullmatch(fn)
+                    if m:
+                        task.episodes.setdefault(int(m.group(1)), _Episode(int(m.group(1)), f"{rel}/{fn}"))
+                if task.episodes:
+                    break
             if not task.episodes:
                 task.error = f"task folder {task.rel!r} holds no episode_N.hdf5 files"
             return
@@ -218,6 +230,15 @@ class AistLayout:
                 infos = zf.infolist()
         except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
             task.error = f"task zip {task.rel!r} is not a readable zip archive: {exc}"
+            try:  # name the episodes its local headers still show, so each counts as a lost unit
+                names = local_member_names(zpath)
+            except OSError:
+                names = []
+            for name in names:
+                m = _EPISODE_RE.fullmatch(name.split("/")[-1])
+                if m and not _unsafe_member(name):
+                    n = int(m.group(1))
+                    task.episodes.setdefault(n, _Episode(n, task.rel, name, refused=task.error))
             return
         exact = re.compile(re.escape(task.task_name) + r"/episode_(\d+)\.hdf5")
         loose = re.compile(r"(?:[^/]+/)?episode_(\d+)\.hdf5")
@@ -256,3 +277,17 @@ class AistLayout:
             task.episodes.setdefault(n, ep)
         if not task.episodes:
             task.error = f"task zip {task.rel!r} holds no {task.task_name}/episode_N.hdf5 members"
+
+    def _episode_count(self, root: Path, task: _Task) -> int | None:
+        """Episodes a task holds even when it cannot be used (no task id, a task id claimed twice), or None when
+        they cannot be listed: the number of units its placeholder row stands for."""
+        if task.absent:
+            return None
+        probe = _Task(task.task_name, task.kind, task.rel, task_id=task.task_id)
+        if task.error and task.error.startswith("task folder") and "refused" in task.error:
+            return None
+        try:
+            self._list_episodes(root, probe)
+        except (UnitError, OSError):
+            return None
+        return len(probe.episodes) or None

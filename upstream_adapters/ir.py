@@ -50,6 +50,7 @@ UNITS_SCHEMA = pa.schema(
         pa.field("licence", pa.string(), nullable=False),  # e.g. CC BY 4.0, or "unknown"
         pa.field("rating", pa.int64()),  # RH20T metadata.json rating (raw; the outcome rule lives in labels)
         pa.field("language", pa.string()),  # task text; kept out of prompts
+        pa.field("content_hash", pa.string()),  # set by ingest from the clock and signals (duplicates); null = unknown
     ]
 )
 
@@ -104,6 +105,7 @@ QUARANTINE_SCHEMA = pa.schema(
         pa.field("stage", pa.string(), nullable=False),  # ingest | labels | items | frames | ...
         pa.field("reason", pa.string(), nullable=False),
         pa.field("file", pa.string()),  # path relative to the source root (never absolute)
+        pa.field("units", pa.int64()),  # upstream units this row stands for when more than one; null = one/unknown
     ]
 )
 
@@ -123,6 +125,7 @@ SIGNAL_LIMITS = {"pos_x": "position_abs_max", "pos_y": "position_abs_max", "pos_
 _FLOAT_COLUMNS = (("frames", ("t_sec", "native_ts")), ("signals", ("t_sec", *SIGNAL_LIMITS)),
                   ("segments", ("start_sec", "end_sec")))
 _INT64_MAX = 2 ** 63 - 1
+INGEST_FIELDS = ("content_hash",)  # units fields the ingest stage fills, not the adapter
 
 TABLES = {"units": UNITS_SCHEMA, "frames": FRAMES_SCHEMA, "signals": SIGNALS_SCHEMA, "segments": SEGMENTS_SCHEMA}
 
@@ -143,12 +146,14 @@ class UnitIR:
 
 
 class UnitError(Exception):
-    """A unit that cannot be read. `file` is relative to the source root."""
+    """A unit that cannot be read. `file` is relative to the source root. `units`: how many upstream units this
+    failure stands for when the unit is a placeholder for a container whose units cannot be named one by one."""
 
-    def __init__(self, reason: str, file: str | None = None):
+    def __init__(self, reason: str, file: str | None = None, units: int | None = None):
         super().__init__(reason)
         self.reason = reason
         self.file = file
+        self.units = units
 
 
 class UnitAbsent(UnitError):
@@ -177,7 +182,8 @@ def validate_unit(ir: UnitIR, limits: Mapping | None = None) -> str | None:
         units = pa.Table.from_pylist([ir.unit], schema=UNITS_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError, OverflowError) as exc:
         return f"units row violates schema: {exc}"
-    missing = [f.name for f in UNITS_SCHEMA if f.name not in ir.unit or (not f.nullable and ir.unit[f.name] is None)]
+    missing = [f.name for f in UNITS_SCHEMA if (f.name not in ir.unit and f.name not in INGEST_FIELDS)
+               or (not f.nullable and ir.unit[f.name] is None)]
     if missing:
         return f"units row lacks required fields {missing}"
     for name, table, schema in (

@@ -54,6 +54,7 @@ from . import video
 from .base import SourceAdapter, check_unit_id, path_free, read_metadata, require_root, safe_join
 from .rh20t_scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
 from .rh20t_parse import _as_float, _col, _int_ms, _nearest, _samples, _serial_entry
+from .storage.limits import ArchiveLimits
 from .storage.pickles import load_npy
 from .ir import (
     FRAMES_SCHEMA,
@@ -111,10 +112,13 @@ class Rh20tAdapter(SourceAdapter):
         "sync_tolerance_ms": "largest gap (ms) between a frame and the signal sample matched to it (default 100)",
         "frame_count_tolerance": "largest gap between video frames and timestamps kept as the common prefix "
                                     "(default 2)",
+        "archive_limits": "{max_member_bytes, max_compression_ratio, max_archive_bytes}: a tar.gz member past them "
+                          "is refused (its scene quarantined), an archive past max_archive_bytes is not read further",
     }
 
     def __init__(self, camera: str = "036422060215", cfgs: Sequence[str | int] | None = ("cfg2",),
-                 sync_tolerance_ms: float = 100.0, frame_count_tolerance: int = 2):
+                 sync_tolerance_ms: float = 100.0, frame_count_tolerance: int = 2,
+                 archive_limits: ArchiveLimits | dict | None = None):
         camera = str(camera)
         if camera.startswith("cam_"):
             camera = camera[4:]
@@ -124,6 +128,7 @@ class Rh20tAdapter(SourceAdapter):
         self.cfgs = None if cfgs is None else frozenset(self._cfg_number(c) for c in cfgs)
         self.sync_tolerance_ms = float(sync_tolerance_ms)
         self.frame_count_tolerance = int(frame_count_tolerance)
+        self.archive_limits = ArchiveLimits.of(archive_limits)
         super().__init__()
 
     def _init_state(self) -> None:
@@ -165,6 +170,10 @@ class Rh20tAdapter(SourceAdapter):
                 kind, cfg = "dir", int(m_dir.group(1))
             elif m_tar and os.path.isfile(os.path.join(root, n)):
                 kind, cfg = "tar", int(m_tar.group(1))
+            elif m_tar and os.path.isdir(os.path.join(root, n)):  # the archive extracted into a folder of its name
+                kind, cfg = "dir", int(m_tar.group(1))
+                if os.path.isdir(os.path.join(root, n, f"RH20T_cfg{cfg}")):
+                    n = f"{n}/RH20T_cfg{cfg}"
             else:
                 continue
             (found if self._selected(cfg) else skipped).append((kind, n, cfg))
@@ -179,7 +188,7 @@ class Rh20tAdapter(SourceAdapter):
         with self._lock:
             arc = self._archives.get(key[0])
             if arc is None or arc.key != key:
-                arc = _Archive.build(path, name, key)
+                arc = _Archive.build(path, name, key, limits=self.archive_limits)
                 self._archives[key[0]] = arc
         return arc
 
@@ -258,7 +267,7 @@ class Rh20tAdapter(SourceAdapter):
             if kind in ("dir", "root") and (kind == "root" or cfg == ids["cfg_number"]):
                 prefix = f"{name}/" if name else ""
                 if os.path.lexists(os.path.join(root, prefix, unit_id)):
-                    return _FolderScene(root, prefix, unit_id), ids
+                    return _FolderScene(root, prefix, unit_id, self.archive_limits), ids
         for kind, name, cfg in containers:
             if kind == "tar" and cfg == ids["cfg_number"]:
                 arc = self._archive(root, name)

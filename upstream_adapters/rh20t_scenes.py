@@ -13,7 +13,8 @@ from typing import Sequence
 
 from .base import safe_join
 from .ir import UnitError
-from .storage.targz import ArchiveDamaged, Member as _Member, TarGzIndex
+from .storage.limits import ArchiveLimits
+from .storage.targz import ArchiveDamaged, Member as _Member, MemberRefused, TarGzIndex
 
 SCENE_RE = re.compile(r"task_(\d+)_user_(\d+)_scene_(\d+)_cfg_(\d+)")
 HUMAN_RE = re.compile(r"task_\d+_user_\d+_scene_\d+_cfg_\d+_human(?:_\d+)?")
@@ -43,8 +44,9 @@ class _Archive(TarGzIndex):
 
 
 class _FolderScene:
-    def __init__(self, root: Path, prefix: str, scene: str):
+    def __init__(self, root: Path, prefix: str, scene: str, limits: ArchiveLimits | None = None):
         self.root, self.prefix, self.scene = root, prefix, scene
+        self.limits = limits or ArchiveLimits()
         self.base = safe_join(root, f"{prefix}{scene}")  # refuses a symlinked scene dir pointing outside
         if not self.base.is_dir():
             raise UnitError("scene folder is not a directory", file=f"{prefix}{scene}")
@@ -69,7 +71,10 @@ class _FolderScene:
         out = {}
         for rel in rels:
             p = self._path(rel)
-            try:
+            try:  # the files read whole (metadata, pickles) are bounded like archive members
+                why = self.limits.refuse(rel, p.stat().st_size, None)
+                if why:
+                    raise UnitError(why, file=self.where(rel))
                 out[rel] = p.read_bytes()
             except OSError as exc:
                 raise UnitError(f"cannot read {rel}: {exc.strerror}", file=self.where(rel)) from None
@@ -122,6 +127,8 @@ class _TarScene:
         members = {rel: self._member(rel) for rel in rels}
         try:
             got = self.archive.read(self.path, members.values())
+        except MemberRefused as exc:
+            raise UnitError(str(exc), file=f"{self.archive.rel}:{exc.member}") from None
         except (ArchiveDamaged, OSError) as exc:
             raise UnitError(f"cannot read scene from archive {self.archive.rel}: {exc}",
                             file=self.archive.rel) from None

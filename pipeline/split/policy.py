@@ -8,8 +8,9 @@ from pathlib import Path
 from ..config import load_split_policy
 from ..config import split_policy as policy_and_seed  # noqa: F401  (the split's name for it)
 
-# unit fields an isolation key may name (alone or in a tuple): columns of the IR units table
-UNIT_KEYS = ("task_id", "operator_id", "scene_id", "config_id", "taxonomy")
+# unit fields an isolation key may name (alone or in a tuple): columns of the IR units table. content_hash (set by
+# ingest from a unit's clock and signals) is equal for the same recording stored under two unit ids.
+UNIT_KEYS = ("task_id", "operator_id", "scene_id", "config_id", "taxonomy", "content_hash")
 
 
 def load_policy(config_file: Path | None = None, cfg: dict | None = None) -> tuple[dict, int]:

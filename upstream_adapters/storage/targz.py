@@ -4,6 +4,10 @@ One pass over the archive lists its members (name, data offset, size, kind) and 
 uncompressed bytes, so reading a member later decompresses at most one span. Damage (corrupt or truncated gzip,
 a broken tar header, trailing garbage) is recorded on the index, never trusted. Member names with `..` or absolute
 names are set aside in `ignored`; links inside the archive keep kind "link" so that readers refuse them.
+
+Bounds (`limits.ArchiveLimits`): indexing stops, as damage, once the archive expands past `max_archive_bytes`; each
+member records the compressed bytes its data spanned (measured in whole input chunks, so never below one chunk), and
+`read` refuses a member over `max_member_bytes` or `max_compression_ratio` before inflating a byte of it.
 """
 
 from __future__ import annotations
@@ -18,12 +22,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from .limits import ArchiveLimits
+
 
 _CHUNK = 1 << 16
 
 
 class ArchiveDamaged(Exception):
     """The gzip or tar structure of an archive is broken."""
+
+
+class MemberRefused(Exception):
+    """A member past the archive limits (too large, or a compression ratio of a bomb): never inflated."""
+
+    def __init__(self, reason: str, member: str):
+        super().__init__(reason)
+        self.member = member
 
 
 class _Checkpoints:
@@ -157,6 +171,7 @@ class Member:
     offset: int  # uncompressed offset of the data
     size: int
     kind: str  # file | dir | link | other
+    csize: int | None = None  # compressed bytes its data spanned in the archive (whole input chunks)
 
 
 @dataclass
@@ -168,16 +183,28 @@ class TarGzIndex:
     checkpoints: _Checkpoints
     ignored: list[str] = field(default_factory=list)  # unsafe member names (.., absolute)
     damage: str | None = None
+    limits: ArchiveLimits = field(default_factory=ArchiveLimits)
 
     @classmethod
-    def build(cls, path: Path, rel: str, key: tuple, span: int | None = None):
+    def build(cls, path: Path, rel: str, key: tuple, span: int | None = None, limits: ArchiveLimits | None = None):
         span = span or max(16 << 20, key[1] // 1024)  # <= ~1000 checkpoints of ~40 KB each
-        arc = cls(rel=rel, key=key, checkpoints=_Checkpoints(span))
+        arc = cls(rel=rel, key=key, checkpoints=_Checkpoints(span), limits=limits or ArchiveLimits())
+        last: tuple[Member, int] | None = None  # the previous file member and the compressed position at its data
+
+        def close_last(cpos: int) -> None:
+            if last is not None:
+                last[0].csize = max(cpos - last[1], _CHUNK)
+
         try:
             with open(path, "rb") as fh:
                 reader = _GzReader(fh, arc.checkpoints)
                 with tarfile.open(fileobj=reader, mode="r:") as tf:
                     for ti in tf:
+                        close_last(reader._cpos)
+                        last = None
+                        if ti.offset_data + ti.size > arc.limits.max_archive_bytes:
+                            raise ArchiveDamaged(f"the archive expands past archive_limits.max_archive_bytes "
+                                                 f"({arc.limits.max_archive_bytes}); not read further")
                         name = ti.name
                         while name.startswith("./"):
                             name = name[2:]
@@ -187,8 +214,11 @@ class TarGzIndex:
                             continue
                         kind = ("file" if ti.isreg() else "dir" if ti.isdir()
                                 else "link" if (ti.issym() or ti.islnk()) else "other")
-                        arc.record(parts, Member(name, ti.offset_data, ti.size, kind))
+                        member = Member(name, ti.offset_data, ti.size, kind)
+                        last = (member, reader._cpos) if kind == "file" else None
+                        arc.record(parts, member)
                 reader.drain()
+                close_last(reader._cpos)
         except (ArchiveDamaged, tarfile.TarError, EOFError, OSError, zlib.error, ValueError) as exc:
             arc.damage = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ArchiveDamaged) else str(exc)
         return arc
@@ -197,7 +227,13 @@ class TarGzIndex:
         """File one safe member (parts = its name split on '/')."""
 
     def read(self, path: Path, members: Iterable["Member"]) -> dict[str, bytes]:
-        """Read several members in one forward pass (sorted by offset)."""
+        """Read several members in one forward pass (sorted by offset); MemberRefused before inflating anything
+        when one of them is past the limits."""
+        members = list(members)
+        for m in members:
+            why = self.limits.refuse(m.name, m.size, m.csize)
+            if why:
+                raise MemberRefused(why, m.name)
         out: dict[str, bytes] = {}
         with open(path, "rb") as fh:
             reader = _GzReader(fh, self.checkpoints)
