@@ -61,7 +61,7 @@ class Step:
     run: Callable[[dict], dict]  # cfg -> summary
     writes: tuple[Table, ...]
     reads: tuple[str, ...]  # table names (Table.name) of other steps
-    config: tuple[str, ...]  # configs/ sections (or "sources.<slug>") that change what the step computes
+    config: tuple[str, ...]  # configs/ sections that change what the step computes (pipeline.digests.config_part)
     description: str
     source: str | None = None
     external: Callable[[dict], Path] | None = field(default=None)  # an input outside the work folder
@@ -98,10 +98,10 @@ def source_steps(slug: str) -> list[Step]:
         Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels, names(ir),
              ("labels", "build"), f"Per-frame process labels of {slug} from its IR (configs/labels.yaml).", slug),
         Step(f"candidates_{slug}", "candidates", lambda cfg: stages.run_candidates(cfg, slug), (candidates,),
-             names(ir) + names(labels), ("tasks", "labels", "build"),
+             names(ir) + names(labels), (f"tasks.{slug}", "labels", "build"),
              f"Candidate items of every family for {slug} from the templates in configs/tasks/.", slug),
         Step(f"items_{slug}", "items", lambda cfg: stages.run_frames(cfg, slug), items, (candidates.name,),
-             ("tasks", "build", "frames", f"sources.{slug}"),
+             (f"tasks.{slug}", "build", "frames", f"sources.{slug}"),
              f"Select {slug}'s quotas, decode their frames, drop what the visual gate rejects (with replacements), "
              "order the T8/T9 frames, hash the images.", slug),
     ]

@@ -34,14 +34,16 @@ def file_digest(path: Path) -> str | None:
 
 
 def config_part(cfg: dict, sections: tuple[str, ...]) -> dict:
-    """The config sections (`labels`, `sources.<slug>`, `*` = all) a computation reads; build's output folders left
-    out."""
+    """The config sections a computation reads: `labels`, `sources.<slug>` (one source's entry), `tasks.<slug>` (the
+    templates that list the source), `*` = all; build's output folders left out."""
     def section(name: str):
         if name == "*":
             return {k: section(k) for k in sorted(cfg)}
         head, _, slug = name.partition(".")
         value = cfg.get(head)
-        if slug:
+        if slug and head == "tasks":
+            value = {tid: t for tid, t in (value or {}).items() if slug in t["sources"]}
+        elif slug:
             value = (value or {}).get(slug)
         if head == "build" and isinstance(value, dict):
             value = {k: v for k, v in value.items() if k not in _PATH_KEYS}
