@@ -1,7 +1,7 @@
 """The Dagster graph of the ProcessBench build, generated from the step registry (assets/tables.py).
 
     per source:  ir/<slug>/* ─▶ labels/<slug>/* ─▶ candidates/<slug> ─▶ items/<slug>, gate_quarantine/<slug>
-    all sources: items/*, ir/*/units ─▶ split/items, split/summary ─▶ release/<file>
+    all sources: items/*, ir/*/units ─▶ split/items, split/groups, split/summary ─▶ release/<file>
 
 One asset per table; one multi-asset (one step) per call of a pipeline.stages function. The four sources' chains
 are separate steps, so ONE run of the `build` job runs them in parallel (multiprocess by default; in_process or Dask

@@ -13,36 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from functools import lru_cache
 from pathlib import Path
 
 from pipeline import stages
+from pipeline.digests import REPO, code_digest, config_part, digest, file_digest  # noqa: F401 (REPO: for tests)
 from pipeline.io import write_json
 
 from .tables import Step, tables_by_name
 
-REPO = Path(__file__).resolve().parent.parent
 CODE_PACKAGES = ("pipeline", "upstream_adapters", "assets")
-_PATH_KEYS = ("work_dir", "release_dir")  # where the build writes changes no byte it writes
-
-
-@lru_cache(maxsize=1)
-def code_digest() -> str:
-    h = hashlib.sha256()
-    for pkg in CODE_PACKAGES:
-        for p in sorted((REPO / pkg).rglob("*.py")):
-            h.update(p.relative_to(REPO).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def file_digest(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def tree_listing(root: Path) -> str:
@@ -59,25 +38,11 @@ def tree_listing(root: Path) -> str:
     return h.hexdigest()
 
 
-def config_part(cfg: dict, sections: tuple[str, ...]) -> dict:
-    def section(name: str):
-        if name == "*":
-            return {k: section(k) for k in sorted(cfg)}
-        head, _, slug = name.partition(".")
-        value = cfg.get(head)
-        if slug:
-            value = (value or {}).get(slug)
-        if head == "build" and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k not in _PATH_KEYS}
-        return value
-    return {s: section(s) for s in sections}
-
-
 def fingerprint(step: Step, cfg: dict, tables: dict) -> str:
     inputs = {name: file_digest(tables[name].file(cfg)) for name in step.reads if name in tables}
-    doc = {"step": step.name, "code": code_digest(), "config": config_part(cfg, step.config), "inputs": inputs,
-           "external": tree_listing(step.external(cfg)) if step.external else None}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+    doc = {"step": step.name, "code": code_digest(CODE_PACKAGES), "config": config_part(cfg, step.config),
+           "inputs": inputs, "external": tree_listing(step.external(cfg)) if step.external else None}
+    return digest(doc)
 
 
 def _record_path(cfg: dict, step: Step) -> Path:

@@ -19,14 +19,16 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline import stages
+from pipeline.choices import LETTER_COLUMNS
 from pipeline.families.common import CANDIDATE_SCHEMA
 from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
 from pipeline.schema import RELEASE_SCHEMA
+from pipeline.split import GROUPS_SCHEMA
 from upstream_adapters.ir import QUARANTINE_SCHEMA, TABLES as IR_SCHEMAS
 
-# What the frames stage adds to a candidate row (pipeline.stages.run_frames): the selected, gated, lettered item.
-ITEM_COLUMNS = {"item_key": pl.String, "choices": pl.List(pl.String), "answer": pl.String,
-                "image_hashes_json": pl.String}
+# What the frames stage adds to a candidate row (pipeline.stages.run_frames): the selected, gated item (no letter:
+# the split assigns the letters, pipeline/choices.py).
+ITEM_COLUMNS = {"item_key": pl.String, "image_hashes_json": pl.String}
 NOTES_SCHEMA = {"source": pl.String, "unit_id": pl.String, "note": pl.String}
 IR_TABLES = (*IR_SCHEMAS, "quarantine", "notes")
 
@@ -59,7 +61,7 @@ class Step:
     run: Callable[[dict], dict]  # cfg -> summary
     writes: tuple[Table, ...]
     reads: tuple[str, ...]  # table names (Table.name) of other steps
-    config: tuple[str, ...]  # configs/ sections (or "sources.<slug>") that change what the step computes
+    config: tuple[str, ...]  # configs/ sections that change what the step computes (pipeline.digests.config_part)
     description: str
     source: str | None = None
     external: Callable[[dict], Path] | None = field(default=None)  # an input outside the work folder
@@ -83,7 +85,7 @@ def source_steps(slug: str) -> list[Step]:
     candidates = Table(("candidates", slug), f"candidates/{slug}.parquet",
                        f"{slug}: the over-complete pool of candidate items of every task family", CANDIDATE_SCHEMA)
     items = (Table(("items", slug), f"items/{slug}.parquet",
-                   f"{slug}: the selected items with frames that pass the visual gate, choices and image hashes",
+                   f"{slug}: the selected items with frames that pass the visual gate and image hashes",
                    {**CANDIDATE_SCHEMA, **ITEM_COLUMNS}),
              Table(("gate_quarantine", slug), f"items/{slug}_quarantine.parquet",
                    f"{slug}: items the visual gate dropped, with the reason", _polars(QUARANTINE_SCHEMA)),
@@ -96,19 +98,23 @@ def source_steps(slug: str) -> list[Step]:
         Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels, names(ir),
              ("labels", "build"), f"Per-frame process labels of {slug} from its IR (configs/labels.yaml).", slug),
         Step(f"candidates_{slug}", "candidates", lambda cfg: stages.run_candidates(cfg, slug), (candidates,),
-             names(ir) + names(labels), ("tasks", "labels", "build"),
+             names(ir) + names(labels), (f"tasks.{slug}", "labels", "build"),
              f"Candidate items of every family for {slug} from the templates in configs/tasks/.", slug),
         Step(f"items_{slug}", "items", lambda cfg: stages.run_frames(cfg, slug), items, (candidates.name,),
-             ("tasks", "build", "frames", f"sources.{slug}"),
+             (f"tasks.{slug}", "build", "frames", f"sources.{slug}"),
              f"Select {slug}'s quotas, decode their frames, drop what the visual gate rejects (with replacements), "
-             "assign answer letters, hash the images.", slug),
+             "order the T8/T9 frames, hash the images.", slug),
     ]
 
 
 def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
     split = (Table(("split", "items"), "split/items.parquet", "Every item with its split (eval|sft) and split group",
-                   {**CANDIDATE_SCHEMA, **ITEM_COLUMNS, "split": pl.String, "split_group_id": pl.String},
+                   {**CANDIDATE_SCHEMA, **ITEM_COLUMNS, **LETTER_COLUMNS, "split": pl.String,
+                    "split_group_id": pl.String},
                    exact=False),
+             Table(("split", "groups"), "split/groups.parquet",
+                   "Every unit's split group (isolation keys merged) and the unit keys the OOD levels hold out",
+                   GROUPS_SCHEMA),
              Table(("split", "summary"), "split/summary.json", "Per-source group and item counts of the split"))
     release = []
     for name, rel in sorted(cfg["release"]["files"].items()):
@@ -123,7 +129,7 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
         Step("split", "split", stages.run_split, split, tuple(f"items/{s}" for s in slugs) + units,
              ("split", "build", "tasks"),
              "Group items by isolation unit and choose eval groups per source, stratified per family and answer "
-             "letter (configs/split.yaml); answer letters are balanced again within each split."),
+             "letter (configs/split.yaml); the answer letters, balanced within each split and eval level."),
         Step("release", "release", stages.run_release, tuple(release), ("split/items", "split/summary") + units,
              ("*",),  # the release documents every config file
              "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums."),

@@ -98,6 +98,7 @@ def _cross_checks(cfg: dict) -> None:
         if slug not in cfg["sources"]:
             raise ConfigError("configs/build.yaml", f"build.sources[{i}]",
                               f"a source of configs/sources.yaml ({', '.join(cfg['sources'])}), got {slug!r}")
+    _labels_cover_the_built_sources(cfg)
     fallback = cfg["release"]["task_names"]
     for tid, t in cfg["tasks"].items():
         _template_covers_its_sources(tid, t)
@@ -107,6 +108,24 @@ def _cross_checks(cfg: dict) -> None:
         if t["task_name"] is not None and tid in fallback and fallback[tid] != t["task_name"]:
             raise ConfigError("configs/release.yaml", f"release.task_names.{tid}",
                               f"the task_name of configs/tasks/{tid}.yaml ({t['task_name']!r}); keep one")
+
+
+def _labels_cover_the_built_sources(cfg: dict) -> None:
+    """Every per-source section of configs/labels.yaml has an entry for every source the build reads (a source
+    without a rule says so: `method: none`, or `mode: none` in motion and activity)."""
+    from .settings_labels import LabelsFile
+    from .settings_types import BySource
+
+    for section, field in LabelsFile.model_fields.items():
+        model = field.annotation
+        if not (isinstance(model, type) and issubclass(model, BySource)):
+            continue
+        have = set(cfg["labels"][section]) - (set(model.model_fields) - {"entries"})
+        for slug in cfg["build"]["sources"]:
+            if slug not in have:
+                raise ConfigError("configs/labels.yaml", f"labels.{section}.{slug}",
+                                  f"an entry for {slug!r}, a source of configs/build.yaml build.sources (give "
+                                  f"`method: none` or `mode: none` if it has no {section} rule)")
 
 
 def _template_covers_its_sources(tid: str, t: dict) -> None:

@@ -1,9 +1,8 @@
-"""From the candidate pool to items: quotas, a seeded spread-out selection, and balanced answer letters.
+"""From the candidate pool to items: quotas and a seeded spread-out selection.
 
     q = quotas(cfg, "gm100")                                   # {"T1": 60, ...} at the configured scale
     sel = select_candidates(pool, q, seed, extra=0.1)          # the quota (+10 % reserve for the visual gate)
-    items = assign_choices(sel, seed)                          # + item_key, choices, answer
-    missing = shortfall(items, q, source="gm100")              # families short of their quota (reported, not padded)
+    missing = shortfall(sel, q, source="gm100")                # families short of their quota (reported, not padded)
 
 Quota rounding: the release quota Q of configs/tasks/T*.yaml times build.quota_scale[build.scale], rounded half up,
 at least 1 for a family the source has: q = max(1, floor(Q * scale + 0.5)) (demo 0.02: 3000 -> 60, 286 -> 6,
@@ -32,32 +31,20 @@ allows it; the split groups by unit):
      from its reserve picks takes the donor's rank. Family counts, label counts (primary and reserve) and min_gap are
      unchanged; a unit that no such swap can reach stays uncovered.
 
-Choice assignment, per (source, task_id): the answer letters come from a balanced list (each letter
-floor(n / k) or ceil(n / k) times) shuffled with a seeded RNG over the items sorted by candidate_key, so the
-majority-letter share is at most ceil(n / k) / n. Standard families put the answer at its letter and the
-distractors (hard ones first in the pool) in a seeded order around it. Rows with display_labels (the
-`choice_order: canonical` families T8, T9) keep their options fixed (T8: XYZ, XZY, YXZ, YZX, ZXY, ZYX; T9: X, Y) and re-order the displayed frames so that the
-true order is the option at the assigned letter (display_labels stay X, Y[, Z] in display order); frame_indices
-and render_spec_json are updated together.
+Answer options and letters: pipeline/choices.py (the frames stage orders T8/T9 frames, the split assigns letters).
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from collections import defaultdict, deque
 
 import polars as pl
 
 from pipeline.config import per_source, task_ids
-from pipeline.families.common import kendall, list_column, scale_quota
-from pipeline.families.temporal import answer_for, canonical_choices
-from pipeline.io import compact_json
-from pipeline.schema import CHOICE_LETTERS
-from pipeline.seeding import py_rng, rng, stable_hash
-
-ITEM_EXTRA_SCHEMA = {"item_key": pl.String, "choices": pl.List(pl.String), "answer": pl.String}
+from pipeline.families.common import scale_quota
+from pipeline.seeding import py_rng
 
 
 def _task_order(task_id: str) -> int:
@@ -374,113 +361,6 @@ def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=
     out = pool.join(sel, on="candidate_key", how="inner")
     return out.with_columns(_o=pl.col("task_id").str.slice(1).cast(pl.Int64)).sort(
         ["source", "_o", "candidate_key"]).drop("_o").select(list(out_schema))
-
-
-def _balanced_letters(n: int, k: int, seed: int, key: tuple) -> list[int]:
-    base = [i % k for i in range(n)]
-    g = rng(seed, "letters", *key)
-    perm = g.permutation(n)
-    return [base[i] for i in perm]
-
-
-def _reorder_display(row: dict, target_text: str) -> list[int]:
-    """Frames in a display order whose labels, read in time order, give `target_text` (T8 perm / T9 label)."""
-    labels = list(row["display_labels"])
-    frames = list(row["frame_indices"])
-    chrono = sorted(frames)
-    if len(labels) == 2:
-        # T9: the target label sits on the earlier frame
-        early, late = chrono
-        return [early, late] if labels[0] == target_text else [late, early]
-    disp = [None] * len(labels)
-    for rank, lab in enumerate(target_text):
-        disp[labels.index(lab)] = chrono[rank]
-    return disp
-
-
-def canonical_options(display_labels, num_choices: int) -> list[str]:
-    """Fixed options of a labelled-frames family: the display labels (T9) or their permutations (T8)."""
-    return canonical_choices({"display_labels": list(display_labels), "num_choices": int(num_choices)})
-
-
-def assign_choices(items: pl.DataFrame, seed: int) -> pl.DataFrame:
-    """Add item_key (stable hash of candidate_key), choices (len num_choices, letter order) and answer (letter), with
-    balanced answer letters per (source, task_id) (see the module docstring). Rows with display_labels (T8, T9) get
-    the canonical options and re-ordered frames. Output sorted by (source, task, candidate_key)."""
-    out_schema = {**dict(items.schema), **ITEM_EXTRA_SCHEMA}
-    if items.height == 0:
-        return pl.DataFrame(schema=out_schema)
-    df = items.with_columns(_o=pl.col("task_id").str.slice(1).cast(pl.Int64)).sort(
-        ["source", "_o", "candidate_key"]).drop("_o")
-    cols = {c: df.get_column(c).to_list() for c in
-            ("candidate_key", "source", "task_id", "num_choices", "answer_text", "distractors", "display_labels",
-             "frame_indices", "render_spec_json", "label_meta_json")}
-    n = df.height
-    new = {"choices": [None] * n, "answer": [None] * n, "item_key": [None] * n,
-           "answer_text": list(cols["answer_text"]), "distractors": list(cols["distractors"]),
-           "frame_indices": list(cols["frame_indices"]), "render_spec_json": list(cols["render_spec_json"]),
-           "label_meta_json": list(cols["label_meta_json"])}
-    start = 0
-    while start < n:
-        end = start
-        while end < n and (cols["source"][end], cols["task_id"][end]) == (cols["source"][start], cols["task_id"][start]):
-            end += 1
-        k = int(cols["num_choices"][start])
-        letters = _balanced_letters(end - start, k, seed, (cols["source"][start], cols["task_id"][start]))
-        for i, pos in zip(range(start, end), letters):
-            ckey = cols["candidate_key"][i]
-            labels = cols["display_labels"][i]
-            if labels is not None:
-                choices = canonical_options(labels, k)
-                if len(choices) != k:
-                    raise ValueError(f"{ckey}: canonical options {choices} but num_choices {k}")
-                target = choices[pos]
-                disp = _reorder_display({"display_labels": labels, "frame_indices": cols["frame_indices"][i]}, target)
-                got = answer_for(disp, list(labels))
-                if (got[0] if len(labels) == 2 else got) != target:
-                    raise AssertionError(f"{ckey}: display order gives {got}, wanted {target}")
-                others = [c for c in choices if c != target]
-                if len(target) > 1:
-                    others.sort(key=lambda p: (kendall(p, target), p))
-                new["frame_indices"][i] = disp
-                new["answer_text"][i] = target
-                new["distractors"][i] = others
-                if new["render_spec_json"][i]:
-                    spec = json.loads(new["render_spec_json"][i])
-                    spec["frame_indices"] = disp
-                    new["render_spec_json"][i] = compact_json(spec)
-                meta = json.loads(new["label_meta_json"][i] or "{}")
-                meta["label"] = target
-                new["label_meta_json"][i] = json.dumps(meta, sort_keys=True, separators=(",", ":"))
-            else:
-                others = list(cols["distractors"][i])
-                py_rng(seed, "choices", ckey).shuffle(others)
-                choices = others[:pos] + [cols["answer_text"][i]] + others[pos:]
-            if len(choices) != k or choices.count(new["answer_text"][i]) != 1:
-                raise ValueError(f"{ckey}: bad option set {choices}")
-            new["choices"][i] = choices
-            new["answer"][i] = CHOICE_LETTERS[pos]
-            new["item_key"][i] = stable_hash(ckey)
-        start = end
-    repl = []
-    for name in ("answer_text", "distractors", "frame_indices", "render_spec_json", "label_meta_json", "choices",
-                 "answer", "item_key"):
-        dtype = out_schema[name]
-        repl.append(list_column(name, new[name], dtype) if isinstance(dtype, pl.List)
-                    else pl.Series(name, new[name], dtype=dtype))
-    return df.with_columns(repl).select(list(out_schema))
-
-
-def letter_shares(items: pl.DataFrame) -> pl.DataFrame:
-    """Per (source, task_id): n, num_choices and the majority letter's share (for checks and reports)."""
-    if items.height == 0:
-        return pl.DataFrame(schema={"source": pl.String, "task_id": pl.String, "n": pl.Int64, "num_choices": pl.Int64,
-                                    "majority_share": pl.Float64})
-    counts = items.group_by(["source", "task_id", "answer"]).agg(c=pl.len(), k=pl.col("num_choices").first())
-    return (counts.group_by(["source", "task_id"]).agg(n=pl.col("c").sum().cast(pl.Int64),
-                                                      num_choices=pl.col("k").first().cast(pl.Int64),
-                                                      majority_share=(pl.col("c").max() / pl.col("c").sum()))
-            .sort(["source", "task_id"]))
 
 
 def shortfall(items: pl.DataFrame, quotas: dict, source: str | None = None) -> list[dict]:

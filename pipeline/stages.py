@@ -8,9 +8,10 @@ Work folder layout (configs/build.yaml `work_dir`):
     ir/<slug>/{units,frames,signals,segments,quarantine}.parquet   ingest
     labels/<slug>/<table>.parquet                                  labels
     candidates/<slug>.parquet                                      candidate items (over-complete pool)
-    items/<slug>.parquet, items/<slug>_quarantine.parquet          selected, visually gated, choices assigned
+    candidates/<slug>/<task>.<key>.parquet                         one family's part of it (see run_candidates)
+    items/<slug>.parquet, items/<slug>_quarantine.parquet          selected, visually gated, images hashed
     frame_cache/                                                   content-addressed decoded frames
-    split/items.parquet, split/summary.json                        split
+    split/{items,groups}.parquet, split/summary.json               split (with the answer letters)
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ import polars as pl
 from . import items as items_mod
 from . import split as split_mod
 from . import writers
+from .choices import assign_letters, display_order
 from .config import path_in_repo, split_policy
 from .exports import run_exports
 from .validity import REPORT_FILES, run_validity
-from .families import build_candidates
+from .digests import code_digest, config_part, digest, file_digest
+from .families import Context, enabled_families, family_candidates, merge_candidates
 from .families.no_items import units_without_items
 from .frames.cache import FrameCache
 from .frames.extract import extract_from_config, requests_from_items
@@ -87,15 +90,49 @@ def load_labels(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
 
 
 # --------------------------------------------------------------------------------------------------- candidates
+def family_keys(cfg: dict, slug: str, families: list[str]) -> dict[str, str]:
+    """What one family's candidates of a source depend on: the code, the labels and build settings, the source's IR
+    and label tables, and the family's own template. One key per family, so a template edit changes one key."""
+    wd = work_dir(cfg)
+    inputs = {p.relative_to(wd).as_posix(): file_digest(p)
+              for d in (wd / "ir" / slug, wd / "labels" / slug) for p in sorted(d.glob("*.parquet"))}
+    base = {"source": slug, "code": code_digest(("pipeline", "upstream_adapters")),
+            "config": config_part(cfg, ("labels", "build")), "inputs": inputs}
+    return {t: digest({**base, "family": t, "template": cfg["tasks"][t]}) for t in families}
+
+
 def run_candidates(cfg: dict, slug: str) -> dict:
-    ir, labels = load_ir(cfg, slug), load_labels(cfg, slug)
-    pool = build_candidates(slug, ir, labels, cfg)
-    write_parquet(work_dir(cfg) / "candidates" / f"{slug}.parquet", pool)
-    silent = units_without_items(slug, ir, labels, pool)  # kept units that give nothing: say why
+    """The candidate pool of one source. Each family's part is kept in candidates/<slug>/<task>.<key>.parquet (key:
+    family_keys); a family whose key is unchanged is read back, the others are generated, so editing one template
+    regenerates that family only. The pool is the parts merged (the same bytes either way)."""
+    wd = work_dir(cfg)
+    memo = wd / "candidates" / slug
+    families = enabled_families(cfg, slug)
+    names = {t: f"{t}.{k[:24]}.parquet" for t, k in family_keys(cfg, slug, families).items()}
+    ctx, parts, generated = None, [], []
+    for t in families:
+        path = memo / names[t]
+        if path.is_file():
+            parts.append(pl.read_parquet(path))
+            continue
+        if ctx is None:  # the tables are read only when a family has to be generated
+            ctx = Context(slug, load_ir(cfg, slug), load_labels(cfg, slug), cfg)
+        parts.append(family_candidates(t, slug, ctx))
+        write_parquet(path, parts[-1])
+        generated.append(t)
+    for p in memo.glob("*.parquet"):  # parts of old keys, or of families the source no longer has
+        if p.name not in names.values():
+            p.unlink()
+    pool = merge_candidates(slug, parts)
+    write_parquet(wd / "candidates" / f"{slug}.parquet", pool)
+    if ctx is None:
+        ctx = Context(slug, load_ir(cfg, slug), load_labels(cfg, slug), cfg)
+    silent = units_without_items(slug, ctx.ir, ctx.labels, pool)  # kept units that give nothing: say why
     for r in silent.iter_rows(named=True):
         log.warning("%s/%s: no candidate items: %s", slug, r["unit_id"], r["reason"])
-    return {"candidates": pool.height,
-            "per_family": {r["task_id"]: r["len"] for r in pool.group_by("task_id").len().sort("task_id").iter_rows(named=True)},
+    return {"candidates": pool.height, "families_generated": generated,
+            "per_family": {r["task_id"]: r["len"]
+                           for r in pool.group_by("task_id").len().sort("task_id").iter_rows(named=True)},
             "no_items": silent.height,  # and the first 50 units with their reason:
             "no_items_units": {r["unit_id"]: r["reason"] for r in silent.head(50).iter_rows(named=True)}}
 
@@ -103,7 +140,8 @@ def run_candidates(cfg: dict, slug: str) -> dict:
 # --------------------------------------------------------------------------------------------------- frames
 def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     """Select each family's quota, decode its frames, gate them, and ask for replacements until the quotas hold or the
-    pool runs out; then assign balanced answer letters and hash the images each item shows."""
+    pool runs out; then fix the T8/T9 display order (pipeline/choices.py) and hash the images each item shows.
+    Answer letters are the split's (run_split)."""
     seed = cfg["build"]["release_seed"]
     gate_cfg = cfg["build"]["items"]
     wd = work_dir(cfg)
@@ -136,7 +174,7 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
         kept = items_mod.select_candidates(survivors, quotas, seed, cfg_tasks=cfg["tasks"]).drop("select_rank")
     else:
         kept = pool.clear()
-    items = items_mod.assign_choices(kept, seed)
+    items = display_order(kept, seed)
     frame_table = pl.concat(frame_parts, how="vertical_relaxed") if frame_parts else None
     if frame_table is not None:
         items = add_image_hashes(items, frame_table, cache, cfg["frames"]["image"])
@@ -159,32 +197,20 @@ def all_units(cfg: dict) -> pl.DataFrame:
     return _concat([pl.read_parquet(work_dir(cfg) / "ir" / s / "units.parquet") for s in sources(cfg)])
 
 
-def letters_per_split(items: pl.DataFrame, seed: int) -> pl.DataFrame:
-    """Assign the answer letters again within each split, so eval (a few whole groups) is letter-balanced per source
-    and family too, not only the pool. T8/T9 (display labels) keep theirs: their frame order, and so their rendered
-    images and hashes, follow the letter; the split's letter term balances them."""
-    plain = pl.col("display_labels").is_null()
-    parts = [items.filter(~plain)]
-    # each eval level is its own release file, so each is balanced on its own
-    level = pl.col("eval_level") if "eval_level" in items.columns else pl.lit(None, pl.String)
-    for name, lv in sorted(items.select("split", level.alias("lv")).unique().iter_rows(), key=str):
-        sub = items.filter(plain & (pl.col("split") == name) & (level.eq_missing(lv)))
-        if sub.height:
-            redone = items_mod.assign_choices(sub.drop("item_key", "choices", "answer"), seed)
-            parts.append(redone.select(items.columns))
-    return pl.concat(parts, how="vertical_relaxed").sort("source", "task_id", "candidate_key")
-
-
 def run_split(cfg: dict) -> dict:
     wd = work_dir(cfg)
     items = _concat([pl.read_parquet(wd / "items" / f"{s}.parquet") for s in sources(cfg)])
     policy, seed = split_policy(cfg)
     groups = split_mod.build_groups(items, all_units(cfg), policy)
-    split_df, summary = split_mod.split_items(items, groups, policy, seed)
-    split_df = letters_per_split(split_df, seed)
+    # the letter term of the eval selection sees letters balanced per (source, family) over the whole pool; the
+    # letters are then balanced again per split and eval level, since each eval level is its own release file
+    split_df, summary = split_mod.split_items(assign_letters(items, seed), groups, policy, seed)
+    split_df = assign_letters(split_df, seed, within=("split", "eval_level") if "eval_level" in split_df.columns
+                              else ("split",)).sort("source", "task_id", "candidate_key")
     for slug, s in summary["sources"].items():  # what the release finally holds, after the per-split letters
         s["letter_balance_eval"] = split_mod.eval_letter_report(split_df, policy, slug)
     write_parquet(wd / "split" / "items.parquet", split_df)
+    write_parquet(wd / "split" / "groups.parquet", groups)
     write_json(wd / "split" / "summary.json", summary)
     return {"eval_items": summary["eval_items"], "sft_items": summary["sft_items"],
             "eval_groups": {s: v["eval_groups"] for s, v in sorted(summary["sources"].items())}}
@@ -202,11 +228,14 @@ def _split_summary(cfg: dict) -> dict:
 def run_release(cfg: dict) -> dict:
     eval_df, sft_df = writers.release_tables(_split_items(cfg), all_units(cfg), cfg)
     documents = {"prompt_templates": prompt_templates_markdown(cfg), "reconstruction": reconstruction_markdown(cfg)}
-    out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents)
+    out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents,
+                                checksums=False)
     # card, Croissant, trainer/harness files: from the files just written (the main eval file holds level L1 only)
-    exported = run_exports(cfg, release_dir(cfg))
-    # the validity audit reads the written splits and adds its report to the release (and to its checksums)
-    validity = run_validity(cfg)
+    exported = run_exports(cfg, release_dir(cfg), checksums=False)
+    # the validity audit reads the written splits and adds its report to the release
+    validity = run_validity(cfg, checksums=False)
+    # last, once: an interrupted step leaves checksums that do not match, never a release that looks complete
+    writers.write_checksums(release_dir(cfg), cfg)
     return {k: v for k, v in out.items() if k != "files"} | {"files": len(out["files"]) + len(exported),
                                                                "validity_problems": len(validity["problems"])}
 
@@ -245,10 +274,11 @@ def eval_group_count_problems(cfg: dict) -> list[str]:
 
 
 def split_isolation_problems(cfg: dict) -> list[str]:
-    """Isolation keys (composite ones too) and held-out OOD values that reach both sides, recomputed from the units."""
+    """Isolation keys (composite ones too) and held-out OOD values that reach both sides, over the units' own fields
+    (the split's groups table carries them)."""
     items = _split_items(cfg)
     policy = split_policy(cfg)[0]
-    groups = split_mod.build_groups(items, all_units(cfg), policy)
+    groups = pl.read_parquet(work_dir(cfg) / "split" / "groups.parquet")
     return split_mod.isolation_key_problems(items, groups, policy) + \
         split_mod.held_out_problems(items, groups, _split_summary(cfg))
 

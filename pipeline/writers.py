@@ -429,10 +429,11 @@ def _check_table(df: pl.DataFrame, split: str) -> pl.DataFrame:
 
 
 def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: dict, out_dir: Path,
-                  documents: dict[str, str]) -> dict:
+                  documents: dict[str, str], checksums: bool = True) -> dict:
     """Write the release folder. Every file is written atomically; checksums.sha256 is written last, so an interrupted
-    run leaves a release that fails validation instead of one that looks complete. Returns
-    {"files": {relpath: sha256}, "eval_items", "sft_items", "eval_groups", "sft_groups"}."""
+    run leaves a release that fails validation instead of one that looks complete (checksums=False: the caller writes
+    it once after adding more files, as the release stage does). Returns
+    {"files": [relpath, ...] (written here, sorted), "eval_items", "sft_items", "eval_groups", "sft_groups"}."""
     out_dir = Path(out_dir)
     rc = release_cfg(cfg)
     files = file_names(cfg)
@@ -479,9 +480,10 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
         io.write_jsonl(out_dir / jl_rel, df)
     for rel, text in sorted(texts.items()):
         io.atomic_write_text(out_dir / rel, text)
-    sums = write_checksums(out_dir, cfg)
+    if checksums:
+        write_checksums(out_dir, cfg)
     return {
-        "files": sums,
+        "files": sorted([rel for pq, jl, _ in tables for rel in (pq, jl)] + list(texts)),
         "eval_items": eval_df.height,
         "sft_items": sft_df.height,
         "eval_groups": len(_groups(eval_df)),

@@ -572,12 +572,13 @@ def test_pool_independent_of_hash_seed(tmp_path):
         "import sys, hashlib; sys.path.insert(0, 'tests')\n"
         "from test_families import _pool\n"
         "from pipeline import items as I\n"
+        "from pipeline.choices import assign_letters, display_order\n"
         "from pipeline.config import load_config\n"
         "cfg = load_config()\n"
         "h = hashlib.sha256()\n"
         "for s in ('reassemble', 'gm100'):\n"
         "    p = _pool(s, n_units=2, n_frames=900)[2]\n"
-        "    a = I.assign_choices(I.select_candidates(p, I.quotas(cfg, s), 42, extra=0.1), 42)\n"
+        "    a = assign_letters(display_order(I.select_candidates(p, I.quotas(cfg, s), 42, extra=0.1), 42), 42)\n"
         "    h.update(p.write_ndjson().encode()); h.update(a.write_ndjson().encode())\n"
         "print(h.hexdigest())\n")
     root = Path(__file__).resolve().parent.parent
@@ -593,11 +594,11 @@ def test_pool_independent_of_hash_seed(tmp_path):
 
 def test_items_from_every_family(pools, reassemble_pool):
     """Every family, every source: candidates -> items with a consistent option set and answer letter."""
-    from pipeline.items import assign_choices
+    from pipeline.choices import assign_letters, display_order
 
     seen = set()
     for source, (_, _, pool) in list(pools.items()) + [("reassemble", reassemble_pool)]:
-        items = assign_choices(pool, seed=42)
+        items = assign_letters(display_order(pool, seed=42), seed=42)
         assert items.height == pool.height
         for r in items.iter_rows(named=True):
             k = r["num_choices"]

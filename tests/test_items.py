@@ -1,5 +1,5 @@
 """Selection and choice assignment: quotas and their rounding, spread over units, min gap, label balance,
-exclusion, reserve margin, shortfall, balanced answer letters, T8/T9 re-ordering, determinism."""
+exclusion, reserve margin, shortfall, balanced answer letters (per group too), T8/T9 re-ordering, determinism."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import math
 import polars as pl
 import pytest
 
+from pipeline import choices as C
 from pipeline import items as I
 from pipeline.config import load_config
 from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
@@ -18,6 +19,11 @@ from pipeline.seeding import stable_hash
 from test_families import _pool
 
 CFG = load_config()
+
+
+def _lettered(pool: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """The frames stage's display order, then the split's letters over the whole pool."""
+    return C.assign_letters(C.display_order(pool, seed), seed)
 
 
 def _fake_pool(n_units=10, per_unit=30, task="T1", labels=("a", "b", "c", "d"), skew=None, k=4, gap=5,
@@ -151,10 +157,10 @@ def test_select_uses_template_settings_from_cfg_tasks():
 def test_letter_balance(n, k):
     labels = tuple("abcdef"[:k]) if k > 2 else ("yes", "no")
     pool = _fake_pool(n_units=1, per_unit=n, labels=labels, k=k, skew=None)
-    items = I.assign_choices(pool, seed=5)
+    items = _lettered(pool, seed=5)
     counts = items.group_by("answer").len()["len"].to_list()
     assert max(counts) - min(counts) <= 1 and len(counts) == min(n, k)
-    share = I.letter_shares(items)["majority_share"][0]
+    share = C.letter_shares(items)["majority_share"][0]
     assert share <= math.ceil(n / k) / n
     if n >= 50:
         assert share - 1 / k <= 0.02
@@ -164,21 +170,51 @@ def test_letter_balance(n, k):
         assert r["item_key"] == stable_hash(r["candidate_key"])
 
 
-def test_assign_choices_deterministic_and_order_free():
+def test_letters_deterministic_and_order_free():
     pool = _fake_pool(n_units=4, per_unit=20)
-    a = I.assign_choices(pool, seed=11)
-    b = I.assign_choices(pool.reverse(), seed=11)
+    a = _lettered(pool, seed=11)
+    b = _lettered(pool.reverse(), seed=11)
     assert a.equals(b)
-    c = I.assign_choices(pool, seed=12)
+    c = _lettered(pool, seed=12)
     assert a["answer"].to_list() != c["answer"].to_list()
     assert list(a.columns) == list(pool.columns) + ["item_key", "choices", "answer"]
+
+
+def test_the_frames_stage_assigns_no_letter():
+    """Letters are assigned in one place, the split: the frames stage's table has an item key but no option order."""
+    _, _, pool = _pool("aist", n_units=2, n_frames=800)
+    out = C.display_order(pool, seed=42)
+    assert "answer" not in out.columns and "choices" not in out.columns
+    assert out["item_key"].to_list() == [stable_hash(k) for k in out["candidate_key"].to_list()]
+
+
+def test_letters_balanced_within_each_group_and_t8_t9_letters_follow_their_frames():
+    """assign_letters(within=("split",)) balances each split on its own (standard families); a T8/T9 row's letter is
+    where its display order put the true order, whatever the group."""
+    plain = _fake_pool(n_units=1, per_unit=90, k=4).with_columns(
+        split=pl.Series(["eval" if i % 9 == 0 else "sft" for i in range(90)]))
+    shown = C.display_order(plain, 3)
+    out = C.assign_letters(shown, 3, within=("split",))
+    for name in ("eval", "sft"):
+        counts = out.filter(pl.col("split") == name).group_by("answer").len()["len"].to_list()
+        assert max(counts) - min(counts) <= 1, name
+    assert out["candidate_key"].to_list() == shown["candidate_key"].to_list()  # input order kept
+    _, _, pool = _pool("aist", n_units=3, n_frames=1000)
+    shown = C.display_order(pool.filter(pl.col("task_id").is_in(["T8", "T9"])), 42)
+    whole = C.assign_letters(shown, 42)
+    split = C.assign_letters(shown.with_columns(split=pl.lit("eval")), 42, within=("split",))
+    assert whole["answer"].to_list() == split["answer"].to_list()
+    # a row whose answer_text is not among its fixed options is refused, not lettered
+    bad = shown.with_columns(answer_text=pl.lit("nowhere"))
+    with pytest.raises(ValueError, match="bad option set"):
+        C.assign_letters(bad, 42)
 
 
 @pytest.fixture(scope="module")
 def temporal_items():
     _, _, pool = _pool("aist", n_units=3, n_frames=1000)
     pool = pool.filter(pl.col("task_id").is_in(["T8", "T9"]))
-    return pool, I.assign_choices(pool, seed=42)
+    return pool, _lettered(pool, seed=42)
 
 
 def test_t8_t9_canonical_options_and_reordered_frames(temporal_items):
@@ -199,7 +235,7 @@ def test_t8_t9_canonical_options_and_reordered_frames(temporal_items):
             truth = "X" if f[0] < f[1] else "Y"
         assert r["answer_text"] == truth and r["choices"]["ABCDEF".index(r["answer"])] == truth
         assert sorted(r["distractors"] + [truth]) == sorted(r["choices"])
-    shares = {row["task_id"]: row for row in I.letter_shares(items).iter_rows(named=True)}
+    shares = {row["task_id"]: row for row in C.letter_shares(items).iter_rows(named=True)}
     for t, k in (("T8", 6), ("T9", 2)):
         n = shares[t]["n"]
         assert shares[t]["majority_share"] <= math.ceil(n / k) / n
@@ -208,8 +244,8 @@ def test_t8_t9_canonical_options_and_reordered_frames(temporal_items):
 def test_select_then_assign_on_real_pool_is_deterministic():
     _, _, pool = _pool("rh20t", n_units=4, n_frames=600)
     q = I.quotas(CFG, "rh20t")
-    a = I.assign_choices(I.select_candidates(pool, q, 42, extra=0.1), 42)
-    b = I.assign_choices(I.select_candidates(pool, q, 42, extra=0.1), 42)
+    a = _lettered(I.select_candidates(pool, q, 42, extra=0.1), 42)
+    b = _lettered(I.select_candidates(pool, q, 42, extra=0.1), 42)
     assert a.equals(b)
     assert a["item_key"].is_unique().all()
     assert a["frame_indices"].to_list() == b["frame_indices"].to_list()

@@ -36,14 +36,14 @@ def test_stage_reports_a_unit_without_items_and_why(ingested, tmp_path, monkeypa
     cfg["build"]["work_dir"] = str(tmp_path / "work")
     write_ir(res, tmp_path / "work" / "ir" / "rh20t")
     stages.run_labels(cfg, "rh20t")
-    real = stages.build_candidates
+    real = stages.merge_candidates
     # plant: the families give this unit nothing (as GM-100's window rules do for a clock that never advances)
-    monkeypatch.setattr(stages, "build_candidates",
+    monkeypatch.setattr(stages, "merge_candidates",
                         lambda *a: real(*a).filter(pl.col("unit_id") != STUCK))
     summary = stages.run_candidates(cfg, "rh20t")
     assert summary["candidates"] > 0 and summary["no_items"] == 1 and list(summary["no_items_units"]) == [STUCK]
     assert "clock is constant" in summary["no_items_units"][STUCK]
-    monkeypatch.setattr(stages, "build_candidates", real)
+    monkeypatch.setattr(stages, "merge_candidates", real)
     assert stages.run_candidates(cfg, "rh20t")["no_items"] == 0
 
 

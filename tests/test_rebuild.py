@@ -1,5 +1,6 @@
 """Skipping what is unchanged: a rebuild with nothing changed plans no step; a changed task template recomputes only
-the candidates onward; a lost or edited output, or a changed upstream corpus, recomputes its step and what follows."""
+the candidates onward, and inside the candidates step only that family; a lost or edited output, or a changed
+upstream corpus, recomputes its step and what follows. The release step writes its checksums once."""
 
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ def test_one_template_change_recomputes_only_candidates_onward(demo_samples, dem
     t5.write_text(t5.read_text().replace("how far along is the current", "how far along is this"))
     steps = plan(_settings(demo_samples, demo_release.parent / "work", demo_release, configs))
     assert not [s for s in steps if s.startswith(("ingest_", "labels_"))]
-    assert {f"candidates_{s}" for s in SLUGS} | {f"items_{s}" for s in SLUGS} | {"split", "release"} == set(steps)
+    from pipeline.config import load_config
+
+    fed = load_config(configs)["tasks"]["T5"]["sources"]  # a source T5 does not list keeps its chain
+    assert set(fed) < set(SLUGS)
+    assert {f"candidates_{s}" for s in fed} | {f"items_{s}" for s in fed} | {"split", "release"} == set(steps)
 
 
 def test_a_lost_output_or_a_changed_corpus_recomputes_that_step_onward(demo_samples, demo_release, tmp_path):
@@ -48,3 +53,65 @@ def test_a_lost_output_or_a_changed_corpus_recomputes_that_step_onward(demo_samp
     (corpus / "extra_file.txt").write_text("new upstream file\n")
     moved = _settings({**demo_samples, "rh20t": corpus}, work, release)
     assert plan(moved)[0] == "ingest_rh20t" and not [s for s in plan(moved) if s.endswith(("_gm100", "_aist"))]
+
+
+def test_one_template_edit_generates_only_that_family(demo_samples, demo_release, tmp_path, monkeypatch):
+    """Each family's part of a pool is kept under its own key: after a T5 edit the candidates step generates T5
+    only, leaves the other families' parts untouched, and writes the pool a full generation writes."""
+    import polars as pl
+
+    from assets.fingerprint import REPO
+    from pipeline import families, stages
+
+    slug = "gm100"
+    work = tmp_path / "work"
+    shutil.copytree(demo_release.parent / "work", work,
+                    ignore=shutil.ignore_patterns("frame_cache", "items", "split", "_fingerprints"))
+    calls = []
+    for t, fn in list(families.GENERATORS.items()):
+        monkeypatch.setitem(families.GENERATORS, t,
+                            lambda spec, ctx, _fn=fn, _t=t: calls.append(_t) or _fn(spec, ctx))
+    memo, pool_file = work / "candidates" / slug, work / "candidates" / f"{slug}.parquet"
+    before = {p.name: p.stat().st_mtime_ns for p in memo.glob("*.parquet")}
+    pool_bytes = pool_file.read_bytes()
+    cfg = _settings(demo_samples, work, tmp_path / "release").config()
+    assert sorted(n.split(".")[0] for n in before) == sorted(families.enabled_families(cfg, slug))
+    # nothing changed: every family read back, the same pool bytes
+    assert stages.run_candidates(cfg, slug)["families_generated"] == [] and calls == []
+    assert pool_file.read_bytes() == pool_bytes
+
+    configs = tmp_path / "configs"
+    shutil.copytree(REPO / "configs", configs)
+    t5 = configs / "tasks" / "T5.yaml"
+    t5.write_text(t5.read_text().replace("how far along is the current", "how far along is this"))
+    cfg5 = _settings(demo_samples, work, tmp_path / "release", configs).config()
+    assert stages.run_candidates(cfg5, slug)["families_generated"] == ["T5"] and calls == ["T5"]
+    after = {p.name: p.stat().st_mtime_ns for p in memo.glob("*.parquet")}
+    others = lambda d: {n: m for n, m in d.items() if not n.startswith("T5.")}  # noqa: E731
+    assert others(after) == others(before)  # the other families' parts: not rewritten
+    assert len(set(after) - set(before)) == 1 and len(after) == len(before)  # T5's new part replaced its old one
+    fresh = families.build_candidates(slug, stages.load_ir(cfg5, slug), stages.load_labels(cfg5, slug), cfg5)
+    assert pl.read_parquet(pool_file).equals(fresh) and pool_file.read_bytes() != pool_bytes
+
+    # planted: a labels threshold feeds every family, so a key without it would reuse stale parts
+    calls.clear()
+    cfg5["labels"]["speed"][slug]["span"] += 2
+    assert stages.run_candidates(cfg5, slug)["families_generated"] == families.enabled_families(cfg5, slug)
+    assert calls == families.enabled_families(cfg5, slug)
+
+
+def test_the_release_step_writes_its_checksums_once(demo_samples, demo_release, tmp_path, monkeypatch):
+    """Writers, exports and the validity report all land before checksums.sha256, which is written once, last; the
+    rerun gives the demo release's bytes."""
+    from pipeline import stages, writers
+
+    release = tmp_path / "release"
+    shutil.copytree(demo_release, release)
+    cfg = _settings(demo_samples, demo_release.parent / "work", release).config()
+    calls, real = [], writers.write_checksums
+    monkeypatch.setattr(writers, "write_checksums", lambda out, c: calls.append(out) or real(out, c))
+    stages.run_release(cfg)
+    assert len(calls) == 1
+    tree = lambda root: {p.relative_to(root).as_posix(): p.read_bytes()  # noqa: E731
+                         for p in sorted(root.rglob("*")) if p.is_file()}
+    assert tree(release) == tree(demo_release)

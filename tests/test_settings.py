@@ -94,6 +94,14 @@ def test_misspelt_source_slug(cfg_dir):
     assert e.key == "labels.speed.gm10" and "a registered source slug" in e.expected and "got 'gm10'" in e.expected
 
 
+def test_a_labels_section_without_a_built_source_is_refused_at_load(cfg_dir):
+    # the whole RH20T entry of the activity section goes: refused at load, not when the labels stage reaches it
+    _replace(cfg_dir / "labels.yaml", "    rh20t: {mode: none}                   # single-arm: no coordination\n", "")
+    e = _error(cfg_dir)
+    assert (e.file, e.key) == ("configs/labels.yaml", "labels.activity.rh20t")
+    assert "build.sources" in e.expected and "none" in e.expected
+
+
 def test_wrong_enum_value_and_out_of_range_number(cfg_dir):
     _replace(cfg_dir / "frames.yaml", "mp_context: forkserver", "mp_context: threads")
     e = _error(cfg_dir)

@@ -273,6 +273,18 @@ def test_write_release_layout_and_deterministic_bytes(tmp_path):
     assert sorted(result["files"]) == sorted(set(a) - {"checksums.sha256"})
 
 
+def test_checksums_can_be_left_to_the_caller(tmp_path):
+    """The release step writes checksums.sha256 once, at its end: write_release(checksums=False) leaves it out, and
+    writing it afterwards gives the release write_release gives on its own."""
+    cfg = make_cfg()
+    ev, sft = writers.release_tables(make_items(), make_units(), cfg)
+    writers.write_release(ev, sft, {"eval_ratio": 0.15}, cfg, tmp_path / "a", DOCUMENTS, checksums=False)
+    assert not (tmp_path / "a" / "checksums.sha256").exists()
+    writers.write_checksums(tmp_path / "a", cfg)
+    build(tmp_path / "b")
+    assert _tree(tmp_path / "a") == _tree(tmp_path / "b")
+
+
 def test_parquet_and_jsonl_hold_identical_rows(tmp_path):
     ev, sft, _ = build(tmp_path)
     files = make_cfg()["release"]["files"]

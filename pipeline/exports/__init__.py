@@ -1,8 +1,9 @@
 """The release in its users' tools (issue 13): the Hugging Face card, Croissant, trainer / harness exports.
 
 `write_exports(release_dir, eval_df, sft_df, cfg)` writes them from the two release tables; `run_exports(cfg,
-release_dir)` is the build stage: it reads the tables back from the release, writes the exports and re-writes
-checksums.sha256 so every new file is covered. Both return the release-relative files written (sorted)."""
+release_dir)` reads the tables back from the release and writes the exports. Both re-write checksums.sha256 so every
+new file is covered (checksums=False: the caller does, as the release stage does once at its end); both return the
+release-relative files written (sorted)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ def export_texts(tables: dict[str, pl.DataFrame], cfg: dict) -> dict[str, str]:
     return out
 
 
-def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame, cfg: dict) -> list[str]:
-    """Write every export into the release folder and re-write checksums.sha256; returns the files written."""
+def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame, cfg: dict,
+                  checksums: bool = True) -> list[str]:
+    """Write every export into the release folder (and re-write checksums.sha256); returns the files written."""
     from pipeline.validate import find_path_leaks  # validate imports writers; keep the import local like writers
 
     release_dir = Path(release_dir)
@@ -60,11 +62,12 @@ def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame
         written.append(rel)
     io.atomic_write_text(release_dir / xf["croissant"], common.dumps(croissant.croissant(tables, release_dir, cfg)))
     written.append(xf["croissant"])
-    writers.write_checksums(release_dir, cfg)
+    if checksums:
+        writers.write_checksums(release_dir, cfg)
     return sorted(written)
 
 
-def run_exports(cfg: dict, release_dir: Path) -> list[str]:
-    """Build stage: exports of the release already written in release_dir."""
+def run_exports(cfg: dict, release_dir: Path, checksums: bool = True) -> list[str]:
+    """Exports of the release already written in release_dir."""
     tables = common.read_tables(release_dir, cfg)
-    return write_exports(release_dir, tables["eval"], tables["sft"], cfg)
+    return write_exports(release_dir, tables["eval"], tables["sft"], cfg, checksums=checksums)

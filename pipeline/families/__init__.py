@@ -2,6 +2,8 @@
 YAML template (configs/tasks/T<n>.yaml), emitting an over-complete pool of candidate items (CANDIDATES contract).
 
     pool = build_candidates("gm100", ir, labels, cfg)     # polars DataFrame, sorted by candidate_key
+    part = family_candidates("T5", "gm100", Context("gm100", ir, labels, cfg))   # one family's part of the pool
+    pool = merge_candidates("gm100", parts)                # the pool from its parts (pipeline/stages.py keeps them)
 
 Template keys read here (per source where a mapping is keyed by source slugs and/or `default`; the model of a
 template, with every key and its type, is pipeline/settings.py TaskFile):
@@ -32,24 +34,26 @@ GENERATORS = {
     "T11": t11_next, "T12": t12_chain,
 }
 
-__all__ = ["build_candidates", "GENERATORS", "CANDIDATE_SCHEMA", "Spec", "per_source", "answer_for",
+__all__ = ["build_candidates", "family_candidates", "merge_candidates", "enabled_families", "Context",
+           "GENERATORS", "CANDIDATE_SCHEMA", "Spec", "per_source", "answer_for",
            "canonical_choices", "empty_candidates"]
 
 
-def build_candidates(source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame],
-                     cfg: dict) -> pl.DataFrame:
-    """The full candidate pool of one source: every family whose template lists the source (with a quota)."""
-    ctx = Context(source, ir, labels, cfg)
-    parts = []
-    for task_id in task_ids(cfg):
-        spec = Spec(cfg, task_id, source)
-        if not spec.enabled:
-            continue
-        if task_id not in GENERATORS:
-            raise KeyError(f"no generator for task family {task_id}")
-        part = GENERATORS[task_id](spec, ctx)
-        if part.height:
-            parts.append(part)
+def enabled_families(cfg: dict, source: str) -> list[str]:
+    """The families whose template lists the source (with a quota), in task order."""
+    return [t for t in task_ids(cfg) if Spec(cfg, t, source).enabled]
+
+
+def family_candidates(task_id: str, source: str, ctx: Context) -> pl.DataFrame:
+    """One family's candidates for one source (CANDIDATE_SCHEMA; the family must be enabled for the source)."""
+    if task_id not in GENERATORS:
+        raise KeyError(f"no generator for task family {task_id}")
+    return GENERATORS[task_id](Spec(ctx.cfg, task_id, source), ctx)
+
+
+def merge_candidates(source: str, parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The pool from its families' parts: one table sorted by candidate_key (keys must be unique)."""
+    parts = [p for p in parts if p.height]
     if not parts:
         return empty_candidates()
     pool = pl.concat(parts, how="vertical").sort("candidate_key")
@@ -57,3 +61,10 @@ def build_candidates(source: str, ir: dict[str, pl.DataFrame], labels: dict[str,
     if dup:
         raise ValueError(f"{source}: {dup} duplicate candidate keys")
     return pool
+
+
+def build_candidates(source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame],
+                     cfg: dict) -> pl.DataFrame:
+    """The full candidate pool of one source: every family whose template lists the source (with a quota)."""
+    ctx = Context(source, ir, labels, cfg)
+    return merge_candidates(source, [family_candidates(t, source, ctx) for t in enabled_families(cfg, source)])

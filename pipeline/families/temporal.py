@@ -8,7 +8,7 @@ mode (REASSEMBLE) takes the midpoints of successful high-level action segments, 
 
 The display order is a seeded shuffle of the chronological order; the display labels (X, Y[, Z]) are fixed in
 display order, so the answer is the permutation of labels in time order (T8) or the label of the earlier panel (T9).
-pipeline.items.assign_choices later re-orders the frames to balance the answer letters (`choice_order: canonical`)."""
+pipeline.choices.display_order later re-orders the frames to balance the true option (`choice_order: canonical`)."""
 
 from __future__ import annotations
 

@@ -62,6 +62,11 @@ def merged_ids(unit_ids: list[str], values: dict[tuple[str, ...], list]) -> list
     return gid
 
 
+# build_groups' table, which the split stage also writes (split/groups.parquet) for its checks to read
+GROUPS_SCHEMA = {"source": pl.String, "unit_id": pl.String, "split_group_id": pl.String, "unit_task_id": pl.String,
+                 **{c: pl.String for c in UNIT_KEYS[1:]}}
+
+
 def build_groups(items: pl.DataFrame, units: pl.DataFrame | None, policy: dict) -> pl.DataFrame:
     """One row per (source, unit_id) of `items` ∪ `units` with its split_group_id, plus the unit keys used by OOD
     levels (`unit_task_id` = the upstream task, operator_id, scene_id, config_id, taxonomy; null when unknown).
@@ -79,8 +84,7 @@ def build_groups(items: pl.DataFrame, units: pl.DataFrame | None, policy: dict) 
             [pl.lit(None, pl.String).alias(c) for c in UNIT_KEYS])
         frames.append(it.select(cols))
     if not frames:
-        return pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String, "split_group_id": pl.String,
-                                    **{("unit_task_id" if c == "task_id" else c): pl.String for c in UNIT_KEYS}})
+        return pl.DataFrame(schema=GROUPS_SCHEMA)
     # the units table wins over the bare (source, unit_id) rows of items
     table = (pl.concat(frames).with_row_index("__o")
              .sort("__o").unique(subset=["source", "unit_id"], keep="first", maintain_order=True)

@@ -19,14 +19,10 @@ from .baselines import cell_baselines
 from .images import ThumbSource, shared_images, temporal_gaps
 from .report import render_markdown
 
-__all__ = ["audit", "problems", "run_validity", "load_validity_config"]
+__all__ = ["audit", "problems", "run_validity"]
 
 
 REPORT_FILES = ("validity_report.json", "validity_report.md")  # in the release's metadata/ folder
-
-
-def load_validity_config(cfg: dict) -> dict:
-    return cfg["validity"]  # configs/validity.yaml, validated by pipeline.settings.ValidityFile
 
 
 def _cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
@@ -106,17 +102,18 @@ def _fps_table(wd: Path, sources: list[str]):
     return lambda source, unit_id: fps.get((source, unit_id))
 
 
-def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | None = None) -> dict:
+def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | None = None,
+                 checksums: bool = True) -> dict:
     """The stage: audit the written release splits (+ the frame cache, the IR's fps), write
-    metadata/validity_report.json and .md, re-write checksums.sha256 to cover them, and return
-    {"problems": [...], "cells": n}."""
+    metadata/validity_report.json and .md, re-write checksums.sha256 to cover them (when the release has one and
+    `checksums`; the release stage writes it once at its end), and return {"problems": [...], "cells": n}."""
     import polars as pl
 
     from ..frames.cache import FrameCache
     from ..frames.readers import AdapterReaders
     from ..config import path_in_repo
 
-    vcfg = load_validity_config(cfg)
+    vcfg = cfg["validity"]  # configs/validity.yaml, validated by pipeline.settings.ValidityFile
     rel = Path(release_dir or path_in_repo(cfg["build"]["release_dir"]))
     wd = Path(work_dir or path_in_repo(cfg["build"]["work_dir"]))
     from ..writers import file_names, write_checksums
@@ -131,7 +128,7 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
     report = audit(ev, sf, vcfg, thumbs=thumbs, fps_of=_fps_table(wd, sources))
     report["problems"] = problems(report, vcfg)
     write_report(report, rel / "metadata")
-    if (rel / names["checksums"]).exists():  # the report is part of the release: cover it
+    if checksums and (rel / names["checksums"]).exists():  # the report is part of the release: cover it
         write_checksums(rel, cfg)
     return {"problems": report["problems"], "cells": len(report["cells"])}
 
