@@ -96,14 +96,15 @@ def _schema_check(table: Table) -> Check:
                  f"{' (and no others)' if table.exact else ''}.", run)
 
 
-def _quarantine_check(slug: str) -> Check:
+def _quarantine_check(slug: str, table: str) -> Check:
     def run(cfg):
         limit = cfg["build"]["max_quarantine_share"]
         shares = stages.quarantine_shares(cfg, slug)
         over = {s: v for s, v in shares.items() if v > limit}
         return not over, {"shares": shares, "limit": limit, "over": over}
-    return Check(f"ir/{slug}/quarantine", "quarantine_share",
-                 "Quarantined units stay under build.max_quarantine_share of the source's units.", run)
+    return Check(table, "quarantine_share",
+                 "Quarantined units (ingest, then labels) stay under build.max_quarantine_share of the source's units.",
+                 run)
 
 
 def _quota_check(slug: str) -> Check:
@@ -159,7 +160,9 @@ def checks_for(step: Step) -> list[Check]:
     """The checks of the tables a step writes: generated schema checks, then the step's own."""
     out = [_schema_check(t) for t in step.writes if t.schema is not None]
     if step.name.startswith("ingest_"):
-        out.append(_quarantine_check(step.source))
+        out.append(_quarantine_check(step.source, f"ir/{step.source}/quarantine"))
+    if step.name.startswith("labels_"):
+        out.append(_quarantine_check(step.source, f"labels/{step.source}/quarantine"))
     if step.name.startswith("items_"):
         out.append(_quota_check(step.source))
     names = {t.name for t in step.writes}

@@ -81,7 +81,9 @@ def _ir(slug: str) -> tuple[Table, ...]:
 def source_steps(slug: str) -> list[Step]:
     ir = _ir(slug)
     labels = tuple(Table(("labels", slug, t), f"labels/{slug}/{t}.parquet", f"{slug} process labels: {t}", dict(s))
-                   for t, s in LABEL_SCHEMAS.items())
+                   for t, s in LABEL_SCHEMAS.items()) + (
+        Table(("labels", slug, "quarantine"), f"labels/{slug}_quarantine.parquet",
+              f"{slug} units whose signals made a label rule fail, with the reason", _polars(QUARANTINE_SCHEMA)),)
     candidates = Table(("candidates", slug), f"candidates/{slug}.parquet",
                        f"{slug}: the over-complete pool of candidate items of every task family", CANDIDATE_SCHEMA)
     items = (Table(("items", slug), f"items/{slug}.parquet",

@@ -40,7 +40,7 @@ from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
 from .ingest import ingest_source, quarantine_frame, read_ir, summary_text, units_lost, write_ir
 from .io import write_json, write_parquet
-from .labels import compute_labels
+from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown
 from .validate import find_path_leaks, validate_release
 
@@ -78,11 +78,14 @@ def load_ir(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
 
 # --------------------------------------------------------------------------------------------------- labels
 def run_labels(cfg: dict, slug: str) -> dict:
-    tables = compute_labels(slug, load_ir(cfg, slug), cfg)
+    tables, bad = compute_labels_isolated(slug, load_ir(cfg, slug), cfg)
     out = work_dir(cfg) / "labels" / slug
     for name, df in tables.items():
         write_parquet(out / f"{name}.parquet", df)
-    return {name: df.height for name, df in tables.items()}
+    write_parquet(work_dir(cfg) / "labels" / f"{slug}_quarantine.parquet", quarantine_frame(bad))
+    for b in bad:
+        log.warning("%s/%s: quarantined at labels: %s", slug, b["unit_id"], b["reason"])
+    return {**{name: df.height for name, df in tables.items()}, "quarantined": len(bad)}
 
 
 def load_labels(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
@@ -242,16 +245,18 @@ def run_release(cfg: dict) -> dict:
 
 # --------------------------------------------------------------------------------------------------- checks
 def quarantine_shares(cfg: dict, slug: str | None = None) -> dict[str, float]:
-    """Share of each source's units (plus whole-source rows) that ingest quarantined; a row standing for several
-    units (its `units` column) counts each of them."""
+    """Share of each source's units (plus whole-source rows) that ingest quarantined, and the labels stage after it
+    (once it has run); a row standing for several units (its `units` column) counts each of them."""
     out = {}
     for s in ([slug] if slug else sources(cfg)):
         ir = work_dir(cfg) / "ir" / s
         if not (ir / "units.parquet").exists():
             continue
-        n_ok = pl.read_parquet(ir / "units.parquet").height
-        n_bad = units_lost(pl.read_parquet(ir / "quarantine.parquet"))
-        out[s] = round(n_bad / max(1, n_ok + n_bad), 4)
+        n_kept = pl.read_parquet(ir / "units.parquet").height  # units ingest kept, including any labels dropped
+        n_ingest = units_lost(pl.read_parquet(ir / "quarantine.parquet"))
+        at_labels = work_dir(cfg) / "labels" / f"{s}_quarantine.parquet"
+        n_labels = units_lost(pl.read_parquet(at_labels)) if at_labels.exists() else 0
+        out[s] = round((n_ingest + n_labels) / max(1, n_kept + n_ingest), 4)
     return out
 
 

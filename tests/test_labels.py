@@ -456,3 +456,45 @@ def test_t8_t9_frames_respect_the_minimum_gap(cfg, source):
         gaps2 = [(b - a) / fps[r["unit_id"]] for r in rows2 for a, b in zip(sorted(r["frame_indices"]),
                                                                              sorted(r["frame_indices"])[1:])]
         assert all(g >= min(gaps) + 0.5 - 1e-9 for g in gaps2)
+
+
+# ------------------------------------------------------------------------------- one unit's failure is that unit's
+def _shortened(ir: dict, uid: str, n: int) -> dict:
+    """`ir` with unit `uid` cut to its first n frames (a recording a few frames long, as some real RH20T scenes are)."""
+    keep = (pl.col("unit_id") != uid) | (pl.col("frame_index") < n)
+    return {**ir, "units": ir["units"].with_columns(
+                pl.when(pl.col("unit_id") == uid).then(n).otherwise(pl.col("num_frames")).alias("num_frames")),
+            "frames": ir["frames"].filter(keep), "signals": ir["signals"].filter(keep)}
+
+
+def test_a_unit_shorter_than_the_direction_window_is_labelled(cfg):
+    """Regression: a unit with fewer frames than the direction window's offsets crashed `shifted` (broadcast
+    ValueError), failing the labels of the whole source."""
+    ir = synthetic_ir("rh20t", n_units=3, n_frames=240)
+    uid = ir["units"]["unit_id"][1]
+    out = L.compute_labels("rh20t", _shortened(ir, uid, 6), cfg)
+    short = out["arms"].filter(pl.col("unit_id") == uid)
+    assert short.height == 6 and short["direction"].null_count() == 6  # no window fits: no direction, no crash
+
+
+def test_a_unit_whose_rule_raises_is_quarantined_and_the_rest_labelled(cfg, monkeypatch):
+    from pipeline.labels import driver
+
+    ir = synthetic_ir("rh20t", n_units=3, n_frames=240)
+    uid = ir["units"]["unit_id"][1]
+    ir = _shortened(ir, uid, 17)
+    real = driver.smooth
+
+    def smooth_failing_on_the_short_unit(v, *a, **k):  # plant: a rule that chokes on this unit's signals
+        if len(v) == 17:
+            raise ValueError("planted")
+        return real(v, *a, **k)
+
+    monkeypatch.setattr(driver, "smooth", smooth_failing_on_the_short_unit)
+    with pytest.raises(ValueError):
+        L.compute_labels("rh20t", ir, cfg)
+    tables, bad = L.compute_labels_isolated("rh20t", ir, cfg)
+    assert [(b["unit_id"], b["stage"]) for b in bad] == [(uid, "labels")] and "planted" in bad[0]["reason"]
+    others = {k: (v.filter(pl.col("unit_id") != uid) if "unit_id" in v.columns else v) for k, v in ir.items()}
+    expected = L.compute_labels("rh20t", others, cfg)
+    assert all(tables[k].equals(expected[k]) for k in expected)

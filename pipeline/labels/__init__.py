@@ -39,7 +39,7 @@ from .contact import (CONTACT_METHODS, detect_effort_contacts, effort_baseline, 
 from .coordination import (ACTIVITY_MODES, COORD_STATES, activity_mask, arm_type_from_activity,  # noqa: F401
                            coordination_codes, stable_codes)
 from .direction import DIRECTION_METHODS, DIRECTIONS, direction_label, direction_labels, direction_mapping  # noqa: F401,E501
-from .driver import compute_labels, source_spec  # noqa: F401
+from .driver import compute_labels, compute_labels_isolated, source_spec  # noqa: F401
 from .motion import MOTION_MODES, classify_motion, motion_thresholds  # noqa: F401
 from .outcome import OUTCOME_METHODS, distinct_chain, outcome_from_rating  # noqa: F401
 from .phase import PHASE_METHODS, PHASE_NULL, phase_from_contacts, phase_from_primitive  # noqa: F401

@@ -64,7 +64,7 @@ def direction_labels(pos: dict, offsets, mapping: dict, *, min_delta: float, pur
         out = np.full(n, np.nan)
         if o >= 0:
             out[: max(0, n - o)] = x[o:]
-        else:
+        elif -o < n:  # a window wider than the unit leaves every frame without a partner (all NaN)
             out[-o:] = x[: n + o]
         return out
 

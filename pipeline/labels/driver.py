@@ -188,3 +188,28 @@ def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[
                        meta_json=json.dumps(meta, sort_keys=True, separators=(",", ":")))
 
     return {name: T[name].frame(_KEYS[name]) for name in TABLE_SCHEMAS}
+
+
+def compute_labels_isolated(source: str, ir: dict[str, pl.DataFrame], cfg: dict
+                            ) -> tuple[dict[str, pl.DataFrame], list[dict]]:
+    """compute_labels, where a unit whose signals make a rule raise becomes that unit's quarantine row (stage
+    `labels`) instead of failing the whole source. The source is labelled at once; only when that raises is each unit
+    labelled alone to find the culprits, then the rest labelled together (the common path costs nothing extra)."""
+    try:
+        return compute_labels(source, ir, cfg), []
+    except Exception:  # noqa: BLE001 - find the unit(s) below; a failure no single unit explains re-raises there
+        pass
+    by_unit = {name: (df.partition_by("unit_id", as_dict=True) if df is not None and "unit_id" in df.columns else {})
+               for name, df in ir.items()}
+    bad: list[dict] = []
+    for uid in sorted(ir["units"]["unit_id"].to_list()):
+        one = {name: (by_unit[name].get((uid,), df.clear()) if by_unit[name] else df) for name, df in ir.items()}
+        try:
+            compute_labels(source, one, cfg)
+        except Exception as exc:  # noqa: BLE001 - this unit's row, named, and the rest goes on
+            bad.append({"source": source, "unit_id": uid, "stage": "labels", "file": None, "units": None,
+                        "reason": f"label rules failed on this unit: {type(exc).__name__}: {exc}"})
+    drop = [b["unit_id"] for b in bad]
+    rest = {name: (df.filter(~pl.col("unit_id").is_in(drop)) if df is not None and "unit_id" in df.columns else df)
+            for name, df in ir.items()}
+    return compute_labels(source, rest, cfg), bad
