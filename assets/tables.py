@@ -63,6 +63,7 @@ class Step:
     description: str
     source: str | None = None
     external: Callable[[dict], Path] | None = field(default=None)  # an input outside the work folder
+    publishes: bool = False  # writes into the release's staging folder, published only when every check passes
 
 
 def _ir(slug: str) -> tuple[Table, ...]:
@@ -73,6 +74,8 @@ def _ir(slug: str) -> tuple[Table, ...]:
                         _polars(QUARANTINE_SCHEMA)))
     tables.append(Table(("ir", slug, "notes"), f"ir/{slug}/notes.parquet",
                         f"{slug}: what the adapter assumed or repaired in units it kept", NOTES_SCHEMA))
+    tables.append(Table(("ir", slug, "corpus"), f"ir/{slug}/corpus.json",
+                        f"{slug}: the corpus's content fingerprint and origin (sample generator or user root)"))
     return tuple(tables)
 
 
@@ -119,14 +122,18 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
                          "validity audit: baselines per (source, family), shared images, T8/T9 gaps, problems",
                          root="release"))
     units = tuple(f"ir/{s}/units" for s in slugs)
+    corpora = tuple(f"ir/{s}/corpus" for s in slugs)
     return [
         Step("split", "split", stages.run_split, split, tuple(f"items/{s}" for s in slugs) + units,
              ("split", "build", "tasks"),
              "Group items by isolation unit and choose eval groups per source, stratified per family and answer "
              "letter (configs/split.yaml); answer letters are balanced again within each split."),
-        Step("release", "release", stages.run_release, tuple(release), ("split/items", "split/summary") + units,
+        Step("release", "release", stages.run_release, tuple(release),
+             ("split/items", "split/summary") + units + corpora,
              ("*",),  # the release documents every config file
-             "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums."),
+             "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums; "
+             "built in a staging folder and published only when every check of the build passes.",
+             publishes=True),
     ]
 
 
