@@ -193,36 +193,45 @@ def cmd_reconstruct(args) -> int:
 
 
 def cmd_dev(args) -> int:
-    """Run `dagster dev` as a child and forward SIGINT/SIGTERM to it, so the whole tree stops cleanly
-    (a backgrounded `dagster dev` ignores both signals; see docs/running.md)."""
+    """Run `dagster dev` as a child that stops with us (see `supervise` and docs/running.md)."""
+    import os
+
+    cmd = [str(Path(sys.executable).with_name("dagster")), "dev", "-m", "assets.definitions",
+           "-h", args.host, "-p", str(args.port)]
+    pid_file = path_in_repo(".dagster_dev.pid")
+    pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        return supervise(cmd)
+    finally:
+        pid_file.unlink(missing_ok=True)
+
+
+def supervise(cmd: list[str], poll_s: float = 0.5) -> int:
+    """Run `cmd` as a child and stop it (SIGTERM) when we get SIGINT/SIGTERM or when our parent dies. A `dagster
+    dev` started in the background from a non-interactive shell ignores SIGINT and SIGTERM, and `make` killed by
+    SIGTERM dies without passing the signal on, leaving its recipe running: so we watch the parent too."""
     import os
     import signal
     import subprocess
 
-    cmd = [str(Path(sys.executable).with_name("dagster")), "dev", "-m", "assets.definitions",
-           "-h", args.host, "-p", str(args.port)]
+    parent = os.getppid()
     child = subprocess.Popen(cmd)
-    pid_file = path_in_repo(".dagster_dev.pid")
-    pid_file.write_text(f"{os.getpid()}\n")
-
     stopping = []
 
-    def stop(signum, _frame):
+    def stop(signum, _frame=None):
         stopping.append(signum)
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    try:
-        while True:
-            try:
-                rc = child.wait(timeout=1)
-                return 0 if stopping else rc
-            except subprocess.TimeoutExpired:
-                continue
-    finally:
-        pid_file.unlink(missing_ok=True)
+    while True:
+        try:
+            rc = child.wait(timeout=poll_s)
+            return 0 if stopping else rc
+        except subprocess.TimeoutExpired:
+            if os.getppid() != parent and not stopping:  # reparented: whoever started us is gone
+                stop(signal.SIGTERM)
 
 
 def cmd_validity(args) -> int:

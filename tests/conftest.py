@@ -24,7 +24,8 @@ def demo_samples(tmp_path_factory) -> dict[str, Path]:
     for slug in cfg["build"]["sources"]:
         write_samples(slug, root / slug, scale="demo", seed=cfg["build"]["samples"]["seed"])
         # what `processbench samples` records: the release's provenance then says "samples", as the locked demo does
-        write_sample_record(slug, root / slug, "demo", cfg["build"]["samples"]["seed"])
+        write_sample_record(slug, root / slug, "demo", cfg["build"]["samples"]["seed"],
+                            cfg["sources"][slug].get("adapter", {}))
         out[slug] = root / slug
     return out
 

@@ -213,3 +213,34 @@ def test_provenance_is_path_free_and_deterministic():
     assert doc["sources"]["gm100"]["origin"] == "user" and doc["sources"]["aist"]["origin"] == "unknown"
     c = load_config(scale="release")
     assert json.loads(provenance.provenance_json(c, corpora))["config_sha256"] != doc["config_sha256"]
+
+
+# ------------------------------------------------------------------------------------------ make dev
+def test_the_ui_stops_when_whoever_started_it_dies(tmp_path):
+    """`make dev &` then `kill <make>`: make dies without passing SIGTERM on; the supervised child must stop too."""
+    import signal
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    supervisor = (f"import sys; sys.path.insert(0, {repo!r}); from assets.cli import supervise; "
+                  "sys.exit(supervise(['sleep', '60']))")
+    # the "make": a process that starts the supervisor and then just sits there (until killed)
+    make = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                             f"subprocess.Popen([sys.executable, '-c', {supervisor!r}]); time.sleep(60)"])
+    deadline = time.time() + 30
+    sleeper = None
+    while time.time() < deadline and sleeper is None:
+        out = subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True, text=True).stdout.split()
+        for pid in out:  # the sleep whose grandparent is our "make"
+            sup = int(Path(f"/proc/{pid}/stat").read_text().split()[3])
+            if int(Path(f"/proc/{sup}/stat").read_text().split()[3]) == make.pid:
+                sleeper = int(pid)
+        time.sleep(0.2)
+    assert sleeper, "the supervised child did not start"
+    make.send_signal(signal.SIGTERM)
+    make.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and Path(f"/proc/{sleeper}").exists() and \
+            Path(f"/proc/{sleeper}/stat").read_text().split()[2] != "Z":
+        time.sleep(0.2)
+    gone = not Path(f"/proc/{sleeper}").exists() or Path(f"/proc/{sleeper}/stat").read_text().split()[2] == "Z"
+    assert gone, "the UI outlived the process that started it"
