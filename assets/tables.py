@@ -74,13 +74,14 @@ def _ir(slug: str) -> tuple[Table, ...]:
                         _polars(QUARANTINE_SCHEMA)))
     tables.append(Table(("ir", slug, "notes"), f"ir/{slug}/notes.parquet",
                         f"{slug}: what the adapter assumed or repaired in units it kept", NOTES_SCHEMA))
-    tables.append(Table(("ir", slug, "corpus"), f"ir/{slug}/corpus.json",
-                        f"{slug}: the corpus's content fingerprint and origin (sample generator or user root)"))
     return tuple(tables)
 
 
 def source_steps(slug: str) -> list[Step]:
     ir = _ir(slug)
+    # read by the release only (its provenance), so not among the IR tables labels and candidates read
+    corpus = Table(("ir", slug, "corpus"), f"ir/{slug}/corpus.json",
+                   f"{slug}: the corpus's content fingerprint and origin (sample generator or user root)")
     labels = tuple(Table(("labels", slug, t), f"labels/{slug}/{t}.parquet", f"{slug} process labels: {t}", dict(s))
                    for t, s in LABEL_SCHEMAS.items())
     candidates = Table(("candidates", slug), f"candidates/{slug}.parquet",
@@ -93,7 +94,8 @@ def source_steps(slug: str) -> list[Step]:
              Table(("shortfall", slug), f"items/{slug}_shortfall.json", f"{slug}: families short of their quota"))
     names = lambda tables: tuple(t.name for t in tables)  # noqa: E731
     return [
-        Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir, (), (f"sources.{slug}",),
+        Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir + (corpus,), (),
+             (f"sources.{slug}",),
              f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units.", slug,
              external=lambda cfg: Path(cfg["sources"][slug]["root"])),
         Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels, names(ir),
