@@ -2,9 +2,10 @@
 published release is byte for byte the last good one, that it validates, and that the next build's lock leaves no
 stray file (staging, previous, `.tmp`); then start two builds at once and check that the second is refused.
 
-    python bench/fault_publish.py [--source aist] [--points 8] [--executor in_process]
+    python bench/fault_publish.py [--source aist] [--points 8] [--executor in_process] [--window 0.6 1.0]
 
-The kill points are spread evenly over the time a good build took (the last ones fall in the release step).
+The kill points are spread evenly over a window of a `build --force`'s duration (measured first; default the whole
+build; `--window 0.6 1.0` aims at its end, where the release step writes, checks and swaps).
 
 Prints one line per fault and the counts (tried / survived). Numbers, not pass/fail: the tests assert the mechanisms.
 """
@@ -40,6 +41,8 @@ def main() -> int:
     ap.add_argument("--source", default="aist")
     ap.add_argument("--points", type=int, default=8, help="kill points")
     ap.add_argument("--executor", default="in_process")
+    ap.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("FROM", "TO"),
+                    help="kill between these fractions of a forced build's duration")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="fault_publish_"))
     env = dict(os.environ, DAGSTER_HOME=str(tmp / "dagster_home"), PYTHONHASHSEED="0")
@@ -53,11 +56,16 @@ def main() -> int:
     t = time.time()
     subprocess.run(build, check=True, cwd=REPO, env=env, capture_output=True)
     full = time.time() - t
+    t = time.time()
+    subprocess.run(build + ["--force"], check=True, cwd=REPO, env=env, capture_output=True)
+    forced = time.time() - t
     good = (tmp / "out" / "release" / "checksums.sha256").read_bytes()
-    print(f"good build in {full:.0f}s; killing `build --force` at {a.points} points over that time")
+    lo, hi = a.window
+    print(f"good build in {full:.0f}s, forced rebuild in {forced:.0f}s; killing `build --force` at {a.points} "
+          f"points between {lo * forced:.0f}s and {hi * forced:.0f}s")
     tried = survived = 0
     for i in range(a.points):
-        delay = full * (i + 1) / a.points
+        delay = forced * (lo + (hi - lo) * (i + 1) / a.points)
         proc = subprocess.Popen(build + ["--force"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         time.sleep(delay)
