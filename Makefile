@@ -1,7 +1,7 @@
 # ProcessBench build. Every target creates the virtualenv and installs the pinned set when missing.
 #   make rebuild [SCALE=demo|release]   generate the sample corpora and materialize every asset through Dagster
 #   make test                           the test suite
-#   make dev                            the Dagster UI on 127.0.0.1:$(PORT) (Ctrl-C or SIGTERM stops it cleanly)
+#   make dev                            the Dagster UI on 127.0.0.1:$(PORT) (Ctrl-C, SIGTERM to it or to make stops it)
 #   make check-regen                    rebuild the demo release and compare its checksums with tests/regen/demo.sha256
 #   make regen-lock                     update that lock after a deliberate change (commit it with the change)
 #   make bench [BENCH_UPSTREAM="--upstream gm100=PATH ..."]
@@ -53,7 +53,7 @@ bench: venv
 	$(BIN)/python bench/bench_build.py --scale $(SCALE) $(BENCH_UPSTREAM)
 
 clean:
-	rm -rf build release .pytest_cache bench/results
+	rm -rf build release .release.staging .release.previous .release.lock .pytest_cache bench/results
 
 distclean: clean
 	rm -rf $(VENV) $(DAGSTER_HOME)

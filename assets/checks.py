@@ -167,3 +167,15 @@ def checks_for(step: Step) -> list[Check]:
         out.append(_quota_check(step.source))
     names = {t.name for t in step.writes}
     return out + [c for c in SHARED_CHECKS if c.asset in names]
+
+
+def publish_problems(cfg: dict, steps: list[Step]) -> list[str]:
+    """The ERROR checks of these steps (every step but the release) that fail on the work folder as it is now: the
+    release step publishes only when this is empty. Recomputed rather than taken from this run, because a step the
+    planner skipped (unchanged) may have failed its checks in an earlier run."""
+    out = []
+    for step in steps:
+        for check in checks_for(step):
+            if check.severity == dg.AssetCheckSeverity.ERROR and not check.run(cfg)[0]:
+                out.append(f"{check.asset}:{check.name}")
+    return out

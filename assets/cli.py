@@ -24,12 +24,26 @@ from tqdm import tqdm
 from pipeline.config import load_config, path_in_repo
 
 
+class UsageError(SystemExit):
+    """A mistake on the command line: message on stderr, exit code 2 (as argparse does)."""
+
+    def __init__(self, message: str):
+        print(f"processbench: error: {message}", file=sys.stderr)
+        super().__init__(2)
+
+
 def _upstream(pairs: list[str] | None) -> dict[str, str]:
+    """--upstream SLUG=PATH pairs; an unknown slug is an error (never silently ignored: the build would fall back
+    to the sample corpus)."""
+    from upstream_adapters import ADAPTERS
+
     out = {}
     for pair in pairs or []:
         slug, sep, path = pair.partition("=")
         if not sep or not slug or not path:
-            raise SystemExit(f"--upstream expects SLUG=PATH, got {pair!r}")
+            raise UsageError(f"--upstream expects SLUG=PATH, got {pair!r}")
+        if slug not in ADAPTERS:
+            raise UsageError(f"--upstream names unknown source {slug!r}; known: {', '.join(sorted(ADAPTERS))}")
         out[slug] = str(Path(path).resolve())
     return out
 
@@ -38,62 +52,88 @@ def _sources(arg: str | None, cfg: dict) -> list[str]:
     chosen = [s for s in (arg or "").split(",") if s] or list(cfg["build"]["sources"])
     unknown = sorted(set(chosen) - set(cfg["sources"]))
     if unknown:
-        raise SystemExit(f"unknown source(s) {unknown}; known: {sorted(cfg['sources'])}")
+        raise UsageError(f"unknown source(s) {unknown}; known: {sorted(cfg['sources'])}")
     return chosen
 
 
 def cmd_samples(args) -> int:
-    from upstream_adapters import write_samples
-
     cfg = load_config(scale=args.scale)
     out = Path(args.out)
     seed = cfg["build"]["samples"]["seed"] if args.seed is None else args.seed
     for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({args.scale})", unit="source"):
         t = time.time()
-        write_samples(slug, out / slug, scale=args.scale, seed=seed)
+        _write_samples(slug, out / slug, args.scale, seed, cfg["sources"][slug].get("adapter", {}))
         tqdm.write(f"{slug}: written to {out / slug} in {time.time() - t:.1f}s")
     return 0
 
 
 def cmd_build(args) -> int:
+    from pipeline.publish import LockError
+    from pipeline.stages import missing_corpus
+
     from .run import BuildFailed, rebuild, settings_from  # Dagster is the orchestration shell
 
     upstream = _upstream(args.upstream)
     cfg = load_config(Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale)
     chosen = _sources(args.sources, cfg)
+    unused = sorted(set(upstream) - set(chosen))
+    if unused:
+        raise UsageError(f"--upstream names source(s) {unused} that this build does not read (--sources "
+                         f"{','.join(chosen)})")
     if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
-        from upstream_adapters import samples_fingerprint, write_samples
-
         scale, seed = cfg["build"]["scale"], cfg["build"]["samples"]["seed"]
         for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
-            if slug in upstream:
-                continue
-            root = cfg["sources"][slug]["root"]
-            # the marker names the seed and the generator code: a corpus from older code is written again
-            marker = root.parent / f".{slug}.seed{seed}.{samples_fingerprint(slug)}.done"
-            if not marker.exists():  # (re)write the corpus from scratch: a half-written one is never reused
-                for stale in root.parent.glob(f".{slug}.seed*.done"):
-                    stale.unlink()
-                shutil.rmtree(root, ignore_errors=True)
-                write_samples(slug, root, scale=scale, seed=seed)
-                marker.write_text("")
-    settings = settings_from(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
-                             work_dir=args.work_dir or "", sources=chosen)
+            if slug not in upstream:
+                _ensure_samples(slug, cfg["sources"][slug]["root"], scale, seed, cfg["sources"][slug])
+    missing = [m for slug in chosen if (m := missing_corpus(cfg, slug))]
+    if missing:
+        for m in missing:
+            print(f"processbench: error: {m}", file=sys.stderr)
+        return 2
+    settings = settings_from(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream,
+                             release_dir=args.release_dir or "", work_dir=args.work_dir or "", sources=chosen)
+    release = settings.config()["build"]["release_dir"]
     use_repo_dagster_home()
     t = time.time()
     try:
         result = rebuild(settings, log=lambda m: tqdm.write(m), executor=args.executor,
                          max_concurrent=args.max_concurrent, dask_address=args.dask_address, force=args.force)
+    except LockError as exc:
+        print(f"build not started: {exc}", file=sys.stderr)
+        return 3
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
+        print(f"release NOT published: {release} is unchanged (the last good release, if any)", file=sys.stderr)
         return 1
     for warning in result["warnings"]:
         print(f"check warning: {warning}", file=sys.stderr)
     for failed in result["failed_checks"]:
         print(f"check failed: {failed}", file=sys.stderr)
-    print(f"build done in {time.time() - t:.1f}s ({len(result['steps'])} step(s) run, run id {result['run_id']}) "
-          f"-> {settings.config()['build']['release_dir']}")
+    what = "published" if result["published"] else "unchanged (up to date)"
+    print(f"build done in {time.time() - t:.1f}s ({len(result['steps'])} step(s) run, run id {result['run_id']}): "
+          f"release {what} -> {release}")
     return 1 if result["failed_checks"] else 0
+
+
+def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: dict) -> None:
+    """Write the sample corpus of `slug` unless the one there is the generator's own output for this seed and code
+    (its record beside the corpus names them and the corpus's content fingerprint: pipeline/provenance.py)."""
+    from pipeline import provenance
+
+    if provenance.sample_record_matches(slug, root, scale, seed):
+        return
+    _write_samples(slug, root, scale, seed, src_cfg.get("adapter", {}))
+
+
+def _write_samples(slug: str, root: Path, scale: str, seed: int, options: dict) -> None:
+    """(Re)write a corpus from scratch (a half-written one is never reused) and record what wrote it."""
+    from pipeline import provenance
+    from upstream_adapters import write_samples
+
+    provenance.forget_sample_record(slug, root)
+    shutil.rmtree(root, ignore_errors=True)
+    write_samples(slug, root, scale=scale, seed=seed)
+    provenance.write_sample_record(slug, root, scale, seed, options)
 
 
 def use_repo_dagster_home() -> Path:
@@ -153,36 +193,45 @@ def cmd_reconstruct(args) -> int:
 
 
 def cmd_dev(args) -> int:
-    """Run `dagster dev` as a child and forward SIGINT/SIGTERM to it, so the whole tree stops cleanly
-    (a backgrounded `dagster dev` ignores both signals; see docs/running.md)."""
+    """Run `dagster dev` as a child that stops with us (see `supervise` and docs/running.md)."""
+    import os
+
+    cmd = [str(Path(sys.executable).with_name("dagster")), "dev", "-m", "assets.definitions",
+           "-h", args.host, "-p", str(args.port)]
+    pid_file = path_in_repo(".dagster_dev.pid")
+    pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        return supervise(cmd)
+    finally:
+        pid_file.unlink(missing_ok=True)
+
+
+def supervise(cmd: list[str], poll_s: float = 0.5) -> int:
+    """Run `cmd` as a child and stop it (SIGTERM) when we get SIGINT/SIGTERM or when our parent dies. A `dagster
+    dev` started in the background from a non-interactive shell ignores SIGINT and SIGTERM, and `make` killed by
+    SIGTERM dies without passing the signal on, leaving its recipe running: so we watch the parent too."""
     import os
     import signal
     import subprocess
 
-    cmd = [str(Path(sys.executable).with_name("dagster")), "dev", "-m", "assets.definitions",
-           "-h", args.host, "-p", str(args.port)]
+    parent = os.getppid()
     child = subprocess.Popen(cmd)
-    pid_file = path_in_repo(".dagster_dev.pid")
-    pid_file.write_text(f"{os.getpid()}\n")
-
     stopping = []
 
-    def stop(signum, _frame):
+    def stop(signum, _frame=None):
         stopping.append(signum)
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    try:
-        while True:
-            try:
-                rc = child.wait(timeout=1)
-                return 0 if stopping else rc
-            except subprocess.TimeoutExpired:
-                continue
-    finally:
-        pid_file.unlink(missing_ok=True)
+    while True:
+        try:
+            rc = child.wait(timeout=poll_s)
+            return 0 if stopping else rc
+        except subprocess.TimeoutExpired:
+            if os.getppid() != parent and not stopping:  # reparented: whoever started us is gone
+                stop(signal.SIGTERM)
 
 
 def cmd_validity(args) -> int:

@@ -7,16 +7,19 @@ One asset per table; one multi-asset (one step) per call of a pipeline.stages fu
 are separate steps, so ONE run of the `build` job runs them in parallel (multiprocess by default; in_process or Dask
 by run config, see assets/executors.py). A step whose code, config and inputs are unchanged is skipped
 (assets/fingerprint.py); its data version is its fingerprint. Each step evaluates the checks of the tables it
-writes (assets/checks.py): generated schema checks and the stage's own.
+writes (assets/checks.py): generated schema checks and the stage's own. The release step writes into a staging
+folder and publishes it only when every ERROR check of the build passes (`_publish_step`): a run launched from the UI
+cannot publish a bad release any more than `processbench build` can.
 """
 
 
 import dagster as dg
 
+from pipeline import publish
 from pipeline.config import load_config
 
 from . import fingerprint
-from .checks import checks_for, table_metadata
+from .checks import checks_for, publish_problems, table_metadata
 from .executors import build_executor
 from .settings import BuildSettings
 from .tables import Step, all_steps, tables_by_name
@@ -50,8 +53,11 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
         # the step as the chosen sources define it (split and release read only those): the same fingerprint the
         # planner in assets/run.py computed
         live = all_steps(cfg)
-        summary, skipped, fp = fingerprint.run_step(next((s for s in live if s.name == step.name), step), cfg,
-                                                    tables_by_name(live))
+        this = next((s for s in live if s.name == step.name), step)
+        if step.publishes and not fingerprint.is_fresh(this, cfg, tables_by_name(live)):
+            yield from _publish_step(context, this, cfg, live, checks)
+            return
+        summary, skipped, fp = fingerprint.run_step(this, cfg, tables_by_name(live))
         context.log.info(f"{step.name}: {'unchanged, skipped' if skipped else 'computed'} ({fp[:12]})")
         for t in step.writes:
             yield dg.MaterializeResult(asset_key=_key(t.name), data_version=dg.DataVersion(fp[:16]),
@@ -60,6 +66,38 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
         for check in checks:
             yield check.evaluate(cfg)
     return _asset
+
+
+def _publish_step(context, step: Step, cfg: dict, live: list[Step], checks):
+    """Run the release step into the staging folder, evaluate its checks there and every other ERROR check of the
+    build on the work folder, and swap the staging folder in only when all pass. Otherwise the published release
+    stays as it was and the step fails, saying why (the check results are still reported)."""
+    staged = publish.staging_config(cfg)
+    publish.clear_staging(cfg)
+    try:
+        summary, _, fp = fingerprint.run_step(step, staged, tables_by_name(live))
+        results = [c.evaluate(staged) for c in checks]
+    except BaseException:  # a release step that raised leaves nothing beside the release (a killed one: the next
+        publish.clear_staging(cfg)  # build's lock cleans up)
+        raise
+    problems = [f"{r.asset_key.to_user_string()}:{r.check_name}" for r in results
+                if not r.passed and r.severity == dg.AssetCheckSeverity.ERROR]
+    problems += publish_problems(cfg, [s for s in live if s.name != step.name])
+    if problems:
+        fingerprint.forget(step, cfg)  # the next build runs the release again
+        publish.clear_staging(cfg)
+        yield from results
+        raise dg.Failure(description=f"release not published: {len(problems)} check(s) failed: "
+                                     f"{', '.join(problems[:10])}; the previous release in "
+                                     f"{publish.release_dir(cfg).name}/ is unchanged",
+                         metadata={"failed_checks": dg.MetadataValue.json(problems)})
+    publish.publish(cfg)
+    context.log.info(f"release published to {publish.release_dir(cfg).name}/")
+    for t in step.writes:
+        yield dg.MaterializeResult(asset_key=_key(t.name), data_version=dg.DataVersion(fp[:16]),
+                                   metadata={**table_metadata(t, cfg), **_summary_meta(summary), "skipped": False,
+                                             "published": True})
+    yield from results
 
 
 ASSETS = [step_asset(s) for s in STEPS]

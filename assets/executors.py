@@ -7,13 +7,21 @@
 
 It delegates to Dagster's own in_process/multiprocess executors and to dagster-dask's, so the job the UI shows is the
 job `processbench build` runs, whatever the engine. (dagster-k8s and dagster-celery executors plug in the same way:
-docs/running.md.)
+docs/running.md.) Whatever the engine, the whole run holds the build lock of its work and release folders
+(pipeline/publish.py): the executor is the one piece of Dagster that lives for the whole run in one process, for a run
+the UI launched as for `processbench build` (whose CLI holds the lock already and names it in the run's tags).
 """
 
 
 import dagster as dg
 from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
 from dagster_dask import dask_executor
+
+from pipeline import publish
+
+from .settings import BuildSettings
+
+LOCK_TAG = "processbench/lock"  # the token of the lock the launching CLI holds
 
 ENGINES: dict[str, dg.ExecutorDefinition] = {
     "in_process": dg.in_process_executor,
@@ -40,7 +48,33 @@ def build_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
         import dask
 
         dask.config.set({"distributed.worker.daemon": False})
-    return engine.executor_creation_fn(init_context._replace(executor_def=engine, executor_config=config))
+    return LockedExecutor(engine.executor_creation_fn(init_context._replace(executor_def=engine,
+                                                                            executor_config=config)))
+
+
+class LockedExecutor(dg.Executor):
+    """The engine's executor, run under the build lock of the run's work and release folders: a second build on the
+    same folders fails at once with the holder's pid and start time, instead of mixing its tables into this one."""
+
+    def __init__(self, inner: dg.Executor):
+        self.inner = inner
+
+    @property
+    def retries(self):
+        return self.inner.retries
+
+    @property
+    def step_dependency_config(self):
+        return self.inner.step_dependency_config
+
+    def execute(self, plan_context, execution_plan):
+        conf = ((plan_context.run_config.get("resources") or {}).get("build") or {}).get("config") or {}
+        cfg = BuildSettings(**conf).config()
+        token = plan_context.dagster_run.tags.get(LOCK_TAG) or plan_context.run_id
+        with publish.build_lock(cfg, token) as cleaned:
+            for what in cleaned:
+                plan_context.log.info(f"build lock: {what}")
+            yield from self.inner.execute(plan_context, execution_plan)
 
 
 def run_config_for(engine: str, cfg_executor: dict | None = None, max_concurrent: int | None = None,

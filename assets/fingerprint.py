@@ -64,6 +64,11 @@ def is_fresh(step: Step, cfg: dict, tables: dict, fp: str | None = None) -> bool
     return all(file_digest(t.file(cfg)) == rec["outputs"].get(t.name) for t in step.writes)
 
 
+def forget(step: Step, cfg: dict) -> None:
+    """Drop the step's record: it runs again next time (a release whose checks failed was never published)."""
+    _record_path(cfg, step).unlink(missing_ok=True)
+
+
 def run_step(step: Step, cfg: dict, tables: dict) -> tuple[dict, bool, str]:
     """Run the step unless it is fresh. Returns (summary, skipped, fingerprint)."""
     fp = fingerprint(step, cfg, tables)

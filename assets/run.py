@@ -3,15 +3,23 @@
 Only the steps that are stale (assets/fingerprint.py: code, config or inputs changed, or an output is gone) and what
 is downstream of them are selected; nothing stale means no run at all. The run goes to the instance of DAGSTER_HOME
 (the CLI sets the repository's .dagster_home when unset); multiprocess and Dask need such a persistent instance.
+
+The whole build, planning included, holds the build lock of its work and release folders (pipeline/publish.py); the
+run's tags name the lock so that the run's executor (assets/executors.py) knows its launcher holds it. The release
+step publishes the release only when every check passes; a failed run leaves the published release as it was.
 """
 
 from __future__ import annotations
 
+import uuid
+
 import dagster as dg
+
+from pipeline import publish
 
 from . import fingerprint
 from .definitions import STEPS, build_job
-from .executors import run_config_for
+from .executors import LOCK_TAG, run_config_for
 from .settings import BuildSettings, settings_from  # noqa: F401 - re-exported for the CLI and tests
 from .tables import all_steps
 
@@ -40,16 +48,27 @@ def plan(settings: BuildSettings) -> list[str]:
 def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance | None = None, log=print,
             log_level: str = "WARNING", executor: str | None = None, max_concurrent: int | None = None,
             dask_address: str | None = None, force: bool = False) -> dict:
-    """Materialize what is stale in one run; raise BuildFailed when a step fails. Returns the checks that failed with
-    ERROR severity (`failed_checks`), those that only warn (`warnings`), the steps run and the run id."""
+    """Materialize what is stale in one run, under the build lock (publish.LockError when another build holds it);
+    raise BuildFailed when a step fails (then the published release is unchanged). Returns the checks that failed
+    with ERROR severity (`failed_checks`), those that only warn (`warnings`), the steps run, the run id, whether a
+    new release was published (`published`) and what the lock cleaned up from killed builds (`cleaned`)."""
     settings = settings or BuildSettings()
     cfg = settings.config()
+    token = uuid.uuid4().hex
+    with publish.build_lock(cfg, token) as cleaned:
+        for what in cleaned:
+            log(f"[build] {what} (left by an interrupted build)")
+        out = _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concurrent, dask_address, force)
+    return out | {"cleaned": cleaned}
+
+
+def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concurrent, dask_address, force) -> dict:
     exec_cfg = dict(cfg["build"].get("executor") or {})
     engine = executor or exec_cfg.get("engine", "multiprocess")
     steps = [s.name for s in STEPS if s.name in {x.name for x in all_steps(cfg)}] if force else plan(settings)
     if not steps:
         log("[build] every step is up to date: nothing to run")
-        return {"failed_checks": [], "warnings": [], "steps": [], "run_id": None}
+        return {"failed_checks": [], "warnings": [], "steps": [], "run_id": None, "published": False}
     keys = [k for a in _assets_of(steps) for k in a.keys]
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}},
                   "resources": {"build": {"config": settings.model_dump()}},
@@ -57,13 +76,23 @@ def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance 
     log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
     instance = instance or dg.DagsterInstance.get()
     with dg.execute_job(dg.reconstructable(build_job), instance=instance, run_config=run_config,
-                        asset_selection=keys, raise_on_error=False) as res:
+                        asset_selection=keys, raise_on_error=False, tags={LOCK_TAG: token}) as res:
         failed = _failed_checks(res, dg.AssetCheckSeverity.ERROR)
         warnings = _failed_checks(res, dg.AssetCheckSeverity.WARN)
         if not res.success:
-            errors = [e.message for e in res.all_events if e.is_failure][:5]
+            errors = [_failure_text(e) for e in res.all_events if e.is_failure][:5]
             raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(failed + errors))
-        return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id}
+        return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id,
+                "published": "release" in steps}
+
+
+def _failure_text(event) -> str:
+    """The error a failed step or run reported (a step's own message, e.g. why the release was not published)."""
+    error = getattr(event.event_specific_data, "error", None)
+    if error is None:
+        return event.message or ""
+    text = error.message.strip().splitlines()[-1] if error.message.strip() else event.message
+    return f"{event.step_key or 'run'}: {text}"
 
 
 def _assets_of(step_names: list[str]):

@@ -65,6 +65,7 @@ class Step:
     description: str
     source: str | None = None
     external: Callable[[dict], Path] | None = field(default=None)  # an input outside the work folder
+    publishes: bool = False  # writes into the release's staging folder, published only when every check passes
 
 
 def _ir(slug: str) -> tuple[Table, ...]:
@@ -80,6 +81,9 @@ def _ir(slug: str) -> tuple[Table, ...]:
 
 def source_steps(slug: str) -> list[Step]:
     ir = _ir(slug)
+    # read by the release only (its provenance), so not among the IR tables labels and candidates read
+    corpus = Table(("ir", slug, "corpus"), f"ir/{slug}/corpus.json",
+                   f"{slug}: the corpus's content fingerprint and origin (sample generator or user root)")
     labels = tuple(Table(("labels", slug, t), f"labels/{slug}/{t}.parquet", f"{slug} process labels: {t}", dict(s))
                    for t, s in LABEL_SCHEMAS.items()) + (
         Table(("labels", slug, "quarantine"), f"labels/{slug}_quarantine.parquet",
@@ -94,7 +98,8 @@ def source_steps(slug: str) -> list[Step]:
              Table(("shortfall", slug), f"items/{slug}_shortfall.json", f"{slug}: families short of their quota"))
     names = lambda tables: tuple(t.name for t in tables)  # noqa: E731
     return [
-        Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir, (), (f"sources.{slug}",),
+        Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir + (corpus,), (),
+             (f"sources.{slug}",),
              f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units.", slug,
              external=lambda cfg: Path(cfg["sources"][slug]["root"])),
         Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels, names(ir),
@@ -127,14 +132,18 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
                          "validity audit: baselines per (source, family), shared images, T8/T9 gaps, problems",
                          root="release"))
     units = tuple(f"ir/{s}/units" for s in slugs)
+    corpora = tuple(f"ir/{s}/corpus" for s in slugs)
     return [
         Step("split", "split", stages.run_split, split, tuple(f"items/{s}" for s in slugs) + units,
              ("split", "build", "tasks"),
              "Group items by isolation unit and choose eval groups per source, stratified per family and answer "
              "letter (configs/split.yaml); the answer letters, balanced within each split and eval level."),
-        Step("release", "release", stages.run_release, tuple(release), ("split/items", "split/summary") + units,
+        Step("release", "release", stages.run_release, tuple(release),
+             ("split/items", "split/summary") + units + corpora,
              ("*",),  # the release documents every config file
-             "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums."),
+             "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums; "
+             "built in a staging folder and published only when every check of the build passes.",
+             publishes=True),
     ]
 
 

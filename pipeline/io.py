@@ -1,4 +1,9 @@
-"""Atomic, deterministic file writes (temp file in the same folder + rename), shared by every stage."""
+"""Atomic, deterministic file writes (temp file in the same folder + rename), shared by every stage.
+
+Temp files are named `.<name>.<random>.tmp` (TMP_PREFIX/TMP_SUFFIX): a write killed before its rename leaves one,
+which `clean_temp_files` removes at the start of the next build. Files get the mode a plain `open()` would give
+(0666 minus the umask), not mkstemp's 0600, so a release folder can be shared or served.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,25 @@ from pathlib import Path
 import polars as pl
 
 
+TMP_SUFFIX = ".tmp"
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it; set back at once
+    os.umask(mask)
+    return mask
+
+
+def _temp_file(path: Path) -> tuple[int, str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; a release file must be readable like any other
+    return fd, tmp
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temp_file(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -44,8 +64,7 @@ def write_json(path: Path, obj) -> None:
 def write_parquet(path: Path, df: pl.DataFrame) -> None:
     """Parquet with fixed settings (zstd, no statistics drift): identical bytes for identical frames and versions."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temp_file(path)
     os.close(fd)
     try:
         df.write_parquet(tmp, compression="zstd", compression_level=3, statistics=True)
@@ -59,3 +78,20 @@ def write_jsonl(path: Path, df: pl.DataFrame) -> None:
     """One compact JSON object per row, keys in column order, nulls kept."""
     lines = [json.dumps(row, ensure_ascii=False, separators=(",", ":")) for row in df.iter_rows(named=True)]
     atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def is_temp_file(name: str) -> bool:
+    """A leftover of an atomic write (`.<name>.<random>.tmp`)."""
+    return name.startswith(".") and name.endswith(TMP_SUFFIX)
+
+
+def clean_temp_files(root: Path) -> list[Path]:
+    """Remove what killed atomic writes left under `root` (only our own `.<name>.*.tmp` names); returns them."""
+    removed = []
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            if is_temp_file(name):
+                p = Path(dirpath) / name
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return sorted(removed)

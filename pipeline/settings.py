@@ -243,6 +243,7 @@ class ReleaseFiles(Strict):
     prompt_templates: str = "metadata/prompt_templates.md"
     split_groups_eval: str = "metadata/split_groups_eval.txt"
     split_groups_sft: str = "metadata/split_groups_sft.txt"
+    provenance: str = "metadata/provenance.json"
     checksums: str = "checksums.sha256"
     model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
 
@@ -256,7 +257,7 @@ class ReleaseFile(Strict):
     float_decimals: int = Field(4, ge=0)
     hf_split_names: dict[Literal["eval", "sft"], str] = {"eval": "test", "sft": "train"}
     files: ReleaseFiles = ReleaseFiles()
-    documents: list[str] = ["prompt_templates", "reconstruction"]
+    documents: list[str] = ["prompt_templates", "reconstruction", "provenance"]
     task_names: dict[TaskId, str] = {}           # only for a task whose template has no task_name
 
 

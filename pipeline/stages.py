@@ -23,6 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from . import items as items_mod
+from . import provenance
 from . import split as split_mod
 from . import writers
 from .choices import assign_letters, display_order
@@ -60,10 +61,31 @@ def sources(cfg: dict) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------- ingest
+class MissingCorpus(FileNotFoundError):
+    """A source root that does not exist: a setup error of the build (no corpus made or a mistyped path), not bad
+    data to quarantine; the build stops before any stage runs on nothing."""
+
+
+def missing_corpus(cfg: dict, slug: str) -> str | None:
+    """What to tell the user when the source's root does not exist (None when it does)."""
+    root = Path(cfg["sources"][slug]["root"])
+    if root.exists():
+        return None
+    scale = cfg["build"]["scale"]
+    shown = root.relative_to(path_in_repo(".")) if root.is_relative_to(path_in_repo(".")) else root
+    return (f"no corpus at {shown} for source {slug}: run `processbench samples --scale {scale} --out {shown.parent} "
+            f"--sources {slug}` or `make rebuild` (or build with --samples), or pass --upstream {slug}=PATH")
+
+
 def run_ingest(cfg: dict, slug: str) -> dict:
+    if problem := missing_corpus(cfg, slug):
+        raise MissingCorpus(problem)
     src = cfg["sources"][slug]
     result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"])
     write_ir(result, work_dir(cfg) / "ir" / slug)
+    # the corpus's content fingerprint and origin (sample generator or user root), for the release's provenance
+    write_json(work_dir(cfg) / "ir" / slug / "corpus.json",
+               provenance.corpus_record(slug, src["root"], src.get("adapter", {})))
     log.info("%s", summary_text(slug, result))
     lost = units_lost(result.quarantine)
     return {"units": result.units.height, "quarantined": lost, "absent": result.absent.height,
@@ -230,7 +252,10 @@ def _split_summary(cfg: dict) -> dict:
 # --------------------------------------------------------------------------------------------------- release
 def run_release(cfg: dict) -> dict:
     eval_df, sft_df = writers.release_tables(_split_items(cfg), all_units(cfg), cfg)
-    documents = {"prompt_templates": prompt_templates_markdown(cfg), "reconstruction": reconstruction_markdown(cfg)}
+    corpora = {s: json.loads((work_dir(cfg) / "ir" / s / "corpus.json").read_text(encoding="utf-8"))
+               for s in sources(cfg)}
+    documents = {"prompt_templates": prompt_templates_markdown(cfg), "reconstruction": reconstruction_markdown(cfg),
+                 "provenance": provenance.provenance_json(cfg, corpora)}
     out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents,
                                 checksums=False)
     # card, Croissant, trainer/harness files: from the files just written (the main eval file holds level L1 only)

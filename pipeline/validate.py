@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline import writers
-from pipeline.io import compact_json
+from pipeline.io import compact_json, is_temp_file
 from pipeline.leaks import find_path_leaks  # noqa: F401 - re-exported for the asset checks
 from pipeline.schema import (
     CHOICE_COLUMNS,
@@ -62,7 +62,7 @@ def _eq(report: _Report, what: str, got, want) -> None:
 
 def _read_json(path: Path, report: _Report):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_bytes().decode("utf-8", "replace"))
     except (OSError, ValueError) as exc:
         report.add(f"{path.name}: unreadable JSON ({exc})")
         return None
@@ -71,13 +71,41 @@ def _read_json(path: Path, report: _Report):
 # ---------------------------------------------------------------- checks
 
 
+def _check_files(root: Path, report: _Report) -> None:
+    """Every entry of the folder, dot-files included: only regular files and folders the build writes. A symlink (it
+    could point anywhere, and a copy would not carry it), a dot-file (a stray note, or the `.tmp` of a killed write),
+    a non-UTF-8 text file and a file name that names this machine or user are each INVALID with their name. (Text
+    files are read as UTF-8 with replacement elsewhere, so one bad byte is reported here, never a traceback.)"""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        here = Path(dirpath)
+        for name in sorted(dirnames + filenames):
+            path = here / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                report.add(f"{rel}: a symbolic link (release files must be regular files)")
+            elif name.startswith("."):
+                report.add(f"{rel}: " + ("temp file of an interrupted write" if is_temp_file(name)
+                                         else "stray dot-file (the build writes none)"))
+            elif not path.is_dir() and not path.is_file():
+                report.add(f"{rel}: not a regular file")
+            elif path.is_file() and path.suffix != ".parquet":
+                try:
+                    path.read_bytes().decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    report.add(f"{rel}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})")
+            for leak in find_path_leaks(rel):
+                report.add(f"{rel}: file name: {leak}")
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()]
+
+
 def _check_checksums(root: Path, cfg: dict, report: _Report) -> None:
     rel = writers.file_names(cfg)["checksums"]
     path = root / rel
     if not path.is_file():
         return
     listed: dict[str, str] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), 1):
         m = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
         if not m:
             report.add(f"{rel}:{n}: not a sha256sum line: {line[:80]!r}")
@@ -125,7 +153,7 @@ def _read_split(root: Path, split: str, cfg: dict, report: _Report, rels: tuple[
                     report.add(f"{pq_rel}: key-value metadata: {leak}")
     if df is not None and (root / jl_rel).is_file():
         rows = df.to_dicts()
-        lines = (root / jl_rel).read_text(encoding="utf-8").splitlines()
+        lines = (root / jl_rel).read_bytes().decode("utf-8", "replace").splitlines()
         if len(lines) != len(rows):
             report.add(f"{jl_rel}: {len(lines)} rows, {pq_rel}: {len(rows)} rows")
         else:
@@ -259,7 +287,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     for split, df in tables.items():
         rel = files[f"split_groups_{split}"]
         if (root / rel).is_file():
-            listed = (root / rel).read_text(encoding="utf-8").splitlines()
+            listed = (root / rel).read_bytes().decode("utf-8", "replace").splitlines()
             if listed != sorted(set(listed)):
                 report.add(f"{rel}: not sorted and unique")
             if set(listed) != groups[split]:
@@ -268,7 +296,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     for split in writers.SPLITS:
         rel = files[f"split_groups_{split}"]
         if (root / rel).is_file():
-            listed[split] = set((root / rel).read_text(encoding="utf-8").splitlines())
+            listed[split] = set((root / rel).read_bytes().decode("utf-8", "replace").splitlines())
     if len(listed) == 2 and listed["eval"] & listed["sft"]:
         report.add(f"split group lists share {len(listed['eval'] & listed['sft'])} groups")
     if ev is not None and sf is not None:
@@ -288,6 +316,8 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
         if not isinstance(m, dict):
             continue
         want = writers.build_manifest(split, df, cfg, "L1" if split == "eval" and has_levels else None)
+        for key in sorted(set(m) - set(want)):
+            report.add(f"{rel}: unknown key {key!r} (the build writes none)")
         for key in sorted(want):
             if key not in m:
                 report.add(f"{rel}: lacks {key}")
@@ -325,7 +355,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     # task distribution
     rel = files["task_distribution"]
     if (root / rel).is_file() and ev is not None:
-        text = (root / rel).read_text(encoding="utf-8")
+        text = (root / rel).read_bytes().decode("utf-8", "replace")
         got_rows = list(csv.reader(text.splitlines()))
         if not got_rows or tuple(got_rows[0]) != writers.TASK_DISTRIBUTION_HEADER:
             report.add(f"{rel}: header is not {','.join(writers.TASK_DISTRIBUTION_HEADER)}")
@@ -346,7 +376,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     # schema.md is generated, never edited
     rel = files["schema"]
     if (root / rel).is_file():
-        if (root / rel).read_text(encoding="utf-8") != schema_markdown(rc, writers.schema_source_names(cfg)):
+        if (root / rel).read_bytes().decode("utf-8", "replace") != schema_markdown(rc, writers.schema_source_names(cfg)):
             report.add(f"{rel}: differs from the schema generated from pipeline/schema.py")
 
 
@@ -393,6 +423,7 @@ def validate_release(release_dir: Path, cfg: dict | None = None) -> list[str]:
         files = writers.file_names(cfg)
     except (KeyError, ValueError) as exc:
         return [f"configs/release.yaml: {exc}"]
+    _check_files(root, report)
     for key, rel in sorted(files.items()):
         if not (root / rel).is_file():
             report.add(f"missing file {rel} ({key})")
@@ -442,7 +473,7 @@ def _check_levels(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report
                 report.add(f"{lf['manifest']}: differs from its rows in {diff[:5]}")
         groups = set(df.get_column("split_group_id").to_list())
         if (root / lf["split_groups"]).is_file():
-            got = (root / lf["split_groups"]).read_text(encoding="utf-8").splitlines()
+            got = (root / lf["split_groups"]).read_bytes().decode("utf-8", "replace").splitlines()
             if got != sorted(groups):
                 report.add(f"{lf['split_groups']}: does not list the level's groups sorted and unique")
         for other, odf in [*tables.items(), *out.items()]:

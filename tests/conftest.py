@@ -15,6 +15,7 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 @pytest.fixture(scope="session")
 def demo_samples(tmp_path_factory) -> dict[str, Path]:
     """The four demo corpora written by the sample generators (the same ones `make rebuild` builds from)."""
+    from pipeline.provenance import write_sample_record
     from upstream_adapters import write_samples
 
     cfg = load_config(scale="demo")
@@ -22,6 +23,9 @@ def demo_samples(tmp_path_factory) -> dict[str, Path]:
     out = {}
     for slug in cfg["build"]["sources"]:
         write_samples(slug, root / slug, scale="demo", seed=cfg["build"]["samples"]["seed"])
+        # what `processbench samples` records: the release's provenance then says "samples", as the locked demo does
+        write_sample_record(slug, root / slug, "demo", cfg["build"]["samples"]["seed"],
+                            cfg["sources"][slug].get("adapter", {}))
         out[slug] = root / slug
     return out
 

@@ -206,3 +206,60 @@ def test_find_path_leaks_negative(text):
 def test_find_path_leaks_identity_tokens():
     assert find_path_leaks("built by alice on lab-gpu-7", extra_tokens=["lab-gpu-7"]) == ["user/host name 'lab-gpu-7'"]
     assert find_path_leaks("alicea", extra_tokens=["alice"]) == []
+
+
+# ---------------------------------------------------------------- what lies in the folder (issue 14, item 10)
+@pytest.mark.parametrize("name, needle", [
+    ("metadata/.alice_notes", "stray dot-file"),  # a stray dot-file with a user's name in it
+    ("splits/.processbench_eval.parquet.x1y2.tmp", "temp file of an interrupted write"),  # a killed atomic write
+    (".DS_Store", "stray dot-file"),
+])
+def test_dot_files_are_invalid_with_their_name(release, name, needle):
+    (release / name).write_bytes(b"x")
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, name, needle), problems
+
+
+def test_a_dot_folder_is_invalid(release):
+    (release / ".cache").mkdir()
+    (release / ".cache" / "x.json").write_text("{}")
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, ".cache", "stray dot-file") and not _has(problems, "x.json")
+
+
+def test_non_utf8_text_is_invalid_not_a_traceback(release):
+    for key in ("checksums", "split_groups_eval", "eval_jsonl", "task_distribution", "schema"):
+        path = release / FILES[key]
+        path.write_bytes(path.read_bytes() + b"\xff\xfe")
+    problems = validate_release(release, make_cfg())
+    for key in ("checksums", "split_groups_eval", "eval_jsonl", "task_distribution", "schema"):
+        assert _has(problems, FILES[key], "not UTF-8 text (byte 0xff"), (key, problems)
+
+
+def test_unknown_manifest_key_is_invalid(release):
+    _edit_json(release, "eval_manifest", lambda m: m.update(built_by="alice"))
+    assert _has(validate_release(release, make_cfg()), "eval_manifest.json", "unknown key 'built_by'")
+
+
+def test_symlinked_release_file_is_invalid(release, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere") / "schema.md"
+    target = release / FILES["schema"]
+    outside.write_bytes(target.read_bytes())  # same bytes: the checksum still matches
+    target.unlink()
+    target.symlink_to(outside)
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, FILES["schema"], "symbolic link"), problems
+
+
+def test_file_name_naming_this_machine_is_invalid(release):
+    import getpass
+
+    user = getpass.getuser()
+    if len(user) < 4 or user in ("root", "user", "runner"):
+        user = None
+    name = f"notes_{user}.txt" if user else "notes_~/x.txt".replace("/", "_")
+    (release / "metadata" / name).write_text("x\n")
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, name, "not covered")  # every stray file fails, named
+    if user:
+        assert _has(problems, name, "file name")

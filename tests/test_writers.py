@@ -120,7 +120,8 @@ def make_items() -> pl.DataFrame:
 
 
 DOCUMENTS = {"prompt_templates": "# Prompt templates\n\n{question}\n\nA: {choice_A}\n\n<ANSWER>A</ANSWER>\n",
-             "reconstruction": "# Reconstruction\n\nUse reconstruction_key_json with the upstream data.\n"}
+             "reconstruction": "# Reconstruction\n\nUse reconstruction_key_json with the upstream data.\n",
+             "provenance": '{"builder_version": "processbench_build_v2"}\n'}
 
 
 def build(out_dir: Path, cfg=None, items=None, summary=None):

@@ -1,0 +1,128 @@
+"""Where a release came from, path-free: `metadata/provenance.json`.
+
+    record = corpus_record(slug, root, options)     # ingest: the corpus's content fingerprint and its origin
+    text = provenance_json(cfg, {slug: record})     # release: sources, scale, config hash, builder version
+
+A corpus's fingerprint is the sha256 over its unit ids and each unit's adapter fingerprint (`SourceAdapter.fingerprint`:
+relative file names, sizes, head/tail digests; no path, no mtime). Whether a corpus came from the sample generator is
+decided by that fingerprint, never by where it lies: the generator's caller (`processbench samples`, `build --samples`)
+leaves a record beside the corpus (`.<slug>.samples.json`: scale, seed, generator code hash, content fingerprint), and
+a corpus is `samples` only when its fingerprint now equals the recorded one; anything else (a user's download, an
+edited sample corpus) is `user`. Nothing here holds a clock, a host or a path, so the demo release stays
+byte-reproducible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .io import dumps_json, write_json
+
+# Keys whose values say where things lie on this machine, not what was built: left out of the config hash.
+_PATH_KEYS = {"build": ("work_dir", "release_dir"), "sources": ("root",)}
+
+
+def corpus_fingerprint(slug: str, root: Path, options: dict | None = None) -> dict:
+    """{"units": n listed, "fingerprint": sha256} of the corpus at `root`; "unusable" when it cannot be listed."""
+    from upstream_adapters import get_adapter
+    from upstream_adapters.base import SourceError
+
+    adapter = get_adapter(slug, **(options or {}))
+    try:
+        ids = adapter.discover(Path(root))
+    except SourceError:
+        return {"units": 0, "fingerprint": "unusable"}
+    h = hashlib.sha256(slug.encode())
+    for unit_id in ids:
+        try:
+            fp = adapter.fingerprint(Path(root), unit_id)
+        except Exception as exc:  # noqa: BLE001 - an unreadable unit still counts, by what failed
+            fp = f"unreadable:{type(exc).__name__}"
+        h.update(f"\n{unit_id}\0{fp}".encode())
+    return {"units": len(ids), "fingerprint": h.hexdigest()}
+
+
+def _record_path(slug: str, root: Path) -> Path:
+    root = Path(root)
+    return root.parent / f".{slug}.samples.json"
+
+
+def write_sample_record(slug: str, root: Path, scale: str, seed: int, options: dict | None = None) -> dict:
+    """After the generator wrote `root`: record what wrote it and the content it wrote."""
+    from upstream_adapters import samples_fingerprint
+
+    record = {"slug": slug, "scale": scale, "seed": seed, "generator": samples_fingerprint(slug),
+              "corpus": corpus_fingerprint(slug, root, options)}
+    write_json(_record_path(slug, root), record)
+    return record
+
+
+def forget_sample_record(slug: str, root: Path) -> None:
+    _record_path(slug, root).unlink(missing_ok=True)
+
+
+def sample_record(slug: str, root: Path) -> dict | None:
+    try:
+        return json.loads(_record_path(slug, root).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def sample_record_matches(slug: str, root: Path, scale: str, seed: int, options: dict | None = None) -> bool:
+    """Is `root` exactly what the current generator writes for (scale, seed)? (Then `build --samples` reuses it.)"""
+    from upstream_adapters import samples_fingerprint
+
+    rec = sample_record(slug, root)
+    return bool(rec and Path(root).is_dir() and rec.get("scale") == scale and rec.get("seed") == seed
+                and rec.get("generator") == samples_fingerprint(slug)
+                and rec.get("corpus") == corpus_fingerprint(slug, root, options))
+
+
+def corpus_record(slug: str, root: Path, options: dict | None = None) -> dict:
+    """What ingest records of the corpus it read (`ir/<slug>/corpus.json`): fingerprint, units listed, origin."""
+    corpus = corpus_fingerprint(slug, root, options)
+    rec = sample_record(slug, root)
+    from_samples = bool(rec and rec.get("corpus") == corpus and corpus["fingerprint"] != "unusable")
+    return {"source": slug, "corpus_fingerprint": corpus["fingerprint"], "units_listed": corpus["units"],
+            "origin": "samples" if from_samples else "user",
+            "samples": {k: rec[k] for k in ("scale", "seed", "generator")} if from_samples else None}
+
+
+def config_hash(cfg: dict) -> str:
+    """sha256 of the merged, validated configuration without the keys that only say where things lie."""
+    def strip(section: str, value):
+        keys = _PATH_KEYS.get(section, ())
+        if section == "sources" and isinstance(value, dict):
+            return {s: {k: v for k, v in (d or {}).items() if k not in keys} for s, d in value.items()}
+        if isinstance(value, dict):
+            return {k: v for k, v in value.items() if k not in keys}
+        return value
+    doc = {k: strip(k, v) for k, v in sorted(cfg.items())}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def provenance(cfg: dict, corpora: dict[str, dict]) -> dict:
+    rc = cfg["release"]
+    sources = {}
+    for slug in cfg["build"]["sources"]:
+        rec = corpora.get(slug) or {}
+        sources[slug] = {"name": cfg["sources"][slug]["name"], "origin": rec.get("origin", "unknown"),
+                         "corpus_fingerprint": rec.get("corpus_fingerprint"), "units_listed": rec.get("units_listed"),
+                         "samples": rec.get("samples")}
+    origins = sorted({s["origin"] for s in sources.values()})
+    return {
+        "builder_version": rc["builder_version"],
+        "release_version": rc["release_version"],
+        "scale": cfg["build"]["scale"],
+        "release_seed": cfg["build"]["release_seed"],
+        "config_sha256": config_hash(cfg),
+        "sources_built": list(sources),
+        "from_sample_data": "samples" in origins,
+        "sources": sources,
+    }
+
+
+def provenance_json(cfg: dict, corpora: dict[str, dict]) -> str:
+    return dumps_json(provenance(cfg, corpora))

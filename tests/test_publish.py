@@ -1,0 +1,246 @@
+"""Publishing the release (issue 14): file modes, temp-file cleanup, the build lock, the staging swap and its
+recovery, the CLI's refusal of unknown sources and missing corpora, provenance. No demo build here: the functions are
+tested directly (the end-to-end publish gate is in tests/test_publish_build.py)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline import io, provenance, publish
+
+
+def _cfg(tmp_path: Path) -> dict:
+    return {"build": {"work_dir": str(tmp_path / "work"), "release_dir": str(tmp_path / "out" / "release")}}
+
+
+# ------------------------------------------------------------------------------------------ modes and temp files
+def test_atomic_writes_respect_the_umask_not_0600(tmp_path):
+    old = os.umask(0o022)
+    try:
+        io.atomic_write_text(tmp_path / "a.json", "{}\n")
+        io.write_parquet(tmp_path / "b.parquet", pl.DataFrame({"x": [1]}))
+    finally:
+        os.umask(old)
+    for name in ("a.json", "b.parquet"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+
+
+def test_clean_temp_files_removes_only_leftovers_of_atomic_writes(tmp_path):
+    (tmp_path / "ir").mkdir()
+    left = tmp_path / "ir" / ".units.parquet.k3j2h1.tmp"
+    left.write_bytes(b"half")
+    keep = [tmp_path / "ir" / "units.parquet", tmp_path / "notes.tmp", tmp_path / ".keep"]
+    for p in keep:
+        p.write_bytes(b"x")
+    assert io.clean_temp_files(tmp_path) == [left]
+    assert all(p.exists() for p in keep) and not left.exists()
+
+
+# ------------------------------------------------------------------------------------------ the lock
+def _hold(cfg, token, ready, stop):
+    with publish.build_lock(cfg, token):
+        ready.set()
+        stop.wait(30)
+
+
+def test_a_second_build_gets_a_lock_error_naming_the_holder(tmp_path):
+    cfg = _cfg(tmp_path)
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(cfg, "first", ready, stop))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(publish.LockError, match=rf"pid {holder.pid} .* since 20\d\d-"):
+            with publish.build_lock(cfg, "second"):
+                pass
+        with publish.build_lock(cfg, "first") as cleaned:  # the holder's own run (its token) goes on
+            assert cleaned == []
+    finally:
+        stop.set()
+        holder.join(30)
+    with publish.build_lock(cfg, "third"):  # released when the holder is done
+        info = publish.holder(publish.lock_files(cfg)[0])
+        assert info["pid"] == os.getpid() and info["token"] == "third"
+
+
+def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path):
+    cfg = _cfg(tmp_path)
+    code = ("import sys, time, json; sys.path.insert(0, %r); from pipeline import publish; "
+            "cfg = json.loads(sys.argv[1]); cm = publish.build_lock(cfg, 'dead'); cm.__enter__(); "
+            "print('held', flush=True); time.sleep(60)" % str(Path(__file__).resolve().parent.parent))
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(cfg)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    proc.kill()  # kill -9: no cleanup runs
+    proc.wait()
+    assert publish.holder(publish.lock_files(cfg)[0])["pid"] == proc.pid  # the stale holder is still named
+    with publish.build_lock(cfg, "next"):
+        assert publish.holder(publish.lock_files(cfg)[1])["token"] == "next"
+
+
+def test_one_lock_per_release_folder_even_with_another_work_folder(tmp_path):
+    cfg = _cfg(tmp_path)
+    other = {"build": {**cfg["build"], "work_dir": str(tmp_path / "work2")}}
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(cfg, "first", ready, stop))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(publish.LockError, match=r"\.release\.lock"):
+            with publish.build_lock(other, "second"):
+                pass
+    finally:
+        stop.set()
+        holder.join(30)
+
+
+# ------------------------------------------------------------------------------------------ staging and swap
+def _release(root: Path, text: str) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "a.txt").write_text(text)
+
+
+def test_publish_swaps_the_staging_folder_in(tmp_path):
+    cfg = _cfg(tmp_path)
+    _release(publish.release_dir(cfg), "old")
+    staged = publish.staging_config(cfg)
+    assert Path(staged["build"]["release_dir"]).name == ".release.staging"
+    assert cfg["build"]["release_dir"].endswith("release")  # the original is untouched
+    _release(publish.staging_dir(cfg), "new")
+    publish.publish(cfg)
+    assert (publish.release_dir(cfg) / "a.txt").read_text() == "new"
+    assert sorted(p.name for p in publish.release_dir(cfg).parent.iterdir()) == ["release"]
+
+
+def test_a_crash_mid_swap_gives_back_the_last_good_release(tmp_path):
+    cfg = _cfg(tmp_path)
+    _release(publish.release_dir(cfg), "good")
+    _release(publish.staging_dir(cfg), "new")
+    os.rename(publish.release_dir(cfg), publish.previous_dir(cfg))  # killed between the two renames
+    (publish.release_dir(cfg).parent / "x").mkdir()
+    (Path(cfg["build"]["work_dir"]) / "ir").mkdir(parents=True)
+    (Path(cfg["build"]["work_dir"]) / "ir" / ".units.parquet.abc.tmp").write_bytes(b"")
+    with publish.build_lock(cfg, "next") as cleaned:
+        assert any("restored the last good release" in c for c in cleaned)
+        assert any("unpublished .release.staging" in c for c in cleaned)
+        assert any(".units.parquet.abc.tmp" in c for c in cleaned)
+    assert (publish.release_dir(cfg) / "a.txt").read_text() == "good"
+    assert not publish.staging_dir(cfg).exists() and not publish.previous_dir(cfg).exists()
+    assert not list(Path(cfg["build"]["work_dir"]).rglob("*.tmp"))
+
+
+# ------------------------------------------------------------------------------------------ the CLI
+def test_an_unknown_upstream_slug_is_an_error(tmp_path, capsys):
+    from assets.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["build", "--upstream", f"gm10={tmp_path}", "--release-dir", str(tmp_path / "r")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "'gm10'" in err and "gm100" in err and "aist" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_missing_corpus_stops_the_build_before_it_starts(tmp_path, capsys):
+    from assets.cli import main
+
+    rc = main(["build", "--sources", "gm100", "--upstream", f"gm100={tmp_path / 'gm100-typo'}",
+               "--work-dir", str(tmp_path / "w"), "--release-dir", str(tmp_path / "r")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "no corpus at" in err and "gm100-typo" in err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "w").exists()
+
+
+def test_the_ingest_step_fails_early_on_a_missing_corpus_and_says_how_to_make_it():
+    from pipeline import stages
+    from pipeline.config import load_config
+
+    cfg = load_config(scale="demo", upstream={"gm100": "/nonexistent/gm100"})
+    with pytest.raises(stages.MissingCorpus, match=r"no corpus at /nonexistent/gm100 .*processbench samples"):
+        stages.run_ingest(cfg, "gm100")
+    cfg = load_config(scale="demo")
+    cfg["sources"]["gm100"]["root"] = stages.path_in_repo("build/samples/nowhere/gm100")
+    with pytest.raises(stages.MissingCorpus, match=r"no corpus at build/samples/nowhere/gm100 .*make rebuild"):
+        stages.run_ingest(cfg, "gm100")
+
+
+# ------------------------------------------------------------------------------------------ provenance
+def test_provenance_tells_sample_from_user_corpora_by_content(demo_samples, tmp_path):
+    import shutil
+
+    corpus = tmp_path / "samples" / "aist"
+    shutil.copytree(demo_samples["aist"], corpus)
+    assert provenance.corpus_record("aist", corpus)["origin"] == "user"  # no generator record: unknown content
+    provenance.write_sample_record("aist", corpus, "demo", 7)
+    rec = provenance.corpus_record("aist", corpus)
+    assert rec["origin"] == "samples" and rec["samples"]["seed"] == 7 and rec["samples"]["scale"] == "demo"
+    moved = tmp_path / "elsewhere" / "aist"  # the same content elsewhere (with its record): still samples
+    shutil.copytree(corpus.parent, moved.parent)
+    assert provenance.corpus_record("aist", moved) == rec
+    victim = next(p for p in sorted(corpus.rglob("*")) if p.is_file() and p.stat().st_size > 0)
+    victim.write_bytes(b"edited" + victim.read_bytes()[6:])  # edited content: a user corpus now
+    edited = provenance.corpus_record("aist", corpus)
+    assert edited["origin"] == "user" and edited["samples"] is None
+    assert edited["corpus_fingerprint"] != rec["corpus_fingerprint"]
+    assert str(tmp_path) not in json.dumps(rec)
+
+
+def test_provenance_is_path_free_and_deterministic():
+    from pipeline.config import load_config
+    from pipeline.leaks import find_path_leaks
+
+    a = load_config(scale="demo")
+    b = load_config(scale="demo", upstream={"gm100": "/data/elsewhere/gm100"})
+    b["build"]["release_dir"], b["build"]["work_dir"] = "/tmp/r", "/tmp/w"
+    corpora = {"gm100": {"origin": "user", "corpus_fingerprint": "f" * 64, "units_listed": 3, "samples": None}}
+    text = provenance.provenance_json(a, corpora)
+    assert text == provenance.provenance_json(b, corpora)  # where things lie changes nothing
+    assert not find_path_leaks(text)
+    doc = json.loads(text)
+    assert doc["sources_built"] == a["build"]["sources"] and doc["scale"] == "demo"
+    assert doc["sources"]["gm100"]["origin"] == "user" and doc["sources"]["aist"]["origin"] == "unknown"
+    c = load_config(scale="release")
+    assert json.loads(provenance.provenance_json(c, corpora))["config_sha256"] != doc["config_sha256"]
+
+
+# ------------------------------------------------------------------------------------------ make dev
+def test_the_ui_stops_when_whoever_started_it_dies(tmp_path):
+    """`make dev &` then `kill <make>`: make dies without passing SIGTERM on; the supervised child must stop too."""
+    import signal
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    supervisor = (f"import sys; sys.path.insert(0, {repo!r}); from assets.cli import supervise; "
+                  "sys.exit(supervise(['sleep', '60']))")
+    # the "make": a process that starts the supervisor and then just sits there (until killed)
+    make = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                             f"subprocess.Popen([sys.executable, '-c', {supervisor!r}]); time.sleep(60)"])
+    deadline = time.time() + 30
+    sleeper = None
+    while time.time() < deadline and sleeper is None:
+        out = subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True, text=True).stdout.split()
+        for pid in out:  # the sleep whose grandparent is our "make"
+            sup = int(Path(f"/proc/{pid}/stat").read_text().split()[3])
+            if int(Path(f"/proc/{sup}/stat").read_text().split()[3]) == make.pid:
+                sleeper = int(pid)
+        time.sleep(0.2)
+    assert sleeper, "the supervised child did not start"
+    make.send_signal(signal.SIGTERM)
+    make.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and Path(f"/proc/{sleeper}").exists() and \
+            Path(f"/proc/{sleeper}/stat").read_text().split()[2] != "Z":
+        time.sleep(0.2)
+    gone = not Path(f"/proc/{sleeper}").exists() or Path(f"/proc/{sleeper}/stat").read_text().split()[2] == "Z"
+    assert gone, "the UI outlived the process that started it"

@@ -1,0 +1,126 @@
+"""The publish gate end to end, on a one-source demo build (AIST, in-process): a release whose checks fail is never
+published, whether the run comes from `processbench build` or from the UI (a run without the CLI's lock tag); the
+previous release stays byte for byte, with nothing left beside it; a second build is refused while one runs."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import shutil
+import stat
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from assets.cli import main
+from pipeline import publish
+from pipeline.config import path_in_repo
+
+try:
+    from tests.test_publish import _hold
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path
+    from test_publish import _hold
+
+
+@pytest.fixture(scope="module")
+def built(demo_samples, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("publish")
+    mp_ = pytest.MonkeyPatch()
+    mp_.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    args = ["build", "--scale", "demo", "--sources", "aist", "--upstream", f"aist={demo_samples['aist']}",
+            "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "out" / "release"),
+            "--executor", "in_process"]
+    assert main(args) == 0
+    yield args, tmp_path / "out" / "release"
+    mp_.undo()
+
+
+def _planted_config(tmp_path: Path) -> Path:
+    """configs/ with a validity limit the demo cannot meet: the release's blocking validity_limits check fails."""
+    cfg_dir = tmp_path / "configs_planted"
+    shutil.copytree(path_in_repo("configs"), cfg_dir)
+    doc = yaml.safe_load((cfg_dir / "validity.yaml").read_text())
+    doc["validity"]["min_eval_items"] = 1
+    doc["validity"]["limits"]["near_shared_fraction"] = 0.0
+    (cfg_dir / "validity.yaml").write_text(yaml.safe_dump(doc))
+    return cfg_dir
+
+
+def _beside(release: Path) -> list[str]:
+    return sorted(p.name for p in release.parent.iterdir() if p.name != ".release.lock")
+
+
+def test_a_release_that_fails_its_checks_is_never_published(built, tmp_path):
+    args, release = built
+    good = (release / "checksums.sha256").read_bytes()
+    prov = json.loads((release / "metadata" / "provenance.json").read_text())
+    assert prov["sources_built"] == ["aist"] and prov["sources"]["aist"]["origin"] == "samples"
+    assert prov["from_sample_data"] is True
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in release.rglob("*") if p.is_file())
+
+    planted = _planted_config(tmp_path)
+    import io
+    from contextlib import redirect_stderr
+
+    buf = io.StringIO()
+    with redirect_stderr(buf):
+        assert main(args + ["--config-dir", str(planted)]) == 1
+    err = buf.getvalue()
+    assert "release NOT published" in err and "validity_limits" in err
+    assert (release / "checksums.sha256").read_bytes() == good
+    assert main(["validate", str(release)]) == 0
+    assert _beside(release) == ["release"]  # no staging or previous folder left
+
+    # the same bad config from the UI: a run of the job without the CLI (no lock tag; the executor takes the lock)
+    from assets.definitions import ASSETS, build_job
+    from assets.run import settings_from
+
+    settings = settings_from(config_dir=str(planted), scale="demo", upstream={"aist": args[6].split("=", 1)[1]},
+                             work_dir=args[args.index("--work-dir") + 1], release_dir=str(release), sources=["aist"])
+    keys = [k for a in ASSETS if a.op.name == "release" for k in a.keys]
+    with dg.execute_job(dg.reconstructable(build_job), instance=dg.DagsterInstance.get(), asset_selection=keys,
+                        run_config={"resources": {"build": {"config": settings.model_dump()}},
+                                    "execution": {"config": {"in_process": {}}}}) as res:
+        assert not res.success
+        failure = [e for e in res.all_events if e.is_step_failure][0]
+        assert "release not published" in str(failure.event_specific_data)
+    assert (release / "checksums.sha256").read_bytes() == good
+    assert _beside(release) == ["release"]
+
+    # the good config again: the release runs again (its record was dropped) and publishes the same bytes
+    assert main(args) == 0
+    assert (release / "checksums.sha256").read_bytes() == good
+
+
+def test_an_upstream_error_check_blocks_publishing(built):
+    from assets.checks import publish_problems
+    from assets.run import settings_from
+    from assets.tables import all_steps
+
+    args, release = built
+    cfg = settings_from(scale="demo", work_dir=args[args.index("--work-dir") + 1], release_dir=str(release),
+                        sources=["aist"]).config()
+    steps = [s for s in all_steps(cfg) if not s.publishes]
+    assert publish_problems(cfg, steps) == []
+    cfg["build"]["max_quarantine_share"] = -1.0  # every source now quarantines "too much"
+    assert publish_problems(cfg, steps) == ["ir/aist/quarantine:quarantine_share"]
+
+
+def test_a_second_build_is_refused_while_one_holds_the_folders(built, capsys):
+    args, release = built
+    cfg = {"build": {"work_dir": args[args.index("--work-dir") + 1], "release_dir": str(release)}}
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(cfg, "other", ready, stop))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        assert main(args + ["--force"]) == 3
+        err = capsys.readouterr().err
+        assert "another build is running" in err and f"pid {holder.pid}" in err
+    finally:
+        stop.set()
+        holder.join(30)
+    assert publish.holder(publish.lock_files(cfg)[0]) == {}  # released
