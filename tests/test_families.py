@@ -99,7 +99,7 @@ def synthetic_ir(source: str, n_units: int = 4, n_frames: int = 240, seed: int =
             c0, c1 = int((a + 0.3 * (b - a)) * n), int((a + 0.8 * (b - a)) * n)
             row = {"source": source, "unit_id": uid, "arm": arm, "frame_index": np.arange(n), "t_sec": t,
                    "pos_x": px, "pos_y": py, "pos_z": pz, "speed": None, "gripper_effort": None,
-                   "gripper_width": None, "force": None}
+                   "gripper_width": None, "force": None, "speed_full": None}
             if source == "gm100":
                 eff = 1.0 + rng.normal(0, 0.01, n)
                 if b > a:
@@ -119,7 +119,8 @@ def synthetic_ir(source: str, n_units: int = 4, n_frames: int = 240, seed: int =
                 row["speed"] = v * 4.0
             df = pl.DataFrame({k: (val if isinstance(val, np.ndarray) else [val] * n) for k, val in row.items()},
                               schema_overrides={c: pl.Float64 for c in ("pos_x", "pos_y", "pos_z", "speed",
-                                                                        "gripper_effort", "gripper_width", "force")})
+                                                                        "gripper_effort", "gripper_width", "force",
+                                                                        "speed_full")})
             signals.append(df)
         if source == "reassemble":
             segments.extend(_reassemble_segments(uid, n, fps, i))
