@@ -187,8 +187,10 @@ VERBATIM = {  # question texts of the reference build (docs/upstream-formats.md;
     ("T8", "default"): "Order these three frames from earliest to latest in the manipulation sequence.",
     ("T10", "default"): "What is the current low-level action in these ordered frames?",
     ("T11", "default"): "What low-level action should happen next, after the one under way in these frames?",
-    ("T12", "default"): "Within the high-level action '{high_action}', which action best fills [MASK] in this local "
-                        "chain: {prev} > [MASK] > {next}?",
+    # T12: the public text named the high-level action and both neighbours, which left one likely answer
+    ("T12", "default"): "These frames show a local chain of low-level actions, before > [MASK] > after, in time order: "
+                        "the first frame the action before, the middle frames the masked action, the last frame the "
+                        "action after. Which action fills [MASK]?",
 }
 QUOTAS = {
     "gm100": {"T1": 3000, "T2": 1000, "T3": 2500, "T4": 1500, "T5": 2500, "T6": 1500, "T8": 2000, "T9": 1500},
@@ -531,18 +533,25 @@ def test_t11_next_primitive(reassemble_pool):
 def test_t12_chain_restoration(reassemble_pool):
     ir, labels, pool = reassemble_pool
     rows = _rows(pool, "T12")
-    q = ("Within the high-level action '{}', which action best fills [MASK] in this local chain: {} > [MASK] > {}?")
-    got = {(r["question"], r["answer_text"]) for r in rows}
-    assert got == {(q.format("Pick round peg 1", "Approach", "Lift"), "Grasp"),
-                   (q.format("Insert round peg 1", "Approach", "Push"), "Align"),
-                   (q.format("Insert round peg 1", "Align", "Release"), "Push"),
-                   (q.format("Place BNC", "Approach", "Release"), "Nudge")}
+    got = {(json.loads(r["label_meta_json"])["prev"], r["answer_text"], json.loads(r["label_meta_json"])["next"])
+           for r in rows}
+    assert got == {("Approach", "Grasp", "Lift"), ("Approach", "Align", "Push"), ("Align", "Push", "Release"),
+                   ("Approach", "Nudge", "Release")}
+    mids = {"Grasp", "Align", "Push", "Nudge"}  # the labels masked somewhere in the source
+    runs = {"Approach": [(100, 199), (400, 479), (800, 929)], "Grasp": [(200, 299)], "Align": [(480, 639)],
+            "Push": [(640, 719)], "Lift": [(300, 399)], "Release": [(720, 799), (1060, 1199)], "Nudge": [(930, 1059)]}
+
+    def inside(f, label):
+        return any(lo <= f <= hi for lo, hi in runs[label])
+
     for r in rows:
-        chain = json.loads(r["label_meta_json"])["chain"]
-        m = json.loads(r["label_meta_json"])["mask_pos"]
-        assert chain[m - 1] not in r["distractors"] and chain[m + 1] not in r["distractors"]
-    align = next(r for r in rows if r["answer_text"] == "Align")
-    assert 480 <= align["frame_indices"][0] and align["frame_indices"][-1] <= 639  # the run of both Align segments
+        meta = json.loads(r["label_meta_json"])
+        assert r["question"] == VERBATIM[("T12", "default")]  # names neither the action nor the neighbours
+        assert sorted(r["distractors"]) == sorted(mids - {r["answer_text"]})  # neighbours may be offered
+        f = r["frame_indices"]
+        assert f == sorted(f) and len(f) == 4 and f[1:3] == [r["anchor_frame"] - 3, r["anchor_frame"] + 3]
+        assert inside(f[0], meta["prev"]) and inside(f[1], r["answer_text"]) and inside(f[2], r["answer_text"])
+        assert inside(f[3], meta["next"])
 
 
 def test_reassemble_phase_contact_and_outcome(reassemble_pool):
