@@ -105,6 +105,25 @@ def test_unbalanced_labels_are_checked_against_the_label_prior():
     assert any("blind text-only" in p for p in problems(rep, strict))
 
 
+def test_prior_below_random_is_not_the_reference():
+    # eval labels unbalanced one way, SFT the other: the label prior scores below random, and a blind baseline a
+    # little above that prior but at random level is no leak (release scale, rh20t/T3: blind 0.251, prior 0.217)
+    def rows(n, split, off, common):
+        out = []
+        for i in range(n):
+            ans = common if i % 5 < 2 else [x for x in "abcd" if x != common][i % 5 - 2]
+            hint = i % 14 == 0  # one item in 14 names its answer
+            out.append(_row(i + off, split, ans, [x for x in "abcd" if x != ans], task="T3",
+                            question=f"Which way, {ans}?" if hint else "Which way?"))
+        return out
+
+    rep = audit(rows(420, "eval", 0, "a"), rows(1400, "sft", 1000, "d"), VCFG)
+    c = _cell(rep, "gm100", "T3")
+    assert c["eval_label_share"] > c["random"] + VCFG["balance_tolerance"] and c["label_prior"] < c["random"]
+    assert c["label_prior"] + 0.03 < c["blind"] <= c["random"] + 0.03
+    assert problems(rep, VCFG) == []
+
+
 def test_small_cells_are_reported_not_checked():
     rep = audit(_t1_rows(20, "eval", "neighbours"), _t1_rows(3000, "sft", "neighbours", 5000), VCFG)
     assert _cell(rep, "gm100", "T1")["eval_n"] == 20
