@@ -355,6 +355,10 @@ def test_t3_direction(pools):
             assert set(r["distractors"]) == set(texts.values()) - {r["answer_text"]}
             if source != "rh20t":
                 assert f"the {meta['arm']} robot arm" in r["question"]
+        # the question names the arm: an arm whose mapping lacks some of the four directions would be answerable in
+        # part from the text (GM-100 right arm: left/right only; AIST left arm: no left), so it is not asked about
+        arms = {json.loads(r["label_meta_json"])["arm"] for r in rows}
+        assert arms == {"gm100": {"left"}, "rh20t": {"single"}, "aist": {"right"}}[source], source
         opposite = {"left": "right", "right": "left", "up": "down", "down": "up"}
         r = rows[0]
         assert r["distractors"][0] == texts[opposite[inv[r["answer_text"]]]]
