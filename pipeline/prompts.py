@@ -6,7 +6,8 @@ blank line, one `A: text` line per option, a blank line, "Choose exactly one opt
 protocol ending in the `<ANSWER>A</ANSWER>` line. T8 and T9 open with their header lines (from
 configs/tasks/T8.yaml / T9.yaml `prompt.header`); they answer with an option letter like every other family (the
 public docs' `<ANSWER>XYZ</ANSWER>` / `<ANSWER>X</ANSWER>` is replaced by one letter protocol). Task language is
-never part of a prompt; only the T11/T12 questions name the high-level action, as in the reference build.
+never part of a prompt, nor is the high-level action (the public T11/T12 questions named it; see the templates'
+`question_changed_from_public`).
 """
 
 from __future__ import annotations

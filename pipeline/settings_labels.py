@@ -85,6 +85,7 @@ class ContactSpeed(Strict):
     method: Literal["contact_speed"]
     low_velocity: float
     contact_window: int
+    speed_channel: Literal["speed", "speed_full"] = "speed"   # the IR channel low_velocity was tuned on
 
 
 class LowLevelMap(Strict):

@@ -177,6 +177,7 @@ def test_signals_are_long_form_on_primary_frames(tiny, adapter):
             got = np.stack([np.array(sig[c])[m] for c in ("pos_x", "pos_y", "pos_z")], axis=1)
             assert np.allclose(got, pos[:, off:off + 3])
             assert np.allclose(np.array(sig["speed"])[m], np.linalg.norm(vel[:, off:off + 3], axis=1))
+            assert np.allclose(np.array(sig["speed_full"])[m], np.linalg.norm(vel[:, off:off + 6], axis=1))
             assert np.allclose(np.array(sig["gripper_effort"])[m], eff[:, e])
 
 

@@ -458,6 +458,33 @@ def test_t8_t9_frames_respect_the_minimum_gap(cfg, source):
         assert all(g >= min(gaps) + 0.5 - 1e-9 for g in gaps2)
 
 
+def test_gm100_phase_reads_the_full_velocity_norm(cfg):
+    """GM-100 `low_velocity` 0.3 was tuned on ||velocity[0:6]||: an arm that carries the object while turning (its
+    first three velocity entries small, the other three large) is still in hold and carry, and transfer starts when
+    the whole vector slows down. Read from `speed` (||velocity[0:3]||), the phase turned to transfer at once."""
+    n = 300
+    ir = synthetic_ir("gm100", n_units=2, n_frames=n)
+    uid = ir["units"]["unit_id"][1]  # task_00002 (task_00001 has no gripper motion: no contacts)
+    ir["units"] = ir["units"].filter(pl.col("unit_id") == uid)
+    eff = 1.0 + np.random.default_rng(1).normal(0, 0.01, n)
+    eff[100:200] -= 0.5                                            # grasp 100 .. 199 on the left gripper
+    speed = np.r_[np.zeros(20), np.full(80, 0.8), np.full(200, 0.1)]  # translational: approach, then slow
+    full = np.r_[np.zeros(20), np.full(80, 0.9), np.full(80, 0.6), np.full(120, 0.1)]  # turning until 180
+    sig = ir["signals"].filter(pl.col("unit_id") == uid)
+    sig = sig.with_columns(
+        speed=pl.when(pl.col("arm") == "left").then(pl.Series(np.r_[speed, speed])).otherwise(0.0),
+        speed_full=pl.when(pl.col("arm") == "left").then(pl.Series(np.r_[full, full])).otherwise(0.0),
+        gripper_effort=pl.when(pl.col("arm") == "left").then(pl.Series(np.r_[eff, eff])).otherwise(1.0))
+    ir["signals"] = sig
+    phase = dict(L.compute_labels("gm100", ir, cfg)["frames"].select("frame_index", "phase").iter_rows())
+    assert phase[102] == "contact" and phase[150] == "hold and carry" and phase[170] == "hold and carry"
+    assert phase[185] == "transfer" and phase[250] == "release"
+    c2 = copy.deepcopy(cfg)
+    c2["labels"]["phase"]["gm100"]["speed_channel"] = "speed"  # the old reading
+    old = dict(L.compute_labels("gm100", ir, c2)["frames"].select("frame_index", "phase").iter_rows())
+    assert old[150] == "transfer"
+
+
 # ------------------------------------------------------------------------------- one unit's failure is that unit's
 def _shortened(ir: dict, uid: str, n: int) -> dict:
     """`ir` with unit `uid` cut to its first n frames (a recording a few frames long, as some real RH20T scenes are)."""

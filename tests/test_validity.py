@@ -105,6 +105,25 @@ def test_unbalanced_labels_are_checked_against_the_label_prior():
     assert any("blind text-only" in p for p in problems(rep, strict))
 
 
+def test_prior_below_random_is_not_the_reference():
+    # eval labels unbalanced one way, SFT the other: the label prior scores below random, and a blind baseline a
+    # little above that prior but at random level is no leak (release scale, rh20t/T3: blind 0.251, prior 0.217)
+    def rows(n, split, off, common):
+        out = []
+        for i in range(n):
+            ans = common if i % 5 < 2 else [x for x in "abcd" if x != common][i % 5 - 2]
+            hint = i % 14 == 0  # one item in 14 names its answer
+            out.append(_row(i + off, split, ans, [x for x in "abcd" if x != ans], task="T3",
+                            question=f"Which way, {ans}?" if hint else "Which way?"))
+        return out
+
+    rep = audit(rows(420, "eval", 0, "a"), rows(1400, "sft", 1000, "d"), VCFG)
+    c = _cell(rep, "gm100", "T3")
+    assert c["eval_label_share"] > c["random"] + VCFG["balance_tolerance"] and c["label_prior"] < c["random"]
+    assert c["label_prior"] + 0.03 < c["blind"] <= c["random"] + 0.03
+    assert problems(rep, VCFG) == []
+
+
 def test_small_cells_are_reported_not_checked():
     rep = audit(_t1_rows(20, "eval", "neighbours"), _t1_rows(3000, "sft", "neighbours", 5000), VCFG)
     assert _cell(rep, "gm100", "T1")["eval_n"] == 20
@@ -213,3 +232,86 @@ def test_run_validity_writes_the_report_into_the_release(tmp_path):
     run_validity(load_config(), release_dir=rel, work_dir=wd)
     sums = (rel / "checksums.sha256").read_text()
     assert "  metadata/validity_report.json\n" in sums and "  metadata/validity_report.md\n" in sums
+
+
+# ------------------------------------------------------------------------------------------ T12 on a realistic grammar
+
+
+class _ChainContext:
+    """The slice of pipeline.families.context.Context that t12_chain reads, for recordings planned by the sample
+    REASSEMBLE generator (its chain grammar follows the real release: Pick / Insert / Remove / Place chains)."""
+
+    def __init__(self, n_rec: int, fps: float = 30.0):
+        from pipeline.labels.outcome import distinct_chain
+        from upstream_adapters.samples.reassemble_plan import NO_ACTION, plan_recording
+
+        self.units, self.segments, self.primitives = {}, {}, {}
+        for r in range(n_rec):
+            uid = f"rec{r:03d}"
+            segs = plan_recording(np.random.default_rng(r), "release")
+            rows, prims = [], []
+            for i, s in enumerate(segs):
+                lows = [(lw.text, int(lw.start * fps), int(lw.end * fps) - 1) for lw in s.low]
+                chain = distinct_chain([t for t, _, _ in lows])
+                rows.append({"seg_index": i, "text": s.text.rstrip("."), "no_action": s.text == NO_ACTION,
+                             "chain": [c[0] for c in chain], "chain_start": [lows[c[1]][1] for c in chain],
+                             "chain_end": [lows[c[2]][2] for c in chain]})
+                prims += [{"text": t, "next_text": None} for t, _, _ in lows]
+            self.segments[uid], self.primitives[uid] = rows, prims
+            self.units[uid] = {"camera": "hand", "arm_type": "single", "num_frames": int(segs[-1].end * fps) + 10}
+        self.unit_ids = sorted(self.units)
+
+    def n(self, uid):
+        return self.units[uid]["num_frames"]
+
+
+def _t12_cells(template: dict, n_rec: int = 90, per_label: int = 200):
+    """T12 candidates from the family generator under `template`, a label-balanced selection as the frames stage
+    makes it, the option order of the release, and an eval / SFT split by recording (every third one eval)."""
+    from pipeline.families.common import Spec
+    from pipeline.families.primitives import t12_chain
+    from pipeline.items import select_candidates
+
+    cfg = copy.deepcopy(load_config())
+    cfg["tasks"]["T12"] = template
+    pool = t12_chain(Spec(cfg, "T12", "reassemble"), _ChainContext(n_rec))
+    sel = select_candidates(pool, {"reassemble": {"T12": per_label * 6}}, 3, cfg_tasks=cfg["tasks"])
+    ev, sf = [], []
+    for i, r in enumerate(sel.sort("candidate_key").to_dicts()):
+        split = "eval" if int(r["unit_id"][3:]) % 3 == 0 else "sft"
+        (ev if split == "eval" else sf).append(_row(i, split, r["answer_text"], r["distractors"], source="reassemble",
+                                                    task="T12", question=r["question"], unit=r["unit_id"]))
+    return pool, ev, sf
+
+
+def test_t12_options_are_equally_likely_given_the_text():
+    pool, ev, sf = _t12_cells(load_config()["tasks"]["T12"])
+    assert pool["question"].n_unique() == 1  # the text names neither the high-level action nor the neighbours
+    mids = {"Align", "Grasp", "Push", "Pull", "Nudge", "Twist"}  # the labels masked somewhere in the grammar
+    assert set(pool["answer_text"]) == mids
+    assert all(set(d) <= mids - {a} for a, d in zip(pool["answer_text"], pool["distractors"]))
+    # each label, when offered, is the answer a quarter of the time (the text and the option set tell nothing more)
+    offered, right = Counter(), Counter()
+    for r in ev + sf:
+        for o in options(r):
+            offered[o] += 1
+            right[o] += o == r["answer_text"]
+    assert all(abs(right[o] / offered[o] - 0.25) < 0.03 for o in mids), {o: right[o] / offered[o] for o in mids}
+    c = _cell(audit(ev, sf, VCFG), "reassemble", "T12")
+    assert c["eval_n"] >= 300 and c["random"] == 0.25
+    assert c["blind"] - 0.25 <= VCFG["limits"]["blind_over_random"]
+    assert abs(c["option_only"] - 0.25) <= VCFG["limits"]["option_only_over_reference"]
+
+
+def test_public_t12_is_answerable_from_its_text_and_fails_the_check():
+    # the public template: high-level action and both neighbours named, the options from the item's own chain
+    public = copy.deepcopy(load_config()["tasks"]["T12"])
+    public.update(question={"default": "Within the high-level action '{high_action}', which action best fills [MASK] "
+                                       "in this local chain: {prev} > [MASK] > {next}?"},
+                  distractors={**public["distractors"], "policy": "context", "exclude_neighbours": True},
+                  frames={"default": {"offsets": [-6, -3, 0, 3], "centers": [0.5], "margin_ratio": 0.15,
+                                      "min_margin": 2}}, balance_labels=False)
+    _, ev, sf = _t12_cells(public, per_label=40)
+    rep = audit(ev, sf, VCFG)
+    assert _cell(rep, "reassemble", "T12")["blind"] > 0.9
+    assert any("reassemble/T12: blind text-only" in p for p in problems(rep, VCFG))

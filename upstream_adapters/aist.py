@@ -429,6 +429,7 @@ class AistAdapter(AistLayout, SourceAdapter):
                     null,
                     _float_array(qpos[:, grip]),
                     null,
+                    null,  # speed_full: `speed` is already the norm of the arm's whole qvel
                 ],
                 schema=SIGNALS_SCHEMA,
             ))

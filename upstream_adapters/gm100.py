@@ -20,6 +20,8 @@ Unit = one episode, id `task_00043__episode_000007`, task id `task_00043`. The I
 - signals: arms `left` and `right` (the hardware is dual-arm; per-task single/bimanual typing is derived later):
     pos_x/y/z      = observation.state.arm.position[0:3] (left) / [h:h+3] (right), h = width/2 (= 6)
     speed          = ||observation.state.arm.velocity[0:3]|| / ||[h:h+3]||
+    speed_full     = ||observation.state.arm.velocity[0:h]|| / ||[h:2h]|| (the phase rule's speed: its threshold
+                     was tuned on the whole 6-vector of the arm)
     gripper_effort = observation.state.effector.effort[0] (left) / [1] (right)
     gripper_width, force = null (GM-100 has no F/T; effector.position semantics unverified, so not mapped).
   WHETHER arm.position/velocity ARE JOINT OR CARTESIAN IS UNVERIFIED (docs/upstream-formats.md, GM-100): the pos_*
@@ -125,6 +127,7 @@ class Gm100Adapter(SourceAdapter):
         "pos_x/pos_y/pos_z": "observation.state.arm.position[0:3] (left) / [6:9] (right); joint vs end-effector "
         "space UNVERIFIED (docs/upstream-formats.md, GM-100)",
         "speed": "L2 norm of observation.state.arm.velocity[0:3] / [6:9]; joint vs Cartesian UNVERIFIED",
+        "speed_full": "L2 norm of observation.state.arm.velocity[0:6] / [6:12] (the phase rule's speed)",
         "gripper_effort": "observation.state.effector.effort[0] (left) / [1] (right); units unknown (driver current?)",
         "gripper_width": "null (effector.position semantics unverified)",
         "force": "null (no F/T sensor)",

@@ -26,6 +26,8 @@ def signals_table(slug: str, table: pa.Table, features: dict, unit_id: str, t_se
             notes.append(f"column {col} absent: its channels are null")
     pos_sl = _arm_slices(pos, features.get(COL_POS), notes, COL_POS)
     vel_sl = _arm_slices(vel, features.get(COL_VEL), notes, COL_VEL)
+    # speed_full: the arm's whole half of the velocity vector (the phase threshold was tuned on ||velocity[0:6]||)
+    vel_full = {a: slice(s.start, s.start + vel.shape[1] // 2) for a, s in vel_sl.items()} if vel_sl else None
     eff_ix = {"left": 0, "right": 1} if eff is not None and eff.shape[1] == 2 else None
     if eff is not None and eff_ix is None:
         notes.append(f"{COL_EFFORT} has width {eff.shape[1]}, not 2: gripper_effort is null")
@@ -41,6 +43,7 @@ def signals_table(slug: str, table: pa.Table, features: dict, unit_id: str, t_se
     for arm in ("left", "right"):
         p = pos[:, pos_sl[arm]] if pos_sl else None
         v = vel[:, vel_sl[arm]] if vel_sl else None
+        v_full = vel[:, vel_full[arm]] if vel_full else None
         parts.append(
             pa.Table.from_arrays(
                 [
@@ -56,6 +59,7 @@ def signals_table(slug: str, table: pa.Table, features: dict, unit_id: str, t_se
                     col(eff[:, eff_ix[arm]] if eff_ix is not None else None),
                     col(None),
                     col(None),
+                    col(np.linalg.norm(v_full, axis=1) if v_full is not None else None),
                 ],
                 schema=SIGNALS_SCHEMA,
             )

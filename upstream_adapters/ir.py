@@ -79,6 +79,9 @@ SIGNALS_SCHEMA = pa.schema(
         pa.field("gripper_effort", pa.float64()),
         pa.field("gripper_width", pa.float64()),
         pa.field("force", pa.float64()),  # magnitude of the (zeroed) force vector, N
+        # magnitude over all of the arm's velocity components where `speed` uses only the first three and a rule was
+        # tuned on the whole vector (GM-100: ||velocity[0:6]|| per arm, the phase rule); null elsewhere
+        pa.field("speed_full", pa.float64()),
     ]
 )
 

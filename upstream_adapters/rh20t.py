@@ -434,6 +434,7 @@ class Rh20tAdapter(SourceAdapter):
                 "gripper_effort": nulls,
                 "gripper_width": _col(width),
                 "force": _col(force),
+                "speed_full": nulls,
             },
             schema=SIGNALS_SCHEMA,
         )

@@ -87,6 +87,10 @@ def t3_direction(spec: Spec, ctx: Context):
             # only the directions the (source, camera, arm) mapping names: a label outside it would be a stale table
             mapped = L.direction_mapping(ctx.cfg, spec.source, ctx.units[uid]["camera"], arm)
             allowed = set(spec.label_texts) & set(mapped)
+            if len(allowed) < spec.num_choices:
+                # the question names the arm: an option its mapping never labels is ruled out by the text alone
+                # (GM-100 right arm: left/right only; AIST left arm: no `left`), so the arm gets no T3 items
+                continue
             for lab, a, f in _anchors(d["direction"], ctx.n(uid), offsets, stride, margin, cap, allowed=allowed):
                 key = f"{arm}|f{a}" if arm != "single" else f"f{a}"
                 pool.add(uid, key, lab, f, a, qfields={"arm": arm},

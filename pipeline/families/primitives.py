@@ -2,17 +2,19 @@
 high-level action, T12 the masked middle element of a distinct low-level chain.
 
 Frames: the window `offsets` around centres at `centers` fractions of the stable sub-range of the segment (T10, T11:
-the current low-level segment; T12: the run of the masked chain element). Distractors are plausible given what the
-question shows, from the source's primitive statistics: T10 every label the source uses, T11 every label that follows
-some primitive in the source, T12 every label that follows `prev` and precedes `next` somewhere in the source. With
-the `uniform` policy they are a seeded uniform draw among those, so the option set says nothing about the answer
-(the `context` policy puts the item's own chain first, which leaks it)."""
+the current low-level segment; T12: the run of the masked chain element, plus one frame at each `relative` fraction
+of the previous and of the next element's run, so the chain's ends are shown as images, never named in the text).
+Distractors are plausible given what the question shows, from the source's primitive statistics: T10 every label the
+source uses, T11 every label that follows some primitive in the source, T12 every label that is a masked (middle)
+element somewhere in the source. With the `uniform` policy they are a seeded uniform draw among those, so with
+balanced answers the option set says nothing about the answer (the `context` policy puts the item's own chain first,
+which leaks it)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from .common import Pool, Spec, window_at_progress
+from .common import Pool, Spec, relative_frames, window_at_progress
 from .context import Context
 
 
@@ -27,18 +29,18 @@ def _recording_vocab(prims: list[dict]) -> list[str]:
     return [t for t, _ in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def _source_stats(ctx: Context) -> tuple[set[str], set[str], set[tuple[str, str]]]:
-    """Labels used, labels that follow a primitive, and observed (a, b) transitions of distinct chains."""
-    used, nexts, pairs = set(), set(), set()
+def _source_stats(ctx: Context) -> tuple[set[str], set[str], set[str]]:
+    """Labels used, labels that follow a primitive, and labels at a middle position of some distinct chain."""
+    used, nexts, mids = set(), set(), set()
     for uid in ctx.unit_ids:
         for p in ctx.primitives.get(uid, []):
             used.add(p["text"])
             if p["next_text"] is not None:
                 nexts.add(p["next_text"])
         for s in ctx.segments.get(uid, []):
-            chain = list(s["chain"] or [])
-            pairs |= set(zip(chain, chain[1:]))
-    return used, nexts, pairs
+            if not s["no_action"]:
+                mids |= set(list(s["chain"] or [])[1:-1])
+    return used, nexts, mids
 
 
 def _uniform(spec: Spec) -> bool:
@@ -100,30 +102,38 @@ def t11_next(spec: Spec, ctx: Context):
 
 
 def t12_chain(spec: Spec, ctx: Context):
+    """One candidate per middle element of a distinct chain (and centre): frames of the previous element, of the
+    masked one (the window) and of the next one, in time order; the question text is the same for every item."""
     pool = Pool(spec, ctx.units)
     offsets, centers, mr, mm = _params(spec)
+    nb_fracs = [float(x) for x in spec.frames.get("relative") or []]
     vocab = set(spec.label_texts)
     excl_nb = bool((spec.t.get("distractors") or {}).get("exclude_neighbours", True))
-    pairs = _source_stats(ctx)[2] if _uniform(spec) else None
-    mids = {lab for a, lab in pairs} if pairs is not None else set()
+    mids = sorted(_source_stats(ctx)[2]) if _uniform(spec) else None
     for uid in ctx.unit_ids:
         rec = _recording_vocab(ctx.primitives.get(uid, []))
+        n = ctx.n(uid)
         for s in ctx.segments.get(uid, []):
             chain = list(s["chain"] or [])
             if s["no_action"] or len(chain) < 3:
                 continue
+            starts, ends = [int(x) for x in s["chain_start"]], [int(x) for x in s["chain_end"]]
             for m in range(1, len(chain) - 1):
                 prev, masked, nxt = chain[m - 1], chain[m], chain[m + 1]
                 if masked not in vocab:
                     continue
-                lo, hi = int(s["chain_start"][m]), int(s["chain_end"][m])
-                if pairs is not None:  # labels that can sit between prev and next in this source
-                    context = sorted(x for x in mids if (prev, x) in pairs and (x, nxt) in pairs)
-                else:
-                    context = [x for x in chain if x not in (prev, nxt)] + rec
-                for c, a, f in _windows(lo, hi, ctx.n(uid), offsets, centers, mr, mm):
-                    pool.add(uid, f"h{s['seg_index']}.m{m}|c{a}", masked, f, a, context=context,
+                before = relative_frames(starts[m - 1], ends[m - 1], nb_fracs, mr, mm) if nb_fracs else []
+                after = relative_frames(starts[m + 1], ends[m + 1], nb_fracs, mr, mm) if nb_fracs else []
+                if before is None or after is None:
+                    continue  # a neighbour too short to show
+                context = mids if mids is not None else [x for x in chain if x not in (prev, nxt)] + rec
+                for c, a, f in _windows(starts[m], ends[m], n, offsets, centers, mr, mm):
+                    frames = [*before, *f, *after]
+                    if frames[0] < 0 or frames[-1] >= n:
+                        continue
+                    pool.add(uid, f"h{s['seg_index']}.m{m}|c{a}", masked, frames, a, context=context,
                              exclude={prev, nxt} if excl_nb else None,
                              qfields={"high_action": s["text"], "prev": prev, "next": nxt},
-                             meta={"seg_index": s["seg_index"], "mask_pos": m, "chain": chain, "center": c})
+                             meta={"seg_index": s["seg_index"], "mask_pos": m, "chain": chain, "center": c,
+                                   "prev": prev, "next": nxt})
     return pool.frame()

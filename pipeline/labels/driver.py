@@ -57,6 +57,7 @@ def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[
     speed_spec = source_spec(L, "speed", source)
     contact_spec = source_spec(L, "contact", source)
     phase_spec = source_spec(L, "phase", source)
+    phase_channel = phase_spec.get("speed_channel", "speed")
     motion_spec = source_spec(L, "motion", source)
     motion_window = list(L["motion"]["window"])
     activity_spec = source_spec(L, "activity", source)
@@ -88,8 +89,9 @@ def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[
         meta: dict = {}
         fidx = np.arange(n, dtype=np.int64)
 
-        # ---- speed per arm: native when the IR has it, else derived from positions; then smoothed
-        speed, speed_s = {}, {}
+        # ---- speed per arm: native when the IR has it, else derived from positions; then smoothed. The phase rule
+        # may read another channel (phase.<source>.speed_channel, e.g. GM-100 speed_full), the same way.
+        speed, speed_s, phase_speed_s = {}, {}, {}
         for a in arm_names:
             d = arms[a]
             v = d["speed"]
@@ -97,6 +99,9 @@ def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[
                 v = derive_speed(d["t_sec"], np.column_stack([d["pos_x"], d["pos_y"], d["pos_z"]]))
             speed[a] = v
             speed_s[a] = smooth(v, speed_spec["smooth"], int(speed_spec["span"]))
+            pv = d[phase_channel] if phase_channel != "speed" else v
+            phase_speed_s[a] = speed_s[a] if pv is v or np.all(np.isnan(pv)) else \
+                smooth(pv, speed_spec["smooth"], int(speed_spec["span"]))
 
         # ---- activity, coordination, arm type
         active: dict[str, np.ndarray] = {}
@@ -108,13 +113,13 @@ def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[
                                  int(activity_spec["transition_margin"]), int(activity_spec["min_stable_run"]))
         arm_type, primary = _arm_type(u, armtype_spec, active, arm_names, bimanual)
 
-        def acting_speed() -> np.ndarray:
+        def acting_speed(by_arm: dict[str, np.ndarray] = speed_s) -> np.ndarray:
             """Smoothed speed of the acting arm (bimanual: the faster arm), for phases and step merging."""
-            if primary in speed_s:
-                return speed_s[primary]
+            if primary in by_arm:
+                return by_arm[primary]
             if primary == "both" and bimanual:
-                return np.fmax(speed_s["left"], speed_s["right"])
-            return speed_s[arm_names[0]] if arm_names else np.full(n, np.nan)
+                return np.fmax(by_arm["left"], by_arm["right"])
+            return by_arm[arm_names[0]] if arm_names else np.full(n, np.nan)
 
         # ---- motion per arm (+ unit-level: one arm, or bimanual combined as configured)
         motion_arm, mmean_arm, thr_arm = {}, {}, {}
@@ -140,7 +145,7 @@ def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[
 
         # ---- phase
         evs = [e for lst in events_by_arm.values() for e in lst]
-        phase_codes = phase_fn(n, evs, acting_speed(), phase_codes, bool(arm_names), phase_spec)
+        phase_codes = phase_fn(n, evs, acting_speed(phase_speed_s), phase_codes, bool(arm_names), phase_spec)
 
         # ---- local steps and progress
         steps = steps_fn({"events_by_arm": events_by_arm, "acting_speed": acting_speed(), "arm_names": arm_names,

@@ -31,7 +31,7 @@ _PRIMITIVES_SCHEMA = {"source": pl.String, "unit_id": pl.String, "parent_index":
                       "high_success": pl.Boolean}
 TABLE_SCHEMAS = {"units": _UNITS_SCHEMA, "frames": _FRAMES_SCHEMA, "arms": _ARMS_SCHEMA, "steps": _STEPS_SCHEMA,
                  "segments": _SEGMENTS_SCHEMA, "primitives": _PRIMITIVES_SCHEMA}
-_CHANNELS = ("pos_x", "pos_y", "pos_z", "speed", "gripper_effort", "gripper_width", "force")
+_CHANNELS = ("pos_x", "pos_y", "pos_z", "speed", "gripper_effort", "gripper_width", "force", "speed_full")
 
 
 class _Cols:
@@ -90,6 +90,8 @@ def _unit_signal_arrays(signals: pl.DataFrame, unit_nframes: dict[str, int]) -> 
     """unit_id -> arm -> {t_sec, channel arrays (length num_frames, NaN where missing)}."""
     if signals is None or signals.height == 0:
         return {}
+    absent = [c for c in _CHANNELS if c not in signals.columns]  # IR written before a channel existed: all null
+    signals = signals.with_columns([pl.lit(None, pl.Float64).alias(c) for c in absent]) if absent else signals
     sig = signals.select(["unit_id", "arm", "frame_index", "t_sec", *_CHANNELS]).sort(["unit_id", "arm", "frame_index"])
     sig = sig.with_columns([pl.col(c).cast(pl.Float64).fill_null(np.nan) for c in ("t_sec", *_CHANNELS)])
     uid = sig.get_column("unit_id").to_numpy()
