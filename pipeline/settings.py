@@ -114,6 +114,7 @@ class SplitObjective(Strict):
     zero_penalty: float = 2.5
     items_weight: float = 0.35
     letter_weight: float = 1.0
+    balance_on: Literal["answer_text", "answer"] = "answer_text"
 
 
 class SplitPublicRule(Strict):

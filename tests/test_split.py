@@ -246,7 +246,7 @@ def test_ours_hits_shares_where_public_greedy_overshoots(policy):
     assert s["objective"]["ours"]["share"] < s["objective"]["public"]["share"]
     # letter balance of the eval set improved: majority letter share closer to 1/k in (almost) every family
     assert s["objective"]["ours"]["letters"] < 0.5 * s["objective"]["public"]["letters"]
-    maj_ours = {f: v["majority_share"] for f, v in s["letter_balance_eval_ours"].items()}
+    maj_ours = {f: v["majority_share"] for f, v in s["answer_balance_eval_ours"].items()}
     excess = lambda d: sum(d[f] - 1 / CHOICES[f] for f in d)  # noqa: E731
     assert excess(maj_ours) < excess(s["majority_share_eval_public"])
     assert s["eval"] == sum(s["task_counts_eval"].values()) and s["task_eval_share"] == ours
@@ -405,7 +405,7 @@ def test_pool_file_with_config_and_without_answers(tmp_path):
     s = split_pool_file(pool, tmp_path / "out", cfg)
     assert s["seed"] == 7 and s["rule"] == "public" and s["sources"]["newsrc"]["eval_groups"] == 2
     assert s["eval_ratio"] == 0.2 and s["split_policy"]  # the partial file is merged over configs/split.yaml
-    assert s["sources"]["newsrc"]["letter_balance_eval_ours"] == {}
+    assert s["sources"]["newsrc"]["answer_balance_eval_ours"] == {}
 
 # ------------------------------------------------------------------------------------------------ OOD levels
 def test_ood_levels_are_isolated(policy):
@@ -587,3 +587,35 @@ def test_units_without_content_hash_never_merge(policy):
                                                                      pl.lit(None, pl.String).alias("content_hash"))
     groups = build_groups(items, units, policy)
     assert (groups["split_group_id"] == groups["unit_id"]).all()
+
+
+# ------------------------------------------------------------------------------------------ answer labels in eval
+def _leaning_groups(n_groups: int = 30, size: int = 10) -> pl.DataFrame:
+    """One binary family (T6, options fixed) in equal-sized groups that lean one way or the other: 8 of 10 items
+    'moving' in the first half of the groups, 8 of 10 'still' in the second. Every eval set has the same J; only its
+    labels differ."""
+    rows = []
+    for g in range(n_groups):
+        lean = ("moving", "still") if g < n_groups // 2 else ("still", "moving")
+        for j in range(size):
+            rows.append({"source": "rh20t", "unit_id": f"u{g:03d}", "task_id": "T6", "num_choices": 2,
+                         "answer_text": lean[0] if j < 8 else lean[1], "answer": "AB"[j % 2],
+                         "candidate_key": f"T6|rh20t|u{g:03d}|{j}"})
+    return pl.DataFrame(rows)
+
+
+def test_eval_answer_labels_are_balanced_where_the_groups_allow(policy):
+    """With fixed options (T2, T6, T7, T9) the eval label majority is what an option-set-only guesser scores: the
+    answer term balances the labels (letters are dealt per release file afterwards). A letters-only objective sees
+    every set as balanced here and keeps the first one it finds (four groups leaning "moving": 0.8)."""
+    items = _leaning_groups()
+    out, summary = split_items(items, None, policy, 42)
+    ev = out.filter(pl.col("split") == "eval")
+    shares = ev.group_by("answer_text").len()["len"].to_list()
+    assert ev.height == 40 and sorted(shares) == [20, 20]
+    report = summary["sources"]["rh20t"]["answer_balance_eval_ours"]["T6"]
+    assert report["answer_counts"] == {"moving": 20, "still": 20} and report["majority_share"] == 0.5
+    letters_only = {**policy, "objective": {**policy["objective"], "balance_on": "answer"}}
+    out2, _ = split_items(items, None, letters_only, 42)
+    ev2 = out2.filter(pl.col("split") == "eval")
+    assert max(ev2.group_by("answer_text").len()["len"].to_list()) / ev2.height == 0.8

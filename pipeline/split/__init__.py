@@ -21,12 +21,13 @@ with Python's round, as the public script. Both rules minimise the public object
   swaps among the top-`swap_candidates` groups each way (ranked by Σ_t w_t·count·deficit/target), `restarts`
   restarts seeded from random.Random(42), keep the best. Numerically it sums J in a fixed family order (the public
   script sums in the pool's first-seen order), so ties decided in the last bit may differ; the algorithm is the same.
-* `our_rule` (default), shares first, letters second. Phase 1 minimises J: exact search over every eval set when
+* `our_rule` (default), shares first, answers second (each family's answer labels, `objective.balance_on`; letters for
+  pools that carry letters only). Phase 1 minimises J: exact search over every eval set when
   C(groups, m) ≤ exact_max_combinations (REASSEMBLE: C(37,6)), otherwise best-swap sweeps from the public set and
   seeded random sets (random starts escape the greedy basin the public rule ends in). Phase 2 minimises
   J + letter_weight·(L + letter_l1_weight·L1) under J ≤ cap = min(J_public, J_phase1 + share_slack), with
-  L = Σ_t w_t·(k_t·majority_letter_share_t − 1) (0 = every answer letter equally frequent in eval) and L1 the
-  letters' L1 distance from uniform (a smooth companion that guides the search), by sweeps from every phase-1
+  L = Σ_t (k_t·majority_answer_share_t − 1) (0 = every answer equally frequent in eval; unweighted) and L1 the
+  answers' L1 distance from uniform (a smooth companion that guides the search), by sweeps from every phase-1
   optimum, iterated local search (random kicks + sweeps) on the best, and the public set itself if it is within the
   cap and better. Hence J(ours) ≤ J(public) on the same pool (exact search: see below); and when the public set was within the cap
   (else J(ours) < J(public)), J + λ·(L + μ·L1) is no worse either: ours never loses on both. Iteration counts

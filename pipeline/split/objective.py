@@ -22,13 +22,15 @@ class SplitPool:
     group_ids: list[str]                 # sorted
     families: list[str]                  # T1.. in natural order
     counts: np.ndarray                   # (n, T) items per group and family
-    letters: np.ndarray | None           # (6, n, T) answer letters A-F per group and family (None: no answers)
+    letters: np.ndarray | None           # (K, n, T) answers per group and family: letters A-F (K = 6), or the
+                                         # answer labels of `values` (objective.balance_on); None: no answers
     num_choices: np.ndarray              # (T,) choices per family (letter term: k·majority share − 1)
     weights: np.ndarray                  # (T,)
     eval_ratio: float
     zero_penalty: float = 2.5
     items_weight: float = 0.35
     n_eval: int = 0
+    values: list[list[str]] | None = None  # per family, the answer labels indexing `letters` (None: letters A-F)
     target: np.ndarray = field(init=False)
     target_total: float = field(init=False)
     sizes: np.ndarray = field(init=False)
@@ -44,7 +46,8 @@ class SplitPool:
         self._pts = np.where(tot > 0, 100.0 / np.maximum(tot, 1.0), 0.0)
         if self.letters is not None:
             self.letters = np.asarray(self.letters, dtype=np.float64)
-        self._letter_mask = (np.arange(len(CHOICE_LETTERS))[:, None] < np.asarray(self.num_choices)[None, :]).astype(float)
+        K = self.letters.shape[0] if self.letters is not None else len(CHOICE_LETTERS)
+        self._letter_mask = (np.arange(K)[:, None] < np.asarray(self.num_choices)[None, :]).astype(float)
         if not self.n_eval:
             self.n_eval = n_eval_groups(len(self.group_ids), self.eval_ratio)
 
@@ -57,20 +60,21 @@ class SplitPool:
         dev = np.abs(C - self.target) @ self._scale + (C <= 0) @ self._zero
         return dev + self.items_weight * np.abs(tot - self.target_total) / max(self.target_total, 1.0)
 
-    # L for eval letter counts Lc (6, T) or a batch (6, B, T): letters on the first axis (fast reductions)
+    # L for eval answer counts Lc (K, T) or a batch (K, B, T): answers on the first axis (fast reductions). Families
+    # count alike here: task_weights weigh the shares (J); an answer imbalance is a leak whatever the family's weight
     def letter_obj(self, Lc: np.ndarray) -> np.ndarray:
         n = Lc.sum(0)
         ex = np.where(n > 0, self.num_choices * Lc.max(0) / np.maximum(n, 1.0) - 1.0, 0.0)
-        return ex @ self.weights
+        return ex.sum(-1)
 
-    # the letters' L1 distance from uniform, Σ_t w_t·k_t·Σ_l |c_tl − n_t/k_t| / (2·n_t): the search's smooth companion
+    # the answers' L1 distance from uniform, Σ_t k_t·Σ_l |c_tl − n_t/k_t| / (2·n_t): the search's smooth companion
     def letter_l1(self, Lc: np.ndarray) -> np.ndarray:
         n = Lc.sum(0)
         k = self.num_choices
         mask = self._letter_mask if Lc.ndim == 2 else self._letter_mask[:, None, :]
         dev = np.abs(Lc - (n / k)[None]) * mask
         ex = np.where(n > 0, dev.sum(0) * k / (2.0 * np.maximum(n, 1.0)), 0.0)
-        return ex @ self.weights
+        return ex.sum(-1)
 
     # the worst family's eval share deviation |n_t/N_t − r| in percentage points, for a batch C (..., T) → (...);
     # `absdev` = |C − target| when the caller has it already
@@ -102,7 +106,7 @@ class Selection:
 
 
 def make_pool(items: pl.DataFrame, policy: dict, source: str | None = None, group_col: str = "split_group_id",
-              families: list[str] | None = None) -> SplitPool:
+              families: list[str] | None = None, balance_on: str | None = None) -> SplitPool:
     """The selection problem of one source's items (columns task_id, `group_col`, optional answer, num_choices)."""
     source = source or (items["source"][0] if "source" in items.columns and items.height else "")
     sp = source_policy(policy, source)
@@ -115,9 +119,21 @@ def make_pool(items: pl.DataFrame, policy: dict, source: str | None = None, grou
     g_idx = np.array([gi[g] for g in items[group_col].to_list()], dtype=np.int64)
     f_idx = np.array([fi[f] for f in items["task_id"].to_list()], dtype=np.int64)
     np.add.at(counts, (g_idx, f_idx), 1.0)
-    letters = None
+    letters, values = None, None
     k = np.zeros(len(fams))
-    if "answer" in items.columns and items["answer"].drop_nulls().len():
+    balance = balance_on or policy["objective"]["balance_on"]
+    if balance == "answer_text" and "answer_text" in items.columns and items["answer_text"].drop_nulls().len():
+        # the answers' labels: a family's eval labels as even as the pool allows, so neither the option set nor a
+        # label prior answers eval items (letters need no care here: they are dealt per release file afterwards)
+        texts = items["answer_text"].to_list()
+        values = [sorted({x for x, f in zip(texts, f_idx) if f == t and x is not None}) for t in range(len(fams))]
+        pos = [{v: i for i, v in enumerate(vs)} for vs in values]
+        l_idx = np.array([pos[f].get(x, -1) if x is not None else -1 for x, f in zip(texts, f_idx)], dtype=np.int64)
+        ok = l_idx >= 0
+        letters = np.zeros((max(1, max(len(vs) for vs in values)), len(gids), len(fams)))
+        np.add.at(letters, (l_idx[ok], g_idx[ok], f_idx[ok]), 1.0)
+        k = np.array([float(len(vs)) for vs in values])
+    elif "answer" in items.columns and items["answer"].drop_nulls().len():
         ans = items["answer"].to_list()
         l_idx = np.array([CHOICE_LETTERS.find(a) if isinstance(a, str) and len(a) == 1 else -1 for a in ans], dtype=np.int64)
         ok = l_idx >= 0
@@ -133,7 +149,7 @@ def make_pool(items: pl.DataFrame, policy: dict, source: str | None = None, grou
                 seen = np.flatnonzero(letters[:, :, t].sum(1))
                 k[t] = (seen.max() + 1) if seen.size else 1
     weights = np.array([float(sp["task_weights"].get(f, 1.0)) for f in fams])
-    return SplitPool(source=source, group_ids=gids, families=fams, counts=counts, letters=letters,
+    return SplitPool(source=source, group_ids=gids, families=fams, counts=counts, letters=letters, values=values,
                      num_choices=np.maximum(k, 1.0), weights=weights, eval_ratio=float(policy["eval_ratio"]),
                      zero_penalty=float(obj["zero_penalty"]),
                      items_weight=float(obj["items_weight"]))

@@ -28,8 +28,10 @@ def _letter_report(pool: SplitPool, mask: np.ndarray) -> dict:
     for t, fam in enumerate(pool.families):
         k = int(pool.num_choices[t])
         n = float(Lc[:, t].sum())
+        names = pool.values[t] if pool.values is not None else CHOICE_LETTERS
         out[fam] = {"num_choices": k,
-                    "letter_counts": {CHOICE_LETTERS[i]: int(Lc[i, t]) for i in range(max(k, _last_letter(Lc[:, t])))},
+                    ("letter_counts" if pool.values is None else "answer_counts"):
+                        {names[i]: int(Lc[i, t]) for i in range(max(k, _last_letter(Lc[:, t])))},
                     "majority_share": _r(Lc[:, t].max() / n) if n else None,
                     "random": _r(1.0 / k)}
     return out
@@ -38,7 +40,7 @@ def _letter_report(pool: SplitPool, mask: np.ndarray) -> dict:
 def eval_letter_report(items: pl.DataFrame, policy: dict, source: str) -> dict:
     """Per family: answer-letter counts and majority share of one source's eval items (items carry split)."""
     sub = items.filter(pl.col("source") == source)
-    pool = make_pool(sub, policy, source)
+    pool = make_pool(sub, policy, source, balance_on="answer")  # the letters the release files hold
     ev = set(sub.filter(pl.col("split") == "eval")["split_group_id"].to_list())
     return _letter_report(pool, np.array([g in ev for g in pool.group_ids], dtype=bool))
 
@@ -69,7 +71,7 @@ def _selection_report(pool: SplitPool, ours: Selection, public: Selection, rule:
             "family_deviation_pts": _deviation_report(pool, ours, public, rule, bound),
             "objective": {"ours": obj(ours), "public": obj(public)},
             "task_eval_share_ours": _shares(pool, ours.mask), "task_eval_share_public": _shares(pool, public.mask),
-            "letter_balance_eval_ours": _letter_report(pool, ours.mask),
+            "answer_balance_eval_ours": _letter_report(pool, ours.mask),
             "majority_share_eval_public": {f: v["majority_share"]
                                            for f, v in _letter_report(pool, public.mask).items()},
             "task_target_eval": {f: _r(pool.target[t]) for t, f in enumerate(pool.families)}}
