@@ -42,6 +42,11 @@ def _sources(arg: str | None, cfg: dict) -> list[str]:
     return chosen
 
 
+def _encoder_limits(cfg: dict) -> dict:
+    samples = cfg["build"]["samples"]
+    return {"encoder_timeout_s": samples["encoder_timeout_s"], "encoder_attempts": samples["encoder_attempts"]}
+
+
 def cmd_samples(args) -> int:
     from upstream_adapters import write_samples
 
@@ -50,7 +55,7 @@ def cmd_samples(args) -> int:
     seed = cfg["build"]["samples"]["seed"] if args.seed is None else args.seed
     for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({args.scale})", unit="source"):
         t = time.time()
-        write_samples(slug, out / slug, scale=args.scale, seed=seed)
+        write_samples(slug, out / slug, scale=args.scale, seed=seed, **_encoder_limits(cfg))
         tqdm.write(f"{slug}: written to {out / slug} in {time.time() - t:.1f}s")
     return 0
 
@@ -75,7 +80,7 @@ def cmd_build(args) -> int:
                 for stale in root.parent.glob(f".{slug}.seed*.done"):
                     stale.unlink()
                 shutil.rmtree(root, ignore_errors=True)
-                write_samples(slug, root, scale=scale, seed=seed)
+                write_samples(slug, root, scale=scale, seed=seed, **_encoder_limits(cfg))
                 marker.write_text("")
     settings = settings_from(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream, release_dir=args.release_dir or "",
                              work_dir=args.work_dir or "", sources=chosen)
