@@ -56,13 +56,19 @@ def _sources(arg: str | None, cfg: dict) -> list[str]:
     return chosen
 
 
+def _encoder_limits(cfg: dict) -> dict:
+    samples = cfg["build"]["samples"]
+    return {"encoder_timeout_s": samples["encoder_timeout_s"], "encoder_attempts": samples["encoder_attempts"]}
+
+
 def cmd_samples(args) -> int:
     cfg = load_config(scale=args.scale)
     out = Path(args.out)
     seed = cfg["build"]["samples"]["seed"] if args.seed is None else args.seed
     for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({args.scale})", unit="source"):
         t = time.time()
-        _write_samples(slug, out / slug, args.scale, seed, cfg["sources"][slug].get("adapter", {}))
+        _write_samples(slug, out / slug, args.scale, seed, cfg["sources"][slug].get("adapter", {}),
+                       _encoder_limits(cfg))
         tqdm.write(f"{slug}: written to {out / slug} in {time.time() - t:.1f}s")
     return 0
 
@@ -84,7 +90,8 @@ def cmd_build(args) -> int:
         scale, seed = cfg["build"]["scale"], cfg["build"]["samples"]["seed"]
         for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
             if slug not in upstream:
-                _ensure_samples(slug, cfg["sources"][slug]["root"], scale, seed, cfg["sources"][slug])
+                _ensure_samples(slug, cfg["sources"][slug]["root"], scale, seed, cfg["sources"][slug],
+                                _encoder_limits(cfg))
     missing = [m for slug in chosen if (m := missing_corpus(cfg, slug))]
     if missing:
         for m in missing:
@@ -115,24 +122,25 @@ def cmd_build(args) -> int:
     return 1 if result["failed_checks"] else 0
 
 
-def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: dict) -> None:
+def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: dict, limits: dict) -> None:
     """Write the sample corpus of `slug` unless the one there is the generator's own output for this seed and code
     (its record beside the corpus names them and the corpus's content fingerprint: pipeline/provenance.py)."""
     from pipeline import provenance
 
     if provenance.sample_record_matches(slug, root, scale, seed):
         return
-    _write_samples(slug, root, scale, seed, src_cfg.get("adapter", {}))
+    _write_samples(slug, root, scale, seed, src_cfg.get("adapter", {}), limits)
 
 
-def _write_samples(slug: str, root: Path, scale: str, seed: int, options: dict) -> None:
-    """(Re)write a corpus from scratch (a half-written one is never reused) and record what wrote it."""
+def _write_samples(slug: str, root: Path, scale: str, seed: int, options: dict, limits: dict) -> None:
+    """(Re)write a corpus from scratch (a half-written one is never reused) and record what wrote it. `limits`: the
+    encoder's timeout and attempts (build.samples)."""
     from pipeline import provenance
     from upstream_adapters import write_samples
 
     provenance.forget_sample_record(slug, root)
     shutil.rmtree(root, ignore_errors=True)
-    write_samples(slug, root, scale=scale, seed=seed)
+    write_samples(slug, root, scale=scale, seed=seed, **limits)
     provenance.write_sample_record(slug, root, scale, seed, options)
 
 

@@ -110,7 +110,11 @@ def source_steps(slug: str) -> list[Step]:
         Step(f"items_{slug}", "items", lambda cfg: stages.run_frames(cfg, slug), items, (candidates.name,),
              (f"tasks.{slug}", "build", "frames", f"sources.{slug}"),
              f"Select {slug}'s quotas, decode their frames, drop what the visual gate rejects (with replacements), "
-             "order the T8/T9 frames, hash the images.", slug),
+             "order the T8/T9 frames, hash the images.", slug,
+             # it decodes upstream frames: a video replaced under the same unit id leaves the IR and the candidates
+             # unchanged, so the upstream listing must make this step run again (the frame cache then decodes only
+             # the units whose upstream fingerprint changed)
+             external=lambda cfg: Path(cfg["sources"][slug]["root"])),
     ]
 
 

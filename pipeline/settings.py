@@ -31,6 +31,8 @@ from pipeline.settings_types import (BySource, OneOrPerSource, PerSource, Slug, 
 
 class BuildSamples(Strict):
     seed: int = 7
+    encoder_timeout_s: float = Field(300.0, gt=0)  # per sample video and attempt; a hung encoder is killed
+    encoder_attempts: int = Field(2, ge=1)         # attempts per video before the generation fails naming the file
 
 
 class BuildItems(Strict):
@@ -182,6 +184,7 @@ class FramesCache(Strict):
     dir: str = "frame_cache"                     # under build.work_dir
     png_compression: int = Field(1, ge=0, le=9)
     png_filter: Literal["none", "sub", "up", "avg", "paeth", "fast", "all"] = "up"
+    check_pixels_on_lookup: bool = True          # decode + hash every cache hit (false: header/key only on lookup)
 
 
 class FramesImage(Strict):

@@ -202,7 +202,7 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     items = display_order(kept, seed)
     frame_table = pl.concat(frame_parts, how="vertical_relaxed") if frame_parts else None
     if frame_table is not None:
-        items = add_image_hashes(items, frame_table, cache, cfg["frames"]["image"])
+        items = add_image_hashes(items, frame_table, cache, cfg["frames"]["image"], open_reader=readers)
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
     short = items_mod.shortfall(items, quotas, source=slug)
     write_parquet(wd / "items" / f"{slug}.parquet", items)
@@ -210,6 +210,7 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     write_json(wd / "items" / f"{slug}_shortfall.json", short)
     return {"items": items.height, "quota": int(sum(quotas.values())), "gate_dropped": quarantine.height,
             "frames_decoded": cache.counters["decoded"], "frames_cached": cache.counters["hits"],
+            "frame_cache_bad_entries": cache.counters["bad_entries"] + cache.counters["bad_renders"],
             "shortfall": short}
 
 

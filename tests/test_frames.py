@@ -100,8 +100,8 @@ def test_cache_is_deterministic_and_keyed_by_decoder(video_root, tmp_path):
     assert ta.equals(tb)
     for key in ta["cache_key"]:
         assert a.image_path(key).read_bytes() == b.image_path(key).read_bytes()
-    assert FrameCache(tmp_path / "c", decoder="pyav").key("s", "u", "c", 1) != a.key("s", "u", "c", 1)
-    assert FrameCache(tmp_path / "c", version=2).key("s", "u", "c", 1) != a.key("s", "u", "c", 1)
+    assert FrameCache(tmp_path / "c", decoder="pyav").key("s", "u", "c", 1, "r", "fp") != a.key("s", "u", "c", 1, "r", "fp")
+    assert FrameCache(tmp_path / "c", version=2).key("s", "u", "c", 1, "r", "fp") != a.key("s", "u", "c", 1, "r", "fp")
     other = FrameCache(tmp_path / "n", png_filter="all")  # another PNG filter: other bytes, same pixels
     tn = extract_frames(req, DirectoryReaders(video_root), other, workers=1)
     assert tn["pixel_sha256"].to_list() == ta["pixel_sha256"].to_list()

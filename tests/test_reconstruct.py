@@ -20,6 +20,7 @@ from pipeline.frames.reconstruct import reconstruct, reconstruction_markdown
 from pipeline.frames.render import add_image_hashes
 from pipeline.io import compact_json, write_parquet
 from upstream_adapters import video
+from upstream_adapters.base import file_digest
 from upstream_adapters.ir import UnitError
 from upstream_adapters.samples.common import encode_video, render_frame
 
@@ -37,6 +38,9 @@ class FakeAdapter:
 
     def __init__(self, **options):
         self.options = options
+
+    def fingerprint(self, root, unit_id):  # the adapter contract: part of every frame-cache key
+        return "|".join(file_digest(p) for p in sorted((Path(root) / unit_id).glob("*.mp4")))
 
     def read_frames(self, root, unit_id, camera, indices, decoder="auto", threads=1):
         path = Path(root) / unit_id / f"{camera}.mp4"

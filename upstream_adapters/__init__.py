@@ -63,7 +63,12 @@ def samples_fingerprint(slug: str) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
-def write_samples(slug: str, out_dir, scale: str = "demo", seed: int = 0, **layout) -> None:
+def write_samples(slug: str, out_dir, scale: str = "demo", seed: int = 0, encoder_timeout_s: float | None = None,
+                  encoder_attempts: int | None = None, **layout) -> None:
     """Write the sample corpus of `slug` into `out_dir` (the source root), in the source's real layout; `layout`
-    holds the generator's layout options (e.g. layout="flat" for REASSEMBLE, as_archive=True for RH20T)."""
-    importlib.import_module(SAMPLE_GENERATORS[slug]).write(out_dir, scale=scale, seed=seed, **layout)
+    holds the generator's layout options (e.g. layout="flat" for REASSEMBLE, as_archive=True for RH20T).
+    encoder_timeout_s / encoder_attempts: limits of every video encode (configs/build.yaml build.samples)."""
+    from .samples.common import encoder_limits
+
+    with encoder_limits(encoder_timeout_s, encoder_attempts):
+        importlib.import_module(SAMPLE_GENERATORS[slug]).write(out_dir, scale=scale, seed=seed, **layout)

@@ -1,24 +1,34 @@
-"""The content-addressed frame cache.
+"""The content-addressed frame cache, whose entries prove themselves when read.
 
 A decoded frame is stored under a key that names what it is, never where it came from on this machine:
 
-    key = sha256(compact JSON ["pbframe", cache version, decoder id, reader id, source, unit_id, camera, frame_index])
+    key = sha256(compact JSON ["pbframe", cache version, decoder id, reader id, source, unit_id, upstream fingerprint,
+                               camera, frame_index])
 
 (decoder id = upstream_adapters.video.decoder_id(decoder setting): decoder logic version + PyAV/decord versions;
-reader id = how the frames of that source are opened, e.g. "adapter:gm100"). Upstream roots are not part of the
-key, so the cache moves with the work folder and two checkouts can share it.
+reader id = how the frames of that source are opened, e.g. "adapter:gm100"; upstream fingerprint = the adapter's
+`fingerprint(root, unit_id)`: sizes and head/tail sha256 of the unit's upstream files, no path, no mtime, so a video
+replaced under the same unit id gets new keys). Upstream roots are not part of the key, so the cache moves with the
+work folder and two checkouts can share it.
 
 Layout under the cache root:
     frames/<key[:2]>/<key>.png      native decoded RGB pixels, lossless PNG (cv2, fixed zlib level and filter), with
-                                    the frame's stats (pixel_sha256, height, width, mean, std, thumb) in a tEXt chunk
-                                    "pbframe" right after IHDR: one file per frame, written atomically, so an entry
-                                    exists iff its file exists, and a lookup reads only the file's first few hundred
-                                    bytes.
-    renders/<rkey[:2]>/<rkey>.json  memo: sha256 list of an item's rendered images (see render.py)
+                                    the entry's key and the frame's stats (pixel_sha256, height, width, mean, std,
+                                    thumb) in a tEXt chunk "pbframe" right after IHDR; one file per frame, written
+                                    atomically.
+    renders/<rkey[:2]>/<rkey>.json  memo {"key": rkey, "hashes": [...]}: sha256 list of an item's rendered images
+                                    (see render.py; rkey covers the frames' pixel hashes)
+
+Reading an entry checks it: the header must name the key it is stored under (a swapped or renamed file does not),
+and, when pixels are read (`get(key)`, and `lookup(key)` unless frames.cache.check_pixels_on_lookup is false), the
+decoded pixels must hash to the recorded pixel_sha256 (a truncated, re-encoded or undecodable file does not). A bad
+entry is never used: `lookup` reports it as a miss (the frame is decoded again and the entry rewritten), `get` raises
+`BadEntry`; `counters["bad_entries"]` counts them and each is logged with its reason. `lookup(key, pixels=False)`
+checks only the header (the validity audit reads thumbnails, not pixels).
 
 PNG bytes are deterministic for a given OpenCV/libpng/zlib build and settings. The cache is a plain picklable object
 (worker processes write into the same folder); `counters` counts what this process (and, through
-`extract_frames`, its workers) did: decoded frames, cache hits, rendered items, render-memo hits.
+`extract_frames`, its workers) did: decoded frames, cache hits, bad entries, rendered items, render-memo hits.
 This module is imported by pool workers: keep it free of polars.
 """
 
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import struct
 import tempfile
@@ -36,7 +47,9 @@ import numpy as np
 
 from upstream_adapters import video
 
-from .pixels import decode_png, encode_png
+from .pixels import decode_png, encode_png, pixel_sha256
+
+log = logging.getLogger(__name__)
 
 META_KEYWORD = b"pbframe"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -109,9 +122,14 @@ def meta_of_png_head(head: bytes) -> dict | None:
     return None
 
 
+class BadEntry(Exception):
+    """A cache entry that is there but cannot be trusted (wrong key, undecodable, pixels not as recorded)."""
+
+
 class FrameCache:
     def __init__(self, root: Path | str, *, png_compression: int = 1, png_filter: str = "up",
-                 version: int | str = 1, decoder: str = "auto", decoder_threads: int = 1, thumb_size: int = 16):
+                 version: int | str = 1, decoder: str = "auto", decoder_threads: int = 1, thumb_size: int = 16,
+                 check_pixels: bool = True):
         if png_filter not in PNG_FILTERS:
             raise ValueError(f"png_filter must be one of {PNG_FILTERS}, got {png_filter!r}")
         self.root = Path(root)
@@ -121,9 +139,10 @@ class FrameCache:
         self.decoder = decoder
         self.decoder_threads = int(decoder_threads)
         self.thumb_size = int(thumb_size)
+        self.check_pixels = bool(check_pixels)
         self.decoder_id = video.decoder_id(decoder)
-        self.counters = {"decoded": 0, "hits": 0, "errors": 0, "rendered": 0, "render_hits": 0,
-                         "worker_peak_rss_mb": 0.0}
+        self.counters = {"decoded": 0, "hits": 0, "errors": 0, "bad_entries": 0, "rendered": 0, "render_hits": 0,
+                         "bad_renders": 0, "worker_peak_rss_mb": 0.0}
 
     @classmethod
     def from_config(cls, cfg: dict, root: Path | str | None = None) -> "FrameCache":
@@ -136,50 +155,110 @@ class FrameCache:
         c = fr["cache"]
         return cls(root, png_compression=c["png_compression"], png_filter=c["png_filter"],
                    version=fr["version"], decoder=fr["decoder"], decoder_threads=fr["decoder_threads"],
-                   thumb_size=fr["stats"]["thumb_size"])
+                   thumb_size=fr["stats"]["thumb_size"], check_pixels=c["check_pixels_on_lookup"])
 
     # -------------------------------------------------------------------------------------------- keys, paths
-    def key(self, source: str, unit_id: str, camera: str, frame_index: int, reader_id: str = "") -> str:
-        ident = ["pbframe", self.version, self.decoder_id, reader_id, source, unit_id, camera, int(frame_index)]
+    def key(self, source: str, unit_id: str, camera: str, frame_index: int, reader_id: str, fingerprint: str) -> str:
+        """fingerprint: the unit's upstream fingerprint (readers.unit_fingerprint), so changed upstream data never
+        meets an old entry."""
+        ident = ["pbframe", self.version, self.decoder_id, reader_id, source, unit_id, fingerprint, camera,
+                 int(frame_index)]
         return hashlib.sha256(_compact(ident).encode()).hexdigest()
 
     def image_path(self, key: str) -> Path:
         return self.root / "frames" / key[:2] / f"{key}.png"
 
     # -------------------------------------------------------------------------------------------- frames
-    def lookup(self, key: str) -> dict | None:
-        """The stored stats of a cached frame, or None when the frame is not cached (or its entry is damaged)."""
+    def _read(self, key: str, pixels: bool) -> tuple[dict, np.ndarray | None]:
+        """(header metadata, pixels or None) of a checked entry; KeyError when absent, BadEntry when untrustworthy."""
         try:
             with open(self.image_path(key), "rb") as fh:
-                head = fh.read(4096)
+                data = fh.read() if pixels else fh.read(4096)
         except FileNotFoundError:
-            return None
-        return meta_of_png_head(head)
+            raise KeyError(key) from None
+        except OSError as exc:
+            raise BadEntry(f"unreadable: {exc}") from None
+        meta = meta_of_png_head(data)
+        if meta is None:
+            raise BadEntry("no readable pbframe header (truncated, or not written by this cache)")
+        if meta.get("key") != key:
+            raise BadEntry(f"header names key {str(meta.get('key'))[:16]}... (a swapped or renamed entry)")
+        if not pixels:
+            return meta, None
+        try:
+            img = decode_png(data)
+        except Exception as exc:  # noqa: BLE001 - whatever the PNG decoder says, the entry is unusable
+            raise BadEntry(f"undecodable: {exc}") from None
+        if pixel_sha256(img) != meta.get("pixel_sha256"):
+            raise BadEntry("pixels do not hash to the recorded pixel_sha256")
+        return meta, img
+
+    def _check(self, key: str, pixels: bool) -> tuple[dict | None, BadEntry | None]:
+        try:
+            return self._read(key, pixels)[0], None
+        except KeyError:
+            return None, None
+        except BadEntry as exc:
+            return None, exc
+
+    def _bad(self, key: str, exc: BadEntry) -> None:
+        self.counters["bad_entries"] += 1
+        log.warning("frame cache: entry %s is bad (%s); it is not used and the frame is decoded again", key, exc)
+
+    def lookup(self, key: str, pixels: bool | None = None) -> dict | None:
+        """The stored stats of a checked cache entry, or None when the frame is not cached or its entry is bad
+        (counted, logged). pixels: decode and hash the pixels too (default: `check_pixels`); False checks the
+        header only (key), without decoding."""
+        return self.lookup_many([key], pixels)[0]
+
+    def lookup_many(self, keys: list[str], pixels: bool | None = None, threads: int = 1) -> list[dict | None]:
+        """`lookup` of many keys, checked on `threads` threads (PNG decoding and hashing release the GIL)."""
+        pixels = self.check_pixels if pixels is None else pixels
+        if threads > 1 and len(keys) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(threads) as pool:
+                checked = list(pool.map(lambda k: self._check(k, pixels), keys, chunksize=64))
+        else:
+            checked = [self._check(k, pixels) for k in keys]
+        for key, (_, exc) in zip(keys, checked):
+            if exc is not None:
+                self._bad(key, exc)
+        return [meta for meta, _ in checked]
 
     def has(self, key: str) -> bool:
-        return self.lookup(key) is not None
+        return self.lookup(key, pixels=False) is not None
 
     def put(self, key: str, img: np.ndarray, meta: dict) -> None:
         png = encode_png(img, self.png_compression, self.png_filter)
-        _atomic_write(self.image_path(key), png_with_meta(png, meta))
+        _atomic_write(self.image_path(key), png_with_meta(png, {**meta, "key": key}))
 
     def get(self, key: str) -> np.ndarray:
-        """The cached RGB pixels; KeyError when absent."""
+        """The checked RGB pixels; KeyError when absent, BadEntry (counted, logged) when the entry is bad."""
         try:
-            data = self.image_path(key).read_bytes()
-        except FileNotFoundError:
-            raise KeyError(key) from None
-        return decode_png(data)
+            return self._read(key, pixels=True)[1]
+        except BadEntry as exc:
+            self._bad(key, exc)
+            raise
 
     # -------------------------------------------------------------------------------------------- render memo
     def _render_path(self, rkey: str) -> Path:
         return self.root / "renders" / rkey[:2] / f"{rkey}.json"
 
     def get_render(self, rkey: str) -> list[str] | None:
+        """The memoised image hashes of render key `rkey`, or None (absent, or a memo not stored under its key)."""
         try:
-            return json.loads(self._render_path(rkey).read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
+            memo = json.loads(self._render_path(rkey).read_text(encoding="utf-8"))
+        except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            memo = None
+        hashes = memo.get("hashes") if isinstance(memo, dict) and memo.get("key") == rkey else None
+        if not (isinstance(hashes, list) and hashes and all(isinstance(h, str) and len(h) == 64 for h in hashes)):
+            self.counters["bad_renders"] += 1
+            log.warning("frame cache: render memo %s is bad; the item is rendered again", rkey)
+            return None
+        return hashes
 
     def put_render(self, rkey: str, hashes: list[str]) -> None:
-        _atomic_write(self._render_path(rkey), (_compact(hashes) + "\n").encode())
+        _atomic_write(self._render_path(rkey), (_compact({"key": rkey, "hashes": hashes}) + "\n").encode())

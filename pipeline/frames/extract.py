@@ -6,7 +6,9 @@
 video (source, unit, camera), indices sorted, one open per video, and spread over a process pool (one worker per
 core by default) with a bounded number of videos in flight, so the parent's memory does not grow with the number of
 videos and pixels never travel between processes (workers write into the cache, return small rows). Frames already
-in the cache are not decoded again (`cache.counters["decoded"]` counts what was).
+in the cache are not decoded again (`cache.counters["decoded"]` counts what was). Cache keys carry each unit's
+upstream fingerprint (`FrameKeys`, computed once per video per call), and every hit is checked (the entry's key,
+its pixels against the recorded hash) before it is used; a bad entry is decoded again (cache.py).
 
 The returned frame table has one row per distinct requested frame, sorted, with FRAME_TABLE_SCHEMA: status ok|error,
 reason, pixel_sha256, height, width, mean, std, thumb (grey thumbnail, hex) — what the visual gate reads.
@@ -20,7 +22,7 @@ import polars as pl
 
 from .cache import FrameCache
 from .pool import resolve_workers, run_tasks  # noqa: F401 - resolve_workers re-exported
-from .readers import AdapterReaders, DirectoryReaders, reader_id  # noqa: F401 - re-exported
+from .readers import AdapterReaders, DirectoryReaders, reader_id, unit_fingerprint  # noqa: F401 - re-exported
 from .worker import VideoTask, error_result, run_video
 
 FRAME_TABLE_SCHEMA = {
@@ -38,25 +40,65 @@ def requests_from_items(items: pl.DataFrame) -> pl.DataFrame:
             .with_columns(pl.col("frame_index").cast(pl.Int64)).unique().sort([*VIDEO_KEY, "frame_index"]))
 
 
-def _plan(requests: pl.DataFrame, open_reader, cache: FrameCache, rows: list[dict]) -> list[VideoTask]:
-    """Look every requested frame up in the cache: hits become rows now, misses become one task per video."""
+class FrameKeys:
+    """Frame-cache keys through a reader factory: keys(source, unit_id, camera, index) -> key. Each video's upstream
+    fingerprint is computed once per FrameKeys object (so once per extraction call); when it cannot be computed
+    (the unit's files cannot be listed) the call raises ValueError naming the unit and the reason."""
+
+    def __init__(self, cache: FrameCache, open_reader):
+        self.cache, self.open_reader = cache, open_reader
+        self._rid: dict[str, str] = {}
+        self._fp: dict[tuple[str, str, str], str | Exception] = {}
+
+    def fingerprint(self, source: str, unit_id: str, camera: str) -> str:
+        video = (source, unit_id, camera)
+        if video not in self._fp:
+            try:
+                self._fp[video] = unit_fingerprint(self.open_reader, source, unit_id, camera)
+            except Exception as exc:  # noqa: BLE001 - reported per frame, never raised past the caller
+                where = f" ({exc.file})" if getattr(exc, "file", None) else ""
+                self._fp[video] = ValueError(f"cannot fingerprint the upstream files of {source}/{unit_id}{where}: "
+                                             f"{type(exc).__name__}: {exc}")
+        fp = self._fp[video]
+        if isinstance(fp, Exception):
+            raise fp
+        return fp
+
+    def __call__(self, source: str, unit_id: str, camera: str, frame_index: int) -> str:
+        rid = self._rid.setdefault(source, reader_id(self.open_reader, source))
+        return self.cache.key(source, unit_id, camera, frame_index, rid, self.fingerprint(source, unit_id, camera))
+
+
+def _row(source, unit_id, camera, i, key, status, reason, meta) -> dict:
+    return {"source": source, "unit_id": unit_id, "camera": camera, "frame_index": int(i), "cache_key": key,
+            "status": status, "reason": reason,
+            **{k: (meta or {}).get(k) for k in ("pixel_sha256", "height", "width", "mean", "std", "thumb")}}
+
+
+def _plan(requests: pl.DataFrame, open_reader, cache: FrameCache, rows: list[dict], threads: int = 1) -> list[VideoTask]:
+    """Look every requested frame up in the cache: checked hits become rows now, misses and bad entries become one
+    task per video; a video whose upstream cannot be fingerprinted gets error rows."""
     req = (requests.select(*VIDEO_KEY, pl.col("frame_index").cast(pl.Int64)).unique()
            .group_by(VIDEO_KEY).agg(pl.col("frame_index").sort()).sort(VIDEO_KEY))
-    tasks = []
-    rid_cache: dict[str, str] = {}
+    keys = FrameKeys(cache, open_reader)
+    videos = []
     for source, unit_id, camera, indices in req.iter_rows():
-        rid = rid_cache.setdefault(source, reader_id(open_reader, source))
+        try:
+            videos.append((source, unit_id, camera, [(int(i), keys(source, unit_id, camera, i)) for i in indices]))
+        except ValueError as exc:
+            rows.extend(_row(source, unit_id, camera, i, None, "error", str(exc), None) for i in indices)
+            cache.counters["errors"] += len(indices)
+    metas = iter(cache.lookup_many([k for *_, frames in videos for _, k in frames], threads=threads))
+    tasks = []
+    for source, unit_id, camera, frames in videos:
         missing = []
-        for i in indices:
-            key = cache.key(source, unit_id, camera, i, rid)
-            meta = cache.lookup(key)
+        for i, key in frames:
+            meta = next(metas)
             if meta is None:
-                missing.append((int(i), key))
+                missing.append((i, key))
             else:
                 cache.counters["hits"] += 1
-                rows.append({"source": source, "unit_id": unit_id, "camera": camera, "frame_index": int(i),
-                             "cache_key": key, "status": "ok", "reason": None,
-                             **{k: meta.get(k) for k in ("pixel_sha256", "height", "width", "mean", "std", "thumb")}})
+                rows.append(_row(source, unit_id, camera, i, key, "ok", None, meta))
         if missing:
             tasks.append(VideoTask(open_reader, source, unit_id, camera, tuple(missing), cache))
     return tasks
@@ -88,7 +130,7 @@ def extract_frames(requests: pl.DataFrame, open_reader, cache: FrameCache, worke
     progress: True (tqdm), a callable(done_videos, total_videos), or None.
     """
     rows: list[dict] = []
-    tasks = _plan(requests, open_reader, cache, rows)
+    tasks = _plan(requests, open_reader, cache, rows, threads=resolve_workers(workers))
     step = _progress(progress, len(tasks))
 
     def on_result(res: dict) -> None:

@@ -7,6 +7,8 @@
 - `fn` must not raise (it turns its own failures into results); if it does anyway, or a worker process dies
   (a decoder segfault), `on_failure(task, reason)` gives the result instead: after a crash the pool is rebuilt and
   each task that was in flight is retried alone, so one bad video only fails itself.
+- every worker dies with the process that started the pool (`upstream_adapters.lifetime.die_with`), so a build
+  killed with SIGKILL leaves no worker (and then no fork server) behind.
 """
 
 from __future__ import annotations
@@ -17,14 +19,20 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
 
+from upstream_adapters.lifetime import die_with
+
 
 def resolve_workers(workers: int | None) -> int:
     """None / 0 / negative -> number of cores."""
     return max(1, os.cpu_count() or 1) if not workers or workers <= 0 else int(workers)
 
 
+def _executor(n: int, ctx) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(n, mp_context=ctx, initializer=die_with, initargs=(os.getpid(),))
+
+
 def _isolated(fn, task, ctx, on_failure):
-    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+    with _executor(1, ctx) as pool:
         try:
             return pool.submit(fn, task).result()
         except BrokenProcessPool as exc:
@@ -53,14 +61,14 @@ def run_tasks(fn: Callable, tasks: Iterable, workers: int | None, on_result: Cal
     if mp_context == "forkserver":
         # import the task's module once in the fork server, so each worker starts as a fork with it loaded
         # (effective only before this process's fork server starts; harmless afterwards)
-        ctx.set_forkserver_preload([fn.__module__])
+        ctx.set_forkserver_preload([fn.__module__, die_with.__module__])
     limit = n * max(1, int(in_flight_per_worker))
     it = iter(tasks)
     exhausted = False
     while not exhausted:
         pending: dict = {}
         broken: list = []
-        with ProcessPoolExecutor(n, mp_context=ctx) as pool:
+        with _executor(n, ctx) as pool:
             while True:
                 while not exhausted and not broken and len(pending) < limit:
                     try:

@@ -6,6 +6,11 @@ thread count are fields of the factory, passed to every `read_frames` call (no p
 
 - `AdapterReaders` (the build, reconstruction): adapter.read_frames for each source's configured root.
 - `DirectoryReaders` (tests, benchmark): one video file per (source, unit, camera) under a folder.
+
+Each factory also gives `fingerprint(source, unit_id, camera)`: a cheap, path-free content fingerprint of the upstream
+files the frames come from (`SourceAdapter.fingerprint` of the unit; a single file's size + head/tail sha256 for
+`DirectoryReaders`), part of every frame-cache key (cache.py). `unit_fingerprint(open_reader, ...)` is the one
+entry point; a factory without one cannot use the cache.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from upstream_adapters import get_adapter, video
-from upstream_adapters.base import SourceAdapter
+from upstream_adapters.base import SourceAdapter, file_digest
 
 Reader = Callable[[str, str, Sequence[int]], dict[int, np.ndarray]]
 
@@ -43,6 +48,11 @@ class AdapterReaders:
     def reader_id(self, source: str) -> str:
         """Part of the frame-cache key."""
         return f"adapter:{source}"
+
+    def fingerprint(self, source: str, unit_id: str, camera: str) -> str:
+        """The unit's upstream fingerprint (every camera of a unit shares it); UnitError when the unit's files
+        cannot be listed."""
+        return self.adapter(source).fingerprint(Path(self.sources[source][1]), unit_id)
 
     def adapter(self, source: str) -> SourceAdapter:
         if source not in self.sources:
@@ -78,6 +88,9 @@ class DirectoryReaders:
     def reader_id(self, source: str) -> str:
         return f"dir:{self.pattern}"
 
+    def fingerprint(self, source: str, unit_id: str, camera: str) -> str:
+        return file_digest(Path(self.root) / self.pattern.format(source=source, unit_id=unit_id, camera=camera))
+
     def __call__(self, source: str) -> Reader:
         root = Path(self.root)
         pattern, decoder, threads = self.pattern, self.decoder, self.threads
@@ -89,6 +102,15 @@ class DirectoryReaders:
             return video.read_frames(path, indices, decoder=decoder, threads=threads)
 
         return read
+
+
+def unit_fingerprint(open_reader, source: str, unit_id: str, camera: str) -> str:
+    """The upstream fingerprint of (source, unit, camera) from the reader factory; raises what it raises."""
+    fn = getattr(open_reader, "fingerprint", None)
+    if not callable(fn):
+        raise TypeError(f"{type(open_reader).__name__} has no fingerprint(source, unit_id, camera): frames read "
+                        "through it cannot be cached")
+    return str(fn(source, unit_id, camera))
 
 
 def reader_id(open_reader, source: str) -> str:

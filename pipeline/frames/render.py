@@ -17,6 +17,7 @@ per item as image_hashes_json, so anyone who re-renders from upstream data can c
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -25,10 +26,11 @@ import numpy as np
 import polars as pl
 
 from ..io import atomic_write_bytes, compact_json
-from .cache import FrameCache
+from .cache import BadEntry, FrameCache
 from .pixels import as_rgb, encode_png, pixel_sha256
 
 RENDER_VERSION = 1
+log = logging.getLogger(__name__)
 GetFrame = Callable[[int], np.ndarray]
 
 image_sha256 = pixel_sha256
@@ -171,25 +173,53 @@ def write_item_images(item_id: str, images: Sequence[np.ndarray], out_dir: Path,
     return names
 
 
-def render_key(frame_keys: Sequence[str], item: dict, size_policy: dict | None) -> str:
+def render_key(frame_keys: Sequence[str], pixel_hashes: Sequence[str], item: dict, size_policy: dict | None) -> str:
+    """The render memo's key: the frames' cache keys AND their pixel hashes (so a memo cannot outlive a frame whose
+    pixels changed, whatever the reason), plus the render spec or size policy."""
     import hashlib
 
     spec = render_spec_of(item)
-    ident = ["pbrender", RENDER_VERSION, list(frame_keys), spec if spec is not None else {"size_policy": size_policy}]
+    ident = ["pbrender", RENDER_VERSION, list(frame_keys), list(pixel_hashes),
+             spec if spec is not None else {"size_policy": size_policy}]
     return hashlib.sha256(compact_json(ident).encode()).hexdigest()
 
 
+def _expected_images(item: dict) -> int:
+    spec = render_spec_of(item)
+    if spec is None:
+        return len(frame_indices_of(item))
+    return 1 if spec.get("kind") == "panels" else len(spec["frame_indices"])
+
+
+def _frame_pixels(cache: FrameCache, key: str, video_key: tuple, index: int, open_reader) -> np.ndarray:
+    """The checked cached pixels of a frame; a bad or vanished entry is decoded again through `open_reader`."""
+    try:
+        return cache.get(key)
+    except (KeyError, BadEntry):
+        if open_reader is None:
+            raise
+    from .worker import VideoTask, run_video
+
+    res = run_video(VideoTask(open_reader, *video_key, ((int(index), key),), cache))
+    cache.counters["decoded"] += res["decoded"]
+    row = res["rows"][0]
+    if row["status"] != "ok":
+        raise BadEntry(f"frame {index} of {'/'.join(video_key)} cannot be decoded again: {row['reason']}")
+    return cache.get(key)
+
+
 def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: FrameCache,
-                     size_policy: dict | None) -> pl.DataFrame:
+                     size_policy: dict | None, open_reader=None) -> pl.DataFrame:
     """Add image_hashes_json (compact JSON list of sha256) to each item, rendering from the frame cache.
 
     Items whose frames are not all ok in `frame_table` get null (the visual gate drops them anyway). Rendered hashes
-    are memoised in the cache (render key = frame cache keys + render spec / size policy), so a rebuild after a
-    question-template change neither decodes nor renders again.
+    are memoised in the cache (render key = frame cache keys + pixel hashes + render spec / size policy), so a
+    rebuild after a question-template change neither decodes nor renders again. Frames read for rendering are
+    checked; a bad entry is decoded again through `open_reader` (the extraction's reader factory) when given.
     """
     ok = frame_table.filter(pl.col("status") == "ok")
-    key_of = {(s, u, c, int(i)): k for s, u, c, i, k in
-              ok.select("source", "unit_id", "camera", "frame_index", "cache_key").iter_rows()}
+    key_of = {(s, u, c, int(i)): (k, h) for s, u, c, i, k, h in
+              ok.select("source", "unit_id", "camera", "frame_index", "cache_key", "pixel_sha256").iter_rows()}
     hashes: list[str | None] = [None] * items.height
     rows = list(items.iter_rows(named=True))
     order = sorted(range(len(rows)), key=lambda n: (rows[n]["source"], rows[n]["unit_id"], rows[n]["camera"]))
@@ -208,15 +238,22 @@ def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: Fram
             fkeys = [key_of[(*video_key, i)] for i in needed]
         except (KeyError, ValueError):
             continue
-        rkey = render_key(fkeys, item, size_policy)
+        rkey = render_key([k for k, _ in fkeys], [h for _, h in fkeys], item, size_policy)
         memo = cache.get_render(rkey)
+        if memo is not None and len(memo) != _expected_images(item):
+            cache.counters["bad_renders"] += 1
+            memo = None
         if memo is None:
             def get_frame(i: int, video_key=video_key, frames=frames) -> np.ndarray:
                 if i not in frames:
-                    frames[i] = cache.get(key_of[(*video_key, i)])
+                    frames[i] = _frame_pixels(cache, key_of[(*video_key, i)][0], video_key, i, open_reader)
                 return frames[i]
 
-            memo = item_image_hashes(item, get_frame, size_policy)
+            try:
+                memo = item_image_hashes(item, get_frame, size_policy)
+            except (KeyError, BadEntry) as exc:  # a frame that cannot be had any more: no images
+                log.warning("item %s: cannot render its images: %s", item.get("candidate_key"), exc)
+                continue
             cache.put_render(rkey, memo)
             cache.counters["rendered"] += 1
         else:

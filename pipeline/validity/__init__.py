@@ -114,6 +114,7 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
     import polars as pl
 
     from ..frames.cache import FrameCache
+    from ..frames.extract import FrameKeys
     from ..frames.readers import AdapterReaders
     from ..config import path_in_repo
 
@@ -128,7 +129,7 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
     sources = sorted({r["source_slug"] for r in ev + sf})
     cache = FrameCache.from_config(cfg, root=wd / cfg["frames"]["cache"]["dir"])
     readers = AdapterReaders.from_config(cfg)
-    thumbs = ThumbSource(cache, {s: readers.reader_id(s) for s in sources if s in cfg["sources"]})
+    thumbs = ThumbSource(cache, FrameKeys(cache, readers))
     report = audit(ev, sf, vcfg, thumbs=thumbs, fps_of=_fps_table(wd, sources))
     report["problems"] = problems(report, vcfg)
     write_report(report, rel / "metadata")

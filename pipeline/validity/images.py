@@ -62,16 +62,20 @@ def frames_of(row: dict) -> list[int]:
 
 
 class ThumbSource:
-    """Frame thumbnails from the frame cache's headers, by (source, unit_id, camera, frame_index)."""
+    """Frame thumbnails from the frame cache's headers, by (source, unit_id, camera, frame_index). `keys` gives the
+    cache key of a frame (pipeline.frames.extract.FrameKeys: it carries the unit's upstream fingerprint); a frame
+    whose key cannot be had, or whose entry's header does not name its key, has no thumbnail."""
 
-    def __init__(self, cache, reader_ids: dict[str, str]):
-        self.cache, self.reader_ids, self._memo = cache, reader_ids, {}
+    def __init__(self, cache, keys):
+        self.cache, self.keys, self._memo = cache, keys, {}
 
     def __call__(self, source: str, unit_id: str, camera: str, index: int) -> str | None:
         k = (source, unit_id, camera, index)
         if k not in self._memo:
-            key = self.cache.key(source, unit_id, camera, index, self.reader_ids.get(source, ""))
-            meta = self.cache.lookup(key)
+            try:
+                meta = self.cache.lookup(self.keys(source, unit_id, camera, index), pixels=False)
+            except (KeyError, ValueError):  # a source without an upstream root, or a unit that cannot be listed
+                meta = None
             self._memo[k] = meta.get("thumb") if meta else None
         return self._memo[k]
 

@@ -5,20 +5,54 @@ grey band; a cell is width // 14 px, so frames must be at least 42 px wide; the 
 4 px cells), so a test can decode frame i and check it reads back as i, whatever codec wrote it. Below the band, a
 gripper-like marker moves along the recorded trajectory over a background that drifts with time, so temporal
 questions have visible answers.
+
+Video encoding runs in a forked child process with a time limit (`encoder_limits`, from configs/build.yaml
+`build.samples.encoder_timeout_s` / `encoder_attempts`): an encoder that hangs (seen once: an intermittent SVT-AV1
+error followed by a 22-minute hang in the encoder's teardown) is killed, the video is encoded again, and after the
+last attempt `EncodeError` names the file, the codec and what happened. The child inherits the frames (a generator is
+consumed in the child only, so every attempt starts from the first frame) and dies with its parent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import logging
+import multiprocessing as mp
+import os
+import tempfile
+import traceback
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import av
 import numpy as np
 
 INDEX_BITS = 14  # frames 0..16383 (REASSEMBLE release recordings reach ~9,000 hand-camera frames)
+log = logging.getLogger(__name__)
+
+# defaults of configs/build.yaml build.samples (write_samples sets them for one generator run)
+ENCODER_LIMITS = {"timeout_s": 300.0, "attempts": 2}
+
+
+class EncodeError(RuntimeError):
+    """A sample video that could not be encoded within the limits (the message names the file)."""
+
+
+@contextmanager
+def encoder_limits(timeout_s: float | None = None, attempts: int | None = None) -> Iterator[None]:
+    """Set the encoder's time limit per attempt and its number of attempts for the duration of the block."""
+    saved = dict(ENCODER_LIMITS)
+    if timeout_s is not None:
+        ENCODER_LIMITS["timeout_s"] = float(timeout_s)
+    if attempts is not None:
+        ENCODER_LIMITS["attempts"] = max(1, int(attempts))
+    try:
+        yield
+    finally:
+        ENCODER_LIMITS.update(saved)
 
 
 def rng_for(seed: int, *key: object) -> np.random.Generator:
@@ -67,12 +101,62 @@ def decode_frame_index(img: np.ndarray) -> int:
 
 
 def encode_video(frames: Iterable[np.ndarray], fps: float, codec: str = "h264", gop: int = 30,
-                 bframes: bool = True, path: Path | None = None) -> bytes:
+                 bframes: bool = True, path: Path | None = None, name: str | None = None) -> bytes:
     """Encode RGB frames as an MP4 with PyAV; return the bytes (and write `path` if given).
 
     codec: h264 (libx264, long GOP, B-frames as cameras and LeRobot write them), hevc (libx265, open GOP),
     av1 (libsvtav1, the LeRobot default) or mpeg4 (mp4v, what pip OpenCV writes).
+    Runs under ENCODER_LIMITS (see the module doc); `name` (default: `path`) is what an EncodeError names.
     """
+    what = name or (str(path) if path is not None else f"an in-memory {codec} video")
+    timeout, attempts = float(ENCODER_LIMITS["timeout_s"]), int(ENCODER_LIMITS["attempts"])
+    problems = []
+    for attempt in range(1, attempts + 1):
+        data, problem = _encode_in_child(frames, fps, codec, gop, bframes, timeout)
+        if data is not None:
+            break
+        problems.append(f"attempt {attempt}: {problem}")
+        log.warning("sample video %s: %s encoder attempt %d of %d failed: %s", what, codec, attempt, attempts,
+                    problem)
+    else:
+        raise EncodeError(f"cannot encode sample video {what} ({codec}): " + "; ".join(problems))
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return data
+
+
+def _encode_in_child(frames, fps, codec, gop, bframes, timeout: float) -> tuple[bytes | None, str | None]:
+    """(bytes, None) from a forked child running `_encode`, or (None, what went wrong)."""
+    from upstream_adapters.lifetime import die_with
+
+    with tempfile.TemporaryDirectory(prefix="pbencode-") as tmp:
+        out, err = Path(tmp, "video.mp4"), Path(tmp, "error.txt")
+        parent = os.getpid()
+
+        def child() -> None:
+            die_with(parent)
+            try:
+                out.write_bytes(_encode(frames, fps, codec, gop, bframes))
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent through the error file
+                err.write_text(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+                os._exit(1)
+            os._exit(0)
+
+        proc = mp.get_context("fork").Process(target=child, daemon=True)
+        proc.start()
+        proc.join(timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            return None, f"no result after {timeout:g} s (encoder hung; killed)"
+        if proc.exitcode != 0 or not out.exists():
+            why = err.read_text().splitlines()[0] if err.exists() else f"encoder process exited with {proc.exitcode}"
+            return None, why
+        return out.read_bytes(), None
+
+
+def _encode(frames: Iterable[np.ndarray], fps: float, codec: str, gop: int, bframes: bool) -> bytes:
     buf = io.BytesIO()
     names = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "mpeg4": "mpeg4"}
     with av.open(buf, "w", format="mp4") as out:
@@ -100,8 +184,4 @@ def encode_video(frames: Iterable[np.ndarray], fps: float, codec: str = "h264", 
                 out.mux(pkt)
         for pkt in stream.encode():
             out.mux(pkt)
-    data = buf.getvalue()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return data
+    return buf.getvalue()

@@ -166,7 +166,8 @@ def _marker(cam: str, p: np.ndarray) -> tuple[float, float]:
 HUES = {"hand": 0, "hama1": 40, "hama2": 80, "capture_node-camera-image": 120}
 
 
-def _camera(tracks, rng, cam: str, t_start: float, t_end: float, fps: float, size) -> tuple[np.ndarray, bytes]:
+def _camera(tracks, rng, cam: str, t_start: float, t_end: float, fps: float, size,
+            name: str = "") -> tuple[np.ndarray, bytes]:
     n = int((t_end - t_start) * fps)
     t = t_start + np.arange(n) / fps + np.clip(rng.normal(0, 0.0015, n), -0.004, 0.004)
     p, _ = tracks["pos"].eval(t)
@@ -174,7 +175,7 @@ def _camera(tracks, rng, cam: str, t_start: float, t_end: float, fps: float, siz
     frames = (render_frame(i, size[0], size[1], _marker(cam, p[i]), float(w[i, 0] / OPEN_W), HUES[cam])
               for i in range(n))
     gop = 60 if fps >= 15 else 12
-    return t, encode_video(frames, fps, codec="h264", gop=gop)
+    return t, encode_video(frames, fps, codec="h264", gop=gop, name=name or None)
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -211,7 +212,7 @@ def write_recording(path: Path, spec: RecSpec, scale: str = "demo", seed: int = 
             fps, size = 6.0, cfg["event"]
         else:
             fps, size = 30.0, cfg["hand"] if cam == "hand" else cfg["hama"]
-        cams[cam] = _camera(tracks, rng, cam, start, t_end, fps, size)
+        cams[cam] = _camera(tracks, rng, cam, start, t_end, fps, size, name=f"{spec.rec_id}.h5 {cam}")
         if cams[cam][0].size > 1 << INDEX_BITS:
             raise ValueError(f"{spec.rec_id}/{cam}: {cams[cam][0].size} frames exceed the frame barcode's range")
 

@@ -283,7 +283,7 @@ def scene_files(spec: SceneSpec, seed: int = 0, size: tuple[int, int] = SIZES["d
         hue = int(rng_for(seed, "rh20t", spec.name, cam).integers(0, 60))
         frames = (render_frame(i, W, H, tuple(xy[min(i, len(ts) - 1)]),
                                float(width[min(i, len(ts) - 1)] / GRIPPER_MAX_MM), hue) for i in range(max(nv, 0)))
-        data = encode_video(frames, 10.0, codec="h264", gop=250)
+        data = encode_video(frames, 10.0, codec="h264", gop=250, name=f"{spec.name}/cam_{cam}/color.mp4")
         if cam == PRIMARY and spec.video_damage == "truncate":
             data = data[: int(len(data) * 0.4)]
         elif cam == PRIMARY and spec.video_damage == "garbage":
@@ -347,7 +347,8 @@ def _human_files(spec: SceneSpec, seed: int, size: tuple[int, int], cameras: Seq
         ts = _clock(rng, t0 + int(rng.integers(0, 60)), n)
         path = 0.5 + 0.3 * np.sin(np.linspace(0, np.pi, n))
         frames = (render_frame(i, size[0], size[1], (float(path[i]), 0.6), 1.0, 120) for i in range(n))
-        files[f"cam_{cam}/color.mp4"] = encode_video(frames, 10.0, codec="h264", gop=250)
+        files[f"cam_{cam}/color.mp4"] = encode_video(frames, 10.0, codec="h264", gop=250,
+                                                     name=f"{spec.name}/cam_{cam}/color.mp4")
         files[f"cam_{cam}/timestamps.npy"] = npy_bytes({"color": ts, "depth": ts})
     return files
 

@@ -1,0 +1,81 @@
+"""pipeline/frames/pool.py: pool workers (and the fork server) die with the process that started the pool, even when
+it is killed with SIGKILL (issue 14: orphaned forkserver and workers after kill -9 of the build)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+TASKS = textwrap.dedent("""
+    import os, time
+    from pathlib import Path
+
+    def hang(out_dir):
+        # record this worker and its parent (the fork server under forkserver), then block like a long decode
+        Path(out_dir, f"{os.getpid()}.pid").write_text(str(os.getppid()))
+        time.sleep(120)
+        return {}
+""")
+
+BUILD = textwrap.dedent("""
+    import sys
+    from pipeline.frames.pool import run_tasks
+    import lifetime_tasks
+
+    out, ctx = sys.argv[1], sys.argv[2]
+    run_tasks(lifetime_tasks.hang, [out] * 4, 2, lambda r: None, lambda t, r: {}, mp_context=ctx)
+""")
+
+
+def _gone(pid: int) -> bool:
+    """Not running: no such process, or a zombie waiting for a reaper."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("ctx", ["forkserver", "spawn"])
+def test_workers_die_with_a_killed_parent(tmp_path, ctx):
+    (tmp_path / "lifetime_tasks.py").write_text(TASKS)
+    out = tmp_path / "pids"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    build = subprocess.Popen([sys.executable, "-c", BUILD, str(out), ctx], env=env, cwd=REPO)
+    try:
+        deadline = time.time() + 60
+        while len(list(out.glob("*.pid"))) < 2:
+            assert build.poll() is None, "the pool process ended early"
+            assert time.time() < deadline, "workers did not start"
+            time.sleep(0.2)
+        workers = [int(p.stem) for p in out.glob("*.pid")]
+        parents = {int(p.read_text()) for p in out.glob("*.pid")} - {build.pid}  # the fork server, if any
+        assert (len(parents) == 1) == (ctx == "forkserver")
+        os.kill(build.pid, signal.SIGKILL)
+        build.wait()
+        deadline = time.time() + 5
+        while time.time() < deadline and not all(_gone(p) for p in workers + sorted(parents)):
+            time.sleep(0.1)
+        alive = [p for p in workers + sorted(parents) if not _gone(p)]
+        assert not alive, f"processes outlived the killed pool owner: {alive}"
+    finally:
+        if build.poll() is None:
+            build.kill()
+        for p in out.glob("*.pid"):  # never leave a test's orphans behind, whatever happened above
+            for pid in (int(p.stem), int(p.read_text())):
+                if pid != os.getpid() and not _gone(pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
