@@ -20,7 +20,7 @@ from pipeline.config import load_config
 
 from . import fingerprint
 from .checks import checks_for, publish_problems, table_metadata
-from .executors import build_executor
+from .executors import build_executor, watch_the_build
 from .settings import BuildSettings
 from .tables import Step, all_steps, tables_by_name
 
@@ -49,6 +49,7 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
     @dg.multi_asset(name=step.name, specs=specs, check_specs=[c.spec() for c in checks],
                     description=step.description, can_subset=False, op_tags={"source": step.source or "all"})
     def _asset(context: dg.AssetExecutionContext, build: BuildSettings):
+        watch_the_build()
         cfg = build.config()
         # the step as the chosen sources define it (split and release read only those): the same fingerprint the
         # planner in assets/run.py computed

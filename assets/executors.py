@@ -13,8 +13,12 @@ the UI launched as for `processbench build` (whose CLI holds the lock already an
 """
 
 
+import os
+from contextlib import contextmanager
+
 import dagster as dg
 from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
+from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster_dask import dask_executor
 
 from pipeline import publish
@@ -22,6 +26,35 @@ from pipeline import publish
 from .settings import BuildSettings
 
 LOCK_TAG = "processbench/lock"  # the token of the lock the launching CLI holds
+BUILD_PID_ENV = "PROCESSBENCH_BUILD_PID"  # the pid of the `processbench build` process, inherited by its step processes
+_watched: set[int] = set()
+
+
+@contextmanager
+def steps_die_with_this_process():
+    """Around a run launched by `processbench build`: its step processes (multiprocess executor, local Dask workers)
+    inherit this process's pid and end as soon as it is gone, kill -9 included (`watch_the_build`); without it they
+    are re-parented and run their step to the end as orphans."""
+    before = os.environ.get(BUILD_PID_ENV)
+    os.environ[BUILD_PID_ENV] = str(os.getpid())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(BUILD_PID_ENV, None)
+        else:
+            os.environ[BUILD_PID_ENV] = before
+
+
+def watch_the_build() -> None:
+    """First thing in every step: a step process of a `processbench build` run dies with that build. A no-op in the
+    build process itself (in_process executor) and in runs the UI launched (Dagster's run worker ends their steps)."""
+    from upstream_adapters.lifetime import die_with
+
+    pid = os.environ.get(BUILD_PID_ENV, "")
+    if pid.isdigit() and int(pid) != os.getpid() and int(pid) not in _watched:
+        _watched.add(int(pid))  # one watch per process (a Dask worker runs many steps)
+        die_with(int(pid))
 
 ENGINES: dict[str, dg.ExecutorDefinition] = {
     "in_process": dg.in_process_executor,
@@ -74,7 +107,11 @@ class LockedExecutor(dg.Executor):
         with publish.build_lock(cfg, token) as cleaned:
             for what in cleaned:
                 plan_context.log.info(f"build lock: {what}")
-            yield from self.inner.execute(plan_context, execution_plan)
+            # the engine sees itself as the plan's executor (dagster-dask insists on it)
+            inner_context = PlanOrchestrationContext(
+                plan_data=plan_context.plan_data, log_manager=plan_context.log, executor=self.inner,
+                output_capture=plan_context.output_capture, resume_from_failure=plan_context.resume_from_failure)
+            yield from self.inner.execute(inner_context, execution_plan)
 
 
 def run_config_for(engine: str, cfg_executor: dict | None = None, max_concurrent: int | None = None,

@@ -19,7 +19,7 @@ from pipeline import publish
 
 from . import fingerprint
 from .definitions import STEPS, build_job
-from .executors import LOCK_TAG, run_config_for
+from .executors import LOCK_TAG, run_config_for, steps_die_with_this_process
 from .settings import BuildSettings, settings_from  # noqa: F401 - re-exported for the CLI and tests
 from .tables import all_steps
 
@@ -75,8 +75,9 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                   "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)}}
     log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
     instance = instance or dg.DagsterInstance.get()
-    with dg.execute_job(dg.reconstructable(build_job), instance=instance, run_config=run_config,
-                        asset_selection=keys, raise_on_error=False, tags={LOCK_TAG: token}) as res:
+    with steps_die_with_this_process(), dg.execute_job(
+            dg.reconstructable(build_job), instance=instance, run_config=run_config, asset_selection=keys,
+            raise_on_error=False, tags={LOCK_TAG: token}) as res:
         failed = _failed_checks(res, dg.AssetCheckSeverity.ERROR)
         warnings = _failed_checks(res, dg.AssetCheckSeverity.WARN)
         if not res.success:

@@ -85,9 +85,11 @@ def source_steps(slug: str) -> list[Step]:
     corpus = Table(("ir", slug, "corpus"), f"ir/{slug}/corpus.json",
                    f"{slug}: the corpus's content fingerprint and origin (sample generator or user root)")
     labels = tuple(Table(("labels", slug, t), f"labels/{slug}/{t}.parquet", f"{slug} process labels: {t}", dict(s))
-                   for t, s in LABEL_SCHEMAS.items()) + (
-        Table(("labels", slug, "quarantine"), f"labels/{slug}_quarantine.parquet",
-              f"{slug} units whose signals made a label rule fail, with the reason", _polars(QUARANTINE_SCHEMA)),)
+                   for t, s in LABEL_SCHEMAS.items())
+    # written by the labels step, read by no later step (the units it names have no labels)
+    labels_quarantine = Table(("labels", slug, "quarantine"), f"labels/{slug}_quarantine.parquet",
+                              f"{slug} units whose signals made a label rule fail, with the reason",
+                              _polars(QUARANTINE_SCHEMA))
     candidates = Table(("candidates", slug), f"candidates/{slug}.parquet",
                        f"{slug}: the over-complete pool of candidate items of every task family", CANDIDATE_SCHEMA)
     items = (Table(("items", slug), f"items/{slug}.parquet",
@@ -102,7 +104,8 @@ def source_steps(slug: str) -> list[Step]:
              (f"sources.{slug}",),
              f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units.", slug,
              external=lambda cfg: Path(cfg["sources"][slug]["root"])),
-        Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels, names(ir),
+        Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels + (labels_quarantine,),
+             names(ir),
              ("labels", "build"), f"Per-frame process labels of {slug} from its IR (configs/labels.yaml).", slug),
         Step(f"candidates_{slug}", "candidates", lambda cfg: stages.run_candidates(cfg, slug), (candidates,),
              names(ir) + names(labels), (f"tasks.{slug}", "labels", "build"),

@@ -241,3 +241,14 @@ def test_gate_reasons_and_quarantine_schema():
     # an empty item table passes through
     k0, q0 = gate_mod.gate_items(items.head(0), ft, cfg["frames"])
     assert k0.height == 0 and q0.height == 0
+
+
+def test_a_read_error_quoting_an_absolute_path_is_quarantined_path_free():
+    from pipeline.frames.worker import read_with_fallback
+
+    def reader(unit_id, camera, indices):
+        raise FileNotFoundError(2, "No such file or directory", "/home/alice/datasets/aist/task_001/episode_0.hdf5")
+
+    got, failed = read_with_fallback(reader, "task_001_episode_0", "cam_high", [0])
+    assert got == {} and "/home/" not in failed[0] and "alice" not in failed[0]
+    assert failed[0].startswith("cannot read frames: FileNotFoundError")

@@ -105,7 +105,9 @@ def test_an_upstream_error_check_blocks_publishing(built):
     steps = [s for s in all_steps(cfg) if not s.publishes]
     assert publish_problems(cfg, steps) == []
     cfg["build"]["max_quarantine_share"] = -1.0  # every source now quarantines "too much"
-    assert publish_problems(cfg, steps) == ["ir/aist/quarantine:quarantine_share"]
+    # the share is checked after ingest and again after labels (which may quarantine more units)
+    assert publish_problems(cfg, steps) == ["ir/aist/quarantine:quarantine_share",
+                                            "labels/aist/quarantine:quarantine_share"]
 
 
 def test_a_second_build_is_refused_while_one_holds_the_folders(built, capsys):
@@ -124,3 +126,61 @@ def test_a_second_build_is_refused_while_one_holds_the_folders(built, capsys):
         stop.set()
         holder.join(30)
     assert publish.holder(publish.lock_files(cfg)[0]) == {}  # released
+
+
+def _build_children(build_pid: int) -> list[int]:
+    """Processes that inherited this build's pid (its step processes): /proc/<pid>/environ names it."""
+    from assets.executors import BUILD_PID_ENV
+
+    mark = f"{BUILD_PID_ENV}={build_pid}".encode()
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and int(p.name) != build_pid:
+            try:
+                if mark in (p / "environ").read_bytes().split(b"\0") and not _zombie(int(p.name)):
+                    out.append(int(p.name))
+            except OSError:
+                continue
+    return out
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_step_processes_die_with_a_killed_build(demo_samples, tmp_path):
+    """kill -9 of `processbench build` (multiprocess executor) leaves no step process running on as an orphan."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dagster_home"), "PYTHONHASHSEED": "0"}
+    cmd = [sys.executable, "-m", "assets.cli", "build", "--scale", "demo", "--sources", "aist", "--upstream",
+           f"aist={demo_samples['aist']}", "--work-dir", str(tmp_path / "work"), "--release-dir",
+           str(tmp_path / "out" / "release"), "--executor", "multiprocess"]
+    proc = subprocess.Popen(cmd, cwd=path_in_repo("."), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline, steps = time.time() + 180, []
+        while not steps and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+            steps = _build_children(proc.pid)
+        assert steps, "no step process seen before the build ended"
+        time.sleep(0.3)  # the step is under way (its watch is armed first thing)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.time() + 3
+        while (alive := [p for p in steps if not _zombie(p) and Path(f"/proc/{p}").exists()]) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not alive, f"step processes {alive} outlived the killed build"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in _build_children(proc.pid):
+            os.kill(p, signal.SIGKILL)

@@ -12,6 +12,7 @@ import resource
 import sys
 from dataclasses import dataclass
 
+from ..leaks import redact_paths
 from .cache import FrameCache
 from .pixels import as_rgb, frame_stats
 
@@ -65,7 +66,8 @@ def read_with_fallback(reader, unit_id: str, camera: str, indices: list[int]) ->
         got = reader(unit_id, camera, indices)
         return (got if isinstance(got, dict) else {}), {}
     except Exception as exc:  # noqa: BLE001
-        reason = f"cannot read frames: {type(exc).__name__}: {exc}"
+        # path-free: a decoder or file error quoting the upstream file's absolute path reaches the quarantine table
+        reason = redact_paths(f"cannot read frames: {type(exc).__name__}: {exc}")
         if len(indices) == 1 or len(indices) > SINGLE_RETRY_MAX:
             return {}, {i: reason for i in indices}
     got, failed = {}, {}
