@@ -2,7 +2,8 @@
 
     items = display_order(selected, seed)        # frames stage: item_key; T8/T9 frames in a balanced display order
     items = assign_letters(items, seed)          # split: choices + answer, balanced per (source, task_id)
-    items = assign_letters(items, seed, within=("split", "eval_level"))   # ... and per release file
+    items = deal_options(items, seed, uniform_families, within=("split", "eval_level"))  # split: per release file
+    items = assign_letters(items, seed, within=("split", "eval_level"))   # ... and the letters per release file
 
 Letters come from a balanced list (each letter floor(n / k) or ceil(n / k) times) shuffled with a seeded RNG over the
 rows of a group sorted by candidate_key, so the majority-letter share is at most ceil(n / k) / n.
@@ -20,7 +21,9 @@ rows of a group sorted by candidate_key, so the majority-letter share is at most
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections import Counter
 
 import polars as pl
 
@@ -159,6 +162,51 @@ def assign_letters(items: pl.DataFrame, seed: int, within: tuple[str, ...] = ())
 
 def _series(name: str, values: list, dtype) -> pl.Series:
     return list_column(name, values, dtype) if isinstance(dtype, pl.List) else pl.Series(name, values, dtype=dtype)
+
+
+def deal_options(items: pl.DataFrame, seed: int, families: set[str], within: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Re-deal the distractors of the `families` whose options are a uniform draw from a source-wide label pool
+    (template `distractors.policy: uniform`), per (source, task_id, *within), so that within every option set each of
+    its labels is the answer equally often (to one item). An independent draw per item gets there only on average:
+    at a few hundred eval items a guesser that knows only the option set still scores a few points over 1/k by
+    chance. The pool is every label the (source, family) shows, answers and distractors; each item, in a seeded
+    order, takes the option set (its answer plus num_choices - 1 pool labels) in which its answer lags furthest behind
+    the set's mean count, then the least used set, ties broken by a seeded hash.
+    Images do not show options, so this changes no image; rows keep their input order."""
+    if items.height == 0 or not families:
+        return items
+    df = _in_order(items, tuple(within))
+    src, task = df.get_column("source").to_list(), df.get_column("task_id").to_list()
+    answers, dis = df.get_column("answer_text").to_list(), df.get_column("distractors").to_list()
+    ks, keys = df.get_column("num_choices").to_list(), df.get_column("candidate_key").to_list()
+    wcols = [df.get_column(c).to_list() for c in within]
+    pools: dict[tuple, set] = {}
+    for i in range(df.height):
+        if task[i] in families:
+            pools.setdefault((src[i], task[i]), set()).update([answers[i], *(dis[i] or [])])
+    groups: dict[tuple, list[int]] = {}
+    for i in range(df.height):
+        if task[i] in families:
+            groups.setdefault((src[i], task[i], *(w[i] for w in wcols)), []).append(i)
+    new = list(dis)
+    for gkey, idx in groups.items():
+        pool = sorted(pools[gkey[:2]])
+        idx = sorted(idx, key=lambda i: stable_hash(seed, "deal", keys[i]))
+        seen: dict[frozenset, Counter] = {}
+        for i in idx:
+            a, k = answers[i], int(ks[i])
+            others = [x for x in pool if x != a]
+            if len(others) < k - 1:
+                continue  # not enough labels to choose from: keep the generator's draw
+
+            def cost(d: tuple) -> tuple:  # how far a runs ahead of its set's mean, then the set's use
+                c = seen.get(frozenset((a, *d)), Counter())
+                return (k * c[a] - sum(c.values()), sum(c.values()), stable_hash(seed, "deal", keys[i], *d))
+            best = min(itertools.combinations(others, k - 1), key=cost)
+            seen.setdefault(frozenset((a, *best)), Counter())[a] += 1
+            new[i] = list(best)
+    df = df.with_columns(list_column("distractors", new, items.schema["distractors"]))
+    return df.sort(_ROW).drop(_ROW).select(items.columns)
 
 
 def letter_shares(items: pl.DataFrame) -> pl.DataFrame:

@@ -26,7 +26,7 @@ from . import items as items_mod
 from . import provenance
 from . import split as split_mod
 from . import writers
-from .choices import assign_letters, display_order
+from .choices import assign_letters, deal_options, display_order
 from .config import path_in_repo, split_policy
 from .exports import run_exports
 from .validity import REPORT_FILES, run_validity
@@ -231,8 +231,12 @@ def run_split(cfg: dict) -> dict:
     # the letter term of the eval selection sees letters balanced per (source, family) over the whole pool; the
     # letters are then balanced again per split and eval level, since each eval level is its own release file
     split_df, summary = split_mod.split_items(assign_letters(items, seed), groups, policy, seed)
-    split_df = assign_letters(split_df, seed, within=("split", "eval_level") if "eval_level" in split_df.columns
-                              else ("split",)).sort("source", "task_id", "candidate_key")
+    per_file = ("split", "eval_level") if "eval_level" in split_df.columns else ("split",)
+    # options drawn uniformly from a source-wide pool are dealt again per release file, so that in each file every
+    # label of an option set is the answer equally often; then the letters, balanced per file
+    uniform = {t for t, tpl in cfg["tasks"].items() if tpl["distractors"]["policy"] == "uniform"}
+    split_df = deal_options(split_df, seed, uniform, within=per_file)
+    split_df = assign_letters(split_df, seed, within=per_file).sort("source", "task_id", "candidate_key")
     for slug, s in summary["sources"].items():  # what the release finally holds, after the per-split letters
         s["letter_balance_eval"] = split_mod.eval_letter_report(split_df, policy, slug)
     write_parquet(wd / "split" / "items.parquet", split_df)

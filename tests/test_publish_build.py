@@ -5,6 +5,7 @@ previous release stays byte for byte, with nothing left beside it; a second buil
 from __future__ import annotations
 
 import json
+import os
 import multiprocessing as mp
 import shutil
 import stat
@@ -144,6 +145,21 @@ def _build_children(build_pid: int) -> list[int]:
     return out
 
 
+def _watching(pid: int) -> bool:
+    """The process holds a pidfd: its watch of the build is armed (assets/executors.py watch_the_build)."""
+    try:
+        return any(os.readlink(fd) == "anon_inode:[pidfd]" for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
@@ -169,10 +185,9 @@ def test_step_processes_die_with_a_killed_build(demo_samples, tmp_path):
     try:
         deadline, steps = time.time() + 180, []
         while not steps and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.05)
-            steps = _build_children(proc.pid)
-        assert steps, "no step process seen before the build ended"
-        time.sleep(0.3)  # the step is under way (its watch is armed first thing)
+            time.sleep(0.05)  # a step process (a child of the build) whose step has begun: it watches the build
+            steps = [p for p in _build_children(proc.pid) if _parent(p) == proc.pid and _watching(p)]
+        assert steps, "no step process watching the build was seen before the build ended"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.time() + 3
