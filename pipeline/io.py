@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 import polars as pl
@@ -18,17 +18,16 @@ import polars as pl
 TMP_SUFFIX = ".tmp"
 
 
-def _umask() -> int:
-    mask = os.umask(0)  # the only portable way to read it; set back at once
-    os.umask(mask)
-    return mask
-
-
 def _temp_file(path: Path) -> tuple[int, str]:
+    """A new `.<name>.<random>.tmp` beside `path`, created 0666 so the kernel applies the umask as for a plain open()
+    (mkstemp creates 0600, and reading the umask means setting it, process-wide, under other threads)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
-    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; a release file must be readable like any other
-    return fd, tmp
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), str(tmp)
+        except FileExistsError:
+            continue
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -150,9 +150,12 @@ def run_candidates(cfg: dict, slug: str) -> dict:
             p.unlink()
     pool = merge_candidates(slug, parts)
     write_parquet(wd / "candidates" / f"{slug}.parquet", pool)
-    if ctx is None:
-        ctx = Context(slug, load_ir(cfg, slug), load_labels(cfg, slug), cfg)
-    silent = units_without_items(slug, ctx.ir, ctx.labels, pool)  # kept units that give nothing: say why
+    kept = pl.read_parquet(wd / "ir" / slug / "units.parquet", columns=["unit_id"])
+    if ctx is None and not kept["unit_id"].is_in(pool["unit_id"].unique()).all():
+        ctx = Context(slug, load_ir(cfg, slug), load_labels(cfg, slug), cfg)  # the reasons need the unit's tables
+    # kept units that give nothing, with why (none: the units table alone says so, no other table is read)
+    silent = units_without_items(slug, ctx.ir, ctx.labels, pool) if ctx else \
+        units_without_items(slug, {"units": kept}, {}, pool)
     for r in silent.iter_rows(named=True):
         log.warning("%s/%s: no candidate items: %s", slug, r["unit_id"], r["reason"])
     return {"candidates": pool.height, "families_generated": generated,
@@ -228,9 +231,11 @@ def run_split(cfg: dict) -> dict:
     items = _concat([pl.read_parquet(wd / "items" / f"{s}.parquet") for s in sources(cfg)])
     policy, seed = split_policy(cfg)
     groups = split_mod.build_groups(items, all_units(cfg), policy)
-    # the letter term of the eval selection sees letters balanced per (source, family) over the whole pool; the
-    # letters are then balanced again per split and eval level, since each eval level is its own release file
-    split_df, summary = split_mod.split_items(assign_letters(items, seed), groups, policy, seed)
+    # the eval selection balances each family's answer labels (objective.balance_on: answer_text); only a policy
+    # that balances letters needs letters before the split (they are dealt again per release file below)
+    if policy["objective"]["balance_on"] == "answer":
+        items = assign_letters(items, seed)
+    split_df, summary = split_mod.split_items(items, groups, policy, seed)
     per_file = ("split", "eval_level") if "eval_level" in split_df.columns else ("split",)
     # options drawn uniformly from a source-wide pool are dealt again per release file, so that in each file every
     # label of an option set is the answer equally often; then the letters, balanced per file
