@@ -74,25 +74,30 @@ def main() -> int:
     print(f"good build in {full:.0f}s, full recompute in {forced:.0f}s; killing a recomputing build at {a.points} "
           f"points between {lo * forced:.0f}s and {hi * forced:.0f}s")
     tried = survived = 0
-    for i in range(a.points):
-        delay = forced * (lo + (hi - lo) * (i + 1) / a.points)
-        proc = recompute()
-        time.sleep(delay)
+
+    def kill_and_inspect(proc, token: str, when: str) -> bool:
+        """kill -9 the build (unless it has finished), then: is the release the good one, valid, and does the next
+        build's start (taking the lock) leave nothing stray?"""
         finished = proc.poll() is not None
         if not finished:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        tried += 1
         intact = (tmp / "out" / "release" / "checksums.sha256").read_bytes() == good
         problems = validate_release(tmp / "out" / "release")
         left = _stray(cfg)
-        with publish.build_lock(cfg, f"fault{i}") as cleaned:
+        with publish.build_lock(cfg, token) as cleaned:
             pass
         after = _stray(cfg)
-        ok = intact and not problems and not after
-        survived += ok
-        print(f"kill -9 at {delay:5.1f}s{' (build had finished)' if finished else ''}: release intact={intact}, "
+        print(f"kill -9 {when}{' (build had finished)' if finished else ''}: release intact={intact}, "
               f"valid={not problems}, left={left}, cleaned={len(cleaned)}, stray after next start={after}")
+        return intact and not problems and not after
+
+    for i in range(a.points):
+        delay = forced * (lo + (hi - lo) * (i + 1) / a.points)
+        proc = recompute()
+        time.sleep(delay)
+        tried += 1
+        survived += kill_and_inspect(proc, f"fault{i}", f"at {delay:5.1f}s")
     stage = publish.staging_dir(cfg)
 
     def start_and_wait_for_staging():
@@ -110,21 +115,8 @@ def main() -> int:
             delay = span * i / a.in_release
             proc, t0 = start_and_wait_for_staging()
             time.sleep(max(0.0, delay - (time.time() - t0)))
-            finished = proc.poll() is not None
-            if not finished:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
             tried += 1
-            intact = (tmp / "out" / "release" / "checksums.sha256").read_bytes() == good
-            problems = validate_release(tmp / "out" / "release")
-            left = _stray(cfg)
-            with publish.build_lock(cfg, f"rel{i}") as cleaned:
-                pass
-            after = _stray(cfg)
-            survived += intact and not problems and not after
-            print(f"kill -9 {delay:4.1f}s into the release step{' (build had finished)' if finished else ''}: "
-                  f"release intact={intact}, valid={not problems}, left={left}, cleaned={cleaned}, "
-                  f"stray after next start={after}")
+            survived += kill_and_inspect(proc, f"rel{i}", f"{delay:4.1f}s into the release step")
     # two builds at once on the same folders: the second is refused, the first publishes
     first = recompute()
     time.sleep(3)

@@ -71,13 +71,17 @@ def quarantine_frame(rows: list[dict]) -> pl.DataFrame:
     return pl.from_arrow(to_table(rows, QUARANTINE_SCHEMA))
 
 
+# upstream units one quarantine row stands for: its `units` when it names more than one, else one
+_ROW_UNITS = pl.col("units").fill_null(1).clip(lower_bound=1)
+
+
 def units_lost(quarantine: pl.DataFrame) -> int:
     """Upstream units a quarantine table stands for: one per row, or the row's `units` when it names more."""
     if not quarantine.height:
         return 0
     if "units" not in quarantine.columns:
         return quarantine.height
-    return int(quarantine.select(pl.col("units").fill_null(1).clip(lower_bound=1).sum()).item())
+    return int(quarantine.select(_ROW_UNITS.sum()).item())
 
 
 _CHANNELS = ("pos_x", "pos_y", "pos_z", "speed", "gripper_effort", "gripper_width", "force")
@@ -259,7 +263,7 @@ def summary_text(slug: str, result: IngestResult) -> str:
              f"{result.absent.height} absent (not downloaded)"]
     if q.height:
         lines.append("quarantined by reason:")
-        per = q.group_by("reason").agg(pl.col("units").fill_null(1).clip(lower_bound=1).sum().alias("len"))
+        per = q.group_by("reason").agg(_ROW_UNITS.sum().alias("len"))
         for row in per.sort(["len", "reason"], descending=[True, False]).iter_rows(named=True):
             lines.append(f"  {row['len']:5d}  {row['reason']}")
     if u.height:

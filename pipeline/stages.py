@@ -43,17 +43,10 @@ from .ingest import ingest_source, quarantine_frame, read_ir, summary_text, unit
 from .io import write_json, write_parquet
 from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown
+from .publish import release_dir, work_dir
 from .validate import find_path_leaks, validate_release
 
 log = logging.getLogger(__name__)
-
-
-def work_dir(cfg: dict) -> Path:
-    return path_in_repo(cfg["build"]["work_dir"])
-
-
-def release_dir(cfg: dict) -> Path:
-    return path_in_repo(cfg["build"]["release_dir"])
 
 
 def sources(cfg: dict) -> list[str]:
