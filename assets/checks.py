@@ -12,6 +12,7 @@ from typing import Callable
 
 import dagster as dg
 import polars as pl
+import pyarrow.parquet as pq
 
 from pipeline import stages
 
@@ -55,11 +56,11 @@ def table_metadata(table: Table, cfg: dict) -> dict:
     meta: dict = {"path": dg.MetadataValue.path(table.path)}
     if table.schema is None or not path.is_file():
         return meta
-    df = pl.read_parquet(path)
-    meta["dagster/row_count"] = df.height
+    # from the parquet footer and the first rows: a step's tables can hold millions of rows (IR signals)
+    meta["dagster/row_count"] = pq.ParquetFile(path).metadata.num_rows
     meta["dagster/column_schema"] = dg.TableSchema(
-        columns=[dg.TableColumn(name=c, type=str(t)) for c, t in df.schema.items()])
-    meta["preview"] = dg.MetadataValue.md(preview_markdown(df))
+        columns=[dg.TableColumn(name=c, type=str(t)) for c, t in pl.read_parquet_schema(path).items()])
+    meta["preview"] = dg.MetadataValue.md(preview_markdown(pl.read_parquet(path, n_rows=PREVIEW_ROWS)))
     return meta
 
 
@@ -159,13 +160,13 @@ SHARED_CHECKS = (
 def checks_for(step: Step) -> list[Check]:
     """The checks of the tables a step writes: generated schema checks, then the step's own."""
     out = [_schema_check(t) for t in step.writes if t.schema is not None]
-    if step.name.startswith("ingest_"):
+    names = {t.name for t in step.writes}
+    if f"ir/{step.source}/quarantine" in names:  # the (merged) ingest step, not its shards
         out.append(_quarantine_check(step.source, f"ir/{step.source}/quarantine"))
     if step.name.startswith("labels_"):
         out.append(_quarantine_check(step.source, f"labels/{step.source}/quarantine"))
     if step.name.startswith("items_"):
         out.append(_quota_check(step.source))
-    names = {t.name for t in step.writes}
     return out + [c for c in SHARED_CHECKS if c.asset in names]
 
 

@@ -77,7 +77,7 @@ def cmd_build(args) -> int:
     from pipeline.publish import LockError
     from pipeline.stages import missing_corpus
 
-    from .run import BuildFailed, rebuild, settings_from  # Dagster is the orchestration shell
+    from .run import BuildFailed, GraphMismatch, rebuild, settings_from  # Dagster is the orchestration shell
 
     upstream = _upstream(args.upstream)
     cfg = load_config(Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale)
@@ -108,6 +108,9 @@ def cmd_build(args) -> int:
     except LockError as exc:
         print(f"build not started: {exc}", file=sys.stderr)
         return 3
+    except GraphMismatch as exc:
+        print(f"processbench: error: {exc}", file=sys.stderr)
+        return 2
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         print(f"release NOT published: {release} is unchanged (the last good release, if any)", file=sys.stderr)

@@ -12,6 +12,8 @@ folder and publishes it only when every ERROR check of the build passes (`_publi
 cannot publish a bad release any more than `processbench build` can.
 """
 
+import resource
+import time
 
 import dagster as dg
 
@@ -38,6 +40,23 @@ def _summary_meta(summary: dict) -> dict:
             for k, v in summary.items()}
 
 
+def _peak_rss_mb() -> int:
+    """The largest resident set of this process or one of its finished children (the decode pool): what a step needs
+    (in the in_process engine: the whole build's process so far)."""
+    return round(max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+                 / 1024)
+
+
+def _priority(step: Step) -> int:
+    """The order in which steps waiting for a slot start (higher first): the chain of the source listed first in
+    build.sources first (list the biggest source first: its chain is the build's longest path), and within a chain
+    the later stage first; split and release wait for every chain anyway."""
+    slugs = list(CFG["build"]["sources"])
+    if step.source not in slugs:
+        return 0
+    return (len(slugs) - slugs.index(step.source)) * 10 + ("ir", "labels", "candidates", "items").index(step.group)
+
+
 def step_asset(step: Step) -> dg.AssetsDefinition:
     specs = [dg.AssetSpec(_key(t.name), deps=[_key(r) for r in step.reads], description=t.description,
                           group_name=step.group, kinds={"parquet" if t.schema is not None else "file"},
@@ -47,7 +66,8 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
     checks = checks_for(step)
 
     @dg.multi_asset(name=step.name, specs=specs, check_specs=[c.spec() for c in checks],
-                    description=step.description, can_subset=False, op_tags={"source": step.source or "all"})
+                    description=step.description, can_subset=False,
+                    op_tags={"source": step.source or "all", "dagster/priority": str(_priority(step))})
     def _asset(context: dg.AssetExecutionContext, build: BuildSettings):
         watch_the_build()
         cfg = build.config()
@@ -58,12 +78,14 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
         if step.publishes and not fingerprint.is_fresh(this, cfg, tables_by_name(live)):
             yield from _publish_step(context, this, cfg, live, checks)
             return
+        t0 = time.monotonic()
         summary, skipped, fp = fingerprint.run_step(this, cfg, tables_by_name(live))
         context.log.info(f"{step.name}: {'unchanged, skipped' if skipped else 'computed'} ({fp[:12]})")
+        cost = {"step/seconds": round(time.monotonic() - t0, 1), "step/peak_rss_mb": _peak_rss_mb()}
         for t in step.writes:
             yield dg.MaterializeResult(asset_key=_key(t.name), data_version=dg.DataVersion(fp[:16]),
                                        metadata={**table_metadata(t, cfg), **_summary_meta(summary),
-                                                 "skipped": skipped})
+                                                 "skipped": skipped, **cost})
         for check in checks:
             yield check.evaluate(cfg)
     return _asset

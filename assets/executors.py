@@ -28,6 +28,7 @@ from .settings import BuildSettings
 LOCK_TAG = "processbench/lock"  # the token of the lock the launching CLI holds
 BUILD_PID_ENV = "PROCESSBENCH_BUILD_PID"  # the pid of the `processbench build` process, inherited by its step processes
 _watched: set[int] = set()
+PRELOAD = "assets.definitions"  # what every step imports: the job, its assets, pipeline/, the adapters
 
 
 @contextmanager
@@ -77,6 +78,10 @@ def _requirements(config):
 def build_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     ((kind, config),) = init_context.executor_config.items()
     engine = ENGINES[kind]
+    if kind == "multiprocess" and "start_method" not in config:
+        # step processes fork from a server that imported the definitions once: ~0.3 s to start a step instead of
+        # ~4 s of interpreter start and imports per step (18 steps in a build)
+        config = {**config, "start_method": {"forkserver": {"preload_modules": [PRELOAD]}}}
     if kind == "dask":  # local Dask workers must be allowed children: the frames stage's decode pool
         import dask
 

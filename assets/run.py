@@ -28,6 +28,11 @@ class BuildFailed(RuntimeError):
     pass
 
 
+class GraphMismatch(RuntimeError):
+    """The config asks for steps the job does not have: the job's graph is built from the repository's configs/ when
+    the definitions load (the UI shows it), and a config dir of a run can change settings, not the graph."""
+
+
 def _failed_checks(result: dg.ExecutionResult, severity: dg.AssetCheckSeverity) -> list[str]:
     out = []
     for ev in result.get_asset_check_evaluations():
@@ -40,9 +45,17 @@ def _failed_checks(result: dg.ExecutionResult, severity: dg.AssetCheckSeverity) 
 def plan(settings: BuildSettings) -> list[str]:
     """Names of the steps the build must run for these settings (stale ones and their downstream)."""
     cfg = settings.config()
-    steps = all_steps(cfg)  # the chosen sources only
-    known = {s.name for s in STEPS}
-    return [s.name for s in fingerprint.stale_steps(steps, cfg) if s.name in known]
+    return [s.name for s in fingerprint.stale_steps(job_steps(cfg), cfg)]
+
+
+def job_steps(cfg: dict):
+    """The steps of the chosen sources, in order; GraphMismatch when the job lacks one."""
+    steps = all_steps(cfg)
+    unknown = sorted({s.name for s in steps} - {s.name for s in STEPS})
+    if unknown:
+        raise GraphMismatch(f"steps {', '.join(unknown)} are not in the build job, whose graph comes from the "
+                            "repository's configs/: set sources.<slug>.ingest_shards there, not in a --config-dir")
+    return steps
 
 
 def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance | None = None, log=print,
@@ -65,7 +78,7 @@ def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance 
 def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concurrent, dask_address, force) -> dict:
     exec_cfg = dict(cfg["build"].get("executor") or {})
     engine = executor or exec_cfg.get("engine", "multiprocess")
-    steps = [s.name for s in STEPS if s.name in {x.name for x in all_steps(cfg)}] if force else plan(settings)
+    steps = [s.name for s in job_steps(cfg)] if force else plan(settings)
     if not steps:
         log("[build] every step is up to date: nothing to run")
         return {"failed_checks": [], "warnings": [], "steps": [], "run_id": None, "published": False}

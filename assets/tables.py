@@ -21,6 +21,7 @@ import pyarrow as pa
 from pipeline import stages
 from pipeline.choices import LETTER_COLUMNS
 from pipeline.families.common import CANDIDATE_SCHEMA
+from pipeline.frames.extract import ITEM_FRAMES_SCHEMA
 from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
 from pipeline.schema import RELEASE_SCHEMA
 from pipeline.split import GROUPS_SCHEMA
@@ -68,20 +69,42 @@ class Step:
     publishes: bool = False  # writes into the release's staging folder, published only when every check passes
 
 
-def _ir(slug: str) -> tuple[Table, ...]:
-    tables = [Table(("ir", slug, t), f"ir/{slug}/{t}.parquet", f"{slug} episode IR: {t}", _polars(s))
+def _ir(slug: str, shard: int | None = None) -> tuple[Table, ...]:
+    """The IR tables of a source, or of one of its ingest shards (under ir/<slug>/shards/<k>/)."""
+    key, folder, of = (("ir", slug), f"ir/{slug}", slug) if shard is None else \
+        (("ir", slug, f"shard{shard}"), f"ir/{slug}/shards/{shard}", f"{slug} shard {shard}")
+    tables = [Table((*key, t), f"{folder}/{t}.parquet", f"{of} episode IR: {t}", _polars(s))
               for t, s in IR_SCHEMAS.items()]
-    tables.append(Table(("ir", slug, "quarantine"), f"ir/{slug}/quarantine.parquet",
-                        f"{slug} units ingest could not read, with unit, stage, reason and file",
+    tables.append(Table((*key, "quarantine"), f"{folder}/quarantine.parquet",
+                        f"{of} units ingest could not read, with unit, stage, reason and file",
                         _polars(QUARANTINE_SCHEMA)))
-    tables.append(Table(("ir", slug, "notes"), f"ir/{slug}/notes.parquet",
-                        f"{slug}: what the adapter assumed or repaired in units it kept", NOTES_SCHEMA))
+    tables.append(Table((*key, "notes"), f"{folder}/notes.parquet",
+                        f"{of}: what the adapter assumed or repaired in units it kept", NOTES_SCHEMA))
     return tuple(tables)
 
 
-def source_steps(slug: str) -> list[Step]:
+def ingest_steps(slug: str, shards: int, ir: tuple[Table, ...], corpus: Table) -> list[Step]:
+    """One ingest step, or (sources.<slug>.ingest_shards > 1) one per shard of the units (a stable hash of the unit
+    id: pipeline/ingest.py shard_of) and the step merging their IR: a big source read by many workers at once."""
+    root = lambda cfg: Path(cfg["sources"][slug]["root"])  # noqa: E731
+    what = f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units."
+    if shards == 1:
+        return [Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir + (corpus,), (),
+                     (f"sources.{slug}",), what, slug, external=root)]
+    parts = [_ir(slug, k) for k in range(shards)]
+    return [Step(f"ingest_{slug}_{k}", "ir", lambda cfg, k=k: stages.run_ingest_shard(cfg, slug, k), parts[k], (),
+                 (f"sources.{slug}",), f"Shard {k} of {shards} of {slug}'s units: {what}", slug, external=root)
+            for k in range(shards)] + [
+        Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir + (corpus,),
+             tuple(t.name for p in parts for t in p), (f"sources.{slug}",),
+             f"Merge the IR of {slug}'s {shards} ingest shards, note duplicates across them, fingerprint the corpus.",
+             slug, external=root)]
+
+
+def source_steps(slug: str, shards: int = 1) -> list[Step]:
     ir = _ir(slug)
-    # read by the release only (its provenance), so not among the IR tables labels and candidates read
+    # read by the items step (its selection key holds the corpus's content fingerprint) and the release (provenance),
+    # so not among the IR tables labels and candidates read
     corpus = Table(("ir", slug, "corpus"), f"ir/{slug}/corpus.json",
                    f"{slug}: the corpus's content fingerprint and origin (sample generator or user root)")
     labels = tuple(Table(("labels", slug, t), f"labels/{slug}/{t}.parquet", f"{slug} process labels: {t}", dict(s))
@@ -97,20 +120,20 @@ def source_steps(slug: str) -> list[Step]:
                    {**CANDIDATE_SCHEMA, **ITEM_COLUMNS}),
              Table(("gate_quarantine", slug), f"items/{slug}_quarantine.parquet",
                    f"{slug}: items the visual gate dropped, with the reason", _polars(QUARANTINE_SCHEMA)),
-             Table(("shortfall", slug), f"items/{slug}_shortfall.json", f"{slug}: families short of their quota"))
+             Table(("shortfall", slug), f"items/{slug}_shortfall.json", f"{slug}: families short of their quota"),
+             Table(("item_frames", slug), f"items/{slug}_frames.parquet",
+                   f"{slug}: the frames the items show, with pixel hash and grey thumbnail (read by the validity audit)",
+                   dict(ITEM_FRAMES_SCHEMA)))
     names = lambda tables: tuple(t.name for t in tables)  # noqa: E731
-    return [
-        Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir + (corpus,), (),
-             (f"sources.{slug}",),
-             f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units.", slug,
-             external=lambda cfg: Path(cfg["sources"][slug]["root"])),
+    return ingest_steps(slug, shards, ir, corpus) + [
         Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels + (labels_quarantine,),
              names(ir),
              ("labels", "build"), f"Per-frame process labels of {slug} from its IR (configs/labels.yaml).", slug),
         Step(f"candidates_{slug}", "candidates", lambda cfg: stages.run_candidates(cfg, slug), (candidates,),
              names(ir) + names(labels), (f"tasks.{slug}", "labels", "build"),
              f"Candidate items of every family for {slug} from the templates in configs/tasks/.", slug),
-        Step(f"items_{slug}", "items", lambda cfg: stages.run_frames(cfg, slug), items, (candidates.name,),
+        Step(f"items_{slug}", "items", lambda cfg: stages.run_frames(cfg, slug), items,
+             (candidates.name, corpus.name),
              (f"tasks.{slug}", "build", "frames", f"sources.{slug}"),
              f"Select {slug}'s quotas, decode their frames, drop what the visual gate rejects (with replacements), "
              "order the T8/T9 frames, hash the images.", slug,
@@ -140,13 +163,14 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
                          root="release"))
     units = tuple(f"ir/{s}/units" for s in slugs)
     corpora = tuple(f"ir/{s}/corpus" for s in slugs)
+    frames = tuple(f"item_frames/{s}" for s in slugs)
     return [
         Step("split", "split", stages.run_split, split, tuple(f"items/{s}" for s in slugs) + units,
              ("split", "build", "tasks"),
              "Group items by isolation unit and choose eval groups per source, stratified per family and answer "
              "letter (configs/split.yaml); the answer letters, balanced within each split and eval level."),
         Step("release", "release", stages.run_release, tuple(release),
-             ("split/items", "split/summary") + units + corpora,
+             ("split/items", "split/summary") + units + corpora + frames,
              ("*",),  # the release documents every config file
              "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums; "
              "built in a staging folder and published only when every check of the build passes.",
@@ -157,7 +181,7 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
 def all_steps(cfg: dict, slugs: list[str] | None = None) -> list[Step]:
     """Every step of the build in dependency order (the per-source chains, then split and release)."""
     slugs = list(cfg["build"]["sources"]) if slugs is None else slugs
-    return [st for s in slugs for st in source_steps(s)] + shared_steps(cfg, slugs)
+    return [st for s in slugs for st in source_steps(s, stages.ingest_shards(cfg, s))] + shared_steps(cfg, slugs)
 
 
 def tables_by_name(steps: list[Step]) -> dict[str, Table]:

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -26,36 +27,49 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def measure(cmd: list[str], env: dict) -> dict:
-    """Run cmd; sample the RSS of its whole process tree every 0.2 s; cores busy = CPU time of the tree / wall."""
+    """Run cmd; sample its whole process tree every 0.2 s: the sum of RSS (shared pages counted in every process that
+    maps them, so an upper bound) and of PSS (shared pages split between the processes: what the tree really holds),
+    and the largest single RSS. Cores busy = CPU time of every process of the tree (each counted once, when its parent
+    reaps it) / wall."""
     load = os.getloadavg()[0]
+    cpu0 = _children_cpu_s()
     t0 = time.time()
     proc = psutil.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak_tree = peak_one = 0
-    cpu: dict[int, float] = {}
+    peak_tree = peak_one = peak_pss = 0
+    tick = 0
     while proc.poll() is None:
         try:
             tree = [proc, *proc.children(recursive=True)]
         except psutil.NoSuchProcess:
             break
-        total = 0
+        full = tick % 5 == 0  # PSS reads /proc/<pid>/smaps_rollup: once a second, so the sampling stays cheap
+        total = pss = 0
         for p in tree:
             try:
-                rss = p.memory_info().rss
-                t = p.cpu_times()
-                cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
+                mem = p.memory_full_info() if full else p.memory_info()
             except psutil.Error:
                 continue
-            total += rss
-            peak_one = max(peak_one, rss)
+            total += mem.rss
+            pss += getattr(mem, "pss", mem.rss)
+            peak_one = max(peak_one, mem.rss)
         peak_tree = max(peak_tree, total)
+        peak_pss = max(peak_pss, pss) if full else peak_pss
+        tick += 1
         time.sleep(0.2)
     out = proc.stdout.read()
+    proc.wait()
     wall = time.time() - t0
     steps = re.search(r"\((\d+) step\(s\) run", out)
     return {"cmd": " ".join(cmd[1:]), "rc": proc.returncode, "wall_s": round(wall, 1),
-            "cores_busy": round(sum(cpu.values()) / max(wall, 1e-9), 2),
-            "peak_rss_tree_mb": round(peak_tree / 2**20), "peak_rss_process_mb": round(peak_one / 2**20),
+            "cores_busy": round((_children_cpu_s() - cpu0) / max(wall, 1e-9), 2),
+            "peak_rss_tree_mb": round(peak_tree / 2**20), "peak_pss_tree_mb": round(peak_pss / 2**20),
+            "peak_rss_process_mb": round(peak_one / 2**20),
             "steps_run": int(steps.group(1)) if steps else 0, "load_before": round(load, 2),
             "load_after": round(os.getloadavg()[0], 2), "tail": out.strip().splitlines()[-3:]}
 

@@ -54,3 +54,12 @@ def config_part(cfg: dict, sections: tuple[str, ...]) -> dict:
 def digest(doc) -> str:
     """sha256 of a JSON-able document (sorted keys; paths and other objects by str)."""
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def table_digest(df) -> str:
+    """sha256 of a polars table's schema and rows (row hashes in order; polars's row hash is fixed per version)."""
+    import polars as pl
+
+    h = hashlib.sha256(f"{pl.__version__}\0{list(df.schema.items())}".encode())
+    h.update(df.hash_rows(seed=0).to_numpy().tobytes())
+    return h.hexdigest()

@@ -149,11 +149,17 @@ def text_field_problem(ir) -> str | None:
     return None
 
 
+def shard_of(unit_id: str, shards: int) -> int:
+    """A unit's ingest shard: a stable hash of its id (sha256, never Python's salted hash), alike in every process."""
+    return int.from_bytes(hashlib.sha256(unit_id.encode()).digest()[:8], "big") % shards
+
+
 def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
                   progress: Callable[[Iterable], Iterable] | None = None,
-                  limits: dict | None = None) -> IngestResult:
+                  limits: dict | None = None, shard: tuple[int, int] | None = None) -> IngestResult:
     """Read every unit of one source into the IR. Never raises for bad data: it quarantines.
-    `limits`: `build.ir_limits` (default: from configs/build.yaml)."""
+    `limits`: `build.ir_limits` (default: from configs/build.yaml). `shard` (k, n): only the units of shard k of n
+    (`shard_of`); `merge_shards` makes the source's IR of the n results."""
     if limits is None:
         from .config import load_config
 
@@ -182,6 +188,10 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     # Archive-level problems an adapter found while listing (a damaged tar, an unsafe member name): one row each.
     for file, reason in getattr(adapter, "issues", []):
         row("*", reason, file)
+    if shard is not None:  # the whole-source rows once (shard 0); duplicates across shards are the merge's to note
+        if shard[0]:
+            quarantine.clear()
+        unit_ids = [u for u in unit_ids if shard_of(u, shard[1]) == shard[0]]
     parts: dict[str, list[pa.Table]] = {"units": [], "frames": [], "signals": [], "segments": []}
     notes: list[dict] = []
     absent: list[dict] = []
@@ -214,7 +224,8 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         parts["signals"].append(ir.signals)
         parts["segments"].append(ir.segments)
         notes += [{"source": slug, "unit_id": unit_id, "note": redact_paths(str(n), roots)} for n in ir.notes]
-    notes += _duplicate_notes(slug, kept)
+    if shard is None:
+        notes += _duplicate_notes(slug, kept)
     if absent:
         log.info("%s: %d units absent (media not downloaded), skipped", slug, len(absent))
     for q in quarantine:
@@ -228,6 +239,23 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         notes=pl.DataFrame(notes, schema={"source": pl.String, "unit_id": pl.String, "note": pl.String}),
         absent=pl.from_arrow(to_table(absent, ABSENT_SCHEMA)),
     )
+
+
+def merge_shards(slug: str, parts: list[dict[str, pl.DataFrame]]) -> IngestResult:
+    """The source's IR from its shards' (read_ir of each `ingest_source(shard=...)` result): every table in unit order
+    as one whole ingest writes it (the adapter lists units sorted), whole-source quarantine rows first, and the notes
+    on units duplicating another, across shards."""
+    def by_unit(name: str, rows: pl.Expr = pl.lit(True)) -> pl.DataFrame:
+        return pl.concat([p[name].filter(rows) for p in parts]).sort("unit_id", maintain_order=True)
+
+    units = by_unit("units")
+    notes = by_unit("notes")
+    duplicates = _duplicate_notes(slug, units.select("unit_id", "content_hash").to_dicts())
+    return IngestResult(
+        units=units, frames=by_unit("frames"), signals=by_unit("signals"), segments=by_unit("segments"),
+        quarantine=pl.concat([by_unit("quarantine", pl.col("unit_id") == "*"),
+                              by_unit("quarantine", pl.col("unit_id") != "*")]),
+        notes=pl.concat([notes, pl.DataFrame(duplicates, schema=notes.schema)]), absent=by_unit("absent"))
 
 
 def _relative(file: str | None, roots) -> str | None:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import re
@@ -31,6 +32,7 @@ _GENERIC_NAMES = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody
                             "localhost", "build", "home", "work", "worker", "main", "test", "default", "node"})
 
 
+@functools.lru_cache(maxsize=1)  # the user and host of a process do not change; asked once per text field checked
 def _identity_tokens() -> list[str]:
     tokens = set()
     try:
@@ -42,8 +44,11 @@ def _identity_tokens() -> list[str]:
     return sorted(t for t in tokens if t and len(t) >= 4 and t.lower() not in _GENERIC_NAMES)
 
 
+_REPO = str(Path(__file__).resolve().parent.parent)
+
+
 def _local_dirs() -> list[str]:
-    dirs = {str(Path.home()), os.getcwd(), tempfile.gettempdir(), str(Path(__file__).resolve().parent.parent)}
+    dirs = {str(Path.home()), os.getcwd(), tempfile.gettempdir(), _REPO}
     return sorted(d for d in dirs if len(d) >= 5)
 
 

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from .io import dumps_json, write_json
 
-# Keys whose values say where things lie on this machine, not what was built: left out of the config hash.
-_PATH_KEYS = {"build": ("work_dir", "release_dir"), "sources": ("root",)}
+# Keys whose values say where things lie on this machine, or how the build spreads over processes (every engine and
+# shard count builds the same bytes), not what was built: left out of the config hash.
+_PATH_KEYS = {"build": ("work_dir", "release_dir", "executor"), "sources": ("root", "ingest_shards")}
 
 
 def corpus_fingerprint(slug: str, root: Path, options: dict | None = None) -> dict:
@@ -91,7 +92,8 @@ def corpus_record(slug: str, root: Path, options: dict | None = None) -> dict:
 
 
 def config_hash(cfg: dict) -> str:
-    """sha256 of the merged, validated configuration without the keys that only say where things lie."""
+    """sha256 of the merged, validated configuration without the keys that only say where things lie or how the
+    build ran (_PATH_KEYS)."""
     def strip(section: str, value):
         keys = _PATH_KEYS.get(section, ())
         if section == "sources" and isinstance(value, dict):

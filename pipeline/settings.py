@@ -95,6 +95,7 @@ class SourceEntry(Strict):
     unit_type: Literal["episode", "recording"]
     root: str                                    # relative to the repository; {scale} = build.scale
     adapter: AdapterOptions = AdapterOptions()   # keyword options of the adapter's constructor
+    ingest_shards: int = Field(1, ge=1, le=4096)  # ingest steps its units are spread over (stable hash of the id)
 
 
 SourcesFile = dict[Slug, SourceEntry]

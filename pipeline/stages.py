@@ -6,10 +6,12 @@ for per-source stages, the source slug.
 
 Work folder layout (configs/build.yaml `work_dir`):
     ir/<slug>/{units,frames,signals,segments,quarantine}.parquet   ingest
+    ir/<slug>/shards/<k>/*.parquet                                 ingest shard k (sources.<slug>.ingest_shards > 1)
     labels/<slug>/<table>.parquet                                  labels
     candidates/<slug>.parquet                                      candidate items (over-complete pool)
     candidates/<slug>/<task>.<key>.parquet                         one family's part of it (see run_candidates)
     items/<slug>.parquet, items/<slug>_quarantine.parquet          selected, visually gated, images hashed
+    items/<slug>_frames.parquet                                    the items' frames: pixel hash, grey thumbnail
     frame_cache/                                                   content-addressed decoded frames
     split/{items,groups}.parquet, split/summary.json               split (with the answer letters)
 """
@@ -30,17 +32,17 @@ from .choices import assign_letters, deal_options, display_order
 from .config import path_in_repo, split_policy
 from .exports import run_exports
 from .validity import REPORT_FILES, run_validity
-from .digests import code_digest, config_part, digest, file_digest
+from .digests import code_digest, config_part, digest, file_digest, table_digest
 from .families import Context, enabled_families, family_candidates, merge_candidates
 from .families.no_items import units_without_items
 from .frames.cache import FrameCache
-from .frames.extract import extract_from_config, requests_from_items
+from .frames.extract import FRAME_TABLE_SCHEMA, extract_from_config, item_frames, requests_from_items
 from .frames.gate import gate_items
 from .frames.readers import AdapterReaders
 from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
-from .ingest import ingest_source, quarantine_frame, read_ir, summary_text, units_lost, write_ir
-from .io import write_json, write_parquet
+from .ingest import ingest_source, merge_shards, quarantine_frame, read_ir, summary_text, units_lost, write_ir
+from .io import atomic_write_bytes, write_json, write_parquet
 from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown
 from .publish import release_dir, work_dir
@@ -70,11 +72,34 @@ def missing_corpus(cfg: dict, slug: str) -> str | None:
             f"--sources {slug}` or `make rebuild` (or build with --samples), or pass --upstream {slug}=PATH")
 
 
-def run_ingest(cfg: dict, slug: str) -> dict:
+def ingest_shards(cfg: dict, slug: str) -> int:
+    return int(cfg["sources"][slug]["ingest_shards"])
+
+
+def shard_dir(cfg: dict, slug: str, k: int) -> Path:
+    return work_dir(cfg) / "ir" / slug / "shards" / str(k)
+
+
+def run_ingest_shard(cfg: dict, slug: str, k: int) -> dict:
+    """Shard k of a source's ingest (sources.<slug>.ingest_shards > 1): the units whose stable hash falls in it."""
     if problem := missing_corpus(cfg, slug):
         raise MissingCorpus(problem)
     src = cfg["sources"][slug]
-    result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"])
+    result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"],
+                           shard=(k, ingest_shards(cfg, slug)))
+    write_ir(result, shard_dir(cfg, slug, k))
+    return {"units": result.units.height, "quarantined": units_lost(result.quarantine)}
+
+
+def run_ingest(cfg: dict, slug: str) -> dict:
+    """The source's IR: read through its adapter, or merged from its shards' IR when it is read in shards."""
+    if problem := missing_corpus(cfg, slug):
+        raise MissingCorpus(problem)
+    src = cfg["sources"][slug]
+    if ingest_shards(cfg, slug) > 1:
+        result = merge_shards(slug, [read_ir(shard_dir(cfg, slug, k)) for k in range(ingest_shards(cfg, slug))])
+    else:
+        result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"])
     write_ir(result, work_dir(cfg) / "ir" / slug)
     # the corpus's content fingerprint and origin (sample generator or user root), for the release's provenance
     write_json(work_dir(cfg) / "ir" / slug / "corpus.json",
@@ -159,14 +184,57 @@ def run_candidates(cfg: dict, slug: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- frames
+def selection_key(cfg: dict, slug: str, pool: pl.DataFrame) -> str:
+    """Everything the items step's selection, gate, frames and images depend on: the code, the candidate pool but for
+    its question text, the quotas and selection settings, the build, frames and source settings, and the upstream
+    corpus's content fingerprint. Equal keys give equal items but for the question column."""
+    quotas = items_mod.quotas(cfg, slug)
+    corpus = json.loads((work_dir(cfg) / "ir" / slug / "corpus.json").read_text(encoding="utf-8"))
+    return digest({"code": code_digest(("pipeline", "upstream_adapters")), "pool": table_digest(pool.drop("question")),
+                   "quotas": dict(quotas), "settings": quotas.settings, "upstream": corpus["corpus_fingerprint"],
+                   "config": config_part(cfg, ("build", "frames", f"sources.{slug}"))})
+
+
+def _items_files(cfg: dict, slug: str) -> dict[str, Path]:
+    d = work_dir(cfg) / "items"
+    return {"items": d / f"{slug}.parquet", "quarantine": d / f"{slug}_quarantine.parquet",
+            "frames": d / f"{slug}_frames.parquet", "shortfall": d / f"{slug}_shortfall.json",
+            "key": d / f"{slug}.selection_key"}
+
+
+def _reuse_items(cfg: dict, slug: str, key: str, pool: pl.DataFrame) -> dict | None:
+    """A question-template edit: when the last run's items were made under the same selection key, take them with the
+    pool's new question text instead of selecting, decoding and rendering again (None when they cannot be reused)."""
+    files = _items_files(cfg, slug)
+    if not all(p.is_file() for p in files.values()) or files["key"].read_text(encoding="utf-8").strip() != key:
+        return None
+    old = pl.read_parquet(files["items"])
+    question = old.select("candidate_key").join(pool.select("candidate_key", "question"), on="candidate_key",
+                                                how="left", maintain_order="left")["question"]
+    if question.len() != old.height or question.null_count():
+        return None
+    items = old.with_columns(question)
+    if not items.equals(old):
+        write_parquet(files["items"], items)
+    short = json.loads(files["shortfall"].read_text(encoding="utf-8"))
+    return {"items": items.height, "quota": int(sum(items_mod.quotas(cfg, slug).values())),
+            "gate_dropped": pl.read_parquet(files["quarantine"]).height, "frames_decoded": 0, "frames_cached": 0,
+            "frame_cache_bad_entries": 0, "shortfall": short, "selection_reused": True}
+
+
 def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     """Select each family's quota, decode its frames, gate them, and ask for replacements until the quotas hold or the
     pool runs out; then fix the T8/T9 display order (pipeline/choices.py) and hash the images each item shows.
-    Answer letters are the split's (run_split)."""
+    Answer letters are the split's (run_split). When only question texts changed since the last run (same
+    `selection_key`), the last items are kept with the new questions."""
     seed = cfg["build"]["release_seed"]
     gate_cfg = cfg["build"]["items"]
     wd = work_dir(cfg)
     pool = pl.read_parquet(wd / "candidates" / f"{slug}.parquet")
+    key = selection_key(cfg, slug, pool)
+    if (reused := _reuse_items(cfg, slug, key, pool)) is not None:
+        return reused
+    _items_files(cfg, slug)["key"].unlink(missing_ok=True)  # written last: a run cut short leaves no key
     quotas = items_mod.quotas(cfg, slug)
     cache = FrameCache.from_config(cfg)
     readers = AdapterReaders.from_config(cfg)
@@ -199,15 +267,18 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     frame_table = pl.concat(frame_parts, how="vertical_relaxed") if frame_parts else None
     if frame_table is not None:
         items = add_image_hashes(items, frame_table, cache, cfg["frames"]["image"], open_reader=readers)
+    frames = item_frames(items, frame_table if frame_table is not None else pl.DataFrame(schema=FRAME_TABLE_SCHEMA))
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
     short = items_mod.shortfall(items, quotas, source=slug)
     write_parquet(wd / "items" / f"{slug}.parquet", items)
     write_parquet(wd / "items" / f"{slug}_quarantine.parquet", quarantine)
+    write_parquet(wd / "items" / f"{slug}_frames.parquet", frames)
     write_json(wd / "items" / f"{slug}_shortfall.json", short)
+    atomic_write_bytes(_items_files(cfg, slug)["key"], key.encode())
     return {"items": items.height, "quota": int(sum(quotas.values())), "gate_dropped": quarantine.height,
             "frames_decoded": cache.counters["decoded"], "frames_cached": cache.counters["hits"],
             "frame_cache_bad_entries": cache.counters["bad_entries"] + cache.counters["bad_renders"],
-            "shortfall": short}
+            "shortfall": short, "selection_reused": False}
 
 
 # --------------------------------------------------------------------------------------------------- split

@@ -35,19 +35,21 @@ def test_one_asset_per_table_with_the_lineage_the_code_reads():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     per_source = {f"ir/{s}/{t}" for s in SLUGS for t in ("units", "frames", "signals", "segments", "quarantine",
                                                           "notes", "corpus")}
-    per_source |= {f"{layer}/{s}" for s in SLUGS for layer in ("candidates", "items", "gate_quarantine", "shortfall")}
+    per_source |= {f"{layer}/{s}" for s in SLUGS
+                   for layer in ("candidates", "items", "gate_quarantine", "shortfall", "item_frames")}
     assert per_source <= keys
     assert {f"labels/gm100/{t}" for t in ("units", "frames", "arms", "steps", "segments", "primitives")} <= keys
     assert {"split/items", "split/summary"} | {f"release/{n}" for n in cfg["release"]["files"]} <= keys
     # every table a stage reads is a declared dependency (split and release read the IR units; the release also the
-    # corpus records, for its provenance)
+    # corpus records, for its provenance, and the items' frame thumbnails, for its validity audit)
     assert _deps(graph, "split/items") == {f"items/{s}" for s in SLUGS} | {f"ir/{s}/units" for s in SLUGS}
     assert _deps(graph, "release/eval_parquet") == ({"split/items", "split/summary"} |
-                                                   {f"ir/{s}/units" for s in SLUGS} | {f"ir/{s}/corpus" for s in SLUGS})
+                                                   {f"ir/{s}/units" for s in SLUGS} | {f"ir/{s}/corpus" for s in SLUGS}
+                                                   | {f"item_frames/{s}" for s in SLUGS})
     assert _deps(graph, "candidates/aist") == {f"ir/aist/{t}" for t in ("units", "frames", "signals", "segments",
                                                                         "quarantine", "notes")} | \
         {f"labels/aist/{t}" for t in ("units", "frames", "arms", "steps", "segments", "primitives")}
-    assert _deps(graph, "items/aist") == {"candidates/aist"}
+    assert _deps(graph, "items/aist") == {"candidates/aist", "ir/aist/corpus"}  # its selection key: the corpus
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
         assert node.description and node.group_name in {"ir", "labels", "candidates", "items", "split", "release"}

@@ -116,8 +116,11 @@ def test_bad_cache_entries_are_detected_and_decoded_again(demo_samples, demo_rel
     for n, how in enumerate(CORRUPTIONS):  # two entries per kind
         for path in picked[2 * n: 2 * n + 2]:
             _corrupt(path, how, other=pngs[(pngs.index(path) + 1) % len(pngs)])
-    # render memos gone, so the frames' pixels are read again (the path where a bad entry reached the release)
+    # render memos gone, so the frames' pixels are read again (the path where a bad entry reached the release); no
+    # selection key, so each items step selects and renders again rather than keeping its last items
     shutil.rmtree(work / "frame_cache" / "renders")
+    for key in (work / "items").glob("*.selection_key"):
+        key.unlink()
     outs = {s: stages.run_frames(cfg, s) for s in slugs}  # never fatal
     differ = [s for s in slugs if not _items(work, s).equals(before[s])]
     assert not differ, f"items differ after cache corruption: {differ}"
@@ -141,6 +144,7 @@ def test_bad_render_memos_are_rendered_again(demo_samples, demo_release, tmp_pat
     a, b, c = random.Random(3).sample(memos, 3)
     shutil.copyfile(b, a)  # another item's hashes under this key
     c.write_text(json.dumps({"key": c.stem, "hashes": ["0" * 64] * 99}))  # wrong number of images
+    (work / "items" / "aist.selection_key").unlink()  # else the step keeps its last items (nothing changed)
     out = stages.run_frames(cfg, "aist")
     assert _items(work, "aist").equals(before)
     assert out["frame_cache_bad_entries"] == 2 and out["frames_decoded"] == 0

@@ -204,6 +204,7 @@ def test_provenance_is_path_free_and_deterministic():
     a = load_config(scale="demo")
     b = load_config(scale="demo", upstream={"gm100": "/data/elsewhere/gm100"})
     b["build"]["release_dir"], b["build"]["work_dir"] = "/tmp/r", "/tmp/w"
+    b["build"]["executor"]["engine"], b["sources"]["gm100"]["ingest_shards"] = "dask", 8  # nor how it runs
     corpora = {"gm100": {"origin": "user", "corpus_fingerprint": "f" * 64, "units_listed": 3, "samples": None}}
     text = provenance.provenance_json(a, corpora)
     assert text == provenance.provenance_json(b, corpora)  # where things lie changes nothing

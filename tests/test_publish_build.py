@@ -153,13 +153,6 @@ def _watching(pid: int) -> bool:
         return False
 
 
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
-
-
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
@@ -185,15 +178,17 @@ def test_step_processes_die_with_a_killed_build(demo_samples, tmp_path):
     try:
         deadline, steps = time.time() + 180, []
         while not steps and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.05)  # a step process (a child of the build) whose step has begun: it watches the build
-            steps = [p for p in _build_children(proc.pid) if _parent(p) == proc.pid and _watching(p)]
+            time.sleep(0.05)  # a step process (forked by the executor's fork server) whose step has begun: it
+            steps = [p for p in _build_children(proc.pid) if _watching(p)]  # watches the build
         assert steps, "no step process watching the build was seen before the build ended"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.time() + 3
-        while (alive := [p for p in steps if not _zombie(p) and Path(f"/proc/{p}").exists()]) and time.time() < deadline:
+        # the step processes, and every other process of the build (the fork server, decode workers), end with it
+        running = lambda: [p for p in sorted(set(steps + _build_children(proc.pid))) if not _zombie(p)]  # noqa: E731
+        while (alive := running()) and time.time() < deadline:
             time.sleep(0.05)
-        assert not alive, f"step processes {alive} outlived the killed build"
+        assert not alive, f"processes {alive} of the killed build outlived it"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -100,6 +100,39 @@ def test_one_template_edit_generates_only_that_family(demo_samples, demo_release
     assert calls == families.enabled_families(cfg5, slug)
 
 
+def test_a_question_edit_keeps_the_items_selection(demo_samples, demo_release, tmp_path):
+    """After a T5 question edit the items step takes the last selection with the new question text, and gives the
+    items a full run gives; a change the selection depends on (a quota), or a missing selection key, selects again."""
+    import polars as pl
+
+    from assets.fingerprint import REPO
+    from pipeline import stages
+
+    slug = "gm100"
+    configs = tmp_path / "configs"
+    shutil.copytree(REPO / "configs", configs)
+    t5 = configs / "tasks" / "T5.yaml"
+    t5.write_text(t5.read_text().replace("how far along is the current", "how far along is this"))
+    work, fresh_work = tmp_path / "work", tmp_path / "fresh"
+    for w in (work, fresh_work):
+        shutil.copytree(demo_release.parent / "work", w, ignore=shutil.ignore_patterns("split", "_fingerprints"))
+    cfg5, fresh5 = (_settings(demo_samples, w, tmp_path / "release", configs).config() for w in (work, fresh_work))
+    for c in (cfg5, fresh5):
+        stages.run_candidates(c, slug)
+    (fresh_work / "items" / f"{slug}.selection_key").unlink()  # no key: a full selection
+    assert stages.run_frames(fresh5, slug)["selection_reused"] is False
+    summary = stages.run_frames(cfg5, slug)
+    assert summary["selection_reused"] is True and summary["frames_decoded"] == 0
+    items = pl.read_parquet(work / "items" / f"{slug}.parquet")
+    assert items.equals(pl.read_parquet(fresh_work / "items" / f"{slug}.parquet"))
+    t5_items = items.filter(pl.col("task_id") == "T5")
+    assert t5_items.height and t5_items["question"].str.contains("how far along is this").all()
+
+    # planted: a quota is part of what the selection depends on
+    cfg5["tasks"]["T5"]["quota"][slug] += 500
+    assert stages.run_frames(cfg5, slug)["selection_reused"] is False
+
+
 def test_the_release_step_writes_its_checksums_once(demo_samples, demo_release, tmp_path, monkeypatch):
     """Writers, exports and the validity report all land before checksums.sha256, which is written once, last; the
     rerun gives the demo release's bytes."""

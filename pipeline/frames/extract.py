@@ -147,6 +147,18 @@ def extract_frames(requests: pl.DataFrame, open_reader, cache: FrameCache, worke
     return pl.DataFrame(rows, schema=FRAME_TABLE_SCHEMA).sort([*VIDEO_KEY, "frame_index"])
 
 
+ITEM_FRAMES_SCHEMA = {k: FRAME_TABLE_SCHEMA[k] for k in (*VIDEO_KEY, "frame_index", "pixel_sha256", "thumb")}
+
+
+def item_frames(items: pl.DataFrame, frame_table: pl.DataFrame) -> pl.DataFrame:
+    """The distinct frames the items show, with their pixel hash and grey thumbnail (ITEM_FRAMES_SCHEMA): what the
+    validity audit compares, kept beside the items so it never reads the frame cache or the upstream data again."""
+    wanted = requests_from_items(items)
+    ok = frame_table.filter(pl.col("status") == "ok").select(list(ITEM_FRAMES_SCHEMA)).unique([*VIDEO_KEY, "frame_index"])
+    return wanted.join(ok, on=[*VIDEO_KEY, "frame_index"], how="inner").select(list(ITEM_FRAMES_SCHEMA)) \
+        .cast(ITEM_FRAMES_SCHEMA).sort([*VIDEO_KEY, "frame_index"])
+
+
 def extract_from_config(requests: pl.DataFrame, open_reader, cache: FrameCache, cfg: dict, progress=None) -> pl.DataFrame:
     """extract_frames with workers / mp_context / in-flight bound from configs/frames.yaml."""
     fr = cfg["frames"] if "frames" in cfg else cfg

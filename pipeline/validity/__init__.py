@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import per_source
 from .baselines import cell_baselines
-from .images import ThumbSource, shared_images, temporal_gaps
+from .images import FrameThumbs, shared_images, temporal_gaps
 from .report import render_markdown
 
 __all__ = ["audit", "problems", "run_validity"]
@@ -108,14 +108,11 @@ def _fps_table(wd: Path, sources: list[str]):
 
 def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | None = None,
                  checksums: bool = True) -> dict:
-    """The stage: audit the written release splits (+ the frame cache, the IR's fps), write
+    """The stage: audit the written release splits (+ the items' frame thumbnails, the IR's fps), write
     metadata/validity_report.json and .md, re-write checksums.sha256 to cover them (when the release has one and
     `checksums`; the release stage writes it once at its end), and return {"problems": [...], "cells": n}."""
     import polars as pl
 
-    from ..frames.cache import FrameCache
-    from ..frames.extract import FrameKeys
-    from ..frames.readers import AdapterReaders
     from ..config import path_in_repo
 
     vcfg = cfg["validity"]  # configs/validity.yaml, validated by pipeline.settings.ValidityFile
@@ -127,10 +124,7 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
     ev = pl.read_parquet(rel / names["eval_parquet"]).to_dicts()
     sf = pl.read_parquet(rel / names["sft_parquet"]).to_dicts()
     sources = sorted({r["source_slug"] for r in ev + sf})
-    cache = FrameCache.from_config(cfg, root=wd / cfg["frames"]["cache"]["dir"])
-    readers = AdapterReaders.from_config(cfg)
-    thumbs = ThumbSource(cache, FrameKeys(cache, readers))
-    report = audit(ev, sf, vcfg, thumbs=thumbs, fps_of=_fps_table(wd, sources))
+    report = audit(ev, sf, vcfg, thumbs=FrameThumbs(wd, sources), fps_of=_fps_table(wd, sources))
     report["problems"] = problems(report, vcfg)
     write_report(report, rel / "metadata")
     if checksums and (rel / names["checksums"]).exists():  # the report is part of the release: cover it

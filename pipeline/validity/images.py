@@ -1,7 +1,8 @@
 """What the images of eval and SFT share, and how far apart the frames of T8/T9 items are.
 
 Perceptual hash: a 64-bit DCT hash (the pHash recipe: DCT of a 16x16 grey image, the 8x8 lowest frequencies against
-their median) of the grey thumbnail every frame-cache entry stores in its header, so no frame is decoded. Near
+their median) of each frame's grey thumbnail, which the items step keeps beside the items (items/<slug>_frames.parquet),
+so no frame is decoded or looked up again. Near
 duplicates (Hamming distance <= k) are found with the pigeonhole index: split the 64 bits into k + 1 blocks; two
 hashes within distance k agree exactly on at least one block.
 """
@@ -12,21 +13,35 @@ import json
 from collections import defaultdict
 from statistics import median
 
+from pathlib import Path
+
 import cv2
 import numpy as np
+import polars as pl
 
 from ..frames.pixels import thumb_mad
 
 
-def phash_of_thumb(thumb_hex: str) -> int:
+def _low_frequencies(thumb_hex: str) -> np.ndarray:
     g = np.frombuffer(bytes.fromhex(thumb_hex), np.uint8)
     side = int(round(len(g) ** 0.5))
     g = g.reshape(side, side).astype(np.float32)
     if side != 16:
         g = cv2.resize(g, (16, 16), interpolation=cv2.INTER_AREA)
-    low = cv2.dct(g)[:8, :8].flatten()
-    bits = low > np.median(low[1:])
-    return int("".join("1" if b else "0" for b in bits), 2)
+    return cv2.dct(g)[:8, :8].flatten()
+
+
+def phashes_of_thumbs(thumbs: list[str]) -> list[int]:
+    """phash_of_thumb of many thumbnails at once (the median and the bit packing over one array)."""
+    if not thumbs:
+        return []
+    low = np.stack([_low_frequencies(t) for t in thumbs])
+    bits = low > np.median(low[:, 1:], axis=1)[:, None]  # first coefficient = most significant bit
+    return [int.from_bytes(row.tobytes(), "big") for row in np.packbits(bits, axis=1)]
+
+
+def phash_of_thumb(thumb_hex: str) -> int:
+    return phashes_of_thumbs([thumb_hex])[0]
 
 
 def _blocks(k: int) -> list[tuple[int, int]]:
@@ -61,23 +76,21 @@ def frames_of(row: dict) -> list[int]:
     return [int(i) for i in json.loads(row["frame_indices_json"] or "[]")]
 
 
-class ThumbSource:
-    """Frame thumbnails from the frame cache's headers, by (source, unit_id, camera, frame_index). `keys` gives the
-    cache key of a frame (pipeline.frames.extract.FrameKeys: it carries the unit's upstream fingerprint); a frame
-    whose key cannot be had, or whose entry's header does not name its key, has no thumbnail."""
+class FrameThumbs:
+    """Frame thumbnails by (source, unit_id, camera, frame_index), from the items steps' frame tables
+    (items/<slug>_frames.parquet: every frame an item shows, with its grey thumbnail); a frame not there has none."""
 
-    def __init__(self, cache, keys):
-        self.cache, self.keys, self._memo = cache, keys, {}
+    def __init__(self, work_dir: Path, sources: list[str]):
+        self._thumb: dict[tuple, str] = {}
+        for s in sources:
+            path = Path(work_dir) / "items" / f"{s}_frames.parquet"
+            if path.is_file():
+                cols = ["source", "unit_id", "camera", "frame_index", "thumb"]
+                for src, u, c, i, t in pl.read_parquet(path, columns=cols).iter_rows():
+                    self._thumb[(src, u, c, int(i))] = t
 
     def __call__(self, source: str, unit_id: str, camera: str, index: int) -> str | None:
-        k = (source, unit_id, camera, index)
-        if k not in self._memo:
-            try:
-                meta = self.cache.lookup(self.keys(source, unit_id, camera, index), pixels=False)
-            except (KeyError, ValueError):  # a source without an upstream root, or a unit that cannot be listed
-                meta = None
-            self._memo[k] = meta.get("thumb") if meta else None
-        return self._memo[k]
+        return self._thumb.get((source, unit_id, camera, int(index)))
 
 
 def _thumbs(row: dict, thumbs) -> list[str | None]:
@@ -89,19 +102,13 @@ def shared_images(sft_rows: list[dict], eval_rows: list[dict], thumbs, k: int) -
     whose perceptual hash is within k of an SFT frame's."""
     sft_sha = {h for r in sft_rows for h in json.loads(r.get("image_hashes_json") or "[]")}
     exact = sum(1 for r in eval_rows if sft_sha & set(json.loads(r.get("image_hashes_json") or "[]")))
-    missing = 0
-    ref = []
-    for r in sft_rows:
-        for t in _thumbs(r, thumbs):
-            if t is None:
-                missing += 1
-            else:
-                ref.append(phash_of_thumb(t))
-    per_item = []
-    for r in eval_rows:
-        ts = _thumbs(r, thumbs)
-        missing += sum(t is None for t in ts)
-        per_item.append([phash_of_thumb(t) for t in ts if t is not None])
+    sft_thumbs = [t for r in sft_rows for t in _thumbs(r, thumbs)]
+    eval_thumbs = [_thumbs(r, thumbs) for r in eval_rows]
+    missing = sum(t is None for t in sft_thumbs) + sum(t is None for ts in eval_thumbs for t in ts)
+    distinct = sorted({t for t in sft_thumbs if t is not None} | {t for ts in eval_thumbs for t in ts if t is not None})
+    phash = dict(zip(distinct, phashes_of_thumbs(distinct)))  # each distinct thumbnail hashed once
+    ref = [phash[t] for t in sft_thumbs if t is not None]
+    per_item = [[phash[t] for t in ts if t is not None] for ts in eval_thumbs]
     flat = [h for hs in per_item for h in hs]
     hits = iter(near_matches(flat, ref, k))
     near = sum(1 for hs in per_item if any([next(hits) for _ in hs]))
