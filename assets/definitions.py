@@ -47,16 +47,6 @@ def _peak_rss_mb() -> int:
                  / 1024)
 
 
-def _priority(step: Step) -> int:
-    """The order in which steps waiting for a slot start (higher first): the chain of the source listed first in
-    build.sources first (list the biggest source first: its chain is the build's longest path), and within a chain
-    the later stage first; split and release wait for every chain anyway."""
-    slugs = list(CFG["build"]["sources"])
-    if step.source not in slugs:
-        return 0
-    return (len(slugs) - slugs.index(step.source)) * 10 + ("ir", "labels", "candidates", "items").index(step.group)
-
-
 def step_asset(step: Step) -> dg.AssetsDefinition:
     specs = [dg.AssetSpec(_key(t.name), deps=[_key(r) for r in step.reads], description=t.description,
                           group_name=step.group, kinds={"parquet" if t.schema is not None else "file"},
@@ -67,7 +57,7 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
 
     @dg.multi_asset(name=step.name, specs=specs, check_specs=[c.spec() for c in checks],
                     description=step.description, can_subset=False,
-                    op_tags={"source": step.source or "all", "dagster/priority": str(_priority(step))})
+                    op_tags={"source": step.source or "all"})
     def _asset(context: dg.AssetExecutionContext, build: BuildSettings):
         watch_the_build()
         cfg = build.config()

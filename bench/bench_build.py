@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -27,18 +26,14 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _children_cpu_s() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
 def measure(cmd: list[str], env: dict) -> dict:
     """Run cmd; sample its whole process tree every 0.2 s: the sum of RSS (shared pages counted in every process that
     maps them, so an upper bound) and of PSS (shared pages split between the processes: what the tree really holds),
-    and the largest single RSS. Cores busy = CPU time of every process of the tree (each counted once, when its parent
-    reaps it) / wall."""
+    and the largest single RSS. Cores busy = CPU time of every process of the tree (each counted once, as last
+    sampled) / wall: own times only (a parent's "children" times would count its reaped children twice), so a process's
+    last 0.2 s before it exits is missed."""
     load = os.getloadavg()[0]
-    cpu0 = _children_cpu_s()
+    cpu: dict[int, float] = {}  # pid -> its own user + system time at its last sample
     t0 = time.time()
     proc = psutil.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak_tree = peak_one = peak_pss = 0
@@ -53,6 +48,8 @@ def measure(cmd: list[str], env: dict) -> dict:
         for p in tree:
             try:
                 mem = p.memory_full_info() if full else p.memory_info()
+                t = p.cpu_times()
+                cpu[p.pid] = t.user + t.system
             except psutil.Error:
                 continue
             total += mem.rss
@@ -67,7 +64,7 @@ def measure(cmd: list[str], env: dict) -> dict:
     wall = time.time() - t0
     steps = re.search(r"\((\d+) step\(s\) run", out)
     return {"cmd": " ".join(cmd[1:]), "rc": proc.returncode, "wall_s": round(wall, 1),
-            "cores_busy": round((_children_cpu_s() - cpu0) / max(wall, 1e-9), 2),
+            "cores_busy": round(sum(cpu.values()) / max(wall, 1e-9), 2),
             "peak_rss_tree_mb": round(peak_tree / 2**20), "peak_pss_tree_mb": round(peak_pss / 2**20),
             "peak_rss_process_mb": round(peak_one / 2**20),
             "steps_run": int(steps.group(1)) if steps else 0, "load_before": round(load, 2),

@@ -22,7 +22,8 @@ from .io import dumps_json, write_json
 
 # Keys whose values say where things lie on this machine, or how the build spreads over processes (every engine and
 # shard count builds the same bytes), not what was built: left out of the config hash.
-_PATH_KEYS = {"build": ("work_dir", "release_dir", "executor"), "sources": ("root", "ingest_shards")}
+_PATH_KEYS = {"build": ("work_dir", "release_dir", "executor"), "sources": ("root", "ingest_shards"),
+              "split": ("workers",)}
 
 
 def corpus_fingerprint(slug: str, root: Path, options: dict | None = None) -> dict:

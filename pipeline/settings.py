@@ -176,6 +176,7 @@ class SplitFile(Strict):
     public_rule: SplitPublicRule = SplitPublicRule()
     ours: SplitOurs = SplitOurs()
     ood: SplitOod = SplitOod()
+    workers: int = Field(0, ge=0)                # processes the sources' searches run on (0 = cores)
 
 
 # ================================================================================================ configs/frames.yaml

@@ -6,6 +6,7 @@ import json
 
 import polars as pl
 
+from ..frames.pool import run_tasks
 from ..seeding import rng as np_rng
 from .ours import our_rule
 from .objective import make_pool
@@ -87,6 +88,25 @@ def _ood_levels(sub: pl.DataFrame, ood_cfg: dict, seed: int, source: str) -> tup
     return level_of, report
 
 
+def _both_rules(task) -> tuple:
+    pool, policy, seed = task
+    pub = public_rule(pool, policy)
+    return pool.source, pub, our_rule(pool, policy, seed, baseline=pub)
+
+
+def _rule_failed(task, reason: str):
+    raise RuntimeError(f"split of {task[0].source}: {reason}")
+
+
+def both_rules(pools: list, policy: dict, seed: int) -> dict[str, tuple]:
+    """source -> (public selection, our selection) of each pool: the sources' searches are independent, so they run
+    side by side on `policy["workers"]` processes (0 = cores; 1 = one after another in this process)."""
+    out: dict[str, tuple] = {}
+    run_tasks(_both_rules, [(p, policy, seed) for p in pools], policy["workers"],
+              lambda r: out.__setitem__(r[0], r[1:]), _rule_failed)
+    return out
+
+
 def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, seed: int
                 ) -> tuple[pl.DataFrame, dict]:
     """Assign every item to "eval" or "sft" by whole split groups, per source.
@@ -104,21 +124,24 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
     level_of: dict[tuple[str, str], str] = {}
     excluded_families: dict[str, set] = {}
     src_summaries: dict[str, dict] = {}
+    prepared = {}
     for source in sorted(df["source"].unique().to_list()):
         sub = df.filter(pl.col("source") == source)
-        sp = source_policy(policy, source)
         s_ood = (ood["sources"].get(source) or {}) if ood_on else {}
         held_fams = set((s_ood.get("L3") or {}).get("families") or [])
         excluded_families[source] = held_fams
         lv, ood_report = _ood_levels(sub, s_ood, seed, source) if s_ood else ({}, {})
         rest = sub.filter(~pl.col("__gid").is_in(_strs(lv)) & ~pl.col("task_id").is_in(_strs(held_fams)))
-        rest_groups = sorted(set(sub["__gid"].to_list()) - set(lv))
         pool = make_pool(rest, policy, source, group_col="__gid") if rest.height else None
+        prepared[source] = (sub, lv, ood_report, pool)
+    rules = both_rules([p for *_, p in prepared.values() if p is not None and p.n], policy, seed)
+    for source, (sub, lv, ood_report, pool) in prepared.items():
+        sp = source_policy(policy, source)
+        rest_groups = sorted(set(sub["__gid"].to_list()) - set(lv))
         chosen: set[str] = set()
         sel_report: dict = {}
         if pool is not None and pool.n:
-            pub = public_rule(pool, policy)
-            ours = our_rule(pool, policy, seed, baseline=pub)
+            pub, ours = rules[source]
             use = ours if rule == "ours" else pub
             chosen = set(use.eval_groups(pool))
             sel_report = _selection_report(pool, ours, pub, rule, lam if pool.letters is not None else 0.0,
