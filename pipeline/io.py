@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
@@ -94,3 +95,23 @@ def clean_temp_files(root: Path) -> list[Path]:
                 p.unlink(missing_ok=True)
                 removed.append(p)
     return sorted(removed)
+
+
+class ParquetTables(Mapping):
+    """The parquet tables of a folder by name, each read when asked for and not kept: a consumer that turns tables
+    into structures of its own (the candidate generators' per-unit arrays) does not hold both in memory."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def __getitem__(self, name: str) -> pl.DataFrame:
+        path = self.folder / f"{name}.parquet"
+        if not path.is_file():
+            raise KeyError(name)
+        return pl.read_parquet(path)
+
+    def __iter__(self):
+        return iter(sorted(p.stem for p in self.folder.glob("*.parquet")))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

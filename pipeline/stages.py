@@ -43,7 +43,7 @@ from .frames.readers import AdapterReaders
 from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
 from .ingest import ingest_source, merge_shards, quarantine_frame, read_ir, summary_text, units_lost, write_ir
-from .io import atomic_write_bytes, write_json, write_parquet
+from .io import ParquetTables, atomic_write_bytes, write_json, write_parquet
 from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown
 from .publish import release_dir, work_dir
@@ -159,8 +159,8 @@ def run_candidates(cfg: dict, slug: str) -> dict:
         if path.is_file():
             parts.append(pl.read_parquet(path))
             continue
-        if ctx is None:  # the tables are read only when a family has to be generated
-            ctx = Context(slug, load_ir(cfg, slug), load_labels(cfg, slug), cfg)
+        if ctx is None:  # the tables are read only when a family has to be generated, each when first needed
+            ctx = Context(slug, ParquetTables(wd / "ir" / slug), ParquetTables(wd / "labels" / slug), cfg)
         parts.append(family_candidates(t, slug, ctx))
         write_parquet(path, parts[-1])
         generated.append(t)
@@ -169,11 +169,11 @@ def run_candidates(cfg: dict, slug: str) -> dict:
             p.unlink()
     pool = merge_candidates(slug, parts)
     write_parquet(wd / "candidates" / f"{slug}.parquet", pool)
+    ctx = None  # the generators' per-unit arrays are no longer needed
     kept = pl.read_parquet(wd / "ir" / slug / "units.parquet", columns=["unit_id"])
-    if ctx is None and not kept["unit_id"].is_in(pool["unit_id"].unique()).all():
-        ctx = Context(slug, load_ir(cfg, slug), load_labels(cfg, slug), cfg)  # the reasons need the unit's tables
     # kept units that give nothing, with why (none: the units table alone says so, no other table is read)
-    silent = units_without_items(slug, ctx.ir, ctx.labels, pool) if ctx else \
+    silent = units_without_items(slug, load_ir(cfg, slug), load_labels(cfg, slug), pool) \
+        if not kept["unit_id"].is_in(pool["unit_id"].unique().implode()).all() else \
         units_without_items(slug, {"units": kept}, {}, pool)
     for r in silent.iter_rows(named=True):
         log.warning("%s/%s: no candidate items: %s", slug, r["unit_id"], r["reason"])

@@ -106,13 +106,24 @@ class Spec:
 # ------------------------------------------------------------------------------------------- per-unit slicing
 
 
+def column_array(s: pl.Series) -> np.ndarray:
+    """A column as a numpy array; in a string column each distinct value is one shared str object (a label column of
+    a million frames holds a handful of values: 8 bytes a row instead of a str object each)."""
+    if s.dtype != pl.String:
+        return s.to_numpy()
+    shared: dict = {}
+    out = np.empty(s.len(), dtype=object)
+    out[:] = [shared.setdefault(v, v) for v in s.to_list()]
+    return out
+
+
 def by_unit(df: pl.DataFrame | None, columns: list[str], sort: list[str]) -> dict[str, dict[str, np.ndarray]]:
     """unit_id -> {column: numpy array} for one table, rows sorted by `sort` (unit_id first)."""
     if df is None or df.height == 0:
         return {}
     d = df.select(["unit_id", *[c for c in columns if c != "unit_id"]]).sort(sort)
     uid = d.get_column("unit_id").to_numpy()
-    cols = {c: d.get_column(c).to_numpy() for c in columns if c != "unit_id"}
+    cols = {c: column_array(d.get_column(c)) for c in columns if c != "unit_id"}
     cut = np.flatnonzero(uid[1:] != uid[:-1]) + 1
     starts = np.concatenate(([0], cut))
     ends = np.concatenate((cut, [uid.size]))
@@ -127,11 +138,10 @@ def arms_by_unit(arms: pl.DataFrame | None, columns: list[str]) -> dict[str, dic
     d = arms.select(["unit_id", "arm", "frame_index", *columns]).sort(["unit_id", "arm", "frame_index"])
     uid = d.get_column("unit_id").to_numpy()
     arm = d.get_column("arm").to_numpy()
-    cols = {c: d.get_column(c).to_numpy() for c in columns}
-    key = np.char.add(np.char.add(uid.astype(str), "\x1f"), arm.astype(str))
-    cut = np.flatnonzero(key[1:] != key[:-1]) + 1
+    cols = {c: column_array(d.get_column(c)) for c in columns}
+    cut = np.flatnonzero((uid[1:] != uid[:-1]) | (arm[1:] != arm[:-1])) + 1  # a new (unit, arm) run
     starts = np.concatenate(([0], cut))
-    ends = np.concatenate((cut, [key.size]))
+    ends = np.concatenate((cut, [uid.size]))
     for s, e in zip(starts, ends):
         out.setdefault(str(uid[s]), {})[str(arm[s])] = {c: a[s:e] for c, a in cols.items()}
     return out
