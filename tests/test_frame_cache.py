@@ -19,6 +19,7 @@ from assets.fingerprint import run_step
 from assets.tables import source_steps, tables_by_name
 from pipeline import stages
 from pipeline.config import load_config
+from pipeline.frames import memos
 from pipeline.frames.cache import FrameCache, png_with_meta, meta_of_png_head
 from pipeline.frames.pixels import decode_png, encode_png
 from upstream_adapters import get_adapter, video
@@ -119,8 +120,8 @@ def test_bad_cache_entries_are_detected_and_decoded_again(demo_samples, demo_rel
     # render memos gone, so the frames' pixels are read again (the path where a bad entry reached the release); no
     # selection key, so each items step selects and renders again rather than keeping its last items
     shutil.rmtree(work / "frame_cache" / "renders")
-    for key in (work / "items").glob("*.selection_key"):
-        key.unlink()
+    for slug in slugs:
+        _select_again(work, slug)
     outs = {s: stages.run_frames(cfg, s) for s in slugs}  # never fatal
     differ = [s for s in slugs if not _items(work, s).equals(before[s])]
     assert not differ, f"items differ after cache corruption: {differ}"
@@ -133,18 +134,62 @@ def test_bad_cache_entries_are_detected_and_decoded_again(demo_samples, demo_rel
         assert cache.lookup(path.stem) is not None
 
 
+def _select_again(work: Path, slug: str) -> None:
+    """Without its selection key the items step selects and renders again instead of keeping its last items."""
+    (work / "items" / f"{slug}.selection_key").unlink(missing_ok=True)
+
+
+def _memo_lines(work: Path) -> dict[Path, list[bytes]]:
+    return {t: t.read_bytes().splitlines(keepends=True)
+            for t in sorted((work / "frame_cache" / "renders").glob("*" + memos.SUFFIX))}
+
+
 def test_bad_render_memos_are_rendered_again(demo_samples, demo_release, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(demo_release.parent / "work", work)
     cfg = _cfg(demo_samples, work)
     before = _items(work, "aist")
     shutil.rmtree(work / "frame_cache" / "renders")
-    stages.run_frames(cfg, "aist")  # renders/ now holds exactly aist's memos
-    memos = sorted((work / "frame_cache" / "renders").rglob("*.json"))
-    a, b, c = random.Random(3).sample(memos, 3)
-    shutil.copyfile(b, a)  # another item's hashes under this key
-    c.write_text(json.dumps({"key": c.stem, "hashes": ["0" * 64] * 99}))  # wrong number of images
-    (work / "items" / "aist.selection_key").unlink()  # else the step keeps its last items (nothing changed)
+    _select_again(work, "aist")
+    stages.run_frames(cfg, "aist")  # renders/ now holds exactly aist's memos, in one table
+    (table, lines), = _memo_lines(work).items()
+    a, b, c = random.Random(3).sample(range(len(lines)), 3)
+    key_a, key_c = json.loads(lines[a])["key"], json.loads(lines[c])["key"]
+    memo_a = json.loads(lines[a])
+    lines[a] = json.dumps({**memo_a, "hashes": json.loads(lines[b])["hashes"]}).encode() + b"\n"  # b's under a's key
+    lines[c] = memos.memo_line(key_c, ["0" * 64] * 99)  # well-formed, wrong number of images for its item
+    table.write_bytes(b"".join(lines))
+    _select_again(work, "aist")
     out = stages.run_frames(cfg, "aist")
     assert _items(work, "aist").equals(before)
     assert out["frame_cache_bad_entries"] == 2 and out["frames_decoded"] == 0
+    # both were rendered again and the bad lines are gone: a third run meets no bad memo
+    kept = [json.loads(line) for lines in _memo_lines(work).values() for line in lines]
+    assert [m["hashes"] for m in kept if m["key"] == key_a] == [memo_a["hashes"]]
+    (memo_c,) = [m for m in kept if m["key"] == key_c]  # the replaced memo is gone from its old table
+    assert len(memo_c["hashes"]) != 99
+    _select_again(work, "aist")
+    assert stages.run_frames(cfg, "aist")["frame_cache_bad_entries"] == 0
+
+
+def test_a_cut_or_damaged_memo_table_is_detected_and_rendered_again(demo_samples, demo_release, tmp_path):
+    """Tables are written atomically, but a table cut or damaged afterwards (a full disk, a bad copy) must not be
+    trusted line by line: a cut line and a flipped byte are both detected, the rest of the table is still used."""
+    work = tmp_path / "work"
+    shutil.copytree(demo_release.parent / "work", work)
+    cfg = _cfg(demo_samples, work)
+    before = _items(work, "aist")
+    shutil.rmtree(work / "frame_cache" / "renders")
+    _select_again(work, "aist")
+    stages.run_frames(cfg, "aist")
+    (table, lines), = _memo_lines(work).items()
+    flipped = bytearray(lines[0])
+    flipped[flipped.index(b'"hashes":["') + 12] ^= 0x01  # one hex digit of a hash: still well-formed JSON
+    data = bytes(flipped) + b"".join(lines[1:])
+    table.write_bytes(data[: len(data) - len(lines[-1]) // 2])  # and the last line cut in half
+    _select_again(work, "aist")
+    out = stages.run_frames(cfg, "aist")
+    assert _items(work, "aist").equals(before)
+    assert out["frame_cache_bad_entries"] == 2 and out["frames_decoded"] == 0
+    _select_again(work, "aist")
+    assert stages.run_frames(cfg, "aist")["frame_cache_bad_entries"] == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +201,42 @@ def test_add_image_hashes_from_cache_uses_render_memo(video_root, tmp_path):
     direct = render_item_images(items.row(1, named=True), lambda i: cache.get(
         table.filter((pl.col("unit_id") == "u1") & (pl.col("frame_index") == i))["cache_key"][0]))
     assert image_hashes(direct) == hashes[1]
+
+
+
+def test_threaded_render_gives_the_serial_hashes_in_item_order(video_root, tmp_path):
+    """Videos are rendered on threads: every item gets the hashes a serial render gives, at its own row; counters
+    (a bad frame entry decoded again, items sharing a render) are those of the serial run."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for n in range(40):
+        unit = ["u1", "u2", "u3", "u4"][n % 4]
+        idx = sorted(rng.choice(N, 3, replace=False).tolist())
+        spec = _spec("labelled_frames", ["X", "Y", "Z"], idx, [96, 80]) if n % 3 == 0 else None
+        rows.append({"candidate_key": f"k{n:02d}", "source": "src", "unit_id": unit, "camera": "cam",
+                     "frame_indices": idx, "render_spec_json": spec})
+    rows.append({**rows[5], "candidate_key": "same_as_k05"})  # same frames, same spec: one render for both
+    items = pl.DataFrame(rows)
+    readers = DirectoryReaders(video_root)
+    table = extract_frames(requests_from_items(items), readers, FrameCache(tmp_path / "cache"), workers=1)
+    damaged = FrameCache(tmp_path / "cache").image_path(table["cache_key"][7])
+    runs = {}
+    for workers in (1, 4):
+        (tmp_path / "cache" / "renders").exists() and shutil.rmtree(tmp_path / "cache" / "renders")
+        damaged.write_bytes(damaged.read_bytes()[:100])  # cut: a bad entry, decoded again through the reader
+        cache = FrameCache(tmp_path / "cache")
+        out = add_image_hashes(items, table, cache, {"max_side": 80}, open_reader=readers, workers=workers)
+        runs[workers] = (out, cache.counters)
+    serial, threaded = runs[1], runs[4]
+    assert threaded[0].equals(serial[0])
+    assert {k: threaded[1][k] for k in ("rendered", "render_hits", "decoded", "bad_entries")} == \
+        {"rendered": 40, "render_hits": 1, "decoded": 1, "bad_entries": 1}
+    assert threaded[1] == serial[1]
+    cache = FrameCache(tmp_path / "cache")
+    key = {(u, i): k for u, i, k in table.select("unit_id", "frame_index", "cache_key").iter_rows()}
+    for item, got in zip(items.iter_rows(named=True), threaded[0]["image_hashes_json"]):
+        direct = image_hashes(render_item_images(item, lambda i: cache.get(key[(item["unit_id"], i)]), {"max_side": 80}))
+        assert json.loads(got) == direct, item["candidate_key"]
 
 
 # ------------------------------------------------------------------------------------------------ gate

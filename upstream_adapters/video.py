@@ -210,21 +210,23 @@ def read_frames(src: VideoSource, indices: Sequence[int], decoder: str = "auto",
     if want[0] < 0:
         raise DecodeError(f"negative frame index {want[0]}")
     data = _materialize(src)
+    # one open per video: PyAV decodes from the container the index was demuxed from (its first step is a seek to
+    # a keyframe, which resets the demuxer; opening the file again cost ~1.3 ms per video)
     with _open(data) as c:
         index = _index_container(c)
-    if want[-1] >= index.num_frames:
-        bad = [i for i in want if i >= index.num_frames]
-        raise DecodeError(f"frames {bad[:5]} not in video ({index.num_frames} frames)")
-    errors = []
-    for name in decoder_order(index, decoder):
-        try:
-            if name == "pyav":
-                return _read_pyav(data, index, want, threads)
-            return _read_decord(data, index, want, threads)
-        except DecodeError as exc:
-            errors.append(f"{name}: {exc}")
-        except Exception as exc:  # decord raises its own error types
-            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+        if want[-1] >= index.num_frames:
+            bad = [i for i in want if i >= index.num_frames]
+            raise DecodeError(f"frames {bad[:5]} not in video ({index.num_frames} frames)")
+        errors = []
+        for name in decoder_order(index, decoder):
+            try:
+                if name == "pyav":
+                    return _read_pyav(c, data, index, want, threads)
+                return _read_decord(data, index, want, threads)
+            except DecodeError as exc:
+                errors.append(f"{name}: {exc}")
+            except Exception as exc:  # decord raises its own error types
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
     raise DecodeError("; ".join(errors))
 
 
@@ -254,55 +256,56 @@ def _to_rgb(frame) -> np.ndarray:
     return frame.to_ndarray(format="rgb24", threads=1)
 
 
-def _read_pyav(data: str | bytes, index: VideoIndex, want: list[int], threads: int) -> dict[int, np.ndarray]:
+def _read_pyav(c, data: str | bytes, index: VideoIndex, want: list[int], threads: int) -> dict[int, np.ndarray]:
+    """Decode `want` from the open container `c` (demuxed by `_index_container`, nothing decoded yet: the codec
+    opens on the first decode, so the thread settings still apply); `data` reopens it for the last resort."""
     pts = index.pts
     keys = index.keys
     target_of = {pts[i]: i for i in want}
     out: dict[int, np.ndarray] = {}
-    with _open(data) as c:
-        s = _video_stream(c)
-        cc = s.codec_context
-        if threads != 1:
-            s.thread_type = "AUTO"
-            cc.thread_count = max(0, threads)
-        gen = None  # current decode run
-        pos: int | None = None  # pts of the last frame this run produced
-        try:
-            for i in want:
-                if i in out:
-                    continue
-                target = pts[i]
-                k = bisect.bisect_right(keys, target) - 1  # last keyframe <= target
-                if k < 0:
-                    k = 0
-                need_seek = gen is None or pos is None or pos >= target or (keys and keys[k] > pos)
-                attempt = k
-                while True:
-                    if need_seek:
-                        if attempt < 0 or attempt < k - 3:
-                            return _read_sequential(data, index, want, threads, out)
-                        c.seek(keys[attempt] if keys else 0, stream=s, backward=True, any_frame=False)
-                        gen = c.decode(s)
-                        pos = None
-                    for frame in gen:
-                        fp = frame.pts
-                        if fp is None:
-                            return _read_sequential(data, index, want, threads, out)
-                        pos = fp
-                        j = target_of.get(fp)
-                        if j is not None and j not in out:
-                            out[j] = _to_rgb(frame)
-                        if fp >= target:
-                            break
-                    if i in out:
+    s = _video_stream(c)
+    cc = s.codec_context
+    if threads != 1:
+        s.thread_type = "AUTO"
+        cc.thread_count = max(0, threads)
+    gen = None  # current decode run
+    pos: int | None = None  # pts of the last frame this run produced
+    try:
+        for i in want:
+            if i in out:
+                continue
+            target = pts[i]
+            k = bisect.bisect_right(keys, target) - 1  # last keyframe <= target
+            if k < 0:
+                k = 0
+            need_seek = gen is None or pos is None or pos >= target or (keys and keys[k] > pos)
+            attempt = k
+            while True:
+                if need_seek:
+                    if attempt < 0 or attempt < k - 3:
+                        return _read_sequential(data, index, want, threads, out)
+                    c.seek(keys[attempt] if keys else 0, stream=s, backward=True, any_frame=False)
+                    gen = c.decode(s)
+                    pos = None
+                for frame in gen:
+                    fp = frame.pts
+                    if fp is None:
+                        return _read_sequential(data, index, want, threads, out)
+                    pos = fp
+                    j = target_of.get(fp)
+                    if j is not None and j not in out:
+                        out[j] = _to_rgb(frame)
+                    if fp >= target:
                         break
-                    # overshoot (an open-GOP keyframe's leading pictures were dropped after the seek) or the run
-                    # ended before the target: restart from the previous keyframe
-                    gen = None
-                    need_seek = True
-                    attempt -= 1
-        except av.FFmpegError as exc:
-            raise DecodeError(f"decode failed near pts {pos}: {exc}") from exc
+                if i in out:
+                    break
+                # overshoot (an open-GOP keyframe's leading pictures were dropped after the seek) or the run
+                # ended before the target: restart from the previous keyframe
+                gen = None
+                need_seek = True
+                attempt -= 1
+    except av.FFmpegError as exc:
+        raise DecodeError(f"decode failed near pts {pos}: {exc}") from exc
     return out
 
 

@@ -16,15 +16,16 @@ Layout under the cache root:
                                     the entry's key and the frame's stats (pixel_sha256, height, width, mean, std,
                                     thumb) in a tEXt chunk "pbframe" right after IHDR; one file per frame, written
                                     atomically.
-    renders/<rkey[:2]>/<rkey>.json  memo {"key": rkey, "hashes": [...]}: sha256 list of an item's rendered images
-                                    (see render.py; rkey covers the frames' pixel hashes)
+    renders/<sha256[:32]>.jsonl     render memos, a few tables of one checked line per item: the sha256 list of its
+                                    rendered images under its render key (render.py; rkey covers the frames' pixel
+                                    hashes); memos.py
 
 Reading an entry checks it: the header must name the key it is stored under (a swapped or renamed file does not),
 and, when pixels are read (`get(key)`, and `lookup(key)` unless frames.cache.check_pixels_on_lookup is false), the
 decoded pixels must hash to the recorded pixel_sha256 (a truncated, re-encoded or undecodable file does not). A bad
 entry is never used: `lookup` reports it as a miss (the frame is decoded again and the entry rewritten), `get` raises
 `BadEntry`; `counters["bad_entries"]` counts them and each is logged with its reason. `lookup(key, pixels=False)`
-checks only the header (the validity audit reads thumbnails, not pixels).
+checks only the header (what the items step needs of a cached frame: its stats, not its pixels).
 
 PNG bytes are deterministic for a given OpenCV/libpng/zlib build and settings. The cache is a plain picklable object
 (worker processes write into the same folder); `counters` counts what this process (and, through
@@ -47,6 +48,7 @@ import numpy as np
 
 from upstream_adapters import video
 
+from .memos import RenderMemos
 from .pixels import decode_png, encode_png, pixel_sha256
 
 log = logging.getLogger(__name__)
@@ -63,16 +65,16 @@ def _compact(obj) -> str:
 _MADE_DIRS: set[str] = set()  # folders this process already created (skips a mkdir syscall per frame)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    parent = str(path.parent)
+def _atomic_write(path: Path | str, data: bytes) -> None:
+    parent, name = os.path.split(os.fspath(path))
     if parent not in _MADE_DIRS:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(parent, exist_ok=True)
         _MADE_DIRS.add(parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
     except FileNotFoundError:  # the folder was removed since: make it again
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        os.makedirs(parent, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -143,6 +145,7 @@ class FrameCache:
         self.decoder_id = video.decoder_id(decoder)
         self.counters = {"decoded": 0, "hits": 0, "errors": 0, "bad_entries": 0, "rendered": 0, "render_hits": 0,
                          "bad_renders": 0, "worker_peak_rss_mb": 0.0}
+        self._render_memos: RenderMemos | None = None
 
     @classmethod
     def from_config(cls, cfg: dict, root: Path | str | None = None) -> "FrameCache":
@@ -166,13 +169,17 @@ class FrameCache:
         return hashlib.sha256(_compact(ident).encode()).hexdigest()
 
     def image_path(self, key: str) -> Path:
-        return self.root / "frames" / key[:2] / f"{key}.png"
+        return Path(self._image_file(key))
+
+    def _image_file(self, key: str) -> str:
+        # a plain string: building a Path costs more than the open on a warm lookup (~50,000 per release build)
+        return f"{self.root}{os.sep}frames{os.sep}{key[:2]}{os.sep}{key}.png"
 
     # -------------------------------------------------------------------------------------------- frames
     def _read(self, key: str, pixels: bool) -> tuple[dict, np.ndarray | None]:
         """(header metadata, pixels or None) of a checked entry; KeyError when absent, BadEntry when untrustworthy."""
         try:
-            with open(self.image_path(key), "rb") as fh:
+            with open(self._image_file(key), "rb") as fh:
                 data = fh.read() if pixels else fh.read(4096)
         except FileNotFoundError:
             raise KeyError(key) from None
@@ -201,8 +208,8 @@ class FrameCache:
         except BadEntry as exc:
             return None, exc
 
-    def _bad(self, key: str, exc: BadEntry) -> None:
-        self.counters["bad_entries"] += 1
+    def _bad(self, key: str, exc: BadEntry, counters: dict | None = None) -> None:
+        (self.counters if counters is None else counters)["bad_entries"] += 1
         log.warning("frame cache: entry %s is bad (%s); it is not used and the frame is decoded again", key, exc)
 
     def lookup(self, key: str, pixels: bool | None = None) -> dict | None:
@@ -217,8 +224,11 @@ class FrameCache:
         if threads > 1 and len(keys) > 1:
             from concurrent.futures import ThreadPoolExecutor
 
+            # chunks of keys per task: a thread pool ignores map's chunksize, and a future per key cost ~60 us
+            chunks = [keys[i:i + 64] for i in range(0, len(keys), 64)]
             with ThreadPoolExecutor(threads) as pool:
-                checked = list(pool.map(lambda k: self._check(k, pixels), keys, chunksize=64))
+                checked = [c for part in pool.map(lambda ks: [self._check(k, pixels) for k in ks], chunks)
+                           for c in part]
         else:
             checked = [self._check(k, pixels) for k in keys]
         for key, (_, exc) in zip(keys, checked):
@@ -231,34 +241,35 @@ class FrameCache:
 
     def put(self, key: str, img: np.ndarray, meta: dict) -> None:
         png = encode_png(img, self.png_compression, self.png_filter)
-        _atomic_write(self.image_path(key), png_with_meta(png, {**meta, "key": key}))
+        _atomic_write(self._image_file(key), png_with_meta(png, {**meta, "key": key}))
 
-    def get(self, key: str) -> np.ndarray:
-        """The checked RGB pixels; KeyError when absent, BadEntry (counted, logged) when the entry is bad."""
+    def get(self, key: str, counters: dict | None = None) -> np.ndarray:
+        """The checked RGB pixels; KeyError when absent, BadEntry (counted, logged) when the entry is bad.
+        counters: where to count it (default self.counters; a thread passes its own, summed by its caller)."""
         try:
             return self._read(key, pixels=True)[1]
         except BadEntry as exc:
-            self._bad(key, exc)
+            self._bad(key, exc, counters)
             raise
 
     # -------------------------------------------------------------------------------------------- render memo
-    def _render_path(self, rkey: str) -> Path:
-        return self.root / "renders" / rkey[:2] / f"{rkey}.json"
+    @property
+    def _renders(self) -> RenderMemos:
+        if self._render_memos is None:
+            self._render_memos = RenderMemos(self.root / "renders", self.counters, _atomic_write)
+        return self._render_memos
+
+    def __getstate__(self) -> dict:
+        # pool workers get the cache with every task: never the memo table (they do not render)
+        return {**self.__dict__, "_render_memos": None}
 
     def get_render(self, rkey: str) -> list[str] | None:
-        """The memoised image hashes of render key `rkey`, or None (absent, or a memo not stored under its key)."""
-        try:
-            memo = json.loads(self._render_path(rkey).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            memo = None
-        hashes = memo.get("hashes") if isinstance(memo, dict) and memo.get("key") == rkey else None
-        if not (isinstance(hashes, list) and hashes and all(isinstance(h, str) and len(h) == 64 for h in hashes)):
-            self.counters["bad_renders"] += 1
-            log.warning("frame cache: render memo %s is bad; the item is rendered again", rkey)
-            return None
-        return hashes
+        """The memoised image hashes of render key `rkey`, or None (absent, or damaged: counted, see memos.py)."""
+        return self._renders.get(rkey)
 
     def put_render(self, rkey: str, hashes: list[str]) -> None:
-        _atomic_write(self._render_path(rkey), (_compact({"key": rkey, "hashes": hashes}) + "\n").encode())
+        """Memoise; written with the next `flush_renders` (or after memos.FLUSH_EVERY puts)."""
+        self._renders.put(rkey, hashes)
+
+    def flush_renders(self) -> None:
+        self._renders.flush()

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -28,6 +30,7 @@ import polars as pl
 from ..io import atomic_write_bytes, compact_json
 from .cache import BadEntry, FrameCache
 from .pixels import as_rgb, encode_png, pixel_sha256
+from .pool import resolve_workers
 
 RENDER_VERSION = 1
 log = logging.getLogger(__name__)
@@ -191,72 +194,122 @@ def _expected_images(item: dict) -> int:
     return 1 if spec.get("kind") == "panels" else len(spec["frame_indices"])
 
 
-def _frame_pixels(cache: FrameCache, key: str, video_key: tuple, index: int, open_reader) -> np.ndarray:
-    """The checked cached pixels of a frame; a bad or vanished entry is decoded again through `open_reader`."""
+def _frame_pixels(cache: FrameCache, key: str, video_key: tuple, index: int, open_reader,
+                  counters: Counter) -> np.ndarray:
+    """The checked cached pixels of a frame; a bad or vanished entry is decoded again through `open_reader`.
+    Counts into `counters` (this thread's), never into cache.counters."""
     try:
-        return cache.get(key)
+        return cache.get(key, counters)
     except (KeyError, BadEntry):
         if open_reader is None:
             raise
     from .worker import VideoTask, run_video
 
     res = run_video(VideoTask(open_reader, *video_key, ((int(index), key),), cache))
-    cache.counters["decoded"] += res["decoded"]
+    counters["decoded"] += res["decoded"]
     row = res["rows"][0]
     if row["status"] != "ok":
         raise BadEntry(f"frame {index} of {'/'.join(video_key)} cannot be decoded again: {row['reason']}")
-    return cache.get(key)
+    return cache.get(key, counters)
+
+
+def _render_video(cache: FrameCache, video_key: tuple, jobs: list[tuple[int, dict]], key_of: dict,
+                  size_policy: dict | None, open_reader) -> tuple[list[tuple[int, list[str] | str]], Counter]:
+    """Render the items of one video (run on a pool thread): [(position, hashes, or the reason it cannot be
+    rendered)] in `jobs` order, and this video's counters. Its frames are read once, shared by its items."""
+    counters: Counter = Counter()
+    frames: dict[int, np.ndarray] = {}
+
+    def get_frame(i: int) -> np.ndarray:
+        if i not in frames:
+            frames[i] = _frame_pixels(cache, key_of[(*video_key, i)][0], video_key, i, open_reader, counters)
+        return frames[i]
+
+    out: list[tuple[int, list[str] | str]] = []
+    for n, item in jobs:
+        try:
+            out.append((n, item_image_hashes(item, get_frame, size_policy)))
+        except (KeyError, BadEntry) as exc:  # a frame that cannot be had any more: no images
+            out.append((n, str(exc)))
+    return out, counters
 
 
 def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: FrameCache,
-                     size_policy: dict | None, open_reader=None) -> pl.DataFrame:
+                     size_policy: dict | None, open_reader=None, workers: int | None = None) -> pl.DataFrame:
     """Add image_hashes_json (compact JSON list of sha256) to each item, rendering from the frame cache.
 
     Items whose frames are not all ok in `frame_table` get null (the visual gate drops them anyway). Rendered hashes
     are memoised in the cache (render key = frame cache keys + pixel hashes + render spec / size policy), so a
     rebuild after a question-template change neither decodes nor renders again. Frames read for rendering are
     checked; a bad entry is decoded again through `open_reader` (the extraction's reader factory) when given.
+    workers: threads rendering videos at once (pool.resolve_workers: None/0 = cores); cv2, PNG decoding and hashlib
+    release the GIL. Memo lookups, memo writes, counters and warnings stay in this thread, in item order.
     """
     ok = frame_table.filter(pl.col("status") == "ok")
     key_of = {(s, u, c, int(i)): (k, h) for s, u, c, i, k, h in
               ok.select("source", "unit_id", "camera", "frame_index", "cache_key", "pixel_sha256").iter_rows()}
     hashes: list[str | None] = [None] * items.height
     rows = list(items.iter_rows(named=True))
-    order = sorted(range(len(rows)), key=lambda n: (rows[n]["source"], rows[n]["unit_id"], rows[n]["camera"]))
-    current_video = None
-    frames: dict[int, np.ndarray] = {}
-    for n in order:  # grouped by video: a video's decoded frames are reused across its items, then dropped
-        item = rows[n]
+    rkeys: dict[int, str] = {}
+    todo: dict[tuple, list[tuple[int, dict]]] = {}  # video -> its items without a (good) memo, in item order
+    same: dict[str, list[int]] = {}  # render key to render -> the later items with that key
+    for n, item in enumerate(rows):
         video_key = (item["source"], item["unit_id"], item["camera"])
-        if video_key != current_video:
-            current_video, frames = video_key, {}
         try:
             needed = frame_indices_of(item)
             spec = render_spec_of(item)
+            item = rows[n] = {**item, "render_spec_json": spec}  # parsed once, not again by each step below
             if spec is not None:
                 needed = sorted(set(needed) | {int(i) for i in spec["frame_indices"]})
             fkeys = [key_of[(*video_key, i)] for i in needed]
         except (KeyError, ValueError):
             continue
-        rkey = render_key([k for k, _ in fkeys], [h for _, h in fkeys], item, size_policy)
+        rkey = rkeys[n] = render_key([k for k, _ in fkeys], [h for _, h in fkeys], item, size_policy)
         memo = cache.get_render(rkey)
         if memo is not None and len(memo) != _expected_images(item):
             cache.counters["bad_renders"] += 1
             memo = None
-        if memo is None:
-            def get_frame(i: int, video_key=video_key, frames=frames) -> np.ndarray:
-                if i not in frames:
-                    frames[i] = _frame_pixels(cache, key_of[(*video_key, i)][0], video_key, i, open_reader)
-                return frames[i]
-
-            try:
-                memo = item_image_hashes(item, get_frame, size_policy)
-            except (KeyError, BadEntry) as exc:  # a frame that cannot be had any more: no images
-                log.warning("item %s: cannot render its images: %s", item.get("candidate_key"), exc)
-                continue
-            cache.put_render(rkey, memo)
-            cache.counters["rendered"] += 1
+        if memo is None and rkey in same:  # another item shows the same images: rendered once, for both
+            same[rkey].append(n)
+        elif memo is None:
+            same[rkey] = []
+            todo.setdefault(video_key, []).append((n, item))
         else:
             cache.counters["render_hits"] += 1
-        hashes[n] = compact_json(memo)
+            hashes[n] = compact_json(memo)
+    videos = sorted(todo)  # grouped by video: a video's frames are read once for its items, then dropped
+
+    def render(video_key: tuple):
+        return _render_video(cache, video_key, todo[video_key], key_of, size_policy, open_reader)
+
+    threads = min(resolve_workers(workers), len(videos))
+    try:
+        if threads > 1:
+            pool = ThreadPoolExecutor(threads)
+            try:
+                _collect(pool.map(render, videos), rows, rkeys, same, hashes, cache)
+            finally:  # a render that raised: the videos not started yet are not rendered
+                pool.shutdown(cancel_futures=True)
+        else:
+            _collect(map(render, videos), rows, rkeys, same, hashes, cache)
+    finally:  # what was rendered stays memoised, even when a render raised
+        cache.flush_renders()
     return items.with_columns(pl.Series("image_hashes_json", hashes, dtype=pl.String))
+
+
+def _collect(results, rows: list[dict], rkeys: dict[int, str], same: dict[str, list[int]], hashes: list,
+             cache: FrameCache) -> None:
+    """Per video, in video order: sum its counters, memoise and record each item's hashes, log what failed."""
+    for out, counters in results:
+        for name, v in counters.items():
+            cache.counters[name] += v
+        for n, memo in out:
+            if isinstance(memo, str):
+                for m in (n, *same[rkeys[n]]):
+                    log.warning("item %s: cannot render its images: %s", rows[m].get("candidate_key"), memo)
+                continue
+            cache.put_render(rkeys[n], memo)
+            cache.counters["rendered"] += 1
+            cache.counters["render_hits"] += len(same[rkeys[n]])
+            for m in (n, *same[rkeys[n]]):
+                hashes[m] = compact_json(memo)
