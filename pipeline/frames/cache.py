@@ -25,7 +25,7 @@ and, when pixels are read (`get(key)`, and `lookup(key)` unless frames.cache.che
 decoded pixels must hash to the recorded pixel_sha256 (a truncated, re-encoded or undecodable file does not). A bad
 entry is never used: `lookup` reports it as a miss (the frame is decoded again and the entry rewritten), `get` raises
 `BadEntry`; `counters["bad_entries"]` counts them and each is logged with its reason. `lookup(key, pixels=False)`
-checks only the header (what the items step needs of a cached frame: its stats, not its pixels).
+checks only the header and the stats it records, without decoding (`has`).
 
 PNG bytes are deterministic for a given OpenCV/libpng/zlib build and settings. The cache is a plain picklable object
 (worker processes write into the same folder); `counters` counts what this process (and, through
