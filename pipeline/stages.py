@@ -267,7 +267,8 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     items = display_order(kept, seed)
     frame_table = pl.concat(frame_parts, how="vertical_relaxed") if frame_parts else None
     if frame_table is not None:
-        items = add_image_hashes(items, frame_table, cache, cfg["frames"]["image"], open_reader=readers)
+        items = add_image_hashes(items, frame_table, cache, cfg["frames"]["image"], open_reader=readers,
+                                 workers=cfg["frames"]["workers"])
     frames = item_frames(items, frame_table if frame_table is not None else pl.DataFrame(schema=FRAME_TABLE_SCHEMA))
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
     short = items_mod.shortfall(items, quotas, source=slug)
