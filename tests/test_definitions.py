@@ -116,8 +116,10 @@ def test_ui_serves_the_graph_with_row_counts_and_stops_on_sigterm(demo_release):
         got = {"/".join(n["assetKey"]["path"]): n for n in nodes}
         assert got["ir/gm100/units"]["groupName"] == "ir" and got["release/eval_parquet"]["groupName"] == "release"
         # the demo build's run is in this DAGSTER_HOME: the UI shows each table's row count
-        rows = {e["label"]: e.get("intValue") for e in got["items/aist"]["assetMaterializations"][0]["metadataEntries"]}
-        assert rows["dagster/row_count"] == pl.read_parquet(demo_release.parent / "work" / "items" / "aist.parquet").height
+        for asset, table in (("items/aist", "aist.parquet"), ("item_frames/aist", "aist_frames.parquet")):
+            meta = got[asset]["assetMaterializations"][0]["metadataEntries"]
+            rows = {e["label"]: e.get("intValue") for e in meta}
+            assert rows["dagster/row_count"] == pl.read_parquet(demo_release.parent / "work" / "items" / table).height
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=60)
