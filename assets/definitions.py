@@ -56,8 +56,7 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
     checks = checks_for(step)
 
     @dg.multi_asset(name=step.name, specs=specs, check_specs=[c.spec() for c in checks],
-                    description=step.description, can_subset=False,
-                    op_tags={"source": step.source or "all"})
+                    description=step.description, can_subset=False, op_tags={"source": step.source or "all"})
     def _asset(context: dg.AssetExecutionContext, build: BuildSettings):
         watch_the_build()
         cfg = build.config()

@@ -38,7 +38,7 @@ from .families.no_items import units_without_items
 from .frames.cache import FrameCache
 from .frames.extract import FRAME_TABLE_SCHEMA, extract_from_config, item_frames, requests_from_items
 from .frames.gate import gate_items
-from .frames.pool import run_tasks
+from .pool import run_tasks
 from .frames.readers import AdapterReaders
 from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
@@ -185,11 +185,10 @@ def run_candidates(cfg: dict, slug: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- frames
-def selection_key(cfg: dict, slug: str, pool: pl.DataFrame) -> str:
+def selection_key(cfg: dict, slug: str, pool: pl.DataFrame, quotas: dict) -> str:
     """Everything the items step's selection, gate, frames and images depend on: the code, the candidate pool but for
-    its question text, the quotas and selection settings, the build, frames and source settings, and the upstream
-    corpus's content fingerprint. Equal keys give equal items but for the question column."""
-    quotas = items_mod.quotas(cfg, slug)
+    its question text, the quotas and selection settings (items.quotas), the build, frames and source settings, and
+    the upstream corpus's content fingerprint. Equal keys give equal items but for the question column."""
     corpus = json.loads((work_dir(cfg) / "ir" / slug / "corpus.json").read_text(encoding="utf-8"))
     return digest({"code": code_digest(("pipeline", "upstream_adapters")), "pool": table_digest(pool.drop("question")),
                    "quotas": dict(quotas), "settings": quotas.settings, "upstream": corpus["corpus_fingerprint"],
@@ -203,10 +202,9 @@ def _items_files(cfg: dict, slug: str) -> dict[str, Path]:
             "key": d / f"{slug}.selection_key"}
 
 
-def _reuse_items(cfg: dict, slug: str, key: str, pool: pl.DataFrame) -> dict | None:
+def _reuse_items(files: dict[str, Path], key: str, pool: pl.DataFrame, quotas: dict) -> dict | None:
     """A question-template edit: when the last run's items were made under the same selection key, take them with the
     pool's new question text instead of selecting, decoding and rendering again (None when they cannot be reused)."""
-    files = _items_files(cfg, slug)
     if not all(p.is_file() for p in files.values()) or files["key"].read_text(encoding="utf-8").strip() != key:
         return None
     old = pl.read_parquet(files["items"])
@@ -218,7 +216,7 @@ def _reuse_items(cfg: dict, slug: str, key: str, pool: pl.DataFrame) -> dict | N
     if not items.equals(old):
         write_parquet(files["items"], items)
     short = json.loads(files["shortfall"].read_text(encoding="utf-8"))
-    return {"items": items.height, "quota": int(sum(items_mod.quotas(cfg, slug).values())),
+    return {"items": items.height, "quota": int(sum(quotas.values())),
             "gate_dropped": pl.read_parquet(files["quarantine"]).height, "frames_decoded": 0, "frames_cached": 0,
             "frame_cache_bad_entries": 0, "shortfall": short, "selection_reused": True}
 
@@ -232,11 +230,12 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     gate_cfg = cfg["build"]["items"]
     wd = work_dir(cfg)
     pool = pl.read_parquet(wd / "candidates" / f"{slug}.parquet")
-    key = selection_key(cfg, slug, pool)
-    if (reused := _reuse_items(cfg, slug, key, pool)) is not None:
-        return reused
-    _items_files(cfg, slug)["key"].unlink(missing_ok=True)  # written last: a run cut short leaves no key
     quotas = items_mod.quotas(cfg, slug)
+    files = _items_files(cfg, slug)
+    key = selection_key(cfg, slug, pool, quotas)
+    if (reused := _reuse_items(files, key, pool, quotas)) is not None:
+        return reused
+    files["key"].unlink(missing_ok=True)  # written last: a run cut short leaves no key
     cache = FrameCache.from_config(cfg)
     readers = AdapterReaders.from_config(cfg)
     tried: set[str] = set()
@@ -272,11 +271,11 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     frames = item_frames(items, frame_table if frame_table is not None else pl.DataFrame(schema=FRAME_TABLE_SCHEMA))
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
     short = items_mod.shortfall(items, quotas, source=slug)
-    write_parquet(wd / "items" / f"{slug}.parquet", items)
-    write_parquet(wd / "items" / f"{slug}_quarantine.parquet", quarantine)
-    write_parquet(wd / "items" / f"{slug}_frames.parquet", frames)
-    write_json(wd / "items" / f"{slug}_shortfall.json", short)
-    atomic_write_bytes(_items_files(cfg, slug)["key"], key.encode())
+    write_parquet(files["items"], items)
+    write_parquet(files["quarantine"], quarantine)
+    write_parquet(files["frames"], frames)
+    write_json(files["shortfall"], short)
+    atomic_write_bytes(files["key"], key.encode())
     return {"items": items.height, "quota": int(sum(quotas.values())), "gate_dropped": quarantine.height,
             "frames_decoded": cache.counters["decoded"], "frames_cached": cache.counters["hits"],
             "frame_cache_bad_entries": cache.counters["bad_entries"] + cache.counters["bad_renders"],

@@ -144,7 +144,9 @@ def _memo_lines(work: Path) -> dict[Path, list[bytes]]:
             for t in sorted((work / "frame_cache" / "renders").glob("*" + memos.SUFFIX))}
 
 
-def test_bad_render_memos_are_rendered_again(demo_samples, demo_release, tmp_path):
+def _aist_memo_table(demo_samples, demo_release, tmp_path):
+    """A copy of the demo work folder whose render memos were made again by AIST's items step alone: (work, cfg, AIST
+    items before, the one memo table, its lines)."""
     work = tmp_path / "work"
     shutil.copytree(demo_release.parent / "work", work)
     cfg = _cfg(demo_samples, work)
@@ -153,6 +155,11 @@ def test_bad_render_memos_are_rendered_again(demo_samples, demo_release, tmp_pat
     _select_again(work, "aist")
     stages.run_frames(cfg, "aist")  # renders/ now holds exactly aist's memos, in one table
     (table, lines), = _memo_lines(work).items()
+    return work, cfg, before, table, lines
+
+
+def test_bad_render_memos_are_rendered_again(demo_samples, demo_release, tmp_path):
+    work, cfg, before, table, lines = _aist_memo_table(demo_samples, demo_release, tmp_path)
     a, b, c = random.Random(3).sample(range(len(lines)), 3)
     key_a, key_c = json.loads(lines[a])["key"], json.loads(lines[c])["key"]
     memo_a = json.loads(lines[a])
@@ -175,14 +182,7 @@ def test_bad_render_memos_are_rendered_again(demo_samples, demo_release, tmp_pat
 def test_a_cut_or_damaged_memo_table_is_detected_and_rendered_again(demo_samples, demo_release, tmp_path):
     """Tables are written atomically, but a table cut or damaged afterwards (a full disk, a bad copy) must not be
     trusted line by line: a cut line and a flipped byte are both detected, the rest of the table is still used."""
-    work = tmp_path / "work"
-    shutil.copytree(demo_release.parent / "work", work)
-    cfg = _cfg(demo_samples, work)
-    before = _items(work, "aist")
-    shutil.rmtree(work / "frame_cache" / "renders")
-    _select_again(work, "aist")
-    stages.run_frames(cfg, "aist")
-    (table, lines), = _memo_lines(work).items()
+    work, cfg, before, table, lines = _aist_memo_table(demo_samples, demo_release, tmp_path)
     flipped = bytearray(lines[0])
     flipped[flipped.index(b'"hashes":["') + 12] ^= 0x01  # one hex digit of a hash: still well-formed JSON
     data = bytes(flipped) + b"".join(lines[1:])

@@ -1,4 +1,4 @@
-"""pipeline/frames/pool.py: pool workers (and the fork server) die with the process that started the pool, even when
+"""pipeline/pool.py: pool workers (and the fork server) die with the process that started the pool, even when
 it is killed with SIGKILL (issue 14: orphaned forkserver and workers after kill -9 of the build)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ TASKS = textwrap.dedent("""
 
 BUILD = textwrap.dedent("""
     import sys
-    from pipeline.frames.pool import run_tasks
+    from pipeline.pool import run_tasks
     import lifetime_tasks
 
     out, ctx = sys.argv[1], sys.argv[2]

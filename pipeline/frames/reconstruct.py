@@ -23,7 +23,7 @@ import polars as pl
 from upstream_adapters import video
 
 from ..io import write_json
-from .pool import run_tasks
+from ..pool import run_tasks
 from .readers import AdapterReaders
 from .render import RENDER_VERSION, frame_indices_of, image_hashes, render_item_images, render_spec_of, write_item_images
 from .worker import read_with_fallback

@@ -6,7 +6,7 @@ import json
 
 import polars as pl
 
-from ..frames.pool import run_tasks
+from ..pool import run_tasks
 from ..seeding import rng as np_rng
 from .ours import our_rule
 from .objective import make_pool

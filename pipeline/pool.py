@@ -1,4 +1,5 @@
-"""A bounded, crash-tolerant process-pool map for per-video work (extraction and reconstruction).
+"""A bounded, crash-tolerant process-pool map for independent work inside a step: per-video decoding (extraction and
+reconstruction), the split's per-source searches, the release step's exports and validity audit.
 
 `run_tasks(fn, tasks, ...)` calls `on_result(fn(task))` for every task, in completion order:
 - workers == 1 (or a single task): in this process, no pool.
