@@ -3,6 +3,9 @@
 Temp files are named `.<name>.<random>.tmp` (TMP_PREFIX/TMP_SUFFIX): a write killed before its rename leaves one,
 which `clean_temp_files` removes at the start of the next build. Files get the mode a plain `open()` would give
 (0666 minus the umask), not mkstemp's 0600, so a release folder can be shared or served.
+
+Reading side: `ParquetTables` (a folder's tables, each read when asked for), `sorted_by` and `key_runs` (a big
+table cut per unit without a copy or a Python object per row).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 
@@ -115,3 +119,23 @@ class ParquetTables(Mapping):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def key_runs(df: pl.DataFrame, keys: list[str]) -> list[tuple]:
+    """The runs of equal `keys` in a table sorted by them: [(*key values, start, end_exclusive)]. Found in polars, so
+    a million-row table costs one tuple per run, not a Python object per row."""
+    if df.height == 0:
+        return []
+    first = pl.int_range(pl.len(), dtype=pl.Int64)
+    new = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(1)) for k in keys]) | (first == 0)
+    starts = df.select(*keys, first.alias("_start"), new.alias("_new")).filter("_new")
+    ends = starts.get_column("_start").shift(-1, fill_value=df.height)
+    return list(zip(*(starts.get_column(k).to_list() for k in keys), starts.get_column("_start").to_list(),
+                    ends.to_list()))
+
+
+def sorted_by(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """`df` sorted by `keys` (a key of the table: no ties). A table already in that order is returned as it is: a sort
+    would copy it whole, which for a million-row table is hundreds of MB held twice."""
+    order = df.select(pl.arg_sort_by(keys)).to_series().to_numpy()
+    return df if np.array_equal(order, np.arange(df.height)) else df[order]

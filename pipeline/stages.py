@@ -119,7 +119,8 @@ def load_ir(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
 
 # --------------------------------------------------------------------------------------------------- labels
 def run_labels(cfg: dict, slug: str) -> dict:
-    tables, bad = compute_labels_isolated(slug, load_ir(cfg, slug), cfg)
+    # the IR read table by table when the rules ask for it: the labels step never holds every IR table at once
+    tables, bad = compute_labels_isolated(slug, ParquetTables(work_dir(cfg) / "ir" / slug), cfg)
     out = work_dir(cfg) / "labels" / slug
     for name, df in tables.items():
         write_parquet(out / f"{name}.parquet", df)

@@ -525,3 +525,47 @@ def test_a_unit_whose_rule_raises_is_quarantined_and_the_rest_labelled(cfg, monk
     others = {k: (v.filter(pl.col("unit_id") != uid) if "unit_id" in v.columns else v) for k, v in ir.items()}
     expected = L.compute_labels("rh20t", others, cfg)
     assert all(tables[k].equals(expected[k]) for k in expected)
+
+
+def test_labels_read_a_lazy_ir_and_any_row_order_alike(cfg, tmp_path, monkeypatch):
+    """The labels step reads the IR table by table from its folder (ParquetTables) and may find the signals in any
+    row order: the labels are the same as from the whole IR in memory, and a unit whose rule raises is still the only
+    one quarantined."""
+    from pipeline.io import ParquetTables, write_parquet
+    from pipeline.labels import driver
+
+    ir = synthetic_ir("rh20t", n_units=3, n_frames=240)
+    expected = L.compute_labels("rh20t", ir, cfg)
+    shuffled = {**ir, "signals": ir["signals"].sample(fraction=1.0, shuffle=True, seed=7)}
+    assert not shuffled["signals"].equals(ir["signals"])
+    for name, df in shuffled.items():
+        write_parquet(tmp_path / f"{name}.parquet", df)
+    lazy = ParquetTables(tmp_path)
+    got = L.compute_labels("rh20t", lazy, cfg)
+    assert all(got[k].equals(expected[k]) for k in expected)
+
+    uid = ir["units"]["unit_id"][1]
+    for name, df in _shortened(ir, uid, 17).items():  # plant: a rule that chokes on this unit's signals
+        write_parquet(tmp_path / f"{name}.parquet", df)
+    real = driver.smooth
+
+    def smooth_failing_on_the_short_unit(v, *a, **k):
+        if len(v) == 17:
+            raise ValueError("planted")
+        return real(v, *a, **k)
+
+    monkeypatch.setattr(driver, "smooth", smooth_failing_on_the_short_unit)
+    tables, bad = L.compute_labels_isolated("rh20t", lazy, cfg)
+    assert [b["unit_id"] for b in bad] == [uid] and tables["units"].height == 2
+
+
+def test_key_runs_and_sorted_by():
+    from pipeline.io import key_runs, sorted_by
+
+    df = pl.DataFrame({"u": ["a", "a", "b", "b", "b", "c"], "arm": ["l", "r", "l", "l", "r", "r"], "i": [0, 0, 0, 1, 0, 0]})
+    assert key_runs(df, ["u", "arm"]) == [("a", "l", 0, 1), ("a", "r", 1, 2), ("b", "l", 2, 4), ("b", "r", 4, 5),
+                                          ("c", "r", 5, 6)]
+    assert key_runs(df, ["u"]) == [("a", 0, 2), ("b", 2, 5), ("c", 5, 6)] and key_runs(df.clear(), ["u"]) == []
+    assert sorted_by(df, ["u", "arm", "i"]) is df  # in order already: not copied
+    shuffled = df.reverse()
+    assert sorted_by(shuffled, ["u", "arm", "i"]).equals(df)

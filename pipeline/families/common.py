@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.config import per_source
-from pipeline.io import compact_json
+from pipeline.io import compact_json, key_runs, sorted_by
 from pipeline.seeding import py_rng, stable_hash
 
 CANDIDATE_SCHEMA = {
@@ -121,13 +121,9 @@ def by_unit(df: pl.DataFrame | None, columns: list[str], sort: list[str]) -> dic
     """unit_id -> {column: numpy array} for one table, rows sorted by `sort` (unit_id first)."""
     if df is None or df.height == 0:
         return {}
-    d = df.select(["unit_id", *[c for c in columns if c != "unit_id"]]).sort(sort)
-    uid = d.get_column("unit_id").to_numpy()
+    d = sorted_by(df.select(["unit_id", *[c for c in columns if c != "unit_id"]]), sort)
     cols = {c: column_array(d.get_column(c)) for c in columns if c != "unit_id"}
-    cut = np.flatnonzero(uid[1:] != uid[:-1]) + 1
-    starts = np.concatenate(([0], cut))
-    ends = np.concatenate((cut, [uid.size]))
-    return {str(uid[s]): {c: a[s:e] for c, a in cols.items()} for s, e in zip(starts, ends)}
+    return {u: {c: a[s:e] for c, a in cols.items()} for u, s, e in key_runs(d, ["unit_id"])}
 
 
 def arms_by_unit(arms: pl.DataFrame | None, columns: list[str]) -> dict[str, dict[str, dict[str, np.ndarray]]]:
@@ -135,15 +131,10 @@ def arms_by_unit(arms: pl.DataFrame | None, columns: list[str]) -> dict[str, dic
     out: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     if arms is None or arms.height == 0:
         return out
-    d = arms.select(["unit_id", "arm", "frame_index", *columns]).sort(["unit_id", "arm", "frame_index"])
-    uid = d.get_column("unit_id").to_numpy()
-    arm = d.get_column("arm").to_numpy()
+    d = sorted_by(arms.select(["unit_id", "arm", "frame_index", *columns]), ["unit_id", "arm", "frame_index"])
     cols = {c: column_array(d.get_column(c)) for c in columns}
-    cut = np.flatnonzero((uid[1:] != uid[:-1]) | (arm[1:] != arm[:-1])) + 1  # a new (unit, arm) run
-    starts = np.concatenate(([0], cut))
-    ends = np.concatenate((cut, [uid.size]))
-    for s, e in zip(starts, ends):
-        out.setdefault(str(uid[s]), {})[str(arm[s])] = {c: a[s:e] for c, a in cols.items()}
+    for u, a, s, e in key_runs(d, ["unit_id", "arm"]):
+        out.setdefault(u, {})[a] = {c: arr[s:e] for c, arr in cols.items()}
     return out
 
 

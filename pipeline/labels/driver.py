@@ -76,7 +76,7 @@ def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[
     units_ir = ir["units"].sort("unit_id")
     unit_rows = [r for r in units_ir.iter_rows(named=True) if r["source"] == source]
     nframes = {r["unit_id"]: int(r["num_frames"]) for r in unit_rows}
-    sig = _unit_signal_arrays(ir.get("signals"), nframes)
+    sig = _unit_signal_arrays(ir, nframes)
     segs = _segments_by_unit(ir.get("segments"))
 
     T = {name: _Cols(schema) for name, schema in TABLE_SCHEMAS.items()}
@@ -204,6 +204,7 @@ def compute_labels_isolated(source: str, ir: dict[str, pl.DataFrame], cfg: dict
         return compute_labels(source, ir, cfg), []
     except Exception:  # noqa: BLE001 - find the unit(s) below; a failure no single unit explains re-raises there
         pass
+    ir = dict(ir.items())  # a lazy mapping (stages.run_labels) is read once here, not once per unit below
     by_unit = {name: (df.partition_by("unit_id", as_dict=True) if df is not None and "unit_id" in df.columns else {})
                for name, df in ir.items()}
     bad: list[dict] = []

@@ -7,6 +7,8 @@ import math
 import numpy as np
 import polars as pl
 
+from ..io import key_runs, sorted_by
+
 
 _UNITS_SCHEMA = {"source": pl.String, "unit_id": pl.String, "camera": pl.String, "fps": pl.Float64,
                  "num_frames": pl.Int64, "arm_type": pl.String, "primary_arm": pl.String, "outcome": pl.String,
@@ -56,9 +58,11 @@ class _Cols:
             self.parts[k].append(v)
 
     def frame(self, sort: list[str]) -> pl.DataFrame:
+        """The table, sorted by `sort` (a key: no ties). Each column's parts are freed once it is built, and rows
+        that come already in order (the driver adds units in order) are not copied by a sort."""
         data = {}
         for k, dtype in self.schema.items():
-            chunks = self.parts[k]
+            chunks, self.parts[k] = self.parts[k], []
             if not chunks:
                 data[k] = pl.Series(k, [], dtype=dtype)
                 continue
@@ -76,7 +80,9 @@ class _Cols:
                 if dtype == pl.Float64:
                     flat = [None if (x is None or (isinstance(x, float) and math.isnan(x))) else float(x) for x in flat]
                 data[k] = pl.Series(k, flat, dtype=dtype)
-        return pl.DataFrame(data).sort(sort)
+        df = pl.DataFrame(data)
+        del data
+        return sorted_by(df, sort)
 
 
 def _codes_to_str(codes: np.ndarray, names) -> np.ndarray:
@@ -86,25 +92,22 @@ def _codes_to_str(codes: np.ndarray, names) -> np.ndarray:
     return out
 
 
-def _unit_signal_arrays(signals: pl.DataFrame, unit_nframes: dict[str, int]) -> dict[str, dict[str, dict]]:
-    """unit_id -> arm -> {t_sec, channel arrays (length num_frames, NaN where missing)}."""
+def _unit_signal_arrays(ir, unit_nframes: dict[str, int]) -> dict[str, dict[str, dict]]:
+    """unit_id -> arm -> {t_sec, channel arrays (length num_frames, NaN where missing)}, from the IR's signals table
+    (read here, from a lazy `ir` mapping, so only the arrays outlive the call)."""
+    signals = ir.get("signals")
     if signals is None or signals.height == 0:
         return {}
     absent = [c for c in _CHANNELS if c not in signals.columns]  # IR written before a channel existed: all null
     signals = signals.with_columns([pl.lit(None, pl.Float64).alias(c) for c in absent]) if absent else signals
-    sig = signals.select(["unit_id", "arm", "frame_index", "t_sec", *_CHANNELS]).sort(["unit_id", "arm", "frame_index"])
+    sig = sorted_by(signals.select(["unit_id", "arm", "frame_index", "t_sec", *_CHANNELS]),
+                    ["unit_id", "arm", "frame_index"])
+    del signals
     sig = sig.with_columns([pl.col(c).cast(pl.Float64).fill_null(np.nan) for c in ("t_sec", *_CHANNELS)])
-    uid = sig.get_column("unit_id").to_numpy()
-    arm = sig.get_column("arm").to_numpy()
     fi = sig.get_column("frame_index").to_numpy()
     arrays = {c: sig.get_column(c).to_numpy() for c in ("t_sec", *_CHANNELS)}
-    key = np.char.add(np.char.add(uid.astype(str), "\x1f"), arm.astype(str)) if uid.size else uid
-    cut = np.flatnonzero(key[1:] != key[:-1]) + 1
-    starts = np.concatenate(([0], cut))
-    ends = np.concatenate((cut, [key.size]))
     out: dict[str, dict[str, dict]] = {}
-    for s, e in zip(starts, ends):
-        u, a = str(uid[s]), str(arm[s])
+    for u, a, s, e in key_runs(sig, ["unit_id", "arm"]):
         n = unit_nframes.get(u)
         if n is None:
             continue
