@@ -152,8 +152,8 @@ SHARED_CHECKS = (
           _problems(stages.validity_problems), blocking=True),
     Check("release/checksums", "release_valid", "The release validates: schema, parquet == jsonl, counts across "
           "files, checksums, isolation.", _problems(stages.release_problems), blocking=True),
-    Check("release/checksums", "release_path_free", "No absolute path, user name or host name in any release file.",
-          _release_path_free),
+    Check("release/checksums", "release_path_free", "No absolute path, this machine's folders, user name or host name "
+          "in any release file (parquet rows included).", _release_path_free, blocking=True),
 )
 
 

@@ -47,7 +47,7 @@ from .io import ParquetTables, atomic_write_bytes, write_json, write_parquet
 from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown
 from .publish import release_dir, work_dir
-from .validate import find_path_leaks, validate_release
+from .validate import release_leaks, validate_release
 
 log = logging.getLogger(__name__)
 
@@ -415,13 +415,9 @@ def validity_problems(cfg: dict) -> list[str]:
 
 
 def release_problems(cfg: dict) -> list[str]:
-    return validate_release(release_dir(cfg), cfg)
+    """What `processbench validate` finds but the path scan, which is release_path_leaks' check."""
+    return validate_release(release_dir(cfg), cfg, leaks=False)
 
 
 def release_path_leaks(cfg: dict) -> list[str]:
-    leaks = []
-    for p in sorted(release_dir(cfg).rglob("*")):
-        if p.is_file() and p.suffix != ".parquet":
-            leaks += [f"{p.relative_to(release_dir(cfg)).as_posix()}: {hit}"
-                      for hit in find_path_leaks(p.read_text(encoding="utf-8", errors="replace"))]
-    return leaks
+    return release_leaks(release_dir(cfg), cfg)

@@ -127,6 +127,19 @@ def test_release_path_free_fails_on_an_absolute_path(copy):
     assert not res.passed and "reconstruction.md" in str(res.metadata["leaks"].value)
 
 
+def test_release_path_free_reads_parquet_rows_and_blocks(copy):
+    """The path scan (the only one in the build since release_valid leaves it out) reads parquet rows too, and a
+    failure blocks publication."""
+    cfg, _, release = copy
+    check = next(c for c in SHARED_CHECKS if c.name == "release_path_free")
+    assert check.blocking and check.evaluate(cfg).passed
+    eval_parquet = next(release.glob("splits/*eval*.parquet"))
+    df = pl.read_parquet(eval_parquet)
+    df.with_columns(pl.lit("/home/alice/frames/x.png").alias("question")).write_parquet(eval_parquet)
+    res = check.evaluate(cfg)
+    assert not res.passed and eval_parquet.name in str(res.metadata["leaks"].value)
+
+
 def test_isolation_keys_hold_fails_when_an_sft_item_shares_an_eval_scene(copy):
     cfg, work, _ = copy
     check = next(c for c in SHARED_CHECKS if c.name == "isolation_keys_hold")

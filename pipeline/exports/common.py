@@ -73,7 +73,8 @@ def options(row: dict) -> list[str]:
 
 def model_text_leaks(text: str, row: dict) -> list[str]:
     """What of a row's hidden frame data appears in a model-facing text (empty list = clean)."""
-    found = [t for t in LEAK_TOKENS if t in text.lower()]
+    lowered = text.lower()
+    found = [t for t in LEAK_TOKENS if t in lowered]
     for col in HIDDEN_COLUMNS:
         v = row.get(col)
         if v and len(str(v)) >= 3 and str(v) in text:
