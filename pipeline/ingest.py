@@ -40,6 +40,7 @@ from upstream_adapters.ir import (
     SourceError,
     UnitAbsent,
     UnitError,
+    primary_mask,
     to_table,
     validate_unit,
 )
@@ -96,10 +97,10 @@ def content_hash(ir) -> str | None:
     chans = {c: sig.column(c).to_numpy(zero_copy_only=False).astype("<f8") for c in _CHANNELS}
     if not any(np.nanmax(v) > np.nanmin(v) for v in chans.values() if v.size and not np.isnan(v).all()):
         return None
-    prim = ir.frames.filter(pc.equal(ir.frames.column("camera"), ir.unit["camera"]))
+    prim = primary_mask(ir.frames, ir.unit["camera"])
     h = hashlib.sha256(f"{ir.unit['num_frames']}\0{len(sig)}\0".encode())
     for col in ("t_sec", "native_ts"):
-        h.update(prim.column(col).to_numpy(zero_copy_only=False).astype("<f8").tobytes())
+        h.update(ir.frames.column(col).to_numpy(zero_copy_only=False)[prim].astype("<f8").tobytes())
     arms = sig.column("arm").combine_chunks()  # "\0".join of the arm names, without a Python str per row
     h.update(pc.binary_join(pa.ListArray.from_arrays([0, len(arms)], arms), "\0")[0].as_py().encode())
     h.update(sig.column("frame_index").to_numpy(zero_copy_only=False).astype("<i8").tobytes())

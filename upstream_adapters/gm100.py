@@ -310,9 +310,9 @@ class Gm100Adapter(SourceAdapter):
         t_sec = ts - ts[0]
         frames = pa.Table.from_arrays(
             [
-                pa.array([self.slug] * n, pa.string()),
-                pa.array([unit_id] * n, pa.string()),
-                pa.array([self.camera] * n, pa.string()),
+                pa.repeat(pa.scalar(self.slug, pa.string()), n),
+                pa.repeat(pa.scalar(unit_id, pa.string()), n),
+                pa.repeat(pa.scalar(self.camera, pa.string()), n),
                 pa.array(np.arange(n, dtype=np.int64)),
                 pa.array(t_sec),
                 pa.array(ts),

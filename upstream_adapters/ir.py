@@ -135,7 +135,13 @@ TABLES = {"units": UNITS_SCHEMA, "frames": FRAMES_SCHEMA, "signals": SIGNALS_SCH
 
 
 def empty(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()
+    hit = _EMPTY.get(id(schema))
+    return hit[1] if hit is not None and hit[0] is schema else schema.empty_table()
+
+
+# the IR schemas' empty tables, built once (tables are immutable; every GM-100 unit has an empty segments table)
+_EMPTY = {id(s): (s, s.empty_table()) for s in (UNITS_SCHEMA, FRAMES_SCHEMA, SIGNALS_SCHEMA, SEGMENTS_SCHEMA,
+                                                 QUARANTINE_SCHEMA, ABSENT_SCHEMA)}
 
 
 @dataclass
@@ -221,14 +227,14 @@ def validate_unit(ir: UnitIR, limits: Mapping | None = None) -> str | None:
         )
         if foreign:
             return f"{name} rows belong to another unit or source: {sorted(foreign)[:3]}"
-    prim = ir.frames.filter(pc.equal(ir.frames.column("camera"), u["camera"]))
-    idx = prim.column("frame_index").to_numpy()
+    prim = primary_mask(ir.frames, u["camera"])
+    idx = ir.frames.column("frame_index").to_numpy()[prim]
     if len(idx) != u["num_frames"] or not np.array_equal(idx, np.arange(len(idx))):
         return f"primary-camera frame indices are not 0..{u['num_frames'] - 1} in order"
     problem = _finite_problem(ir, limits)
     if problem:
         return problem
-    t = prim.column("t_sec").to_numpy()  # finite (checked above)
+    t = ir.frames.column("t_sec").to_numpy()[prim]  # finite (checked above)
     if np.any(t[1:] < t[:-1]):
         return "primary-camera clock is not monotone"
     if len(t) > 1 and t[0] == t[-1]:
@@ -253,6 +259,11 @@ def validate_unit(ir: UnitIR, limits: Mapping | None = None) -> str | None:
         if not (0 <= s["start_frame"] <= s["end_frame"] < u["num_frames"]):
             return f"segment {s['level']}/{s['seg_index']} frames {s['start_frame']}..{s['end_frame']} out of range"
     return None
+
+
+def primary_mask(frames: pa.Table, camera: str) -> np.ndarray:
+    """Which rows of a frames table are the primary camera's, as a numpy mask (cheaper than filtering the table)."""
+    return pc.equal(frames.column("camera"), camera).to_numpy(zero_copy_only=False)
 
 
 def _unit_range_problem(u: dict, limits: Mapping | None) -> str | None:
