@@ -40,6 +40,7 @@ from upstream_adapters.ir import (
     SourceError,
     UnitAbsent,
     UnitError,
+    primary_mask,
     to_table,
     validate_unit,
 )
@@ -91,21 +92,35 @@ def content_hash(ir) -> str | None:
     """sha256 of a unit's primary-camera clock (t_sec, native_ts) and its signals, without source, ids or paths: the
     same recording stored under another unit id hashes the same. None when every signal channel is null or constant:
     such units (an idle robot) could be equal by chance, so they are not compared."""
-    sig = ir.signals.sort_by([("arm", "ascending"), ("frame_index", "ascending")])
+    sig = ir.signals if _sorted_by_arm_frame(ir.signals) else ir.signals.sort_by(
+        [("arm", "ascending"), ("frame_index", "ascending")])
     chans = {c: sig.column(c).to_numpy(zero_copy_only=False).astype("<f8") for c in _CHANNELS}
     if not any(np.nanmax(v) > np.nanmin(v) for v in chans.values() if v.size and not np.isnan(v).all()):
         return None
-    prim = ir.frames.filter(pc.equal(ir.frames.column("camera"), ir.unit["camera"]))
+    prim = primary_mask(ir.frames, ir.unit["camera"])
     h = hashlib.sha256(f"{ir.unit['num_frames']}\0{len(sig)}\0".encode())
     for col in ("t_sec", "native_ts"):
-        h.update(prim.column(col).to_numpy(zero_copy_only=False).astype("<f8").tobytes())
-    h.update("\0".join(sig.column("arm").to_pylist()).encode())
+        h.update(ir.frames.column(col).to_numpy(zero_copy_only=False)[prim].astype("<f8").tobytes())
+    arms = sig.column("arm").combine_chunks()  # "\0".join of the arm names, without a Python str per row
+    h.update(pc.binary_join(pa.ListArray.from_arrays([0, len(arms)], arms), "\0")[0].as_py().encode())
     h.update(sig.column("frame_index").to_numpy(zero_copy_only=False).astype("<i8").tobytes())
     for c in _CHANNELS:
         v = chans[c].copy()
         v[np.isnan(v)] = np.nan  # one NaN bit pattern for nulls
         h.update(v.tobytes())
     return h.hexdigest()[:24]
+
+
+def _sorted_by_arm_frame(sig: pa.Table) -> bool:
+    """Already in (arm, frame_index) order, as adapters write signals: the (stable) sort would keep it as it is."""
+    if sig.num_rows < 2:
+        return True
+    arm = sig.column("arm")
+    a, b = arm.slice(0, len(arm) - 1), arm.slice(1)
+    if pc.any(pc.less(b, a)).as_py():
+        return False
+    fi = sig.column("frame_index").to_numpy()
+    return not np.any(pc.equal(b, a).to_numpy(zero_copy_only=False) & (fi[1:] < fi[:-1]))
 
 
 def _duplicate_notes(slug: str, units: list[dict]) -> list[dict]:

@@ -48,7 +48,12 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 
 
 def _local_dirs() -> list[str]:
-    dirs = {str(Path.home()), os.getcwd(), tempfile.gettempdir(), _REPO}
+    return _local_dirs_of(os.environ.get("HOME"), os.getcwd(), tempfile.gettempdir())
+
+
+@functools.lru_cache(maxsize=8)  # asked once per text field checked; Path.home() costs more than the check itself
+def _local_dirs_of(home_env: str | None, cwd: str, tmp: str) -> list[str]:
+    dirs = {str(Path.home()), cwd, tmp, _REPO}
     return sorted(d for d in dirs if len(d) >= 5)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import ClassVar, Sequence
 
 import numpy as np
@@ -118,12 +118,12 @@ def safe_join(root: Path, rel: str) -> Path:
     Hugging Face cache snapshot links every file into `blobs/`, a big archive may live on another disk). The error
     names only the relative path, so quarantine rows stay path-free.
     """
-    p = PurePosixPath(rel)
-    if p.is_absolute() or rel.startswith(("/", "\\")) or os.path.isabs(rel) or "\x00" in rel:
+    if rel.startswith(("/", "\\")) or os.path.isabs(rel) or "\x00" in rel:
         raise UnitError("unit path is absolute", file=rel)
-    if any(part == ".." for part in p.parts) or any(part == ".." for part in rel.split("\\")):
+    parts = [part for part in rel.split("/") if part not in ("", ".")]  # PurePosixPath(rel).parts, ~5x cheaper
+    if ".." in parts or ".." in rel.split("\\"):
         raise UnitError("unit path escapes the source root ('..')", file=rel)
-    return Path(root, *p.parts)
+    return Path(root, *parts)
 
 
 # Metadata and list files (split lists, task tables, info.json, dataset cards) are small; a "metadata" file larger

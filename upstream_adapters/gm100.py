@@ -84,6 +84,7 @@ SLUG = "gm100"
 TASK_RE = re.compile(r"^task_\d+$")
 UNIT_RE = re.compile(r"^(task_\d+)__episode_(\d{6,})$")
 PLACEHOLDER = "unlisted"
+META_FILES = ("meta/info.json", "meta/tasks.jsonl", "meta/tasks.parquet", "README.md")  # a task's metadata cache stamp
 
 
 COL_TS = "timestamp"
@@ -309,9 +310,9 @@ class Gm100Adapter(SourceAdapter):
         t_sec = ts - ts[0]
         frames = pa.Table.from_arrays(
             [
-                pa.array([self.slug] * n, pa.string()),
-                pa.array([unit_id] * n, pa.string()),
-                pa.array([self.camera] * n, pa.string()),
+                pa.repeat(pa.scalar(self.slug, pa.string()), n),
+                pa.repeat(pa.scalar(unit_id, pa.string()), n),
+                pa.repeat(pa.scalar(self.camera, pa.string()), n),
                 pa.array(np.arange(n, dtype=np.int64)),
                 pa.array(t_sec),
                 pa.array(ts),
@@ -400,17 +401,17 @@ class Gm100Adapter(SourceAdapter):
 
     def _task_meta(self, root: Path, task: str) -> _TaskMeta:
         tdir = safe_join(root, task)
-        if not tdir.is_dir():
+        tdir_s = str(tdir)  # the cache stamp from plain strings: this runs twice per unit (read_unit, fingerprint)
+        if not os.path.isdir(tdir_s):
             raise UnitError("task folder is missing", file=task)
+        stamp = (tdir_s, *(_stat(os.path.join(tdir_s, f)) for f in META_FILES), _stat(f"{root}/README.md"))
+        hit = self._meta_cache.get(stamp)
+        if hit is not None:
+            return hit
         info_rel = f"{task}/meta/info.json"
         info_path = safe_join(root, info_rel)
         tasks_rel = f"{task}/meta/tasks.jsonl"
         tasks_path = safe_join(root, tasks_rel)
-        stamp = (str(tdir), _stat(info_path), _stat(tasks_path), _stat(tdir / "meta" / "tasks.parquet"),
-                 _stat(tdir / "README.md"), _stat(Path(root) / "README.md"))
-        hit = self._meta_cache.get(stamp)
-        if hit is not None:
-            return hit
         if not info_path.is_file():
             raise UnitError("meta/info.json is missing: the task folder is not a LeRobot dataset", file=info_rel)
         try:

@@ -34,34 +34,32 @@ def signals_table(slug: str, table: pa.Table, features: dict, unit_id: str, t_se
     if eff_ix is not None and _names_swapped(features.get(COL_EFFORT), 1):
         eff_ix = {"left": 1, "right": 0}
 
-    def col(values: np.ndarray | None) -> pa.Array:
-        if values is None:
-            return pa.nulls(n, pa.float64())
-        return pa.array(np.asarray(values, dtype=np.float64), pa.float64(), from_pandas=True)
+    # both arms in one table (the left arm's rows, then the right arm's), each column built once from numpy
+    arms = ("left", "right")
 
-    parts = []
-    for arm in ("left", "right"):
-        p = pos[:, pos_sl[arm]] if pos_sl else None
-        v = vel[:, vel_sl[arm]] if vel_sl else None
-        v_full = vel[:, vel_full[arm]] if vel_full else None
-        parts.append(
-            pa.Table.from_arrays(
-                [
-                    pa.array([slug] * n, pa.string()),
-                    pa.array([unit_id] * n, pa.string()),
-                    pa.array([arm] * n, pa.string()),
-                    pa.array(np.arange(n, dtype=np.int64)),
-                    pa.array(t_sec),
-                    col(p[:, 0] if p is not None else None),
-                    col(p[:, 1] if p is not None else None),
-                    col(p[:, 2] if p is not None else None),
-                    col(np.linalg.norm(v, axis=1) if v is not None else None),
-                    col(eff[:, eff_ix[arm]] if eff_ix is not None else None),
-                    col(None),
-                    col(None),
-                    col(np.linalg.norm(v_full, axis=1) if v_full is not None else None),
-                ],
-                schema=SIGNALS_SCHEMA,
-            )
-        )
-    return pa.concat_tables(parts).combine_chunks()
+    def both(per_arm: dict | None) -> pa.Array:
+        if per_arm is None:
+            return pa.nulls(2 * n, pa.float64())
+        values = np.concatenate([np.asarray(per_arm[a], dtype=np.float64) for a in arms])
+        return pa.array(values, pa.float64(), from_pandas=True)  # NaN (a null list entry) -> null
+
+    def text(value: str) -> pa.Array:
+        return pa.repeat(pa.scalar(value, pa.string()), 2 * n)
+
+    p = {a: pos[:, pos_sl[a]] for a in arms} if pos_sl else None
+    return pa.Table.from_arrays(
+        [
+            text(slug),
+            text(unit_id),
+            pa.array(np.repeat(np.array(arms), n), pa.string()),
+            pa.array(np.tile(np.arange(n, dtype=np.int64), 2)),
+            pa.array(np.tile(np.asarray(t_sec, dtype=np.float64), 2)),
+            *(both({a: p[a][:, k] for a in arms} if p else None) for k in range(3)),
+            both({a: np.linalg.norm(vel[:, vel_sl[a]], axis=1) for a in arms} if vel_sl else None),
+            both({a: eff[:, eff_ix[a]] for a in arms} if eff_ix is not None else None),
+            both(None),
+            both(None),
+            both({a: np.linalg.norm(vel[:, vel_full[a]], axis=1) for a in arms} if vel_full else None),
+        ],
+        schema=SIGNALS_SCHEMA,
+    )

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -134,7 +135,13 @@ TABLES = {"units": UNITS_SCHEMA, "frames": FRAMES_SCHEMA, "signals": SIGNALS_SCH
 
 
 def empty(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()
+    hit = _EMPTY.get(id(schema))
+    return hit[1] if hit is not None and hit[0] is schema else schema.empty_table()
+
+
+# the IR schemas' empty tables, built once (tables are immutable; every GM-100 unit has an empty segments table)
+_EMPTY = {id(s): (s, s.empty_table()) for s in (UNITS_SCHEMA, FRAMES_SCHEMA, SIGNALS_SCHEMA, SEGMENTS_SCHEMA,
+                                                 QUARANTINE_SCHEMA, ABSENT_SCHEMA)}
 
 
 @dataclass
@@ -213,42 +220,50 @@ def validate_unit(ir: UnitIR, limits: Mapping | None = None) -> str | None:
     problem = _unit_range_problem(u, limits)
     if problem:
         return problem
+    # whole-column checks: distinct values and numpy arrays, never a Python object per row
     for name, table in (("frames", ir.frames), ("signals", ir.signals), ("segments", ir.segments)):
-        foreign = (set(table.column("unit_id").to_pylist()) - {u["unit_id"]}) | (
-            set(table.column("source").to_pylist()) - {u["source"]}
+        foreign = (set(pc.unique(table.column("unit_id")).to_pylist()) - {u["unit_id"]}) | (
+            set(pc.unique(table.column("source")).to_pylist()) - {u["source"]}
         )
         if foreign:
             return f"{name} rows belong to another unit or source: {sorted(foreign)[:3]}"
-    prim = [r for r in ir.frames.to_pylist() if r["camera"] == u["camera"]]
-    idx = [r["frame_index"] for r in prim]
-    if idx != list(range(u["num_frames"])):
+    prim = primary_mask(ir.frames, u["camera"])
+    idx = ir.frames.column("frame_index").to_numpy()[prim]
+    if len(idx) != u["num_frames"] or not np.array_equal(idx, np.arange(len(idx))):
         return f"primary-camera frame indices are not 0..{u['num_frames'] - 1} in order"
     problem = _finite_problem(ir, limits)
     if problem:
         return problem
-    t = [r["t_sec"] for r in prim]
-    if any(b < a for a, b in zip(t, t[1:])):
+    t = ir.frames.column("t_sec").to_numpy()[prim]  # finite (checked above)
+    if np.any(t[1:] < t[:-1]):
         return "primary-camera clock is not monotone"
     if len(t) > 1 and t[0] == t[-1]:
         return f"primary-camera clock is constant (all {len(t)} timestamps equal)"
-    repeat = next((i for i in range(1, len(t)) if t[i] == t[i - 1]), None)
-    if repeat is not None:
-        return f"primary-camera clock is not strictly increasing (frame {repeat} repeats t_sec={t[repeat]:g})"
+    repeats = np.flatnonzero(t[1:] == t[:-1])
+    if len(repeats):
+        repeat = int(repeats[0]) + 1
+        return f"primary-camera clock is not strictly increasing (frame {repeat} repeats t_sec={float(t[repeat]):g})"
     if limits is not None and len(t) > 1 and t[-1] - t[0] > limits["duration_max_s"]:
-        return (f"primary-camera clock spans {t[-1] - t[0]:.4g} s, more than {limits['duration_max_s']:g} s "
+        return (f"primary-camera clock spans {float(t[-1] - t[0]):.4g} s, more than {limits['duration_max_s']:g} s "
                 "(build.ir_limits.duration_max_s)")
-    arms = set(ir.signals.column("arm").to_pylist())
+    arms = set(pc.unique(ir.signals.column("arm")).to_pylist())
     if arms - set(ARMS):
         return f"unknown arm names {sorted(arms - set(ARMS))}"
-    sig_idx = ir.signals.column("frame_index").to_pylist()
-    if sig_idx and (min(sig_idx) < 0 or max(sig_idx) >= u["num_frames"]):
-        return "signals reference frames outside the primary camera"
+    if ir.signals.num_rows:
+        span = pc.min_max(ir.signals.column("frame_index"))
+        if span["min"].as_py() < 0 or span["max"].as_py() >= u["num_frames"]:
+            return "signals reference frames outside the primary camera"
     for s in ir.segments.to_pylist():
         if s["level"] not in SEGMENT_LEVELS:
             return f"unknown segment level {s['level']!r}"
         if not (0 <= s["start_frame"] <= s["end_frame"] < u["num_frames"]):
             return f"segment {s['level']}/{s['seg_index']} frames {s['start_frame']}..{s['end_frame']} out of range"
     return None
+
+
+def primary_mask(frames: pa.Table, camera: str) -> np.ndarray:
+    """Which rows of a frames table are the primary camera's, as a numpy mask (cheaper than filtering the table)."""
+    return pc.equal(frames.column("camera"), camera).to_numpy(zero_copy_only=False)
 
 
 def _unit_range_problem(u: dict, limits: Mapping | None) -> str | None:
@@ -277,18 +292,29 @@ def _finite_problem(ir: UnitIR, limits: Mapping | None) -> str | None:
             continue
         for col in cols:
             arr = table.column(col)
+            key = SIGNAL_LIMITS.get(col) if name == "signals" else None
+            bound = limits[key] if key is not None and limits is not None else None
+            if arr.null_count == len(arr):  # a channel the source lacks: nothing to check
+                continue
+            if not arr.null_count and _finite_within(arr.to_numpy(), bound):
+                continue  # the common case in one numpy pass; a failing column is named by the checks below
             bad = pc.invert(pc.is_finite(arr))
             if pc.any(bad).as_py():
                 where = _first_row(table, bad)
                 return f"{name}.{col} has non-finite values ({pc.sum(bad).as_py()}, first {where})"
-            key = SIGNAL_LIMITS.get(col) if name == "signals" else None
-            if key is None or limits is None:
+            if bound is None:
                 continue
-            too_big = pc.greater(pc.abs(arr), limits[key])
+            too_big = pc.greater(pc.abs(arr), bound)
             if pc.any(too_big).as_py():
-                return (f"{name}.{col} magnitude {pc.max(pc.abs(arr)).as_py():.4g} exceeds {limits[key]:g} "
+                return (f"{name}.{col} magnitude {pc.max(pc.abs(arr)).as_py():.4g} exceeds {bound:g} "
                         f"(build.ir_limits.{key}; first {_first_row(table, too_big)})")
     return None
+
+
+def _finite_within(values: np.ndarray, bound) -> bool:
+    """Every value finite and, given a bound, |value| <= bound."""
+    finite = bool(np.isfinite(values).all())
+    return finite if bound is None else finite and bool((np.abs(values) <= bound).all())
 
 
 def _first_row(table: pa.Table, mask) -> str:

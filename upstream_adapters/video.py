@@ -26,12 +26,16 @@ import bisect
 import importlib.metadata
 import importlib.util
 import io
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Sequence, Union
 
 import av
 import numpy as np
+
+from . import mp4_index
 
 VideoSource = Union[str, Path, bytes, bytearray, memoryview, BinaryIO]
 
@@ -169,8 +173,36 @@ def probe(src: VideoSource) -> VideoIndex:
 
 
 def count_frames(src: VideoSource) -> int:
-    """Exact number of decodable frames (counts packets of the video stream without decoding)."""
-    return probe(src).num_frames
+    """Exact number of decodable frames (counts packets of the video stream without decoding). A plain MP4 is
+    answered from its sample table (mp4_index) once PyAV has opened a file of the same header and agreed with the
+    table's count; any other file is demuxed."""
+    table = _table_count(src)
+    if table is not None and _AGREED.get(table[1]):
+        return table[0]
+    n = probe(src).num_frames  # raises DecodeError for a file FFmpeg cannot open or demux, as before
+    if table is not None and len(_AGREED) < _AGREED_MAX:
+        _AGREED[table[1]] = n == table[0]
+    return n
+
+
+# mp4_index header key -> whether PyAV opened a file with that header and counted what its sample table says.
+# The count is the same either way; the key only decides whether a file must be demuxed to know it.
+_AGREED: dict[bytes, bool] = {}
+_AGREED_MAX = 4096
+
+
+def _table_count(src: VideoSource) -> tuple[int, bytes] | None:
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return mp4_index.sample_count(io.BytesIO(src))
+    if not isinstance(src, (str, Path)):
+        return None  # a stream: read once, by probe
+    try:
+        if not stat.S_ISREG(os.stat(src).st_mode):  # a FIFO or device: never opened here
+            return None
+        with open(src, "rb") as fh:
+            return mp4_index.sample_count(fh)
+    except OSError:
+        return None  # probe says why
 
 
 def decoder_order(index: VideoIndex, decoder: str = "auto") -> list[str]:

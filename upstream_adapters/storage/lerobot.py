@@ -130,9 +130,11 @@ def scan_template(tdir: Path, template: str) -> set[int]:
 def read_parquet(path: Path, rel_path: str, columns: Sequence[str]) -> pa.Table:
     """The `columns` a parquet file has; UnitError naming the file when it cannot be read."""
     try:
-        schema = pq.read_schema(path)
-        wanted = [c for c in columns if c in schema.names]
-        return pq.read_table(path, columns=wanted)
+        # one open for schema and data (read_schema + read_table parsed the footer twice); no reader threads: the
+        # episode files are small and ingest already keeps a core busy per process
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        return pf.read(columns=[c for c in columns if c in names], use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UnitError(f"episode parquet cannot be read: {exc}", file=rel_path) from None
 

@@ -104,11 +104,12 @@ def fill(template: str, chunk: int, file: int, video_key: str | None = None, whe
 def episode_rows(path: Path, rel: str, episode: int, columns) -> pa.Table:
     """The rows of one episode in a multi-episode data parquet."""
     try:
-        names = pq.read_schema(path).names
+        pf = pq.ParquetFile(path)  # one open for schema and data (as storage/lerobot.py read_parquet)
+        names = pf.schema_arrow.names
         if "episode_index" not in names:
             raise UnitError("v3.0 data parquet has no episode_index column", file=rel)
-        t = pq.read_table(path, columns=[c for c in columns if c in names] + (
-            ["episode_index"] if "episode_index" not in columns else []))
+        t = pf.read(columns=[c for c in columns if c in names] + (
+            ["episode_index"] if "episode_index" not in columns else []), use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UnitError(f"data parquet cannot be read: {exc}", file=rel) from None
     return t.filter(pc.equal(t.column("episode_index"), episode))
