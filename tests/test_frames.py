@@ -93,6 +93,19 @@ def test_extract_pool_cache_and_rebuild_decodes_nothing(video_root, tmp_path):
     assert table2.filter(pl.col("status") == "ok").equals(ok)
 
 
+def test_cache_keys_are_the_documented_hash(tmp_path):
+    """cache.py: key = sha256(compact JSON ["pbframe", version, decoder id, reader id, source, unit_id, fingerprint,
+    camera, frame_index]); the per-video key builder gives exactly that (non-ASCII and quoting names included)."""
+    import hashlib
+
+    cache = FrameCache(tmp_path / "cache")
+    for unit, cam, idx in [("u1", "cam", [0, 7, 1234567]), ('ünit "q"\\', "cäm/1", [3])]:
+        want = [hashlib.sha256(json.dumps(["pbframe", "1", cache.decoder_id, "dir:x", "src", unit, "fp", cam, i],
+                                          separators=(",", ":"), ensure_ascii=True).encode()).hexdigest() for i in idx]
+        assert cache.video_keys("src", unit, cam, idx, "dir:x", "fp") == want
+        assert [cache.key("src", unit, cam, i, "dir:x", "fp") for i in idx] == want
+
+
 def test_cache_is_deterministic_and_keyed_by_decoder(video_root, tmp_path):
     req = _requests({"u1": [3, 40]})
     a, b = FrameCache(tmp_path / "a"), FrameCache(tmp_path / "b")

@@ -191,9 +191,15 @@ class FrameCache:
     def key(self, source: str, unit_id: str, camera: str, frame_index: int, reader_id: str, fingerprint: str) -> str:
         """fingerprint: the unit's upstream fingerprint (readers.unit_fingerprint), so changed upstream data never
         meets an old entry."""
-        ident = ["pbframe", self.version, self.decoder_id, reader_id, source, unit_id, fingerprint, camera,
-                 int(frame_index)]
-        return hashlib.sha256(_compact(ident).encode()).hexdigest()
+        return self.video_keys(source, unit_id, camera, [frame_index], reader_id, fingerprint)[0]
+
+    def video_keys(self, source: str, unit_id: str, camera: str, frame_indices, reader_id: str,
+                   fingerprint: str) -> list[str]:
+        """`key` of each frame index of one video: the compact JSON up to the camera is built once per video (the
+        index, an int, is last in the list, so prefix + index + "]" is exactly the compact JSON of the list)."""
+        prefix = _compact(["pbframe", self.version, self.decoder_id, reader_id, source, unit_id, fingerprint,
+                           camera])[:-1] + ","
+        return [hashlib.sha256(f"{prefix}{int(i)}]".encode()).hexdigest() for i in frame_indices]
 
     def image_path(self, key: str) -> Path:
         return Path(self._image_file(key))
