@@ -93,6 +93,19 @@ def test_extract_pool_cache_and_rebuild_decodes_nothing(video_root, tmp_path):
     assert table2.filter(pl.col("status") == "ok").equals(ok)
 
 
+def test_cache_keys_are_the_documented_hash(tmp_path):
+    """cache.py: key = sha256(compact JSON ["pbframe", version, decoder id, reader id, source, unit_id, fingerprint,
+    camera, frame_index]); the per-video key builder gives exactly that (non-ASCII and quoting names included)."""
+    import hashlib
+
+    cache = FrameCache(tmp_path / "cache")
+    for unit, cam, idx in [("u1", "cam", [0, 7, 1234567]), ('ünit "q"\\', "cäm/1", [3])]:
+        want = [hashlib.sha256(json.dumps(["pbframe", "1", cache.decoder_id, "dir:x", "src", unit, "fp", cam, i],
+                                          separators=(",", ":"), ensure_ascii=True).encode()).hexdigest() for i in idx]
+        assert cache.video_keys("src", unit, cam, idx, "dir:x", "fp") == want
+        assert [cache.key("src", unit, cam, i, "dir:x", "fp") for i in idx] == want
+
+
 def test_cache_is_deterministic_and_keyed_by_decoder(video_root, tmp_path):
     req = _requests({"u1": [3, 40]})
     a, b = FrameCache(tmp_path / "a"), FrameCache(tmp_path / "b")
@@ -244,6 +257,72 @@ def _frow(unit, i, *, status="ok", mean=100.0, std=40.0, sha=None, thumb=None, r
     return {"source": "src", "unit_id": unit, "camera": "cam", "frame_index": i, "cache_key": f"k{unit}{i}",
             "status": status, "reason": reason, "pixel_sha256": sha or f"sha-{unit}-{i}", "height": 10, "width": 10,
             "mean": mean, "std": std, "thumb": thumb if thumb is not None else bytes([i * 10 % 256] * 4).hex()}
+
+
+def test_native_size_plain_items_take_their_frames_hashes_without_reading_them(video_root, tmp_path):
+    """A plain item whose frames the size policy keeps native shows exactly its frames: its hashes are the frame
+    table's pixel hashes, in frame_indices order (repeats kept), with no cache read; an item with a render spec, or
+    frames above max_side, is still rendered from the cached pixels."""
+    items = pl.DataFrame({
+        "candidate_key": ["plain", "labelled"], "source": ["src"] * 2, "unit_id": ["u1", "u2"],
+        "camera": ["cam"] * 2, "frame_indices": [[30, 2, 30], [4, 9]],
+        "render_spec_json": [None, _spec("labelled_frames", ["X", "Y"], [4, 9])],
+    })
+    cache = FrameCache(tmp_path / "cache")
+    table = extract_frames(requests_from_items(items), DirectoryReaders(video_root), cache, workers=1)
+    key = {(u, i): k for u, i, k in table.select("unit_id", "frame_index", "cache_key").iter_rows()}
+    direct = {}  # what a full render from the cached pixels gives, native (max_side W) and downscaled (80)
+    for max_side in (W, 80):
+        direct[max_side] = [image_hashes(render_item_images(item, lambda i: cache.get(key[(item["unit_id"], i)]),
+                                                            {"max_side": max_side}))
+                            for item in items.iter_rows(named=True)]
+    assert direct[W][0] != direct[80][0]
+    for path in (tmp_path / "cache" / "frames").rglob("*.png"):  # u1's pixels gone: the native item needs none
+        if any(path.stem == key[("u1", i)] for i in (2, 30)):
+            path.unlink()
+    out = add_image_hashes(items, table, FrameCache(tmp_path / "cache"), {"max_side": W})
+    assert [json.loads(h) for h in out["image_hashes_json"]] == direct[W]
+    out = add_image_hashes(items, table, FrameCache(tmp_path / "cache"), {"max_side": 80},
+                           open_reader=DirectoryReaders(video_root))  # downscaled: rendered (u1 decoded again)
+    assert [json.loads(h) for h in out["image_hashes_json"]] == direct[80]
+
+
+def test_a_frame_entry_cut_short_is_found_bad_and_replaced(video_root, tmp_path, monkeypatch):
+    """New entries are written in place (no temp file): a write that fails leaves no file, a partial file left by a
+    killed writer is a bad entry, and putting the frame again replaces it (atomically, since the file exists)."""
+    from pipeline.frames import cache as cache_mod
+
+    cache = FrameCache(tmp_path / "cache")
+    table = extract_frames(_requests({"u1": [3]}), DirectoryReaders(video_root), cache, workers=1)
+    k = table["cache_key"][0]
+    path = cache.image_path(k)
+    good = path.read_bytes()
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file beside it
+    path.write_bytes(good[: len(good) // 2])  # a writer killed mid-write
+    assert FrameCache(tmp_path / "cache").lookup(k) is None
+    again = FrameCache(tmp_path / "cache")
+    extract_frames(_requests({"u1": [3]}), DirectoryReaders(video_root), again, workers=1)
+    assert again.counters["bad_entries"] == 1 and again.counters["decoded"] == 1 and path.read_bytes() == good
+
+    class FullDisk:
+        def __init__(self, fd, mode):
+            os.close(fd)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    path.unlink()
+    monkeypatch.setattr(cache_mod.os, "fdopen", FullDisk)
+    img = np.zeros((4, 4, 3), np.uint8)
+    with pytest.raises(OSError, match="No space"):
+        cache.put(k, img, frame_stats(img, 16))
+    assert not path.exists()
 
 
 def test_gate_reasons_and_quarantine_schema():

@@ -221,9 +221,13 @@ def decoder_order(index: VideoIndex, decoder: str = "auto") -> list[str]:
     return order
 
 
+_DECORD_INSTALLED: list[bool] = []  # asked once per process: find_spec cost ~0.4 ms per video
+
+
 def decord_is_exact(index: VideoIndex) -> bool:
-    return (index.codec in DECORD_SAFE_CODECS and not index.open_gop
-            and importlib.util.find_spec("decord") is not None)
+    if not _DECORD_INSTALLED:
+        _DECORD_INSTALLED.append(importlib.util.find_spec("decord") is not None)
+    return index.codec in DECORD_SAFE_CODECS and not index.open_gop and _DECORD_INSTALLED[0]
 
 
 def read_frames(src: VideoSource, indices: Sequence[int], decoder: str = "auto",

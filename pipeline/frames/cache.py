@@ -14,8 +14,8 @@ work folder and two checkouts can share it.
 Layout under the cache root:
     frames/<key[:2]>/<key>.png      native decoded RGB pixels, lossless PNG (cv2, fixed zlib level and filter), with
                                     the entry's key and the frame's stats (pixel_sha256, height, width, mean, std,
-                                    thumb) in a tEXt chunk "pbframe" right after IHDR; one file per frame, written
-                                    atomically.
+                                    thumb) in a tEXt chunk "pbframe" right after IHDR; one file per frame (how it is
+                                    written: below).
     renders/<sha256[:32]>.jsonl     render memos, a few tables of one checked line per item: the sha256 list of its
                                     rendered images under its render key (render.py; rkey covers the frames' pixel
                                     hashes); memos.py
@@ -26,6 +26,13 @@ decoded pixels must hash to the recorded pixel_sha256 (a truncated, re-encoded o
 entry is never used: `lookup` reports it as a miss (the frame is decoded again and the entry rewritten), `get` raises
 `BadEntry`; `counters["bad_entries"]` counts them and each is logged with its reason. `lookup(key, pixels=False)`
 checks only the header and the stats it records, without decoding (`has`).
+
+Writing: a new entry is written in place (created with O_EXCL, no temp file and rename: a file create is the
+dearest part of a put, ~50,000 per release build), because every read checks the entry anyway: a write cut short
+(a killed worker, a full disk) leaves a file without its header or with pixels that do not hash to the recorded
+pixel_sha256, which is a bad entry, decoded again and then replaced. Replacing an existing file (a bad entry, or two
+processes writing the same key at once) goes through a temp file + rename, so a good entry is never torn under a
+reader. Render-memo tables are always written with temp file + rename (memos.py).
 
 PNG bytes are deterministic for a given OpenCV/libpng/zlib build and settings. The cache is a plain picklable object
 (worker processes write into the same folder); `counters` counts what this process (and, through
@@ -81,6 +88,26 @@ def _atomic_write(path: Path | str, data: bytes) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Write a frame entry in place when its file does not exist yet (see the module docstring), else replace it
+    atomically."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:  # its folder does not exist (yet, or any more)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+    except FileExistsError:
+        return _atomic_write(path, data)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    except BaseException:
+        Path(path).unlink(missing_ok=True)  # a partial entry would be found bad on reading; do not leave it
         raise
 
 
@@ -164,9 +191,15 @@ class FrameCache:
     def key(self, source: str, unit_id: str, camera: str, frame_index: int, reader_id: str, fingerprint: str) -> str:
         """fingerprint: the unit's upstream fingerprint (readers.unit_fingerprint), so changed upstream data never
         meets an old entry."""
-        ident = ["pbframe", self.version, self.decoder_id, reader_id, source, unit_id, fingerprint, camera,
-                 int(frame_index)]
-        return hashlib.sha256(_compact(ident).encode()).hexdigest()
+        return self.video_keys(source, unit_id, camera, [frame_index], reader_id, fingerprint)[0]
+
+    def video_keys(self, source: str, unit_id: str, camera: str, frame_indices, reader_id: str,
+                   fingerprint: str) -> list[str]:
+        """`key` of each frame index of one video: the compact JSON up to the camera is built once per video (the
+        index, an int, is last in the list, so prefix + index + "]" is exactly the compact JSON of the list)."""
+        prefix = _compact(["pbframe", self.version, self.decoder_id, reader_id, source, unit_id, fingerprint,
+                           camera])[:-1] + ","
+        return [hashlib.sha256(f"{prefix}{int(i)}]".encode()).hexdigest() for i in frame_indices]
 
     def image_path(self, key: str) -> Path:
         return Path(self._image_file(key))
@@ -241,7 +274,7 @@ class FrameCache:
 
     def put(self, key: str, img: np.ndarray, meta: dict) -> None:
         png = encode_png(img, self.png_compression, self.png_filter)
-        _atomic_write(self._image_file(key), png_with_meta(png, {**meta, "key": key}))
+        _write_new(self._image_file(key), png_with_meta(png, {**meta, "key": key}))
 
     def get(self, key: str, counters: dict | None = None) -> np.ndarray:
         """The checked RGB pixels; KeyError when absent, BadEntry (counted, logged) when the entry is bad.

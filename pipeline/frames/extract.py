@@ -65,8 +65,13 @@ class FrameKeys:
         return fp
 
     def __call__(self, source: str, unit_id: str, camera: str, frame_index: int) -> str:
+        return self.video(source, unit_id, camera, [frame_index])[0]
+
+    def video(self, source: str, unit_id: str, camera: str, frame_indices) -> list[str]:
+        """The keys of several frames of one video."""
         rid = self._rid.setdefault(source, reader_id(self.open_reader, source))
-        return self.cache.key(source, unit_id, camera, frame_index, rid, self.fingerprint(source, unit_id, camera))
+        return self.cache.video_keys(source, unit_id, camera, frame_indices, rid,
+                                     self.fingerprint(source, unit_id, camera))
 
 
 def _row(source, unit_id, camera, i, key, status, reason, meta) -> dict:
@@ -84,7 +89,8 @@ def _plan(requests: pl.DataFrame, open_reader, cache: FrameCache, rows: list[dic
     videos = []
     for source, unit_id, camera, indices in req.iter_rows():
         try:
-            videos.append((source, unit_id, camera, [(int(i), keys(source, unit_id, camera, i)) for i in indices]))
+            videos.append((source, unit_id, camera, list(zip(map(int, indices), keys.video(source, unit_id, camera,
+                                                                                             indices)))))
         except ValueError as exc:
             rows.extend(_row(source, unit_id, camera, i, None, "error", str(exc), None) for i in indices)
             cache.counters["errors"] += len(indices)

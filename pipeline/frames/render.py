@@ -238,7 +238,9 @@ def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: Fram
                      size_policy: dict | None, open_reader=None, workers: int | None = None) -> pl.DataFrame:
     """Add image_hashes_json (compact JSON list of sha256) to each item, rendering from the frame cache.
 
-    Items whose frames are not all ok in `frame_table` get null (the visual gate drops them anyway). Rendered hashes
+    Items whose frames are not all ok in `frame_table` get null (the visual gate drops them anyway). A plain item
+    whose frames the size policy leaves at their native size shows exactly its frames, so its hashes are the frames'
+    pixel_sha256 in `frame_table` (checked when the frames were decoded or looked up): no frame is read. Rendered hashes
     are memoised in the cache (render key = frame cache keys + pixel hashes + render spec / size policy), so a
     rebuild after a question-template change neither decodes nor renders again. Frames read for rendering are
     checked; a bad entry is decoded again through `open_reader` (the extraction's reader factory) when given.
@@ -248,6 +250,11 @@ def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: Fram
     ok = frame_table.filter(pl.col("status") == "ok")
     key_of = {(s, u, c, int(i)): (k, h) for s, u, c, i, k, h in
               ok.select("source", "unit_id", "camera", "frame_index", "cache_key", "pixel_sha256").iter_rows()}
+    max_side = size_policy["max_side"] if size_policy else None
+    # frames the plain-item size policy leaves native: their image is the frame itself (apply_size_policy copies it)
+    native = {(s, u, c, int(i)) for s, u, c, i, w, h in
+              ok.select("source", "unit_id", "camera", "frame_index", "width", "height").iter_rows()
+              if fit_size(w, h, max_side) == (w, h)}
     hashes: list[str | None] = [None] * items.height
     rows = list(items.iter_rows(named=True))
     rkeys: dict[int, str] = {}
@@ -263,6 +270,11 @@ def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: Fram
                 needed = sorted(set(needed) | {int(i) for i in spec["frame_indices"]})
             fkeys = [key_of[(*video_key, i)] for i in needed]
         except (KeyError, ValueError):
+            continue
+        if spec is None and all((*video_key, i) in native for i in needed):
+            # no pixels needed: the images' hashes are the frames' checked pixel hashes (so no memo either)
+            cache.counters["rendered"] += 1
+            hashes[n] = compact_json([key_of[(*video_key, i)][1] for i in needed])
             continue
         rkey = rkeys[n] = render_key([k for k, _ in fkeys], [h for _, h in fkeys], item, size_policy)
         memo = cache.get_render(rkey)
