@@ -163,8 +163,11 @@ def refuse_hdf5_links(h5, file: str) -> None:
     a virtual dataset (its sources may be other files) or a dataset with external raw storage. Only link
     metadata and dataset creation properties are read, so no other file is opened. Soft links stay allowed
     (they point inside the same file)."""
+    if _hdf5_self_contained(h5):
+        return
     import h5py
 
+    # the walk below names the first offending link or dataset
     stack, seen = [("", h5)], set()
     while stack:
         prefix, group = stack.pop()
@@ -188,6 +191,28 @@ def refuse_hdf5_links(h5, file: str) -> None:
                 if obj.external:
                     raise UnitError(f"HDF5 dataset {path!r} with external raw storage refused: its data lives in "
                                     "other files", file=file)
+
+
+def _hdf5_self_contained(h5) -> bool:
+    """True when no link of the file is external (or of another non-hard, non-soft kind) and no dataset is virtual
+    or has external raw storage: what `refuse_hdf5_links` checks, through HDF5's own visits (low-level h5py, ~3x
+    cheaper than walking the high-level objects; a REASSEMBLE file holds ~1100 objects). False sends the caller to
+    the walk, which says which link or dataset."""
+    from h5py import h5d, h5l, h5o
+
+    gid = h5.id
+    if gid.links.visit(lambda _name, info: None if info.type in (h5l.TYPE_HARD, h5l.TYPE_SOFT) else True,
+                       info=True):
+        return False
+
+    def outside(name, info):
+        if info.type == h5o.TYPE_DATASET:
+            dcpl = h5d.open(gid, name).get_create_plist()
+            if dcpl.get_layout() == h5d.VIRTUAL or dcpl.get_external_count() > 0:
+                return True
+        return None
+
+    return not h5o.visit(gid, outside, info=True)
 
 
 def path_free(message: str, path: Path, rel: str) -> str:
