@@ -37,6 +37,7 @@ def measure(cmd: list[str], env: dict) -> dict:
     t0 = time.time()
     proc = psutil.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak_tree = peak_one = peak_pss = 0
+    peak_at, peak_held = 0.0, []
     tick = 0
     while proc.poll() is None:
         try:
@@ -45,18 +46,22 @@ def measure(cmd: list[str], env: dict) -> dict:
             break
         full = tick % 5 == 0  # PSS reads /proc/<pid>/smaps_rollup: once a second, so the sampling stays cheap
         total = pss = 0
+        held = []  # (PSS MiB, what the process runs) at this sample
         for p in tree:
             try:
                 mem = p.memory_full_info() if full else p.memory_info()
                 t = p.cpu_times()
                 cpu[p.pid] = t.user + t.system
+                what = _what(p) if full else ""
             except psutil.Error:
                 continue
             total += mem.rss
             pss += getattr(mem, "pss", mem.rss)
             peak_one = max(peak_one, mem.rss)
+            held.append((round(getattr(mem, "pss", mem.rss) / 2**20), what))
         peak_tree = max(peak_tree, total)
-        peak_pss = max(peak_pss, pss) if full else peak_pss
+        if full and pss > peak_pss:  # where the tree's memory is at its peak: which processes hold it
+            peak_pss, peak_at, peak_held = pss, time.time() - t0, sorted(held, reverse=True)[:8]
         tick += 1
         time.sleep(0.2)
     out = proc.stdout.read()
@@ -67,8 +72,15 @@ def measure(cmd: list[str], env: dict) -> dict:
             "cores_busy": round(sum(cpu.values()) / max(wall, 1e-9), 2),
             "peak_rss_tree_mb": round(peak_tree / 2**20), "peak_pss_tree_mb": round(peak_pss / 2**20),
             "peak_rss_process_mb": round(peak_one / 2**20),
+            "peak_pss_at_s": round(peak_at, 1), "peak_pss_largest_processes_mb": peak_held,
             "steps_run": int(steps.group(1)) if steps else 0, "load_before": round(load, 2),
             "load_after": round(os.getloadavg()[0], 2), "tail": out.strip().splitlines()[-3:]}
+
+
+def _what(p: psutil.Process) -> str:
+    """pid and the tail of the command line (step processes are forks of one server and share its command line:
+    match the time of the peak with the run's step timeline to name them)."""
+    return f"{p.pid} {' '.join(p.cmdline()[-2:])[-50:]}"
 
 
 def edit_one_template(config_dir: Path) -> str:

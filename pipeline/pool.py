@@ -1,5 +1,6 @@
 """A bounded, crash-tolerant process-pool map for independent work inside a step: per-video decoding (extraction and
-reconstruction), the split's per-source searches, the release step's exports and validity audit.
+reconstruction), the split's per-source searches, the release path scan; `run_beside` runs one task in a worker
+while the caller works (the release step's validity audit beside its exports).
 
 `run_tasks(fn, tasks, ...)` calls `on_result(fn(task))` for every task, in completion order:
 - workers == 1 (or a single task): in this process, no pool.
@@ -40,6 +41,19 @@ def _isolated(fn, task, ctx, on_failure):
             return on_failure(task, f"worker process crashed: {exc}")
         except Exception as exc:  # noqa: BLE001
             return on_failure(task, f"{type(exc).__name__}: {exc}")
+
+
+def run_beside(fn: Callable, task, here: Callable[[], object], mp_context: str | None = "forkserver"
+               ) -> tuple[object, object]:
+    """`fn(task)` in one worker process while `here()` runs in this process: two pieces of work side by side with no
+    third process idling on them (each holds hundreds of MB). Returns (here(), fn(task)); an exception of either,
+    or the worker's crash (BrokenProcessPool), is raised once both are over."""
+    ctx = mp.get_context(mp_context) if mp_context else None
+    if mp_context == "forkserver":
+        ctx.set_forkserver_preload([fn.__module__, die_with.__module__])
+    with _executor(1, ctx) as pool:
+        there = pool.submit(fn, task)
+        return here(), there.result()
 
 
 def run_tasks(fn: Callable, tasks: Iterable, workers: int | None, on_result: Callable[[object], None],

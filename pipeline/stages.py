@@ -38,7 +38,7 @@ from .families.no_items import units_without_items
 from .frames.cache import FrameCache
 from .frames.extract import FRAME_TABLE_SCHEMA, extract_from_config, item_frames, requests_from_items
 from .frames.gate import gate_items
-from .pool import run_tasks
+from .pool import run_beside
 from .frames.readers import AdapterReaders
 from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
@@ -334,27 +334,17 @@ def run_release(cfg: dict) -> dict:
                  "provenance": provenance.provenance_json(cfg, corpora)}
     out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents,
                                 checksums=False)
-    # card, Croissant, trainer/harness files (the main eval file holds level L1 only), and the validity audit's report:
-    # each reads the files just written and writes files of its own, so the two run side by side
-    parts: dict = {}
-    run_tasks(_release_part, [("exports", cfg), ("validity", cfg)], 2, lambda r: parts.__setitem__(*r),
-              _release_part_failed)
-    exported, validity = parts["exports"], parts["validity"]
+    # card, Croissant, trainer/harness files (the main eval file holds level L1 only) here, and the validity audit's
+    # report in a worker: each reads the files just written and writes files of its own, so the two run side by side
+    exported, validity = run_beside(_validity_part, cfg, lambda: run_exports(cfg, release_dir(cfg), checksums=False))
     # last, once: an interrupted step leaves checksums that do not match, never a release that looks complete
     writers.write_checksums(release_dir(cfg), cfg)
     return {k: v for k, v in out.items() if k != "files"} | {"files": len(out["files"]) + len(exported),
                                                                "validity_problems": len(validity["problems"])}
 
 
-def _release_part(task: tuple[str, dict]) -> tuple[str, object]:
-    name, cfg = task
-    if name == "exports":
-        return name, run_exports(cfg, release_dir(cfg), checksums=False)
-    return name, run_validity(cfg, checksums=False)
-
-
-def _release_part_failed(task, reason: str):
-    raise RuntimeError(f"release {task[0]}: {reason}")
+def _validity_part(cfg: dict) -> dict:
+    return run_validity(cfg, checksums=False)
 
 
 # --------------------------------------------------------------------------------------------------- checks

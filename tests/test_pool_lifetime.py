@@ -79,3 +79,15 @@ def test_workers_die_with_a_killed_parent(tmp_path, ctx):
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
+
+
+def test_run_beside_returns_both_results_and_raises_the_workers_error():
+    """The release step's validity audit runs in a worker beside the exports: both results come back, in order, and
+    a failure in the worker is raised, never turned into a result."""
+    import math
+
+    from pipeline.pool import run_beside
+
+    assert run_beside(math.sqrt, 16.0, lambda: "here") == ("here", 4.0)
+    with pytest.raises(ValueError):
+        run_beside(math.sqrt, -1.0, lambda: "here")
