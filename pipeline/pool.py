@@ -33,6 +33,15 @@ def _executor(n: int, ctx) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(n, mp_context=ctx, initializer=die_with, initargs=(os.getpid(),))
 
 
+def _context(fn: Callable, mp_context: str | None):
+    ctx = mp.get_context(mp_context) if mp_context else None
+    if mp_context == "forkserver":
+        # import the task's module once in the fork server, so each worker starts as a fork with it loaded
+        # (effective only before this process's fork server starts; harmless afterwards)
+        ctx.set_forkserver_preload([fn.__module__, die_with.__module__])
+    return ctx
+
+
 def _isolated(fn, task, ctx, on_failure):
     with _executor(1, ctx) as pool:
         try:
@@ -48,10 +57,7 @@ def run_beside(fn: Callable, task, here: Callable[[], object], mp_context: str |
     """`fn(task)` in one worker process while `here()` runs in this process: two pieces of work side by side with no
     third process idling on them (each holds hundreds of MB). Returns (here(), fn(task)); an exception of either,
     or the worker's crash (BrokenProcessPool), is raised once both are over."""
-    ctx = mp.get_context(mp_context) if mp_context else None
-    if mp_context == "forkserver":
-        ctx.set_forkserver_preload([fn.__module__, die_with.__module__])
-    with _executor(1, ctx) as pool:
+    with _executor(1, _context(fn, mp_context)) as pool:
         there = pool.submit(fn, task)
         return here(), there.result()
 
@@ -72,11 +78,7 @@ def run_tasks(fn: Callable, tasks: Iterable, workers: int | None, on_result: Cal
         return
     if isinstance(tasks, (list, tuple)):
         n = min(n, len(tasks))
-    ctx = mp.get_context(mp_context) if mp_context else None
-    if mp_context == "forkserver":
-        # import the task's module once in the fork server, so each worker starts as a fork with it loaded
-        # (effective only before this process's fork server starts; harmless afterwards)
-        ctx.set_forkserver_preload([fn.__module__, die_with.__module__])
+    ctx = _context(fn, mp_context)
     limit = n * max(1, int(in_flight_per_worker))
     it = iter(tasks)
     exhausted = False
