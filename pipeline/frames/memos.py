@@ -80,9 +80,23 @@ class RenderMemos:
                 self._read_table(name)
         return self._memos
 
+    def _lines(self, name: str) -> tuple[list[tuple[bytes, str, list[str]]], int]:
+        """The good lines of table `name` as (line, rkey, hashes), and how many lines are damaged (OSError when the
+        table cannot be read)."""
+        good, bad = [], 0
+        for line in (self.folder / name).read_bytes().split(b"\n"):
+            if not line.strip():
+                continue
+            memo = parse_line(line)
+            if memo is None:
+                bad += 1
+            else:
+                good.append((line + b"\n", *memo))
+        return good, bad
+
     def _read_table(self, name: str) -> None:
         try:
-            data = (self.folder / name).read_bytes()
+            good, bad = self._lines(name)
         except FileNotFoundError:  # rewritten by another process since the listing: its new table is read too
             return
         except OSError as exc:
@@ -90,15 +104,6 @@ class RenderMemos:
             log.warning("frame cache: render memo table %s is unreadable (%s); its items are rendered again",
                         name, exc)
             return
-        good, bad = [], 0
-        for line in data.split(b"\n"):
-            if not line.strip():
-                continue
-            memo = parse_line(line)
-            if memo is None:
-                bad += 1
-                continue
-            good.append((line + b"\n", *memo))
         if bad:
             self.counters["bad_renders"] += bad
             log.warning("frame cache: %d damaged render memo(s) in table %s are not used; their items are rendered "
@@ -137,12 +142,10 @@ class RenderMemos:
             self._pending = {}
         for old, rkeys in sorted(self._superseded.items()):
             try:
-                data = (self.folder / old).read_bytes()
+                good, _ = self._lines(old)
             except FileNotFoundError:
                 continue
-            keep = [line + b"\n" for line in data.split(b"\n")
-                    if line.strip() and (memo := parse_line(line)) is not None and memo[0] not in rkeys]
-            new = self._rewrite(old, keep)
+            new = self._rewrite(old, [line for line, rkey, _ in good if rkey not in rkeys])
             for rkey, (hashes, table) in list(self._memos.items()):
                 if table == old:
                     self._memos[rkey] = (hashes, new)
