@@ -32,6 +32,7 @@ _watched: set[int] = set()
 # which each step process would otherwise import itself (~1.4 s: SQLAlchemy, Alembic) to write its events.
 # (The fork server skips a module that does not import.)
 PRELOAD = ("assets.definitions", "dagster._core.storage.sqlite_storage", "dagster._core.instance.factory")
+ENGINE_MODULE = "dagster._core.executor.multiprocess"  # which Dagster adds to the preload list itself
 
 
 @contextmanager
@@ -48,6 +49,17 @@ def steps_die_with_this_process():
             os.environ.pop(BUILD_PID_ENV, None)
         else:
             os.environ[BUILD_PID_ENV] = before
+
+
+def start_fork_server() -> None:
+    """Start the multiprocess engine's fork server now, with what the engine would preload: the executor finds it
+    running and forks its steps from it. Its environment is what every step process gets (call it inside
+    `steps_die_with_this_process`)."""
+    import multiprocessing as mp
+    from multiprocessing import forkserver
+
+    mp.get_context("forkserver").set_forkserver_preload([ENGINE_MODULE, *PRELOAD])
+    forkserver.ensure_running()
 
 
 def watch_the_build() -> None:

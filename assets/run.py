@@ -19,7 +19,7 @@ from pipeline import publish
 
 from . import fingerprint
 from .definitions import STEPS, build_job
-from .executors import LOCK_TAG, run_config_for, steps_die_with_this_process
+from .executors import LOCK_TAG, run_config_for, start_fork_server, steps_die_with_this_process
 from .settings import BuildSettings, settings_from  # noqa: F401 - re-exported for the CLI and tests
 from .tables import all_steps
 
@@ -89,16 +89,18 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                   "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)}}
     log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
     instance = instance or dg.DagsterInstance.get()
-    with steps_die_with_this_process(), dg.execute_job(
-            dg.reconstructable(build_job), instance=instance, run_config=run_config, asset_selection=keys,
-            raise_on_error=False, tags={LOCK_TAG: token}) as res:
-        failed = _failed_checks(res, dg.AssetCheckSeverity.ERROR)
-        warnings = _failed_checks(res, dg.AssetCheckSeverity.WARN)
-        if not res.success:
-            errors = [_failure_text(e) for e in res.all_events if e.is_failure][:5]
-            raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(failed + errors))
-        return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id,
-                "published": "release" in steps}
+    with steps_die_with_this_process():  # before the fork server starts: its step processes inherit the pid
+        if engine == "multiprocess":
+            start_fork_server()  # its imports (~3 s) run while Dagster sets the run up, instead of after
+        with dg.execute_job(dg.reconstructable(build_job), instance=instance, run_config=run_config,
+                            asset_selection=keys, raise_on_error=False, tags={LOCK_TAG: token}) as res:
+            failed = _failed_checks(res, dg.AssetCheckSeverity.ERROR)
+            warnings = _failed_checks(res, dg.AssetCheckSeverity.WARN)
+            if not res.success:
+                errors = [_failure_text(e) for e in res.all_events if e.is_failure][:5]
+                raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(failed + errors))
+            return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id,
+                    "published": "release" in steps}
 
 
 def _failure_text(event) -> str:
