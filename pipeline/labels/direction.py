@@ -60,20 +60,20 @@ def direction_labels(pos: dict, offsets, mapping: dict, *, min_delta: float, pur
     if n == 0 or not mapping:
         return np.full(n, None, dtype=object), mag, pur
 
-    def shifted(x, o):
+    def diff(x, o1, o2):
+        """x[f + o2] - x[f + o1] per frame f; NaN where either leaves the unit (a window wider than the unit leaves
+        every frame without a partner)."""
         out = np.full(n, np.nan)
-        if o >= 0:
-            out[: max(0, n - o)] = x[o:]
-        elif -o < n:  # a window wider than the unit leaves every frame without a partner (all NaN)
-            out[-o:] = x[: n + o]
+        lo, hi = max(0, -o1, -o2), min(n, n - o1, n - o2)
+        if hi > lo:
+            np.subtract(x[lo + o2:hi + o2], x[lo + o1:hi + o1], out=out[lo:hi])
         return out
 
     deltas, steps = [], []
     for a in axes:
         x = _f64(pos[a]) if a in pos else np.full(n, np.nan)
-        pts = [shifted(x, o) for o in offsets]
-        deltas.append(pts[-1] - pts[0])
-        steps.append([b - a_ for a_, b in zip(pts[:-1], pts[1:])])
+        deltas.append(diff(x, offsets[0], offsets[-1]))
+        steps.append([diff(x, o1, o2) for o1, o2 in zip(offsets[:-1], offsets[1:])])
     labels, dom_mag, purity, dom, dom_sign = _classify(np.vstack(deltas), axes, mapping, min_delta, purity_ratio)
     if consistent and len(offsets) > 2:
         for i in range(len(axes)):
@@ -81,7 +81,7 @@ def direction_labels(pos: dict, offsets, mapping: dict, *, min_delta: float, pur
             for st in steps[i]:
                 against = -dom_sign * st  # positive when the step goes against the net direction
                 labels[sel & ((against > consistency_tolerance * dom_mag) | np.isnan(against))] = None
-    has = np.array([x is not None for x in labels], dtype=bool)
+    has = labels != None  # noqa: E711 (object array, elementwise)
     mag[has] = dom_mag[has]
     pur[has] = np.minimum(purity[has], 1e6)
     return labels, mag, pur

@@ -154,8 +154,10 @@ def window_mean(x, offsets) -> np.ndarray:
             shifted[: max(0, n - o)] = x[o:]
         else:
             shifted[-o:] = x[: n + o]
-        valid &= ~np.isnan(shifted)
-        out += np.nan_to_num(shifted)
+        missing = np.isnan(shifted)
+        valid &= ~missing
+        shifted[missing] = 0.0
+        out += shifted if np.isfinite(shifted).all() else np.nan_to_num(shifted, copy=False)  # nan_to_num's +-inf
     out = out / max(1, len(offsets))
     out[~valid] = np.nan
     return out
