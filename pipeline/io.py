@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 from collections.abc import Mapping
+from io import BytesIO
 from pathlib import Path
 
 import numpy as np
@@ -92,18 +93,21 @@ def _json_plain(dtype: pl.DataType) -> bool:
     return dtype.is_integer() or dtype in (pl.String, pl.Boolean, pl.Null)
 
 
-def jsonl_text(df: pl.DataFrame) -> str:
-    """One compact JSON object per row, keys in column order, nulls kept, each line ending in a newline. A table of
-    strings, integers and booleans is written by polars in one call; any other row by row through json.dumps."""
+def jsonl_bytes(df: pl.DataFrame) -> bytes:
+    """UTF-8 lines of one compact JSON object per row, keys in column order, nulls kept. A table of strings, integers
+    and booleans is written by polars in one call (straight to bytes: no Python string to encode); any other row by
+    row through json.dumps."""
     if all(_json_plain(dtype) for dtype in df.schema.values()):
-        return df.write_ndjson()
+        buf = BytesIO()
+        df.write_ndjson(buf)
+        return buf.getvalue()
     rows = df.iter_rows(named=True)
-    return "".join(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows)
+    return "".join(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows).encode("utf-8")
 
 
 def write_jsonl(path: Path, df: pl.DataFrame) -> None:
-    """`jsonl_text(df)`, written atomically."""
-    atomic_write_text(path, jsonl_text(df))
+    """`jsonl_bytes(df)`, written atomically."""
+    atomic_write_bytes(path, jsonl_bytes(df))
 
 
 def is_temp_file(name: str) -> bool:

@@ -301,14 +301,15 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
     for key in wanted_docs:
         texts[files[key]] = documents[key] if documents[key].endswith("\n") else documents[key] + "\n"
     # the jsonl mirrors are made once: scanned here, then written (between them they hold every row)
-    mirrors = {jl_rel: io.jsonl_text(df) for _, jl_rel, df in tables}
-    leaks = {rel: found for rel, t in {**texts, **mirrors}.items() if (found := find_path_leaks(t))}
+    mirrors = {jl_rel: io.jsonl_bytes(df) for _, jl_rel, df in tables}
+    leaks = {rel: found for rel, t in texts.items() if (found := find_path_leaks(t))}
+    leaks |= {rel: found for rel, b in mirrors.items() if (found := find_path_leaks(b.decode("utf-8")))}
     if leaks:
         raise ValueError(f"path or identity leaks in release content: {leaks}")
 
     for pq_rel, jl_rel, df in tables:
         io.write_parquet(out_dir / pq_rel, df)
-        io.atomic_write_text(out_dir / jl_rel, mirrors.pop(jl_rel))
+        io.atomic_write_bytes(out_dir / jl_rel, mirrors.pop(jl_rel))
     for rel, text in sorted(texts.items()):
         io.atomic_write_text(out_dir / rel, text)
     if checksums:

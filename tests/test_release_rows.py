@@ -94,7 +94,7 @@ def test_tricky_rows_keep_the_per_row_builds_bytes():
     assert ev.schema == schema.polars_schema() and sft.schema == schema.polars_schema()
     assert ev.rows(named=True) == [OLD_EVAL_ROW] and sft.rows(named=True) == [OLD_SFT_ROW]
     for split, df in (("eval", ev), ("sft", sft)):
-        assert hashlib.sha256(io.jsonl_text(df).encode()).hexdigest() == OLD_JSONL_SHA256[split]
+        assert hashlib.sha256(io.jsonl_bytes(df)).hexdigest() == OLD_JSONL_SHA256[split]
 
 
 def test_reference_columns_are_the_reference_strings():
