@@ -146,7 +146,12 @@ def _joined(items: pl.DataFrame, units: pl.DataFrame, names: dict) -> pl.DataFra
         # Python's idea of blank (str.strip), as the rest of the build has it
         pl.Series("_meta_in_source", [bool(x and str(x).strip()) for x in units.get_column("language").to_list()],
                   dtype=pl.Boolean))
-    joined = items.select(cols).with_row_index("_row").join(meta, on=["source", "unit_id"], how="left")
+    # the per-row build took int() of counts and frame indices; a list column that is null throughout may come as
+    # the Null type, which has no list operations
+    typed = [pl.col("num_choices").cast(pl.Int64), pl.col("frame_indices").cast(pl.List(pl.Int64)),
+             *(pl.col(c).cast(pl.List(pl.String)) for c in ("choices", "display_labels") if items.schema[c] == pl.Null)]
+    joined = items.select(cols).with_columns(typed).with_row_index("_row").join(meta, on=["source", "unit_id"],
+                                                                                 how="left")
     if "eval_level" not in cols:
         joined = joined.with_columns(eval_level=pl.lit(None, dtype=pl.String))
     unknown = joined.filter((~pl.col("source").is_in(list(names)) | pl.col("_known").is_null()).fill_null(True))

@@ -124,7 +124,7 @@ def reference_columns(slug: pl.Expr, task_id: pl.Expr, unit_type: pl.Expr, unit_
                       frame_indices: pl.Expr, answer: pl.Expr) -> dict[str, pl.Expr]:
     """visual_ref, source_episode_ref, reconstruction_key_json and sft_target as polars expressions over columns
     (frame_indices: a list of integers): the strings of the functions above, built a table at a time
-    (tests/test_writers.py pins the two to each other)."""
+    (tests/test_release_rows.py pins the two to each other)."""
     episode = pl.concat_str([slug, pl.lit("/"), unit_type, pl.lit("/"), unit_id])
     frames = frame_indices.list.eval(pl.element().cast(pl.String).str.zfill(6)).list.join(",")
     key = _key_fields(slug, task_id, unit_type, unit_id, camera, frame_indices)

@@ -210,3 +210,18 @@ def test_sound_rows_in_an_unusual_spelling_pass():
     ev, sft = writers.release_tables(items, make_units(), make_cfg())
     kept = set(pl.concat([ev, sft])["image_hashes_json"].to_list())
     assert set(spaced["image_hashes_json"].to_list()) <= kept
+
+
+def test_loosely_typed_items_are_read_as_the_per_row_build_read_them():
+    """Counts and frame indices as floats are taken as integers (the per-row build took int() of them), and
+    display labels null throughout (the Null type) are null labels."""
+    items = _sound_items()
+    want = writers.release_tables(items, make_units(), make_cfg())
+    loose = items.filter(pl.col("display_labels").is_null()).with_columns(
+        num_choices=pl.col("num_choices").cast(pl.Float64), frame_indices=pl.col("frame_indices").cast(
+            pl.List(pl.Float64)), display_labels=pl.lit(None))
+    assert loose.schema["display_labels"] == pl.Null
+    got = writers.release_tables(loose, make_units(), make_cfg())
+    for split in range(2):
+        plain = want[split].filter(pl.col("display_labels_json").is_null()).drop("item_id")
+        assert got[split].drop("item_id").equals(plain)
