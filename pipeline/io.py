@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 from collections.abc import Mapping
+from io import BytesIO
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,14 @@ def compact_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def compact_json_column(expr: pl.Expr) -> pl.Expr:
+    """`compact_json` of every value of a column, computed by polars (a null stays null). Same text for strings,
+    integers, booleans and lists of them, and for structs whose fields are in sorted order (compact_json sorts keys);
+    not for floats (polars writes 1e-7, json.dumps 1e-07). tests/test_io_json.py pins it to compact_json."""
+    wrapped = pl.struct(expr.alias("v")).struct.json_encode()  # '{"v":<value>}'
+    return pl.when(expr.is_not_null()).then(wrapped.str.slice(5).str.head(-1))
+
+
 def write_json(path: Path, obj) -> None:
     atomic_write_text(path, dumps_json(obj))
 
@@ -78,10 +87,27 @@ def write_parquet(path: Path, df: pl.DataFrame) -> None:
         raise
 
 
+def _json_plain(dtype: pl.DataType) -> bool:
+    """A column type whose values polars' JSON writer spells exactly as json.dumps(ensure_ascii=False) does (pinned
+    over every code point by tests/test_io_json.py); floats are not (1e-7 against 1e-07)."""
+    return dtype.is_integer() or dtype in (pl.String, pl.Boolean, pl.Null)
+
+
+def jsonl_bytes(df: pl.DataFrame) -> bytes:
+    """UTF-8 lines of one compact JSON object per row, keys in column order, nulls kept. A table of strings, integers
+    and booleans is written by polars in one call (straight to bytes: no Python string to encode); any other row by
+    row through json.dumps."""
+    if all(_json_plain(dtype) for dtype in df.schema.values()):
+        buf = BytesIO()
+        df.write_ndjson(buf)
+        return buf.getvalue()
+    rows = df.iter_rows(named=True)
+    return "".join(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows).encode("utf-8")
+
+
 def write_jsonl(path: Path, df: pl.DataFrame) -> None:
-    """One compact JSON object per row, keys in column order, nulls kept."""
-    lines = [json.dumps(row, ensure_ascii=False, separators=(",", ":")) for row in df.iter_rows(named=True)]
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    """`jsonl_bytes(df)`, written atomically."""
+    atomic_write_bytes(path, jsonl_bytes(df))
 
 
 def is_temp_file(name: str) -> bool:

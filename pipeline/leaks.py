@@ -19,10 +19,12 @@ _ABS_ROOTS = ("home", "root", "tmp", "work", "Users", "mnt", "media", "data", "s
 _TAIL = r"[^\s\"'`,;)\]}>]*"
 # (description, pattern, characters that must NOT precede the match, whether the char before the match must be a
 # letter that is itself not preceded by a letter/digit (drive letters)). Every pattern starts with a literal so that
-# `re` can skip ahead quickly: release tables are tens of megabytes of text.
+# `re` can skip ahead quickly: release tables are tens of megabytes of text. The drive letter is asked for inside the
+# pattern too: a jsonl mirror holds hundreds of thousands of `\":\"` (JSON inside a JSON string), each a match to
+# look at in Python otherwise.
 _PATTERNS = (
     ("absolute path", re.compile(r"/(?:%s)(?![\w.-])%s" % ("|".join(_ABS_ROOTS), _TAIL)), set("._~/\\-"), False),
-    ("Windows path", re.compile(r":(?:\\\\|\\|/)%s" % _TAIL), None, True),
+    ("Windows path", re.compile(r":(?<=[A-Za-z]:)(?:\\\\|\\|/)%s" % _TAIL), None, True),
     ("UNC path", re.compile(r"\\\\[A-Za-z0-9_.$-]+\\%s" % _TAIL), set("\\"), False),
     ("file URL", re.compile(r"file:/%s" % _TAIL), None, False),
     ("home-relative path", re.compile(r"~/%s" % _TAIL), set("~_"), False),

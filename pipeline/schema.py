@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from pipeline.io import compact_json
+from pipeline.io import compact_json, compact_json_column
 from upstream_adapters import ADAPTERS
 
 CHOICE_LETTERS = "ABCDEF"
@@ -97,15 +97,19 @@ def source_episode_ref(slug: str, unit_type: str, unit_id: str) -> str:
     return f"{slug}/{unit_type}/{unit_id}"
 
 
-def reconstruction_key(slug: str, task_id: str, unit_type: str, unit_id: str, camera: str, frame_indices) -> dict:
+def _key_fields(slug, task_id, unit_type, unit_id, camera, frame_indices) -> dict:
     return {
         "source": slug,
         "source_task_id": task_id,
         "source_unit_type": unit_type,
         "source_unit_id": unit_id,
         "camera": camera,
-        "frame_indices": [int(i) for i in frame_indices],
+        "frame_indices": frame_indices,
     }
+
+
+def reconstruction_key(slug: str, task_id: str, unit_type: str, unit_id: str, camera: str, frame_indices) -> dict:
+    return _key_fields(slug, task_id, unit_type, unit_id, camera, [int(i) for i in frame_indices])
 
 
 def reconstruction_key_json(slug: str, task_id: str, unit_type: str, unit_id: str, camera: str, frame_indices) -> str:
@@ -114,6 +118,23 @@ def reconstruction_key_json(slug: str, task_id: str, unit_type: str, unit_id: st
 
 def sft_target(answer: str) -> str:
     return f"<ANSWER>{answer}</ANSWER>"
+
+
+def reference_columns(slug: pl.Expr, task_id: pl.Expr, unit_type: pl.Expr, unit_id: pl.Expr, camera: pl.Expr,
+                      frame_indices: pl.Expr, answer: pl.Expr) -> dict[str, pl.Expr]:
+    """visual_ref, source_episode_ref, reconstruction_key_json and sft_target as polars expressions over columns
+    (frame_indices: a list of integers): the strings of the functions above, built a table at a time
+    (tests/test_release_rows.py pins the two to each other)."""
+    episode = pl.concat_str([slug, pl.lit("/"), unit_type, pl.lit("/"), unit_id])
+    frames = frame_indices.list.eval(pl.element().cast(pl.String).str.zfill(6)).list.join(",")
+    key = _key_fields(slug, task_id, unit_type, unit_id, camera, frame_indices)
+    return {
+        "visual_ref": pl.concat_str([episode, pl.lit("/"), camera, pl.lit("/frames["), frames, pl.lit("]")]),
+        "source_episode_ref": episode,
+        # compact_json sorts the keys: the struct's fields go in sorted order
+        "reconstruction_key_json": compact_json_column(pl.struct(*(key[k].alias(k) for k in sorted(key)))),
+        "sft_target": pl.format(sft_target("{}"), answer),
+    }
 
 
 # ---------------------------------------------------------------- schema.md

@@ -1,13 +1,10 @@
-"""The release writers: ITEMS (after the split) + IR units -> the eval/SFT tables in the public row schema, and the
-release folder (parquet + jsonl mirrors, metadata, checksums), deterministic to the byte.
+"""The release writers: the eval/SFT tables (built by `pipeline/release_rows.py` from ITEMS after the split and the IR
+units) -> the release folder (parquet + jsonl mirrors, metadata, checksums), deterministic to the byte.
 
     eval_df, sft_df = release_tables(items, units, cfg)
     written = write_release(eval_df, sft_df, split_summary, cfg, Path("release"), documents)
 
-Row order and item ids. Within each split, rows are sorted by
-    (source in configured order [build.sources], task number (T1 < T2 < ... < T12), source_unit_id,
-     anchor_frame, frame_indices, item_key)
-and numbered from 1: item_id = f"{item_id_prefix}_{split}_{n:06d}". Files keep that order (= sorted by item_id).
+Row order and item ids: see pipeline/release_rows.py. Files keep that order (= sorted by item_id).
 
 Everything written comes from the two tables, the configs and the inputs handed in; there are no timestamps,
 host names, user names or absolute paths, and every file name comes from configs/release.yaml `files`.
@@ -17,41 +14,15 @@ from __future__ import annotations
 
 import csv
 import io as _stdio
-import json
-import re
 from collections import Counter
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 
 from pipeline import io
 from pipeline.leaks import find_path_leaks
-from pipeline.schema import (
-    CHOICE_COLUMNS,
-    CHOICE_LETTERS,
-    COLUMN_NAMES,
-    MAX_CHOICES,
-    RELEASE_SCHEMA,
-    polars_schema,
-    reconstruction_key_json,
-    schema_markdown,
-    sft_target,
-    source_episode_ref,
-    visual_ref,
-)
-
-SPLITS = ("eval", "sft")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-# ITEMS-contract columns the writers read (eval_level is optional).
-REQUIRED_ITEM_COLUMNS = (
-    "source", "unit_id", "task_id", "task_type_legacy", "input_type", "camera", "question", "answer_text",
-    "num_choices", "frame_indices", "display_labels", "render_spec_json", "anchor_frame", "arm_type", "item_key",
-    "choices", "answer", "image_hashes_json", "split", "split_group_id",
-)
-REQUIRED_UNIT_COLUMNS = ("source", "unit_id", "unit_type", "task_id", "licence", "language")
-
+from pipeline.schema import CHOICE_LETTERS  # noqa: F401 - re-exported (pipeline/score.py reads writers.CHOICE_LETTERS)
+from pipeline.schema import COLUMN_NAMES, polars_schema, schema_markdown
 from pipeline.release_files import merge_checked as _merge
 from pipeline.release_files import plain_json as _plain
 from pipeline.release_files import (  # noqa: F401 - re-exported: writers.file_names etc. stay valid
@@ -59,150 +30,9 @@ from pipeline.release_files import (  # noqa: F401 - re-exported: writers.file_n
     source_order,
     FORBIDDEN_KEYS, task_names, task_number, write_checksums,
 )
-
-
-# ---------------------------------------------------------------- release tables
-
-
-def _check_columns(df: pl.DataFrame, required, what: str) -> None:
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise ValueError(f"{what} lacks columns {missing}")
-
-
-def _sort_key(order: dict[str, int]):
-    def key(r: dict):
-        return (order[r["source"]], task_number(r["task_id"]), r["unit_id"],
-                -1 if r["anchor_frame"] is None else int(r["anchor_frame"]),
-                tuple(int(i) for i in r["frame_indices"]), r["item_key"])
-    return key
-
-
-def _release_row(r: dict, unit: dict, names: dict, tnames: dict, rc: dict) -> dict:
-    src, uid = r["source"], r["unit_id"]
-    what = f"item {r['item_key']} ({src}/{uid} {r['task_id']})"
-    n = int(r["num_choices"])
-    choices = list(r["choices"] or [])
-    if not 2 <= n <= MAX_CHOICES or len(choices) != n:
-        raise ValueError(f"{what}: num_choices={n} but {len(choices)} choices (2..{MAX_CHOICES} allowed)")
-    if any(c is None for c in choices) or len(set(choices)) != n:
-        raise ValueError(f"{what}: null or duplicate choices {choices}")
-    letters = CHOICE_LETTERS[:n]
-    if r["answer"] not in letters:
-        raise ValueError(f"{what}: answer {r['answer']!r} not among {list(letters)}")
-    if choices[letters.index(r["answer"])] != r["answer_text"]:
-        raise ValueError(f"{what}: answer {r['answer']} is {choices[letters.index(r['answer'])]!r}, "
-                         f"answer_text is {r['answer_text']!r}")
-    frames = [int(i) for i in r["frame_indices"]]
-    if not frames:
-        raise ValueError(f"{what}: no frame indices")
-    labels = r["display_labels"]
-    labels = None if labels is None else list(labels)
-    if labels is not None and len(labels) != len(frames):
-        raise ValueError(f"{what}: {len(labels)} display labels for {len(frames)} frames")
-    if r["render_spec_json"] is not None:
-        spec = json.loads(r["render_spec_json"])
-        if io.compact_json(spec) != r["render_spec_json"]:
-            raise ValueError(f"{what}: render_spec_json is not canonical compact sorted JSON")
-    hashes = r["image_hashes_json"]
-    if hashes is not None:
-        parsed = json.loads(hashes)
-        if not isinstance(parsed, list) or not parsed or not all(isinstance(h, str) and HEX64.match(h) for h in parsed):
-            raise ValueError(f"{what}: image_hashes_json is not a list of sha256 hex digests")
-    if r["task_id"] not in tnames:
-        raise ValueError(f"{what}: no public task name configured for {r['task_id']}")
-    if r["split"] not in SPLITS:
-        raise ValueError(f"{what}: split {r['split']!r} not in {SPLITS}")
-    if not r["split_group_id"]:
-        raise ValueError(f"{what}: empty split_group_id")
-    unit_type, task = unit["unit_type"], unit["task_id"]
-    row = {
-        "item_id": None,
-        "split": r["split"],
-        "source": names[src],
-        "source_slug": src,
-        "source_task_id": task,
-        "source_unit_type": unit_type,
-        "source_unit_id": uid,
-        "task_id": r["task_id"],
-        "task_name": tnames[r["task_id"]],
-        "task_type_legacy": r["task_type_legacy"],
-        "input_type": r["input_type"],
-        "question": r["question"],
-        **{col: (choices[i] if i < n else None) for i, col in enumerate(CHOICE_COLUMNS)},
-        "answer": r["answer"],
-        "answer_text": r["answer_text"],
-        "num_choices": n,
-        "num_frames": len(frames),
-        "frame_indices_json": io.compact_json(frames),
-        "display_labels_json": None if labels is None else io.compact_json(labels),
-        "camera": r["camera"],
-        "arm_type": r["arm_type"],
-        "visual_ref": visual_ref(src, unit_type, uid, r["camera"], frames),
-        "source_episode_ref": source_episode_ref(src, unit_type, uid),
-        "reconstruction_key_json": reconstruction_key_json(src, task, unit_type, uid, r["camera"], frames),
-        "task_meta_in_source": bool(unit["language"] and str(unit["language"]).strip()),
-        "task_meta_public": False,
-        "split_version": rc["split_version"],
-        "split_group_id": r["split_group_id"],
-        "builder_version": rc["builder_version"],
-        "prompt_version": rc["prompt_version"],
-        "sft_target": sft_target(r["answer"]),
-        "licence": unit["licence"],
-        "render_spec_json": r["render_spec_json"],
-        "image_hashes_json": hashes,
-        "eval_level": r.get("eval_level"),
-    }
-    for col in ("question", "task_type_legacy", "input_type", "camera", "licence"):
-        if not row[col]:
-            raise ValueError(f"{what}: empty {col}")
-    return row
-
-
-def _to_frame(rows: list[dict]) -> pl.DataFrame:
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=RELEASE_SCHEMA)) if rows else pl.DataFrame(
-        schema=polars_schema())
-
-
-def release_tables(items: pl.DataFrame, units: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(eval, sft) release tables in the schema of pipeline/schema.py, rows sorted and numbered (see module doc).
-    Raises ValueError on any contract violation (unknown unit, bad answer, missing column, ...): nothing is dropped."""
-    _check_columns(items, REQUIRED_ITEM_COLUMNS, "items")
-    _check_columns(units, REQUIRED_UNIT_COLUMNS, "units")
-    rc = release_cfg(cfg)
-    names, tnames = source_names(cfg), task_names(cfg)
-    order = {slug: i for i, slug in enumerate(names)}
-    unit_map: dict[tuple[str, str], dict] = {}
-    for u in units.select(REQUIRED_UNIT_COLUMNS).iter_rows(named=True):
-        key = (u["source"], u["unit_id"])
-        if key in unit_map:
-            raise ValueError(f"units table has {key} twice")
-        unit_map[key] = u
-    if items.get_column("item_key").n_unique() != items.height:
-        raise ValueError("items carry duplicate item_key values")
-    cols = list(REQUIRED_ITEM_COLUMNS) + (["eval_level"] if "eval_level" in items.columns else [])
-    records = items.select(cols).to_dicts()
-    for r in records:
-        if r["source"] not in order:
-            raise ValueError(f"item {r['item_key']}: source {r['source']!r} not configured in build.sources")
-        if (r["source"], r["unit_id"]) not in unit_map:
-            raise ValueError(f"item {r['item_key']}: unit {r['source']}/{r['unit_id']} not in the units table")
-    # A group id names one isolation group: it never spans splits.
-    group_splits: dict[str, set] = {}
-    for r in records:
-        group_splits.setdefault(r["split_group_id"], set()).add(r["split"])
-    leaked = sorted(g for g, s in group_splits.items() if len(s) > 1)
-    if leaked:
-        raise ValueError(f"{len(leaked)} split groups lie in both splits, e.g. {leaked[:3]}")
-    out = []
-    prefix = rc["item_id_prefix"]
-    for split in SPLITS:
-        part = sorted((r for r in records if r["split"] == split), key=_sort_key(order))
-        rows = [_release_row(r, unit_map[(r["source"], r["unit_id"])], names, tnames, rc) for r in part]
-        for n, row in enumerate(rows, 1):
-            row["item_id"] = f"{prefix}_{split}_{n:06d}"
-        out.append(_to_frame(rows))
-    return out[0], out[1]
+from pipeline.release_rows import (  # noqa: F401 - re-exported: the tables these writers write
+    HEX64, REQUIRED_ITEM_COLUMNS, REQUIRED_UNIT_COLUMNS, SPLITS, release_tables,
+)
 
 
 # ---------------------------------------------------------------- derived metadata
@@ -425,7 +255,7 @@ def _check_table(df: pl.DataFrame, split: str) -> pl.DataFrame:
         raise ValueError(f"{split} table does not have the release schema (pipeline/schema.py)")
     if df.height and set(df.get_column("split").to_list()) != {split}:
         raise ValueError(f"{split} table holds rows of another split")
-    return df.sort("item_id")
+    return io.sorted_by(df, ["item_id"])  # as release_tables made it, in item_id order: no copy
 
 
 def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: dict, out_dir: Path,
@@ -470,14 +300,16 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
     texts[files["schema"]] = schema_markdown(rc, schema_source_names(cfg))
     for key in wanted_docs:
         texts[files[key]] = documents[key] if documents[key].endswith("\n") else documents[key] + "\n"
-    content = {**texts, "eval rows": eval_df.write_ndjson(), "sft rows": sft_df.write_ndjson()}
-    leaks = {rel: found for rel, t in content.items() if (found := find_path_leaks(t))}
+    # the jsonl mirrors are made once: scanned here, then written (between them they hold every row)
+    mirrors = {jl_rel: io.jsonl_bytes(df) for _, jl_rel, df in tables}
+    leaks = {rel: found for rel, t in texts.items() if (found := find_path_leaks(t))}
+    leaks |= {rel: found for rel, b in mirrors.items() if (found := find_path_leaks(b.decode("utf-8")))}
     if leaks:
         raise ValueError(f"path or identity leaks in release content: {leaks}")
 
     for pq_rel, jl_rel, df in tables:
         io.write_parquet(out_dir / pq_rel, df)
-        io.write_jsonl(out_dir / jl_rel, df)
+        io.atomic_write_bytes(out_dir / jl_rel, mirrors.pop(jl_rel))
     for rel, text in sorted(texts.items()):
         io.atomic_write_text(out_dir / rel, text)
     if checksums:

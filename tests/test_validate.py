@@ -186,7 +186,7 @@ def test_edited_schema_doc(release):
 @pytest.mark.parametrize("text", [
     "/home/alice/x", "see /root/.cache/a.mp4", '"file":"/tmp/pb/x.jpg"', "cd /work/main && make", "(/Users/bob/data)",
     "C:\\Users\\bob\\x.parquet", "C:\\\\Users\\\\bob", "D:/datasets/gm100", "file:///srv/x", "~/datasets/gm100",
-    "\\\\nas\\share\\gm100", "/data/gm100-cobotmagic-lerobot", "/mnt/x",
+    "\\\\nas\\share\\gm100", "/data/gm100-cobotmagic-lerobot", "/mnt/x", "(C:\\x)", '"e:/x"',
 ])
 def test_find_path_leaks_positive(text):
     assert find_path_leaks(text), text
@@ -198,6 +198,7 @@ def test_find_path_leaks_positive(text):
     "https://huggingface.co/datasets/ProcessBench-2026/RoboProcessBench", "splits/processbench_eval.parquet",
     "metadata/split_groups_eval.txt", "the upstream root of each source", "1/num_choices", "Yes — contact established",
     "gm100/rooted/x", "a/home/b", "http://example.org/data/x",
+    '"reconstruction_key_json":"{\\"camera\\":\\"cam\\",\\"frame_indices\\":[5]}"', "abC:\\x", "\u00e9:\\x", "1:/x",
 ])
 def test_find_path_leaks_negative(text):
     assert find_path_leaks(text) == [], text
