@@ -319,6 +319,12 @@ def test_signal_samples_read_in_one_block_match_sample_by_sample():
             assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True), (case, n)
     all_bad = [(1000, {"tcp": None}), (1100, {"tcp": np.arange(2.0)})]
     assert _samples(dict(all_bad), "tcp.npy", "where", "tcp", 3)[1].shape == (2, 1)
+    # list form: integer timestamps are taken at once; any other one is int()-ed per sample (dropped if it fails)
+    for odd_ts, kept in ((None, None), (1250.7, 1250), ("1250", 1250), (np.int32(1250), 1250), (True, 1)):
+        listed = [{"timestamp": t, **e} for t, e in good[:2]] + [{"timestamp": odd_ts, "tcp": np.full(7, 9.0)}]
+        ts, got = _samples(listed, "tcp.npy", "where", "tcp", 3)
+        assert ts.tolist() == sorted([1000, 1100] + ([] if kept is None else [kept])), odd_ts
+        assert (got[ts.tolist().index(kept)] == 9.0).all() if kept is not None else got.shape == (2, 7)
 
 
 def test_timestamp_vs_video_frame_count(tmp_path):

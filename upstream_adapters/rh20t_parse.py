@@ -88,18 +88,26 @@ def _samples(entries, rel: str, where: str, field: str, n: int) -> tuple[np.ndar
         items = [(e.get("timestamp") if isinstance(e, dict) else None, e) for e in entries]
     else:
         raise UnitError(f"{rel}: per-camera data is neither a list nor a dict", file=where)
-    ts, raws = [], []
-    for t, e in items:
-        try:
-            t = int(t)
-        except (TypeError, ValueError):
-            continue
-        ts.append(t)
-        raws.append(e.get(field) if isinstance(e, dict) else None)
-    if not ts:
+    try:  # integer timestamps throughout (RH20T's case): int() of each would give the same numbers
+        keys = np.asarray([t for t, _ in items])
+    except (TypeError, ValueError, OverflowError):
+        keys = None
+    if keys is not None and keys.dtype.kind == "i" and keys.ndim == 1:
+        ts_arr = keys.astype(np.int64)
+        raws = [e.get(field) if isinstance(e, dict) else None for _, e in items]
+    else:  # sample by sample: a timestamp int() refuses drops its sample
+        ts, raws = [], []
+        for t, e in items:
+            try:
+                t = int(t)
+            except (TypeError, ValueError):
+                continue
+            ts.append(t)
+            raws.append(e.get(field) if isinstance(e, dict) else None)
+        ts_arr = np.asarray(ts, dtype=np.int64)
+    if not len(ts_arr):
         raise UnitError(f"{rel} has no timestamped samples for the primary camera", file=where)
     out = _value_rows(raws, n)
-    ts_arr = np.asarray(ts, dtype=np.int64)
     order = np.argsort(ts_arr, kind="stable")
     ts_arr, out = ts_arr[order], out[order]
     keep = np.ones(len(ts_arr), bool)

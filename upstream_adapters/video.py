@@ -191,9 +191,10 @@ def check_first_frame(src: VideoSource) -> None:
     """Raise DecodeError unless the video opens and the decoder puts out a first frame: what ingest checks before
     trusting a video (its frame count comes from `count_frames`). Nothing is demuxed ahead, seeked or converted
     to RGB: `read_frames(src, [0])` did the same check at ~3x the cost (a demux of every packet to index the
-    video first)."""
+    video first). One decoder thread: FFmpeg's default (as many as cores) costs more to set up than one frame."""
     with _open(_materialize(src)) as c:
         s = _video_stream(c)
+        s.codec_context.thread_count = 1
         try:
             for _frame in c.decode(s):
                 return
