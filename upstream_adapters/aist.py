@@ -276,16 +276,19 @@ class AistAdapter(AistLayout, SourceAdapter):
         if why:
             raise UnitError(why, file=label)
         in_memory = info.file_size <= self.member_memory_limit
-        buf = io.BytesIO() if in_memory else tempfile.TemporaryFile()
+        buf = None if in_memory else tempfile.TemporaryFile()
         try:
             with zf.open(info) as src:
-                shutil.copyfileobj(src, buf, 1 << 20)
+                if in_memory:  # one read of the declared size (zipfile inflates at most that much, checks the CRC)
+                    data = src.read(info.file_size)
+                else:
+                    shutil.copyfileobj(src, buf, 1 << 20)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
-            buf.close()
+            if buf is not None:
+                buf.close()
             raise UnitError(f"zip member {info.filename!r} cannot be inflated (corrupt or truncated): "
                             f"{self._clean(root, exc)}", file=label) from None
         if in_memory:
-            data = buf.getvalue()
             self._inflated = (key, data)
             return io.BytesIO(data)
         buf.seek(0)
