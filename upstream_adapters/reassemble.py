@@ -38,10 +38,10 @@ Choices (each also in the module's test file):
   measured_force is preferred over compensated_base_force because it is the F/T sensor's own reading at the
   highest rate (~1000 Hz vs ~465 Hz), present in both robot_state forms; compensated_base_force is a derived
   base-frame estimate. A missing stream leaves its channel null.
-- Segments: level `high` = each segments_info/<i> group (seg_index = i, the group name); level `low` = its
-  low_level/<j> children (seg_index = j, parent_index = i); "Low_level" is accepted too. start/end (Unix s)
-  map to primary-camera frames as ProcessBench does: start_frame = searchsorted(ts, start, 'left'),
-  end_frame = searchsorted(ts, end, 'right') - 1, clipped to [0, num_frames-1]. A segment lying wholly
+- Segments (read by reassemble_segments.py): level `high` = each segments_info/<i> group (seg_index = i, the
+  group name); level `low` = its low_level/<j> children (seg_index = j, parent_index = i); "Low_level" is accepted
+  too. start/end (Unix s) map to primary-camera frames as ProcessBench does: start_frame = searchsorted(ts, start,
+  'left'), end_frame = searchsorted(ts, end, 'right') - 1, clipped to [0, num_frames-1]. A segment lying wholly
   outside the camera's time range (e.g. before the first frame when the hand camera starts late), or so
   short that it contains no frame, is dropped. A partly covered segment keeps its clipped frames, while
   start_sec/end_sec keep the annotation's own times relative to frame 0 (so start_sec < 0 shows a clipped

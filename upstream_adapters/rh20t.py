@@ -22,6 +22,7 @@ Decisions (documented in the module so the quarantine reasons make sense):
   timestamps[i] [I]. If the video's frame count differs from the timestamp count by at most
   `frame_count_tolerance` (default 2) the unit keeps the decodable common prefix; a larger difference is a UnitError.
   A list that is not increasing is sorted with a note, as the official rh20t_api sorts it; duplicates are refused.
+  The video's first frame must decode (video.check_first_frame), else the unit is a UnitError naming color.mp4.
 - Signals (arm `single`) come from the primary camera's entries of the transformed dicts, matched to each frame's
   timestamp by the nearest sample within `sync_tolerance_ms` (default 100 ms, as the OXE converter); otherwise
   null. pos = tcp_base xyz (m); gripper_width = gripper_info[0]; force = |zeroed[:3]| of force_torque_base;
