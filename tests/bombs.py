@@ -3,7 +3,8 @@ deflated once per MiB with a full flush (so the block stands alone) and the bloc
 are combined arithmetically (zlib's crc32_combine), never computed over the GiBs.
 
     tar_gz_bomb(path, before, bomb_name, gib, after)   a .tar.gz: members `before`, then `bomb_name` of zeros, `after`
-    zip_bomb(path, members, bomb_name, gib)            a .zip: deflated `members`, then `bomb_name` of zeros
+    zip_bomb(path, members, bomb_name, gib, declared)  a .zip: deflated `members`, then `bomb_name` of zeros (its
+                                                       headers may declare a smaller size: a member that lies)
 """
 
 from __future__ import annotations
@@ -104,14 +105,15 @@ def tar_gz_bomb(path: Path, before: dict[str, bytes], bomb_name: str, gib: float
     return mib * MIB
 
 
-def zip_bomb(path: Path, members: dict[str, bytes], bomb_name: str, gib: float) -> int:
-    """Write the zip (members deflated, then the bomb member); returns the bomb member's size (< 4 GiB: no zip64)."""
+def zip_bomb(path: Path, members: dict[str, bytes], bomb_name: str, gib: float, declared: int | None = None) -> int:
+    """Write the zip (members deflated, then the bomb member, whose headers say `declared` bytes if given); returns
+    the bomb member's real size (< 4 GiB: no zip64)."""
     mib = int(gib * 1024)
     entries = []
     for name, data in members.items():
         entries.append((name, _deflate(data, final=True), zlib.crc32(data), len(data)))
     zeros, zcrc = _zeros(mib)
-    entries.append((bomb_name, zeros + b"\x03\x00", zcrc, mib * MIB))
+    entries.append((bomb_name, zeros + b"\x03\x00", zcrc, mib * MIB if declared is None else declared))
     out = io.BytesIO()
     central = []
     for name, comp, crc, size in entries:

@@ -349,6 +349,28 @@ def test_capitalised_low_level_group_is_accepted(root, tmp_path, adapter, irs):
     assert adapter.read_unit(r, NORMAL).segments.equals(irs[NORMAL].segments)
 
 
+def test_segment_fields_in_other_forms_read_alike(root, tmp_path, adapter, irs):
+    """Segment texts stored as a byte array, a variable-length string or behind a soft link read like the plain
+    fixed-length strings: the fast low-level scalar read (reassemble_segments.py) takes only scalar
+    dataspaces and leaves the rest to h5py (a byte array read as a scalar fails the unit)."""
+    r = _copy_root(root, tmp_path / "r", [NORMAL])
+    with h5py.File(r / "data" / f"{NORMAL}.h5", "r+") as f:
+        groups = [g for _, g in f["segments_info"].items()]
+        groups += [lg for g in list(groups) if "low_level" in g for _, lg in g["low_level"].items()]
+        for k, g in enumerate(groups):
+            text = g["text"][()]
+            del g["text"]
+            if k % 3 == 0:
+                g.create_dataset("text", data=np.frombuffer(text, np.uint8))
+            elif k % 3 == 1:
+                g.create_dataset("text", data=text.decode(), dtype=h5py.string_dtype())
+            else:
+                g.create_dataset("text_stored", data=text)
+                g["text"] = h5py.SoftLink(f"{g.name}/text_stored")
+        assert f["segments_info/0/text"].shape == (len(b"No action."),)
+    assert adapter.read_unit(r, NORMAL).segments.equals(irs[NORMAL].segments)
+
+
 def test_segment_index_mismatch_fails(root, tmp_path, adapter):
     r = _copy_root(root, tmp_path / "r", [NORMAL])
     with h5py.File(r / "data" / f"{NORMAL}.h5", "r+") as f:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from upstream_adapters import get_adapter
+from upstream_adapters import get_adapter, video
 from upstream_adapters.ir import SourceError, UnitError, validate_unit
 from upstream_adapters.rh20t import Rh20tAdapter, _Archive, licence_for_scene, load_npy
 from upstream_adapters.samples import rh20t as S
@@ -272,6 +272,59 @@ def test_corrupt_color_mp4_is_a_unit_error(tmp_path, damage):
     with pytest.raises(UnitError):
         a.read_frames(tmp_path, bad.name, S.PRIMARY, [0])
     assert validate_unit(a.read_unit(tmp_path, GOOD[2].name)) is None
+
+
+def test_color_mp4_whose_frames_do_not_decode_is_a_unit_error(tmp_path):
+    """The container and its sample table are intact (the frame count reads), the coded pictures are zeros: ingest
+    decodes the first frame, so the scene is quarantined there, naming the video."""
+    S.write_root(tmp_path, [GOOD[0]], seed=1, size=SIZE)
+    mp4 = tmp_path / S.CFG_DIR / GOOD[0].name / f"cam_{S.PRIMARY}" / "color.mp4"
+    data = mp4.read_bytes()
+    at = data.index(b"mdat")
+    size = int.from_bytes(data[at - 4:at], "big")
+    mp4.write_bytes(data[:at + 4] + bytes(size - 8) + data[at - 4 + size:])
+    assert video.count_frames(mp4) > 0
+    with pytest.raises(UnitError, match=r"cam_036422060215/color\.mp4 is unreadable: first frame does not decode") \
+            as ei:
+        Rh20tAdapter().read_unit(tmp_path, GOOD[0].name)
+    assert ei.value.file == f"{S.CFG_DIR}/{GOOD[0].name}/cam_036422060215/color.mp4"
+
+
+def test_signal_samples_read_in_one_block_match_sample_by_sample():
+    """transformed/ values are taken as one numpy block when they convert at once; a NaN leading value, a missing
+    field, a short or ragged vector or a non-dict sample must give the same rows as reading sample by sample:
+    NaN rows where a sample has no usable vector, the width of the longest usable one."""
+    from upstream_adapters.rh20t_parse import _as_float, _samples
+
+    def by_sample(items, n):  # the per-sample rule, written out
+        vals = [_as_float(e.get("tcp"), n) if isinstance(e, dict) else None for _, e in items]
+        width = max((len(v) for v in vals if v is not None), default=1)
+        out = np.full((len(vals), width), np.nan)
+        for i, v in enumerate(vals):
+            if v is not None:
+                out[i, :len(v)] = v
+        return out
+
+    good = [(1000 + 100 * i, {"tcp": np.arange(7.0) + i}) for i in range(5)]
+    odd = {"uniform": None, "nan_leading": {"tcp": np.array([1.0, np.nan, 2, 3, 4, 5, 6])},
+           "inf_after_n": {"tcp": np.array([1.0, 2, 3, np.inf, 4, 5, 6])}, "missing": {}, "none": {"tcp": None},
+           "short": {"tcp": np.arange(2.0)}, "ragged": {"tcp": np.arange(4.0)}, "list": {"tcp": [1, 2, 3, 4, 5, 6, 7]},
+           "not_a_dict": "x"}
+    for case, entry in odd.items():
+        items = good if entry is None else good[:2] + [(1200, entry)] + good[3:]
+        for n in (3, 1):
+            ts, got = _samples(dict(items), "tcp.npy", "where", "tcp", n)
+            assert ts.tolist() == [t for t, _ in items], case
+            want = by_sample(items, n)
+            assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True), (case, n)
+    all_bad = [(1000, {"tcp": None}), (1100, {"tcp": np.arange(2.0)})]
+    assert _samples(dict(all_bad), "tcp.npy", "where", "tcp", 3)[1].shape == (2, 1)
+    # list form: integer timestamps are taken at once; any other one is int()-ed per sample (dropped if it fails)
+    for odd_ts, kept in ((None, None), (1250.7, 1250), ("1250", 1250), (np.int32(1250), 1250), (True, 1)):
+        listed = [{"timestamp": t, **e} for t, e in good[:2]] + [{"timestamp": odd_ts, "tcp": np.full(7, 9.0)}]
+        ts, got = _samples(listed, "tcp.npy", "where", "tcp", 3)
+        assert ts.tolist() == sorted([1000, 1100] + ([] if kept is None else [kept])), odd_ts
+        assert (got[ts.tolist().index(kept)] == 9.0).all() if kept is not None else got.shape == (2, 7)
 
 
 def test_timestamp_vs_video_frame_count(tmp_path):

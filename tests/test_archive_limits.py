@@ -103,6 +103,18 @@ def test_zip_bomb_member_is_its_episodes_row_without_temp_spill(tmp_path):
     assert got["maxrss_kb"] < RSS_LIMIT_KB, f"peak RSS {got['maxrss_kb']} kB"
 
 
+def test_zip_member_that_lies_about_its_size_inflates_no_further_than_declared(tmp_path):
+    """A member whose headers declare 4 MiB (within every limit) but whose data inflates to 1.5 GiB: the adapter
+    inflates at most the declared size, in memory, and the CRC then fails the episode; memory stays bounded."""
+    A.write_manifest(tmp_path)
+    zip_bomb(tmp_path / "insert_usb_cable.zip", {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0)},
+             "insert_usb_cable/episode_1.hdf5", gib=1.5, declared=4 << 20)
+    got = _probe("aist", tmp_path, "task_004_episode_1", "task_004_episode_0")
+    assert "cannot be inflated" in got["bad"] and got["file"].endswith("episode_1.hdf5")
+    assert got["good_frames"] == 40
+    assert got["maxrss_kb"] < RSS_LIMIT_KB, f"peak RSS {got['maxrss_kb']} kB"
+
+
 def test_members_past_max_member_bytes_are_refused_and_the_rest_reads(tmp_path):
     limits = {"max_member_bytes": 4000}
     A.write_task_zip(tmp_path / "aist" / "insert_usb_cable.zip",

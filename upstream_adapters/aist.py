@@ -59,7 +59,7 @@ import numpy as np
 import pyarrow as pa
 
 from .aist_layout import MANIFEST, AistLayout, _Episode, _Task
-from .aist_rows import _decode_jpeg_row, _float_array, _text
+from .aist_rows import _decode_jpeg_row, _text
 from .base import SourceAdapter, check_unit_id, refuse_hdf5_links, safe_join
 from .storage.limits import ArchiveLimits
 from .storage.zipwindow import Window as _Window
@@ -72,6 +72,7 @@ from .ir import (
     UnitError,
     UnitIR,
     empty,
+    float_column,
 )
 
 log = logging.getLogger(__name__)
@@ -275,16 +276,19 @@ class AistAdapter(AistLayout, SourceAdapter):
         if why:
             raise UnitError(why, file=label)
         in_memory = info.file_size <= self.member_memory_limit
-        buf = io.BytesIO() if in_memory else tempfile.TemporaryFile()
+        buf = None if in_memory else tempfile.TemporaryFile()
         try:
             with zf.open(info) as src:
-                shutil.copyfileobj(src, buf, 1 << 20)
+                if in_memory:  # one read of the declared size (zipfile inflates at most that much, checks the CRC)
+                    data = src.read(info.file_size)
+                else:
+                    shutil.copyfileobj(src, buf, 1 << 20)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
-            buf.close()
+            if buf is not None:
+                buf.close()
             raise UnitError(f"zip member {info.filename!r} cannot be inflated (corrupt or truncated): "
                             f"{self._clean(root, exc)}", file=label) from None
         if in_memory:
-            data = buf.getvalue()
             self._inflated = (key, data)
             return io.BytesIO(data)
         buf.seek(0)
@@ -422,12 +426,12 @@ class AistAdapter(AistLayout, SourceAdapter):
                     pa.array(np.full(n, arm, dtype=object), pa.string()),
                     pa.array(idx, pa.int64()),
                     pa.array(idx / fps, pa.float64()),
-                    _float_array(qpos[:, xy[0]]),
-                    _float_array(qpos[:, xy[1]]),
+                    float_column(qpos[:, xy[0]]),
+                    float_column(qpos[:, xy[1]]),
                     null,
-                    _float_array(speed),
+                    float_column(speed),
                     null,
-                    _float_array(qpos[:, grip]),
+                    float_column(qpos[:, grip]),
                     null,
                     null,  # speed_full: `speed` is already the norm of the arm's whole qvel
                 ],

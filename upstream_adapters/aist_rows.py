@@ -1,11 +1,9 @@
-"""AIST-Bimanual row decoding: HDF5 attribute text, zero-padded JPEG rows (with the colour-order convention) and
-float columns with non-finite values as nulls."""
+"""AIST-Bimanual row decoding: HDF5 attribute text and zero-padded JPEG rows (with the colour-order convention)."""
 
 from __future__ import annotations
 
 import cv2
 import numpy as np
-import pyarrow as pa
 
 
 def _text(value) -> str | None:
@@ -32,7 +30,3 @@ def _decode_jpeg_row(row: np.ndarray, channel_order: str = "rgb") -> np.ndarray 
         return None
     return img if channel_order == "bgr" else cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
-
-def _float_array(values: np.ndarray) -> pa.Array:
-    values = np.asarray(values, dtype=np.float64)
-    return pa.array(values, type=pa.float64(), mask=~np.isfinite(values))

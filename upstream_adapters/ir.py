@@ -179,6 +179,12 @@ def to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema) if rows else empty(schema)
 
 
+def float_column(values: np.ndarray) -> pa.Array:
+    """A float64 column straight from numpy, null where a value is not finite (no Python object per row)."""
+    values = np.asarray(values, dtype=np.float64)
+    return pa.array(values, type=pa.float64(), mask=~np.isfinite(values))
+
+
 def validate_unit(ir: UnitIR, limits: Mapping | None = None) -> str | None:
     """Return None if `ir` satisfies the IR contract, else a one-line reason naming the field.
 

@@ -38,10 +38,10 @@ Choices (each also in the module's test file):
   measured_force is preferred over compensated_base_force because it is the F/T sensor's own reading at the
   highest rate (~1000 Hz vs ~465 Hz), present in both robot_state forms; compensated_base_force is a derived
   base-frame estimate. A missing stream leaves its channel null.
-- Segments: level `high` = each segments_info/<i> group (seg_index = i, the group name); level `low` = its
-  low_level/<j> children (seg_index = j, parent_index = i); "Low_level" is accepted too. start/end (Unix s)
-  map to primary-camera frames as ProcessBench does: start_frame = searchsorted(ts, start, 'left'),
-  end_frame = searchsorted(ts, end, 'right') - 1, clipped to [0, num_frames-1]. A segment lying wholly
+- Segments (read by reassemble_segments.py): level `high` = each segments_info/<i> group (seg_index = i, the
+  group name); level `low` = its low_level/<j> children (seg_index = j, parent_index = i); "Low_level" is accepted
+  too. start/end (Unix s) map to primary-camera frames as ProcessBench does: start_frame = searchsorted(ts, start,
+  'left'), end_frame = searchsorted(ts, end, 'right') - 1, clipped to [0, num_frames-1]. A segment lying wholly
   outside the camera's time range (e.g. before the first frame when the hand camera starts late), or so
   short that it contains no frame, is dropped. A partly covered segment keeps its clipped frames, while
   start_sec/end_sec keep the annotation's own times relative to frame 0 (so start_sec < 0 shows a clipped
@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
@@ -62,6 +61,7 @@ from typing import Sequence
 import av
 import h5py
 import numpy as np
+import pyarrow as pa
 
 from . import video
 from .base import SourceAdapter, check_unit_id, read_metadata, refuse_hdf5_links, require_root, safe_join
@@ -73,8 +73,10 @@ from .ir import (
     UnitAbsent,
     UnitError,
     UnitIR,
+    float_column,
     to_table,
 )
+from .reassemble_segments import segment_rows
 
 SLUG = "reassemble"
 LICENCE = "CC BY 4.0"
@@ -95,20 +97,6 @@ PER_AXIS = {
     "joint_efforts": [f"eff_joint{i}" for i in range(1, 8)],
     "gripper_efforts": ["eff_joint8", "eff_joint9"],
 }
-
-
-def _text(value) -> str:
-    if isinstance(value, np.ndarray):
-        value = value.item() if value.size == 1 else value.tobytes()
-    if isinstance(value, (bytes, bytearray, np.bytes_)):
-        value = bytes(value).decode("utf-8", errors="replace")
-    return " ".join(str(value).replace("\x00", "").split())
-
-
-def _scalar(group: h5py.Group, key: str):
-    if key not in group:
-        return None
-    return group[key][()]
 
 
 def _nearest(src_ts: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -341,10 +329,11 @@ class ReassembleAdapter(SourceAdapter):
         t_sec = cam_ts - t0
         frame_idx = np.arange(n, dtype=np.int64)
 
-        frames = to_table(
-            [{"source": SLUG, "unit_id": unit_id, "camera": cam, "frame_index": int(i), "t_sec": float(t),
-              "native_ts": float(ts)} for i, t, ts in zip(frame_idx, t_sec, cam_ts)],
-            FRAMES_SCHEMA,
+        frames = pa.Table.from_arrays(
+            [pa.array([SLUG] * n, pa.string()), pa.array([unit_id] * n, pa.string()),
+             pa.array([cam] * n, pa.string()), pa.array(frame_idx, pa.int64()), pa.array(t_sec, pa.float64()),
+             pa.array(cam_ts, pa.float64())],
+            schema=FRAMES_SCHEMA,
         )
 
         # ---- signals
@@ -352,29 +341,26 @@ class ReassembleAdapter(SourceAdapter):
         vel = self._on_frames(self._stream(h5, "velocity"), cam_ts)
         grip = self._on_frames(self._stream(h5, "gripper_positions"), cam_ts)
         force = self._on_frames(self._stream(h5, "measured_force"), cam_ts)
+        null = pa.nulls(n, pa.float64())
 
-        def col(arr, fn):
-            if arr is None:
-                return [None] * n
-            v = fn(arr)
-            return [None if not np.isfinite(x) else float(x) for x in v]
+        def col(arr, fn):  # a channel, null where the stream lacks it or the value is not finite
+            return null if arr is None else float_column(fn(arr))
 
         three = lambda a: a.shape[1] >= 3  # noqa: E731
-        pos_x = col(pose if pose is not None and three(pose) else None, lambda a: a[:, 0])
-        pos_y = col(pose if pose is not None and three(pose) else None, lambda a: a[:, 1])
-        pos_z = col(pose if pose is not None and three(pose) else None, lambda a: a[:, 2])
-        speed = col(vel if vel is not None and three(vel) else None, lambda a: np.linalg.norm(a[:, :3], axis=1))
-        width = col(grip if grip is not None and grip.shape[1] >= 2 else None, lambda a: a[:, 0] + a[:, 1])
-        fmag = col(force if force is not None and three(force) else None,
-                   lambda a: np.linalg.norm(a[:, :3], axis=1))
-        signals = to_table(
-            [{"source": SLUG, "unit_id": unit_id, "arm": "single", "frame_index": int(i), "t_sec": float(t_sec[i]),
-              "pos_x": pos_x[i], "pos_y": pos_y[i], "pos_z": pos_z[i], "speed": speed[i], "gripper_effort": None,
-              "gripper_width": width[i], "force": fmag[i]} for i in range(n)],
-            SIGNALS_SCHEMA,
+        pose3 = pose if pose is not None and three(pose) else None
+        signals = pa.Table.from_arrays(
+            [pa.array([SLUG] * n, pa.string()), pa.array([unit_id] * n, pa.string()),
+             pa.array(["single"] * n, pa.string()), pa.array(frame_idx, pa.int64()), pa.array(t_sec, pa.float64()),
+             col(pose3, lambda a: a[:, 0]), col(pose3, lambda a: a[:, 1]), col(pose3, lambda a: a[:, 2]),
+             col(vel if vel is not None and three(vel) else None, lambda a: np.linalg.norm(a[:, :3], axis=1)),
+             null,  # gripper_effort: see the module docstring
+             col(grip if grip is not None and grip.shape[1] >= 2 else None, lambda a: a[:, 0] + a[:, 1]),
+             col(force if force is not None and three(force) else None, lambda a: np.linalg.norm(a[:, :3], axis=1)),
+             null],  # speed_full: `speed` is already the translational norm
+            schema=SIGNALS_SCHEMA,
         )
 
-        segments = to_table(self._segments(h5, unit_id, cam_ts, t0, relpath), SEGMENTS_SCHEMA)
+        segments = to_table(segment_rows(h5, SLUG, unit_id, cam_ts, t0, relpath), SEGMENTS_SCHEMA)
 
         splits = [name for name, ids in self._split_files(root).items() if unit_id in ids]
         unit = {
@@ -397,66 +383,6 @@ class ReassembleAdapter(SourceAdapter):
             "language": None,
         }
         return UnitIR(unit=unit, frames=frames, signals=signals, segments=segments)
-
-    # ------------------------------------------------------------------ segments
-    @staticmethod
-    def _ordered_groups(group: h5py.Group, where: str, relpath: str, check_index: bool) -> list[tuple[int, h5py.Group]]:
-        out = []
-        for name, g in group.items():
-            if not isinstance(g, h5py.Group):
-                continue
-            if not re.fullmatch(r"\d+", name):
-                raise UnitError(f"{where}/{name}: segment group name is not an index", file=relpath)
-            if check_index and "index" in g:
-                idx = g["index"][()]
-                if str(int(np.asarray(idx).reshape(-1)[0])) != name:
-                    raise UnitError(f"{where}/{name}/index is {int(np.asarray(idx).reshape(-1)[0])}, not {name}",
-                                    file=relpath)
-            out.append((int(name), g))
-        return sorted(out, key=lambda x: x[0])
-
-    def _segments(self, h5: h5py.File, unit_id: str, cam_ts: np.ndarray, t0: float, relpath: str) -> list[dict]:
-        info = h5.get("segments_info")
-        if not isinstance(info, h5py.Group):
-            return []
-        n = cam_ts.size
-        rows: list[dict] = []
-
-        def row(level, seg_index, parent, g, where):
-            start, end = _scalar(g, "start"), _scalar(g, "end")
-            if start is None or end is None or "text" not in g:
-                raise UnitError(f"{where}: start/end/text missing", file=relpath)
-            start, end = float(start), float(end)
-            if not (np.isfinite(start) and np.isfinite(end)) or end < start:
-                raise UnitError(f"{where}: invalid interval {start}..{end}", file=relpath)
-            succ = _scalar(g, "success")
-            text = _text(g["text"][()])
-            if end < cam_ts[0] or start > cam_ts[-1]:
-                return None  # wholly outside the camera's recording: no frame to refer to
-            lo = int(np.searchsorted(cam_ts, start, side="left"))
-            hi = int(np.searchsorted(cam_ts, end, side="right")) - 1
-            lo, hi = max(0, min(lo, n - 1)), max(0, min(hi, n - 1))
-            if hi < lo:
-                return None  # shorter than one frame interval: contains no frame
-            return {"source": SLUG, "unit_id": unit_id, "level": level, "seg_index": seg_index,
-                    "parent_index": parent, "text": text, "start_frame": lo, "end_frame": hi,
-                    "start_sec": start - t0, "end_sec": end - t0,
-                    "success": None if succ is None else bool(np.asarray(succ).reshape(-1)[0])}
-
-        for i, g in self._ordered_groups(info, "segments_info", relpath, check_index=True):
-            where = f"segments_info/{i}"
-            high = row("high", i, None, g, where)
-            if high is not None:
-                rows.append(high)
-            low_group = g.get("low_level")
-            if not isinstance(low_group, h5py.Group):
-                low_group = g.get("Low_level")
-            if isinstance(low_group, h5py.Group):
-                for j, lg in self._ordered_groups(low_group, f"{where}/low_level", relpath, check_index=False):
-                    low = row("low", j, i, lg, f"{where}/low_level/{j}")
-                    if low is not None:
-                        rows.append(low)
-        return rows
 
     # ------------------------------------------------------------------ frames
     def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:

@@ -22,6 +22,7 @@ Decisions (documented in the module so the quarantine reasons make sense):
   timestamps[i] [I]. If the video's frame count differs from the timestamp count by at most
   `frame_count_tolerance` (default 2) the unit keeps the decodable common prefix; a larger difference is a UnitError.
   A list that is not increasing is sorted with a note, as the official rh20t_api sorts it; duplicates are refused.
+  The video's first frame must decode (video.check_first_frame), else the unit is a UnitError naming color.mp4.
 - Signals (arm `single`) come from the primary camera's entries of the transformed dicts, matched to each frame's
   timestamp by the nearest sample within `sync_tolerance_ms` (default 100 ms, as the OXE converter); otherwise
   null. pos = tcp_base xyz (m); gripper_width = gripper_info[0]; force = |zeroed[:3]| of force_torque_base;
@@ -53,7 +54,7 @@ import pyarrow as pa
 from . import video
 from .base import SourceAdapter, check_unit_id, path_free, read_metadata, require_root, safe_join
 from .rh20t_scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
-from .rh20t_parse import _as_float, _col, _int_ms, _nearest, _samples, _serial_entry
+from .rh20t_parse import _col, _int_ms, _nearest, _samples, _serial_entry
 from .storage.limits import ArchiveLimits
 from .storage.pickles import load_npy
 from .ir import (
@@ -367,7 +368,7 @@ class Rh20tAdapter(SourceAdapter):
         try:
             n_video = video.count_frames(src)
             if n_video:
-                video.read_frames(src, [0])
+                video.check_first_frame(src)
         except video.DecodeError as exc:
             raise UnitError(f"{rel_mp4} is unreadable: {exc}", file=scene.where(rel_mp4)) from None
         if n_video == 0:
@@ -391,11 +392,11 @@ class Rh20tAdapter(SourceAdapter):
         tol = self.sync_tolerance_ms
         rel_tcp, rel_ft, rel_gr = REQUIRED_TRANSFORMED
         tcp_ts, tcp = _samples(_serial_entry(npy(rel_tcp), cam, rel_tcp, scene.where(rel_tcp)), rel_tcp,
-                               scene.where(rel_tcp), lambda e: _as_float(e.get("tcp"), 3))
+                               scene.where(rel_tcp), "tcp", 3)
         ft_ts, ft = _samples(_serial_entry(npy(rel_ft), cam, rel_ft, scene.where(rel_ft)), rel_ft,
-                             scene.where(rel_ft), lambda e: _as_float(e.get("zeroed"), 3))
+                             scene.where(rel_ft), "zeroed", 3)
         gr_ts, gr = _samples(_serial_entry(npy(rel_gr), cam, rel_gr, scene.where(rel_gr)), rel_gr,
-                             scene.where(rel_gr), lambda e: _as_float(e.get("gripper_info"), 1))
+                             scene.where(rel_gr), "gripper_info", 1)
         pos = [_nearest(tcp_ts, tcp[:, k], ts, tol) for k in range(3)] if tcp.shape[1] >= 3 else [
             np.full(n, np.nan)] * 3
         force = (_nearest(ft_ts, np.linalg.norm(ft[:, :3], axis=1), ts, tol) if ft.shape[1] >= 3

@@ -51,31 +51,63 @@ def _as_float(v, n: int) -> np.ndarray | None:
     return a
 
 
-def _samples(entries, rel: str, where: str, value_fn) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique ms timestamps, values (m, k) with NaN where a sample lacks the field) from either a list of
-    {'timestamp': ms, ...} dicts (tcp, force_torque) or a {ms: {...}} dict (gripper)."""
+def _value_rows(raws: list, n: int) -> np.ndarray:
+    """(len(raws), width) float64: row i = raws[i] as a float vector (`_as_float`), NaN where it is not one or lacks
+    n >= 1 finite leading values (None never has them); width = the longest usable vector (1 when none is).
+
+    When numpy turns all the values into one float array at once (same-length vectors: RH20T's case, ~700 samples
+    per camera and file), the rows are taken from that array: the same conversion of the same numbers, without a
+    Python call per sample. Anything else (a missing or odd value among vectors, ragged lengths) goes sample by
+    sample."""
+    try:
+        block = np.asarray(raws, dtype=np.float64).reshape(len(raws), -1)
+    except (TypeError, ValueError, OverflowError):
+        block = None
+    if block is not None:
+        ok = np.all(np.isfinite(block[:, :n]), axis=1) if block.shape[1] >= n else np.zeros(len(raws), dtype=bool)
+        if not ok.any():
+            return np.full((len(raws), 1), np.nan)
+        block[~ok] = np.nan
+        return block
+    vals = [_as_float(r, n) for r in raws]
+    width = max((len(v) for v in vals if v is not None), default=1)
+    out = np.full((len(raws), width), np.nan)
+    for i, v in enumerate(vals):
+        if v is not None:
+            out[i, :len(v)] = v
+    return out
+
+
+def _samples(entries, rel: str, where: str, field: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique ms timestamps, values (m, k) with NaN where a sample lacks the field or its first n values
+    are not finite) from either a list of {'timestamp': ms, field: values, ...} dicts (tcp, force_torque) or a
+    {ms: {field: values, ...}} dict (gripper)."""
     if isinstance(entries, dict):
         items = list(entries.items())
     elif isinstance(entries, (list, tuple)):
         items = [(e.get("timestamp") if isinstance(e, dict) else None, e) for e in entries]
     else:
         raise UnitError(f"{rel}: per-camera data is neither a list nor a dict", file=where)
-    ts, vals = [], []
-    for t, e in items:
-        try:
-            t = int(t)
-        except (TypeError, ValueError):
-            continue
-        ts.append(t)
-        vals.append(value_fn(e) if isinstance(e, dict) else None)
-    if not ts:
+    try:  # integer timestamps throughout (RH20T's case): int() of each would give the same numbers
+        keys = np.asarray([t for t, _ in items])
+    except (TypeError, ValueError, OverflowError):
+        keys = None
+    if keys is not None and keys.dtype.kind == "i" and keys.ndim == 1:
+        ts_arr = keys.astype(np.int64)
+        raws = [e.get(field) if isinstance(e, dict) else None for _, e in items]
+    else:  # sample by sample: a timestamp int() refuses drops its sample
+        ts, raws = [], []
+        for t, e in items:
+            try:
+                t = int(t)
+            except (TypeError, ValueError):
+                continue
+            ts.append(t)
+            raws.append(e.get(field) if isinstance(e, dict) else None)
+        ts_arr = np.asarray(ts, dtype=np.int64)
+    if not len(ts_arr):
         raise UnitError(f"{rel} has no timestamped samples for the primary camera", file=where)
-    width = max((len(v) for v in vals if v is not None), default=1)
-    out = np.full((len(ts), width), np.nan)
-    for i, v in enumerate(vals):
-        if v is not None:
-            out[i, :len(v)] = v
-    ts_arr = np.asarray(ts, dtype=np.int64)
+    out = _value_rows(raws, n)
     order = np.argsort(ts_arr, kind="stable")
     ts_arr, out = ts_arr[order], out[order]
     keep = np.ones(len(ts_arr), bool)

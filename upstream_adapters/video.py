@@ -187,6 +187,22 @@ def count_frames(src: VideoSource) -> int:
     return n
 
 
+def check_first_frame(src: VideoSource) -> None:
+    """Raise DecodeError unless the video opens and the decoder puts out a first frame: what ingest checks before
+    trusting a video (its frame count comes from `count_frames`). Nothing is demuxed ahead, seeked or converted
+    to RGB: `read_frames(src, [0])` did the same check at ~3x the cost (a demux of every packet to index the
+    video first). One decoder thread: FFmpeg's default (as many as cores) costs more to set up than one frame."""
+    with _open(_materialize(src)) as c:
+        s = _video_stream(c)
+        s.codec_context.thread_count = 1
+        try:
+            for _frame in c.decode(s):
+                return
+        except av.FFmpegError as exc:
+            raise DecodeError(f"first frame does not decode: {exc}") from exc
+    raise DecodeError("no frame decodes")
+
+
 # mp4_index header key -> whether PyAV opened a file with that header and counted what its sample table says.
 # The count is the same either way; the key only decides whether a file must be demuxed to know it.
 _AGREED: dict[bytes, bool] = {}
