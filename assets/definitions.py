@@ -48,6 +48,13 @@ def _peak_rss_mb() -> int:
                  / 1024)
 
 
+def _op_tags(step: Step) -> dict[str, str]:
+    """The step's source, and its priority when more steps are ready than can run (build.executor.priority)."""
+    tags = {"source": step.source or "all"}
+    priority = CFG["build"]["executor"]["priority"].get(step.source or "", 0)
+    return tags | ({"dagster/priority": str(priority)} if priority else {})
+
+
 def step_asset(step: Step) -> dg.AssetsDefinition:
     specs = [dg.AssetSpec(_key(t.name), deps=[_key(r) for r in step.reads], description=t.description,
                           group_name=step.group, kinds={"parquet" if t.schema is not None else "file"},
@@ -57,7 +64,7 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
     checks = checks_for(step)
 
     @dg.multi_asset(name=step.name, specs=specs, check_specs=[c.spec() for c in checks],
-                    description=step.description, can_subset=False, op_tags={"source": step.source or "all"})
+                    description=step.description, can_subset=False, op_tags=_op_tags(step))
     def _asset(context: dg.AssetExecutionContext, build: BuildSettings):
         watch_the_build()
         cfg = build.config()

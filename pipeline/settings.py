@@ -44,6 +44,7 @@ class BuildExecutor(Strict):
     engine: Literal["in_process", "multiprocess", "dask"] = "multiprocess"
     max_concurrent: int = Field(0, ge=0)        # steps at a time / local Dask workers; 0 = number of cores
     dask_address: Optional[str] = None          # an existing Dask scheduler; null = a local cluster
+    priority: dict[Slug, int] = {}              # source -> Dagster step priority (higher first when several wait)
 
 
 class IrLimits(Strict):
