@@ -1,4 +1,5 @@
-"""The frame count of a plain MP4 from its sample table, without opening a demuxer (`video.count_frames`' fast path).
+"""The frame count and the seek index of a plain MP4 from its sample table, without a demux pass (the fast paths of
+`video.count_frames` and `video.read_frames`).
 
 Ingest counts the primary video's frames of every unit to check them against the unit's signal rows; opening each
 file with PyAV (FFmpeg probes the streams) and demuxing every packet cost ~1.3 ms per video, most of the GM-100
@@ -16,11 +17,17 @@ What FFmpeg makes of the rest of the header (codec configuration, metadata text 
 re-implemented: with the count comes a key of the header without its per-file parts (times, durations, sample
 tables, edit list), and `video.count_frames` trusts the count only for a header key PyAV has already opened and
 agreed with (tests/test_video.py compares both on whole, truncated and damaged files).
+
+`sample_index` adds, for the same layouts, the pts of every packet and which packets are keyframes (what
+`read_frames` seeks by; a demux pass per video was ~10 % of the frames step), where FFmpeg's timestamps and
+keyframe flags are provably the table's: see its docstring and `_keyframes_are_flagged`. `video._seek_index` trusts
+it per header key, only after a demuxed file of that header gave the same index (tests/test_mp4_index.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import struct
 from typing import BinaryIO
@@ -69,7 +76,7 @@ def sample_index(fh: BinaryIO) -> tuple[list[int], list[int], bytes] | None:
         return None
     table, key = got
     try:
-        dts, offsets, keys = _timing(table.moov, table.box, len(table.sizes), table.stts)
+        dts, offsets, keys = table.timing or _timing(table.moov, table.box, len(table.sizes), table.stts)
         if not _keyframes_are_flagged(fh, table, keys):
             return None
     except (_Unsupported, struct.error, IndexError, OSError, ValueError, OverflowError):
@@ -88,11 +95,13 @@ class _Table:
     """What `_parse` found in a simple file's moov: the sample sizes, the time-to-sample runs, the edit (media
     time, end) or None, each sample's file offset, and the track's box spans in `moov`."""
 
-    __slots__ = ("moov", "box", "sizes", "starts", "stts", "edit")
+    __slots__ = ("moov", "box", "sizes", "starts", "stts", "edit", "timing")
 
     def __init__(self, moov: bytes, box: dict, sizes: list[int], starts: list[int], stts,
-                 edit: tuple[int, int] | None):
-        self.moov, self.box, self.sizes, self.starts, self.stts, self.edit = moov, box, sizes, starts, stts, edit
+                 edit: tuple[int, int, tuple] | None):
+        self.moov, self.box, self.sizes, self.starts, self.stts = moov, box, sizes, starts, stts
+        self.edit = None if edit is None else edit[:2]
+        self.timing = None if edit is None else edit[2]  # _timing's answer, when the edit check computed it
 
 
 def _parse(fh: BinaryIO) -> tuple[_Table, bytes] | None:
@@ -299,9 +308,7 @@ def _expand(pairs) -> list[int]:
 def _timing(buf: bytes, box: dict, n: int, stts) -> tuple[list[int], list[int], list[int]]:
     """Per sample, in decode order: dts (from 0), composition offset (0 without ctts), and the keyframe sample
     numbers (0-based; every sample without stss)."""
-    dts = [0]
-    for delta in _expand(stts):
-        dts.append(dts[-1] + delta)
+    dts = [0, *itertools.accumulate(_expand(stts))]
     del dts[n:]
     offsets = [0] * n
     if b"ctts" in box:
@@ -374,12 +381,12 @@ def _starts_idr(fh: BinaryIO, start: int, size: int, length_size: int) -> bool:
     return False
 
 
-def _check_edit(buf: bytes, box: dict, movie_scale: int, media_scale: int, n: int, stts) -> tuple[int, int]:
+def _check_edit(buf: bytes, box: dict, movie_scale: int, media_scale: int, n: int, stts) -> tuple[int, int, tuple]:
     """Accept an edit list only where FFmpeg's (mov_fix_index) keeps every sample: one edit at rate 1 starting at
     the presentation time of sample 0, a keyframe, with no other keyframe decoded at or before that time (else the
     samples before the keyframe nearest the edit start are dropped), and no keyframe before the last sample ending
     at or past the edit's end (FFmpeg stops after such a keyframe). Samples it only flags for discard are counted:
-    the demuxer still yields them."""
+    the demuxer still yields them. Returns (media time, edit end, `_timing` of the file)."""
     if b"elst" not in box or not movie_scale:
         raise _Unsupported("edit list")
     s, _ = box[b"elst"]
@@ -391,10 +398,11 @@ def _check_edit(buf: bytes, box: dict, movie_scale: int, media_scale: int, n: in
     if rate != 1 << 16 or media_time < 0:
         raise _Unsupported("edit list")
     end = media_time + (duration * media_scale + movie_scale // 2) // movie_scale  # av_rescale rounds to nearest
-    dts, offsets, keys = _timing(buf, box, n, stts)
-    dts.append(dts[-1] + stts[-1])  # the end of the last sample
+    timing = _timing(buf, box, n, stts)
+    dts, offsets, keys = timing
+    dts = [*dts, dts[-1] + stts[-1]]  # and the end of the last sample
     if keys[0] != 0 or offsets[0] != media_time or any(dts[k] <= media_time for k in keys[1:]):
         raise _Unsupported("edit start")
     if any(k < n - 1 and dts[k + 1] + offsets[k] >= end for k in keys):  # cts + duration = next dts + offset
         raise _Unsupported("edit end")
-    return media_time, end
+    return media_time, end, timing

@@ -6,11 +6,13 @@ a tar, REASSEMBLE MP4 blobs in HDF5). Returns RGB uint8 arrays (H x W x 3) keyed
 Frame index i is the i-th frame in presentation order: the i-th smallest pts among the video stream's packets
 (the same packets `count_frames` counts). Two decoders, chosen per video (docs/engineering.md, decoders):
 
-- **PyAV** with an exact-timestamp seek, on every codec (H.264, HEVC, AV1, mpeg4, ...): index pts once by
-  demuxing; for each wanted frame (sorted) seek to the last keyframe <= its pts, or keep decoding forward when no
+- **PyAV** with an exact-timestamp seek, on every codec (H.264, HEVC, AV1, mpeg4, ...): index pts once (from a
+  plain MP4's sample table where a file of its header agreed with the demuxer, `_seek_index`, else by demuxing);
+  for each wanted frame (sorted) seek to the last keyframe <= its pts, or keep decoding forward when no
   keyframe lies in between (so dense selections decode sequentially, one pass per GOP); accept a frame only when
   its pts equals the target; on overshoot (open-GOP leading pictures dropped after a seek) retry from the previous
-  keyframe; as a last resort decode from the start. RGB conversion only for the wanted frames.
+  keyframe; as a last resort decode from the start. RGB conversion only for the wanted frames; unwanted
+  non-reference pictures are not decoded at all where the decoder allows it (`_decode_run`).
 - **decord** `get_batch`: cannot open AV1 and returns wrong frames around open-GOP keyframes (x265 CRA pictures,
   x264 --open-gop), so it is eligible only for `DECORD_SAFE_CODECS` when the demuxed index shows no leading
   pictures and its frame count agrees with ours. Measured here it was slower than the PyAV path on every codec and
@@ -45,6 +47,9 @@ DECODER_VERSION = "pbvideo-2"
 DECODERS = ("auto", "decord", "pyav")
 # Codecs on which decord's get_batch was measured frame-exact (closed GOP). Open GOP is detected per video.
 DECORD_SAFE_CODECS = frozenset({"h264", "mpeg4", "mjpeg", "vp9"})
+# Decoders that honour skip_frame per packet (measured bit-identical on the wanted frames). libdav1d (AV1) reads it
+# once when the codec opens, which would drop wanted non-reference frames for the whole video: not listed.
+SKIP_NONREF_CODECS = frozenset({"h264", "hevc", "mpeg4"})
 
 # decord is an optional fast path (no macOS / Linux-aarch64 wheels), imported lazily: its wheel loads a bundled
 # zlib 1.2.3 into the global symbol namespace, and when that happens before OpenCV is loaded, cv2's PNG decoding fails
@@ -341,6 +346,7 @@ def _read_pyav(c, data: str | bytes, index: VideoIndex, want: list[int], threads
     if threads != 1:
         s.thread_type = "AUTO"
         cc.thread_count = max(0, threads)
+    skip_unwanted = threads == 1 and index.codec in SKIP_NONREF_CODECS
     gen = None  # current decode run
     pos: int | None = None  # pts of the last frame this run produced
     try:
@@ -358,7 +364,7 @@ def _read_pyav(c, data: str | bytes, index: VideoIndex, want: list[int], threads
                     if attempt < 0 or attempt < k - 3:
                         return _read_sequential(data, index, want, threads, out)
                     c.seek(keys[attempt] if keys else 0, stream=s, backward=True, any_frame=False)
-                    gen = c.decode(s)
+                    gen = _decode_run(c, s, target_of) if skip_unwanted else c.decode(s)
                     pos = None
                 for frame in gen:
                     fp = frame.pts
@@ -380,6 +386,22 @@ def _read_pyav(c, data: str | bytes, index: VideoIndex, want: list[int], threads
     except av.FFmpegError as exc:
         raise DecodeError(f"decode failed near pts {pos}: {exc}") from exc
     return out
+
+
+def _decode_run(c, s, target_of: dict[int, int]):
+    """`c.decode(s)`, telling the decoder to skip a packet's picture when no frame refers to it and it is not
+    wanted (skip_frame NONREF; unwanted B-frames at the end of a GOP are most of what a sparse read decodes). A
+    picture no other picture refers to changes nothing else: the wanted frames decode bit-identically (checked on
+    every sample video, tests/test_video.py). The flush packet at the end (no pts) decodes normally."""
+    cc = s.codec_context
+    mode = cc.skip_frame  # a run left before its end (the next wanted frame is past a keyframe) keeps its setting
+    for packet in c.demux(s):
+        want = "DEFAULT" if packet.pts is None or packet.pts in target_of else "NONREF"
+        if want != mode:
+            cc.skip_frame = mode = want
+        yield from packet.decode()
+    if mode != "DEFAULT":
+        cc.skip_frame = "DEFAULT"
 
 
 def _read_sequential(data: str | bytes, index: VideoIndex, want: list[int], threads: int,
