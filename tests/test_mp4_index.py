@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from upstream_adapters import mp4_index, video
-from upstream_adapters.samples.common import encode_video, render_frame
+from upstream_adapters.samples.common import decode_frame_index, encode_video, render_frame
 
 N = 60
 GOP = 20
@@ -134,3 +134,157 @@ def test_edit_list_ffmpeg_cuts_is_demuxed(clips):
     want = video.probe(short).num_frames
     assert want < N
     assert video.count_frames(short) == want
+
+
+# ------------------------------------------------------------------ the seek index read_frames uses (sample_index)
+
+
+def _seek_index(src):
+    """What read_frames seeks by for `src` (through the table once its header agreed), or the error."""
+    data = video._materialize(src)
+    try:
+        with video._open(data) as c:
+            return video._seek_index(c, data)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__, str(exc)
+
+
+def _demuxed_index(src):
+    try:
+        return video.probe(src)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__, str(exc)
+
+
+@pytest.fixture(autouse=True)
+def fresh_index_agreement(monkeypatch):
+    monkeypatch.setattr(video, "_INDEX_AGREED", {})
+
+
+@pytest.mark.parametrize("codec", ["h264", "hevc", "mpeg4"])
+def test_table_index_is_the_demuxers_index(clips, codec, tmp_path, monkeypatch):
+    """pts and keyframes from stts/ctts/stss (and the edit list's shift) are the demuxer's, open-GOP HEVC included;
+    once a header agreed, read_frames no longer demuxes and still decodes every frame as itself."""
+    data = clips[codec]
+    path = tmp_path / "clip.mp4"
+    path.write_bytes(data)
+    want = video.probe(data)
+    assert _seek_index(path) == want and list(video._INDEX_AGREED.values()) == [True]  # demuxed and compared
+    demuxes = []
+    real = video._index_container
+    monkeypatch.setattr(video, "_index_container", lambda c: demuxes.append(1) or real(c))
+    for src in (path, data, _faststart(data)):
+        assert _seek_index(src) == want
+        got = video.read_frames(src, [0, GOP - 1, GOP, N - 1])
+        assert [decode_frame_index(got[i]) for i in sorted(got)] == [0, GOP - 1, GOP, N - 1]
+    assert demuxes == []
+
+
+def test_av1_is_demuxed(clips):
+    """FFmpeg parses AV1 packets and flags keyframes from their headers: no index from the table."""
+    data = clips["av1"]
+    assert mp4_index.sample_count(io.BytesIO(data)) is not None
+    assert mp4_index.sample_index(io.BytesIO(data)) is None
+
+
+def test_a_table_index_the_demuxer_disagrees_with_is_never_used(clips, monkeypatch):
+    """Planted: the table reads one frame late. The first file of the header is demuxed and disagrees, so every
+    later file of that header is demuxed too and decodes right."""
+    real = mp4_index.sample_index
+
+    def late(fh):
+        got = real(fh)
+        return None if got is None else ([p + 512 for p in got[0]], got[1], got[2])
+
+    monkeypatch.setattr(mp4_index, "sample_index", late)
+    data = clips["h264"]
+    for _ in range(2):
+        assert _seek_index(data) == video.probe(data)
+        got = video.read_frames(data, [0, 1, N - 1])
+        assert [decode_frame_index(got[i]) for i in (0, 1, N - 1)] == [0, 1, N - 1]
+    assert list(video._INDEX_AGREED.values()) == [False]
+
+
+def test_edit_lists_the_shift_does_not_explain_get_no_table_index(clips):
+    """An edit starting after the first sample's time (FFmpeg drops or flags samples), one ending before the last
+    sample's time (flagged for discard), and one FFmpeg cuts short: no index from the table, the demuxer's used."""
+    data = clips["h264"]
+    assert _seek_index(data) == video.probe(data)
+    at = data.find(b"elst")
+    (duration, media_time) = struct.unpack_from(">Ii", data, at + 12)
+    late_start, early_end, cut = bytearray(data), bytearray(data), bytearray(data)
+    struct.pack_into(">i", late_start, at + 16, media_time + 512)
+    struct.pack_into(">I", early_end, at + 12, duration - 40)  # the last frame (33 ms) ends past the edit
+    struct.pack_into(">I", cut, at + 12, 100)
+    for bad in (late_start, early_end, cut):
+        bad = bytes(bad)
+        assert mp4_index.sample_index(io.BytesIO(bad)) is None
+        assert _seek_index(bad) == _demuxed_index(bad)
+
+
+def test_fragmented_file_gets_no_table_index(clips):
+    """A fragmented MP4 (moof boxes) is demuxed: the table does not hold its samples."""
+    import av
+
+    frames = [render_frame(i, 96, 64, (i / N, 0.5)) for i in range(20)]
+    out = io.BytesIO()
+    with av.open(out, "w", format="mp4", options={"movflags": "frag_keyframe+empty_moov"}) as c:
+        s = c.add_stream("libx264", rate=30)
+        s.width, s.height, s.pix_fmt = 96, 64, "yuv420p"
+        for img in frames:
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    data = out.getvalue()
+    assert b"moof" in data and mp4_index.sample_index(io.BytesIO(data)) is None
+    assert _seek_index(data) == video.probe(data) and video.probe(data).num_frames == 20
+
+
+def test_h264_sync_samples_that_are_not_idr_get_no_table_index(clips):
+    """FFmpeg flags an H.264 packet as a keyframe from its content (an IDR slice), not from stss: a sync-sample table
+    naming a non-IDR sample gives no index from the table (the demuxer flags the real IDR)."""
+    data = clips["h264"]
+    assert _seek_index(data) == video.probe(data)
+    bad = bytearray(data)
+    at = bad.find(b"stss")
+    (count,) = struct.unpack_from(">I", bad, at + 8)
+    (last,) = struct.unpack_from(">I", bad, at + 8 + 4 * count)
+    struct.pack_into(">I", bad, at + 8 + 4 * count, last + 1)  # the last sync sample one later: a P/B picture
+    bad = bytes(bad)
+    assert mp4_index.sample_index(io.BytesIO(bad)) is None
+    assert _seek_index(bad) == video.probe(bad)
+
+
+def _outcome(src, want):
+    """read_frames' pixels (as bytes) or the error class."""
+    try:
+        return {i: a.tobytes() for i, a in video.read_frames(src, want).items()}
+    except video.DecodeError:
+        return "DecodeError"
+
+
+@pytest.mark.parametrize("codec", ["h264", "hevc"])
+def test_damaged_header_bytes_decode_as_with_the_demuxers_index(clips, codec, monkeypatch):
+    """Every third byte of ftyp and moov set to other values, after the clean header agreed: read_frames gives the
+    pixels it gives with the demuxer's index, or fails as it does, also where the damage is in the tables the index
+    is read from (the error text may name another pts: the seek went elsewhere before the damage showed)."""
+    data = clips[codec]
+    _seek_index(data)
+    boxes = _top_boxes(data)
+    positions = [*range(*boxes[b"ftyp"]), *range(*boxes[b"moov"])]
+    wants = ([0, GOP - 1, GOP, GOP + 1, N - 1], [N // 2])
+    answered = 0
+    for k, pos in enumerate(positions[::3]):
+        bad = bytearray(data)
+        bad[pos] = (bad[pos] + (1, 0x80, 0x7F)[k % 3]) % 256
+        bad = bytes(bad)
+        table = mp4_index.sample_index(io.BytesIO(bad))
+        if table is None or not video._INDEX_AGREED.get(table[2]):
+            continue
+        answered += 1
+        got = [_outcome(bad, w) for w in wants]
+        with monkeypatch.context() as m:
+            m.setattr(mp4_index, "sample_index", lambda fh: None)
+            assert got == [_outcome(bad, w) for w in wants], pos
+    assert answered  # the table answered for some (damage in per-file fields it checks itself)

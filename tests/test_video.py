@@ -125,3 +125,41 @@ def test_decoder_id_names_versions():
     ident = video.decoder_id("auto")
     assert video.DECODER_VERSION in ident and "av=" in ident and "|auto|" in ident
     assert video.decoder_id("pyav") != ident
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_skipping_unwanted_non_reference_pictures_changes_no_wanted_pixel(videos, codec, monkeypatch):
+    """skip_frame NONREF on the packets of unwanted frames: every wanted frame bit-identical to a full decode, with
+    the same seeks and no extra retry, on sparse, dense and open-GOP retry patterns and on a run that follows one
+    left in the skipping state; H.264 (B-frames) decodes fewer pictures; AV1 (libdav1d reads the setting once, at
+    open) never skips."""
+    path, data = videos[codec]
+    rng = random.Random(codec)
+    patterns = [[N - 1], [0], [GOP - 1, GOP, GOP + 1], [GOP + 1, 2 * GOP - 1], list(range(1, N, 2)),
+                sorted(rng.sample(range(N), 7)), [5, 33, 60], [5, GOP, GOP + 1, GOP + 2, GOP + 3], list(range(N))]
+    real = video._decode_run
+    sequential = video._read_sequential
+
+    def read_all(run):
+        runs, decoded, last_resort = [], [], []
+
+        def counted(c, s, target_of):
+            runs.append(1)
+            for frame in run(c, s, target_of):
+                decoded.append(frame.pts)
+                yield frame
+
+        monkeypatch.setattr(video, "_decode_run", counted)
+        monkeypatch.setattr(video, "_read_sequential", lambda *a: last_resort.append(1) or sequential(*a))
+        got = [video.read_frames(data if k % 2 else path, p) for k, p in enumerate(patterns)]
+        return got, len(runs), len(decoded), len(last_resort)
+
+    got, runs, decoded, last_resort = read_all(real)
+    ref, ref_runs, ref_decoded, ref_last_resort = read_all(lambda c, s, target_of: c.decode(s))  # nothing skipped
+    for p, g, r in zip(patterns, got, ref):
+        _check(g, p)
+        assert all(np.array_equal(g[i], r[i]) for i in r), p
+    assert (runs, last_resort) == (ref_runs, ref_last_resort)  # a skipped wanted picture would cost a retry
+    assert bool(runs) == (codec != "av1")
+    if codec == "h264":
+        assert decoded < ref_decoded

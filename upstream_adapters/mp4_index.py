@@ -1,4 +1,5 @@
-"""The frame count of a plain MP4 from its sample table, without opening a demuxer (`video.count_frames`' fast path).
+"""The frame count and the seek index of a plain MP4 from its sample table, without a demux pass (the fast paths of
+`video.count_frames` and `video.read_frames`).
 
 Ingest counts the primary video's frames of every unit to check them against the unit's signal rows; opening each
 file with PyAV (FFmpeg probes the streams) and demuxing every packet cost ~1.3 ms per video, most of the GM-100
@@ -16,11 +17,17 @@ What FFmpeg makes of the rest of the header (codec configuration, metadata text 
 re-implemented: with the count comes a key of the header without its per-file parts (times, durations, sample
 tables, edit list), and `video.count_frames` trusts the count only for a header key PyAV has already opened and
 agreed with (tests/test_video.py compares both on whole, truncated and damaged files).
+
+`sample_index` adds, for the same layouts, the pts of every packet and which packets are keyframes (what
+`read_frames` seeks by; a demux pass per video was ~10 % of the frames step), where FFmpeg's timestamps and
+keyframe flags are provably the table's: see its docstring and `_keyframes_are_flagged`. `video._seek_index` trusts
+it per header key, only after a demuxed file of that header gave the same index (tests/test_mp4_index.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import struct
 from typing import BinaryIO
@@ -49,6 +56,55 @@ class _Unsupported(Exception):
 def sample_count(fh: BinaryIO) -> tuple[int, bytes] | None:
     """(packets FFmpeg's mov demuxer yields for the video track, header key) of a simple MP4 read from `fh`; None
     for any other file."""
+    got = _parse(fh)
+    return None if got is None else (len(got[0].sizes), got[1])
+
+
+def sample_index(fh: BinaryIO) -> tuple[list[int], list[int], bytes] | None:
+    """(pts of the packets in decode order, positions of the keyframe packets in that order, header key) that
+    FFmpeg's mov demuxer gives for the video track of a simple MP4 (the seek index `video.read_frames` needs);
+    None for any other file, and for a file whose timing is not the plain case below.
+
+    pts = dts (sum of the stts durations before the sample) + ctts offset, minus the edit's media time when the
+    file has an edit list: FFmpeg's edit-list pass shifts the timestamps so the edit starts at pts 0. Only the
+    case where that shift is all it does is answered: no composition offset negative or past 2^28 (FFmpeg shifts
+    dts or drops the table), no sample presented before the edit starts or at/after it ends (FFmpeg flags those to
+    be discarded), a non-empty sync-sample table or none (every sample a keyframe), and sync samples the demuxer
+    flags as keyframes too (`_keyframes_are_flagged`)."""
+    got = _parse(fh)
+    if got is None:
+        return None
+    table, key = got
+    try:
+        dts, offsets, keys = table.timing or _timing(table.moov, table.box, len(table.sizes), table.stts)
+        if not _keyframes_are_flagged(fh, table, keys):
+            return None
+    except (_Unsupported, struct.error, IndexError, OSError, ValueError, OverflowError):
+        return None
+    cts = [d + o for d, o in zip(dts, offsets)]
+    shift = 0
+    if table.edit is not None:
+        media_time, end = table.edit
+        if min(cts) != media_time or max(cts) >= end:
+            return None
+        shift = media_time
+    return [t - shift for t in cts], keys, key
+
+
+class _Table:
+    """What `_parse` found in a simple file's moov: the sample sizes, the time-to-sample runs, the edit (media
+    time, end) or None, each sample's file offset, and the track's box spans in `moov`."""
+
+    __slots__ = ("moov", "box", "sizes", "starts", "stts", "edit", "timing")
+
+    def __init__(self, moov: bytes, box: dict, sizes: list[int], starts: list[int], stts,
+                 edit: tuple[int, int, tuple] | None):
+        self.moov, self.box, self.sizes, self.starts, self.stts = moov, box, sizes, starts, stts
+        self.edit = None if edit is None else edit[:2]
+        self.timing = None if edit is None else edit[2]  # _timing's answer, when the edit check computed it
+
+
+def _parse(fh: BinaryIO) -> tuple[_Table, bytes] | None:
     try:
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
@@ -133,7 +189,7 @@ def _keyed(key, buf: bytes, typ: bytes, s: int, e: int) -> None:
     key.update(typ + struct.pack(">Q", e - s) + bytes(payload))
 
 
-def _count(moov: bytes, file_size: int, key) -> int:
+def _count(moov: bytes, file_size: int, key) -> _Table:
     kids = list(_boxes(moov, 0, len(moov)))
     for typ, s, e in kids:
         if typ not in _MOOV:
@@ -175,8 +231,9 @@ def _count(moov: bytes, file_size: int, key) -> int:
     stts = struct.unpack_from(f">{2 * entries}I", moov, s + 8)
     if not entries or sum(stts[0::2]) != n or min(stts[1::2]) == 0 or max(stts[1::2]) >= 1 << 31:
         raise _Unsupported("time-to-sample table")
+    edit = None
     if b"edts" in box:
-        _check_edit(moov, box, movie_scale, media_scale, n, stts)
+        edit = _check_edit(moov, box, movie_scale, media_scale, n, stts)
     elif b"elst" in box:
         raise _Unsupported("edit list outside edts")
 
@@ -187,6 +244,7 @@ def _count(moov: bytes, file_size: int, key) -> int:
     if not entries or stsc[0] != 1 or any(d != 1 for d in stsc[2::3]):
         raise _Unsupported("sample-to-chunk table")
     sample = 0
+    starts: list[int] = []  # each sample's file offset
     for i in range(entries):
         first, per_chunk = stsc[3 * i], stsc[3 * i + 1]
         last = stsc[3 * (i + 1)] - 1 if i + 1 < entries else len(offsets)
@@ -197,13 +255,14 @@ def _count(moov: bytes, file_size: int, key) -> int:
             for _ in range(per_chunk):
                 if sample >= n:
                     raise _Unsupported("chunks hold more samples than stsz")
+                starts.append(pos)
                 pos += sizes[sample]
                 sample += 1
             if pos > file_size:
                 raise _Unsupported("sample bytes past the end of the file")
     if sample != n:
         raise _Unsupported("chunks hold fewer samples than stsz")
-    return n
+    return _Table(moov, box, sizes, starts, stts, edit)
 
 
 def _flatten(buf: bytes, start: int, end: int, key) -> dict[bytes, tuple[int, int]]:
@@ -246,26 +305,11 @@ def _expand(pairs) -> list[int]:
     return out
 
 
-def _check_edit(buf: bytes, box: dict, movie_scale: int, media_scale: int, n: int, stts) -> None:
-    """Accept an edit list only where FFmpeg's (mov_fix_index) keeps every sample: one edit at rate 1 starting at
-    the presentation time of sample 0, a keyframe, with no other keyframe decoded at or before that time (else the
-    samples before the keyframe nearest the edit start are dropped), and no keyframe before the last sample ending
-    at or past the edit's end (FFmpeg stops after such a keyframe). Samples it only flags for discard are counted:
-    the demuxer still yields them."""
-    if b"elst" not in box or not movie_scale:
-        raise _Unsupported("edit list")
-    s, _ = box[b"elst"]
-    v = _version(buf, s)
-    (entries,) = struct.unpack_from(">I", buf, s + 4)
-    if entries != 1:
-        raise _Unsupported("edit list")
-    duration, media_time, rate = struct.unpack_from(">QqI" if v == 1 else ">IiI", buf, s + 8)
-    if rate != 1 << 16 or media_time < 0:
-        raise _Unsupported("edit list")
-    end = media_time + (duration * media_scale + movie_scale // 2) // movie_scale  # av_rescale rounds to nearest
-    dts = [0]
-    for delta in _expand(stts):
-        dts.append(dts[-1] + delta)
+def _timing(buf: bytes, box: dict, n: int, stts) -> tuple[list[int], list[int], list[int]]:
+    """Per sample, in decode order: dts (from 0), composition offset (0 without ctts), and the keyframe sample
+    numbers (0-based; every sample without stss)."""
+    dts = [0, *itertools.accumulate(_expand(stts))]
+    del dts[n:]
     offsets = [0] * n
     if b"ctts" in box:
         s, _ = box[b"ctts"]
@@ -280,11 +324,85 @@ def _check_edit(buf: bytes, box: dict, movie_scale: int, media_scale: int, n: in
         s, _ = box[b"stss"]
         (count,) = struct.unpack_from(">I", buf, s + 4)
         keys = [k - 1 for k in struct.unpack_from(f">{count}I", buf, s + 8)]
-        if not keys or keys != sorted(set(keys)) or keys[-1] >= n:  # 1-based, increasing, as FFmpeg walks them
+        if not keys or keys != sorted(set(keys)) or keys[0] < 0 or keys[-1] >= n:  # 1-based, increasing
             raise _Unsupported("sync samples")
     else:
         keys = list(range(n))  # no sync-sample table: every sample is a keyframe
+    return dts, offsets, keys
+
+
+# Sample entries whose packets FFmpeg's mov demuxer flags as keyframes from the sync-sample table itself (moving an
+# stss entry moves the flag). For H.264 it runs its parser, and the flag is the parser's (an IDR slice): checked
+# per keyframe in the file. Any other format (AV1 is parsed too) is demuxed.
+_FLAGGED_FROM_STSS = frozenset({b"hvc1", b"hev1", b"mp4v"})
+_AVC = frozenset({b"avc1", b"avc3"})
+_IDR = 5
+_MAX_NALS = 64  # NAL units walked in one sample before giving up on finding its picture
+
+
+def _keyframes_are_flagged(fh: BinaryIO, table: _Table, keys: list[int]) -> bool:
+    """Whether the packets the demuxer flags as keyframes are exactly the sync samples `keys` (as far as the seek
+    index needs: every sync sample flagged; an IDR outside stss is harmless, FFmpeg's seek lands on stss samples)."""
+    moov = table.moov
+    s, _ = table.box[b"stsd"]
+    entry = s + 8
+    fmt = moov[entry + 4:entry + 8]
+    if fmt in _FLAGGED_FROM_STSS:
+        return True
+    if fmt not in _AVC:
+        return False
+    (size,) = struct.unpack_from(">I", moov, entry)
+    length_size = None
+    for kid, ks, _ke in _boxes(moov, entry + 86, entry + size):
+        if kid == b"avcC":
+            length_size = (moov[ks + 4] & 3) + 1
+    if length_size not in (1, 2, 4):  # 3 is not a valid NAL length size
+        return False
+    return all(_starts_idr(fh, table.starts[k], table.sizes[k], length_size) for k in keys)
+
+
+def _starts_idr(fh: BinaryIO, start: int, size: int, length_size: int) -> bool:
+    """Whether the first picture (VCL) NAL unit of the length-prefixed H.264 sample at `start` is an IDR slice."""
+    pos, end = start, start + size
+    for _ in range(_MAX_NALS):
+        if pos + length_size + 1 > end:
+            return False
+        fh.seek(pos)
+        head = fh.read(length_size + 1)
+        if len(head) != length_size + 1:
+            return False
+        length = int.from_bytes(head[:length_size], "big")
+        kind = head[length_size] & 0x1F
+        if 1 <= kind <= 5:
+            return kind == _IDR
+        if length == 0:
+            return False
+        pos += length_size + length
+    return False
+
+
+def _check_edit(buf: bytes, box: dict, movie_scale: int, media_scale: int, n: int, stts) -> tuple[int, int, tuple]:
+    """Accept an edit list only where FFmpeg's (mov_fix_index) keeps every sample: one edit at rate 1 starting at
+    the presentation time of sample 0, a keyframe, with no other keyframe decoded at or before that time (else the
+    samples before the keyframe nearest the edit start are dropped), and no keyframe before the last sample ending
+    at or past the edit's end (FFmpeg stops after such a keyframe). Samples it only flags for discard are counted:
+    the demuxer still yields them. Returns (media time, edit end, `_timing` of the file)."""
+    if b"elst" not in box or not movie_scale:
+        raise _Unsupported("edit list")
+    s, _ = box[b"elst"]
+    v = _version(buf, s)
+    (entries,) = struct.unpack_from(">I", buf, s + 4)
+    if entries != 1:
+        raise _Unsupported("edit list")
+    duration, media_time, rate = struct.unpack_from(">QqI" if v == 1 else ">IiI", buf, s + 8)
+    if rate != 1 << 16 or media_time < 0:
+        raise _Unsupported("edit list")
+    end = media_time + (duration * media_scale + movie_scale // 2) // movie_scale  # av_rescale rounds to nearest
+    timing = _timing(buf, box, n, stts)
+    dts, offsets, keys = timing
+    dts = [*dts, dts[-1] + stts[-1]]  # and the end of the last sample
     if keys[0] != 0 or offsets[0] != media_time or any(dts[k] <= media_time for k in keys[1:]):
         raise _Unsupported("edit start")
     if any(k < n - 1 and dts[k + 1] + offsets[k] >= end for k in keys):  # cts + duration = next dts + offset
         raise _Unsupported("edit end")
+    return media_time, end, timing

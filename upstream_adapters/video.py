@@ -6,11 +6,13 @@ a tar, REASSEMBLE MP4 blobs in HDF5). Returns RGB uint8 arrays (H x W x 3) keyed
 Frame index i is the i-th frame in presentation order: the i-th smallest pts among the video stream's packets
 (the same packets `count_frames` counts). Two decoders, chosen per video (docs/engineering.md, decoders):
 
-- **PyAV** with an exact-timestamp seek, on every codec (H.264, HEVC, AV1, mpeg4, ...): index pts once by
-  demuxing; for each wanted frame (sorted) seek to the last keyframe <= its pts, or keep decoding forward when no
+- **PyAV** with an exact-timestamp seek, on every codec (H.264, HEVC, AV1, mpeg4, ...): index pts once (from a
+  plain MP4's sample table where a file of its header agreed with the demuxer, `_seek_index`, else by demuxing);
+  for each wanted frame (sorted) seek to the last keyframe <= its pts, or keep decoding forward when no
   keyframe lies in between (so dense selections decode sequentially, one pass per GOP); accept a frame only when
   its pts equals the target; on overshoot (open-GOP leading pictures dropped after a seek) retry from the previous
-  keyframe; as a last resort decode from the start. RGB conversion only for the wanted frames.
+  keyframe; as a last resort decode from the start. RGB conversion only for the wanted frames; unwanted
+  non-reference pictures are not decoded at all where the decoder allows it (`_decode_run`).
 - **decord** `get_batch`: cannot open AV1 and returns wrong frames around open-GOP keyframes (x265 CRA pictures,
   x264 --open-gop), so it is eligible only for `DECORD_SAFE_CODECS` when the demuxed index shows no leading
   pictures and its frame count agrees with ours. Measured here it was slower than the PyAV path on every codec and
@@ -45,6 +47,9 @@ DECODER_VERSION = "pbvideo-2"
 DECODERS = ("auto", "decord", "pyav")
 # Codecs on which decord's get_batch was measured frame-exact (closed GOP). Open GOP is detected per video.
 DECORD_SAFE_CODECS = frozenset({"h264", "mpeg4", "mjpeg", "vp9"})
+# Decoders that honour skip_frame per packet (measured bit-identical on the wanted frames). libdav1d (AV1) reads it
+# once when the codec opens, which would drop wanted non-reference frames for the whole video: not listed.
+SKIP_NONREF_CODECS = frozenset({"h264", "hevc", "mpeg4"})
 
 # decord is an optional fast path (no macOS / Linux-aarch64 wheels), imported lazily: its wheel loads a bundled
 # zlib 1.2.3 into the global symbol namespace, and when that happens before OpenCV is loaded, cv2's PNG decoding fails
@@ -130,20 +135,25 @@ def _video_stream(c):
 
 
 def _index_container(c) -> VideoIndex:
+    """The index from one demux pass over every packet of the video stream (no decoding)."""
     s = _video_stream(c)
     pts_dec: list[int] = []
-    keys: list[int] = []
     key_pos: list[int] = []
     try:
         for p in c.demux(s):
             if not p.size or p.pts is None:
                 continue
             if p.is_keyframe:
-                keys.append(p.pts)
                 key_pos.append(len(pts_dec))
             pts_dec.append(p.pts)
     except av.FFmpegError as exc:
         raise DecodeError(f"cannot demux video: {exc}") from exc
+    return _build_index(s, pts_dec, key_pos)
+
+
+def _build_index(s, pts_dec: list[int], key_pos: list[int]) -> VideoIndex:
+    """A VideoIndex from the packets' pts in decode order and the positions of the keyframes among them; codec,
+    time base and size from the opened stream."""
     open_gop = False
     if key_pos:
         # suffix minimum of pts in decode order: a keyframe followed by an earlier-presented packet has leading pictures
@@ -159,12 +169,28 @@ def _index_container(c) -> VideoIndex:
     return VideoIndex(
         codec=cc.name or "",
         pts=tuple(sorted(pts_dec)),
-        keys=tuple(sorted(keys)),
+        keys=tuple(sorted(pts_dec[j] for j in key_pos)),
         open_gop=open_gop,
         time_base=(tb.numerator, tb.denominator) if tb is not None else (0, 1),
         width=int(cc.width or 0),
         height=int(cc.height or 0),
     )
+
+
+def _seek_index(c, data: str | bytes) -> VideoIndex:
+    """The index `read_frames` seeks by: from a plain MP4's sample table (mp4_index.sample_index) once a file of
+    the same header has been demuxed in this process and gave exactly the table's pts and keyframes (~0.2 ms
+    instead of ~0.75 ms for the demux pass of a GM-100 video), else from the demux pass. The first video of each
+    header is demuxed and compared; a disagreement keeps that header on the demux pass for good."""
+    table = _table(data, mp4_index.sample_index)
+    if table is not None:
+        pts_dec, key_pos, key = table
+        if _INDEX_AGREED.get(key):
+            return _build_index(_video_stream(c), pts_dec, key_pos)
+    index = _index_container(c)
+    if table is not None and len(_INDEX_AGREED) < _AGREED_MAX:
+        _INDEX_AGREED[key] = index == _build_index(_video_stream(c), pts_dec, key_pos)
+    return index
 
 
 def probe(src: VideoSource) -> VideoIndex:
@@ -209,16 +235,26 @@ _AGREED: dict[bytes, bool] = {}
 _AGREED_MAX = 4096
 
 
+# mp4_index header key -> whether the demux pass of a file with that header gave the sample table's seek index
+_INDEX_AGREED: dict[bytes, bool] = {}
+
+
 def _table_count(src: VideoSource) -> tuple[int, bytes] | None:
+    return _table(src, mp4_index.sample_count)
+
+
+def _table(src: VideoSource, read):
+    """`read` (an mp4_index reader) over a path or bytes; None for a stream, a non-regular file or an unreadable
+    path (the demuxer then says why)."""
     if isinstance(src, (bytes, bytearray, memoryview)):
-        return mp4_index.sample_count(io.BytesIO(src))
+        return read(io.BytesIO(src))
     if not isinstance(src, (str, Path)):
         return None  # a stream: read once, by probe
     try:
         if not stat.S_ISREG(os.stat(src).st_mode):  # a FIFO or device: never opened here
             return None
         with open(src, "rb") as fh:
-            return mp4_index.sample_count(fh)
+            return read(fh)
     except OSError:
         return None  # probe says why
 
@@ -264,10 +300,10 @@ def read_frames(src: VideoSource, indices: Sequence[int], decoder: str = "auto",
     if want[0] < 0:
         raise DecodeError(f"negative frame index {want[0]}")
     data = _materialize(src)
-    # one open per video: PyAV decodes from the container the index was demuxed from (its first step is a seek to
-    # a keyframe, which resets the demuxer; opening the file again cost ~1.3 ms per video)
+    # one open per video: PyAV decodes from the container the index was read for (its first step is a seek to a
+    # keyframe, which resets the demuxer after a demux pass; opening the file again cost ~1.3 ms per video)
     with _open(data) as c:
-        index = _index_container(c)
+        index = _seek_index(c, data)
         if want[-1] >= index.num_frames:
             bad = [i for i in want if i >= index.num_frames]
             raise DecodeError(f"frames {bad[:5]} not in video ({index.num_frames} frames)")
@@ -326,6 +362,7 @@ def _read_pyav(c, data: str | bytes, index: VideoIndex, want: list[int], threads
     if threads != 1:
         s.thread_type = "AUTO"
         cc.thread_count = max(0, threads)
+    skip_unwanted = threads == 1 and index.codec in SKIP_NONREF_CODECS
     gen = None  # current decode run
     pos: int | None = None  # pts of the last frame this run produced
     try:
@@ -343,7 +380,7 @@ def _read_pyav(c, data: str | bytes, index: VideoIndex, want: list[int], threads
                     if attempt < 0 or attempt < k - 3:
                         return _read_sequential(data, index, want, threads, out)
                     c.seek(keys[attempt] if keys else 0, stream=s, backward=True, any_frame=False)
-                    gen = c.decode(s)
+                    gen = _decode_run(c, s, target_of) if skip_unwanted else c.decode(s)
                     pos = None
                 for frame in gen:
                     fp = frame.pts
@@ -365,6 +402,22 @@ def _read_pyav(c, data: str | bytes, index: VideoIndex, want: list[int], threads
     except av.FFmpegError as exc:
         raise DecodeError(f"decode failed near pts {pos}: {exc}") from exc
     return out
+
+
+def _decode_run(c, s, target_of: dict[int, int]):
+    """`c.decode(s)`, telling the decoder to skip a packet's picture when no frame refers to it and it is not
+    wanted (skip_frame NONREF; unwanted B-frames at the end of a GOP are most of what a sparse read decodes). A
+    picture no other picture refers to changes nothing else: the wanted frames decode bit-identically (checked on
+    every sample video, tests/test_video.py). The flush packet at the end (no pts) decodes normally."""
+    cc = s.codec_context
+    mode = cc.skip_frame  # a run left before its end (the next wanted frame is past a keyframe) keeps its setting
+    for packet in c.demux(s):
+        want = "DEFAULT" if packet.pts is None or packet.pts in target_of else "NONREF"
+        if want != mode:
+            cc.skip_frame = mode = want
+        yield from packet.decode()
+    if mode != "DEFAULT":
+        cc.skip_frame = "DEFAULT"
 
 
 def _read_sequential(data: str | bytes, index: VideoIndex, want: list[int], threads: int,
