@@ -94,6 +94,23 @@ def test_misspelt_source_slug(cfg_dir):
     assert e.key == "labels.speed.gm10" and "a registered source slug" in e.expected and "got 'gm10'" in e.expected
 
 
+def test_step_priority_names_a_registered_source(cfg_dir):
+    _replace(cfg_dir / "build.yaml", "priority: {gm100: 1}", "priority: {gm10: 1}")
+    e = _error(cfg_dir)
+    assert e.key == "build.executor.priority.gm10" and "got 'gm10'" in e.expected
+
+
+def test_the_priority_source_s_steps_carry_dagster_s_priority_tag():
+    """configs/build.yaml gives GM-100 (the longest chain) priority: each of its steps is tagged, the others not."""
+    from assets.definitions import ASSETS, CFG
+
+    assert CFG["build"]["executor"]["priority"] == {"gm100": 1}
+    tags = {a.op.name: a.op.tags for a in ASSETS}
+    assert {n for n, t in tags.items() if t.get("dagster/priority") == "1"} == \
+        {"ingest_gm100", "labels_gm100", "candidates_gm100", "items_gm100"}
+    assert all("dagster/priority" not in t for n, t in tags.items() if not n.endswith("_gm100"))
+
+
 def test_a_labels_section_without_a_built_source_is_refused_at_load(cfg_dir):
     # the whole RH20T entry of the activity section goes: refused at load, not when the labels stage reaches it
     _replace(cfg_dir / "labels.yaml", "    rh20t: {mode: none}                   # single-arm: no coordination\n", "")
