@@ -71,24 +71,32 @@ def options(row: dict) -> list[str]:
     return [row[f"choice_{c}"] for c in CHOICE_LETTERS[: int(row["num_choices"])]]
 
 
-def model_text_leaks(text: str, row: dict) -> list[str]:
-    """What of a row's hidden frame data appears in a model-facing text (empty list = clean)."""
-    lowered = text.lower()
-    found = [t for t in LEAK_TOKENS if t in lowered]
+def _hidden_values(row: dict) -> list[tuple[str, str]]:
+    """(column, text) of a row's hidden frame data as it could appear in a model-facing text."""
+    out = []
     for col in HIDDEN_COLUMNS:
         v = row.get(col)
-        if v and len(str(v)) >= 3 and str(v) in text:
-            found.append(col)
+        if v and len(str(v)) >= 3:
+            out.append((col, str(v)))
     frames = json.loads(row["frame_indices_json"]) if row.get("frame_indices_json") else []
-    if len(frames) > 1 and ", ".join(map(str, frames)) in text:  # the index list written out in prose
-        found.append("frame_indices_json")
-    if row.get("source_unit_id") and row["source_unit_id"] in text:
-        found.append("source_unit_id")
-    return found
+    if len(frames) > 1:  # the index list written out in prose
+        out.append(("frame_indices_json", ", ".join(map(str, frames))))
+    if row.get("source_unit_id"):
+        out.append(("source_unit_id", row["source_unit_id"]))
+    return out
+
+
+def model_text_leaks(text: str, row: dict, hidden: list[tuple[str, str]] | None = None) -> list[str]:
+    """What of a row's hidden frame data appears in a model-facing text (empty list = clean). `hidden`: the row's
+    `_hidden_values`, when the caller checks several texts of it."""
+    lowered = text.lower()
+    found = [t for t in LEAK_TOKENS if t in lowered]
+    return found + [col for col, v in (_hidden_values(row) if hidden is None else hidden) if v in text]
 
 
 def check_model_text(texts: list[str], row: dict, what: str) -> None:
-    leaks = sorted({x for t in texts for x in model_text_leaks(t, row)})
+    hidden = _hidden_values(row)
+    leaks = sorted({x for t in texts for x in model_text_leaks(t, row, hidden)})
     if leaks:
         raise ValueError(f"{what}: item {row['item_id']}: model-facing text carries {leaks}")
 
