@@ -199,10 +199,16 @@ def deal_options(items: pl.DataFrame, seed: int, families: set[str], within: tup
             if len(others) < k - 1:
                 continue  # not enough labels to choose from: keep the generator's draw
 
-            def cost(d: tuple) -> tuple:  # how far a runs ahead of its set's mean, then the set's use
-                c = seen.get(frozenset((a, *d)), Counter())
-                return (k * c[a] - sum(c.values()), sum(c.values()), stable_hash(seed, "deal", keys[i], *d))
-            best = min(itertools.combinations(others, k - 1), key=cost)
+            def use(d: tuple) -> tuple:  # how far a runs ahead of its set's mean, then the set's use
+                c = seen.get(frozenset((a, *d)))
+                n = sum(c.values()) if c else 0
+                return (k * c[a] - n if c else 0, n)
+            combos = list(itertools.combinations(others, k - 1))
+            uses = [use(d) for d in combos]
+            least = min(uses)
+            tied = [d for d, u in zip(combos, uses) if u == least]
+            # ties broken by a seeded hash (only the tied sets are hashed: the same choice as hashing them all)
+            best = tied[0] if len(tied) == 1 else min(tied, key=lambda d: stable_hash(seed, "deal", keys[i], *d))
             seen.setdefault(frozenset((a, *best)), Counter())[a] += 1
             new[i] = list(best)
     df = df.with_columns(list_column("distractors", new, items.schema["distractors"]))
