@@ -394,18 +394,41 @@ def _forbidden_keys(obj, where: str = "") -> list[str]:
     return out
 
 
+SCAN_ROWS = 4096  # parquet rows, ...
+SCAN_BYTES = 8 << 20  # ... or bytes of a text file, scanned at a time: a worker never holds a whole file's text
+
+
+def _text_pieces(path: Path, rel: str):
+    """A release file's text in pieces cut at line ends (a parquet file as its rows' JSON lines). No path, folder or
+    user name spans a line end (and no UTF-8 character does), so the pieces hold the same findings as the whole."""
+    if rel.endswith(".parquet"):
+        df = pl.read_parquet(path)
+        for offset in range(0, df.height, SCAN_ROWS):
+            yield df.slice(offset, SCAN_ROWS).write_ndjson()
+        return
+    with open(path, "rb") as fh:
+        rest = b""
+        while block := fh.read(SCAN_BYTES):
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            rest = block[cut:]
+            if cut:
+                yield block[:cut].decode("utf-8", "replace")
+        if rest:
+            yield rest.decode("utf-8", "replace")
+
+
 def _file_leaks(task: tuple[str, str]) -> tuple[str, list[str]]:
     """The path / identity leaks of one release file (a parquet file is read as its rows' JSON text)."""
     root, rel = task
-    path = Path(root) / rel
-    if rel.endswith(".parquet"):
-        try:
-            text = pl.read_parquet(path).write_ndjson()
-        except Exception:  # noqa: BLE001 - unreadable parquet is reported elsewhere
-            return rel, []
-    else:
-        text = path.read_bytes().decode("utf-8", "replace")
-    return rel, [f"{rel}: {leak}" for leak in find_path_leaks(text)]
+    found: list[str] = []
+    try:
+        for piece in _text_pieces(Path(root) / rel, rel):
+            found += [leak for leak in find_path_leaks(piece) if leak not in found]
+    except Exception:  # noqa: BLE001 - unreadable parquet is reported elsewhere
+        if not rel.endswith(".parquet"):
+            raise
+    return rel, [f"{rel}: {leak}" for leak in found]
 
 
 def release_leaks(release_dir: Path, cfg: dict, workers: int | None = 0) -> list[str]:
