@@ -407,15 +407,16 @@ def _text_pieces(path: Path, rel: str):
             yield df.slice(offset, SCAN_ROWS).write_ndjson()
         return
     with open(path, "rb") as fh:
-        rest = b""
+        rest: list[bytes] = []  # read since the last line end (kept as parts: a long line is not copied per read)
         while block := fh.read(SCAN_BYTES):
-            block = rest + block
             cut = block.rfind(b"\n") + 1
-            rest = block[cut:]
-            if cut:
-                yield block[:cut].decode("utf-8", "replace")
-        if rest:
-            yield rest.decode("utf-8", "replace")
+            if not cut:
+                rest.append(block)
+                continue
+            yield b"".join([*rest, block[:cut]]).decode("utf-8", "replace")
+            rest = [block[cut:]]
+        if tail := b"".join(rest):
+            yield tail.decode("utf-8", "replace")
 
 
 def _file_leaks(task: tuple[str, str]) -> tuple[str, list[str]]:

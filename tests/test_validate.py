@@ -276,11 +276,13 @@ def test_path_scan_reads_every_piece_of_a_file(tmp_path, monkeypatch):
     lines = [json.dumps({"i": i, "t": "x" * 20}) for i in range(40)]
     lines[29] = json.dumps({"i": 29, "t": "see /home/alice/data.h5"})
     lines[35] = json.dumps({"i": 35, "t": "see /home/alice/data.h5"})
+    lines[20] = json.dumps({"i": 20, "t": "/srv/cache/frames " + "y" * 300})  # a line longer than one read
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n" + json.dumps({"tail": "C:\\Users\\bob\\x"}))
     pl.DataFrame({"t": ["clean"] * 10 + ["/mnt/scratch/run7/frames"] + ["clean"] * 5}).write_parquet(
         tmp_path / "b.parquet")
     rel, leaks = validate._file_leaks((str(tmp_path), "a.jsonl"))
     assert rel == "a.jsonl" and sum("/home/alice/data.h5" in x for x in leaks) == 1, leaks
     assert any("Windows path" in x for x in leaks), leaks  # in the last piece, which has no line end
+    assert any("/srv/cache/frames" in x for x in leaks), leaks
     _, leaks = validate._file_leaks((str(tmp_path), "b.parquet"))
     assert len(leaks) == 1 and "/mnt/scratch/run7/frames" in leaks[0]
