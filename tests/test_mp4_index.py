@@ -30,19 +30,22 @@ def fresh_agreement(monkeypatch):
     monkeypatch.setattr(video, "_AGREED", {})
 
 
+def _result(fn, *args):
+    """fn(*args), or the error it raised as (type name, message): whatever the demuxer raises is an outcome to
+    compare."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__, str(exc)
+
+
 def _demuxed(src):
     """What PyAV's demux pass says: the frame count, or the error."""
-    try:
-        return video.probe(src).num_frames
-    except Exception as exc:  # noqa: BLE001 - whatever the demuxer raises is the expected outcome
-        return type(exc).__name__, str(exc)
+    return _result(lambda: video.probe(src).num_frames)
 
 
 def _counted(src):
-    try:
-        return video.count_frames(src)
-    except Exception as exc:  # noqa: BLE001
-        return type(exc).__name__, str(exc)
+    return _result(video.count_frames, src)
 
 
 def _top_boxes(data: bytes) -> dict[bytes, tuple[int, int]]:
@@ -141,19 +144,15 @@ def test_edit_list_ffmpeg_cuts_is_demuxed(clips):
 
 def _seek_index(src):
     """What read_frames seeks by for `src` (through the table once its header agreed), or the error."""
-    data = video._materialize(src)
-    try:
+    def index():
+        data = video._materialize(src)
         with video._open(data) as c:
             return video._seek_index(c, data)
-    except Exception as exc:  # noqa: BLE001
-        return type(exc).__name__, str(exc)
+    return _result(index)
 
 
 def _demuxed_index(src):
-    try:
-        return video.probe(src)
-    except Exception as exc:  # noqa: BLE001
-        return type(exc).__name__, str(exc)
+    return _result(video.probe, src)
 
 
 @pytest.fixture(autouse=True)
