@@ -181,15 +181,22 @@ def test_no_model_facing_export_carries_frame_data(demo_release, cfg, tables):
 
 def test_planted_frame_leak_is_refused(tables, cfg):
     df = tables["eval"].head(3)
+    rows = common.model_rows(df, cfg)
+    for fn in (consumers.messages_rows, consumers.grpo_rows, lambda r: consumers.vlmevalkit_tsv(r, cfg),
+               lambda r: consumers.lmms_eval_files(r, cfg)):
+        fn(rows)
     leaky = df.with_columns((pl.col("question") + " (frames " + pl.col("frame_indices_json") + ")").alias("question"))
-    for fn in (lambda d: consumers.messages_rows(d, cfg, "llamafactory"), lambda d: consumers.grpo_rows(d, cfg),
-               lambda d: consumers.vlmevalkit_tsv(d, cfg), lambda d: consumers.lmms_eval_files(d, cfg)):
-        fn(df)
-        with pytest.raises(ValueError, match="frame_indices_json"):
-            fn(leaky)
-    spec = df.with_columns(pl.lit("see render_spec").alias("question"))
+    with pytest.raises(ValueError, match="frame_indices_json"):  # in the prompt every export shows
+        common.model_rows(leaky, cfg)
+    with pytest.raises(ValueError, match="frame_indices_json"):  # in the SFT target
+        common.model_rows(df.with_columns((pl.col("sft_target") + pl.col("frame_indices_json")).alias("sft_target")),
+                          cfg)
     with pytest.raises(ValueError, match="render_spec"):
-        consumers.grpo_rows(spec, cfg)
+        common.model_rows(df.with_columns(pl.lit("see render_spec").alias("question")), cfg)
+    # VLMEvalKit shows the question and options in columns of their own: it checks them itself
+    unchecked = [common.ModelRow(r, "a clean prompt", [], common._hidden_values(r)) for r in leaky.iter_rows(named=True)]
+    with pytest.raises(ValueError, match="vlmevalkit.*frame_indices_json"):
+        consumers.vlmevalkit_tsv(unchecked, cfg)
 
 
 def test_write_exports_refuses_a_path_leak(tables, cfg, tmp_path):

@@ -18,10 +18,10 @@ from pipeline.exports import card, common, consumers, croissant
 def export_texts(tables: dict[str, pl.DataFrame], cfg: dict) -> dict[str, str]:
     """Every text export, by release-relative path (the card and Croissant excepted: see write_exports)."""
     xf = common.export_files(cfg)
-    ev, sft = tables["eval"], tables["sft"]
+    ev, sft = common.model_rows(tables["eval"], cfg), common.model_rows(tables["sft"], cfg)
     # LLaMA-Factory (sharegpt with OpenAI role tags) and ms-swift read the same `messages` + `images` rows.
-    msg_ev = common.jsonl(consumers.messages_rows(ev, cfg, "llamafactory / ms-swift"))
-    msg_sft = common.jsonl(consumers.messages_rows(sft, cfg, "llamafactory / ms-swift"))
+    msg_ev = common.jsonl(consumers.messages_rows(ev))
+    msg_sft = common.jsonl(consumers.messages_rows(sft))
     out = {
         xf["llamafactory_eval"]: msg_ev,
         xf["llamafactory_sft"]: msg_sft,
@@ -29,8 +29,8 @@ def export_texts(tables: dict[str, pl.DataFrame], cfg: dict) -> dict[str, str]:
         xf["swift_eval"]: msg_ev,
         xf["swift_sft"]: msg_sft,
         xf["vlmevalkit_eval"]: consumers.vlmevalkit_tsv(ev, cfg),
-        xf["grpo_eval"]: common.jsonl(consumers.grpo_rows(ev, cfg)),
-        xf["grpo_sft"]: common.jsonl(consumers.grpo_rows(sft, cfg)),
+        xf["grpo_eval"]: common.jsonl(consumers.grpo_rows(ev)),
+        xf["grpo_sft"]: common.jsonl(consumers.grpo_rows(sft)),
     }
     for name, text in consumers.lmms_eval_files(ev, cfg).items():
         out[f"{xf['lmms_eval_dir']}/{name}"] = text

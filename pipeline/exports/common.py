@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -94,15 +95,44 @@ def model_text_leaks(text: str, row: dict, hidden: list[tuple[str, str]] | None 
     return found + [col for col, v in (_hidden_values(row) if hidden is None else hidden) if v in text]
 
 
-def check_model_text(texts: list[str], row: dict, what: str) -> None:
-    hidden = _hidden_values(row)
+def check_model_text(texts: list[str], row: dict, what: str, hidden: list[tuple[str, str]] | None = None) -> None:
+    hidden = _hidden_values(row) if hidden is None else hidden
     leaks = sorted({x for t in texts for x in model_text_leaks(t, row, hidden)})
     if leaks:
         raise ValueError(f"{what}: item {row['item_id']}: model-facing text carries {leaks}")
 
 
+@dataclass(frozen=True)
+class ModelRow:
+    """A release row with what every trainer / harness export shows the model: its prompt and image references."""
+    row: dict
+    prompt: str
+    images: list[str]
+    hidden: list[tuple[str, str]]  # _hidden_values(row)
+
+    @property
+    def user_turn(self) -> str:
+        """One `<image>` tag per image, then the prompt (LLaMA-Factory requires tags == len(images))."""
+        return IMAGE_TAG * len(self.images) + "\n" + self.prompt
+
+
+def model_rows(df: pl.DataFrame, cfg: dict) -> list[ModelRow]:
+    """The table's rows, each prompt built and checked once for all the exports: the user turn (the prompt with its
+    image tags) and the SFT target must carry no hidden frame data. A text inside the user turn (the prompt the GRPO
+    and lmms-eval rows show) carries nothing the user turn does not, so it needs no check of its own."""
+    out = []
+    for r in df.iter_rows(named=True):
+        m = ModelRow(r, prompt(r, cfg), image_refs(r, cfg), _hidden_values(r))
+        check_model_text([m.user_turn, r["sft_target"]], r, "exports", m.hidden)
+        out.append(m)
+    return out
+
+
+_JSONL_ROW = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps would build one per row
+
+
 def jsonl(rows: list[dict]) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), sort_keys=False) + "\n" for r in rows)
+    return "".join(_JSONL_ROW.encode(r) + "\n" for r in rows)
 
 
 def dumps(obj) -> str:

@@ -1,7 +1,8 @@
-"""Trainer and harness exports, each a pure function of the release rows: LLaMA-Factory (sharegpt `messages`),
-ms-swift (`messages` + `images`), VLMEvalKit (custom MCQ TSV), lmms-eval (task folder) and GRPO jsonl (a verifiable
-`<ANSWER>X</ANSWER>` solution). Image references are relative to the folder `processbench reconstruct --out` writes.
-Every model-facing text is checked for hidden frame data before it is returned."""
+"""Trainer and harness exports, each a pure function of the release rows (`common.model_rows`: a table's rows with
+their prompts, built and checked once for every export): LLaMA-Factory (sharegpt `messages`), ms-swift (`messages` +
+`images`), VLMEvalKit (custom MCQ TSV), lmms-eval (task folder) and GRPO jsonl (a verifiable `<ANSWER>X</ANSWER>`
+solution). Image references are relative to the folder `processbench reconstruct --out` writes. Every model-facing
+text is checked for hidden frame data before it is returned."""
 
 from __future__ import annotations
 
@@ -14,26 +15,11 @@ from pipeline.schema import CHOICE_LETTERS
 from pipeline.writers import task_number
 
 
-def _rows(df) -> list[dict]:
-    return list(df.iter_rows(named=True))
-
-
-def user_turn(row: dict, cfg: dict) -> str:
-    """One `<image>` tag per image, then the prompt (LLaMA-Factory requires tags == len(images))."""
-    return common.IMAGE_TAG * common.num_images(row) + "\n" + common.prompt(row, cfg)
-
-
-def messages_rows(df, cfg: dict, what: str) -> list[dict]:
+def messages_rows(rows: list[common.ModelRow]) -> list[dict]:
     """sharegpt-style rows with OpenAI role tags: read as they are by LLaMA-Factory and ms-swift."""
-    out = []
-    for r in _rows(df):
-        user = user_turn(r, cfg)
-        common.check_model_text([user, r["sft_target"]], r, what)
-        out.append({
-            "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": r["sft_target"]}],
-            "images": common.image_refs(r, cfg),
-        })
-    return out
+    return [{"messages": [{"role": "user", "content": m.user_turn},
+                          {"role": "assistant", "content": m.row["sft_target"]}],
+             "images": m.images} for m in rows]
 
 
 def llamafactory_info(cfg: dict) -> dict:
@@ -52,18 +38,18 @@ def llamafactory_info(cfg: dict) -> dict:
     return info
 
 
-def vlmevalkit_tsv(df, cfg: dict) -> str:
+def vlmevalkit_tsv(rows: list[common.ModelRow], cfg: dict) -> str:
     """VLMEvalKit custom MCQ: it builds the options block itself from the A..F columns, so `question` is the
     question alone (with the T8/T9 header lines); multi-image rows give image_path as a Python list literal."""
     buf = _io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
     w.writerow(["index", "image_path", "question", *CHOICE_LETTERS, "answer", "category", "l2-category", "item_id",
                 "split_group_id"])
-    for n, r in enumerate(_rows(df)):
+    for n, m in enumerate(rows):
+        r, refs = m.row, m.images
         header = list(((cfg["tasks"].get(r["task_id"]) or {}).get("prompt") or {}).get("header") or [])
         question = "\n".join(header + [r["question"]]) if header else r["question"]
-        common.check_model_text([question, *common.options(r)], r, "vlmevalkit")
-        refs = common.image_refs(r, cfg)
+        common.check_model_text([question, *common.options(r)], r, "vlmevalkit", m.hidden)
         path = refs[0] if len(refs) == 1 else repr(refs)
         opts = common.options(r) + [""] * (len(CHOICE_LETTERS) - int(r["num_choices"]))
         w.writerow([n, path, question, *opts, r["answer"], r["task_id"], r["source"], r["item_id"],
@@ -71,20 +57,19 @@ def vlmevalkit_tsv(df, cfg: dict) -> str:
     return buf.getvalue()
 
 
-def grpo_rows(df, cfg: dict) -> list[dict]:
+def grpo_rows(rows: list[common.ModelRow]) -> list[dict]:
     """GRPO rows in the open-r1 style SEED-Bench-R1 trains on: the prompt as `problem`, a verifiable `solution`."""
     out = []
-    for r in _rows(df):
-        problem = common.prompt(r, cfg)
-        common.check_model_text([problem], r, "grpo")
+    for m in rows:
+        r = m.row
         out.append({
             "problem_id": r["item_id"],
-            "problem": problem,
+            "problem": m.prompt,
             "data_type": "image",
             "problem_type": "multiple choice",
             "options": [f"{c}. {t}" for c, t in zip(CHOICE_LETTERS, common.options(r))],
             "solution": r["sft_target"],
-            "images": common.image_refs(r, cfg),
+            "images": m.images,
             "task_id": r["task_id"],
             "source": r["source"],
             "split_group_id": r["split_group_id"],
@@ -92,7 +77,7 @@ def grpo_rows(df, cfg: dict) -> list[dict]:
     return out
 
 
-def lmms_eval_files(df, cfg: dict) -> dict[str, str]:
+def lmms_eval_files(rows: list[common.ModelRow], cfg: dict) -> dict[str, str]:
     """The lmms-eval task folder (names relative to it): a shared template, one YAML per family, a group YAML, the
     family's rows as jsonl and utils.py. lmms-eval resolves `data_files` from the working directory, so the YAMLs
     name them relative to the release folder (run lmms-eval from there)."""
@@ -100,7 +85,7 @@ def lmms_eval_files(df, cfg: dict) -> dict[str, str]:
     folder = ec["files"]["lmms_eval_dir"]
     base = common.safe_name(ec["dataset_name"])
     files: dict[str, str] = {}
-    tasks = sorted({r["task_id"] for r in _rows(df)}, key=task_number)
+    tasks = sorted({m.row["task_id"] for m in rows}, key=task_number)
     files["_default_template_yaml"] = (
         "# Shared by every ProcessBench family task. Run lmms-eval from the release folder, with\n"
         "# PROCESSBENCH_FRAMES set to the folder `processbench reconstruct --out` wrote.\n"
@@ -115,17 +100,13 @@ def lmms_eval_files(df, cfg: dict) -> dict[str, str]:
         "metric_list:\n  - metric: accuracy\n    aggregation: !function utils.aggregate_accuracy\n"
         "    higher_is_better: true\n"
         "metadata:\n  version: 1.0\n")
-    by_task: dict[str, list[dict]] = {t: [] for t in tasks}
-    for r in _rows(df):  # one pass over the table, not one per family
-        by_task[r["task_id"]].append(r)
+    by_task: dict[str, list[common.ModelRow]] = {t: [] for t in tasks}
+    for m in rows:  # one pass over the table, not one per family
+        by_task[m.row["task_id"]].append(m)
     for t in tasks:
-        data = []
-        for r in by_task[t]:
-            text = common.prompt(r, cfg)
-            common.check_model_text([text], r, "lmms-eval")
-            data.append({"item_id": r["item_id"], "task_id": t, "source": r["source"], "prompt": text,
-                         "answer": r["answer"], "images": common.image_refs(r, cfg),
-                         "split_group_id": r["split_group_id"]})
+        data = [{"item_id": m.row["item_id"], "task_id": t, "source": m.row["source"], "prompt": m.prompt,
+                 "answer": m.row["answer"], "images": m.images, "split_group_id": m.row["split_group_id"]}
+                for m in by_task[t]]
         files[f"{t}.jsonl"] = common.jsonl(data)
         files[f"{base}_{t.lower()}.yaml"] = (
             f"task: {base}_{t.lower()}\ninclude: _default_template_yaml\n"
