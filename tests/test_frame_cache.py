@@ -7,8 +7,10 @@ used, decoded or rendered again (the pack rewritten good), and the stage ends wi
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import stat
 from fractions import Fraction
 from pathlib import Path
 
@@ -269,3 +271,15 @@ def test_a_cut_or_damaged_memo_table_is_detected_and_rendered_again(demo_samples
     assert out["frame_cache_bad_entries"] == 2 and out["frames_decoded"] == 0
     _select_again(work, "aist")
     assert stages.run_frames(cfg, "aist")["frame_cache_bad_entries"] == 0
+
+
+def test_packs_get_the_mode_a_plain_open_gives(tmp_path):
+    """A pack is readable by whoever a plain open() lets (0666 minus the umask), not mkstemp's 0600: a frame cache
+    can be shared."""
+    old = os.umask(0o022)
+    try:
+        cache = FrameCache(tmp_path)
+        imgs = _video(cache, "u1")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(cache.pack_path(next(iter(imgs))).stat().st_mode) == 0o644

@@ -331,7 +331,8 @@ def test_a_damaged_record_is_decoded_again_and_its_pack_rewritten(video_root, tm
     good = path.read_bytes()
     packs.cut(path, last)
     again = FrameCache(tmp_path / "cache")
-    assert again.lookup_many(table["cache_key"].to_list()) == cache.lookup_many(table["cache_key"].to_list())[:2] + [None]
+    keys = table["cache_key"].to_list()
+    assert again.lookup_many(keys) == cache.lookup_many(keys)[:2] + [None]
     extract_frames(req, DirectoryReaders(video_root), again, workers=1)
     assert again.counters["bad_entries"] == 2 and again.counters["decoded"] == 1 and again.counters["hits"] == 2
     assert path.read_bytes() == good

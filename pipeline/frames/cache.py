@@ -55,7 +55,7 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -79,16 +79,27 @@ def _compact(obj) -> str:
 _MADE_DIRS: set[str] = set()  # folders this process already created (skips a mkdir syscall per write)
 
 
+def _temp_file(parent: str, name: str) -> tuple[int, str]:
+    """A new `.<name>.<random>.tmp` in `parent` (the name pipeline.io's leftover cleaner knows), created 0666 so
+    the umask applies as for a plain open() (mkstemp's 0600 would keep a shared cache from other users)."""
+    while True:
+        tmp = f"{parent}{os.sep}.{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
 def _atomic_write(path: Path | str, data: bytes) -> None:
     parent, name = os.path.split(os.fspath(path))
     if parent not in _MADE_DIRS:
         os.makedirs(parent, exist_ok=True)
         _MADE_DIRS.add(parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
+        fd, tmp = _temp_file(parent, name)
     except FileNotFoundError:  # the folder was removed since: make it again
         os.makedirs(parent, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
+        fd, tmp = _temp_file(parent, name)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -191,9 +202,11 @@ class FrameCache:
             raise BadEntry("pixels do not hash to the recorded pixel_sha256")
         return stats, img
 
-    def _read_video(self, digest: str, wanted: list[tuple[int, int]], pixels: bool) -> list[tuple[int, Checked]]:
+    def _read_video(self, digest: str, wanted: list[tuple[int, int]], pixels: bool,
+                    keep: bool) -> list[tuple[int, Checked]]:
         """[(position, checked entry)] of the (position, frame index) pairs `wanted` of one video: its pack is read
-        and parsed once."""
+        and parsed once. keep: return the checked pixels (else they are checked and dropped: a lookup of a whole
+        build's frames would hold them all)."""
         try:
             pk = self._load(digest)
         except BadEntry as exc:
@@ -202,14 +215,14 @@ class FrameCache:
         for n, index in wanted:
             try:
                 stats, img = self._entry(pk, index, pixels)
-                out.append((n, (stats, img, None)))
+                out.append((n, (stats, img if keep else None, None)))
             except KeyError:
                 out.append((n, (None, None, None)))
             except BadEntry as exc:
                 out.append((n, (None, None, exc)))
         return out
 
-    def _read_many(self, keys: list[str], pixels: bool, threads: int = 1) -> list[Checked]:
+    def _read_many(self, keys: list[str], pixels: bool, keep: bool, threads: int = 1) -> list[Checked]:
         """Checked entries of `keys`, in order; each pack is read once, packs spread over `threads` threads (reading,
         PNG decoding and hashing release the GIL) in tasks of about KEYS_PER_TASK keys."""
         videos: dict[str, list[tuple[int, int]]] = {}
@@ -226,7 +239,7 @@ class FrameCache:
             size += len(wanted)
 
         def run(task):
-            return [c for digest, wanted in task for c in self._read_video(digest, wanted, pixels)]
+            return [c for digest, wanted in task for c in self._read_video(digest, wanted, pixels, keep)]
 
         if threads > 1 and len(tasks) > 1:
             with ThreadPoolExecutor(threads) as pool:
@@ -251,7 +264,7 @@ class FrameCache:
 
     def lookup_many(self, keys: list[str], pixels: bool | None = None, threads: int = 1) -> list[dict | None]:
         """`lookup` of many keys: each video's pack read once, on `threads` threads."""
-        checked = self._read_many(keys, self.check_pixels if pixels is None else pixels, threads)
+        checked = self._read_many(keys, self.check_pixels if pixels is None else pixels, False, threads)
         for key, (_, _, exc) in zip(keys, checked):
             if exc is not None:
                 self._bad(key, exc)
@@ -263,7 +276,7 @@ class FrameCache:
     def get(self, key: str, counters: dict | None = None) -> np.ndarray:
         """The checked RGB pixels; KeyError when absent, BadEntry (counted, logged) when the entry is bad.
         counters: where to count it (default self.counters; a thread passes its own, summed by its caller)."""
-        ((_, img, exc),) = self._read_many([key], pixels=True)
+        ((_, img, exc),) = self._read_many([key], pixels=True, keep=True)
         if exc is not None:
             self._bad(key, exc, counters)
             raise exc
@@ -275,7 +288,7 @@ class FrameCache:
         """`get` of several frames (of one video: its pack is read once), in order: None for an absent frame or a
         bad entry (counted, logged as in `get`)."""
         out = []
-        for key, (_, img, exc) in zip(keys, self._read_many(keys, pixels=True)):
+        for key, (_, img, exc) in zip(keys, self._read_many(keys, pixels=True, keep=True)):
             if exc is not None:
                 self._bad(key, exc, counters)
             out.append(img)

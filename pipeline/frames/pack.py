@@ -12,13 +12,14 @@
 
 Every record carries its own lengths and CRC, so a reader tells a good record from a cut or damaged one without
 trusting anything else in the file, and finds the records after a damaged one again (the next record head whose CRC
-holds). A record is used only when its CRC holds and it names a key of this pack's video. Bytes that are not such a record (a damaged or cut record,
-another video's record, a missing MAGIC) are a *gap*: the frames whose index lies between the good records around it
-could have been there, so looking one of them up says "damaged" rather than "absent". The stats and the PNG are
-checked against each other by the cache (pixels must hash to pixel_sha256), not here.
+holds). A record is used only when its CRC holds and it names a key of this pack's video. Bytes that are not such a
+record (a damaged or cut record, another video's record, a missing MAGIC) are a *gap*: the frames whose index lies
+between the good records around it could have been there, so looking one of them up says "damaged" rather than
+"absent". The stats and the PNG are checked against each other by the cache (pixels must hash to pixel_sha256),
+not here.
 
 A pack's bytes depend only on its records (sorted, PNG settings fixed): writing the same frames at once or in several
-writes gives the same file. This module knows nothing of files or keys' meaning; it is imported by pool workers.
+writes gives the same file. This module handles bytes, not files; it is imported by pool workers.
 """
 
 from __future__ import annotations
