@@ -3,7 +3,7 @@
     pack   = MAGIC record*                          records sorted by frame index, each index once
     MAGIC  = b"PBPACK1\\n"                           (format 1)
     record = head key thumb png crc
-    head   = struct ">4s32sIIddHHI": b"PBFR", pixel sha256 (32 raw bytes), height, width, mean, std,
+    head   = struct ">4s32sIIddHII": b"PBFR", pixel sha256 (32 raw bytes), height, width, mean, std,
              len(key), len(thumb), len(png)
     key    = the entry's frame-cache key, ASCII ("<video digest>.<frame index>")
     thumb  = the grey thumbnail's raw bytes (stats["thumb"] is their hex)
@@ -29,7 +29,7 @@ import zlib
 
 MAGIC = b"PBPACK1\n"
 RECORD = b"PBFR"
-HEAD = struct.Struct(">4s32sIIddHHI")
+HEAD = struct.Struct(">4s32sIIddHII")
 CRC = struct.Struct(">I")
 NO_INDEX = -1  # below every frame index: the lower bound of a gap before the first good record
 
