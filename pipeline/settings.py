@@ -187,7 +187,7 @@ class FramesCache(Strict):
     dir: str = "frame_cache"                     # under build.work_dir
     png_compression: int = Field(1, ge=0, le=9)
     png_filter: Literal["none", "sub", "up", "avg", "paeth", "fast", "all"] = "up"
-    check_pixels_on_lookup: bool = True          # decode + hash every cache hit (false: header/key only on lookup)
+    check_pixels_on_lookup: bool = True          # decode + hash every cache hit (false: CRC/key only on lookup)
 
 
 class FramesImage(Strict):

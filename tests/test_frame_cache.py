@@ -1,29 +1,35 @@
-"""The frame cache proves its entries (issue 14, item 2): a video changed under the same unit id gets new image hashes
-on a warm rebuild (keys carry the unit's upstream fingerprint, and the items step re-runs on an upstream change); a
-swapped, truncated, undecodable or header-less entry, or a swapped render memo, is detected, never used, decoded or
-rendered again, and the stage ends with the same items as before."""
+"""The frame cache proves its entries (issue 14, item 2; packs: issue 9): a video changed under the same unit id gets
+new image hashes on a warm rebuild (keys carry the unit's upstream fingerprint, and the items step re-runs on an
+upstream change); a truncated pack, a cut last record, a flipped byte, a record showing other pixels than its stats,
+a record or a whole pack of another video, an empty or foreign file, or a swapped render memo, is detected, never
+used, decoded or rendered again (the pack rewritten good), and the stage ends with the same items as before."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import stat
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
 import polars as pl
+import pytest
 
 from assets.fingerprint import run_step
 from assets.tables import source_steps, tables_by_name
 from pipeline import stages
 from pipeline.config import load_config
 from pipeline.frames import memos
-from pipeline.frames.cache import FrameCache, png_with_meta, meta_of_png_head
-from pipeline.frames.pixels import decode_png, encode_png
+from pipeline.frames.cache import BadEntry, FrameCache
+from pipeline.frames.pixels import encode_png, frame_stats, pixel_sha256
 from upstream_adapters import get_adapter, video
 from upstream_adapters.samples.common import encode_video
+
+import packs
 
 
 def _cfg(samples: dict, work: Path) -> dict:
@@ -81,42 +87,116 @@ def test_changed_video_under_the_same_unit_id_gets_new_hashes(demo_samples, demo
     assert _items(cold, "gm100")["image_hashes_json"].equals(after["image_hashes_json"])
 
 
-def _corrupt(path: Path, how: str, other: Path) -> None:
-    data = path.read_bytes()
-    if how == "swapped":  # another entry's whole file under this key
+def _frame(n: int) -> np.ndarray:
+    """A small RGB frame, different per n."""
+    y, x = np.mgrid[0:24, 0:32]
+    return np.stack([(x * 5 + n) % 256, (y * 7 + 3 * n) % 256, (x + y + 11 * n) % 256], axis=-1).astype(np.uint8)
+
+
+def _video(cache: FrameCache, unit: str, indices=(2, 5, 9, 14)) -> dict[str, np.ndarray]:
+    """One video's frames written into the cache in one pack write: {key: pixels}."""
+    keys = cache.video_keys("src", unit, "cam", list(indices), "dir:x", "fp")
+    imgs = {k: _frame(i + len(unit) * 100 + ord(unit[-1])) for k, i in zip(keys, indices)}
+    cache.put_many([(k, img, frame_stats(img, 16)) for k, img in imgs.items()])
+    return imgs
+
+
+def _plant(defect: str, path: Path, keys: list[str], other: Path) -> set[str]:
+    """Plant `defect` in the pack at `path` (of frames `keys`, sorted); `other`: another video's pack. Returns the
+    keys it makes bad."""
+    if defect == "truncated":  # cut in the middle of its second record: that one and all after it are lost
+        packs.cut(path, keys[1])
+        return set(keys[1:])
+    if defect == "cut_final_record":  # a writer killed in its last record
+        packs.cut(path, keys[-1])
+        return {keys[-1]}
+    if defect in ("png_flipped", "thumb_flipped"):  # bit rot in one record's pixels or stats
+        packs.flip(path, keys[1], defect.split("_")[0])
+        return {keys[1]}
+    if defect == "other_pixels":  # a valid record whose PNG shows other pixels than its stats
+        packs.forge(path, keys[1], other_pixels=True)
+        return {keys[1]}
+    if defect == "renamed":  # a valid record naming another video's frame
+        packs.forge(path, keys[1], new_key=packs.keys(other)[1])
+        return {keys[1]}
+    if defect == "replaced":  # another video's pack under this video's name
         shutil.copyfile(other, path)
-    elif how == "pixels_swapped":  # this entry's header, another frame's pixels
-        meta = meta_of_png_head(data)
-        path.write_bytes(png_with_meta(encode_png(np.ascontiguousarray(255 - decode_png(data)), 1), meta))
-    elif how == "truncated":
-        path.write_bytes(data[: len(data) // 2])
-    elif how == "bit_flips":  # header intact, compressed pixels damaged
-        b = bytearray(data)
-        for i in range(len(b) // 2, len(b) - 16, 97):
-            b[i] ^= 0x5A
-        path.write_bytes(bytes(b))
-    elif how == "no_header":  # a plain PNG of the right pixels
-        path.write_bytes(encode_png(decode_png(data), 1))
-    elif how == "empty":
+        return set(keys)
+    if defect == "empty":  # created, never written
         path.write_bytes(b"")
+        return set(keys)
+    if defect == "not_a_pack":  # e.g. a frame PNG of the older layout
+        path.write_bytes(encode_png(_frame(1), 1))
+        return set(keys)
+    raise ValueError(defect)
+
+
+DEFECTS = ["truncated", "cut_final_record", "png_flipped", "thumb_flipped", "other_pixels", "renamed", "replaced",
+           "empty", "not_a_pack"]
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_a_planted_pack_defect_makes_exactly_its_entries_bad(tmp_path, defect):
+    """Each damaged entry is a miss for lookup (counted, logged) and BadEntry for get; the pack's other records are
+    still read, with their own pixels; no damaged entry is ever used."""
+    cache = FrameCache(tmp_path)
+    imgs = _video(cache, "u1")
+    _video(cache, "u2")
+    keys = list(imgs)
+    path, other = cache.pack_path(keys[0]), cache.pack_path(cache.key("src", "u2", "cam", 2, "dir:x", "fp"))
+    bad = _plant(defect, path, keys, other)
+    fresh = FrameCache(tmp_path)
+    assert [m is None for m in fresh.lookup_many(keys)] == [k in bad for k in keys]
+    assert fresh.counters["bad_entries"] == len(bad)
+    # the record checks (lengths, CRC, key) hold without decoding; only other pixels need the pixel hash
+    header_bad = set() if defect == "other_pixels" else bad
+    assert [fresh.lookup(k, pixels=False) is None for k in keys] == [k in header_bad for k in keys]
+    for k in keys:
+        if k in bad:
+            with pytest.raises(BadEntry):
+                fresh.get(k)
+        else:
+            assert np.array_equal(fresh.get(k), imgs[k]) and fresh.lookup(k)["pixel_sha256"] == pixel_sha256(imgs[k])
+    assert [img is None for img in fresh.get_many(keys)] == [k in bad for k in keys]
+    # a frame never written: absent from an intact part of a pack, bad when its index lies in a damaged part
+    beyond = keys[0].rpartition(".")[0] + ".99"
+    lost = defect in ("truncated", "cut_final_record", "replaced", "empty", "not_a_pack")
+    if lost:
+        with pytest.raises(BadEntry):
+            fresh.get(beyond)
     else:
-        raise ValueError(how)
+        with pytest.raises(KeyError):
+            fresh.get(beyond)
 
 
-CORRUPTIONS = ["swapped", "pixels_swapped", "truncated", "bit_flips", "no_header", "empty"]
+def test_frames_added_to_a_pack_keep_the_old_ones(tmp_path):
+    """A later write of other frames of a video merges them into its pack: the old frames stay readable, a rewritten
+    frame replaces its record, and the bytes are those of writing all of them at once."""
+    once, twice = FrameCache(tmp_path / "once"), FrameCache(tmp_path / "twice")
+    _video(once, "u1", (2, 5, 9, 14))
+    _video(twice, "u1", (9, 2))
+    _video(twice, "u1", (14, 5, 9))
+    k = once.key("src", "u1", "cam", 2, "dir:x", "fp")
+    assert twice.pack_path(k).read_bytes() == once.pack_path(k).read_bytes()
+    assert packs.keys(twice.pack_path(k)) == [once.key("src", "u1", "cam", i, "dir:x", "fp") for i in (2, 5, 9, 14)]
 
 
 def test_bad_cache_entries_are_detected_and_decoded_again(demo_samples, demo_release, tmp_path):
+    """Every planted pack defect on a built demo cache: the frames it damaged are counted bad and decoded again,
+    their packs rewritten good, and the stage ends with the same items."""
     work = tmp_path / "work"
     shutil.copytree(demo_release.parent / "work", work)
     cfg = _cfg(demo_samples, work)
     slugs = cfg["build"]["sources"]
     before = {s: _items(work, s) for s in slugs}
-    pngs = sorted((work / "frame_cache" / "frames").rglob("*.png"))
-    picked = random.Random(14).sample(pngs, 2 * len(CORRUPTIONS))
-    for n, how in enumerate(CORRUPTIONS):  # two entries per kind
-        for path in picked[2 * n: 2 * n + 2]:
-            _corrupt(path, how, other=pngs[(pngs.index(path) + 1) % len(pngs)])
+    cache = FrameCache.from_config(cfg)
+    paths = [p for p in sorted((work / "frame_cache" / "frames").rglob("*.pack")) if len(packs.keys(p)) >= 3]
+    picked = random.Random(14).sample(paths, len(DEFECTS) + 1)
+    other, picked = picked[-1], picked[:-1]
+    bad, planted = set(), {}
+    for defect, path in zip(DEFECTS, picked):
+        planted[path] = packs.keys(path)
+        bad |= _plant(defect, path, planted[path], other)
     # render memos gone, so the frames' pixels are read again (the path where a bad entry reached the release); no
     # selection key, so each items step selects and renders again rather than keeping its last items
     shutil.rmtree(work / "frame_cache" / "renders")
@@ -125,13 +205,11 @@ def test_bad_cache_entries_are_detected_and_decoded_again(demo_samples, demo_rel
     outs = {s: stages.run_frames(cfg, s) for s in slugs}  # never fatal
     differ = [s for s in slugs if not _items(work, s).equals(before[s])]
     assert not differ, f"items differ after cache corruption: {differ}"
-    decoded = sum(out["frames_decoded"] for out in outs.values())
-    bad = sum(out["frame_cache_bad_entries"] for out in outs.values())
-    assert bad == len(picked), f"{bad} of {len(picked)} corrupted entries detected"
-    assert decoded == len(picked)
-    cache = FrameCache.from_config(cfg)
-    for path in picked:  # rewritten, and good again
-        assert cache.lookup(path.stem) is not None
+    assert sum(out["frame_cache_bad_entries"] for out in outs.values()) == len(bad)
+    assert sum(out["frames_decoded"] for out in outs.values()) == len(bad)
+    for path, keys in planted.items():  # rewritten, whole and good again
+        assert packs.keys(path) == keys and None not in cache.lookup_many(keys)
+    assert not [p for p in (work / "frame_cache" / "frames").rglob("*") if p.is_file() and p.suffix != ".pack"]
 
 
 def _select_again(work: Path, slug: str) -> None:
@@ -193,3 +271,15 @@ def test_a_cut_or_damaged_memo_table_is_detected_and_rendered_again(demo_samples
     assert out["frame_cache_bad_entries"] == 2 and out["frames_decoded"] == 0
     _select_again(work, "aist")
     assert stages.run_frames(cfg, "aist")["frame_cache_bad_entries"] == 0
+
+
+def test_packs_get_the_mode_a_plain_open_gives(tmp_path):
+    """A pack is readable by whoever a plain open() lets (0666 minus the umask), not mkstemp's 0600: a frame cache
+    can be shared."""
+    old = os.umask(0o022)
+    try:
+        cache = FrameCache(tmp_path)
+        imgs = _video(cache, "u1")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(cache.pack_path(next(iter(imgs))).stat().st_mode) == 0o644

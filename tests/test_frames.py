@@ -19,6 +19,7 @@ from pipeline.frames.extract import FRAME_TABLE_SCHEMA, DirectoryReaders, extrac
 from pipeline.frames.pixels import frame_stats, pixel_sha256
 from pipeline.frames.render import add_image_hashes, image_hashes, render_item_images
 from pipeline.io import compact_json
+import packs
 from upstream_adapters.ir import QUARANTINE_SCHEMA
 from upstream_adapters.samples.common import decode_frame_index, encode_video, render_frame
 
@@ -94,16 +95,22 @@ def test_extract_pool_cache_and_rebuild_decodes_nothing(video_root, tmp_path):
 
 
 def test_cache_keys_are_the_documented_hash(tmp_path):
-    """cache.py: key = sha256(compact JSON ["pbframe", version, decoder id, reader id, source, unit_id, fingerprint,
-    camera, frame_index]); the per-video key builder gives exactly that (non-ASCII and quoting names included)."""
+    """cache.py: key = "<digest>.<frame_index>", digest = sha256(compact JSON ["pbframe", version, decoder id, reader
+    id, source, unit_id, fingerprint, camera]); the per-video key builder gives exactly that (non-ASCII and quoting
+    names included), and the key names its video's pack."""
     import hashlib
 
     cache = FrameCache(tmp_path / "cache")
     for unit, cam, idx in [("u1", "cam", [0, 7, 1234567]), ('ünit "q"\\', "cäm/1", [3])]:
-        want = [hashlib.sha256(json.dumps(["pbframe", "1", cache.decoder_id, "dir:x", "src", unit, "fp", cam, i],
-                                          separators=(",", ":"), ensure_ascii=True).encode()).hexdigest() for i in idx]
+        digest = hashlib.sha256(json.dumps(["pbframe", "1", cache.decoder_id, "dir:x", "src", unit, "fp", cam],
+                                           separators=(",", ":"), ensure_ascii=True).encode()).hexdigest()
+        want = [f"{digest}.{i}" for i in idx]
         assert cache.video_keys("src", unit, cam, idx, "dir:x", "fp") == want
         assert [cache.key("src", unit, cam, i, "dir:x", "fp") for i in idx] == want
+        assert {cache.pack_path(k) for k in want} == {tmp_path / "cache" / "frames" / digest[:2] / f"{digest}.pack"}
+    for bad in ("0" * 64, "0" * 64 + ".x", "0" * 63 + ".1", "0" * 64 + ".01"):
+        with pytest.raises(ValueError, match="not a frame-cache key"):
+            cache.lookup(bad)
 
 
 def test_cache_is_deterministic_and_keyed_by_decoder(video_root, tmp_path):
@@ -112,20 +119,24 @@ def test_cache_is_deterministic_and_keyed_by_decoder(video_root, tmp_path):
     ta = extract_frames(req, DirectoryReaders(video_root), a, workers=1)
     tb = extract_frames(req, DirectoryReaders(video_root), b, workers=1)
     assert ta.equals(tb)
-    for key in ta["cache_key"]:
-        assert a.image_path(key).read_bytes() == b.image_path(key).read_bytes()
+    assert a.pack_path(ta["cache_key"][0]).read_bytes() == b.pack_path(tb["cache_key"][0]).read_bytes()
     assert FrameCache(tmp_path / "c", decoder="pyav").key("s", "u", "c", 1, "r", "fp") != a.key("s", "u", "c", 1, "r", "fp")
     assert FrameCache(tmp_path / "c", version=2).key("s", "u", "c", 1, "r", "fp") != a.key("s", "u", "c", 1, "r", "fp")
     other = FrameCache(tmp_path / "n", png_filter="all")  # another PNG filter: other bytes, same pixels
     tn = extract_frames(req, DirectoryReaders(video_root), other, workers=1)
     assert tn["pixel_sha256"].to_list() == ta["pixel_sha256"].to_list()
     assert np.array_equal(other.get(tn["cache_key"][0]), a.get(ta["cache_key"][0]))
-    # a damaged entry is a miss, not a crash
-    key = ta["cache_key"][0]
-    a.image_path(key).write_bytes(a.image_path(key).read_bytes()[:20])
-    assert a.lookup(key) is None
+    # frames of one video written in two runs: the same pack bytes as in one
+    c = FrameCache(tmp_path / "c2")
+    for part in ([40], [3]):
+        extract_frames(_requests({"u1": part}), DirectoryReaders(video_root), c, workers=1)
+    assert c.pack_path(ta["cache_key"][0]).read_bytes() == a.pack_path(ta["cache_key"][0]).read_bytes()
+    # a damaged pack is a miss, not a crash
+    path = a.pack_path(ta["cache_key"][0])
+    path.write_bytes(path.read_bytes()[:20])
+    assert a.lookup(ta["cache_key"][0]) is None
     again = extract_frames(req, DirectoryReaders(video_root), a, workers=1)
-    assert a.counters["decoded"] == 2 + 1 and again.equals(ta)
+    assert a.counters["decoded"] == 2 + 2 and again.equals(ta)
 
 
 def test_errors_stay_per_video_and_per_frame(video_root, tmp_path):
@@ -232,11 +243,14 @@ def test_threaded_render_gives_the_serial_hashes_in_item_order(video_root, tmp_p
     items = pl.DataFrame(rows)
     readers = DirectoryReaders(video_root)
     table = extract_frames(requests_from_items(items), readers, FrameCache(tmp_path / "cache"), workers=1)
-    damaged = FrameCache(tmp_path / "cache").image_path(table["cache_key"][7])
+    damaged = table["cache_key"][7]
+    path = FrameCache(tmp_path / "cache").pack_path(damaged)
+    good = path.read_bytes()
     runs = {}
     for workers in (1, 4):
         (tmp_path / "cache" / "renders").exists() and shutil.rmtree(tmp_path / "cache" / "renders")
-        damaged.write_bytes(damaged.read_bytes()[:100])  # cut: a bad entry, decoded again through the reader
+        path.write_bytes(good)
+        packs.flip(path, damaged, "png")  # one bad record, decoded again through the reader; its pack's others read
         cache = FrameCache(tmp_path / "cache")
         out = add_image_hashes(items, table, cache, {"max_side": 80}, open_reader=readers, workers=workers)
         runs[workers] = (out, cache.counters)
@@ -277,9 +291,7 @@ def test_native_size_plain_items_take_their_frames_hashes_without_reading_them(v
                                                             {"max_side": max_side}))
                             for item in items.iter_rows(named=True)]
     assert direct[W][0] != direct[80][0]
-    for path in (tmp_path / "cache" / "frames").rglob("*.png"):  # u1's pixels gone: the native item needs none
-        if any(path.stem == key[("u1", i)] for i in (2, 30)):
-            path.unlink()
+    cache.pack_path(key[("u1", 2)]).unlink()  # u1's pixels gone: the native item needs none
     out = add_image_hashes(items, table, FrameCache(tmp_path / "cache"), {"max_side": W})
     assert [json.loads(h) for h in out["image_hashes_json"]] == direct[W]
     out = add_image_hashes(items, table, FrameCache(tmp_path / "cache"), {"max_side": 80},
@@ -287,22 +299,43 @@ def test_native_size_plain_items_take_their_frames_hashes_without_reading_them(v
     assert [json.loads(h) for h in out["image_hashes_json"]] == direct[80]
 
 
-def test_a_frame_entry_cut_short_is_found_bad_and_replaced(video_root, tmp_path, monkeypatch):
-    """New entries are written in place (no temp file): a write that fails leaves no file, a partial file left by a
-    killed writer is a bad entry, and putting the frame again replaces it (atomically, since the file exists)."""
+def test_one_pack_per_video_and_new_frames_join_it(video_root, tmp_path):
+    """One file per video, whatever the number of its frames; frames asked for later join their video's pack (one
+    write per decode task), the frames already there kept and not decoded again."""
+    cache = FrameCache(tmp_path / "cache")
+    first = extract_frames(_requests({"u1": [1, 2, 3], "u2": [4], "u3": [5, 6]}), DirectoryReaders(video_root), cache,
+                           workers=1)
+    files = sorted(p for p in (tmp_path / "cache" / "frames").rglob("*") if p.is_file())
+    assert len(files) == 3 and all(p.suffix == ".pack" for p in files)  # no temp file left either
+    more = FrameCache(tmp_path / "cache")
+    table = extract_frames(_requests({"u1": [1, 2, 3, 40, 50]}), DirectoryReaders(video_root), more, workers=1)
+    assert more.counters["decoded"] == 2 and more.counters["hits"] == 3
+    assert len([p for p in (tmp_path / "cache" / "frames").rglob("*") if p.is_file()]) == 3
+    assert packs.keys(more.pack_path(table["cache_key"][0])) == table["cache_key"].to_list()  # sorted by index
+    for r in table.iter_rows(named=True):
+        assert decode_frame_index(more.get(r["cache_key"])) == r["frame_index"]
+    assert table.filter(pl.col("frame_index") <= 3).equals(first.filter(pl.col("unit_id") == "u1"))
+
+
+def test_a_damaged_record_is_decoded_again_and_its_pack_rewritten(video_root, tmp_path, monkeypatch):
+    """A damaged record (here: the last one cut short) is a bad entry; the frame is decoded again and its pack
+    rewritten with it good, the pack's other records kept. A write that fails (a full disk) leaves no pack and no
+    temp file, and its frames get error rows."""
     from pipeline.frames import cache as cache_mod
 
+    req = _requests({"u1": [3, 8, 20]})
     cache = FrameCache(tmp_path / "cache")
-    table = extract_frames(_requests({"u1": [3]}), DirectoryReaders(video_root), cache, workers=1)
-    k = table["cache_key"][0]
-    path = cache.image_path(k)
+    table = extract_frames(req, DirectoryReaders(video_root), cache, workers=1)
+    last = table["cache_key"][2]
+    path = cache.pack_path(last)
     good = path.read_bytes()
-    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file beside it
-    path.write_bytes(good[: len(good) // 2])  # a writer killed mid-write
-    assert FrameCache(tmp_path / "cache").lookup(k) is None
+    packs.cut(path, last)
     again = FrameCache(tmp_path / "cache")
-    extract_frames(_requests({"u1": [3]}), DirectoryReaders(video_root), again, workers=1)
-    assert again.counters["bad_entries"] == 1 and again.counters["decoded"] == 1 and path.read_bytes() == good
+    keys = table["cache_key"].to_list()
+    assert again.lookup_many(keys) == cache.lookup_many(keys)[:2] + [None]
+    extract_frames(req, DirectoryReaders(video_root), again, workers=1)
+    assert again.counters["bad_entries"] == 2 and again.counters["decoded"] == 1 and again.counters["hits"] == 2
+    assert path.read_bytes() == good
 
     class FullDisk:
         def __init__(self, fd, mode):
@@ -319,10 +352,9 @@ def test_a_frame_entry_cut_short_is_found_bad_and_replaced(video_root, tmp_path,
 
     path.unlink()
     monkeypatch.setattr(cache_mod.os, "fdopen", FullDisk)
-    img = np.zeros((4, 4, 3), np.uint8)
-    with pytest.raises(OSError, match="No space"):
-        cache.put(k, img, frame_stats(img, 16))
-    assert not path.exists()
+    out = extract_frames(req, DirectoryReaders(video_root), FrameCache(tmp_path / "cache"), workers=1)
+    assert set(out["status"]) == {"error"} and all("No space left" in r for r in out["reason"])
+    assert not any(path.parent.iterdir())
 
 
 def test_gate_reasons_and_quarantine_schema():

@@ -1,43 +1,52 @@
-"""The content-addressed frame cache, whose entries prove themselves when read.
+"""The content-addressed frame cache: one pack file per video, whose entries prove themselves when read.
 
 A decoded frame is stored under a key that names what it is, never where it came from on this machine:
 
-    key = sha256(compact JSON ["pbframe", cache version, decoder id, reader id, source, unit_id, upstream fingerprint,
-                               camera, frame_index])
+    key    = "<video digest>.<frame_index>"
+    digest = sha256(compact JSON ["pbframe", cache version, decoder id, reader id, source, unit_id,
+                                  upstream fingerprint, camera])
 
 (decoder id = upstream_adapters.video.decoder_id(decoder setting): decoder logic version + PyAV/decord versions;
 reader id = how the frames of that source are opened, e.g. "adapter:gm100"; upstream fingerprint = the adapter's
 `fingerprint(root, unit_id)`: sizes and head/tail sha256 of the unit's upstream files, no path, no mtime, so a video
-replaced under the same unit id gets new keys). Upstream roots are not part of the key, so the cache moves with the
-work folder and two checkouts can share it.
+replaced under the same unit id gets a new digest). Upstream roots are not part of the key, so the cache moves with
+the work folder and two checkouts can share it. The digest names the video, so a key says which pack holds it.
 
 Layout under the cache root:
-    frames/<key[:2]>/<key>.png      native decoded RGB pixels, lossless PNG (cv2, fixed zlib level and filter), with
-                                    the entry's key and the frame's stats (pixel_sha256, height, width, mean, std,
-                                    thumb) in a tEXt chunk "pbframe" right after IHDR; one file per frame (how it is
-                                    written: below).
-    renders/<sha256[:32]>.jsonl     render memos, a few tables of one checked line per item: the sha256 list of its
-                                    rendered images under its render key (render.py; rkey covers the frames' pixel
-                                    hashes); memos.py
+    frames/<digest[:2]>/<digest>.pack   the video's cached frames (format: pack.py): one record per frame, sorted by
+                                        frame index, each with its key, its stats (pixel_sha256, height, width, mean,
+                                        std, thumb), its native RGB pixels as lossless PNG (cv2, fixed zlib level and
+                                        filter), its lengths and a CRC.
+    renders/<sha256[:32]>.jsonl         render memos, a few tables of one checked line per item: the sha256 list of
+                                        its rendered images under its render key (render.py; rkey covers the
+                                        frames' pixel hashes); memos.py
+One file per video, not per frame: a release-scale sample build wrote ~165,000 frame files (a file create each,
+inode pressure, slow listings); it now writes one pack per video. Files of the older one-PNG-per-frame layout
+(frames/<kk>/<64 hex>.png) are never read (other names): they can stay, or be deleted to free the space.
 
-Reading an entry checks it: the header must name the key it is stored under (a swapped or renamed file does not),
-and, when pixels are read (`get(key)`, and `lookup(key)` unless frames.cache.check_pixels_on_lookup is false), the
-decoded pixels must hash to the recorded pixel_sha256 (a truncated, re-encoded or undecodable file does not). A bad
-entry is never used: `lookup` reports it as a miss (the frame is decoded again and the entry rewritten), `get` raises
-`BadEntry`; `counters["bad_entries"]` counts them and each is logged with its reason. `lookup(key, pixels=False)`
-checks only the header and the stats it records, without decoding (`has`).
+Reading an entry checks it: its record must be intact (lengths and CRC) and name the key it is looked up under (a
+record or a pack of another video does not), and, when pixels are read (`get`/`get_many`, and `lookup` unless
+frames.cache.check_pixels_on_lookup is false), its decoded pixels must hash to the recorded pixel_sha256 (a record
+re-encoded from other pixels does not). Bytes of a pack that are no good record (cut, damaged, another video's) are
+a gap: a frame whose index lies between the good records around it is reported bad, not absent (pack.py). A bad
+entry is never used: `lookup` reports it as a miss (the frame is decoded again and its pack rewritten), `get` raises
+`BadEntry`; `counters["bad_entries"]` counts them and each is logged with its reason. One damaged record leaves the
+other records of its pack readable (each has its own lengths and CRC) and never makes them trusted wrongly (each is
+checked on its own). `lookup(key, pixels=False)` checks the record without decoding its PNG (`has`).
 
-Writing: a new entry is written in place (created with O_EXCL, no temp file and rename: a file create is the
-dearest part of a put, ~50,000 per release build), because every read checks the entry anyway: a write cut short
-(a killed worker, a full disk) leaves a file without its header or with pixels that do not hash to the recorded
-pixel_sha256, which is a bad entry, decoded again and then replaced. Replacing an existing file (a bad entry, or two
-processes writing the same key at once) goes through a temp file + rename, so a good entry is never torn under a
-reader. Render-memo tables are always written with temp file + rename (memos.py).
+Writing: the frames one decode task gets of its video are written in one pack write (`put_many`, worker.py). When
+the pack exists already (a rebuild asks for other frames of the video, or some of its entries were bad), the new
+pack is its good records plus the new ones (a new record replaces the old one of its frame). Every pack is written
+to a temp file and renamed over its name, so a reader never sees a torn pack: a write cut short leaves a stray temp
+file, not a pack (a pack damaged later is read record by record, as above). Two processes writing one pack at once:
+the last rename wins, and the frames only the other one wrote are misses later (decoded again), never wrong data.
+Render-memo tables are written the same way (memos.py).
 
-PNG bytes are deterministic for a given OpenCV/libpng/zlib build and settings. The cache is a plain picklable object
-(worker processes write into the same folder); `counters` counts what this process (and, through
-`extract_frames`, its workers) did: decoded frames, cache hits, bad entries, rendered items, render-memo hits.
-This module is imported by pool workers: keep it free of polars.
+Pack bytes are deterministic for a given OpenCV/libpng/zlib build and settings, whether a pack's frames were
+written at once or over several runs (records sorted by frame index). The cache is a plain picklable object (worker
+processes write into the same folder); `counters` counts what this process (and, through `extract_frames`, its
+workers) did: decoded frames, cache hits, bad entries, rendered items, render-memo hits. A read keeps no pack
+beyond its call (real packs hold tens of MB). This module is imported by pool workers: keep it free of polars.
 """
 
 from __future__ import annotations
@@ -46,22 +55,20 @@ import hashlib
 import json
 import logging
 import os
-import struct
-import tempfile
-import zlib
+import secrets
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from upstream_adapters import video
 
+from . import pack
 from .memos import RenderMemos
 from .pixels import decode_png, encode_png, pixel_sha256
 
 log = logging.getLogger(__name__)
 
-META_KEYWORD = b"pbframe"
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PNG_FILTERS = ("none", "sub", "up", "avg", "paeth", "fast", "all")
 
 
@@ -69,7 +76,18 @@ def _compact(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-_MADE_DIRS: set[str] = set()  # folders this process already created (skips a mkdir syscall per frame)
+_MADE_DIRS: set[str] = set()  # folders this process already created (skips a mkdir syscall per write)
+
+
+def _temp_file(parent: str, name: str) -> tuple[int, str]:
+    """A new `.<name>.<random>.tmp` in `parent` (the name pipeline.io's leftover cleaner knows), created 0666 so
+    the umask applies as for a plain open() (mkstemp's 0600 would keep a shared cache from other users)."""
+    while True:
+        tmp = f"{parent}{os.sep}.{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def _atomic_write(path: Path | str, data: bytes) -> None:
@@ -78,10 +96,10 @@ def _atomic_write(path: Path | str, data: bytes) -> None:
         os.makedirs(parent, exist_ok=True)
         _MADE_DIRS.add(parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
+        fd, tmp = _temp_file(parent, name)
     except FileNotFoundError:  # the folder was removed since: make it again
         os.makedirs(parent, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
+        fd, tmp = _temp_file(parent, name)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -91,68 +109,13 @@ def _atomic_write(path: Path | str, data: bytes) -> None:
         raise
 
 
-def _write_new(path: str, data: bytes) -> None:
-    """Write a frame entry in place when its file does not exist yet (see the module docstring), else replace it
-    atomically."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    try:
-        try:
-            fd = os.open(path, flags, 0o644)
-        except FileNotFoundError:  # its folder does not exist (yet, or any more)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, flags, 0o644)
-    except FileExistsError:
-        return _atomic_write(path, data)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-    except BaseException:
-        Path(path).unlink(missing_ok=True)  # a partial entry would be found bad on reading; do not leave it
-        raise
-
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-
-def png_with_meta(png: bytes, meta: dict) -> bytes:
-    """Insert a tEXt chunk `pbframe` holding compact JSON right after the IHDR chunk."""
-    if not png.startswith(PNG_SIGNATURE) or png[12:16] != b"IHDR":
-        raise ValueError("not a PNG starting with IHDR")
-    ihdr_end = 8 + 8 + struct.unpack(">I", png[8:12])[0] + 4
-    return png[:ihdr_end] + _chunk(b"tEXt", META_KEYWORD + b"\0" + _compact(meta).encode("ascii")) + png[ihdr_end:]
-
-
-def meta_of_png_head(head: bytes) -> dict | None:
-    """The `pbframe` metadata of a PNG from its first bytes, or None."""
-    if not head.startswith(PNG_SIGNATURE):
-        return None
-    pos = 8
-    while pos + 8 <= len(head):
-        length = struct.unpack(">I", head[pos:pos + 4])[0]
-        kind = head[pos + 4:pos + 8]
-        if kind == b"IDAT" or kind == b"IEND":
-            return None
-        end = pos + 8 + length
-        if kind == b"tEXt":
-            if end + 4 > len(head):
-                return None
-            data = head[pos + 8:end]
-            crc = struct.unpack(">I", head[end:end + 4])[0]
-            if crc != zlib.crc32(kind + data) & 0xFFFFFFFF:
-                return None
-            keyword, _, text = data.partition(b"\0")
-            if keyword == META_KEYWORD:
-                try:
-                    return json.loads(text.decode("ascii"))
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    return None
-        pos = end + 4
-    return None
-
-
 class BadEntry(Exception):
-    """A cache entry that is there but cannot be trusted (wrong key, undecodable, pixels not as recorded)."""
+    """A cache entry that is there but cannot be trusted (damaged or cut record, another video's, undecodable, pixels
+    not as recorded)."""
+
+
+Checked = tuple[dict | None, np.ndarray | None, BadEntry | None]  # (stats, pixels, why it is bad); all None: absent
+KEYS_PER_TASK = 64  # keys per thread task: a future per pack of a few frames would cost more than reading it
 
 
 class FrameCache:
@@ -195,51 +158,99 @@ class FrameCache:
 
     def video_keys(self, source: str, unit_id: str, camera: str, frame_indices, reader_id: str,
                    fingerprint: str) -> list[str]:
-        """`key` of each frame index of one video: the compact JSON up to the camera is built once per video (the
-        index, an int, is last in the list, so prefix + index + "]" is exactly the compact JSON of the list)."""
-        prefix = _compact(["pbframe", self.version, self.decoder_id, reader_id, source, unit_id, fingerprint,
-                           camera])[:-1] + ","
-        return [hashlib.sha256(f"{prefix}{int(i)}]".encode()).hexdigest() for i in frame_indices]
+        """`key` of each frame index of one video (the digest is computed once)."""
+        digest = hashlib.sha256(_compact(["pbframe", self.version, self.decoder_id, reader_id, source, unit_id,
+                                          fingerprint, camera]).encode()).hexdigest()
+        return [f"{digest}.{int(i)}" for i in frame_indices]
 
-    def image_path(self, key: str) -> Path:
-        return Path(self._image_file(key))
+    def pack_path(self, key: str) -> Path:
+        """The pack file that holds (or would hold) the entry `key`: the one file of its video."""
+        return Path(self._pack_file(pack.split_key(key)[0]))
 
-    def _image_file(self, key: str) -> str:
-        # a plain string: building a Path costs more than the open on a warm lookup (~50,000 per release build)
-        return f"{self.root}{os.sep}frames{os.sep}{key[:2]}{os.sep}{key}.png"
+    def _pack_file(self, digest: str) -> str:
+        return f"{self.root}{os.sep}frames{os.sep}{digest[:2]}{os.sep}{digest}.pack"
 
-    # -------------------------------------------------------------------------------------------- frames
-    def _read(self, key: str, pixels: bool) -> tuple[dict, np.ndarray | None]:
-        """(header metadata, pixels or None) of a checked entry; KeyError when absent, BadEntry when untrustworthy."""
+    # -------------------------------------------------------------------------------------------- reading
+    def _load(self, digest: str) -> pack.Pack | None:
+        """The parsed pack of video `digest`, None when there is none; BadEntry when it cannot be read."""
         try:
-            with open(self._image_file(key), "rb") as fh:
-                data = fh.read() if pixels else fh.read(4096)
+            with open(self._pack_file(digest), "rb") as fh:
+                data = fh.read()
         except FileNotFoundError:
-            raise KeyError(key) from None
+            return None
         except OSError as exc:
-            raise BadEntry(f"unreadable: {exc}") from None
-        meta = meta_of_png_head(data)
-        if meta is None:
-            raise BadEntry("no readable pbframe header (truncated, or not written by this cache)")
-        if meta.get("key") != key:
-            raise BadEntry(f"header names key {str(meta.get('key'))[:16]}... (a swapped or renamed entry)")
+            raise BadEntry(f"unreadable pack: {exc}") from None
+        return pack.Pack(data, digest)
+
+    @staticmethod
+    def _entry(pk: pack.Pack | None, index: int, pixels: bool) -> tuple[dict, np.ndarray | None]:
+        """(stats, pixels or None) of a checked entry; KeyError when absent, BadEntry when untrustworthy."""
+        rec = pk.records.get(index) if pk is not None else None
+        if rec is None:
+            why = pk.damaged(index) if pk is not None else None
+            if why is not None:
+                raise BadEntry(f"in a damaged part of its pack: {why}")
+            raise KeyError(index)
+        stats = rec.stats()
         if not pixels:
-            return meta, None
+            return stats, None
         try:
-            img = decode_png(data)
+            img = decode_png(rec.png)
         except Exception as exc:  # noqa: BLE001 - whatever the PNG decoder says, the entry is unusable
             raise BadEntry(f"undecodable: {exc}") from None
-        if pixel_sha256(img) != meta.get("pixel_sha256"):
+        if pixel_sha256(img) != stats["pixel_sha256"]:
             raise BadEntry("pixels do not hash to the recorded pixel_sha256")
-        return meta, img
+        return stats, img
 
-    def _check(self, key: str, pixels: bool) -> tuple[dict | None, BadEntry | None]:
+    def _read_video(self, digest: str, wanted: list[tuple[int, int]], pixels: bool,
+                    keep: bool) -> list[tuple[int, Checked]]:
+        """[(position, checked entry)] of the (position, frame index) pairs `wanted` of one video: its pack is read
+        and parsed once. keep: return the checked pixels (else they are checked and dropped: a lookup of a whole
+        build's frames would hold them all)."""
         try:
-            return self._read(key, pixels)[0], None
-        except KeyError:
-            return None, None
+            pk = self._load(digest)
         except BadEntry as exc:
-            return None, exc
+            return [(n, (None, None, exc)) for n, _ in wanted]
+        out = []
+        for n, index in wanted:
+            try:
+                stats, img = self._entry(pk, index, pixels)
+                out.append((n, (stats, img if keep else None, None)))
+            except KeyError:
+                out.append((n, (None, None, None)))
+            except BadEntry as exc:
+                out.append((n, (None, None, exc)))
+        return out
+
+    def _read_many(self, keys: list[str], pixels: bool, keep: bool, threads: int = 1) -> list[Checked]:
+        """Checked entries of `keys`, in order; each pack is read once, packs spread over `threads` threads (reading,
+        PNG decoding and hashing release the GIL) in tasks of about KEYS_PER_TASK keys."""
+        videos: dict[str, list[tuple[int, int]]] = {}
+        for n, key in enumerate(keys):
+            digest, index = pack.split_key(key)
+            videos.setdefault(digest, []).append((n, index))
+        tasks: list[list[tuple[str, list[tuple[int, int]]]]] = [[]]
+        size = 0
+        for digest, wanted in videos.items():
+            if size >= KEYS_PER_TASK:
+                tasks.append([])
+                size = 0
+            tasks[-1].append((digest, wanted))
+            size += len(wanted)
+
+        def run(task):
+            return [c for digest, wanted in task for c in self._read_video(digest, wanted, pixels, keep)]
+
+        if threads > 1 and len(tasks) > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                parts = list(pool.map(run, tasks))
+        else:
+            parts = [run(task) for task in tasks]
+        out: list[Checked] = [(None, None, None)] * len(keys)
+        for part in parts:
+            for n, checked in part:
+                out[n] = checked
+        return out
 
     def _bad(self, key: str, exc: BadEntry, counters: dict | None = None) -> None:
         (self.counters if counters is None else counters)["bad_entries"] += 1
@@ -248,42 +259,58 @@ class FrameCache:
     def lookup(self, key: str, pixels: bool | None = None) -> dict | None:
         """The stored stats of a checked cache entry, or None when the frame is not cached or its entry is bad
         (counted, logged). pixels: decode and hash the pixels too (default: `check_pixels`); False checks the
-        header only (key), without decoding."""
+        record only (CRC, key), without decoding."""
         return self.lookup_many([key], pixels)[0]
 
     def lookup_many(self, keys: list[str], pixels: bool | None = None, threads: int = 1) -> list[dict | None]:
-        """`lookup` of many keys, checked on `threads` threads (PNG decoding and hashing release the GIL)."""
-        pixels = self.check_pixels if pixels is None else pixels
-        if threads > 1 and len(keys) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            # chunks of keys per task: a thread pool ignores map's chunksize, and a future per key cost ~60 us
-            chunks = [keys[i:i + 64] for i in range(0, len(keys), 64)]
-            with ThreadPoolExecutor(threads) as pool:
-                checked = [c for part in pool.map(lambda ks: [self._check(k, pixels) for k in ks], chunks)
-                           for c in part]
-        else:
-            checked = [self._check(k, pixels) for k in keys]
-        for key, (_, exc) in zip(keys, checked):
+        """`lookup` of many keys: each video's pack read once, on `threads` threads."""
+        checked = self._read_many(keys, self.check_pixels if pixels is None else pixels, False, threads)
+        for key, (_, _, exc) in zip(keys, checked):
             if exc is not None:
                 self._bad(key, exc)
-        return [meta for meta, _ in checked]
+        return [stats for stats, _, _ in checked]
 
     def has(self, key: str) -> bool:
         return self.lookup(key, pixels=False) is not None
 
-    def put(self, key: str, img: np.ndarray, meta: dict) -> None:
-        png = encode_png(img, self.png_compression, self.png_filter)
-        _write_new(self._image_file(key), png_with_meta(png, {**meta, "key": key}))
-
     def get(self, key: str, counters: dict | None = None) -> np.ndarray:
         """The checked RGB pixels; KeyError when absent, BadEntry (counted, logged) when the entry is bad.
         counters: where to count it (default self.counters; a thread passes its own, summed by its caller)."""
-        try:
-            return self._read(key, pixels=True)[1]
-        except BadEntry as exc:
+        ((_, img, exc),) = self._read_many([key], pixels=True, keep=True)
+        if exc is not None:
             self._bad(key, exc, counters)
-            raise
+            raise exc
+        if img is None:
+            raise KeyError(key)
+        return img
+
+    def get_many(self, keys: list[str], counters: dict | None = None) -> list[np.ndarray | None]:
+        """`get` of several frames (of one video: its pack is read once), in order: None for an absent frame or a
+        bad entry (counted, logged as in `get`)."""
+        out = []
+        for key, (_, img, exc) in zip(keys, self._read_many(keys, pixels=True, keep=True)):
+            if exc is not None:
+                self._bad(key, exc, counters)
+            out.append(img)
+        return out
+
+    # -------------------------------------------------------------------------------------------- writing
+    def put(self, key: str, img: np.ndarray, meta: dict) -> None:
+        self.put_many([(key, img, meta)])
+
+    def put_many(self, entries) -> None:
+        """Write (key, RGB pixels, stats) entries: one pack write per video, merged into its existing pack."""
+        videos: dict[str, dict[int, bytes]] = {}
+        for key, img, stats in entries:
+            digest, index = pack.split_key(key)
+            png = encode_png(img, self.png_compression, self.png_filter)
+            videos.setdefault(digest, {})[index] = pack.encode_record(key, png, stats)
+        for digest, records in videos.items():
+            try:
+                old = self._load(digest)
+            except BadEntry:  # unreadable: replaced by the new records alone
+                old = None
+            _atomic_write(self._pack_file(digest), old.merged(records) if old is not None else pack.pack_bytes(records))
 
     # -------------------------------------------------------------------------------------------- render memo
     @property

@@ -194,36 +194,55 @@ def _expected_images(item: dict) -> int:
     return 1 if spec.get("kind") == "panels" else len(spec["frame_indices"])
 
 
-def _frame_pixels(cache: FrameCache, key: str, video_key: tuple, index: int, open_reader,
-                  counters: Counter) -> np.ndarray:
-    """The checked cached pixels of a frame; a bad or vanished entry is decoded again through `open_reader`.
-    Counts into `counters` (this thread's), never into cache.counters."""
-    try:
-        return cache.get(key, counters)
-    except (KeyError, BadEntry):
-        if open_reader is None:
-            raise
-    from .worker import VideoTask, run_video
+def _needed_frames(item: dict) -> list[int]:
+    """The frame indices an item's images are made of (its frame_indices, repeats kept, then any other frame its
+    render spec shows); `item["render_spec_json"]` may be parsed already."""
+    needed = frame_indices_of(item)
+    spec = render_spec_of(item)
+    if spec is not None:
+        needed = sorted(set(needed) | {int(i) for i in spec["frame_indices"]})
+    return needed
 
-    res = run_video(VideoTask(open_reader, *video_key, ((int(index), key),), cache))
-    counters["decoded"] += res["decoded"]
-    row = res["rows"][0]
-    if row["status"] != "ok":
-        raise BadEntry(f"frame {index} of {'/'.join(video_key)} cannot be decoded again: {row['reason']}")
-    return cache.get(key, counters)
+
+def _video_pixels(cache: FrameCache, video_key: tuple, indices: list[int], key_of: dict, open_reader,
+                  counters: Counter) -> dict[int, np.ndarray | str]:
+    """The checked cached pixels of frames `indices` of one video, its pack read once: {index: pixels, or why the
+    frame cannot be had}. Bad or vanished entries are decoded again through `open_reader` (one task for all of them,
+    one pack write) and read back. Counts into `counters` (this thread's), never into cache.counters."""
+    keys = [key_of[(*video_key, i)][0] for i in indices]
+    got: dict[int, np.ndarray | str | None] = dict(zip(indices, cache.get_many(keys, counters)))
+    missing = tuple((i, k) for i, k in zip(indices, keys) if got[i] is None)
+    video = "/".join(video_key)
+    for i, _ in missing:
+        got[i] = f"frame {i} of {video} is not in the frame cache, or its entry is bad"
+    if missing and open_reader is not None:
+        from .worker import VideoTask, run_video
+
+        res = run_video(VideoTask(open_reader, *video_key, missing, cache))
+        counters["decoded"] += res["decoded"]
+        failed = {r["frame_index"]: r["reason"] for r in res["rows"] if r["status"] != "ok"}
+        got.update((i, f"frame {i} of {video} cannot be decoded again: {why}") for i, why in failed.items())
+        again = [(i, k) for i, k in missing if i not in failed]
+        for (i, _), img in zip(again, cache.get_many([k for _, k in again], counters)):
+            if img is not None:
+                got[i] = img
+    return got
 
 
 def _render_video(cache: FrameCache, video_key: tuple, jobs: list[tuple[int, dict]], key_of: dict,
                   size_policy: dict | None, open_reader) -> tuple[list[tuple[int, list[str] | str]], Counter]:
     """Render the items of one video (run on a pool thread): [(position, hashes, or the reason it cannot be
-    rendered)] in `jobs` order, and this video's counters. Its frames are read once, shared by its items."""
+    rendered)] in `jobs` order, and this video's counters. Its frames are read once (one pack read), shared by its
+    items."""
     counters: Counter = Counter()
-    frames: dict[int, np.ndarray] = {}
+    needed = sorted({i for _, item in jobs for i in _needed_frames(item)})
+    frames = _video_pixels(cache, video_key, needed, key_of, open_reader, counters)
 
     def get_frame(i: int) -> np.ndarray:
-        if i not in frames:
-            frames[i] = _frame_pixels(cache, key_of[(*video_key, i)][0], video_key, i, open_reader, counters)
-        return frames[i]
+        img = frames[i]
+        if isinstance(img, str):
+            raise BadEntry(img)
+        return img
 
     out: list[tuple[int, list[str] | str]] = []
     for n, item in jobs:
@@ -263,11 +282,9 @@ def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: Fram
     for n, item in enumerate(rows):
         video_key = (item["source"], item["unit_id"], item["camera"])
         try:
-            needed = frame_indices_of(item)
             spec = render_spec_of(item)
             item = rows[n] = {**item, "render_spec_json": spec}  # parsed once, not again by each step below
-            if spec is not None:
-                needed = sorted(set(needed) | {int(i) for i in spec["frame_indices"]})
+            needed = _needed_frames(item)
             fkeys = [key_of[(*video_key, i)] for i in needed]
         except (KeyError, ValueError):
             continue

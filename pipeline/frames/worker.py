@@ -1,7 +1,8 @@
 """The per-video unit of work, run in pool workers (kept free of polars so workers start light).
 
 One task = one video = (source, unit_id, camera) with its sorted missing frame indices and their cache keys:
-open the video once, decode exactly those frames, write each into the cache with its stats, return small rows.
+open the video once, decode exactly those frames, write them into the video's cache pack with their stats (one
+write), return small rows.
 Any exception becomes error rows for the frames of that video (after a failed batch each frame is retried alone,
 so only the frames that really fail get error rows); nothing is raised.
 """
@@ -91,21 +92,27 @@ def run_video(task: VideoTask) -> dict:
     except Exception as exc:  # noqa: BLE001 - any failure of this video is reported, never raised
         return error_result(task, f"cannot open reader: {type(exc).__name__}: {exc}")
     got, failed = read_with_fallback(reader, task.unit_id, task.camera, [i for i, _ in task.frames])
-    rows, decoded, errors = [], 0, 0
+    rows: dict[int, dict] = {}
+    entries = []
     for index, key in task.frames:
         img = got.get(index) if isinstance(got, dict) else None
         if img is None:
-            rows.append(_row(task, index, key, "error", failed.get(index, "frame not returned by the reader"), None))
-            errors += 1
+            rows[index] = _row(task, index, key, "error", failed.get(index, "frame not returned by the reader"), None)
             continue
         try:
             img = as_rgb(img)
             stats = frame_stats(img, cache.thumb_size)
-            cache.put(key, img, stats)
         except Exception as exc:  # noqa: BLE001
-            rows.append(_row(task, index, key, "error", f"{type(exc).__name__}: {exc}", None))
-            errors += 1
+            rows[index] = _row(task, index, key, "error", f"{type(exc).__name__}: {exc}", None)
             continue
-        rows.append(_row(task, index, key, "ok", None, stats))
-        decoded += 1
-    return {"rows": rows, "decoded": decoded, "errors": errors, "rss_mb": peak_rss_mb()}
+        entries.append((index, key, img, stats))
+        rows[index] = _row(task, index, key, "ok", None, stats)
+    try:
+        cache.put_many([(key, img, stats) for _, key, img, stats in entries])  # the video's frames: one pack write
+    except Exception as exc:  # noqa: BLE001 - e.g. a full disk: none of them is cached
+        reason = redact_paths(f"cannot write the frame cache: {type(exc).__name__}: {exc}")
+        for index, key, _, _ in entries:
+            rows[index] = _row(task, index, key, "error", reason, None)
+    out = [rows[i] for i, _ in task.frames]
+    errors = sum(r["status"] == "error" for r in out)
+    return {"rows": out, "decoded": len(out) - errors, "errors": errors, "rss_mb": peak_rss_mb()}
