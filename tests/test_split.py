@@ -290,6 +290,22 @@ def test_exact_search_is_optimal_on_small_pools(policy, n_groups, seed):
         if pool.evaluate(m)["share"] <= cap + 1e-9:
             assert k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, m) + 1e-9
 
+def test_local_search_selection_is_pinned(policy):
+    """The local search's result on a seeded pool with 60 identical one-item groups (equal J and letters for many
+    replacements, more than `letter_candidates` non-eval groups), pinned: a change meant to make the search faster
+    must keep its selection (stable tie rules, the seeded streams, the quantised comparisons) exactly."""
+    items = make_items("gm100", 150, {"T1": 500, "T3": 400, "T5": 300, "T8": 200}, seed=31, sigma=1.0)
+    twins = pl.DataFrame([{"source": "gm100", "unit_id": f"twin_{g:03d}", "task_id": "T1", "answer": "A",
+                           "num_choices": 4, "candidate_key": f"twin{g}"} for g in range(60)])
+    pool = make_pool(pl.concat([items, twins]).rename({"unit_id": "split_group_id"}), policy, "gm100")
+    assert pool.n - pool.n_eval > policy["ours"]["letter_candidates"]
+    ours = our_rule(pool, policy, 42, baseline=public_rule(pool, policy))
+    assert ours.method == "local_search"
+    assert np.flatnonzero(ours.mask).tolist() == [
+        0, 1, 3, 10, 17, 24, 39, 43, 57, 72, 75, 80, 89, 90, 94, 103, 113, 116, 126, 133, 136, 144, 150, 151, 152,
+        153, 163, 164, 173, 180, 188, 207]
+    assert ours.share == 0.0 and ours.letters == pytest.approx(0.2952380952380953, abs=1e-12)
+
 def counts_items(source: str, groups: dict[str, dict[str, int]]) -> pl.DataFrame:
     """Items of hand-made groups: {group: {family: count}} (no answers: shares alone decide)."""
     return pl.DataFrame([{"source": source, "unit_id": g, "task_id": f}
