@@ -55,10 +55,27 @@ class SplitPool:
     def n(self) -> int:
         return len(self.group_ids)
 
-    # J for a batch of eval count vectors C (..., T) with item totals tot (...)
-    def share_obj(self, C: np.ndarray, tot) -> np.ndarray:
-        dev = np.abs(C - self.target) @ self._scale + (C <= 0) @ self._zero
-        return dev + self.items_weight * np.abs(tot - self.target_total) / max(self.target_total, 1.0)
+    # J for a batch of eval count vectors C (..., T) with item totals tot (...); `work` (share_work(C.shape)): the
+    # same operations in the same order into preallocated arrays (J is work's own array then, overwritten next call)
+    def share_obj(self, C: np.ndarray, tot, work: dict | None = None) -> np.ndarray:
+        if work is None:
+            dev = np.abs(C - self.target) @ self._scale + (C <= 0) @ self._zero
+            return dev + self.items_weight * np.abs(tot - self.target_total) / max(self.target_total, 1.0)
+        d = work["d"]
+        flat = d.reshape(-1)  # C − target elementwise on flat arrays: a broadcast over short rows is slow
+        np.abs(np.subtract(np.ascontiguousarray(C).reshape(-1), work["target"], out=flat), out=flat)
+        J = np.matmul(d, self._scale, out=work["J"])
+        J += np.matmul(np.less_equal(C, 0, out=work["z"]), self._zero, out=work["b"])
+        t = np.abs(np.subtract(tot, self.target_total, out=work["t"]), out=work["t"])
+        np.multiply(self.items_weight, t, out=t)
+        t /= max(self.target_total, 1.0)
+        J += t
+        return J
+
+    def share_work(self, shape: tuple[int, ...]) -> dict:
+        rows = int(np.prod(shape[:-1]))
+        return {"d": np.empty(shape), "z": np.empty(shape, dtype=bool), "J": np.empty(shape[:-1]),
+                "b": np.empty(shape[:-1]), "t": np.empty(shape[:-1]), "target": np.tile(self.target, rows)}
 
     # L for eval answer counts Lc (K, T) or a batch (K, B, T): answers on the first axis (fast reductions). Families
     # count alike here: task_weights weigh the shares (J); an answer imbalance is a leak whatever the family's weight

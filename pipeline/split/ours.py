@@ -17,6 +17,19 @@ def _q(x):
     return np.round(x, _Q)
 
 
+def _first_k(a: np.ndarray, k: int) -> np.ndarray:
+    """np.argsort(a, kind="stable")[:k] (the k least, ties by first index) without sorting all of `a`: every index
+    whose value is ≤ the k-th least holds the k first of that order, and a stable sort of those (in ascending index
+    order) keeps their order. NaN sorts last in both; a NaN among the k least falls back on the full sort."""
+    if k >= a.size:
+        return np.argsort(a, kind="stable")[:k]
+    kth = np.partition(a, k - 1)[k - 1]
+    cand = np.flatnonzero(a <= kth)
+    if cand.size < k:
+        return np.argsort(a, kind="stable")[:k]
+    return cand[np.argsort(a[cand], kind="stable")[:k]]
+
+
 class _State:
     """An eval set with running family/letter counts and its search objective
     K = J + lam·(L + mu·L1) + rho·max(0, J − cap)   (L1: the letters' L1 distance from uniform, a smooth companion
@@ -32,6 +45,7 @@ class _State:
         self.Lc = pool.letters[:, self.mask, :].sum(1) if self.use_letters else None
         self.J = float(pool.share_obj(self.C, self.tot))
         self.K = float(self.objective(np.asarray(self.J), self.Lc))
+        self._uns = None  # the non-eval groups with their counts rows and sizes (_candidates), until a swap
 
     def objective(self, J: np.ndarray, Lc: np.ndarray | None) -> np.ndarray:
         K = J + self.rho * np.maximum(0.0, J - self.cap) if self.rho else J
@@ -57,32 +71,56 @@ class _State:
             self.Lc = self.Lc - p.letters[:, o, :] + p.letters[:, i, :]
         self.J = float(p.share_obj(self.C, self.tot))
         self.K = float(self.objective(np.asarray(self.J), self.Lc))
+        self._uns = None
+
+    def _candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The non-eval groups (ascending), their counts rows (contiguous) and sizes: rebuilt after a swap only."""
+        if self._uns is None:
+            uns = np.flatnonzero(~self.mask)
+            self._uns = (uns, self.pool.counts[uns], self.pool.sizes[uns])
+        return self._uns
 
     def sweep(self, rng: np.random.Generator, max_sweeps: int) -> None:
-        """First improvement over the eval groups (seeded order), each replaced by the best non-eval group."""
+        """First improvement over the eval groups (seeded order), each replaced by the best non-eval group.
+
+        An eval group found without an improving replacement is not searched again until the next swap: the search
+        from it depends on the eval set alone, so it would find none again (the same result, less work)."""
         p = self.pool
+        settled: set[int] = set()
+        work = C2 = t2 = None
         for _ in range(max(0, max_sweeps)):
             improved = False
             outs = np.flatnonzero(self.mask)
             rng.shuffle(outs)
-            for o in outs:
-                uns = np.flatnonzero(~self.mask)
+            for o in outs.tolist():
+                if o in settled:
+                    continue
+                uns, c_uns, s_uns = self._candidates()
                 if not uns.size:
                     return
-                C2 = (self.C - p.counts[o])[None, :] + p.counts[uns]
-                J2 = p.share_obj(C2, self.tot - p.sizes[o] + p.sizes[uns])
+                if work is None:  # the candidate count never changes (one group out, one in)
+                    work, C2, t2 = p.share_work(c_uns.shape), np.empty_like(c_uns), np.empty_like(s_uns)
+                # integer-valued float64 counts: these sums are exact, whatever the order of the additions
+                np.add(c_uns.reshape(-1), np.tile(self.C - p.counts[o], uns.size), out=C2.reshape(-1))
+                np.add(s_uns, self.tot - p.sizes[o], out=t2)
+                J2 = p.share_obj(C2, t2, work)
                 if self.use_letters:
                     if uns.size > self.top:  # letters only for the `top` best replacements by J
-                        keep = np.argsort(_q(J2), kind="stable")[:self.top]
+                        keep = _first_k(_q(J2), self.top)
                         uns, J2 = uns[keep], J2[keep]
                     Lc2 = (self.Lc - p.letters[:, o, :])[:, None, :] + p.letters[:, uns, :]
                     K2 = _q(self.objective(J2, Lc2))
-                else:
-                    K2 = _q(J2)
-                j = int(np.argmin(K2))
-                if K2[j] < _q(self.K):
-                    self.swap(int(o), int(uns[j]))
+                    j = int(np.argmin(K2))
+                    better = K2[j] < _q(self.K)
+                else:  # _q is monotone: the least quantised J is _q(min J), and its first index is only needed on a win
+                    better = _q(J2.min()) < _q(self.K)
+                    j = int(np.argmin(_q(J2))) if better else -1
+                if better:
+                    self.swap(o, int(uns[j]))
+                    settled.clear()
                     improved = True
+                else:
+                    settled.add(o)
             if not improved:
                 return
 
