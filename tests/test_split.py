@@ -29,6 +29,7 @@ from pipeline.split import (
     split_items,
     split_pool_file,
 )
+from pipeline.split.ours import _combo_parts
 
 CHOICES = {"T1": 4, "T2": 2, "T3": 4, "T5": 3, "T7": 2, "T8": 6, "T12": 4}
 
@@ -305,6 +306,14 @@ def test_local_search_selection_is_pinned(policy):
         0, 1, 3, 10, 17, 24, 39, 43, 57, 72, 75, 80, 89, 90, 94, 103, 113, 116, 126, 133, 136, 144, 150, 151, 152,
         153, 163, 164, 173, 180, 188, 207]
     assert ours.share == 0.0 and ours.letters == pytest.approx(0.2952380952380953, abs=1e-12)
+
+def test_exact_search_enumerates_every_set_in_lexicographic_order():
+    """The exact search's sets (head + tail parts) are itertools.combinations' sets in its order: the order breaks
+    ties (the first set wins), so a faster enumeration must keep it."""
+    for n, m in [(1, 1), (5, 1), (6, 2), (7, 3), (9, 4), (10, 9), (8, 8), (12, 6), (11, 5)]:
+        heads, tails, head_of, tail_of = _combo_parts(n, m)
+        sets = np.concatenate([heads[head_of], tails[tail_of]], axis=1)
+        assert sets.tolist() == [list(c) for c in itertools.combinations(range(n), m)], (n, m)
 
 def counts_items(source: str, groups: dict[str, dict[str, int]]) -> pl.DataFrame:
     """Items of hand-made groups: {group: {family: count}} (no answers: shares alone decide)."""

@@ -138,6 +138,28 @@ def _share_cap(cfg: dict, j_public: float, j_star: float, slack: float) -> float
     return min(j_public, cap) if cfg["cap_at_public"] else cap
 
 
+def _lex_sets(n: int, k: int) -> np.ndarray:
+    """Every k-subset of range(n), in lexicographic order: (comb(n, k), k)."""
+    flat = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), k)), dtype=np.int64)
+    return flat.reshape(-1, k) if k else np.zeros((1, 0), dtype=np.int64)
+
+
+def _combo_parts(n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every m-subset of range(n) in lexicographic order, as a head (its h least groups) and a tail (the other t):
+    (heads, tails, head_of, tail_of), set i = heads[head_of[i]] ∪ tails[tail_of[i]]. The sets of one head are the
+    tails starting after its last group, in their own lexicographic order: a suffix of `tails`."""
+    h = m // 2
+    if max(math.comb(n, h), math.comb(n, m - h)) > math.comb(n, m):  # m close to n: the tails alone
+        h = 0
+    heads, tails = _lex_sets(n, h), _lex_sets(n, m - h)
+    last = heads[:, -1] if h else np.full(1, -1)
+    start = np.searchsorted(tails[:, 0], last + 1)  # the first tail starting after the head's last group
+    size = tails.shape[0] - start
+    head_of = np.repeat(np.arange(heads.shape[0]), size)
+    tail_of = np.arange(int(size.sum())) + np.repeat(start - (np.cumsum(size) - size), size)
+    return heads, tails, head_of, tail_of
+
+
 def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: float, chunk: int,
            cfg: dict, public_mask: np.ndarray | None = None) -> Selection:
     """Every eval set of size m. Eligible sets, in order of precedence:
@@ -149,27 +171,23 @@ def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: flo
     Among them phase 1 min J, then min J + lam·(L + mu·L1) subject to J ≤ J* + slack, and ≤ J(public) when the
     public set is eligible (cap_at_public). Ties go to the first set in lexicographic order of group indices."""
     n, m = pool.n, pool.n_eval
-    dtype = np.int16 if n < 2**15 else np.int32
     dominance = public_mask is not None and bool(cfg["families_not_worse_than_public"])
     if dominance:
         limit = np.abs(pool.counts[public_mask].sum(0) - pool.target) + 1e-9
-    combos_all, J_all, D_all, dom_all = [], [], [], []
-    it = itertools.combinations(range(n), m)
-    while True:
-        flat = np.fromiter(itertools.chain.from_iterable(itertools.islice(it, chunk)), dtype=dtype)
-        if not flat.size:
-            break
-        idx = flat.reshape(-1, m)
-        C = pool.counts[idx[:, 0]]
-        for c in range(1, m):
-            C = C + pool.counts[idx[:, c]]
-        J_all.append(_q(pool.share_obj(C, C.sum(1))))
-        absdev = np.abs(C - pool.target)
+    heads, tails, head_of, tail_of = _combo_parts(n, m)
+    # integer-valued float64 counts: a set's counts as head sum + tail sum are exact, as the group-by-group sum was
+    c_head, c_tail = pool.counts[heads].sum(1), pool.counts[tails].sum(1)
+    J_all, D_all, dom_all = [], [], []
+    work = None
+    for s in range(0, head_of.size, chunk):
+        C = c_head[head_of[s:s + chunk]] + c_tail[tail_of[s:s + chunk]]
+        if work is None or work["d"].shape != C.shape:
+            work = pool.share_work(C.shape)
+        J_all.append(_q(pool.share_obj(C, C.sum(1), work)))
+        absdev = work["d"]  # |C − target|, computed by share_obj
         D_all.append(_q(pool.worst_dev_pts(C, absdev)))
         if dominance:
             dom_all.append((absdev <= limit).all(1))
-        combos_all.append(idx)
-    combos = np.concatenate(combos_all)
     J, D = np.concatenate(J_all), np.concatenate(D_all)
     d_best = float(D.min())
     bound = cfg.get("max_family_deviation_pts")
@@ -188,15 +206,16 @@ def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: flo
         cap = _q(_share_cap(cfg, cap_public, float(J[best]), slack))
         feas = np.flatnonzero(J <= cap)  # ascending: keeps the lexicographic tie order
         K = np.empty(feas.size)
+        l_head = pool.letters[:, heads, :].sum(2)  # (K, sets, T): exact integer sums as above
+        l_tail = pool.letters[:, tails, :].sum(2)
         for s in range(0, feas.size, chunk):
-            idx = combos[feas[s:s + chunk]].astype(np.int64)
-            Lc = pool.letters[:, idx[:, 0], :]
-            for c in range(1, m):
-                Lc = Lc + pool.letters[:, idx[:, c], :]
+            f = feas[s:s + chunk]
+            Lc = l_head[:, head_of[f], :] + l_tail[:, tail_of[f], :]
             K[s:s + chunk] = _q(J[feas[s:s + chunk]] + lam * (pool.letter_obj(Lc) + mu * pool.letter_l1(Lc)))
         best = int(feas[int(np.argmin(K))])
     mask = np.zeros(n, dtype=bool)
-    mask[combos[best].astype(np.int64)] = True
+    mask[heads[head_of[best]]] = True
+    mask[tails[tail_of[best]]] = True
     ev = pool.evaluate(mask)
     return Selection(mask, ev["share"], ev["letters"], "exact", best_worst_dev_pts=d_best, dominance_relaxed=relaxed)
 
