@@ -80,47 +80,74 @@ class _State:
             self._uns = (uns, self.pool.counts[uns], self.pool.sizes[uns])
         return self._uns
 
+    def _wins(self, batch: list[int], buf: dict) -> list[int]:
+        """For each eval group of `batch`, searched from the current set: its improving replacement (the best
+        non-eval group, the first among equals), or -1. The letter objective of a batch is one call over all its
+        candidates (elementwise, and reduced per candidate: the same values as one call per group)."""
+        p = self.pool
+        uns, c_uns, s_uns = self._candidates()
+        q_now = _q(self.K)
+        Js, ins = [], []
+        for o in batch:
+            # integer-valued float64 counts: these sums are exact, whatever the order of the additions
+            np.add(c_uns.reshape(-1), np.tile(self.C - p.counts[o], uns.size), out=buf["C2"].reshape(-1))
+            np.add(s_uns, self.tot - p.sizes[o], out=buf["t2"])
+            J2 = p.share_obj(buf["C2"], buf["t2"], buf["share"])
+            if not self.use_letters:  # _q is monotone: the least quantised J is _q(min J); its index only on a win
+                return [int(uns[int(np.argmin(_q(J2)))]) if _q(J2.min()) < q_now else -1]
+            keep = _first_k(_q(J2), self.top) if uns.size > self.top else slice(None)  # letters for the top by J
+            Js.append(J2[keep].copy())
+            ins.append(uns[keep])
+        nb, per = len(batch), ins[0].size
+        cand = np.concatenate(ins)
+        K, T = self.Lc.shape
+        Lc2 = ((self.Lc[:, None, :] - p.letters[:, batch, :])[:, :, None, :]
+               + p.letters[:, cand, :].reshape(K, nb, per, T)).reshape(K, nb * per, T)
+        K2 = _q(self.objective(np.concatenate(Js), Lc2)).reshape(nb, per)
+        j = np.argmin(K2, axis=1)
+        return [int(cand[b * per + j[b]]) if K2[b, j[b]] < q_now else -1 for b in range(nb)]
+
     def sweep(self, rng: np.random.Generator, max_sweeps: int) -> None:
         """First improvement over the eval groups (seeded order), each replaced by the best non-eval group.
 
         An eval group found without an improving replacement is not searched again until the next swap: the search
-        from it depends on the eval set alone, so it would find none again (the same result, less work)."""
-        p = self.pool
+        from it depends on the eval set alone, so it would find none again (the same result, less work). With
+        letters, the next groups are searched together from the same set (up to 8 while none wins, one after a win);
+        the ones after a winner are searched again from the new set, as one at a time would."""
         settled: set[int] = set()
-        work = C2 = t2 = None
+        buf = None
+        most = 8 if self.use_letters else 1
         for _ in range(max(0, max_sweeps)):
             improved = False
             outs = np.flatnonzero(self.mask)
             rng.shuffle(outs)
-            for o in outs.tolist():
-                if o in settled:
-                    continue
+            todo = outs.tolist()
+            at, size = 0, 1
+            while at < len(todo):
                 uns, c_uns, s_uns = self._candidates()
                 if not uns.size:
                     return
-                if work is None:  # the candidate count never changes (one group out, one in)
-                    work, C2, t2 = p.share_work(c_uns.shape), np.empty_like(c_uns), np.empty_like(s_uns)
-                # integer-valued float64 counts: these sums are exact, whatever the order of the additions
-                np.add(c_uns.reshape(-1), np.tile(self.C - p.counts[o], uns.size), out=C2.reshape(-1))
-                np.add(s_uns, self.tot - p.sizes[o], out=t2)
-                J2 = p.share_obj(C2, t2, work)
-                if self.use_letters:
-                    if uns.size > self.top:  # letters only for the `top` best replacements by J
-                        keep = _first_k(_q(J2), self.top)
-                        uns, J2 = uns[keep], J2[keep]
-                    Lc2 = (self.Lc - p.letters[:, o, :])[:, None, :] + p.letters[:, uns, :]
-                    K2 = _q(self.objective(J2, Lc2))
-                    j = int(np.argmin(K2))
-                    better = K2[j] < _q(self.K)
-                else:  # _q is monotone: the least quantised J is _q(min J), and its first index is only needed on a win
-                    better = _q(J2.min()) < _q(self.K)
-                    j = int(np.argmin(_q(J2))) if better else -1
-                if better:
-                    self.swap(o, int(uns[j]))
+                batch = []  # (position, group)
+                while at < len(todo) and len(batch) < size:
+                    if todo[at] not in settled:
+                        batch.append((at, todo[at]))
+                    at += 1
+                if not batch:
+                    break
+                if buf is None:  # the candidate count never changes (one group out, one in)
+                    buf = {"C2": np.empty_like(c_uns), "t2": np.empty_like(s_uns),
+                           "share": self.pool.share_work(c_uns.shape)}
+                for (pos, o), i in zip(batch, self._wins([o for _, o in batch], buf)):
+                    if i < 0:
+                        settled.add(o)
+                        continue
+                    self.swap(o, i)
                     settled.clear()
                     improved = True
+                    at, size = pos + 1, 1
+                    break
                 else:
-                    settled.add(o)
+                    size = min(2 * size, most)
             if not improved:
                 return
 
