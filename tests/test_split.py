@@ -14,6 +14,7 @@ import pytest
 
 from pipeline.schema import CHOICE_LETTERS as LETTERS
 from pipeline.split import (
+    SplitPool,
     build_groups,
     group_count_problems,
     group_lists,
@@ -306,6 +307,23 @@ def test_local_search_selection_is_pinned(policy):
         0, 1, 3, 10, 17, 24, 39, 43, 57, 72, 75, 80, 89, 90, 94, 103, 113, 116, 126, 133, 136, 144, 150, 151, 152,
         153, 163, 164, 173, 180, 188, 207]
     assert ours.share == 0.0 and ours.letters == pytest.approx(0.2952380952380953, abs=1e-12)
+
+@pytest.mark.parametrize("weights", [[1.0, 5.0, 1.5, 2.0], [1.0, 1 / 3, 0.7, 5.0]])  # exact penalty sums; not
+def test_share_objective_into_buffers_is_bitwise_the_same(weights):
+    """The search's J (preallocated arrays, zero penalties only for the families that can be at 0) has the bits of
+    the plain J, with several families at 0 at once and penalties whose sums are exact or not."""
+    r = np.random.default_rng(3)
+    counts = r.integers(0, 4, (300, 4)) * (r.random((300, 4)) < 0.6)
+    pool = SplitPool(source="x", group_ids=[f"g{i:03d}" for i in range(300)], families=["T1", "T2", "T3", "T5"],
+                     counts=counts, letters=None, num_choices=np.ones(4), weights=np.array(weights), eval_ratio=0.15,
+                     zero_penalty=10.0)
+    C = counts[:, None, :] + np.array([[0, 0, 0, 0], [0, 3, 0, 1], [2, 2, 2, 2]])[None]  # (group, base, family)
+    for b, may_be_zero in enumerate([np.ones(4, bool), np.array([True, False, True, False]), np.zeros(4, bool)]):
+        Cb, tot = np.ascontiguousarray(C[:, b, :], dtype=float), C[:, b, :].sum(1) + 0.0
+        plain = pool.share_obj(Cb, tot)
+        assert (Cb[:, ~may_be_zero] > 0).all() and (b or ((Cb <= 0).sum(1) >= 2).any())
+        fast = pool.share_obj(Cb, tot, pool.share_work(Cb.shape), may_be_zero=may_be_zero)
+        assert fast.tobytes() == plain.tobytes()
 
 def test_exact_search_enumerates_every_set_in_lexicographic_order():
     """The exact search's sets (head + tail parts) are itertools.combinations' sets in its order: the order breaks

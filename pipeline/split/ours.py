@@ -13,17 +13,21 @@ from .objective import _Q, Selection, SplitPool
 from .public import public_rule
 
 
+_ROWS = 64  # candidate rows per step of the sweep's count additions
+
+
 def _q(x):
     return np.round(x, _Q)
 
 
 def _first_k(a: np.ndarray, k: int) -> np.ndarray:
-    """np.argsort(a, kind="stable")[:k] (the k least, ties by first index) without sorting all of `a`: every index
-    whose value is ≤ the k-th least holds the k first of that order, and a stable sort of those (in ascending index
-    order) keeps their order. NaN sorts last in both; a NaN among the k least falls back on the full sort."""
+    """np.argsort(a, kind="stable")[:k] (the k least, ties by first index) without sorting all of `a`: the indices
+    whose value is ≤ any bound ≥ the k-th least hold the k first of that order, and a stable sort of those (in
+    ascending index order) keeps their order. NaN sorts last in both; a NaN bound falls back on the full sort."""
     if k >= a.size:
         return np.argsort(a, kind="stable")[:k]
-    kth = np.partition(a, k - 1)[k - 1]
+    sub = a[::4] if a.size >= 16 * k else a  # the k-th least of a subset is ≥ the k-th least of `a`: fewer to sort
+    kth = np.partition(sub, k - 1)[k - 1]
     cand = np.flatnonzero(a <= kth)
     if cand.size < k:
         return np.argsort(a, kind="stable")[:k]
@@ -74,10 +78,13 @@ class _State:
         self._uns = None
 
     def _candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The non-eval groups (ascending), their counts rows (contiguous) and sizes: rebuilt after a swap only."""
+        """The non-eval groups (ascending), their counts rows (contiguous, zero rows up to a multiple of _ROWS) and
+        sizes: rebuilt after a swap only."""
         if self._uns is None:
             uns = np.flatnonzero(~self.mask)
-            self._uns = (uns, self.pool.counts[uns], self.pool.sizes[uns])
+            c_uns = np.zeros((-(-uns.size // _ROWS) * _ROWS, self.pool.counts.shape[1]))  # padded: see _wins
+            c_uns[:uns.size] = self.pool.counts[uns]
+            self._uns = (uns, c_uns, self.pool.sizes[uns])
         return self._uns
 
     def _wins(self, batch: list[int], buf: dict) -> list[int]:
@@ -88,11 +95,15 @@ class _State:
         uns, c_uns, s_uns = self._candidates()
         q_now = _q(self.K)
         Js, ins = [], []
+        width = _ROWS * c_uns.shape[1]
+        C2 = buf["C2"][:uns.size]
         for o in batch:
-            # integer-valued float64 counts: these sums are exact, whatever the order of the additions
-            np.add(c_uns.reshape(-1), np.tile(self.C - p.counts[o], uns.size), out=buf["C2"].reshape(-1))
+            # integer-valued float64 counts: these sums are exact, whatever the order of the additions; _ROWS rows at
+            # a time (a broadcast over short rows is slow). A family can be at 0 only where the base is.
+            base = self.C - p.counts[o]
+            np.add(c_uns.reshape(-1, width), np.tile(base, _ROWS), out=buf["C2"].reshape(-1, width))
             np.add(s_uns, self.tot - p.sizes[o], out=buf["t2"])
-            J2 = p.share_obj(buf["C2"], buf["t2"], buf["share"])
+            J2 = p.share_obj(C2, buf["t2"], buf["share"], may_be_zero=base <= 0)
             if not self.use_letters:  # _q is monotone: the least quantised J is _q(min J); its index only on a win
                 return [int(uns[int(np.argmin(_q(J2)))]) if _q(J2.min()) < q_now else -1]
             keep = _first_k(_q(J2), self.top) if uns.size > self.top else slice(None)  # letters for the top by J
@@ -136,7 +147,7 @@ class _State:
                     break
                 if buf is None:  # the candidate count never changes (one group out, one in)
                     buf = {"C2": np.empty_like(c_uns), "t2": np.empty_like(s_uns),
-                           "share": self.pool.share_work(c_uns.shape)}
+                           "share": self.pool.share_work((uns.size, c_uns.shape[1]))}
                 for (pos, o), i in zip(batch, self._wins([o for _, o in batch], buf)):
                     if i < 0:
                         settled.add(o)
