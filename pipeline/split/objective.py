@@ -95,18 +95,23 @@ class SplitPool:
     # L for eval answer counts Lc (K, T) or a batch (K, B, T): answers on the first axis (fast reductions). Families
     # count alike here: task_weights weigh the shares (J); an answer imbalance is a leak whatever the family's weight
     def letter_obj(self, Lc: np.ndarray) -> np.ndarray:
-        n = Lc.sum(0)
-        ex = np.where(n > 0, self.num_choices * Lc.max(0) / np.maximum(n, 1.0) - 1.0, 0.0)
-        return ex.sum(-1)
+        return self.letter_terms(Lc, l1=False)[0]
 
     # the answers' L1 distance from uniform, Σ_t k_t·Σ_l |c_tl − n_t/k_t| / (2·n_t): the search's smooth companion
     def letter_l1(self, Lc: np.ndarray) -> np.ndarray:
+        return self.letter_terms(Lc)[1]
+
+    # (L, L1) of Lc, sharing their answer totals (L1 None when not asked for)
+    def letter_terms(self, Lc: np.ndarray, l1: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         n = Lc.sum(0)
         k = self.num_choices
+        counted, n1 = n > 0, np.maximum(n, 1.0)
+        L = np.where(counted, k * Lc.max(0) / n1 - 1.0, 0.0).sum(-1)
+        if not l1:
+            return L, None
         mask = self._letter_mask if Lc.ndim == 2 else self._letter_mask[:, None, :]
         dev = np.abs(Lc - (n / k)[None]) * mask
-        ex = np.where(n > 0, dev.sum(0) * k / (2.0 * np.maximum(n, 1.0)), 0.0)
-        return ex.sum(-1)
+        return L, np.where(counted, dev.sum(0) * k / (2.0 * n1), 0.0).sum(-1)
 
     # the worst family's eval share deviation |n_t/N_t − r| in percentage points, for a batch C (..., T) → (...);
     # `absdev` = |C − target| when the caller has it already

@@ -54,9 +54,10 @@ class _State:
     def objective(self, J: np.ndarray, Lc: np.ndarray | None) -> np.ndarray:
         K = J + self.rho * np.maximum(0.0, J - self.cap) if self.rho else J
         if self.use_letters:
-            K = K + self.lam * self.pool.letter_obj(Lc)
+            L, L1 = self.pool.letter_terms(Lc, l1=bool(self.mu))
+            K = K + self.lam * L
             if self.mu:
-                K = K + self.lam * self.mu * self.pool.letter_l1(Lc)
+                K = K + self.lam * self.mu * L1
         return K
 
     def copy(self) -> "_State":
