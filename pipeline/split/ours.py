@@ -1,5 +1,6 @@
 """Our rule: the worst-family bound (exact search), J(ours) ≤ J(public) on the same pool, then balanced answer
-letters (see the package docstring)."""
+letters (see the package docstring). The search's shortcuts keep every compared value's bits: docs/engineering.md,
+"The split search: faster without changing a result"."""
 
 from __future__ import annotations
 
@@ -112,9 +113,9 @@ class _State:
             ins.append(uns[keep])
         nb, per = len(batch), ins[0].size
         cand = np.concatenate(ins)
-        K, T = self.Lc.shape
+        n_ans, n_fam = self.Lc.shape
         Lc2 = ((self.Lc[:, None, :] - p.letters[:, batch, :])[:, :, None, :]
-               + p.letters[:, cand, :].reshape(K, nb, per, T)).reshape(K, nb * per, T)
+               + p.letters[:, cand, :].reshape(n_ans, nb, per, n_fam)).reshape(n_ans, nb * per, n_fam)
         K2 = _q(self.objective(np.concatenate(Js), Lc2)).reshape(nb, per)
         j = np.argmin(K2, axis=1)
         return [int(cand[b * per + j[b]]) if K2[b, j[b]] < q_now else -1 for b in range(nb)]
