@@ -103,7 +103,8 @@ class _State:
             # integer-valued float64 counts: these sums are exact, whatever the order of the additions; _ROWS rows at
             # a time (a broadcast over short rows is slow). A family can be at 0 only where the base is.
             base = self.C - p.counts[o]
-            np.add(c_uns.reshape(-1, width), np.tile(base, _ROWS), out=buf["C2"].reshape(-1, width))
+            buf["base"][:] = base  # _ROWS copies of it
+            np.add(c_uns.reshape(-1, width), buf["base"].reshape(-1), out=buf["C2"].reshape(-1, width))
             np.add(s_uns, self.tot - p.sizes[o], out=buf["t2"])
             J2 = p.share_obj(C2, buf["t2"], buf["share"], may_be_zero=base <= 0)
             if not self.use_letters:  # _q is monotone: the least quantised J is _q(min J); its index only on a win
@@ -149,6 +150,7 @@ class _State:
                     break
                 if buf is None:  # the candidate count never changes (one group out, one in)
                     buf = {"C2": np.empty_like(c_uns), "t2": np.empty_like(s_uns),
+                           "base": np.empty((_ROWS, c_uns.shape[1])),
                            "share": self.pool.share_work((uns.size, c_uns.shape[1]))}
                 for (pos, o), i in zip(batch, self._wins([o for _, o in batch], buf)):
                     if i < 0:
