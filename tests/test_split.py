@@ -30,7 +30,7 @@ from pipeline.split import (
     split_items,
     split_pool_file,
 )
-from pipeline.split.ours import _combo_parts
+from pipeline.split.ours import _combo_parts, _first_k
 
 CHOICES = {"T1": 4, "T2": 2, "T3": 4, "T5": 3, "T7": 2, "T8": 6, "T12": 4}
 
@@ -324,6 +324,18 @@ def test_share_objective_into_buffers_is_bitwise_the_same(weights):
         assert (Cb[:, ~may_be_zero] > 0).all() and (b or ((Cb <= 0).sum(1) >= 2).any())
         fast = pool.share_obj(Cb, tot, pool.share_work(Cb.shape), may_be_zero=may_be_zero)
         assert fast.tobytes() == plain.tobytes()
+
+def test_letter_candidates_are_the_stable_sort_prefix():
+    """_first_k (the `letter_candidates` best replacements by J) returns np.argsort(kind="stable")[:k]: the same
+    indices in the same order, ties at the boundary to the first index, NaN last, on long arrays too (bound from a
+    subset)."""
+    r = np.random.default_rng(7)
+    for _ in range(400):
+        n, k = int(r.integers(1, 4000)), int(r.integers(1, 80))
+        a = r.integers(0, int(r.integers(1, 30)), n) / 7.0
+        if r.random() < 0.3:
+            a[r.random(n) < 0.2] = np.nan
+        assert _first_k(a, k).tolist() == np.argsort(a, kind="stable")[:k].tolist()
 
 def test_exact_search_enumerates_every_set_in_lexicographic_order():
     """The exact search's sets (head + tail parts) are itertools.combinations' sets in its order: the order breaks
