@@ -14,6 +14,7 @@ import pytest
 
 from pipeline.schema import CHOICE_LETTERS as LETTERS
 from pipeline.split import (
+    SplitPool,
     build_groups,
     group_count_problems,
     group_lists,
@@ -29,6 +30,7 @@ from pipeline.split import (
     split_items,
     split_pool_file,
 )
+from pipeline.split.ours import _combo_parts, _first_k
 
 CHOICES = {"T1": 4, "T2": 2, "T3": 4, "T5": 3, "T7": 2, "T8": 6, "T12": 4}
 
@@ -289,6 +291,59 @@ def test_exact_search_is_optimal_on_small_pools(policy, n_groups, seed):
     for m in masks:
         if pool.evaluate(m)["share"] <= cap + 1e-9:
             assert k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, m) + 1e-9
+
+def test_local_search_selection_is_pinned(policy):
+    """The local search's result on a seeded pool with 60 identical one-item groups (equal J and letters for many
+    replacements, more than `letter_candidates` non-eval groups), pinned: a change meant to make the search faster
+    must keep its selection (stable tie rules, the seeded streams, the quantised comparisons) exactly."""
+    items = make_items("gm100", 150, {"T1": 500, "T3": 400, "T5": 300, "T8": 200}, seed=31, sigma=1.0)
+    twins = pl.DataFrame([{"source": "gm100", "unit_id": f"twin_{g:03d}", "task_id": "T1", "answer": "A",
+                           "num_choices": 4, "candidate_key": f"twin{g}"} for g in range(60)])
+    pool = make_pool(pl.concat([items, twins]).rename({"unit_id": "split_group_id"}), policy, "gm100")
+    assert pool.n - pool.n_eval > policy["ours"]["letter_candidates"]
+    ours = our_rule(pool, policy, 42, baseline=public_rule(pool, policy))
+    assert ours.method == "local_search"
+    assert np.flatnonzero(ours.mask).tolist() == [
+        0, 1, 3, 10, 17, 24, 39, 43, 57, 72, 75, 80, 89, 90, 94, 103, 113, 116, 126, 133, 136, 144, 150, 151, 152,
+        153, 163, 164, 173, 180, 188, 207]
+    assert ours.share == 0.0 and ours.letters == pytest.approx(0.2952380952380953, abs=1e-12)
+
+@pytest.mark.parametrize("weights", [[1.0, 5.0, 1.5, 2.0], [1.0, 1 / 3, 0.7, 5.0]])  # exact penalty sums; not
+def test_share_objective_into_buffers_is_bitwise_the_same(weights):
+    """The search's J (preallocated arrays, zero penalties only for the families that can be at 0) has the bits of
+    the plain J, with several families at 0 at once and penalties whose sums are exact or not."""
+    r = np.random.default_rng(3)
+    counts = r.integers(0, 4, (300, 4)) * (r.random((300, 4)) < 0.6)
+    pool = SplitPool(source="x", group_ids=[f"g{i:03d}" for i in range(300)], families=["T1", "T2", "T3", "T5"],
+                     counts=counts, letters=None, num_choices=np.ones(4), weights=np.array(weights), eval_ratio=0.15,
+                     zero_penalty=10.0)
+    C = counts[:, None, :] + np.array([[0, 0, 0, 0], [0, 3, 0, 1], [2, 2, 2, 2]])[None]  # (group, base, family)
+    for b, may_be_zero in enumerate([np.ones(4, bool), np.array([True, False, True, False]), np.zeros(4, bool)]):
+        Cb, tot = np.ascontiguousarray(C[:, b, :], dtype=float), C[:, b, :].sum(1) + 0.0
+        plain = pool.share_obj(Cb, tot)
+        assert (Cb[:, ~may_be_zero] > 0).all() and (b or ((Cb <= 0).sum(1) >= 2).any())
+        fast = pool.share_obj(Cb, tot, pool.share_work(Cb.shape), may_be_zero=may_be_zero)
+        assert fast.tobytes() == plain.tobytes()
+
+def test_letter_candidates_are_the_stable_sort_prefix():
+    """_first_k (the `letter_candidates` best replacements by J) returns np.argsort(kind="stable")[:k]: the same
+    indices in the same order, ties at the boundary to the first index, NaN last, on long arrays too (bound from a
+    subset)."""
+    r = np.random.default_rng(7)
+    for _ in range(400):
+        n, k = int(r.integers(1, 4000)), int(r.integers(1, 80))
+        a = r.integers(0, int(r.integers(1, 30)), n) / 7.0
+        if r.random() < 0.3:
+            a[r.random(n) < 0.2] = np.nan
+        assert _first_k(a, k).tolist() == np.argsort(a, kind="stable")[:k].tolist()
+
+def test_exact_search_enumerates_every_set_in_lexicographic_order():
+    """The exact search's sets (head + tail parts) are itertools.combinations' sets in its order: the order breaks
+    ties (the first set wins), so a faster enumeration must keep it."""
+    for n, m in [(1, 1), (5, 1), (6, 2), (7, 3), (9, 4), (10, 9), (8, 8), (12, 6), (11, 5)]:
+        heads, tails, head_of, tail_of = _combo_parts(n, m)
+        sets = np.concatenate([heads[head_of], tails[tail_of]], axis=1)
+        assert sets.tolist() == [list(c) for c in itertools.combinations(range(n), m)], (n, m)
 
 def counts_items(source: str, groups: dict[str, dict[str, int]]) -> pl.DataFrame:
     """Items of hand-made groups: {group: {family: count}} (no answers: shares alone decide)."""

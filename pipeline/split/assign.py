@@ -102,6 +102,8 @@ def both_rules(pools: list, policy: dict, seed: int) -> dict[str, tuple]:
     """source -> (public selection, our selection) of each pool: the sources' searches are independent, so they run
     side by side on `policy["workers"]` processes (0 = cores; 1 = one after another in this process)."""
     out: dict[str, tuple] = {}
+    # the largest pools first: the small ones then fill in beside them (the step waits for the last to finish)
+    pools = sorted(pools, key=lambda p: -p.n)
     run_tasks(_both_rules, [(p, policy, seed) for p in pools], policy["workers"],
               lambda r: out.__setitem__(r[0], r[1:]), _rule_failed)
     return out

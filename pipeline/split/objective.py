@@ -43,6 +43,10 @@ class SplitPool:
         self.sizes = self.counts.sum(1)
         self._scale = self.weights / np.maximum(self.target, 1.0)
         self._zero = np.where(self.target >= 1.0, self.zero_penalty * self.weights, 0.0)
+        # every sum of zero penalties is exact (multiples of 2^-24 below 2^28): the matmul's sum over the families at
+        # 0 equals adding them one by one, in any order (share_obj may_be_zero)
+        z = self._zero * 2.0**24
+        self._zero_sums_exact = bool((self._zero >= 0).all() and (z == np.floor(z)).all() and self._zero.sum() < 2**28)
         self._pts = np.where(tot > 0, 100.0 / np.maximum(tot, 1.0), 0.0)
         if self.letters is not None:
             self.letters = np.asarray(self.letters, dtype=np.float64)
@@ -55,26 +59,59 @@ class SplitPool:
     def n(self) -> int:
         return len(self.group_ids)
 
-    # J for a batch of eval count vectors C (..., T) with item totals tot (...)
-    def share_obj(self, C: np.ndarray, tot) -> np.ndarray:
-        dev = np.abs(C - self.target) @ self._scale + (C <= 0) @ self._zero
-        return dev + self.items_weight * np.abs(tot - self.target_total) / max(self.target_total, 1.0)
+    # J for a batch of eval count vectors C (..., T) with item totals tot (...); `work` (share_work(C.shape)): the
+    # same operations in the same order into preallocated arrays (J is work's own array then, overwritten next call).
+    # A matmul's bits for a row depend on the row's place in the batch (the BLAS kernels' blocking): callers keep
+    # their batches' shapes and row order. `may_be_zero` (T,) (with work, C (B, T)): the families whose counts can be
+    # 0 in C; the zero penalties of the others are left out (see _zero_sums_exact)
+    def share_obj(self, C: np.ndarray, tot, work: dict | None = None,
+                  may_be_zero: np.ndarray | None = None) -> np.ndarray:
+        if work is None:
+            dev = np.abs(C - self.target) @ self._scale + (C <= 0) @ self._zero
+            return dev + self.items_weight * np.abs(tot - self.target_total) / max(self.target_total, 1.0)
+        d = work["d"]
+        flat = d.reshape(-1)  # C − target elementwise on flat arrays: a broadcast over short rows is slow
+        np.abs(np.subtract(np.ascontiguousarray(C).reshape(-1), work["target"], out=flat), out=flat)
+        J = np.matmul(d, self._scale, out=work["J"])
+        if may_be_zero is None or not self._zero_sums_exact:
+            J += np.matmul(np.less_equal(C, 0, out=work["z"]), self._zero, out=work["b"])
+        else:  # the same sum b, then J + b as above
+            b = work["b"]
+            b.fill(0.0)
+            for t in np.flatnonzero(may_be_zero & (self._zero > 0)).tolist():
+                b += np.where(C[:, t] <= 0, self._zero[t], 0.0)
+            J += b
+        t = np.abs(np.subtract(tot, self.target_total, out=work["t"]), out=work["t"])
+        np.multiply(self.items_weight, t, out=t)
+        t /= max(self.target_total, 1.0)
+        J += t
+        return J
+
+    def share_work(self, shape: tuple[int, ...]) -> dict:
+        rows = int(np.prod(shape[:-1]))
+        return {"d": np.empty(shape), "z": np.empty(shape, dtype=bool), "J": np.empty(shape[:-1]),
+                "b": np.empty(shape[:-1]), "t": np.empty(shape[:-1]), "target": np.tile(self.target, rows)}
 
     # L for eval answer counts Lc (K, T) or a batch (K, B, T): answers on the first axis (fast reductions). Families
     # count alike here: task_weights weigh the shares (J); an answer imbalance is a leak whatever the family's weight
     def letter_obj(self, Lc: np.ndarray) -> np.ndarray:
-        n = Lc.sum(0)
-        ex = np.where(n > 0, self.num_choices * Lc.max(0) / np.maximum(n, 1.0) - 1.0, 0.0)
-        return ex.sum(-1)
+        return self.letter_terms(Lc, l1=False)[0]
 
     # the answers' L1 distance from uniform, Σ_t k_t·Σ_l |c_tl − n_t/k_t| / (2·n_t): the search's smooth companion
     def letter_l1(self, Lc: np.ndarray) -> np.ndarray:
+        return self.letter_terms(Lc)[1]
+
+    # (L, L1) of Lc, sharing their answer totals (L1 None when not asked for)
+    def letter_terms(self, Lc: np.ndarray, l1: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         n = Lc.sum(0)
         k = self.num_choices
+        counted, n1 = n > 0, np.maximum(n, 1.0)
+        L = np.where(counted, k * Lc.max(0) / n1 - 1.0, 0.0).sum(-1)
+        if not l1:
+            return L, None
         mask = self._letter_mask if Lc.ndim == 2 else self._letter_mask[:, None, :]
         dev = np.abs(Lc - (n / k)[None]) * mask
-        ex = np.where(n > 0, dev.sum(0) * k / (2.0 * np.maximum(n, 1.0)), 0.0)
-        return ex.sum(-1)
+        return L, np.where(counted, dev.sum(0) * k / (2.0 * n1), 0.0).sum(-1)
 
     # the worst family's eval share deviation |n_t/N_t − r| in percentage points, for a batch C (..., T) → (...);
     # `absdev` = |C − target| when the caller has it already

@@ -34,8 +34,11 @@ def _public_greedy(pool: SplitPool, order: list[int]) -> np.ndarray:
     Co, So = pool.counts[order_a], pool.sizes[order_a]
     avail = np.ones(pool.n, dtype=bool)
     C, tot = np.zeros(len(pool.families)), 0.0
+    work, C2, t2 = pool.share_work(Co.shape), np.empty_like(Co), np.empty_like(So)
     for _ in range(pool.n_eval):
-        sc = pool.share_obj(C + Co, tot + So)
+        # C + Co and tot + So on flat arrays (exact: integer counts), J into preallocated arrays (the same bits)
+        np.add(Co.reshape(-1), np.tile(C, pool.n), out=C2.reshape(-1))
+        sc = pool.share_obj(C2, np.add(So, tot, out=t2), work, may_be_zero=C <= 0)
         sc[~avail] = np.inf
         pos = _first_best(sc)
         if pos is None:
