@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 
 from pipeline import publish
+from pipeline.pool import limit_native_threads
 from pipeline.config import load_config
 
 from . import fingerprint
@@ -68,6 +69,8 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
     def _asset(context: dg.AssetExecutionContext, build: BuildSettings):
         watch_the_build()
         cfg = build.config()
+        # a run the UI launched, a Dask worker, the in_process engine: the same threads as a `processbench build`
+        limit_native_threads(cfg["build"]["executor"]["native_threads"])
         # the step as the chosen sources define it (split and release read only those): the same fingerprint the
         # planner in assets/run.py computed
         live = all_steps(cfg)

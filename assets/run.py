@@ -16,6 +16,7 @@ import uuid
 import dagster as dg
 
 from pipeline import publish
+from pipeline.pool import limit_native_threads
 
 from . import fingerprint
 from .definitions import STEPS, build_job
@@ -89,6 +90,7 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                   "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)}}
     log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
     instance = instance or dg.DagsterInstance.get()
+    limit_native_threads(exec_cfg.get("native_threads"))  # before the fork server starts: its steps inherit it
     with steps_die_with_this_process():  # before the fork server starts: its step processes inherit the pid
         if engine == "multiprocess":
             start_fork_server()  # its imports (~3 s) run while Dagster sets the run up, instead of after

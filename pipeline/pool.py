@@ -24,6 +24,24 @@ from typing import Callable, Iterable
 from upstream_adapters.lifetime import die_with
 
 
+# what BLAS (OpenBLAS, MKL) and OpenMP read when they load in a process: how many threads their pools start
+NATIVE_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def limit_native_threads(n: int | None) -> None:
+    """At most `n` threads in each BLAS / OpenMP pool of this process (threadpoolctl: the libraries already loaded)
+    and of every process it starts from now on (the environment they read when they load). The build already runs a
+    process per core (steps, pool workers); a BLAS pool of its own per core in each process only spins beside them
+    (build.executor.native_threads). None: leave the libraries' defaults."""
+    if n is None:
+        return
+    for var in NATIVE_THREAD_VARS:
+        os.environ[var] = str(int(n))
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(int(n))
+
+
 def resolve_workers(workers: int | None) -> int:
     """None / 0 / negative -> number of cores."""
     return max(1, os.cpu_count() or 1) if not workers or workers <= 0 else int(workers)

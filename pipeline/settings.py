@@ -45,6 +45,8 @@ class BuildExecutor(Strict):
     max_concurrent: int = Field(0, ge=0)        # steps at a time / local Dask workers; 0 = number of cores
     dask_address: Optional[str] = None          # an existing Dask scheduler; null = a local cluster
     priority: dict[Slug, int] = {}              # source -> Dagster step priority (higher first when several wait)
+    native_threads: Optional[int] = Field(1, ge=1)  # threads per BLAS / OpenMP pool in each build process; null =
+                                                    # the libraries' default (pool.limit_native_threads)
 
 
 class IrLimits(Strict):

@@ -3,6 +3,7 @@ it is killed with SIGKILL (issue 14: orphaned forkserver and workers after kill 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -91,3 +92,30 @@ def test_run_beside_returns_both_results_and_raises_the_workers_error():
     assert run_beside(math.sqrt, 16.0, lambda: "here") == ("here", 4.0)
     with pytest.raises(ValueError):
         run_beside(math.sqrt, -1.0, lambda: "here")
+
+
+NATIVE = textwrap.dedent("""
+    import json, os, subprocess, sys
+    os.environ["OPENBLAS_NUM_THREADS"] = "2"  # a machine where BLAS would start a thread per core
+    import numpy  # noqa: F401 - loads OpenBLAS with 2 threads
+    from threadpoolctl import threadpool_info
+    from pipeline.pool import limit_native_threads
+
+    def blas_threads():
+        return sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+
+    before = blas_threads()
+    limit_native_threads(1)
+    child = subprocess.run([sys.executable, "-c", "import numpy, json; from threadpoolctl import threadpool_info; "
+                            "print(json.dumps(sorted({i['num_threads'] for i in threadpool_info() "
+                            "if i['user_api'] == 'blas'})))"], capture_output=True, text=True, check=True)
+    print(json.dumps({"before": before, "after": blas_threads(), "child": json.loads(child.stdout)}))
+""")
+
+
+def test_native_threads_limit_this_process_and_the_processes_it_starts():
+    """build.executor.native_threads: a step's own BLAS pool and those of the workers it starts have 1 thread."""
+    out = subprocess.run([sys.executable, "-c", NATIVE], capture_output=True, text=True, cwd=REPO, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert json.loads(out.stdout) == {"before": [2], "after": [1], "child": [1]}
+
