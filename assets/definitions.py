@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 
 from pipeline import publish
-from pipeline.pool import limit_native_threads
 from pipeline.config import load_config
+from pipeline.pool import limit_native_threads
 
 from . import fingerprint
 from .checks import checks_for, publish_problems, table_metadata

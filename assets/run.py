@@ -90,8 +90,9 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                   "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)}}
     log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
     instance = instance or dg.DagsterInstance.get()
-    limit_native_threads(exec_cfg.get("native_threads"))  # before the fork server starts: its steps inherit it
-    with steps_die_with_this_process():  # before the fork server starts: its step processes inherit the pid
+    # both before the fork server starts: its step processes inherit the thread limit and this process's pid
+    limit_native_threads(exec_cfg.get("native_threads"))
+    with steps_die_with_this_process():
         if engine == "multiprocess":
             start_fork_server()  # its imports (~3 s) run while Dagster sets the run up, instead of after
         with dg.execute_job(dg.reconstructable(build_job), instance=instance, run_config=run_config,

@@ -194,7 +194,8 @@ def test_planted_frame_leak_is_refused(tables, cfg):
     with pytest.raises(ValueError, match="render_spec"):
         common.model_rows(df.with_columns(pl.lit("see render_spec").alias("question")), cfg)
     # VLMEvalKit shows the question and options in columns of their own: it checks them itself
-    unchecked = [common.ModelRow(r, "a clean prompt", [], common._hidden_values(r)) for r in leaky.iter_rows(named=True)]
+    unchecked = [common.ModelRow(r, "a clean prompt", [], common._hidden_values(r))
+                 for r in leaky.iter_rows(named=True)]
     with pytest.raises(ValueError, match="vlmevalkit.*frame_indices_json"):
         consumers.vlmevalkit_tsv(unchecked, cfg)
 

@@ -103,7 +103,8 @@ def test_step_priority_names_a_registered_source(cfg_dir):
 def test_native_threads_is_a_positive_count_or_null(cfg_dir):
     _replace(cfg_dir / "build.yaml", "native_threads: 1", "native_threads: 0")
     e = _error(cfg_dir)
-    assert (e.file, e.key) == ("configs/build.yaml", "build.executor.native_threads") and "greater than or equal to 1" in e.expected
+    assert (e.file, e.key) == ("configs/build.yaml", "build.executor.native_threads")
+    assert "greater than or equal to 1" in e.expected
 
 
 def test_the_priority_source_s_steps_carry_dagster_s_priority_tag():
