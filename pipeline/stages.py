@@ -334,8 +334,9 @@ def run_release(cfg: dict) -> dict:
                  "provenance": provenance.provenance_json(cfg, corpora)}
     out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents,
                                 checksums=False)
-    # card, Croissant, trainer/harness files (the main eval file holds level L1 only) here, and the validity audit's
-    # report in a worker: each reads the files just written and writes files of its own, so the two run side by side
+    del eval_df, sft_df  # the exports read the files back (the main eval file holds L1 only): free these first
+    # card, Croissant, trainer/harness files here, and the validity audit's report in a worker: each reads the files
+    # just written and writes files of its own, so the two run side by side
     exported, validity = run_beside(_validity_part, cfg, lambda: run_exports(cfg, release_dir(cfg), checksums=False))
     # last, once: an interrupted step leaves checksums that do not match, never a release that looks complete
     writers.write_checksums(release_dir(cfg), cfg)

@@ -204,6 +204,9 @@ def test_write_exports_refuses_a_path_leak(tables, cfg, tmp_path):
     bad = tables["eval"].with_columns(pl.lit("/home/someone/data").alias("choice_A"))
     with pytest.raises(ValueError, match="leak"):
         write_exports(tmp_path, bad, tables["sft"], cfg)
+    files = common.export_files(cfg)  # a text that leaks is never written; the clean ones are
+    assert not (tmp_path / files["llamafactory_eval"]).exists()
+    assert (tmp_path / files["llamafactory_sft"]).is_file()
 
 
 def test_trainer_files_read_as_their_loaders_read_them(demo_release, cfg, tables, tmp_path):

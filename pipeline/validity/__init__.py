@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..config import per_source
+from ..schema import CHOICE_LETTERS
 from .baselines import cell_baselines
 from .images import FrameThumbs, shared_images, temporal_gaps
 from .report import render_markdown
@@ -24,6 +25,9 @@ __all__ = ["audit", "problems", "run_validity"]
 
 
 REPORT_FILES = ("validity_report.json", "validity_report.md")  # in the release's metadata/ folder
+# the release columns the audit reads: the rest of a row (prompts, targets, specs) would only cost the worker memory
+AUDIT_COLUMNS = ("source_slug", "task_id", "source_unit_id", "camera", "frame_indices_json", "image_hashes_json",
+                 "question", *(f"choice_{c}" for c in CHOICE_LETTERS), "num_choices", "answer", "answer_text")
 
 
 def _cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
@@ -121,8 +125,8 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
     from ..writers import file_names, write_checksums
 
     names = file_names(cfg)
-    ev = pl.read_parquet(rel / names["eval_parquet"]).to_dicts()
-    sf = pl.read_parquet(rel / names["sft_parquet"]).to_dicts()
+    ev, sf = (pl.read_parquet(rel / names[f], columns=list(AUDIT_COLUMNS)).to_dicts()
+              for f in ("eval_parquet", "sft_parquet"))
     sources = sorted({r["source_slug"] for r in ev + sf})
     report = audit(ev, sf, vcfg, thumbs=FrameThumbs(wd, sources), fps_of=_fps_table(wd, sources))
     report["problems"] = problems(report, vcfg)
@@ -147,5 +151,6 @@ def command(args) -> int:
     summary = run_validity(cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir))
     for p in summary["problems"]:
         print(f"VALIDITY: {p}")
-    print(f"{args.release}/metadata/validity_report.md: {summary['cells']} cells, {len(summary['problems'])} problem(s)")
+    print(f"{args.release}/metadata/validity_report.md: {summary['cells']} cells, "
+          f"{len(summary['problems'])} problem(s)")
     return 1 if summary["problems"] else 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-LETTERS = "ABCDEF"
+from ..schema import CHOICE_LETTERS as LETTERS
 
 
 def options(row: dict) -> list[str]:
