@@ -19,41 +19,43 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline.config import load_config  # noqa: E402
 from pipeline.seeding import rng as np_rng  # noqa: E402
 from pipeline.schema import CHOICE_LETTERS as LETTERS  # noqa: E402
 from pipeline.split import (family_sort_key, leaked_groups, load_policy, make_pool,  # noqa: E402
                             our_rule, public_rule, split_items)
 
-GROUPS = {"gm100": 4186, "rh20t": 596, "reassemble": 37, "aist": 200}
-QUOTAS = {
-    "gm100": {"T1": 3000, "T2": 1000, "T3": 2500, "T4": 1500, "T5": 2500, "T6": 1500, "T8": 2000, "T9": 1500},
-    "rh20t": {"T1": 2000, "T2": 1500, "T3": 1800, "T5": 2300, "T6": 1500, "T7": 4000, "T8": 1200, "T9": 1500},
-    "reassemble": {"T1": 2523, "T2": 2523, "T5": 2931, "T6": 1260, "T7": 1110, "T8": 907, "T9": 1849, "T10": 2438,
-                   "T11": 1338, "T12": 286},
-    "aist": {"T3": 3041, "T4": 1989, "T6": 1597, "T8": 2200, "T9": 600},
-}
-CHOICES = {"T1": 4, "T2": 2, "T3": 4, "T4": 4, "T5": 3, "T6": 2, "T7": 2, "T8": 6, "T9": 2, "T10": 4, "T11": 4,
-           "T12": 4}
+
+def release_shape() -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int]]:
+    """Groups per source (bench/public_release.yaml), items per (source, family) and options per family (the task
+    configs at release scale), each source's families in task order."""
+    groups = yaml.safe_load((Path(__file__).with_name("public_release.yaml")).read_text())["groups"]
+    tasks = load_config(scale="release")["tasks"]
+    order = sorted(tasks, key=family_sort_key)
+    quotas = {s: {t: int(tasks[t]["quota"][s]) for t in order if s in (tasks[t].get("quota") or {})} for s in groups}
+    return groups, quotas, {t: int(tasks[t]["num_choices"]) for t in order}
 
 
 def synthetic_pool(seed: int = 7, sources=None) -> pl.DataFrame:
+    groups, quotas, choices = release_shape()
     rows = {"source": [], "split_group_id": [], "task_id": [], "answer": [], "num_choices": []}
-    for slug in sources or GROUPS:
-        n = GROUPS[slug]
+    for slug in sources or groups:
+        n = groups[slug]
         r = np_rng(seed, "bench-split", slug)
         gids = [f"{slug}_g{i:05d}" for i in range(n)]
         size = r.lognormal(0.0, 0.8, n)
-        fams = list(QUOTAS[slug])
+        fams = list(quotas[slug])
         primary = r.integers(0, len(fams), n)  # every group holds at least one item of its primary family
-        for f_i, (fam, quota) in enumerate(QUOTAS[slug].items()):
+        for f_i, (fam, quota) in enumerate(quotas[slug].items()):
             base = (primary == f_i).astype(np.int64)
             present = (r.random(n) < 0.75) | (base > 0)
             w = size * r.gamma(0.8, 1.0, n) * present
             per_group = base + r.multinomial(quota - int(base.sum()), w / w.sum())
-            k = CHOICES[fam]
+            k = choices[fam]
             letters = np.array([LETTERS[i % k] for i in range(quota)])
             r.shuffle(letters)
             g_of_item = np.repeat(np.arange(n), per_group)

@@ -47,7 +47,8 @@ from .io import ParquetTables, atomic_write_bytes, write_json, write_parquet
 from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown
 from .publish import release_dir, work_dir
-from .validate import release_leaks, validate_release
+from .release_scan import release_leaks
+from .validate import validate_release
 
 log = logging.getLogger(__name__)
 

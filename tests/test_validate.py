@@ -269,10 +269,10 @@ def test_file_name_naming_this_machine_is_invalid(release):
 def test_path_scan_reads_every_piece_of_a_file(tmp_path, monkeypatch):
     """The path scan reads a file in pieces cut at line ends: a path in any piece, of a text file or of a parquet
     file's rows, is found, and one found in several pieces is reported once."""
-    from pipeline import validate
+    from pipeline import release_scan
 
-    monkeypatch.setattr(validate, "SCAN_BYTES", 64)
-    monkeypatch.setattr(validate, "SCAN_ROWS", 3)
+    monkeypatch.setattr(release_scan, "SCAN_BYTES", 64)
+    monkeypatch.setattr(release_scan, "SCAN_ROWS", 3)
     lines = [json.dumps({"i": i, "t": "x" * 20}) for i in range(40)]
     lines[29] = json.dumps({"i": 29, "t": "see /home/alice/data.h5"})
     lines[35] = json.dumps({"i": 35, "t": "see /home/alice/data.h5"})
@@ -280,9 +280,9 @@ def test_path_scan_reads_every_piece_of_a_file(tmp_path, monkeypatch):
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n" + json.dumps({"tail": "C:\\Users\\bob\\x"}))
     pl.DataFrame({"t": ["clean"] * 10 + ["/mnt/scratch/run7/frames"] + ["clean"] * 5}).write_parquet(
         tmp_path / "b.parquet")
-    rel, leaks = validate._file_leaks((str(tmp_path), "a.jsonl"))
+    rel, leaks = release_scan._file_leaks((str(tmp_path), "a.jsonl"))
     assert rel == "a.jsonl" and sum("/home/alice/data.h5" in x for x in leaks) == 1, leaks
     assert any("Windows path" in x for x in leaks), leaks  # in the last piece, which has no line end
     assert any("/srv/cache/frames" in x for x in leaks), leaks
-    _, leaks = validate._file_leaks((str(tmp_path), "b.parquet"))
+    _, leaks = release_scan._file_leaks((str(tmp_path), "b.parquet"))
     assert len(leaks) == 1 and "/mnt/scratch/run7/frames" in leaks[0]

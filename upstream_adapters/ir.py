@@ -7,7 +7,7 @@ signal channels. A unit that fails is quarantined by the ingest stage with the r
 field; nothing downstream ever sees it.
 
 Conventions:
-- `source` is always the slug (`gm100`, `rh20t`, `reassemble`, `aist`).
+- `source` is always the source's slug, its key in the adapter registry (`upstream_adapters.ADAPTERS`).
 - Clocks are normalised to `frame_index` (0-based, position in the camera's decoded stream) plus `t_sec`
   (seconds from the unit's first frame on the primary camera). The native clock value is kept in `native_ts`.
 - Signals are in long form, one row per (unit, arm, frame of the primary camera): single-arm sources use

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline import io, writers
+from pipeline.leaks import find_path_leaks
 from pipeline.exports import card, common, consumers, croissant
 
 
@@ -42,8 +43,6 @@ def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame
     """Write every export into the release folder (and re-write checksums.sha256); returns the files written. A text
     with a path or identity leak is not written, and the call raises once the others are (the release stage writes
     into a staging folder that a failed step discards)."""
-    from pipeline.validate import find_path_leaks  # validate imports writers; keep the import local like writers
-
     release_dir = Path(release_dir)
     tables = {"eval": eval_df, "sft": sft_df}
     xf = common.export_files(cfg)
