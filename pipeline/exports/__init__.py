@@ -14,8 +14,8 @@ from pathlib import Path
 import polars as pl
 
 from pipeline import io, writers
-from pipeline.leaks import find_path_leaks
 from pipeline.exports import card, common, consumers, croissant
+from pipeline.leaks import find_path_leaks
 
 
 def export_texts(tables: dict[str, pl.DataFrame], cfg: dict) -> Iterator[tuple[str, str]]:

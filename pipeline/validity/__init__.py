@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..config import per_source
-from ..schema import CHOICE_LETTERS
+from ..schema import CHOICE_COLUMNS
 from .baselines import cell_baselines
 from .images import FrameThumbs, shared_images, temporal_gaps
 from .report import render_markdown
@@ -27,7 +27,7 @@ __all__ = ["audit", "problems", "run_validity"]
 REPORT_FILES = ("validity_report.json", "validity_report.md")  # in the release's metadata/ folder
 # the release columns the audit reads: the rest of a row (prompts, targets, specs) would only cost the worker memory
 AUDIT_COLUMNS = ("source_slug", "task_id", "source_unit_id", "camera", "frame_indices_json", "image_hashes_json",
-                 "question", *(f"choice_{c}" for c in CHOICE_LETTERS), "num_choices", "answer", "answer_text")
+                 "question", *CHOICE_COLUMNS, "num_choices", "answer", "answer_text")
 
 
 def _cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
