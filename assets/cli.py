@@ -127,12 +127,15 @@ def cmd_build(args) -> int:
 
 def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: dict, limits: dict) -> None:
     """Write the sample corpus of `slug` unless the one there is the generator's own output for this seed and code
-    (its record beside the corpus names them and the corpus's content fingerprint: pipeline/provenance.py)."""
+    (its record beside the corpus names them and the corpus's content fingerprint: pipeline/provenance.py). The
+    fingerprint is computed with the adapter options the record was written with (`_write_samples`): without them
+    an adapter that filters units (REASSEMBLE's only_split) lists other units, and its corpus is written again."""
     from pipeline import provenance
 
-    if provenance.sample_record_matches(slug, root, scale, seed):
+    options = src_cfg.get("adapter", {})
+    if provenance.sample_record_matches(slug, root, scale, seed, options):
         return
-    _write_samples(slug, root, scale, seed, src_cfg.get("adapter", {}), limits)
+    _write_samples(slug, root, scale, seed, options, limits)
 
 
 def _write_samples(slug: str, root: Path, scale: str, seed: int, options: dict, limits: dict) -> None:

@@ -99,6 +99,12 @@ def _cross_checks(cfg: dict) -> None:
             raise ConfigError("configs/build.yaml", f"build.sources[{i}]",
                               f"a source of configs/sources.yaml ({', '.join(cfg['sources'])}), got {slug!r}")
     _labels_cover_the_built_sources(cfg)
+    for key in ("licences", "provenance"):  # spelled out per source on the card and in Croissant: none left out
+        for slug in cfg["build"]["sources"]:
+            if slug not in cfg["exports"][key]:
+                raise ConfigError("configs/exports.yaml", f"exports.{key}.{slug}",
+                                  f"an entry for {slug!r}, a source of configs/build.yaml build.sources (the dataset "
+                                  f"card and Croissant state every built source's {key})")
     fallback = cfg["release"]["task_names"]
     for tid, t in cfg["tasks"].items():
         _template_covers_its_sources(tid, t)

@@ -10,7 +10,28 @@ from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-_PATH_KEYS = ("work_dir", "release_dir")  # where the build writes changes no byte it writes
+
+# The config keys that change no byte the build writes, per configs/ section: where things lie on this machine (the
+# work and release folders, a source's root: its content is fingerprinted on its own) and how the build spreads over
+# processes (every engine, worker and shard count builds the same bytes). The ONE list: left out of the steps'
+# fingerprints and the per-family / selection keys (config_part) and of the release's config hash
+# (pipeline/provenance.py config_hash), so editing one of them neither re-runs a step nor changes the release.
+NO_OUTPUT_KEYS: dict[str, tuple[str, ...]] = {
+    "build": ("work_dir", "release_dir", "executor"),
+    "sources": ("root", "ingest_shards"),  # per source: sources.<slug>.root, sources.<slug>.ingest_shards
+    "split": ("workers",),
+}
+
+
+def without_no_output_keys(section: str, value, per_source: bool = False):
+    """`value` (the config section `section`, or with `per_source` one source's entry of `sources`) without the
+    NO_OUTPUT_KEYS of that section."""
+    keys = NO_OUTPUT_KEYS.get(section, ())
+    if not isinstance(value, dict) or not keys:
+        return value
+    if section == "sources" and not per_source:
+        return {slug: without_no_output_keys(section, entry, per_source=True) for slug, entry in value.items()}
+    return {k: v for k, v in value.items() if k not in keys}
 
 
 @lru_cache(maxsize=None)
@@ -35,7 +56,7 @@ def file_digest(path: Path) -> str | None:
 
 def config_part(cfg: dict, sections: tuple[str, ...]) -> dict:
     """The config sections a computation reads: `labels`, `sources.<slug>` (one source's entry), `tasks.<slug>` (the
-    templates that list the source), `*` = all; build's output folders left out."""
+    templates that list the source), `*` = all; the NO_OUTPUT_KEYS left out."""
     def section(name: str):
         if name == "*":
             return {k: section(k) for k in sorted(cfg)}
@@ -44,10 +65,8 @@ def config_part(cfg: dict, sections: tuple[str, ...]) -> dict:
         if slug and head == "tasks":
             value = {tid: t for tid, t in (value or {}).items() if slug in t["sources"]}
         elif slug:
-            value = (value or {}).get(slug)
-        if head == "build" and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k not in _PATH_KEYS}
-        return value
+            return without_no_output_keys(head, (value or {}).get(slug), per_source=True)
+        return without_no_output_keys(head, value)
     return {s: section(s) for s in sections}
 
 

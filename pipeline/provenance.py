@@ -18,12 +18,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from .digests import without_no_output_keys
 from .io import dumps_json, write_json
-
-# Keys whose values say where things lie on this machine, or how the build spreads over processes (every engine and
-# shard count builds the same bytes), not what was built: left out of the config hash.
-_PATH_KEYS = {"build": ("work_dir", "release_dir", "executor"), "sources": ("root", "ingest_shards"),
-              "split": ("workers",)}
 
 
 def corpus_fingerprint(slug: str, root: Path, options: dict | None = None) -> dict:
@@ -93,16 +89,9 @@ def corpus_record(slug: str, root: Path, options: dict | None = None) -> dict:
 
 
 def config_hash(cfg: dict) -> str:
-    """sha256 of the merged, validated configuration without the keys that only say where things lie or how the
-    build ran (_PATH_KEYS)."""
-    def strip(section: str, value):
-        keys = _PATH_KEYS.get(section, ())
-        if section == "sources" and isinstance(value, dict):
-            return {s: {k: v for k, v in (d or {}).items() if k not in keys} for s, d in value.items()}
-        if isinstance(value, dict):
-            return {k: v for k, v in value.items() if k not in keys}
-        return value
-    doc = {k: strip(k, v) for k, v in sorted(cfg.items())}
+    """sha256 of the merged, validated configuration without the keys that change no output (the one list:
+    pipeline/digests.py NO_OUTPUT_KEYS, which the steps' fingerprints leave out too)."""
+    doc = {k: without_no_output_keys(k, v) for k, v in sorted(cfg.items())}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -9,6 +9,7 @@ import dagster as dg
 import polars as pl
 
 from assets.cli import main
+from pipeline.config import load_config
 
 
 def test_ingest_writes_ir_and_summary(demo_samples, tmp_path, capsys):
@@ -68,3 +69,32 @@ def test_build_of_one_source_is_a_valid_release_and_a_rebuild_runs_nothing(demo_
     assert main(["validate", str(tmp_path / "release")]) == 0
     rows = pl.read_parquet(tmp_path / "release" / "splits" / "processdata_sft.parquet")
     assert set(rows["source_slug"]) == {"aist"}
+
+
+def test_an_unchanged_build_with_samples_writes_no_corpus_and_runs_no_step(demo_samples, tmp_path, monkeypatch,
+                                                                            capsys):
+    """`make rebuild` (build --samples) twice: the second finds the sample corpus the generator wrote (checked with
+    the adapter options its record was written with: REASSEMBLE's only_split lists fewer units than the default) and
+    runs no step."""
+    import shutil
+
+    from pipeline import provenance
+
+    slug = "reassemble"
+    root = tmp_path / "samples" / slug
+    shutil.copytree(demo_samples[slug], root)
+    shutil.copy(demo_samples[slug].parent / f".{slug}.samples.json", root.parent)  # the generator's record
+    monkeypatch.setenv(f"PROCESSBENCH_ROOT_{slug.upper()}", str(root))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / ".dagster_home"))
+    written = []
+    monkeypatch.setattr("assets.cli._write_samples", lambda *a, **k: written.append(a))
+    args = ["build", "--samples", "--scale", "demo", "--sources", slug, "--work-dir", str(tmp_path / "work"),
+            "--release-dir", str(tmp_path / "release"), "--executor", "in_process"]
+    assert main(args) == 0
+    assert "(6 step(s) run" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "nothing to run" in capsys.readouterr().out
+    assert written == []  # the corpus was found up to date both times
+    # planted: checked without its adapter options, the same corpus does not match its record (what re-wrote it)
+    seed = load_config(scale="demo")["build"]["samples"]["seed"]
+    assert not provenance.sample_record_matches(slug, root, "demo", seed)

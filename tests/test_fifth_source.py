@@ -108,6 +108,11 @@ def toy_config(tmp: Path, corpus: Path) -> Path:
         {SLUG: {"name": "Toy", "unit_type": "episode", "root": str(corpus), "adapter": {"camera": CAMERA}}}))
     _edit(cfg_dir / "frames.yaml", lambda d: d["frames"].update(workers=1))  # the toy adapter lives in this process
 
+    def exports(d):  # the card and Croissant state every built source's terms and origin
+        d["exports"]["licences"][SLUG] = "Toy: generated for the tests, no licence needed."
+        d["exports"]["provenance"][SLUG] = "Toy episodes written by the fifth-source test."
+    _edit(cfg_dir / "exports.yaml", exports)
+
     def labels(d):
         d["labels"]["speed"][SLUG] = {"smooth": "box", "span": 5}
         d["labels"]["motion"][SLUG] = {"mode": "absolute", "stationary": 0.02, "moving": 0.07}

@@ -148,3 +148,48 @@ def test_the_release_step_writes_its_checksums_once(demo_samples, demo_release, 
     tree = lambda root: {p.relative_to(root).as_posix(): p.read_bytes()  # noqa: E731
                          for p in sorted(root.rglob("*")) if p.is_file()}
     assert tree(release) == tree(demo_release)
+
+
+def test_keys_that_change_no_output_change_no_fingerprint_and_no_config_hash():
+    """One list (pipeline/digests.py NO_OUTPUT_KEYS) for the steps' fingerprints and the release's config hash: each
+    of its keys edited leaves both as they were; a key that changes output (planted: the release seed) changes both."""
+    import copy
+
+    from assets.tables import all_steps
+    from pipeline.config import load_config
+    from pipeline.digests import NO_OUTPUT_KEYS, config_part, digest
+    from pipeline.provenance import config_hash
+
+    cfg = load_config(scale="demo")
+    steps = all_steps(cfg)
+    # the config part of each step's fingerprint (assets/fingerprint.py; a root's content is listed apart from it)
+    prints = lambda c: {s.name: digest(config_part(c, s.config)) for s in steps}  # noqa: E731
+    base = prints(cfg), config_hash(cfg)
+    for section, keys in NO_OUTPUT_KEYS.items():
+        for key in keys:
+            edited = copy.deepcopy(cfg)
+            for entry in edited[section].values() if section == "sources" else [edited[section]]:
+                entry[key] = "edited"
+            assert (prints(edited), config_hash(edited)) == base, f"{section}.{key}"
+    planted = copy.deepcopy(cfg)
+    planted["build"]["release_seed"] += 1
+    assert config_hash(planted) != base[1]
+    assert [n for n, fp in prints(planted).items() if fp == base[0][n]] == [s.name for s in steps
+                                                                          if s.name.startswith("ingest_")]
+
+
+def test_a_max_concurrent_edit_plans_no_step(demo_samples, demo_release, tmp_path):
+    """How many steps run at a time changes no output: after the build, editing build.executor.max_concurrent (or
+    the engine) plans no step."""
+    from assets.fingerprint import REPO
+
+    configs = tmp_path / "configs"
+    shutil.copytree(REPO / "configs", configs)
+    build = configs / "build.yaml"
+    text = build.read_text()
+    assert "max_concurrent: 0 " in text and "engine: multiprocess " in text
+    build.write_text(text.replace("max_concurrent: 0 ", "max_concurrent: 3 ").replace("engine: multiprocess ",
+                                                                                       "engine: in_process "))
+    edited = _settings(demo_samples, demo_release.parent / "work", demo_release, configs)
+    assert edited.config()["build"]["executor"]["max_concurrent"] == 3
+    assert plan(edited) == []

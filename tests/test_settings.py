@@ -126,6 +126,19 @@ def test_a_labels_section_without_a_built_source_is_refused_at_load(cfg_dir):
     assert "build.sources" in e.expected and "none" in e.expected
 
 
+@pytest.mark.parametrize("key", ["licences", "provenance"])
+def test_a_built_source_without_its_licence_or_provenance_is_refused_at_load(cfg_dir, key):
+    """The card and Croissant state each built source's terms and origin: a source left out is a load error naming
+    the source and the missing key, not a source silently missing from the card."""
+    text = (cfg_dir / "exports.yaml").read_text()
+    entry = next(line for line in text.splitlines(keepends=True)
+                 if line.startswith("    rh20t: ") and text.index(line) > text.index(f"  {key}:"))
+    (cfg_dir / "exports.yaml").write_text(text.replace(entry, "", 1))
+    e = _error(cfg_dir)
+    assert (e.file, e.key) == ("configs/exports.yaml", f"exports.{key}.rh20t")
+    assert "'rh20t'" in e.expected and "build.sources" in e.expected
+
+
 def test_wrong_enum_value_and_out_of_range_number(cfg_dir):
     _replace(cfg_dir / "frames.yaml", "mp_context: forkserver", "mp_context: threads")
     e = _error(cfg_dir)
