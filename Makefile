@@ -1,6 +1,9 @@
 # ProcessBench build. Every target creates the virtualenv and installs the pinned set when missing.
 #   make rebuild [SCALE=demo|release]   generate the sample corpora and materialize every asset through Dagster
-#   make test                           the test suite
+#   make test                           ruff check, then the test suite
+#   make test-fast                      ruff check, then the tests but the end-to-end builds (-m "not slow")
+#   make lint                           ruff check . (the rules: pyproject.toml [tool.ruff])
+#   make format                         ruff format . (not yet run over the tree)
 #   make dev                            the Dagster UI on 127.0.0.1:$(PORT) (Ctrl-C, SIGTERM to it or to make stops it)
 #   make check-regen                    rebuild the demo release and compare its checksums with tests/regen/demo.sha256
 #   make regen-lock                     update that lock after a deliberate change (commit it with the change)
@@ -17,7 +20,7 @@ PORT   ?= 3000
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export PYTHONHASHSEED := 0
 
-.PHONY: venv rebuild test dev check-regen regen-lock bench validate clean distclean
+.PHONY: venv rebuild test test-fast lint format dev check-regen regen-lock bench validate clean distclean
 
 venv: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
 
@@ -36,7 +39,18 @@ rebuild: venv
 	$(BIN)/processbench validate release
 
 test: venv
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: venv
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+lint: venv
+	$(BIN)/ruff check .
+
+format: venv
+	$(BIN)/ruff format .
 
 dev: venv
 	$(BIN)/processbench dev --host 127.0.0.1 --port $(PORT)

@@ -86,7 +86,7 @@ def _ir(slug: str, shard: int | None = None) -> tuple[Table, ...]:
 def ingest_steps(slug: str, shards: int, ir: tuple[Table, ...], corpus: Table) -> list[Step]:
     """One ingest step, or (sources.<slug>.ingest_shards > 1) one per shard of the units (a stable hash of the unit
     id: pipeline/ingest.py shard_of) and the step merging their IR: a big source read by many workers at once."""
-    root = lambda cfg: Path(cfg["sources"][slug]["root"])  # noqa: E731
+    root = lambda cfg: Path(cfg["sources"][slug]["root"])
     what = f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units."
     if shards == 1:
         return [Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir + (corpus,), (),
@@ -124,7 +124,7 @@ def source_steps(slug: str, shards: int = 1) -> list[Step]:
              Table(("item_frames", slug), f"items/{slug}_frames.parquet",
                    f"{slug}: the frames the items show, with pixel hash and grey thumbnail (read by the validity audit)",
                    dict(ITEM_FRAMES_SCHEMA)))
-    names = lambda tables: tuple(t.name for t in tables)  # noqa: E731
+    names = lambda tables: tuple(t.name for t in tables)
     return ingest_steps(slug, shards, ir, corpus) + [
         Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels + (labels_quarantine,),
              names(ir),

@@ -207,7 +207,7 @@ def memory_probe(root: str, n_units: int, workers: int) -> None:
 
     import polars  # noqa: F401 - imports first: tracemalloc then measures the extraction, not module loading
 
-    from pipeline.frames import extract  # noqa: F401
+    from pipeline.frames import extract  # noqa: F401 - loaded before tracemalloc starts, as polars is
     from pipeline.frames.worker import peak_rss_mb
     from upstream_adapters import video
 
@@ -378,7 +378,7 @@ def print_table(results: dict) -> None:
         naive = r["naive_cv2_seek"] or {}
         ns, ni = naive.get("sorted", {}), naive.get("item_order", {})
         dc = r["read_frames_s"]
-        fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "n/a"  # noqa: E731
+        fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "n/a"
         print(f"{r['video']:26s} {r['selection']:9s} {r['requested']:4d} {r['extract_s']:9.3f} "
               f"{r['extract_fps']:8.0f} {r['decode_only_s']:10.3f} {r['ratio_extract_vs_decode_only']:5.2f} "
               f"{ns.get('s', nan):14.3f} {ns.get('speedup', nan):5.1f} {ni.get('s', nan):13.3f} "

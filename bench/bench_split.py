@@ -23,10 +23,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import load_config  # noqa: E402
-from pipeline.seeding import rng as np_rng  # noqa: E402
-from pipeline.schema import CHOICE_LETTERS as LETTERS  # noqa: E402
-from pipeline.split import (family_sort_key, leaked_groups, load_policy, make_pool,  # noqa: E402
+from pipeline.config import load_config
+from pipeline.seeding import rng as np_rng
+from pipeline.schema import CHOICE_LETTERS as LETTERS
+from pipeline.split import (family_sort_key, leaked_groups, load_policy, make_pool,
                             our_rule, public_rule, split_items)
 
 

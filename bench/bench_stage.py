@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline import stages  # noqa: E402
-from pipeline.config import load_config  # noqa: E402
+from pipeline import stages  # noqa: E402 - after sys.path names the repository
+from pipeline.config import load_config  # noqa: E402 - after sys.path names the repository
 
 PER_SOURCE = {"ingest", "labels", "candidates", "frames"}
 STAGES = PER_SOURCE | {"split", "release"}

@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline import publish  # noqa: E402
-from pipeline.validate import validate_release  # noqa: E402
+from pipeline import publish  # noqa: E402 - after sys.path names the repository
+from pipeline.validate import validate_release  # noqa: E402 - after sys.path names the repository
 
 
 def _stray(cfg: dict) -> list[str]:

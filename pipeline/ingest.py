@@ -260,7 +260,7 @@ def merge_shards(slug: str, parts: list[dict[str, pl.DataFrame]]) -> IngestResul
     """The source's IR from its shards' (read_ir of each `ingest_source(shard=...)` result): every table in unit order
     as one whole ingest writes it (the adapter lists units sorted), whole-source quarantine rows first, and the notes
     on units duplicating another, across shards."""
-    def by_unit(name: str, rows: pl.Expr = pl.lit(True)) -> pl.DataFrame:
+    def by_unit(name: str, rows: pl.Expr = pl.lit(True)) -> pl.DataFrame:  # noqa: B008 - an immutable expression
         return pl.concat([p[name].filter(rows) for p in parts]).sort("unit_id", maintain_order=True)
 
     units = by_unit("units")

@@ -66,7 +66,7 @@ def _isolated(fn, task, ctx, on_failure):
             return pool.submit(fn, task).result()
         except BrokenProcessPool as exc:
             return on_failure(task, f"worker process crashed: {exc}")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - any failure of one task is its result, the others go on
             return on_failure(task, f"{type(exc).__name__}: {exc}")
 
 
@@ -90,7 +90,7 @@ def run_tasks(fn: Callable, tasks: Iterable, workers: int | None, on_result: Cal
         for t in tasks:
             try:
                 res = fn(t)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - any failure of one task is its result, the others go on
                 res = on_failure(t, f"{type(exc).__name__}: {exc}")
             on_result(res)
         return

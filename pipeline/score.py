@@ -173,7 +173,7 @@ def plot(m: dict, path: Path) -> None:
     hi = np.array([m["by_task"][t]["ci95"][1] for t in tasks]) - acc
     fig, ax = plt.subplots(figsize=(max(6, len(tasks) * 0.8), 4))
     ax.bar(x, acc, yerr=[lo, hi], color="#4c72b0", label="model", capsize=3)
-    for b, style in zip(BASELINES, ("--", ":", "-.")):
+    for b in BASELINES:
         ax.scatter(x, [m["by_task"][t]["baselines"][b] for t in tasks], marker="_", s=400, label=b.replace("_", " "))
     ax.set_xticks(x, tasks)
     ax.set_ylim(0, 1)

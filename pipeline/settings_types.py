@@ -39,11 +39,11 @@ SlugOrDefault = Annotated[str, AfterValidator(_slug_or_default)]
 TaskId = Annotated[str, Field(pattern=r"^T[1-9][0-9]*$")]
 
 
-def PerSource(tp):  # noqa: N802 - reads as a type: {slug | default: value}
+def PerSource(tp):  # named like a type, as it reads: {slug | default: value}
     return dict[SlugOrDefault, tp]
 
 
-def OneOrPerSource(tp):  # noqa: N802 - a plain value for every source, or {slug | default: value}
+def OneOrPerSource(tp):  # named like a type: a plain value for every source, or {slug | default: value}
     return Union[tp, dict[SlugOrDefault, tp]]
 
 

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from pipeline import writers
 from pipeline.io import compact_json, is_temp_file
-from pipeline.leaks import find_path_leaks  # noqa: F401 - re-exported for the asset checks
+from pipeline.leaks import find_path_leaks
 from pipeline.release_scan import release_leaks
 from pipeline.schema import (
     CHOICE_COLUMNS,
@@ -193,7 +193,7 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Re
                 "prompt_version": rc["prompt_version"]}
     for r in df.iter_rows(named=True):
         iid = r["item_id"]
-        bad = lambda check: report.row(where, check, iid)  # noqa: E731
+        bad = lambda check: report.row(where, check, iid)
         if iid is None or not id_re.fullmatch(iid):
             bad(f"item_id not of the form {rc['item_id_prefix']}_{split}_NNNNNN")
         if r["split"] != split:
@@ -286,7 +286,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     groups = {s: set(df.get_column("split_group_id").to_list()) for s, df in tables.items()}
 
     # group lists
-    for split, df in tables.items():
+    for split in tables:
         rel = files[f"split_groups_{split}"]
         if (root / rel).is_file():
             listed = (root / rel).read_bytes().decode("utf-8", "replace").splitlines()

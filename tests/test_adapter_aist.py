@@ -189,8 +189,8 @@ def test_sample_motion_covers_every_label(demo):
                     dirs.add(("+" if dx > 0 else "-") + "x" if abs(dx) > abs(dy) else ("+" if dy > 0 else "-") + "y")
             assert dirs == {"+x", "-x", "+y", "-y"}, (uid, name, dirs)
             assert 0.15 < active[name].mean() < 0.45, (uid, name)
-        l, r = active["left"], active["right"]
-        states = {"both": l & r, "left": l & ~r, "right": ~l & r, "idle": ~l & ~r}
+        lt, rt = active["left"], active["right"]
+        states = {"both": lt & rt, "left": lt & ~rt, "right": ~lt & rt, "idle": ~lt & ~rt}
         for state, mask in states.items():
             assert mask.sum() >= 15, (uid, state)
 

@@ -343,7 +343,7 @@ def test_per_axis_robot_state_reads_like_merged(tmp_path, adapter):
 def test_capitalised_low_level_group_is_accepted(root, tmp_path, adapter, irs):
     r = _copy_root(root, tmp_path / "r", [NORMAL])
     with h5py.File(r / "data" / f"{NORMAL}.h5", "r+") as f:
-        for name, g in f["segments_info"].items():
+        for g in f["segments_info"].values():
             if "low_level" in g:
                 g.move("low_level", "Low_level")
     assert adapter.read_unit(r, NORMAL).segments.equals(irs[NORMAL].segments)

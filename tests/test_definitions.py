@@ -110,7 +110,7 @@ def test_ui_serves_the_graph_with_row_counts_and_stops_on_sigterm(demo_release):
                 req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=query,
                                              headers={"Content-Type": "application/json"})
                 nodes = json.load(urllib.request.urlopen(req, timeout=10))["data"]["assetNodes"]
-            except Exception:
+            except Exception:  # noqa: BLE001 - not up yet (refused, timeout, half-started): ask again
                 nodes = None
         assert nodes, "the UI did not answer GraphQL within 180 s"
         got = {"/".join(n["assetKey"]["path"]): n for n in nodes}

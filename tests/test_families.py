@@ -166,9 +166,9 @@ def _reassemble_segments(uid: str, n: int, fps: float, i: int) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------ helpers
 
-from pipeline.families import GENERATORS, build_candidates  # noqa: E402
-from pipeline.families.common import CANDIDATE_SCHEMA  # noqa: E402
-from pipeline.labels import compute_labels  # noqa: E402
+from pipeline.families import GENERATORS, build_candidates  # noqa: E402 - below the IR factories they need none of
+from pipeline.families.common import CANDIDATE_SCHEMA  # noqa: E402 - below the IR factories they need none of
+from pipeline.labels import compute_labels  # noqa: E402 - below the IR factories they need none of
 
 CFG = load_config()
 VERBATIM = {  # question texts of the reference build (docs/upstream-formats.md; T11 changed, see its task YAML)
@@ -576,7 +576,6 @@ def test_reassemble_phase_contact_and_outcome(reassemble_pool):
 
 def test_pool_independent_of_hash_seed(tmp_path):
     """Same inputs -> identical candidates in fresh interpreters with different PYTHONHASHSEED."""
-    import hashlib
     import os
     import subprocess
     import sys

@@ -6,8 +6,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("pipeline", "upstream_adapters", "assets")
 CORE = ("pipeline", "upstream_adapters")  # what must stand without the Dagster shell

@@ -307,7 +307,7 @@ def test_selection_covers_every_unit_across_families():
     per_unit = sel.group_by("unit_id").len()["len"]
     assert per_unit.min() == 1 and per_unit.max() == 2  # 12 items over 10 units: none dominates
     assert sel.group_by(["task_id", "unit_id"]).len()["len"].max() == 1
-    for (t,), g in sel.group_by("task_id"):
+    for _, g in sel.group_by("task_id"):
         counts = g.group_by("answer_text").len()["len"]
         assert counts.max() - counts.min() <= 1  # labels still balanced
     for seed in range(8):  # for any seed

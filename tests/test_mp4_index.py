@@ -35,7 +35,7 @@ def _result(fn, *args):
     compare."""
     try:
         return fn(*args)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the error itself is what the test compares
         return type(exc).__name__, str(exc)
 
 

@@ -186,7 +186,7 @@ def test_step_processes_die_with_a_killed_build(demo_samples, tmp_path):
         # the step processes, and every other process of the build (the fork server, decode workers), end with it;
         # a generous bound: on a loaded 2-core machine they take several seconds to notice and exit
         deadline = time.time() + 60
-        running = lambda: [p for p in sorted(set(steps + _build_children(proc.pid))) if not _zombie(p)]  # noqa: E731
+        running = lambda: [p for p in sorted(set(steps + _build_children(proc.pid))) if not _zombie(p)]
         while (alive := running()) and time.time() < deadline:
             time.sleep(0.05)
         assert not alive, f"processes {alive} of the killed build outlived it"

@@ -87,7 +87,7 @@ def test_one_template_edit_generates_only_that_family(demo_samples, demo_release
     cfg5 = _settings(demo_samples, work, tmp_path / "release", configs).config()
     assert stages.run_candidates(cfg5, slug)["families_generated"] == ["T5"] and calls == ["T5"]
     after = {p.name: p.stat().st_mtime_ns for p in memo.glob("*.parquet")}
-    others = lambda d: {n: m for n, m in d.items() if not n.startswith("T5.")}  # noqa: E731
+    others = lambda d: {n: m for n, m in d.items() if not n.startswith("T5.")}
     assert others(after) == others(before)  # the other families' parts: not rewritten
     assert len(set(after) - set(before)) == 1 and len(after) == len(before)  # T5's new part replaced its old one
     fresh = families.build_candidates(slug, stages.load_ir(cfg5, slug), stages.load_labels(cfg5, slug), cfg5)
@@ -145,7 +145,7 @@ def test_the_release_step_writes_its_checksums_once(demo_samples, demo_release, 
     monkeypatch.setattr(writers, "write_checksums", lambda out, c: calls.append(out) or real(out, c))
     stages.run_release(cfg)
     assert len(calls) == 1
-    tree = lambda root: {p.relative_to(root).as_posix(): p.read_bytes()  # noqa: E731
+    tree = lambda root: {p.relative_to(root).as_posix(): p.read_bytes()
                          for p in sorted(root.rglob("*")) if p.is_file()}
     assert tree(release) == tree(demo_release)
 
@@ -163,7 +163,7 @@ def test_keys_that_change_no_output_change_no_fingerprint_and_no_config_hash():
     cfg = load_config(scale="demo")
     steps = all_steps(cfg)
     # the config part of each step's fingerprint (assets/fingerprint.py; a root's content is listed apart from it)
-    prints = lambda c: {s.name: digest(config_part(c, s.config)) for s in steps}  # noqa: E731
+    prints = lambda c: {s.name: digest(config_part(c, s.config)) for s in steps}
     base = prints(cfg), config_hash(cfg)
     for section, keys in NO_OUTPUT_KEYS.items():
         for key in keys:

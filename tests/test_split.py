@@ -121,7 +121,7 @@ def test_isolation_and_counts_with_merged_groups(policy):
     r = random.Random(1)
     units = units_table().filter(pl.col("source") == "rh20t")
     for u in units["unit_id"]:
-        for j in range(r.randint(3, 9)):
+        for _ in range(r.randint(3, 9)):
             fam = r.choice(["T1", "T2", "T7"])
             rows.append({"source": "rh20t", "unit_id": u, "task_id": fam,
                          "answer": LETTERS[r.randrange(CHOICES[fam])], "num_choices": CHOICES[fam]})
@@ -219,7 +219,7 @@ def test_ours_never_worse_than_public_on_its_objective(policy, seed, n_groups, s
     ours = our_rule(pool, policy, 42, baseline=pub)
     assert ours.mask.sum() == pub.mask.sum() == n_eval_groups(n_groups, 0.15)
     if ours.method == "exact":  # the worst-family bound comes first: J(ours) ≤ J(public) when the public set meets it
-        worst = lambda m: float(pool.worst_dev_pts(pool.counts[m].sum(0)))  # noqa: E731
+        worst = lambda m: float(pool.worst_dev_pts(pool.counts[m].sum(0)))
         level = max(policy["ours"]["max_family_deviation_pts"], ours.best_worst_dev_pts)
         assert worst(ours.mask) <= level + 1e-9
         if worst(pub.mask) > level + 1e-9:
@@ -242,14 +242,14 @@ def test_ours_hits_shares_where_public_greedy_overshoots(policy):
     out, summary = split_items(items, None, policy, 42)
     s = summary["sources"]["gm100"]
     ours, pub = s["task_eval_share_ours"], s["task_eval_share_public"]
-    dev = lambda d: max(abs(v - 0.15) for v in d.values())  # noqa: E731
+    dev = lambda d: max(abs(v - 0.15) for v in d.values())
     assert dev(ours) < dev(pub)
     assert dev(ours) <= 0.005
     assert s["objective"]["ours"]["share"] < s["objective"]["public"]["share"]
     # letter balance of the eval set improved: majority letter share closer to 1/k in (almost) every family
     assert s["objective"]["ours"]["letters"] < 0.5 * s["objective"]["public"]["letters"]
     maj_ours = {f: v["majority_share"] for f, v in s["answer_balance_eval_ours"].items()}
-    excess = lambda d: sum(d[f] - 1 / CHOICES[f] for f in d)  # noqa: E731
+    excess = lambda d: sum(d[f] - 1 / CHOICES[f] for f in d)
     assert excess(maj_ours) < excess(s["majority_share_eval_public"])
     assert s["eval"] == sum(s["task_counts_eval"].values()) and s["task_eval_share"] == ours
     assert leaked_groups(out) == []
@@ -607,7 +607,7 @@ def test_pool_file_honours_the_levels(tmp_path, policy):
     held = set(s["sources"]["rh20t"]["ood"]["L2"]["held_out_values"])
     assert held and not held & {r["scene_id"] for r in sft}
     # (task, scene) isolation holds in the pool file too
-    ts = lambda rs: {(r["source_task_id"], r["scene_id"]) for r in rs}  # noqa: E731
+    ts = lambda rs: {(r["source_task_id"], r["scene_id"]) for r in rs}
     assert not ts(ev) & ts(sft)
 
 

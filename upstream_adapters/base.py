@@ -47,7 +47,7 @@ class SourceAdapter(abc.ABC):
         self.issues: list[tuple[str, str]] = []  # (file relative to the root, reason), refreshed by discover()
         self._init_state()
 
-    def _init_state(self) -> None:
+    def _init_state(self) -> None:  # noqa: B027 - optional hook: an adapter without per-process state skips it
         """(Re)create per-process state: caches, locks. Called by __init__ and after unpickling."""
 
     def __getstate__(self) -> dict:

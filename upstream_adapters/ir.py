@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import ADAPTERS  # noqa: E402
+from . import ADAPTERS
 
 SOURCE_SLUGS = ADAPTERS.keys()  # a live view of the adapter registry (upstream_adapters.register adds to it)
 UNIT_TYPES = ("episode", "recording")

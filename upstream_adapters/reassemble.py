@@ -346,7 +346,7 @@ class ReassembleAdapter(SourceAdapter):
         def col(arr, fn):  # a channel, null where the stream lacks it or the value is not finite
             return null if arr is None else float_column(fn(arr))
 
-        three = lambda a: a.shape[1] >= 3  # noqa: E731
+        three = lambda a: a.shape[1] >= 3
         pose3 = pose if pose is not None and three(pose) else None
         signals = pa.Table.from_arrays(
             [pa.array([SLUG] * n, pa.string()), pa.array([unit_id] * n, pa.string()),

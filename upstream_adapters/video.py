@@ -68,7 +68,7 @@ def _load_decord():
             import decord  # type: ignore
 
             _decord = decord
-        except Exception:  # pragma: no cover - depends on the platform
+        except Exception:  # noqa: BLE001 - pragma: no cover: a broken decord install of any kind means "no decord"
             _decord = None
     return _decord
 
@@ -315,7 +315,7 @@ def read_frames(src: VideoSource, indices: Sequence[int], decoder: str = "auto",
                 return _read_decord(data, index, want, threads)
             except DecodeError as exc:
                 errors.append(f"{name}: {exc}")
-            except Exception as exc:  # decord raises its own error types
+            except Exception as exc:  # noqa: BLE001 - decord raises its own error types; each is reported
                 errors.append(f"{name}: {type(exc).__name__}: {exc}")
     raise DecodeError("; ".join(errors))
 

@@ -71,7 +71,7 @@ def run_recon(task: ReconTask) -> list[dict]:
             pass
     try:
         reader = task.open_reader(task.source)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a source that cannot be opened fails its items, with why
         return _fail(task, f"cannot open reader: {type(exc).__name__}: {exc}")
     frames, failed = read_with_fallback(reader, task.unit_id, task.camera, sorted(needed))
     out = []
@@ -107,7 +107,7 @@ def run_recon(task: ReconTask) -> list[dict]:
             continue
         try:
             write_item_images(item_id, images, Path(task.images_dir), task.png_compression)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - an item whose images cannot be written is reported missing
             out.append(_result(task, item_id, "missing", f"cannot write images: {type(exc).__name__}: {exc}"))
             continue
         out.append(_result(task, item_id, status, reason, len(images)))

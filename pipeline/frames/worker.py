@@ -66,7 +66,7 @@ def read_with_fallback(reader, unit_id: str, camera: str, indices: list[int]) ->
     try:
         got = reader(unit_id, camera, indices)
         return (got if isinstance(got, dict) else {}), {}
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - any reader error: the frames are retried one by one
         # path-free: a decoder or file error quoting the upstream file's absolute path reaches the quarantine table
         reason = redact_paths(f"cannot read frames: {type(exc).__name__}: {exc}")
         if len(indices) == 1 or len(indices) > SINGLE_RETRY_MAX:
@@ -78,7 +78,7 @@ def read_with_fallback(reader, unit_id: str, camera: str, indices: list[int]) ->
             break
         try:
             got.update(reader(unit_id, camera, [i]))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - one unreadable frame is reported, never fatal
             failed[i] = f"cannot read frame: {type(exc).__name__}: {exc}"
     return got, failed
 
@@ -102,7 +102,7 @@ def run_video(task: VideoTask) -> dict:
         try:
             img = as_rgb(img)
             stats = frame_stats(img, cache.thumb_size)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a frame that cannot be measured is an error row
             rows[index] = _row(task, index, key, "error", f"{type(exc).__name__}: {exc}", None)
             continue
         entries.append((index, key, img, stats))

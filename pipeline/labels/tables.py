@@ -45,7 +45,7 @@ class _Cols:
 
     def add(self, **cols):
         n = None
-        for k, v in cols.items():
+        for v in cols.values():
             if isinstance(v, np.ndarray):
                 n = v.size
                 break

@@ -193,7 +193,7 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
     # counts per source from the final rows
     for source, summary in src_summaries.items():
         s = df.filter(pl.col("source") == source)
-        tc = lambda f: {r[0]: int(r[1]) for r in f.group_by("task_id").agg(pl.len()).iter_rows()}  # noqa: E731
+        tc = lambda f: {r[0]: int(r[1]) for r in f.group_by("task_id").agg(pl.len()).iter_rows()}
         total_c, eval_c, sft_c = tc(s), tc(s.filter(pl.col("split") == "eval")), tc(s.filter(pl.col("split") == "sft"))
         summary.update({"total": s.height, "eval": sum(eval_c.values()), "sft": sum(sft_c.values()),
                         "task_counts_total": total_c, "task_counts_eval": eval_c, "task_counts_sft": sft_c,

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from ..base import read_metadata, safe_join
+from ..base import read_metadata
 from ..ir import UnitError
 
 VIDEO_PREFIX = "observation.images."
