@@ -7,9 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from factories import build_demo
 from pipeline.config import load_config
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+
+# The session's demo corpora and demo build take minutes: a test using them is an end-to-end one, marked `slow`
+# (`make test-fast` runs `-m "not slow"`); a test that builds in another way carries the marker itself.
+SLOW_FIXTURES = {"demo_samples", "demo_release"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -28,22 +39,6 @@ def demo_samples(tmp_path_factory) -> dict[str, Path]:
                             cfg["sources"][slug].get("adapter", {}))
         out[slug] = root / slug
     return out
-
-
-def build_demo(samples: dict[str, Path], out: Path, executor: str = "in_process", **kw) -> Path:
-    """Run the `build` job in one Dagster run (a throw-away instance under `out`) into `out`/{work,release}."""
-    import dagster as dg
-
-    from assets.run import rebuild, settings_from
-
-    settings = settings_from(scale="demo", upstream={k: str(v) for k, v in samples.items()},
-                             work_dir=str(out / "work"), release_dir=str(out / "release"))
-    (out / "dagster_home").mkdir(parents=True, exist_ok=True)
-    with dg.DagsterInstance.local_temp(str(out / "dagster_home"), overrides={"telemetry": {"enabled": False}}) as instance:
-        result = rebuild(settings, instance=instance, log=lambda m: None, executor=executor, **kw)
-    assert result["failed_checks"] == [], result["failed_checks"]
-    assert result["steps"], "a fresh work folder must run every step"
-    return out / "release"
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from conftest import build_demo
+from factories import build_demo
 
 
 def digest_tree(root):

@@ -1,7 +1,7 @@
-"""Task families T1..T12 on hand-made IR: every family builds candidates whose question, choices, answer and frames
+"""Task families on hand-made IR: every family builds candidates whose question, choices, answer and frames
 follow the YAML templates and the labels; determinism; candidate contract.
 
-The hand-made IR generator (`synthetic_ir`) lives here and is reused by test_items.py / test_prompts.py."""
+The hand-made IR (`synthetic_ir`) and its candidate pools (`synthetic_pool`) come from tests/factories.py."""
 
 from __future__ import annotations
 
@@ -12,206 +12,21 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import load_config
-from upstream_adapters.ir import FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA, UNITS_SCHEMA
-
-# ------------------------------------------------------------------------------------------ hand-made IR
-
-CAMERAS = {"gm100": "camera_top", "rh20t": "036422060215", "reassemble": "hand", "aist": "cam_high"}
-FPS = {"gm100": 30.0, "rh20t": 10.0, "reassemble": 30.0, "aist": 50.0}
-LOW_CHAINS = {
-    "Pick": ["Approach", "Grasp", "Lift"],
-    "Insert": ["Approach", "Align", "Push", "Release"],
-    "Remove": ["Approach", "Grasp", "Twist", "Pull", "Lift"],
-    "Place": ["Approach", "Align", "Nudge", "Release"],
-}
-
-
-def _unit_id(source: str, i: int) -> tuple[str, str]:
-    if source == "gm100":
-        task = f"task_{i % 7 + 1:05d}"
-        return f"{task}__episode_{i:06d}", task
-    if source == "rh20t":
-        task = f"task_{i % 5 + 1:04d}"
-        return f"{task}_user_{i % 3 + 1:04d}_scene_{i + 1:04d}_cfg_0002", task
-    if source == "reassemble":
-        rid = f"2025-01-{9 + i // 24:02d}-{i % 24:02d}-00-00"
-        return rid, rid
-    task = f"task_{[4, 16, 31, 44, 48][i % 5]:03d}"
-    return f"{task}_episode_{i}", task
-
-
-def _ramp(n: int, segments: list[tuple[float, float, float]]) -> np.ndarray:
-    """Piecewise-linear position: segments of (start_frac, end_frac, total displacement) added up."""
-    x = np.zeros(n)
-    t = np.arange(n) / max(1, n - 1)
-    for a, b, d in segments:
-        x += d * np.clip((t - a) / max(1e-9, b - a), 0.0, 1.0)
-    return x
-
-
-def _arm_motion(n: int, active: tuple[float, float], rng: np.random.Generator, scale: float):
-    """Positions and speed of an arm moving during `active` (fractions) in two strokes, idle otherwise."""
-    a, b = active
-    m = a + (b - a) * 0.5
-    dx1, dy1 = rng.choice([-1, 1]) * scale, rng.choice([-1, 1]) * scale * 0.2
-    dx2, dy2 = rng.choice([-1, 1]) * scale * 0.2, rng.choice([-1, 1]) * scale
-    px = _ramp(n, [(a, m - 0.02, dx1), (m + 0.02, b, dx2)])
-    py = _ramp(n, [(a, m - 0.02, dy1), (m + 0.02, b, dy2)])
-    pz = _ramp(n, [(a, b, 0.1 * scale)])
-    return px, py, pz
-
-
-def synthetic_ir(source: str, n_units: int = 4, n_frames: int = 240, seed: int = 0) -> dict[str, pl.DataFrame]:
-    """A small, deterministic IR for one source in the exact IR schemas: motion in strokes, a gripper/force contact
-    in the middle of the activity, REASSEMBLE segments with low-level chains, RH20T ratings."""
-    rng = np.random.default_rng(seed)
-    units, frames, signals, segments = [], [], [], []
-    cam, fps = CAMERAS[source], FPS[source]
-    for i in range(n_units):
-        uid, task = _unit_id(source, i)
-        n = n_frames
-        t = np.arange(n) / fps
-        bimanual = source in ("gm100", "aist")
-        units.append({
-            "source": source, "unit_id": uid, "unit_type": "episode" if source == "gm100" else "recording",
-            "task_id": task, "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None,
-            "official_split": None, "cameras": [cam], "camera": cam, "fps": fps, "num_frames": n,
-            "arm_layout": "bimanual" if bimanual else "single_arm", "licence": "CC BY 4.0",
-            "rating": ([5, 1, 9, -1, 2, 0][i % 6] if source == "rh20t" else None), "language": "do the task",
-        })
-        frames.append(pl.DataFrame({"source": source, "unit_id": uid, "camera": cam, "frame_index": np.arange(n),
-                                    "t_sec": t, "native_ts": t + 1000.0}))
-        arm_specs = {"gm100": [("left", (0.10, 0.55)), ("right", (0.45, 0.90))],
-                     "aist": [("left", (0.08, 0.50)), ("right", (0.40, 0.85))]}.get(source, [("single", (0.10, 0.85))])
-        if source == "gm100" and i % 3 == 2:  # a single-right task: the left arm stays still
-            arm_specs = [("left", (0.0, 0.0)), ("right", (0.15, 0.85))]
-        scale = {"gm100": 0.3, "rh20t": 1.0, "reassemble": 0.6, "aist": 0.8}[source]
-        for arm, active in arm_specs:
-            if active[1] > active[0]:
-                px, py, pz = _arm_motion(n, active, rng, scale)
-            else:
-                px = py = pz = np.zeros(n)
-            px = px + rng.normal(0, 1e-4, n)
-            py = py + rng.normal(0, 1e-4, n)
-            v = np.r_[0.0, np.linalg.norm(np.diff(np.c_[px, py, pz], axis=0), axis=1) * fps]
-            a, b = active
-            c0, c1 = int((a + 0.3 * (b - a)) * n), int((a + 0.8 * (b - a)) * n)
-            row = {"source": source, "unit_id": uid, "arm": arm, "frame_index": np.arange(n), "t_sec": t,
-                   "pos_x": px, "pos_y": py, "pos_z": pz, "speed": None, "gripper_effort": None,
-                   "gripper_width": None, "force": None, "speed_full": None}
-            if source == "gm100":
-                eff = 1.0 + rng.normal(0, 0.01, n)
-                if b > a:
-                    eff[c0:c1] -= 0.5
-                row["gripper_effort"] = eff
-                row["speed"] = v * 12.0
-            elif source == "rh20t":
-                w = np.full(n, 90.0) + rng.normal(0, 0.05, n)
-                w[c0:c1] = 40.0
-                f = np.abs(rng.normal(0.3, 0.1, n))
-                f[c0:c1] += 6.0
-                row["gripper_width"], row["force"] = w, f
-            elif source == "reassemble":
-                row["speed"] = v
-                row["force"] = np.abs(rng.normal(1.0, 0.2, n))
-            else:
-                row["speed"] = v * 4.0
-            df = pl.DataFrame({k: (val if isinstance(val, np.ndarray) else [val] * n) for k, val in row.items()},
-                              schema_overrides={c: pl.Float64 for c in ("pos_x", "pos_y", "pos_z", "speed",
-                                                                        "gripper_effort", "gripper_width", "force",
-                                                                        "speed_full")})
-            signals.append(df)
-        if source == "reassemble":
-            segments.extend(_reassemble_segments(uid, n, fps, i))
-    units_df = pl.from_arrow(__import__("pyarrow").Table.from_pylist(units, schema=UNITS_SCHEMA))
-    frames_df = pl.concat(frames).cast(dict(zip(FRAMES_SCHEMA.names, pl.from_arrow(FRAMES_SCHEMA.empty_table()).dtypes)))
-    sig_schema = pl.from_arrow(SIGNALS_SCHEMA.empty_table()).schema
-    signals_df = pl.concat([s.select(list(sig_schema)).cast(dict(sig_schema)) for s in signals])
-    seg_schema = pl.from_arrow(SEGMENTS_SCHEMA.empty_table()).schema
-    segments_df = pl.DataFrame(segments, schema=seg_schema) if segments else pl.DataFrame(schema=seg_schema)
-    return {"units": units_df, "frames": frames_df, "signals": signals_df, "segments": segments_df}
-
-
-def _reassemble_segments(uid: str, n: int, fps: float, i: int) -> list[dict]:
-    """No action, then alternating actions (one failed) each with a low-level chain, tiling the recording."""
-    rows = []
-    verbs = ["Pick", "Insert", "Remove", "Place", "Pick", "Insert", "Remove", "Place", "Pick", "Insert"]
-    objs = ["round peg 1", "square peg 3", "BNC", "USB", "gear large"]
-    n_high = max(11, n // 110)
-    cuts = np.linspace(0, n, n_high + 1).astype(int)
-    hi = 0
-    for k in range(n_high):
-        s, e = int(cuts[k]), int(cuts[k + 1]) - 1
-        if k == 0 or k == 6:
-            text, success = "No action.", True
-        else:
-            verb = verbs[(k + i) % len(verbs)]
-            text, success = f"{verb} {objs[(k + i) % len(objs)]}.", not (k == 3 and i % 2 == 0)
-        rows.append({"source": "reassemble", "unit_id": uid, "level": "high", "seg_index": hi, "parent_index": None,
-                     "text": text, "start_frame": s, "end_frame": e, "start_sec": s / fps, "end_sec": e / fps,
-                     "success": success})
-        if text != "No action.":
-            chain = LOW_CHAINS[text.split()[0]]
-            if k % 4 == 1:
-                chain = chain[:2] + [chain[1]] + chain[2:]  # a repeated label: the distinct chain collapses it
-            lc = np.linspace(s, e + 1, len(chain) + 1).astype(int)
-            for j, lt in enumerate(chain):
-                rows.append({"source": "reassemble", "unit_id": uid, "level": "low", "seg_index": j,
-                             "parent_index": hi, "text": lt, "start_frame": int(lc[j]), "end_frame": int(lc[j + 1]) - 1,
-                             "start_sec": lc[j] / fps, "end_sec": (lc[j + 1] - 1) / fps, "success": True})
-        hi += 1
-    return rows
-
-
-# ------------------------------------------------------------------------------------------ helpers
-
-from pipeline.families import GENERATORS, build_candidates  # noqa: E402 - below the IR factories they need none of
-from pipeline.families.common import CANDIDATE_SCHEMA  # noqa: E402 - below the IR factories they need none of
-from pipeline.labels import compute_labels  # noqa: E402 - below the IR factories they need none of
+import public_release_pins as pins
+from factories import CAMERAS, synthetic_ir, synthetic_pool
+from pipeline.config import load_config, task_ids
+from pipeline.families import GENERATORS, build_candidates, enabled_families
+from pipeline.families.common import CANDIDATE_SCHEMA
+from pipeline.labels import compute_labels
 
 CFG = load_config()
-VERBATIM = {  # question texts of the reference build (docs/upstream-formats.md; T11 changed, see its task YAML)
-    ("T1", "default"): "Which phase best describes the current robot manipulation state?",
-    ("T2", "gm100"): "Is the {arm} gripper currently in contact with anything?",
-    ("T2", "default"): "Is the end effector currently in contact with anything?",
-    ("T3", "gm100"): "In which direction does the {arm} robot arm primarily move in the scene?",
-    ("T3", "default"): "In which direction does the robot arm primarily move across these time-ordered frames?",
-    ("T3", "aist"): "In which direction does the {arm} robot arm primarily move across these time-ordered frames?",
-    ("T4", "default"): "Across these time-ordered frames, which bimanual activity state best describes the robot?",
-    ("T5", "default"): "Across these time-ordered frames, how far along is the current manipulation step?",
-    ("T6", "default"): "Across these time-ordered frames, is the robot arm actively moving or stationary?",
-    ("T6", "aist"): "Across these time-ordered frames, is the {arm} robot arm actively moving or stationary?",
-    ("T7", "rh20t"): "Based on these early frames of the episode, will this manipulation attempt eventually succeed?",
-    ("T7", "reassemble"): "Based on these early frames of the current operation, will this operation eventually succeed?",
-    ("T8", "default"): "Order these three frames from earliest to latest in the manipulation sequence.",
-    ("T10", "default"): "What is the current low-level action in these ordered frames?",
-    ("T11", "default"): "What low-level action should happen next, after the one under way in these frames?",
-    # T12: the public text named the high-level action and both neighbours, which left one likely answer
-    ("T12", "default"): "These frames show a local chain of low-level actions, before > [MASK] > after, in time order: "
-                        "the first frame the action before, the middle frames the masked action, the last frame the "
-                        "action after. Which action fills [MASK]?",
-}
-QUOTAS = {
-    "gm100": {"T1": 3000, "T2": 1000, "T3": 2500, "T4": 1500, "T5": 2500, "T6": 1500, "T8": 2000, "T9": 1500},
-    "rh20t": {"T1": 2000, "T2": 1500, "T3": 1800, "T5": 2300, "T6": 1500, "T7": 4000, "T8": 1200, "T9": 1500},
-    "reassemble": {"T1": 2523, "T2": 2523, "T5": 2931, "T6": 1260, "T7": 1110, "T8": 907, "T9": 1849, "T10": 2438,
-                   "T11": 1338, "T12": 286},
-    "aist": {"T3": 3041, "T4": 1989, "T6": 1597, "T8": 2200, "T9": 600},
-}
-FAMILIES_BY_SOURCE = {s: sorted(q, key=lambda t: int(t[1:])) for s, q in QUOTAS.items()}
-
-
-def _pool(source: str, n_units: int = 4, n_frames: int = 1200, cfg=None):
-    cfg = cfg or CFG
-    ir = synthetic_ir(source, n_units=n_units, n_frames=n_frames)
-    labels = compute_labels(source, ir, cfg)
-    return ir, labels, build_candidates(source, ir, labels, cfg)
+SOURCES = list(CFG["build"]["sources"])
+FAMILIES_BY_SOURCE = {s: enabled_families(CFG, s) for s in SOURCES}  # from the configs: a new family joins in
 
 
 @pytest.fixture(scope="module")
 def pools():
-    return {s: _pool(s) for s in QUOTAS}
+    return {s: synthetic_pool(s) for s in SOURCES}
 
 
 def _rows(pool: pl.DataFrame, task: str) -> list[dict]:
@@ -229,24 +44,21 @@ def _label_at(labels, table: str, unit: str, frame: int, col: str, arm: str | No
 
 
 def test_templates_quotas_and_verbatim_questions():
-    for source, qs in QUOTAS.items():
-        got = {t: CFG["tasks"][t]["quota"][source] for t in CFG["tasks"] if source in CFG["tasks"][t]["quota"]}
+    """The templates of the public release's twelve families keep its names, option counts, aliases, question texts
+    and quotas (tests/public_release_pins.py); every template has a generator."""
+    tasks = CFG["tasks"]
+    for source, qs in pins.QUOTAS.items():
+        got = {t: tasks[t]["quota"][source] for t in pins.TASK_NAMES if source in tasks[t]["quota"]}
         assert got == qs, source
-        assert sum(qs.values()) == {"gm100": 15500, "rh20t": 15800, "reassemble": 17165, "aist": 9427}[source]
-    for (t, key), text in VERBATIM.items():
-        assert CFG["tasks"][t]["question"][key] == text, (t, key)
-    assert CFG["tasks"]["T2"]["labels"]["default"] == {"contact": "Yes — contact established",
-                                                       "no_contact": "No — no contact"}
-    assert CFG["tasks"]["T3"]["labels"]["gm100"]["left"] == "toward the left side of the scene"
-    assert [CFG["tasks"][f"T{i}"]["num_choices"] for i in range(1, 13)] == [4, 2, 4, 4, 3, 2, 2, 6, 2, 4, 4, 4]
-    assert {t: CFG["tasks"][t]["legacy_alias"] for t in ("T5", "T8")} == {"T5": "T_progress", "T8": "T_temporal"}
-    assert CFG["tasks"]["T9"]["legacy_alias"] == {"aist": "T9", "default": "T_binary"}
-    public = ["Phase Recognition", "Contact Detection", "Motion Direction Prediction", "Bimanual Coordination State",
-              "Primitive-local Progress", "Motion State Recognition", "Operation Outcome Prediction",
-              "Temporal Ordering", "Temporal Priority Prediction", "Current Primitive Recognition",
-              "Next Primitive Prediction", "Primitive Chain Restoration"]  # public task names (docs/release-format.md)
-    assert [CFG["tasks"][f"T{i}"]["task_name"] for i in range(1, 13)] == public
-    for t, tc in CFG["tasks"].items():
+        assert sum(qs.values()) == pins.QUOTA_TOTALS[source]
+    for (t, key), text in pins.QUESTIONS.items():
+        assert tasks[t]["question"][key] == text, (t, key)
+    assert tasks["T2"]["labels"]["default"] == {"contact": "Yes — contact established", "no_contact": "No — no contact"}
+    assert tasks["T3"]["labels"]["gm100"]["left"] == "toward the left side of the scene"
+    assert {t: tasks[t]["num_choices"] for t in pins.NUM_CHOICES} == pins.NUM_CHOICES
+    assert {t: tasks[t]["legacy_alias"] for t in pins.LEGACY_ALIASES} == pins.LEGACY_ALIASES
+    assert {t: tasks[t]["task_name"] for t in pins.TASK_NAMES} == pins.TASK_NAMES  # docs/release-format.md
+    for t, tc in tasks.items():
         assert set(tc["quota"]) == set(tc["sources"]) and t in GENERATORS
 
 
@@ -267,7 +79,7 @@ def test_frame_windows_match_reference():
 # ------------------------------------------------------------------------------------------ pool contract
 
 
-@pytest.mark.parametrize("source", list(QUOTAS))
+@pytest.mark.parametrize("source", SOURCES)
 def test_pool_contract(pools, source):
     ir, labels, pool = pools[source]
     assert dict(pool.schema) == CANDIDATE_SCHEMA
@@ -298,11 +110,11 @@ def test_pool_contract(pools, source):
 
 
 def test_pools_are_deterministic():
-    a = _pool("gm100", n_units=3, n_frames=400)[2]
-    b = _pool("gm100", n_units=3, n_frames=400)[2]
+    a = synthetic_pool("gm100", n_units=3, n_frames=400)[2]
+    b = synthetic_pool("gm100", n_units=3, n_frames=400)[2]
     assert a.equals(b)
-    a = _pool("reassemble", n_units=2)[2]
-    b = _pool("reassemble", n_units=2)[2]
+    a = synthetic_pool("reassemble", n_units=2)[2]
+    b = synthetic_pool("reassemble", n_units=2)[2]
     assert a.equals(b)
 
 
@@ -317,7 +129,7 @@ def test_t1_phase_matches_labels(pools):
         for r in rows[:50]:
             assert r["frame_indices"] == [r["anchor_frame"]]
             assert _label_at(labels, "frames", r["unit_id"], r["anchor_frame"], "phase") == r["answer_text"]
-            assert r["question"] == VERBATIM[("T1", "default")]
+            assert r["question"] == pins.QUESTIONS[("T1", "default")]
         # distractors are a uniform draw: not always the answer's neighbours in process order (that leaked it)
         order = CFG["labels"]["phases"]
         spans = {max(order.index(x) for x in [r["answer_text"], *r["distractors"]])
@@ -337,7 +149,7 @@ def test_t2_contact(pools):
         assert (r["answer_text"] == "Yes — contact established") == c
     for source in ("rh20t", "reassemble"):
         rows = _rows(pools[source][2], "T2")
-        assert rows and all(r["question"] == VERBATIM[("T2", "default")] for r in rows)
+        assert rows and all(r["question"] == pins.QUESTIONS[("T2", "default")] for r in rows)
 
 
 def test_t3_direction(pools):
@@ -369,7 +181,7 @@ def test_t3_offsets_must_match_label_window():
     cfg = copy.deepcopy(CFG)
     cfg["tasks"]["T3"]["frames"]["rh20t"]["offsets"] = [-10, -5, 0, 5]
     with pytest.raises(ValueError, match="label window"):
-        _pool("rh20t", n_units=1, n_frames=300, cfg=cfg)
+        synthetic_pool("rh20t", n_units=1, n_frames=300, cfg=cfg)
 
 
 def test_t4_coordination(pools):
@@ -416,7 +228,7 @@ def test_t6_motion(pools):
         assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3, 6)]
     ir, labels, pool = pools["reassemble"]
     rows = _rows(pool, "T6")
-    assert rows and all(r["question"] == VERBATIM[("T6", "default")] for r in rows)
+    assert rows and all(r["question"] == pins.QUESTIONS[("T6", "default")] for r in rows)
     arms = labels["arms"]
     for r in rows:
         f = r["frame_indices"]
@@ -448,7 +260,7 @@ def test_t7_outcome(pools):
 
 
 def test_t8_t9_temporal(pools):
-    for source in QUOTAS:
+    for source in SOURCES:
         ir, labels, pool = pools[source]
         for r in _rows(pool, "T8"):
             f = r["frame_indices"]
@@ -510,7 +322,7 @@ def test_t10_current_primitive(reassemble_pool):
            r["answer_text"] for r in rows}
     assert got[(1, 1)] == "Grasp" and got[(2, 3)] == "Push" and got[(3, 1)] == "Nudge"
     for r in rows:
-        assert r["question"] == VERBATIM[("T10", "default")]
+        assert r["question"] == pins.QUESTIONS[("T10", "default")]
         assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3)]
         assert len(r["choices"] if "choices" in r else r["distractors"]) == 3
     used = {"Approach", "Grasp", "Lift", "Align", "Push", "Release", "Nudge"}  # the labels the source uses
@@ -524,7 +336,7 @@ def test_t11_next_primitive(reassemble_pool):
     ir, labels, pool = reassemble_pool
     rows = _rows(pool, "T11")
     pairs = {(json.loads(r["label_meta_json"])["current"], r["answer_text"], r["question"]) for r in rows}
-    q = VERBATIM[("T11", "default")]  # the high-level action is no longer named: with the options it gave the answer
+    q = pins.QUESTIONS[("T11", "default")]  # the high-level action is no longer named: with the options it gave the answer
     assert ("Approach", "Grasp", q) in pairs
     assert ("Align", "Push", q) in pairs  # the next DISTINCT label
     assert all(cur != ans for cur, ans, _ in pairs)
@@ -550,7 +362,7 @@ def test_t12_chain_restoration(reassemble_pool):
 
     for r in rows:
         meta = json.loads(r["label_meta_json"])
-        assert r["question"] == VERBATIM[("T12", "default")]  # names neither the action nor the neighbours
+        assert r["question"] == pins.QUESTIONS[("T12", "default")]  # names neither the action nor the neighbours
         assert sorted(r["distractors"]) == sorted(mids - {r["answer_text"]})  # neighbours may be offered
         f = r["frame_indices"]
         assert f == sorted(f) and len(f) == 4 and f[1:3] == [r["anchor_frame"] - 3, r["anchor_frame"] + 3]
@@ -583,14 +395,14 @@ def test_pool_independent_of_hash_seed(tmp_path):
 
     script = (
         "import sys, hashlib; sys.path.insert(0, 'tests')\n"
-        "from test_families import _pool\n"
+        "from factories import synthetic_pool\n"
         "from pipeline import items as I\n"
         "from pipeline.choices import assign_letters, display_order\n"
         "from pipeline.config import load_config\n"
         "cfg = load_config()\n"
         "h = hashlib.sha256()\n"
         "for s in ('reassemble', 'gm100'):\n"
-        "    p = _pool(s, n_units=2, n_frames=900)[2]\n"
+        "    p = synthetic_pool(s, n_units=2, n_frames=900)[2]\n"
         "    a = assign_letters(display_order(I.select_candidates(p, I.quotas(cfg, s), 42, extra=0.1), 42), 42)\n"
         "    h.update(p.write_ndjson().encode()); h.update(a.write_ndjson().encode())\n"
         "print(h.hexdigest())\n")
@@ -619,5 +431,5 @@ def test_items_from_every_family(pools, reassemble_pool):
             assert r["choices"]["ABCDEF".index(r["answer"])] == r["answer_text"]
             assert sorted(r["choices"]) == sorted([r["answer_text"], *r["distractors"]])
             seen.add((source, r["task_id"]))
-    assert {t for _, t in seen} == {f"T{i}" for i in range(1, 13)}
+    assert {t for _, t in seen} == set(task_ids(CFG))
     assert seen == {(s, t) for s, ts in FAMILIES_BY_SOURCE.items() for t in ts}

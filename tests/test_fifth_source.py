@@ -146,6 +146,7 @@ def toy_registered():
     upstream_adapters.unregister(SLUG)
 
 
+@pytest.mark.slow
 def test_fifth_source_builds_a_valid_release(tmp_path, toy_registered):
     corpus = tmp_path / "toy"
     write_toy_corpus(corpus)

@@ -7,9 +7,9 @@ import types
 
 import pytest
 
+from factories import make_unit
 import upstream_adapters
 from pipeline.ingest import ingest_source, summary_text
-from test_ir import make_unit
 from upstream_adapters.ir import SourceError, UnitError
 
 

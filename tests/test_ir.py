@@ -3,34 +3,8 @@
 import pyarrow as pa
 import pytest
 
-from upstream_adapters.ir import (
-    FRAMES_SCHEMA,
-    SEGMENTS_SCHEMA,
-    SIGNALS_SCHEMA,
-    UnitIR,
-    to_table,
-    validate_unit,
-)
-
-
-def make_unit(n=5, **overrides):
-    unit = {
-        "source": "gm100", "unit_id": "task_00001__episode_000000", "unit_type": "episode", "task_id": "task_00001",
-        "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None, "official_split": None,
-        "cameras": ["camera_top", "camera_wrist_left"], "camera": "camera_top", "fps": 30.0, "num_frames": n,
-        "arm_layout": "bimanual", "licence": "unknown", "rating": None, "language": None,
-    }
-    unit.update(overrides)
-    frames = to_table([{"source": "gm100", "unit_id": unit["unit_id"], "camera": "camera_top", "frame_index": i,
-                        "t_sec": i / 30, "native_ts": i / 30} for i in range(n)], FRAMES_SCHEMA)
-    signals = to_table([{"source": "gm100", "unit_id": unit["unit_id"], "arm": arm, "frame_index": i, "t_sec": i / 30,
-                         "pos_x": 0.1 * i, "pos_y": 0.0, "pos_z": None, "speed": 0.1, "gripper_effort": 1.0,
-                         "gripper_width": None, "force": None} for arm in ("left", "right") for i in range(n)],
-                       SIGNALS_SCHEMA)
-    segments = to_table([{"source": "gm100", "unit_id": unit["unit_id"], "level": "high", "seg_index": 0,
-                          "parent_index": None, "text": "x", "start_frame": 0, "end_frame": n - 1, "start_sec": 0.0,
-                          "end_sec": (n - 1) / 30, "success": True}], SEGMENTS_SCHEMA)
-    return UnitIR(unit=unit, frames=frames, signals=signals, segments=segments)
+from factories import make_unit
+from upstream_adapters.ir import FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA, to_table, validate_unit
 
 
 def test_valid_unit_passes():

@@ -11,12 +11,13 @@ import math
 import polars as pl
 import pytest
 
+import public_release_pins as pins
+from factories import synthetic_pool
 from pipeline import choices as C
 from pipeline import items as I
-from pipeline.config import load_config
+from pipeline.config import load_config, task_ids
 from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
 from pipeline.seeding import stable_hash
-from test_families import _pool
 
 CFG = load_config()
 
@@ -71,9 +72,10 @@ def test_quotas_per_source_and_scale():
     rel = copy.deepcopy(CFG)
     rel["build"]["scale"] = "release"
     q = I.quotas(rel, "reassemble")
-    assert list(q) == ["T1", "T2", "T5", "T6", "T7", "T8", "T9", "T10", "T11", "T12"]
-    assert sum(q.values()) == 17165 and q["T12"] == 286
-    assert sum(I.quotas(rel, s)[t] for s in ("gm100", "rh20t", "reassemble", "aist") for t in I.quotas(rel, s)) == 57892
+    assert list(q) == [t for t in task_ids(rel) if t in q]  # task order
+    assert {t: q[t] for t in pins.QUOTAS["reassemble"]} == pins.QUOTAS["reassemble"]  # the public release's quotas
+    public = {s: {t: n for t, n in I.quotas(rel, s).items() if t in pins.TASK_NAMES} for s in pins.QUOTAS}
+    assert sum(sum(q.values()) for q in public.values()) == pins.RELEASE_ITEMS
     demo = copy.deepcopy(CFG)
     demo["build"]["scale"] = "demo"
     scale = demo["build"]["quota_scale"]["demo"]
@@ -182,7 +184,7 @@ def test_letters_deterministic_and_order_free():
 
 def test_the_frames_stage_assigns_no_letter():
     """Letters are assigned in one place, the split: the frames stage's table has an item key but no option order."""
-    _, _, pool = _pool("aist", n_units=2, n_frames=800)
+    _, _, pool = synthetic_pool("aist", n_units=2, n_frames=800)
     out = C.display_order(pool, seed=42)
     assert "answer" not in out.columns and "choices" not in out.columns
     assert out["item_key"].to_list() == [stable_hash(k) for k in out["candidate_key"].to_list()]
@@ -199,7 +201,7 @@ def test_letters_balanced_within_each_group_and_t8_t9_letters_follow_their_frame
         counts = out.filter(pl.col("split") == name).group_by("answer").len()["len"].to_list()
         assert max(counts) - min(counts) <= 1, name
     assert out["candidate_key"].to_list() == shown["candidate_key"].to_list()  # input order kept
-    _, _, pool = _pool("aist", n_units=3, n_frames=1000)
+    _, _, pool = synthetic_pool("aist", n_units=3, n_frames=1000)
     shown = C.display_order(pool.filter(pl.col("task_id").is_in(["T8", "T9"])), 42)
     whole = C.assign_letters(shown, 42)
     split = C.assign_letters(shown.with_columns(split=pl.lit("eval")), 42, within=("split",))
@@ -212,7 +214,7 @@ def test_letters_balanced_within_each_group_and_t8_t9_letters_follow_their_frame
 
 @pytest.fixture(scope="module")
 def temporal_items():
-    _, _, pool = _pool("aist", n_units=3, n_frames=1000)
+    _, _, pool = synthetic_pool("aist", n_units=3, n_frames=1000)
     pool = pool.filter(pl.col("task_id").is_in(["T8", "T9"]))
     return pool, _lettered(pool, seed=42)
 
@@ -242,7 +244,7 @@ def test_t8_t9_canonical_options_and_reordered_frames(temporal_items):
 
 
 def test_select_then_assign_on_real_pool_is_deterministic():
-    _, _, pool = _pool("rh20t", n_units=4, n_frames=600)
+    _, _, pool = synthetic_pool("rh20t", n_units=4, n_frames=600)
     q = I.quotas(CFG, "rh20t")
     a = _lettered(I.select_candidates(pool, q, 42, extra=0.1), 42)
     b = _lettered(I.select_candidates(pool, q, 42, extra=0.1), 42)

@@ -8,9 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from factories import synthetic_ir
 from pipeline import labels as L
 from pipeline.config import load_config
-from test_families import synthetic_ir
 
 
 @pytest.fixture(scope="module")

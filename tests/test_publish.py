@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from factories import hold_build_lock
 from pipeline import io, provenance, publish
 
 
@@ -47,17 +48,11 @@ def test_clean_temp_files_removes_only_leftovers_of_atomic_writes(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ the lock
-def _hold(cfg, token, ready, stop):
-    with publish.build_lock(cfg, token):
-        ready.set()
-        stop.wait(30)
-
-
 def test_a_second_build_gets_a_lock_error_naming_the_holder(tmp_path):
     cfg = _cfg(tmp_path)
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold, args=(cfg, "first", ready, stop))
+    holder = ctx.Process(target=hold_build_lock, args=(cfg, "first", ready, stop))
     holder.start()
     try:
         assert ready.wait(30)
@@ -93,7 +88,7 @@ def test_one_lock_per_release_folder_even_with_another_work_folder(tmp_path):
     other = {"build": {**cfg["build"], "work_dir": str(tmp_path / "work2")}}
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold, args=(cfg, "first", ready, stop))
+    holder = ctx.Process(target=hold_build_lock, args=(cfg, "first", ready, stop))
     holder.start()
     try:
         assert ready.wait(30)

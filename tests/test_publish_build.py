@@ -16,13 +16,9 @@ import pytest
 import yaml
 
 from assets.cli import main
+from factories import hold_build_lock
 from pipeline import publish
 from pipeline.config import path_in_repo
-
-try:
-    from tests.test_publish import _hold
-except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from test_publish import _hold
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +112,7 @@ def test_a_second_build_is_refused_while_one_holds_the_folders(built, capsys):
     cfg = {"build": {"work_dir": args[args.index("--work-dir") + 1], "release_dir": str(release)}}
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold, args=(cfg, "other", ready, stop))
+    holder = ctx.Process(target=hold_build_lock, args=(cfg, "other", ready, stop))
     holder.start()
     try:
         assert ready.wait(60)

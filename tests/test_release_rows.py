@@ -9,8 +9,8 @@ import json
 import polars as pl
 import pytest
 
+from factories import fake_hash, make_cfg, make_items, make_units
 from pipeline import io, schema, writers
-from test_writers import _h, make_cfg, make_items, make_units
 
 
 # ---------------------------------------------------------------- bytes
@@ -35,12 +35,12 @@ def _tricky() -> tuple[pl.DataFrame, pl.DataFrame]:
         {**base, "source": "gm100", "unit_id": uid, "task_id": "T9", "camera": "cam_ü\x7f",
          "answer_text": "Y — ✓", "choices": ["X\u0000", "Y — ✓"], "answer": "B", "num_choices": 2,
          "frame_indices": [1234567, 0], "display_labels": ["X", "Ÿ"], "render_spec_json": spec, "anchor_frame": None,
-         "item_key": "k1", "image_hashes_json": json.dumps([_h("a"), _h("b")], separators=(",", ":")),
+         "item_key": "k1", "image_hashes_json": json.dumps([fake_hash("a"), fake_hash("b")], separators=(",", ":")),
          "split": "eval", "eval_level": "L2"},
         {**base, "source": "rh20t", "unit_id": "r\u2028", "task_id": "T1", "camera": "036422060215",
          "answer_text": "contact", "choices": ["approach", "contact", "pre-approach", "release"], "answer": "B",
          "num_choices": 4, "frame_indices": [5], "display_labels": None, "render_spec_json": None, "anchor_frame": 5,
-         "item_key": "k2", "image_hashes_json": json.dumps([_h("c")]), "split": "sft", "eval_level": None,
+         "item_key": "k2", "image_hashes_json": json.dumps([fake_hash("c")]), "split": "sft", "eval_level": None,
          "split_group_id": "g2", "arm_type": "single_arm"},
     ], schema_overrides={"anchor_frame": pl.Int64, "display_labels": pl.List(pl.String)})
     return items, units

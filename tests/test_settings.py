@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import public_release_pins as pins
 from pipeline.config import (CONFIG_DIR, load_config, load_split_policy, per_source, read_settings,
                              split_policy, task_ids, task_names)
 from pipeline.labels.driver import source_spec
@@ -221,7 +222,10 @@ def test_defaults_are_filled_for_omitted_keys(cfg_dir):
 
 def test_shared_readers():
     cfg = load_config()
-    assert task_ids(cfg) == [f"T{i}" for i in range(1, 13)]
+    ids = task_ids(cfg)  # every template of configs/tasks/, in task order (T2 before T10)
+    assert sorted(ids) == sorted(p.stem for p in (CONFIG_DIR / "tasks").glob("T*.yaml"))
+    assert [int(t[1:]) for t in ids] == sorted(int(t[1:]) for t in ids)
+    assert ids[:len(pins.TASK_NAMES)] == list(pins.TASK_NAMES)
     assert task_names(cfg)["T7"] == "Operation Outcome Prediction"
     assert per_source({"gm100": 1, "default": 2}, "gm100") == 1
     assert per_source({"gm100": 1, "default": 2}, "aist") == 2

@@ -8,13 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from factories import build, make_cfg
 from pipeline import io, writers
 from pipeline.validate import find_path_leaks, validate_release
-
-try:
-    from tests.test_writers import build, make_cfg
-except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from test_writers import build, make_cfg
 
 FILES = make_cfg()["release"]["files"]
 

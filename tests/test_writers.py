@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import shutil
 import subprocess
@@ -12,124 +10,9 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pytest
-import yaml
 
+from factories import DOCUMENTS, build, make_cfg, make_items, make_units
 from pipeline import schema, writers
-from pipeline.io import compact_json
-
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-PHASES = ["pre-approach", "approach", "contact", "release"]
-PERMS = ["".join(p) for p in itertools.permutations("XYZ")]
-# Public names (docs/release-format.md); the build reads them from configs/tasks/T*.yaml.
-TASK_NAMES = {"T1": "Phase Recognition", "T2": "Contact Detection", "T3": "Motion Direction Prediction",
-              "T8": "Temporal Ordering", "T9": "Temporal Priority Prediction", "T10": "Current Primitive Recognition"}
-
-
-# ---------------------------------------------------------------- hand-made inputs (also used by test_validate.py)
-
-
-def make_cfg() -> dict:
-    release = yaml.safe_load((CONFIG_DIR / "release.yaml").read_text())["release"]
-    sources = yaml.safe_load((CONFIG_DIR / "sources.yaml").read_text())["sources"]
-    return {
-        "build": {"release_seed": 42, "sources": ["gm100", "rh20t", "reassemble", "aist"]},
-        "sources": {s: {"name": d["name"], "unit_type": d["unit_type"]} for s, d in sources.items()},
-        "release": release,
-        "tasks": {t: {"task_name": n} for t, n in TASK_NAMES.items()},
-        "split": {"eval_ratio": 0.15},
-    }
-
-
-def make_units() -> pl.DataFrame:
-    rows = []
-    for e in range(4):
-        rows.append({"source": "gm100", "unit_id": f"task_00001__episode_{e:06d}", "unit_type": "episode",
-                     "task_id": "task_00001", "licence": "unknown", "language": "pick up the cup" if e % 2 else None})
-    for r in range(3):
-        rows.append({"source": "rh20t", "unit_id": f"task_0001_user_0001_scene_000{r + 1}_cfg_0002",
-                     "unit_type": "recording", "task_id": "task_0001",
-                     "licence": "CC BY-SA 4.0" if r < 2 else "CC BY-NC 4.0", "language": "push the block"})
-    return pl.DataFrame(rows)
-
-
-def _h(*parts) -> str:
-    return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
-
-
-def _item(source, unit, task, anchor, frames, true_text, options, answer_pos, *, legacy=None, input_type="single_frame",
-          labels=None, spec=None, n_images=None, question="Q?"):
-    choices = [o for o in options if o != true_text]
-    choices.insert(answer_pos, true_text)
-    key = f"{task}|{source}|{unit}|f{anchor}|{'-'.join(map(str, frames))}"
-    return {
-        "candidate_key": key,
-        "source": source,
-        "unit_id": unit,
-        "task_id": task,
-        "task_type_legacy": legacy or task,
-        "input_type": input_type,
-        "camera": "camera_top" if source == "gm100" else "036422060215",
-        "question": question,
-        "answer_text": true_text,
-        "distractors": [c for c in choices if c != true_text],
-        "num_choices": len(choices),
-        "frame_indices": frames,
-        "display_labels": labels,
-        "render_spec_json": spec,
-        "anchor_frame": anchor,
-        "arm_type": "single_right" if source == "gm100" else "single_arm",
-        "label_meta_json": "{}",
-        "item_key": _h("item", key)[:16],
-        "choices": choices,
-        "answer": "ABCDEF"[answer_pos],
-        "image_hashes_json": json.dumps([_h(key, i) for i in range(n_images or len(frames))]),
-    }
-
-
-def make_items() -> pl.DataFrame:
-    """~40 items over gm100 (4 episodes) and rh20t (3 recordings); unit 0 of each source is eval."""
-    units = make_units()
-    rows = []
-    k = 0
-    for u in units.iter_rows(named=True):
-        src, uid = u["source"], u["unit_id"]
-        for a in (40, 10):  # anchors deliberately out of order
-            rows.append(_item(src, uid, "T1", a, [a], PHASES[k % 4], PHASES, k % 4,
-                              question="Which phase best describes the current robot manipulation state?"))
-            k += 1
-        rows.append(_item(src, uid, "T2", 20, [20], "Yes — contact established",
-                          ["Yes — contact established", "No — no contact"], k % 2))
-        k += 1
-        frames = [30, 5, 17]
-        spec8 = compact_json({"version": 1, "kind": "labelled_frames", "labels": ["X", "Y", "Z"],
-                              "frame_indices": frames, "size": None})
-        rows.append(_item(src, uid, "T8", 5, frames, "YZX", PERMS, k % 6, legacy="T_temporal",
-                          input_type="labelled_frames", labels=["X", "Y", "Z"], spec=spec8))
-        k += 1
-        spec9 = compact_json({"version": 1, "kind": "panels", "labels": ["X", "Y"], "frame_indices": [50, 12],
-                              "size": [320, 240], "gap": 8})
-        rows.append(_item(src, uid, "T9", 12, [50, 12], "Y", ["X", "Y"], k % 2, legacy="T_binary",
-                          input_type="panel_composite", labels=["X", "Y"], spec=spec9, n_images=1))
-        k += 1
-    items = pl.DataFrame(rows)
-    eval_units = {"task_00001__episode_000000", "task_0001_user_0001_scene_0001_cfg_0002"}
-    return items.with_columns(
-        split=pl.when(pl.col("unit_id").is_in(list(eval_units))).then(pl.lit("eval")).otherwise(pl.lit("sft")),
-        split_group_id=pl.concat_str([pl.col("source"), pl.col("unit_id")], separator="/"),
-    )
-
-
-DOCUMENTS = {"prompt_templates": "# Prompt templates\n\n{question}\n\nA: {choice_A}\n\n<ANSWER>A</ANSWER>\n",
-             "reconstruction": "# Reconstruction\n\nUse reconstruction_key_json with the upstream data.\n",
-             "provenance": '{"builder_version": "processbench_build_v2"}\n'}
-
-
-def build(out_dir: Path, cfg=None, items=None, summary=None):
-    cfg = cfg or make_cfg()
-    ev, sft = writers.release_tables(make_items() if items is None else items, make_units(), cfg)
-    result = writers.write_release(ev, sft, summary or {"eval_ratio": 0.15}, cfg, out_dir, DOCUMENTS)
-    return ev, sft, result
-
 
 # ---------------------------------------------------------------- schema
 
@@ -232,11 +115,13 @@ def test_task_names_one_place():
 
 
 def test_real_configs_name_every_task():
-    from pipeline.config import load_config
+    import public_release_pins as pins
+    from pipeline.config import load_config, task_ids
 
     cfg = load_config()
     names = writers.task_names(cfg)
-    assert list(names) == [f"T{i}" for i in range(1, 13)] and all(names.values())
+    assert list(names) == task_ids(cfg) and all(names.values())
+    assert {t: names[t] for t in pins.TASK_NAMES} == pins.TASK_NAMES
     assert writers.file_names(cfg) == make_cfg()["release"]["files"]
 
 
