@@ -149,6 +149,28 @@ def test_killed_run_resumes_without_asking_again(demo_release, images, chosen, t
         assert all(p["error"] is None for p in _preds(out))
 
 
+def test_ctrl_c_keeps_the_answers_and_says_how_to_resume(demo_release, images, chosen, tmp_path):
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONHASHSEED": "0"}
+    with FakeOpenAI(demo_release, MODEL, hold_after=3) as server:
+        cmd = [sys.executable, "-m", "assets.cli", "eval", "--release", str(demo_release), "--images", str(images),
+               "--base-url", server.base_url, "--model", MODEL, "--out", str(out), "--limit", str(LIMIT),
+               "--concurrency", "2", "--no-progress"]
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        store = out / "responses.jsonl"
+        deadline = time.monotonic() + 120
+        while not (store.is_file() and store.read_bytes().count(b"\n") >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "run the same command again to resume" in stdout
+    rows = _preds(out)
+    assert len(rows) == LIMIT and sum(r["error"] is None for r in rows) == 3
+    assert {r["error"] for r in rows if r["error"] is not None} == {"not run"}
+
+
 def test_final_failure_is_recorded_and_retried_next_run(demo_release, images, chosen, tmp_path, capsys):
     out = tmp_path / "run"
     bad = chosen[3].item_id
@@ -231,3 +253,33 @@ def test_items_cover_every_level_and_refuse_unknown_selections(demo_release, cfg
                     ({"sources": "nowhere"}, "no eval items of")):
         with pytest.raises(ValueError, match=msg):
             load_items(demo_release, cfg, **kw)
+
+
+def test_image_max_side_downscales_after_the_hash_check(images, chosen):
+    import base64
+
+    import cv2
+    import numpy as np
+
+    from pipeline.evaluate.images import load_item_images
+
+    item = chosen[0]
+    full = load_item_images(item, images)
+    small = load_item_images(item, images, max_side=64)
+    decode = [cv2.imdecode(np.frombuffer(base64.b64decode(u.split(",", 1)[1]), np.uint8), cv2.IMREAD_COLOR)
+              for u in small]
+    assert len(small) == len(full) == len(item.images)
+    assert all(max(img.shape[:2]) == 64 for img in decode)
+    assert load_item_images(item, images, max_side=100000) == full  # never upscaled, sent as stored
+
+
+def test_a_changed_request_parameter_asks_again(demo_release, images, chosen, tmp_path):
+    out = tmp_path / "run"
+    with FakeOpenAI(demo_release, MODEL) as server:
+        assert _eval(demo_release, images, server, out, "--limit", 2) == 0
+        assert _eval(demo_release, images, server, out, "--limit", 2, "--max-tokens", 64) == 0
+        assert len(server.asked) == 4  # the same two items, asked again under the new key
+        assert _eval(demo_release, images, server, out, "--limit", 2) == 0
+        assert len(server.asked) == 4  # both answers are kept: the first parameters need nothing
+    keys = {(json.loads(x)["item_id"], json.loads(x)["request_hash"]) for x in (out / "responses.jsonl").open()}
+    assert len(keys) == 4
