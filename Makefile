@@ -9,7 +9,8 @@
 #   make regen-lock                     update that lock after a deliberate change (commit it with the change)
 #   make bench [BENCH_UPSTREAM="--upstream gm100=PATH ..."]
 #                                       frame-extraction, split and build benchmarks (cold build, rebuild with nothing
-#                                       changed, rebuild after one template edit: numbers, not pass/fail)
+#                                       changed, rebuild after one template edit) and the eval runner's overhead per
+#                                       item against a local server (numbers, not pass/fail)
 #   make clean                          remove build outputs (keeps the virtualenv)
 
 PYTHON ?= python3.11
@@ -65,6 +66,7 @@ bench: venv
 	$(BIN)/python bench/bench_frames.py
 	$(BIN)/python bench/bench_split.py
 	$(BIN)/python bench/bench_build.py --scale $(SCALE) $(BENCH_UPSTREAM)
+	$(BIN)/python bench/bench_eval.py
 
 clean:
 	rm -rf build release .release.staging .release.previous .release.lock .pytest_cache bench/results

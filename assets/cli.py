@@ -7,6 +7,8 @@
     processbench split --items POOL.jsonl --out DIR [--config FILE]
     processbench validate DIR
     processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
+    processbench eval --release DIR (--images DIR | --upstream gm100=PATH ...) --base-url URL --model NAME --out DIR
+    processbench score --release DIR --predictions FILE --out DIR
     processbench dev [--host 127.0.0.1] [--port 3000]
 """
 
@@ -259,6 +261,41 @@ def cmd_score(args) -> int:
     return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
 
 
+def cmd_eval(args) -> int:
+    """Thin shell over pipeline/evaluate/ (docs/evaluation.md)."""
+    from pipeline.evaluate.options import ClientOptions
+    from pipeline.evaluate.run import EvalOptions, PreflightError, run_eval, summary_text
+
+    if bool(args.images) == bool(args.upstream):
+        raise UsageError("give either --images DIR (what `processbench reconstruct --out` wrote) or --upstream")
+    for name in ("concurrency", "retries", "max_tokens", "limit", "image_max_side"):
+        if getattr(args, name) is not None and getattr(args, name) < (0 if name in ("retries", "limit") else 1):
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive number")
+    upstream = _upstream(args.upstream)
+    cfg = load_config(upstream=upstream)
+    client = ClientOptions(base_url=args.base_url, model=args.model, max_tokens=args.max_tokens,
+                           temperature=args.temperature, seed=args.seed, timeout_s=args.timeout,
+                           retries=args.retries, concurrency=args.concurrency, backoff_s=args.backoff)
+    opts = EvalOptions(release=Path(args.release), out=Path(args.out), client=client,
+                       images=Path(args.images) if args.images else None,
+                       upstream={s: cfg["sources"][s]["root"] for s in upstream}, levels=args.levels,
+                       families=args.families, sources=args.sources, limit=args.limit,
+                       image_max_side=args.image_max_side, api_key_env=args.api_key_env,
+                       progress=not args.no_progress)
+    try:
+        summary = run_eval(opts, cfg)
+    except PreflightError as exc:
+        print(f"processbench eval: preflight failed, nothing else sent: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"processbench eval: error: {exc}", file=sys.stderr)
+        return 2
+    print(summary_text(summary))
+    print(f"report: {Path(args.out) / 'metrics.md'} (metrics.json, per_item.jsonl, accuracy_by_task.png, "
+          f"predictions.jsonl, run_summary.json)")
+    return 0 if summary["complete"] else 130 if summary["interrupted"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     p = argparse.ArgumentParser(prog="processbench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -322,6 +359,34 @@ def main(argv: list[str] | None = None) -> int:
     for opt in ("--release", "--predictions", "--out"):
         sc.add_argument(opt, required=True)
     sc.set_defaults(func=cmd_score)
+
+    from pipeline.evaluate.options import ClientOptions
+
+    dflt = ClientOptions()
+    e = sub.add_parser("eval", help="ask an OpenAI-compatible endpoint every eval item, store, score "
+                                    "(docs/evaluation.md)")
+    e.add_argument("--release", required=True)
+    e.add_argument("--images", help="the folder `processbench reconstruct --out` wrote")
+    e.add_argument("--upstream", action="append", metavar="SLUG=PATH",
+                   help="instead of --images: reconstruct (and hash-verify) the frames on the fly (repeatable)")
+    e.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang, LMDeploy)")
+    e.add_argument("--model", required=True, help="the model name the endpoint serves")
+    e.add_argument("--out", required=True, help="responses, predictions.jsonl and the report land here")
+    e.add_argument("--concurrency", type=int, default=dflt.concurrency, help="requests in flight at most")
+    e.add_argument("--levels", help="comma-separated eval levels (default: every level of the release)")
+    e.add_argument("--families", help="comma-separated task ids or names (default: all)")
+    e.add_argument("--sources", help="comma-separated source slugs (default: all)")
+    e.add_argument("--limit", type=int, help="the first N selected items (by item id)")
+    e.add_argument("--max-tokens", type=int, default=dflt.max_tokens)
+    e.add_argument("--temperature", type=float, default=dflt.temperature)
+    e.add_argument("--seed", type=int, default=dflt.seed)
+    e.add_argument("--timeout", type=float, default=dflt.timeout_s, help="seconds per request")
+    e.add_argument("--retries", type=int, default=dflt.retries, help="retries per item after the first attempt")
+    e.add_argument("--backoff", type=float, default=dflt.backoff_s, help="first retry delay in seconds (doubles)")
+    e.add_argument("--image-max-side", type=int, help="downscale images whose longer side exceeds PX")
+    e.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.set_defaults(func=cmd_eval)
 
     d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")
     d.add_argument("--host", default="127.0.0.1")

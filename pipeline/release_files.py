@@ -121,6 +121,21 @@ def level_file_names(cfg: dict, level: str) -> dict[str, str]:
             "manifest": named(files["eval_manifest"], "m"), "split_groups": named(files["split_groups_eval"], "g")}
 
 
+def eval_parquets(release_dir: Path, cfg: dict) -> dict[str, str]:
+    """Every eval table of a release on disk, {level: release-relative parquet}: the main eval file (in-distribution
+    L1, or every eval item when the build has no levels) first, then each out-of-distribution level that
+    split_summary.json `eval_levels` lists (L2, L3, ...), by `level_file_names`."""
+    import json
+
+    files = file_names(cfg)
+    out = {"L1": files["eval_parquet"]}
+    summary = Path(release_dir) / files["split_summary"]
+    levels = (json.loads(summary.read_text(encoding="utf-8")).get("eval_levels") or {}) if summary.is_file() else {}
+    for level in sorted(lv for lv in levels if lv != "L1"):
+        out[level] = level_file_names(cfg, level)["parquet"]
+    return out
+
+
 def plain_json(obj, where: str = "split_summary"):
     """JSON-ready copy of `obj` (numpy scalars -> Python, tuples -> lists); refuses machine-specific content."""
     if isinstance(obj, dict):

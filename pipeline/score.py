@@ -92,7 +92,7 @@ def item_table(eval_df: pl.DataFrame, sft_df: pl.DataFrame, preds: dict, bare_fa
             "label_prior": priors[r["task_id"]].get(r["answer"], 0.0),
             "majority": float(majority[r["task_id"]] == r["answer"]),
         })
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, infer_schema_length=None)  # a prediction may first appear after row 100
 
 
 def _ci(df: pl.DataFrame, by: str | None, samples: int, seed: int, level: float) -> list[float]:

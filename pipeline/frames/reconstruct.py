@@ -24,6 +24,7 @@ from upstream_adapters import video
 
 from ..io import write_json
 from ..pool import run_tasks
+from ..release_files import eval_parquets
 from .readers import AdapterReaders
 from .render import RENDER_VERSION, frame_indices_of, image_hashes, render_item_images, render_spec_of, write_item_images
 from .worker import read_with_fallback
@@ -115,24 +116,25 @@ def run_recon(task: ReconTask) -> list[dict]:
 
 
 def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:
+    """The frame keys of every item: the eval files of every level (release_files.eval_parquets) and the SFT file."""
     files = cfg["release"]["files"]
     frames = []
-    for key in ("eval_parquet", "sft_parquet"):
-        path = Path(release_dir) / files[key]
+    for rel in [*eval_parquets(Path(release_dir), cfg).values(), files["sft_parquet"]]:
+        path = Path(release_dir) / rel
         if path.exists():
-            df = pl.read_parquet(path)
-            missing = [c for c in COLUMNS if c not in df.columns]
+            missing = [c for c in COLUMNS if c not in pl.read_parquet_schema(path)]
             if missing:
-                raise ValueError(f"{files[key]} lacks columns {missing}")
-            frames.append(df.select([pl.col(c).cast(pl.String) for c in COLUMNS]))
+                raise ValueError(f"{rel} lacks columns {missing}")
+            frames.append(pl.read_parquet(path, columns=COLUMNS).select([pl.col(c).cast(pl.String) for c in COLUMNS]))
     if not frames:
         raise FileNotFoundError(f"no release tables ({files['eval_parquet']}, {files['sft_parquet']}) in {release_dir}")
     return pl.concat(frames).sort("item_id")
 
 
 def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir: Path, sources=None,
-                workers: int | None = None, progress=None) -> dict:
-    """Rebuild and verify the images of every item of `sources` (default: the slugs in `upstream`).
+                workers: int | None = None, progress=None, item_ids=None) -> dict:
+    """Rebuild and verify the images of every item of `sources` (default: the slugs in `upstream`); `item_ids`: only
+    these items (what `processbench eval --upstream` asks about).
 
     Returns {"sources": {slug: {"items", "ok", "missing", "differs", "unverified"}}, "images_written": n,
     "problems": [{item_id, source, unit_id, camera, status, reason}, ...]} and writes it (path-free) to
@@ -145,6 +147,8 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     items = read_release_items(Path(release_dir), cfg)
     selected = sorted(sources) if sources is not None else sorted(upstream)
     items = items.filter(pl.col("source_slug").is_in(selected))
+    if item_ids is not None:
+        items = items.filter(pl.col("item_id").is_in(sorted(item_ids)))
     readers = AdapterReaders({s: (cfg["sources"][s]["adapter"] if s in cfg["sources"] else {}, upstream[s])
                               for s in selected if s in upstream},
                              decoder=fr["decoder"], threads=int(fr["decoder_threads"]))
