@@ -400,6 +400,11 @@ class ValidityTemporal(Strict):
     min_median_visual_diff: float = Field(0.0, ge=0)
 
 
+class ValidityHuman(Strict):
+    ci: float = Field(0.95, gt=0, lt=1)          # Wilson interval of human accuracy per cell
+    min_judgments: int = Field(20, ge=1)         # fewer: the cell is not called decidable
+
+
 class ValidityFile(Strict):
     min_eval_items: int = Field(30, ge=1)
     balance_tolerance: float = Field(0.05, ge=0)
@@ -407,6 +412,7 @@ class ValidityFile(Strict):
     bag_of_words: ValidityBagOfWords = ValidityBagOfWords()
     near_duplicate: ValidityNearDuplicate = ValidityNearDuplicate()
     temporal: ValidityTemporal = ValidityTemporal()
+    human: ValidityHuman = ValidityHuman()
 
 
 # ----------------------------------------------------------------------------------------- exports.yaml
