@@ -108,8 +108,8 @@ def apply_variant(raw: dict, file: str = "", variant: str | None = None) -> dict
         raw["variant"] = "default"
         return raw
     if not isinstance(variants, dict) or name not in variants:
-        raise ConfigError(file, "variant", f"'default' or a key of variants ({', '.join(map(str, variants)) or 'none'}),"
-                          f" got {name!r}")
+        known = ", ".join(map(str, variants)) or "none"
+        raise ConfigError(file, "variant", f"'default' or a key of variants ({known}), got {name!r}")
     over = variants[name] or {}
     if not isinstance(over, dict) or {"task_id", "variant", "variants"} & set(over):
         raise ConfigError(file, f"variants.{name}", "a mapping of template keys (not task_id / variant / variants)")

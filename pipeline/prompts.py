@@ -141,8 +141,8 @@ def _example_row(cfg: dict, task_id: str, source: str) -> dict:
 
 def _frames_text(fr: dict) -> str:
     if "strip" in fr:
-        return (f"{fr['strip']} frames spanning the named step from its first to its last frame (labelled 1..{fr['strip']}),"
-                f" then the query frame inside it (labelled NOW)")
+        return (f"{fr['strip']} frames spanning the named step from its first to its last frame (labelled "
+                f"1..{fr['strip']}), then the query frame inside it (labelled NOW)")
     if fr.get("until_decisive"):
         text = f"fractions {fr['relative']} of the attempt, the last one its end (the decisive moment)"
         if fr.get("windows_per_unit"):
