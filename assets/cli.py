@@ -6,6 +6,8 @@
     processbench ingest --source SLUG --root PATH --out DIR
     processbench split --items POOL.jsonl --out DIR [--config FILE]
     processbench validate DIR
+    processbench validity --release DIR [--work-dir DIR] [--human FILE ...]
+    processbench review --release DIR --images DIR --out DIR [--per-cell 100]
     processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
     processbench eval --release DIR (--images DIR | --upstream gm100=PATH ...) --base-url URL --model NAME --out DIR
     processbench score --release DIR --predictions FILE --out DIR
@@ -256,6 +258,12 @@ def cmd_validity(args) -> int:
     return command(args)
 
 
+def cmd_review(args) -> int:
+    from pipeline.review import command  # logic lives in pipeline/review.py
+
+    return command(args)
+
+
 def cmd_score(args) -> int:
     from pipeline.score import main as score_main  # logic lives in pipeline/score.py
     return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
@@ -346,8 +354,18 @@ def main(argv: list[str] | None = None) -> int:
 
     va = sub.add_parser("validity", help="audit a release: text-only baselines, shared images, T8/T9 gaps")
     va.add_argument("--release", required=True)
-    va.add_argument("--work-dir", required=True, help="the build's work folder (frame cache, IR)")
+    va.add_argument("--work-dir", help="the build's work folder (frame cache, IR): run the audit")
+    va.add_argument("--human", nargs="+", metavar="FILE",
+                    help="verdict files exported from `processbench review` pages: merged into the report")
     va.set_defaults(func=cmd_validity)
+
+    rv = sub.add_parser("review", help="human check: one HTML page per source and family with sampled eval items")
+    rv.add_argument("--release", required=True)
+    rv.add_argument("--images", required=True, help="the images folder `processbench reconstruct` wrote")
+    rv.add_argument("--out", required=True)
+    rv.add_argument("--per-cell", type=int, default=100, help="items per (source, family) page (default 100)")
+    rv.add_argument("--seed", type=int, help="sampling seed (default: build.release_seed)")
+    rv.set_defaults(func=cmd_review)
 
     r = sub.add_parser("reconstruct", help="rebuild and verify every item's frames from upstream data")
     r.add_argument("--release", required=True)

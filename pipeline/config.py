@@ -62,7 +62,7 @@ def _rel(path: Path, config_dir: Path) -> str:
 
 def read_settings(config_dir: Path | None = None) -> dict:
     """Every file of `config_dir` validated and dumped (defaults filled), before roots and scale are applied."""
-    from .settings import FILE_MODELS, TaskFile
+    from .settings import FILE_MODELS
 
     config_dir = Path(config_dir or CONFIG_DIR)
     cfg: dict = {}
@@ -75,18 +75,45 @@ def read_settings(config_dir: Path | None = None) -> dict:
     missing = sorted(set(FILE_MODELS) - set(cfg))
     if missing:
         raise ConfigError(f"configs/{missing[0]}.yaml", "", "the file to exist (every config file is required)")
-    tasks = {}
-    for path in sorted((config_dir / "tasks").glob("*.yaml")):
-        name = _rel(path, config_dir)
-        if not path.stem[1:].isdigit() or path.stem[0] != "T":
-            raise ConfigError(name, "", "a task template named T<n>.yaml")
-        t = validate_file(TaskFile, _read(path), name)
-        if t["task_id"] != path.stem:
-            raise ConfigError(name, "task_id", f"{path.stem!r} (the file name), got {t['task_id']!r}")
-        tasks[path.stem] = t
+    tasks = {path.stem: read_task(path.stem, config_dir) for path in sorted((config_dir / "tasks").glob("*.yaml"))}
     cfg["tasks"] = dict(sorted(tasks.items(), key=lambda kv: int(kv[0][1:])))
     _cross_checks(cfg)
     return cfg
+
+
+def read_task(task_id: str, config_dir: Path | None = None, variant: str | None = None) -> dict:
+    """One task template (configs/tasks/<task_id>.yaml) validated, with its `variant` (or the one given) applied."""
+    from .settings import TaskFile
+
+    config_dir = Path(config_dir or CONFIG_DIR)
+    path = config_dir / "tasks" / f"{task_id}.yaml"
+    name = _rel(path, config_dir)
+    if not path.stem[1:].isdigit() or path.stem[0] != "T":
+        raise ConfigError(name, "", "a task template named T<n>.yaml")
+    t = validate_file(TaskFile, apply_variant(_read(path), name, variant), name)
+    if t["task_id"] != path.stem:
+        raise ConfigError(name, "task_id", f"{path.stem!r} (the file name), got {t['task_id']!r}")
+    return t
+
+
+def apply_variant(raw: dict, file: str = "", variant: str | None = None) -> dict:
+    """A task template with its chosen variant applied: `variant: NAME` (or the `variant` argument) replaces each
+    top-level key that `variants.NAME` lists (whole values, no deep merge), so a variant states every key it changes.
+    `variant: default` (or none) keeps the template's own keys. The result keeps `variant` (the name in use) and
+    drops `variants`; an unknown name is a ConfigError."""
+    raw = dict(raw)
+    variants = raw.pop("variants", None) or {}
+    name = variant if variant is not None else raw.get("variant")
+    if name in (None, "default"):
+        raw["variant"] = "default"
+        return raw
+    if not isinstance(variants, dict) or name not in variants:
+        known = ", ".join(map(str, variants)) or "none"
+        raise ConfigError(file, "variant", f"'default' or a key of variants ({known}), got {name!r}")
+    over = variants[name] or {}
+    if not isinstance(over, dict) or {"task_id", "variant", "variants"} & set(over):
+        raise ConfigError(file, f"variants.{name}", "a mapping of template keys (not task_id / variant / variants)")
+    return {**raw, **over, "variant": name}
 
 
 def _cross_checks(cfg: dict) -> None:

@@ -128,7 +128,8 @@ def _example_row(cfg: dict, task_id: str, source: str) -> dict:
     tc = _task_cfg(cfg, task_id)
     k = int(tc["num_choices"])
     q = str(per_source(tc["question"], source))
-    fields = {"arm": "left", "high_action": "Pick round peg 1", "prev": "Approach", "next": "Lift"}
+    fields = {"arm": "left", "high_action": "Pick round peg 1", "prev": "Approach", "next": "Lift",
+              "step": "Pick round peg 1"}
     q = q.format(**fields)
     if tc["display_labels"]:
         from pipeline.families.temporal import canonical_choices
@@ -139,6 +140,20 @@ def _example_row(cfg: dict, task_id: str, source: str) -> dict:
 
 
 def _frames_text(fr: dict) -> str:
+    if "strip" in fr:
+        return (f"{fr['strip']} frames spanning the named step from its first to its last frame (labelled "
+                f"1..{fr['strip']}), then the query frame inside it (labelled NOW)")
+    if fr.get("until_decisive"):
+        text = f"fractions {fr['relative']} of the attempt, the last one its end (the decisive moment)"
+        if fr.get("windows_per_unit"):
+            text += f"; {fr['windows_per_unit']} windows from every unit used"
+        return text
+    if fr.get("state_change") == "contact":
+        return _frames_text({k: v for k, v in fr.items() if k != "state_change"}) + \
+            "; consecutive frames in different contact runs (before grasp / held / after release)"
+    if fr.get("state_change") == "pixels":
+        return _frames_text({k: v for k, v in fr.items() if k != "state_change"}) + \
+            "; frames that look alike dropped (pixel distance)"
     if "offsets" in fr and "centers" in fr:
         return (f"offsets {fr['offsets']} around centres at {fr['centers']} of the segment's stable sub-range")
     if "offsets" in fr:
@@ -169,7 +184,9 @@ def prompt_templates_markdown(cfg: dict) -> str:
         "Every item is one multiple-choice question over the item's frames (in `frame_indices_json` order; T8 shows "
         "three frames labelled X, Y, Z in that order, T9 one composite of two panels labelled X (left) and Y "
         "(right)). The answer is always an option letter, for every task including T8 and T9; the training target "
-        "is `<ANSWER>{letter}</ANSWER>`. Task language (the upstream task description) is never shown.",
+        "is `<ANSWER>{letter}</ANSWER>`. Task language (the upstream task description) is never shown: no source's "
+        "licence has been cleared for showing its text, so T8/T9 frames are chosen to be ordered without it (a "
+        "change of contact state between them, or a pixel distance).",
         "",
         "Standard template:",
         "",
@@ -201,7 +218,10 @@ def prompt_templates_markdown(cfg: dict) -> str:
         sources = [s for s in source_order() if s in tc["sources"]]
         out += [f"## {t} — {names[t]}", "",
                 f"- options: {tc['num_choices']}; input: `{tc['input_type']}`; sources: "
-                + ", ".join(f"`{s}`" for s in sources), ""]
+                + ", ".join(f"`{s}`" for s in sources)]
+        if tc["variant"] != "default":  # e.g. the public release's frames (configs/tasks/T*.yaml `variants`)
+            out.append(f"- template variant: `{tc['variant']}`")
+        out += [""]
         out += ["| source | question | options (closed label set) | frames |", "|---|---|---|---|"]
         for s in sources:
             q = str(per_source(tc["question"], s))

@@ -26,6 +26,7 @@ import polars as pl
 
 from pipeline import io, writers
 from pipeline.exports.common import export_cfg, read_tables
+from pipeline.score_bias import bias_free
 
 log = logging.getLogger(__name__)
 TAG = re.compile(r"<ANSWER>\s*([A-Za-z])\s*</ANSWER>", re.IGNORECASE)
@@ -197,6 +198,7 @@ def score(release_dir: Path, predictions: Path, out_dir: Path, cfg: dict) -> dic
         log.warning("%d predictions name no eval item (ignored), e.g. %s", len(extra), extra[:3])
     items = item_table(ev, tables["sft"], preds, bool(export_cfg(cfg)["score"].get("bare_letter_fallback", True)))
     m = metrics(items, cfg)
+    m["bias_free"] = bias_free(ev, items, cfg)  # T5/T7/T8/T9 scores no answer habit can reach (pipeline/score_bias.py)
     m["predictions"] = {"missing": len(missing), "extra": len(extra), "missing_examples": missing[:10],
                         "extra_examples": extra[:10]}
     out_dir = Path(out_dir)

@@ -288,10 +288,22 @@ class Window(Strict):
     max_gap_steps: Optional[int] = None
     margin_frac: Optional[float] = None
     gaps: Optional[list[int]] = None
+    # T5 step view: `strip` frames spanning the step start -> end, then the query frame (marked)
+    strip: Optional[int] = Field(None, ge=2)
+    query_min_gap: Optional[int] = Field(None, ge=0)     # frames between the query and every strip frame
+    min_step_sec: Optional[float] = Field(None, ge=0)    # shorter steps: boundaries uncertain, skipped
+    edge_margin_sec: Optional[float] = Field(None, ge=0)  # steps this close to the unit's ends may be cut: skipped
+    # T7 recognition: `relative` fractions of [start, decisive moment] (RH20T: the episode end)
+    until_decisive: Optional[bool] = None
+    windows_per_unit: Optional[int] = Field(None, ge=1)  # every unit used gives exactly this many windows
+    same_task_pools: Optional[bool] = None               # success and failure units in equal numbers per task
+    # T8/T9: consecutive frames must lie in different contact runs (before grasp / held / after release)
+    state_change: Optional[Literal["contact", "pixels"]] = None
     # the families test which keys a window has: a key the file leaves out stays out
     omit_unset: ClassVar[frozenset[str]] = frozenset({
         "offsets", "centers", "relative", "shifts", "margin_ratio", "min_margin", "min_step", "mode", "step_sec",
-        "min_sep_sec", "max_gap_steps", "margin_frac", "gaps"})
+        "min_sep_sec", "max_gap_steps", "margin_frac", "gaps", "strip", "query_min_gap", "min_step_sec",
+        "edge_margin_sec", "until_decisive", "windows_per_unit", "same_task_pools", "state_change"})
 
 
 class Candidates(Strict):
@@ -356,6 +368,12 @@ class TaskFile(Strict):
     eligible_arm_types: Optional[PerSource(list[str])] = None   # T4
     per_arm: Optional[PerSource(bool)] = None            # T6
     question_changed_from_public: Optional[str] = None   # why the question differs from the public one (prompt docs)
+    variant: str = "default"                      # a key of `variants` (pipeline.config.apply_variant) or default
+    step_name: Optional[OneOrPerSource(str)] = None     # T5: how the question names the step ({text}, {arm_pattern})
+    exclude_cameras: list[str] = []               # cameras (wrist views) a family never shows
+    # T8/T9: every two frames of an item differ by at least this grey-thumbnail MAD (the frames stage's gate drops
+    # the item otherwise: frames that look alike cannot be put in order); null = no minimum
+    min_pixel_distance: Optional[OneOrPerSource(Optional[float])] = None
 
 
 # ----------------------------------------------------------------------------------------- validity.yaml
@@ -382,6 +400,11 @@ class ValidityTemporal(Strict):
     min_median_visual_diff: float = Field(0.0, ge=0)
 
 
+class ValidityHuman(Strict):
+    ci: float = Field(0.95, gt=0, lt=1)          # Wilson interval of human accuracy per cell
+    min_judgments: int = Field(20, ge=1)         # fewer: the cell is not called decidable
+
+
 class ValidityFile(Strict):
     min_eval_items: int = Field(30, ge=1)
     balance_tolerance: float = Field(0.05, ge=0)
@@ -389,6 +412,7 @@ class ValidityFile(Strict):
     bag_of_words: ValidityBagOfWords = ValidityBagOfWords()
     near_duplicate: ValidityNearDuplicate = ValidityNearDuplicate()
     temporal: ValidityTemporal = ValidityTemporal()
+    human: ValidityHuman = ValidityHuman()
 
 
 # ----------------------------------------------------------------------------------------- exports.yaml

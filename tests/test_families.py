@@ -14,7 +14,7 @@ import pytest
 
 import public_release_pins as pins
 from factories import CAMERAS, synthetic_ir, synthetic_pool
-from pipeline.config import load_config, task_ids
+from pipeline.config import load_config, read_task, task_ids
 from pipeline.families import GENERATORS, build_candidates, enabled_families
 from pipeline.families.common import CANDIDATE_SCHEMA
 from pipeline.labels import compute_labels
@@ -22,6 +22,10 @@ from pipeline.labels import compute_labels
 CFG = load_config()
 SOURCES = list(CFG["build"]["sources"])
 FAMILIES_BY_SOURCE = {s: enabled_families(CFG, s) for s in SOURCES}  # from the configs: a new family joins in
+# families the 4-unit hand-made IR cannot give: its RH20T units are each their own task, so no task has both
+# outcomes (T7 takes success and failure from the same tasks: test_t7_outcome uses more units), and its one RH20T
+# grasp lasts 45 s, longer than two of T8's largest gaps (three frames in three contact runs)
+ABSENT_IN_HAND_MADE = {("rh20t", "T7"), ("rh20t", "T8")}
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +55,9 @@ def test_templates_quotas_and_verbatim_questions():
         got = {t: tasks[t]["quota"][source] for t in pins.TASK_NAMES if source in tasks[t]["quota"]}
         assert got == qs, source
         assert sum(qs.values()) == pins.QUOTA_TOTALS[source]
-    for (t, key), text in pins.QUESTIONS.items():
-        assert tasks[t]["question"][key] == text, (t, key)
+    for (t, key), text in pins.QUESTIONS.items():  # T5 and T7 keep the public questions in their public variant
+        tc = read_task(t, variant="public") if t in ("T5", "T7") else tasks[t]
+        assert tc["question"][key] == text, (t, key)
     assert tasks["T2"]["labels"]["default"] == {"contact": "Yes — contact established", "no_contact": "No — no contact"}
     assert tasks["T3"]["labels"]["gm100"]["left"] == "toward the left side of the scene"
     assert {t: tasks[t]["num_choices"] for t in pins.NUM_CHOICES} == pins.NUM_CHOICES
@@ -68,9 +73,10 @@ def test_frame_windows_match_reference():
     assert t["T3"]["frames"]["rh20t"]["offsets"] == [-20, -10, 0, 10]
     assert t["T4"]["frames"]["gm100"]["offsets"] == [-6, -3, 0, 3]
     assert t["T4"]["frames"]["aist"]["offsets"] == [-30, -15, 0, 15]
-    assert t["T5"]["frames"]["default"]["offsets"] == t["T6"]["frames"]["default"]["offsets"] == [-6, -3, 0, 3, 6]
+    public = {x: read_task(x, variant="public") for x in ("T5", "T7")}  # the public frames, kept as a variant
+    assert public["T5"]["frames"]["default"]["offsets"] == t["T6"]["frames"]["default"]["offsets"] == [-6, -3, 0, 3, 6]
     assert t["T6"]["frames"]["reassemble"]["relative"] == [0.15, 0.325, 0.5, 0.675, 0.85]
-    assert t["T7"]["frames"]["reassemble"]["relative"] == [0.10, 0.18, 0.26, 0.34]
+    assert public["T7"]["frames"]["reassemble"]["relative"] == [0.10, 0.18, 0.26, 0.34]
     for s in ("gm100", "rh20t", "aist"):  # T3 windows are the label windows
         assert t["T3"]["frames"][s]["offsets"] == CFG["labels"]["direction"][s]["offsets"]
     assert t["T6"]["frames"]["default"]["offsets"] == CFG["labels"]["motion"]["window"]
@@ -85,7 +91,8 @@ def test_pool_contract(pools, source):
     assert dict(pool.schema) == CANDIDATE_SCHEMA
     assert pool["candidate_key"].is_unique().all()
     assert pool["candidate_key"].to_list() == sorted(pool["candidate_key"].to_list())
-    assert sorted(pool["task_id"].unique(), key=lambda t: int(t[1:])) == FAMILIES_BY_SOURCE[source]
+    assert sorted(pool["task_id"].unique(), key=lambda t: int(t[1:])) == [
+        t for t in FAMILIES_BY_SOURCE[source] if (source, t) not in ABSENT_IN_HAND_MADE]
     nframes = dict(zip(ir["units"]["unit_id"], ir["units"]["num_frames"]))
     for r in pool.iter_rows(named=True):
         assert r["source"] == source and r["candidate_key"].startswith(f"{r['task_id']}|{source}|{r['unit_id']}|")
@@ -102,10 +109,14 @@ def test_pool_contract(pools, source):
             assert r["display_labels"] == list("XYZ"[: len(r["frame_indices"])])
             spec = json.loads(r["render_spec_json"])
             assert spec["frame_indices"] == r["frame_indices"] and spec["labels"] == r["display_labels"]
+        elif r["task_id"] == "T5":  # the step view: numbered step frames, the query marked NOW
+            spec = json.loads(r["render_spec_json"])
+            assert r["display_labels"] is None and spec["frame_indices"] == r["frame_indices"]
+            assert spec["labels"] == ["1", "2", "3", "4", "5", "NOW"]
         else:
             assert r["display_labels"] is None and r["render_spec_json"] is None
         if r["task_id"] not in ("T8", "T9"):
-            fr = r["frame_indices"]
+            fr = r["frame_indices"][:-1] if r["task_id"] == "T5" else r["frame_indices"]  # T5: the query last
             assert fr == sorted(fr), r["candidate_key"]  # time-ordered windows
 
 
@@ -205,17 +216,37 @@ def test_t4_coordination(pools):
 
 
 def test_t5_progress(pools):
+    """Step view: frames 1-5 span the named step start -> end, the last frame (NOW) is the query inside it."""
+    texts = CFG["tasks"]["T5"]["labels"]["default"]
     for source in ("gm100", "rh20t", "reassemble"):
         ir, labels, pool = pools[source]
         rows = _rows(pool, "T5")
         assert {r["answer_text"].split()[0] for r in rows} == {"Early", "Middle", "Late"}, source
-        for r in rows[:60]:
-            assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3, 6)]
-            fr = labels["frames"].filter((pl.col("unit_id") == r["unit_id"])
-                                         & pl.col("frame_index").is_in(r["frame_indices"]))
-            assert fr["step_id"].n_unique() == 1 and fr["step_id"].null_count() == 0
+        steps = {(r["unit_id"], r["step_id"]): r for r in labels["steps"].to_dicts()}
+        for r in rows:
+            meta = json.loads(r["label_meta_json"])
+            st = steps[(r["unit_id"], meta["step_id"])]
+            f = r["frame_indices"]
+            assert f[0] == st["start_frame"] and f[4] == st["end_frame"] and f[:5] == sorted(f[:5])
+            assert st["start_frame"] < f[5] == r["anchor_frame"] < st["end_frame"]
+            assert json.loads(r["render_spec_json"])["labels"] == ["1", "2", "3", "4", "5", "NOW"]
             prog = _label_at(labels, "frames", r["unit_id"], r["anchor_frame"], "progress")
-            assert r["answer_text"] == CFG["tasks"]["T5"]["labels"]["default"][prog]
+            assert r["answer_text"] == texts[prog]
+            if source == "reassemble":  # the step is named: REASSEMBLE's high-level action
+                assert f"({st['text'].rstrip('.')})" in r["question"]
+
+
+def test_t5_public_variant(pools):
+    cfg = {**CFG, "tasks": {**CFG["tasks"], "T5": read_task("T5", variant="public")}}
+    ir, labels, _ = pools["gm100"]
+    rows = build_candidates("gm100", ir, labels, cfg).filter(pl.col("task_id") == "T5").to_dicts()
+    assert rows
+    for r in rows[:60]:
+        assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3, 6)]
+        assert r["render_spec_json"] is None and r["question"] == pins.QUESTIONS[("T5", "default")]
+        fr = labels["frames"].filter((pl.col("unit_id") == r["unit_id"])
+                                     & pl.col("frame_index").is_in(r["frame_indices"]))
+        assert fr["step_id"].n_unique() == 1 and fr["step_id"].null_count() == 0
 
 
 def test_t6_motion(pools):
@@ -240,14 +271,24 @@ def test_t6_motion(pools):
 
 
 def test_t7_outcome(pools):
-    ir, labels, pool = pools["rh20t"]
+    """Recognition: the frames reach the decisive moment; RH20T units in equal success/failure numbers per task,
+    each giving the same number of windows."""
+    ir, labels, pool = synthetic_pool("rh20t", n_units=15, n_frames=300)  # tasks i % 5, ratings i % 6: mixed outcomes
     rows = _rows(pool, "T7")
-    outcome = dict(zip(labels["units"]["unit_id"], labels["units"]["outcome"]))
-    assert rows and {r["unit_id"] for r in rows} == {u for u, o in outcome.items() if o}  # rating -1 excluded
+    units = {r["unit_id"]: r for r in labels["units"].to_dicts()}
+    tasks = dict(zip(ir["units"]["unit_id"], ir["units"]["task_id"]))
+    per_unit = {}
     for r in rows:
-        assert r["answer_text"] == {"success": "Yes — this episode will succeed",
-                                    "failure": "No — this episode will fail"}[outcome[r["unit_id"]]]
-        assert max(r["frame_indices"]) < 0.4 * 1200  # early frames only
+        per_unit[r["unit_id"]] = per_unit.get(r["unit_id"], 0) + 1
+        assert r["answer_text"] == {"success": "Yes — this episode succeeded",
+                                    "failure": "No — this episode failed"}[units[r["unit_id"]]["outcome"]]
+        assert r["frame_indices"][-1] == units[r["unit_id"]]["num_frames"] - 3  # the episode's end (min_margin 2)
+    want = CFG["tasks"]["T7"]["frames"]["rh20t"]["windows_per_unit"]
+    assert rows and set(per_unit.values()) == {want}
+    by_task = {}
+    for u in per_unit:
+        by_task.setdefault(tasks[u], []).append(units[u]["outcome"])
+    assert all(o.count("success") == o.count("failure") for o in by_task.values())
     ir, labels, pool = pools["reassemble"]
     rows = _rows(pool, "T7")
     segs = {(s["unit_id"], s["seg_index"]): s for s in labels["segments"].to_dicts()}
@@ -255,8 +296,21 @@ def test_t7_outcome(pools):
     for r in rows:
         s = segs[(r["unit_id"], json.loads(r["label_meta_json"])["segment"])]
         assert not s["no_action"] and r["answer_text"].startswith("Yes" if s["success"] else "No")
-        span = s["end_frame"] - s["start_frame"]
-        assert s["start_frame"] <= r["frame_indices"][0] and r["frame_indices"][-1] <= s["start_frame"] + 0.4 * span
+        assert s["start_frame"] <= r["frame_indices"][0] and r["frame_indices"][-1] == s["end_frame"]
+
+
+def test_t7_public_variant(pools):
+    cfg = {**CFG, "tasks": {**CFG["tasks"], "T7": read_task("T7", variant="public")}}
+    ir, labels, _ = pools["reassemble"]
+    rows = build_candidates("reassemble", ir, labels, cfg).filter(pl.col("task_id") == "T7").to_dicts()
+    segs = {(s["unit_id"], s["seg_index"]): s for s in labels["segments"].to_dicts()}
+    assert rows
+    for r in rows:  # early frames only: the public forecast
+        s = segs[(r["unit_id"], json.loads(r["label_meta_json"])["segment"])]
+        assert r["frame_indices"][-1] <= s["start_frame"] + 0.4 * (s["end_frame"] - s["start_frame"])
+    ir, labels, _ = pools["rh20t"]
+    rows = build_candidates("rh20t", ir, labels, cfg).filter(pl.col("task_id") == "T7").to_dicts()
+    assert rows and all(max(r["frame_indices"]) < 0.4 * 1200 for r in rows)
 
 
 def test_t8_t9_temporal(pools):
@@ -276,6 +330,20 @@ def test_t8_t9_temporal(pools):
     segs = pools["reassemble"][1]["segments"].filter(~pl.col("no_action") & pl.col("success"))
     mids = set(((segs["start_frame"] + segs["end_frame"]) // 2).to_list())
     assert all(set(r["frame_indices"]) <= mids for r in _rows(pools["reassemble"][2], "T8"))
+    # a visible change of state: consecutive frames (in time) lie in different contact runs
+    from pipeline.families.temporal import contact_runs
+
+    for source in ("gm100", "rh20t"):  # state_change: contact (REASSEMBLE, AIST: the gate's pixel distance)
+        ir, labels, pool = pools[source]
+        arms = labels["arms"]
+        for task in ("T8", "T9"):
+            rows = _rows(pool, task)
+            assert rows or (source, task) in ABSENT_IN_HAND_MADE, (source, task)
+            for r in rows:
+                a = arms.filter(pl.col("unit_id") == r["unit_id"]).sort("arm", "frame_index")
+                runs = contact_runs([g["contact"].to_list() for _, g in a.group_by("arm", maintain_order=True)])
+                f = sorted(r["frame_indices"])
+                assert all(runs[x] != runs[y] for x, y in zip(f, f[1:])), (source, task, f)
 
 
 # ------------------------------------------------------------------------------------------ REASSEMBLE primitives
@@ -378,8 +446,8 @@ def test_reassemble_phase_contact_and_outcome(reassemble_pool):
         near = [a for a in t1 if abs(a - f) <= 40 and t1[a] == want]
         assert near, (f, want)
     t7 = {json.loads(r["label_meta_json"])["segment"]: r["answer_text"] for r in _rows(pool, "T7")}
-    assert t7 == {1: "Yes — this operation will succeed", 2: "No — this operation will fail",
-                  3: "Yes — this operation will succeed"}
+    assert t7 == {1: "Yes — this operation succeeded", 2: "No — this operation failed",
+                  3: "Yes — this operation succeeded"}
     t5_units = {json.loads(r["label_meta_json"])["step_id"] for r in _rows(pool, "T5")}
     steps = labels["steps"]
     assert set(steps["text"]) == {"Pick round peg 1", "Place BNC"}  # the failed Insert is no T5 step
@@ -432,4 +500,4 @@ def test_items_from_every_family(pools, reassemble_pool):
             assert sorted(r["choices"]) == sorted([r["answer_text"], *r["distractors"]])
             seen.add((source, r["task_id"]))
     assert {t for _, t in seen} == set(task_ids(CFG))
-    assert seen == {(s, t) for s, ts in FAMILIES_BY_SOURCE.items() for t in ts}
+    assert seen == {(s, t) for s, ts in FAMILIES_BY_SOURCE.items() for t in ts} - ABSENT_IN_HAND_MADE

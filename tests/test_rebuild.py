@@ -26,7 +26,7 @@ def test_one_template_change_recomputes_only_candidates_onward(demo_samples, dem
     configs = tmp_path / "configs"
     shutil.copytree(REPO / "configs", configs)
     t5 = configs / "tasks" / "T5.yaml"
-    t5.write_text(t5.read_text().replace("how far along is the current", "how far along is this"))
+    t5.write_text(t5.read_text().replace("is the NOW frame?", "is the NOW image?"))
     steps = plan(_settings(demo_samples, demo_release.parent / "work", demo_release, configs))
     assert not [s for s in steps if s.startswith(("ingest_", "labels_"))]
     from pipeline.config import load_config
@@ -83,7 +83,7 @@ def test_one_template_edit_generates_only_that_family(demo_samples, demo_release
     configs = tmp_path / "configs"
     shutil.copytree(REPO / "configs", configs)
     t5 = configs / "tasks" / "T5.yaml"
-    t5.write_text(t5.read_text().replace("how far along is the current", "how far along is this"))
+    t5.write_text(t5.read_text().replace("is the NOW frame?", "is the NOW image?"))
     cfg5 = _settings(demo_samples, work, tmp_path / "release", configs).config()
     assert stages.run_candidates(cfg5, slug)["families_generated"] == ["T5"] and calls == ["T5"]
     after = {p.name: p.stat().st_mtime_ns for p in memo.glob("*.parquet")}
@@ -112,7 +112,7 @@ def test_a_question_edit_keeps_the_items_selection(demo_samples, demo_release, t
     configs = tmp_path / "configs"
     shutil.copytree(REPO / "configs", configs)
     t5 = configs / "tasks" / "T5.yaml"
-    t5.write_text(t5.read_text().replace("how far along is the current", "how far along is this"))
+    t5.write_text(t5.read_text().replace("is the NOW frame?", "is the NOW image?"))
     work, fresh_work = tmp_path / "work", tmp_path / "fresh"
     for w in (work, fresh_work):
         shutil.copytree(demo_release.parent / "work", w, ignore=shutil.ignore_patterns("split", "_fingerprints"))
@@ -126,7 +126,7 @@ def test_a_question_edit_keeps_the_items_selection(demo_samples, demo_release, t
     items = pl.read_parquet(work / "items" / f"{slug}.parquet")
     assert items.equals(pl.read_parquet(fresh_work / "items" / f"{slug}.parquet"))
     t5_items = items.filter(pl.col("task_id") == "T5")
-    assert t5_items.height and t5_items["question"].str.contains("how far along is this").all()
+    assert t5_items.height and t5_items["question"].str.contains("is the NOW image?", literal=True).all()
 
     # planted: a quota is part of what the selection depends on
     cfg5["tasks"]["T5"]["quota"][slug] += 500

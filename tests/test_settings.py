@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import public_release_pins as pins
-from pipeline.config import (CONFIG_DIR, load_config, load_split_policy, per_source, read_settings,
+from pipeline.config import (CONFIG_DIR, load_config, load_split_policy, per_source, read_settings, read_task,
                              split_policy, task_ids, task_names)
 from pipeline.labels.driver import source_spec
 from pipeline.settings_errors import ConfigError
@@ -203,7 +203,15 @@ def test_every_yaml_value_reaches_the_code_unchanged():
                 got = got[k]
             assert got == value and type(got) is type(value), (p.name, path)
     for p in sorted((CONFIG_DIR / "tasks").glob("*.yaml")):
-        for path, value in _leaves(yaml.safe_load(p.read_text())):
+        raw = yaml.safe_load(p.read_text())
+        for name, over in (raw.get("variants") or {}).items():  # each variant's values reach the code too
+            t = read_task(p.stem, variant=name)
+            for path, value in _leaves(over):
+                got = t
+                for k in path:
+                    got = got[k]
+                assert got == value and type(got) is type(value), (p.name, name, path)
+        for path, value in _leaves({k: v for k, v in raw.items() if k != "variants"}):
             got = cfg["tasks"][p.stem]
             for k in path:
                 got = got[k]

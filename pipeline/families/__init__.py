@@ -23,8 +23,9 @@ from pipeline.config import per_source, task_ids
 
 from .common import CANDIDATE_SCHEMA, Spec, empty_candidates
 from .context import Context
-from .framewise import t1_phase, t2_contact, t3_direction, t4_coordination, t5_progress, t6_motion
+from .framewise import t1_phase, t2_contact, t3_direction, t4_coordination, t6_motion
 from .outcome import t7_outcome
+from .progress import t5_progress
 from .primitives import t10_current, t11_next, t12_chain
 from .temporal import answer_for, canonical_choices, t8_ordering, t9_priority
 

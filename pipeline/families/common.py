@@ -312,7 +312,7 @@ class Pool:
     def add(self, unit_id: str, key: str, answer: str, frames: list[int], anchor: int, *, question: str | None = None,
             distractors: list[str] | None = None, context: list[str] | None = None, exclude: set[str] | None = None,
             display_labels: list[str] | None = None, answer_text: str | None = None, meta: dict | None = None,
-            qfields: dict | None = None) -> None:
+            qfields: dict | None = None, render: str | None = None) -> None:
         sp = self.spec
         ckey = f"{self.prefix}{unit_id}|{key}"
         if distractors is None:
@@ -339,7 +339,9 @@ class Pool:
         r["num_choices"].append(self.n_choices)
         r["frame_indices"].append([int(f) for f in frames])
         r["display_labels"].append(list(display_labels) if display_labels is not None else None)
-        r["render_spec_json"].append(render_spec(sp, frames, display_labels) if display_labels is not None else None)
+        if display_labels is not None:
+            render = render_spec(sp, frames, display_labels)
+        r["render_spec_json"].append(render)  # labels drawn on the frames (T8/T9; T5's strip numbers and NOW)
         r["anchor_frame"].append(int(anchor))
         r["arm_type"].append(u.get("arm_type"))
         r["label_meta_json"].append(json.dumps({"label": answer, **(meta or {})}, sort_keys=True,

@@ -45,7 +45,7 @@ class Context:
 
     @cached_property
     def steps(self) -> dict[str, dict[str, np.ndarray]]:
-        return by_unit(self.labels.get("steps"), ["step_id", "start_frame", "end_frame", "kind"], ["unit_id", "step_id"])
+        return by_unit(self.labels.get("steps"), ["step_id", "start_frame", "end_frame", "kind", "text", "arm_pattern"], ["unit_id", "step_id"])
 
     @cached_property
     def segments(self) -> dict[str, list[dict]]:

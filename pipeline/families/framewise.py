@@ -1,4 +1,4 @@
-"""Frame-level families: T1 phase, T2 contact, T3 direction, T4 coordination, T5 local progress, T6 motion state.
+"""Frame-level families: T1 phase, T2 contact, T3 direction, T4 coordination, T6 motion state (T5: progress.py).
 
 Each reads one per-frame label (a unit's or an arm's) and emits candidates at anchors spread over every run of a
 label: anchors every `stride` frames, `boundary_margin` frames clear of a label change, the family's frame window
@@ -117,24 +117,6 @@ def t4_coordination(spec: Spec, ctx: Context):
         for lab, a, f in _anchors(coord, ctx.n(uid), offsets, stride, margin, cap, window_in_run=in_run,
                                   ok=None if in_run else same_state):
             pool.add(uid, f"f{a}", lab, f, a)
-    return pool.frame()
-
-
-def t5_progress(spec: Spec, ctx: Context):
-    pool = Pool(spec, ctx.units)
-    offsets, stride, margin, cap = _params(spec, ctx)
-    for uid in ctx.unit_ids:
-        fr = ctx.frames.get(uid)
-        if fr is None:
-            continue
-        sid = fr["step_id"]
-
-        def same_step(a, f, sid=sid):
-            s0 = sid[a]
-            return s0 is not None and not (isinstance(s0, float) and np.isnan(s0)) and all(sid[x] == s0 for x in f)
-
-        for lab, a, f in _anchors(fr["progress"], ctx.n(uid), offsets, stride, margin, cap, ok=same_step):
-            pool.add(uid, f"f{a}", lab, f, a, meta={"step_id": int(sid[a]), "u": rnd(fr["step_u"][a])})
     return pool.frame()
 
 

@@ -5,6 +5,11 @@ combines grid points at most `max_gap_steps` apart and at least `min_sep_sec` ap
 `require_motion_between`) refuses two frames with nothing but stationary frames between them; `segment_midpoints`
 mode (REASSEMBLE) takes the midpoints of successful high-level action segments, `gaps` segments apart and at least
 `min_sep_sec` apart. `min_sep_sec` is the per-source minimum temporal gap between consecutive frames.
+A time gap alone does not make a visible change, so `state_change: contact` keeps only sets whose consecutive frames
+lie in different contact runs (before the grasp / held / after the release: `contact_runs`; a unit without contact
+labels gives no set), never inside one interval; `state_change: pixels` leaves it to the frames stage's gate
+(the template's `min_pixel_distance`, which applies to every T8/T9 item). Units whose camera is in
+`exclude_cameras` (wrist views) give no item.
 
 The display order is a seeded shuffle of the chronological order; the display labels (X, Y[, Z]) are fixed in
 display order, so the answer is the permutation of labels in time order (T8) or the label of the earlier panel (T9).
@@ -26,6 +31,22 @@ def answer_for(display_frames: list[int], labels: list[str]) -> str:
     """The labels of the displayed frames in chronological order (T8: a permutation string; T9: one label)."""
     order = sorted(range(len(display_frames)), key=lambda i: (display_frames[i], i))
     return "".join(labels[i] for i in order)
+
+
+def contact_runs(contact_by_arm: list) -> np.ndarray | None:
+    """Per frame, the index of its contact run: the state "some arm in contact" (null counts as no contact) changes
+    at each run boundary, so two frames with different indices have a grasp or a release between them. None when no
+    arm has a contact label."""
+    arrs = [np.array([x is True or x == 1 for x in c], dtype=bool) for c in contact_by_arm
+            if any(x is not None for x in c)]
+    if not arrs:
+        return None
+    state = np.logical_or.reduce(arrs)
+    return np.concatenate(([0], np.cumsum(state[1:] != state[:-1])))
+
+
+def _unit_runs(ctx: Context, uid: str) -> np.ndarray | None:
+    return contact_runs([d["contact"] for _, d in sorted((ctx.arms.get(uid) or {}).items())])
 
 
 def _gap_table(k: int, gmax: int) -> np.ndarray:
@@ -52,6 +73,9 @@ def _grid_sets(ctx: Context, uid: str, fcfg: dict, k: int, require_motion: bool)
         moving = np.concatenate(([0], np.cumsum(~ctx.stationary(uid))))
         for j in range(k - 1):
             keep &= (moving[f[:, j + 1] + 1] - moving[f[:, j]]) > 0
+    runs = fcfg.get("_runs")
+    if runs is not None:  # consecutive frames in different contact runs
+        keep &= np.all(np.diff(runs[f], axis=1) != 0, axis=1)
     f = f[keep]  # rows are in lexicographic order
     cap = fcfg.get("_cap")
     if cap is not None and f.shape[0] > cap:
@@ -81,10 +105,20 @@ def _frame_sets(spec: Spec, ctx: Context, uid: str, k: int) -> list[tuple[int, .
     fcfg = spec.frames
     mode = fcfg.get("mode", "grid")
     cap = spec.cap("cap_per_unit", len(ctx.unit_ids))
+    if ctx.units[uid]["camera"] in set(spec.get("exclude_cameras") or ()):
+        return []
+    runs = None
+    if fcfg.get("state_change") == "contact":
+        runs = _unit_runs(ctx, uid)
+        if runs is None:
+            return []
     if mode == "grid":
-        sets = _grid_sets(ctx, uid, {**fcfg, "_cap": cap}, k, bool(spec.get("require_motion_between", False)))
+        sets = _grid_sets(ctx, uid, {**fcfg, "_cap": cap, "_runs": runs}, k,
+                          bool(spec.get("require_motion_between", False)))
     elif mode == "segment_midpoints":
         sets = _segment_sets(ctx, uid, fcfg, k)
+        if runs is not None:
+            sets = [f for f in sets if all(runs[a] != runs[b] for a, b in zip(f, f[1:]))]
     else:
         raise ValueError(f"{spec.task_id}: unknown frame mode {mode!r}")
     return evenly(sorted(sets), cap)

@@ -8,6 +8,8 @@ and when two of its frames (distinct indices) are
   identical       same pixel_sha256 (frozen video), if gate.identical
   near-identical  grey-thumbnail mean |difference| <= gate.near_identical_max_mad, except for the tasks listed in
                   gate.near_identical_exempt_tasks (whose answer can be "nothing moves")
+  too alike       grey-thumbnail mean |difference| < the template's min_pixel_distance for the item's source
+                  (configs/tasks/T8, T9: an order question needs a visible change of state between its frames)
 Thresholds: configs/frames.yaml `gate`. Dropped items become quarantine rows (upstream_adapters.ir.QUARANTINE_SCHEMA)
 with stage "frames", file null, and a reason that starts with the item's candidate_key.
 """
@@ -18,6 +20,7 @@ import itertools
 
 import polars as pl
 
+from pipeline.config import per_source
 from upstream_adapters.ir import QUARANTINE_SCHEMA
 
 from .pixels import thumb_mad
@@ -39,8 +42,21 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
-def item_problems(item: dict, frames: dict, g: dict) -> list[str]:
-    """Why `item` fails the gate (empty list = it passes). frames: (source, unit, camera, index) -> frame row."""
+def min_pixel_distances(cfg: dict) -> dict[tuple[str, str], float]:
+    """(task_id, source) -> the template's min_pixel_distance, for every family and source that sets one (a config
+    without `tasks`, e.g. the frames section alone, sets none)."""
+    out = {}
+    for tid, t in (cfg.get("tasks") or {}).items():
+        for src in t.get("sources") or []:
+            v = per_source(t.get("min_pixel_distance"), src)
+            if v is not None:
+                out[(tid, src)] = float(v)
+    return out
+
+
+def item_problems(item: dict, frames: dict, g: dict, min_dist_of: dict | None = None) -> list[str]:
+    """Why `item` fails the gate (empty list = it passes). frames: (source, unit, camera, index) -> frame row;
+    min_dist_of: min_pixel_distances(cfg)."""
     vk = (item["source"], item["unit_id"], item["camera"])
     try:
         indices = frame_indices_of(item)
@@ -69,26 +85,30 @@ def item_problems(item: dict, frames: dict, g: dict) -> list[str]:
     mad_max = g["near_identical_max_mad"]
     if item.get("task_id") in set(g["near_identical_exempt_tasks"]):
         mad_max = None
+    min_dist = (min_dist_of or {}).get((item.get("task_id"), item.get("source")))
     for (i, a), (j, b) in itertools.combinations(rows.items(), 2):
         if g["identical"] and a["pixel_sha256"] == b["pixel_sha256"]:
             problems.append(f"identical frames {i} and {j} (frozen video)")
-        elif mad_max is not None and a["thumb"] and b["thumb"]:
+        elif (mad_max is not None or min_dist is not None) and a["thumb"] and b["thumb"]:
             mad = thumb_mad(a["thumb"], b["thumb"])
-            if mad <= mad_max:
+            if mad_max is not None and mad <= mad_max:
                 problems.append(f"near-identical frames {i} and {j} (thumbnail MAD {_fmt(mad)} <= {mad_max})")
+            elif min_dist is not None and mad < min_dist:
+                problems.append(f"frames {i} and {j} too alike to order (thumbnail MAD {_fmt(mad)} < {min_dist})")
     return problems
 
 
 def gate_items(items: pl.DataFrame, frame_table: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split `items` into (kept, quarantine). `frame_table` is extract_frames' output; cfg as in gate_config."""
     g = gate_config(cfg)
+    min_dist_of = min_pixel_distances(cfg)
     frames = {(r["source"], r["unit_id"], r["camera"], int(r["frame_index"])): r
               for r in frame_table.select("source", "unit_id", "camera", "frame_index", "status", "reason",
                                           "pixel_sha256", "mean", "std", "thumb").iter_rows(named=True)}
     keep: list[bool] = []
     quarantine: list[dict] = []
     for item in items.iter_rows(named=True):
-        problems = item_problems(item, frames, g)
+        problems = item_problems(item, frames, g, min_dist_of)
         keep.append(not problems)
         if problems:
             key = item.get("candidate_key") or item.get("item_key") or item.get("item_id") or ""

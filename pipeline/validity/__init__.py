@@ -143,14 +143,48 @@ def write_report(report: dict, metadata_dir: Path) -> None:
     atomic_write_bytes(metadata_dir / REPORT_FILES[1], render_markdown(report).encode())
 
 
+def merge_human(cfg: dict, release_dir: Path, files: list[Path]) -> dict:
+    """Add the human check (verdict files of pipeline/review.py pages) to the release's validity report as its
+    `human` section (json + md; checksums re-written when the release has them); returns that section."""
+    from ..writers import file_names, write_checksums
+    from .human import answer_key, human_report, load_verdicts
+
+    rel = Path(release_dir)
+    path = rel / "metadata" / REPORT_FILES[0]
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no validity report to merge into (run the audit first: --work-dir)")
+    report = json.loads(path.read_text(encoding="utf-8"))
+    report["human"] = human_report(load_verdicts(files), answer_key(rel, cfg), cfg["validity"]["human"])
+    write_report(report, rel / "metadata")
+    if (rel / file_names(cfg)["checksums"]).exists():
+        write_checksums(rel, cfg)
+    return report["human"]
+
+
 def command(args) -> int:
-    """`processbench validity --release DIR --work-dir DIR`: audit a written release, print its problems."""
+    """`processbench validity --release DIR [--work-dir DIR] [--human FILE ...]`: audit a written release (with
+    --work-dir), merge human verdicts into its report (with --human), print its problems."""
     from ..config import load_config
 
     cfg = load_config()
-    summary = run_validity(cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir))
-    for p in summary["problems"]:
-        print(f"VALIDITY: {p}")
-    print(f"{args.release}/metadata/validity_report.md: {summary['cells']} cells, "
-          f"{len(summary['problems'])} problem(s)")
-    return 1 if summary["problems"] else 0
+    if not args.work_dir and not args.human:
+        print("processbench validity: give --work-dir (the audit), --human FILE ... (merge verdicts), or both")
+        return 2
+    rc = 0
+    if args.work_dir:
+        summary = run_validity(cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir))
+        for p in summary["problems"]:
+            print(f"VALIDITY: {p}")
+        print(f"{args.release}/metadata/validity_report.md: {summary['cells']} cells, "
+              f"{len(summary['problems'])} problem(s)")
+        rc = 1 if summary["problems"] else 0
+    if args.human:
+        try:
+            human = merge_human(cfg, Path(args.release), [Path(f) for f in args.human])
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"processbench validity: {exc}")
+            return 2
+        for c in human["cells"]:
+            print(f"HUMAN: {c['source']}/{c['family']}: accuracy {c['accuracy']:.3f} over {c['judgments']} "
+                  f"judgments (chance {c['chance']:.3f}){'' if c['decidable'] else ' NOT DECIDABLE'}")
+    return rc

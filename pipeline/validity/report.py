@@ -36,4 +36,8 @@ def render_markdown(report: dict) -> str:
     lines += ["", f"Near duplicates: 64-bit perceptual hash within Hamming distance {report['near_duplicate_hamming']}.",
               "", "## Problems", ""]
     lines += [f"- {p}" for p in report.get("problems", [])] or ["none"]
+    if report.get("human"):
+        from .human import human_markdown
+
+        lines += human_markdown(report["human"])
     return "\n".join(lines) + "\n"

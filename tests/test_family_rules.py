@@ -1,0 +1,110 @@
+"""The frame rules that make T5, T7, T8 and T9 decidable from what is shown, on hand-made signals: the template
+variants (`variant: public` keeps the public design), T5's step boundaries, T8/T9's contact runs, the pixel distance
+of the frames stage's gate, camera exclusion, labels drawn on every T9 panel (AIST too)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.config import apply_variant, load_config, read_task
+from pipeline.families.progress import step_skip_reason, strip_frames
+from pipeline.families.temporal import contact_runs
+from pipeline.frames import gate as gate_mod
+from pipeline.frames.render import render_item_images
+from pipeline.settings_errors import ConfigError
+
+CFG = load_config()
+
+
+def test_variants_public_and_errors():
+    for t in ("T5", "T7", "T8", "T9"):
+        assert CFG["tasks"][t]["variant"] == "default"
+        pub = read_task(t, variant="public")
+        assert pub["variant"] == "public" and pub["quota"] == CFG["tasks"][t]["quota"]
+    assert "strip" not in read_task("T5", variant="public")["frames"]["default"]
+    assert read_task("T8", variant="public")["min_pixel_distance"] is None
+    assert all("state_change" not in f for f in read_task("T9", variant="public")["frames"].values())
+    with pytest.raises(ConfigError, match="variant"):
+        apply_variant({"task_id": "T5", "variants": {"public": {}}}, "configs/tasks/T5.yaml", "nope")
+    with pytest.raises(ConfigError, match="variants.public"):
+        apply_variant({"task_id": "T5", "variants": {"public": {"task_id": "T6"}}}, "T5.yaml", "public")
+
+
+def test_t5_strip_covers_the_step_and_uncertain_steps_are_skipped():
+    assert strip_frames(100, 200, 5) == [100, 125, 150, 175, 200]
+    assert strip_frames(7, 10, 5)[0] == 7 and strip_frames(7, 10, 5)[-1] == 10
+    # 30 fps, 300 frames: a 2 s step in the middle is fine; one touching either end, or too short, is skipped
+    assert step_skip_reason(100, 160, 300, 30.0, 1.0, 0.1) is None
+    assert "first or last frame" in step_skip_reason(1, 100, 300, 30.0, 1.0, 0.1)
+    assert "first or last frame" in step_skip_reason(150, 298, 300, 30.0, 1.0, 0.1)
+    assert "shorter than 1.0 s" in step_skip_reason(100, 120, 300, 30.0, 1.0, 0.1)
+
+
+def test_contact_runs_on_hand_made_contact():
+    # left grasps 10-19, right 25-29: before / left held / between / right held / after
+    n = 40
+    left = [None] * 5 + [10 <= i < 20 for i in range(5, n)]
+    right = [25 <= i < 30 for i in range(n)]
+    runs = contact_runs([left, right])
+    assert runs[0] == runs[9] != runs[10] == runs[19] != runs[20] == runs[24] != runs[25] != runs[30]
+    assert len(set(runs.tolist())) == 5
+    assert contact_runs([[None] * n]) is None  # no contact label: no run, the unit gives no T8/T9 item
+
+
+def _frow(i, thumb):
+    return {"source": "gm100", "unit_id": "u", "camera": "camera_top", "frame_index": i, "cache_key": f"k{i}",
+            "status": "ok", "reason": None, "pixel_sha256": f"sha{i}", "height": 10, "width": 10, "mean": 100.0,
+            "std": 40.0, "thumb": bytes(thumb).hex()}
+
+
+def test_gate_drops_order_items_whose_frames_look_alike():
+    from pipeline.frames.extract import FRAME_TABLE_SCHEMA
+
+    need = read_task("T9")["min_pixel_distance"]
+    base = [100] * 16
+    ft = pl.DataFrame([_frow(1, base), _frow(2, [100 + int(need) + 2] * 16), _frow(3, [101] * 16)],
+                      schema=FRAME_TABLE_SCHEMA)
+    items = pl.DataFrame({"candidate_key": ["far", "alike", "alike_T1"], "source": ["gm100"] * 3,
+                          "unit_id": ["u"] * 3, "camera": ["camera_top"] * 3, "task_id": ["T9", "T9", "T1"],
+                          "frame_indices": [[1, 2], [1, 3], [1, 3]]})
+    kept, q = gate_mod.gate_items(items, ft, CFG)
+    assert kept["candidate_key"].to_list() == ["far", "alike_T1"]  # other families keep their near-alike frames
+    assert "too alike to order" in q["reason"][0] and q["reason"][0].startswith("alike:")
+    # the public variant has no minimum: the same item passes
+    pub = {**CFG, "tasks": {**CFG["tasks"], "T9": read_task("T9", variant="public")}}
+    assert gate_mod.gate_items(items, ft, pub)[0].height == 3
+
+
+def test_wrist_cameras_give_no_order_items():
+    from tests.test_families import _pool
+
+    cfg = {**CFG, "tasks": {**CFG["tasks"], **{t: {**CFG["tasks"][t], "exclude_cameras": ["camera_top"]}
+                                              for t in ("T8", "T9")}}}
+    _, _, pool = _pool("gm100", n_units=2, n_frames=600, cfg=cfg)
+    assert pool.height and not pool.filter(pl.col("task_id").is_in(["T8", "T9"])).height
+    _, _, pool = _pool("gm100", n_units=2, n_frames=600)
+    assert pool.filter(pl.col("task_id").is_in(["T8", "T9"])).height
+
+
+@pytest.mark.parametrize("source", ["aist", "gm100"])
+def test_t9_labels_burned_into_every_panel(source):
+    from tests.test_families import _pool
+
+    _, _, pool = _pool(source, n_units=2, n_frames=1200)
+    rows = pool.filter(pl.col("task_id") == "T9").to_dicts()
+    assert rows
+    r = rows[0]
+    spec = json.loads(r["render_spec_json"])
+    assert spec["labels"] == ["X", "Y"] and spec["kind"] == "panels"
+    grey = np.full((60, 80, 3), 128, np.uint8)
+    img = render_item_images({**r, "frame_indices": r["frame_indices"]}, lambda i: grey.copy())[0]
+    gap = int(spec["gap"])
+    left, right = img[:, :80], img[:, 80 + gap:]
+    for panel in (left, right):  # each panel carries its label box (black) and text (white) at the top left
+        corner = panel[:30, :40]
+        assert (corner == 0).all(axis=2).any() and (corner == 255).all(axis=2).any()
+        assert (panel[40:, 50:] == 128).all()
