@@ -33,8 +33,7 @@ Unit = one episode, id `task_00043__episode_000007`, task id `task_00043`. The I
 Odd cases: missing tasks.jsonl -> language null; primary video shorter/longer than the parquet by at most
 `frame_count_tolerance` frames (default 2, as LeRobot's timestamp tolerance) -> cut to the decodable common prefix, with
 a note; a larger gap -> UnitError; parquet or primary video not downloaded -> UnitAbsent; unreadable mp4 -> UnitError; task folder without meta/info.json ->
-its units error; ids/paths escaping the
-root -> UnitError. A task folder whose episodes cannot even be listed (escaping symlink, no meta and no data) is
+its units error; ids/paths escaping the root -> UnitError. A task folder whose episodes cannot even be listed (escaping symlink, no meta and no data) is
 reported by `discover` as the placeholder unit `<task>__unlisted`, so that ingest quarantines it instead of losing it.
 """
 
@@ -116,6 +115,7 @@ class _TaskMeta:
 class Gm100Adapter(SourceAdapter):
     slug = SLUG
     name = "GM-100"
+    layout = "task_XXXXX/ folders, each a LeRobot dataset (meta/info.json, data/chunk-*/, videos/chunk-*/)"
     unit_type = "episode"
     options = {
         "camera": "primary camera: the video feature without 'observation.images.' (default camera_top)",
