@@ -1,6 +1,6 @@
 # ProcessBench build. Every target creates the virtualenv and installs the pinned set when missing.
 #   make rebuild [SCALE=demo|release]   generate the sample corpora and materialize every asset through Dagster
-#   make test                           ruff check, then the test suite
+#   make test [TESTS=tests/test_x.py]   ruff check, then the test suite (or a part of it)
 #   make test-fast                      ruff check, then the tests but the end-to-end builds (-m "not slow")
 #   make lint                           ruff check . (the rules: pyproject.toml [tool.ruff])
 #   make format                         ruff format . (not yet run over the tree)
@@ -13,27 +13,36 @@
 #                                       item against a local server (numbers, not pass/fail)
 #   make clean                          remove build outputs (keeps the virtualenv)
 
-PYTHON ?= python3.11
+# The interpreter: PYTHON=... when given, else the newest of python3.13, python3.12, python3.11 (then python3) on the
+# PATH that runs and is one of the supported versions (a pyenv shim of a version not selected does not run).
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	  $$p -c 'import sys; sys.exit(sys.version_info[:2] not in [(3, 11), (3, 12), (3, 13)])' 2>/dev/null \
+	  && { echo $$p; break; }; done)
 VENV   := .venv
 BIN    := $(VENV)/bin
 SCALE  ?= demo
 PORT   ?= 3000
+# quoted wherever a recipe uses it: the clone's path may hold spaces (make targets below are relative for that reason)
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export PYTHONHASHSEED := 0
 
 .PHONY: venv rebuild test test-fast lint format dev check-regen regen-lock bench validate clean distclean
 
-venv: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
+venv: $(VENV)/.installed .dagster_home/dagster.yaml
 
 $(VENV)/.installed: pyproject.toml requirements.lock
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || test -n "$(PYTHON)" || { echo "processbench needs Python 3.11, 3.12 or 3.13 \
+	(none found as python3.13, python3.12, python3.11 or python3 on the PATH): install one (apt install python3.12, \
+	brew install python@3.12, uv python install 3.12, pyenv install 3.12) or name it: make PYTHON=/path/to/python3.12" >&2; \
+	exit 1; }
+	@test -x $(BIN)/python || "$(PYTHON)" -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
-$(DAGSTER_HOME)/dagster.yaml:
-	@mkdir -p $(DAGSTER_HOME)
-	@printf 'telemetry:\n  enabled: false\n' > $@
+.dagster_home/dagster.yaml:
+	@mkdir -p .dagster_home
+	@printf 'telemetry:\n  enabled: false\npython_logs:\n  python_log_level: INFO\n' > $@
 
 rebuild: venv
 	$(BIN)/processbench build --samples --scale $(SCALE)
@@ -41,7 +50,7 @@ rebuild: venv
 
 test: venv
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(TESTS)
 
 test-fast: venv
 	$(BIN)/ruff check .
@@ -72,4 +81,4 @@ clean:
 	rm -rf build release .release.staging .release.previous .release.lock .pytest_cache bench/results
 
 distclean: clean
-	rm -rf $(VENV) $(DAGSTER_HOME)
+	rm -rf $(VENV) "$(DAGSTER_HOME)"

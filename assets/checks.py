@@ -15,6 +15,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline import stages
+from pipeline.schema import DESCRIPTIONS
 
 from .tables import Step, Table
 
@@ -51,15 +52,30 @@ def preview_markdown(df: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
+# text tables of the release: one row per line (.jsonl items, .txt split groups), a CSV after its header line
+LINE_TABLES = {".jsonl": 0, ".txt": 0, ".csv": 1}
+
+
+def _line_rows(path, header: int) -> int:
+    with open(path, "rb") as fh:
+        return max(0, sum(1 for line in fh if line.strip()) - header)
+
+
 def table_metadata(table: Table, cfg: dict) -> dict:
     path = table.file(cfg)
     meta: dict = {"path": dg.MetadataValue.path(table.path)}
-    if table.schema is None or not path.is_file():
+    if not path.is_file():
+        return meta
+    if table.schema is None:
+        if path.suffix in LINE_TABLES:
+            meta["dagster/row_count"] = _line_rows(path, LINE_TABLES[path.suffix])
         return meta
     # from the parquet footer and the first rows: a step's tables can hold millions of rows (IR signals)
     meta["dagster/row_count"] = pq.ParquetFile(path).metadata.num_rows
+    # the release schema's column descriptions (pipeline/schema.py), shown in the UI's column list
     meta["dagster/column_schema"] = dg.TableSchema(
-        columns=[dg.TableColumn(name=c, type=str(t)) for c, t in pl.read_parquet_schema(path).items()])
+        columns=[dg.TableColumn(name=c, type=str(t), description=DESCRIPTIONS.get(c) if table.root == "release"
+                                else None) for c, t in pl.read_parquet_schema(path).items()])
     meta["preview"] = dg.MetadataValue.md(preview_markdown(pl.read_parquet(path, n_rows=PREVIEW_ROWS)))
     return meta
 

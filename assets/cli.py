@@ -117,16 +117,28 @@ def cmd_build(args) -> int:
         return 2
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
-        print(f"release NOT published: {release} is unchanged (the last good release, if any)", file=sys.stderr)
+        print(f"release NOT published: {Path(release).absolute()} is unchanged (the last good release, if any)",
+              file=sys.stderr)
         return 1
     for warning in result["warnings"]:
         print(f"check warning: {warning}", file=sys.stderr)
     for failed in result["failed_checks"]:
         print(f"check failed: {failed}", file=sys.stderr)
-    what = "published" if result["published"] else "unchanged (up to date)"
-    print(f"build done in {time.time() - t:.1f}s ({len(result['steps'])} step(s) run, run id {result['run_id']}): "
-          f"release {what} -> {release}")
+    _report(Path(release).absolute(), result, time.time() - t,
+            {slug: str(cfg["sources"][slug]["root"]) for slug in chosen})
     return 1 if result["failed_checks"] else 0
+
+
+def _report(release: Path, result: dict, seconds: float, roots: dict[str, str]) -> None:
+    """The end of a build: what the release holds, where it is, and what to run next."""
+    from pipeline.build_report import counts_text, next_commands
+
+    what = "published" if result["published"] else "unchanged (every step up to date)"
+    print(f"build done in {seconds:.1f}s ({len(result['steps'])} step(s) run, run id {result['run_id']})")
+    if (release / "splits").is_dir():
+        print(f"\nitems per source and split / eval level:\n{counts_text(release)}\n")
+    print(f"release {what}: {release}")
+    print("next:\n" + "\n".join(f"  {c}" for c in next_commands(release, roots)))
 
 
 def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: dict, limits: dict) -> None:
@@ -154,6 +166,21 @@ def _write_samples(slug: str, root: Path, scale: str, seed: int, options: dict, 
     provenance.write_sample_record(slug, root, scale, seed, options)
 
 
+# the instance of the repository's .dagster_home: no telemetry, and step processes' own console loggers at INFO (their
+# default is DEBUG: a `STEP_WORKER_STARTED` line per step on the terminal); INFO messages still reach the event log
+DAGSTER_YAML = "telemetry:\n  enabled: false\npython_logs:\n  python_log_level: INFO\n"
+
+
+def _quiet_step_processes(path: Path) -> None:
+    """Add python_logs.python_log_level to a .dagster_home/dagster.yaml written before it was set."""
+    import yaml
+
+    conf = yaml.safe_load(path.read_text()) or {}
+    if isinstance(conf, dict) and "python_log_level" not in (conf.get("python_logs") or {}):
+        conf.setdefault("python_logs", {})["python_log_level"] = "INFO"
+        path.write_text(yaml.safe_dump(conf, sort_keys=False))
+
+
 def use_repo_dagster_home() -> Path:
     """Runs are recorded in DAGSTER_HOME; unset, the repository's .dagster_home (what `make dev` shows)."""
     import os
@@ -161,7 +188,9 @@ def use_repo_dagster_home() -> Path:
     home = Path(os.environ.get("DAGSTER_HOME") or path_in_repo(".dagster_home"))
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    elif home.resolve() == path_in_repo(".dagster_home").resolve():
+        _quiet_step_processes(home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 
@@ -185,9 +214,15 @@ def cmd_split(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from pipeline.validate import validate_release
+    from pipeline import writers
+    from pipeline.validate import not_a_release, validate_release
 
-    problems = validate_release(Path(args.dir))
+    root = Path(args.dir)
+    if problem := (not_a_release(root, writers.file_names(load_config())) if root.is_dir() else
+                   f"{root.absolute()} is not a folder"):
+        print(f"processbench: error: {problem}", file=sys.stderr)
+        return 2
+    problems = validate_release(root)
     for p in problems:
         print(f"INVALID: {p}")
     print(f"{args.dir}: {'valid' if not problems else f'{len(problems)} problem(s)'}")
@@ -211,20 +246,22 @@ def cmd_reconstruct(args) -> int:
 
 
 def cmd_dev(args) -> int:
-    """Run `dagster dev` as a child that stops with us (see `supervise` and docs/running.md)."""
+    """Run `dg dev` (what superseded `dagster dev`; the project is pyproject.toml's [tool.dg]) as a child that stops
+    with us (see `supervise` and docs/running.md). Its virtual environment is named as the active one, so dg does not
+    warn that the project's .venv is not activated."""
     import os
 
-    cmd = [str(Path(sys.executable).with_name("dagster")), "dev", "-m", "assets.definitions",
-           "-h", args.host, "-p", str(args.port)]
+    cmd = [str(Path(sys.executable).with_name("dg")), "dev", "-h", args.host, "-p", str(args.port)]
     pid_file = path_in_repo(".dagster_dev.pid")
     pid_file.write_text(f"{os.getpid()}\n")
+    use_repo_dagster_home()
     try:
-        return supervise(cmd)
+        return supervise(cmd, env={**os.environ, "VIRTUAL_ENV": sys.prefix}, cwd=path_in_repo("."))
     finally:
         pid_file.unlink(missing_ok=True)
 
 
-def supervise(cmd: list[str], poll_s: float = 0.5) -> int:
+def supervise(cmd: list[str], poll_s: float = 0.5, env: dict | None = None, cwd: Path | None = None) -> int:
     """Run `cmd` as a child and stop it (SIGTERM) when we get SIGINT/SIGTERM or when our parent dies. A `dagster
     dev` started in the background from a non-interactive shell ignores SIGINT and SIGTERM, and `make` killed by
     SIGTERM dies without passing the signal on, leaving its recipe running: so we watch the parent too."""
@@ -233,7 +270,7 @@ def supervise(cmd: list[str], poll_s: float = 0.5) -> int:
     import subprocess
 
     parent = os.getppid()
-    child = subprocess.Popen(cmd)
+    child = subprocess.Popen(cmd, env=env, cwd=cwd)
     stopping = []
 
     def stop(signum, _frame=None):
@@ -304,18 +341,19 @@ def cmd_eval(args) -> int:
     return 0 if summary["complete"] else 130 if summary["interrupted"] else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand and option, each with its help text (tests/test_cli.py checks that none lacks one)."""
     p = argparse.ArgumentParser(prog="processbench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
 
     b = sub.add_parser("build", help="materialize every asset through Dagster and write the release")
-    b.add_argument("--scale", choices=["demo", "release"])
+    b.add_argument("--scale", choices=["demo", "release"],
+                   help="demo (small, minutes) or release (the real unit counts and quotas); default: configs/build.yaml")
     b.add_argument("--upstream", action="append", metavar="SLUG=PATH", help="read this source from PATH (repeatable)")
     b.add_argument("--sources", help="comma-separated subset of sources")
     b.add_argument("--samples", action="store_true", help="generate the sample corpora first when missing")
-    b.add_argument("--release-dir")
-    b.add_argument("--work-dir")
+    b.add_argument("--release-dir", help="where the release is published (default: release/)")
+    b.add_argument("--work-dir", help="intermediate tables and the frame cache (default: build/work/)")
     b.add_argument("--executor", choices=["in_process", "multiprocess", "dask"],
                    help="the engine of the one run (default: configs/build.yaml executor.engine)")
     b.add_argument("--max-concurrent", type=int, help="steps at a time (multiprocess) / local Dask workers; 0 = cores")
@@ -325,57 +363,61 @@ def main(argv: list[str] | None = None) -> int:
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("samples", help="write the sample upstream corpora, one folder per source slug")
-    s.add_argument("--scale", choices=["demo", "release"], default="demo")
-    s.add_argument("--out", required=True)
-    s.add_argument("--sources")
-    s.add_argument("--seed", type=int)
+    s.add_argument("--scale", choices=["demo", "release"], default="demo",
+                   help="demo (a few units per source) or release (the real unit counts); default demo")
+    s.add_argument("--out", required=True, help="folder that gets one sub-folder per source (created)")
+    s.add_argument("--sources", help="comma-separated subset of sources (default: every source of the build)")
+    s.add_argument("--seed", type=int, help="generator seed (default: configs/build.yaml build.samples.seed)")
     s.set_defaults(func=cmd_samples)
 
     from pipeline.ingest import OPTIONS_HELP, IngestHelpFormatter
 
     i = sub.add_parser("ingest", help="run one adapter over a root and write the IR tables + quarantine",
                        epilog=OPTIONS_HELP, formatter_class=IngestHelpFormatter)
-    i.add_argument("--source", required=True)
+    i.add_argument("--source", required=True, help="source slug (a key of configs/sources.yaml)")
     i.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="adapter option (repeatable; YAML value), over the build's configured options")
-    i.add_argument("--root", required=True)
-    i.add_argument("--out", required=True)
+    i.add_argument("--root", required=True, help="the source's root folder (its real layout: docs/upstream-formats.md)")
+    i.add_argument("--out", required=True, help="folder for the IR tables and the quarantine (parquet)")
     i.set_defaults(func=cmd_ingest)
 
     sp = sub.add_parser("split", help="split any item pool (jsonl with source, task_id, split_group_id)")
-    sp.add_argument("--items", required=True)
-    sp.add_argument("--out", required=True)
-    sp.add_argument("--config")
+    sp.add_argument("--items", required=True, help="the item pool (jsonl: source, task_id, split_group_id, ...)")
+    sp.add_argument("--out", required=True, help="folder for eval.jsonl, sft.jsonl and split_summary.json")
+    sp.add_argument("--config", help="split policy YAML (default: configs/split.yaml)")
     sp.set_defaults(func=cmd_split)
 
     v = sub.add_parser("validate", help="check a release folder against its schema, manifests and checksums")
-    v.add_argument("dir")
+    v.add_argument("dir", help="the release folder (release/ by default)")
     v.set_defaults(func=cmd_validate)
 
     va = sub.add_parser("validity", help="audit a release: text-only baselines, shared images, T8/T9 gaps")
-    va.add_argument("--release", required=True)
+    va.add_argument("--release", required=True, help="the release folder")
     va.add_argument("--work-dir", help="the build's work folder (frame cache, IR): run the audit")
     va.add_argument("--human", nargs="+", metavar="FILE",
                     help="verdict files exported from `processbench review` pages: merged into the report")
     va.set_defaults(func=cmd_validity)
 
     rv = sub.add_parser("review", help="human check: one HTML page per source and family with sampled eval items")
-    rv.add_argument("--release", required=True)
+    rv.add_argument("--release", required=True, help="the release folder whose eval items are sampled")
     rv.add_argument("--images", required=True, help="the images folder `processbench reconstruct` wrote")
-    rv.add_argument("--out", required=True)
+    rv.add_argument("--out", required=True, help="where the HTML pages go (open index.html from disk)")
     rv.add_argument("--per-cell", type=int, default=100, help="items per (source, family) page (default 100)")
     rv.add_argument("--seed", type=int, help="sampling seed (default: build.release_seed)")
     rv.set_defaults(func=cmd_review)
 
     r = sub.add_parser("reconstruct", help="rebuild and verify every item's frames from upstream data")
-    r.add_argument("--release", required=True)
-    r.add_argument("--upstream", action="append", metavar="SLUG=PATH")
-    r.add_argument("--out", default="build/reconstructed")
+    r.add_argument("--release", required=True, help="the release folder whose items' images are rebuilt")
+    r.add_argument("--upstream", action="append", metavar="SLUG=PATH",
+                   help="your copy of a source (repeatable; at least one)")
+    r.add_argument("--out", default="build/reconstructed", help="where the images go (default build/reconstructed)")
     r.set_defaults(func=cmd_reconstruct)
 
     sc = sub.add_parser("score", help="score predictions (jsonl item_id, response) against the eval split")
-    for opt in ("--release", "--predictions", "--out"):
-        sc.add_argument(opt, required=True)
+    for opt, what in (("--release", "the release folder"),
+                      ("--predictions", "jsonl with item_id and response per eval item"),
+                      ("--out", "folder for the report (metrics, plot)")):
+        sc.add_argument(opt, required=True, help=what)
     sc.set_defaults(func=cmd_score)
 
     from pipeline.evaluate.options import ClientOptions
@@ -383,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     dflt = ClientOptions()
     e = sub.add_parser("eval", help="ask an OpenAI-compatible endpoint every eval item, store, score "
                                     "(docs/evaluation.md)")
-    e.add_argument("--release", required=True)
+    e.add_argument("--release", required=True, help="the release folder whose eval items are asked")
     e.add_argument("--images", help="the folder `processbench reconstruct --out` wrote")
     e.add_argument("--upstream", action="append", metavar="SLUG=PATH",
                    help="instead of --images: reconstruct (and hash-verify) the frames on the fly (repeatable)")
@@ -395,9 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--families", help="comma-separated task ids or names (default: all)")
     e.add_argument("--sources", help="comma-separated source slugs (default: all)")
     e.add_argument("--limit", type=int, help="the first N selected items (by item id)")
-    e.add_argument("--max-tokens", type=int, default=dflt.max_tokens)
-    e.add_argument("--temperature", type=float, default=dflt.temperature)
-    e.add_argument("--seed", type=int, default=dflt.seed)
+    e.add_argument("--max-tokens", type=int, default=dflt.max_tokens, help="completion tokens per answer at most")
+    e.add_argument("--temperature", type=float, default=dflt.temperature, help="sampling temperature")
+    e.add_argument("--seed", type=int, default=dflt.seed, help="sampling seed sent with every request")
     e.add_argument("--timeout", type=float, default=dflt.timeout_s, help="seconds per request")
     e.add_argument("--retries", type=int, default=dflt.retries, help="retries per item after the first attempt")
     e.add_argument("--backoff", type=float, default=dflt.backoff_s, help="first retry delay in seconds (doubles)")
@@ -407,12 +449,22 @@ def main(argv: list[str] | None = None) -> int:
     e.set_defaults(func=cmd_eval)
 
     d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")
-    d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--port", type=int, default=3000)
+    d.add_argument("--host", default="127.0.0.1", help="interface the UI listens on (default 127.0.0.1)")
+    d.add_argument("--port", type=int, default=3000, help="port of the UI (default 3000)")
     d.set_defaults(func=cmd_dev)
+    return p
 
-    args = p.parse_args(argv)
-    return args.func(args)
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    from pipeline.errors import EXPLAINED
+
+    try:
+        return args.func(args)
+    except EXPLAINED as exc:  # a failure the project explains: its one line, no trace
+        print(f"processbench: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -14,12 +14,14 @@ cannot publish a bad release any more than `processbench build` can.
 
 import resource
 import time
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
 from pipeline import publish
 from pipeline.config import load_config
+from pipeline.errors import EXPLAINED
 from pipeline.pool import limit_native_threads
 
 from . import fingerprint
@@ -79,7 +81,8 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
             yield from _publish_step(context, this, cfg, live, checks)
             return
         t0 = time.monotonic()
-        summary, skipped, fp = fingerprint.run_step(this, cfg, tables_by_name(live))
+        with project_failure():
+            summary, skipped, fp = fingerprint.run_step(this, cfg, tables_by_name(live))
         context.log.info(f"{step.name}: {'unchanged, skipped' if skipped else 'computed'} ({fp[:12]})")
         cost = {"step/seconds": round(time.monotonic() - t0, 1), "step/peak_rss_mb": _peak_rss_mb()}
         for t in step.writes:
@@ -91,6 +94,16 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
     return _asset
 
 
+@contextmanager
+def project_failure():
+    """A failure the project explains itself (pipeline/errors.py ProjectError) fails the step with its one line as the
+    failure description, which the UI shows and `processbench build` prints, without a trace."""
+    try:
+        yield
+    except EXPLAINED as exc:
+        raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from None
+
+
 def _publish_step(context, step: Step, cfg: dict, live: list[Step], checks):
     """Run the release step into the staging folder, evaluate its checks there and every other ERROR check of the
     build on the work folder, and swap the staging folder in only when all pass. Otherwise the published release
@@ -98,7 +111,8 @@ def _publish_step(context, step: Step, cfg: dict, live: list[Step], checks):
     staged = publish.staging_config(cfg)
     publish.clear_staging(cfg)
     try:
-        summary, _, fp = fingerprint.run_step(step, staged, tables_by_name(live))
+        with project_failure():
+            summary, _, fp = fingerprint.run_step(step, staged, tables_by_name(live))
         # side by side: the validator re-reads the release in this process while the path scan's pool reads every
         # file (threads suffice: polars and the pool's waits release the GIL)
         with ThreadPoolExecutor(max(1, len(checks))) as pool:

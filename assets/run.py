@@ -21,6 +21,7 @@ from pipeline.pool import limit_native_threads
 from . import fingerprint
 from .definitions import STEPS, build_job
 from .executors import LOCK_TAG, run_config_for, start_fork_server, steps_die_with_this_process
+from .progress import Progress, failure_line
 from .settings import BuildSettings, settings_from  # noqa: F401 - re-exported for the CLI and tests
 from .tables import all_steps
 
@@ -60,7 +61,7 @@ def job_steps(cfg: dict):
 
 
 def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance | None = None, log=print,
-            log_level: str = "WARNING", executor: str | None = None, max_concurrent: int | None = None,
+            log_level: str = "CRITICAL", executor: str | None = None, max_concurrent: int | None = None,
             dask_address: str | None = None, force: bool = False) -> dict:
     """Materialize what is stale in one run, under the build lock (publish.LockError when another build holds it);
     raise BuildFailed when a step fails (then the published release is unchanged). Returns the checks that failed
@@ -95,24 +96,24 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
     with steps_die_with_this_process():
         if engine == "multiprocess":
             start_fork_server()  # its imports (~3 s) run while Dagster sets the run up, instead of after
-        with dg.execute_job(dg.reconstructable(build_job), instance=instance, run_config=run_config,
-                            asset_selection=keys, raise_on_error=False, tags={LOCK_TAG: token}) as res:
+        # Dagster's console logger stays quiet (log_level); one line per step start and end instead
+        with Progress(instance, (LOCK_TAG, token), log), \
+                dg.execute_job(dg.reconstructable(build_job), instance=instance, run_config=run_config,
+                               asset_selection=keys, raise_on_error=False, tags={LOCK_TAG: token}) as res:
             failed = _failed_checks(res, dg.AssetCheckSeverity.ERROR)
             warnings = _failed_checks(res, dg.AssetCheckSeverity.WARN)
             if not res.success:
-                errors = [_failure_text(e) for e in res.all_events if e.is_failure][:5]
-                raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(failed + errors))
+                failures = [e for e in res.all_events if e.is_failure]
+                # the steps' own reasons; the run's failure only when no step said why (it repeats them)
+                errors = [_failure_text(e) for e in ([e for e in failures if e.step_key] or failures)][:5]
+                raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(errors + failed))
             return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id,
                     "published": "release" in steps}
 
 
 def _failure_text(event) -> str:
     """The error a failed step or run reported (a step's own message, e.g. why the release was not published)."""
-    error = getattr(event.event_specific_data, "error", None)
-    if error is None:
-        return event.message or ""
-    text = error.message.strip().splitlines()[-1] if error.message.strip() else event.message
-    return f"{event.step_key or 'run'}: {text}"
+    return f"{event.step_key or 'run'}: {failure_line(event)[0]}"
 
 
 def _assets_of(step_names: list[str]):

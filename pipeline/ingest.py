@@ -194,7 +194,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
         unit_ids = adapter.discover(root)
     except SourceError as exc:
         row("*", str(exc), None)
-        log.error("%s: source unusable: %s", slug, quarantine[-1]["reason"])
+        log.info("%s: source unusable: %s", slug, quarantine[-1]["reason"])
         unit_ids = []
     except Exception as exc:  # noqa: BLE001 - a discovery bug or an unforeseen file problem: one row, no crash
         row("*", f"discovery failed: unexpected {type(exc).__name__}: {exc}", None)
@@ -244,6 +244,8 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     if absent:
         log.info("%s: %d units absent (media not downloaded), skipped", slug, len(absent))
     for q in quarantine:
+        if q["unit_id"] == "*" and not kept:  # a source with no unit: said once, by whoever stops its chain
+            continue
         log.warning("quarantined %s/%s at %s: %s", q["source"], q["unit_id"], q["stage"], q["reason"])
     return IngestResult(
         units=_frame(parts["units"], UNITS_SCHEMA),
@@ -396,7 +398,9 @@ def command(args) -> int:
     print(f"tables written to {args.out}: units, frames, signals, segments, quarantine, notes, absent (.parquet)")
     unusable = result.quarantine.filter(pl.col("unit_id") == "*")
     if result.units.height == 0:
+        from .source_help import unusable_message
+
         reasons = "; ".join(unusable["reason"].to_list()) or "no unit could be read"
-        print(f"{args.source}: source unusable: {reasons}", file=sys.stderr)
+        print(unusable_message(args.source, Path(args.root), reasons, options), file=sys.stderr)
         return 1
     return 0

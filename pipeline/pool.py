@@ -11,13 +11,16 @@ while the caller works (the release step's validity audit beside its exports).
   each task that was in flight is retried alone, so one bad video only fails itself.
 - every worker dies with the process that started the pool (`upstream_adapters.lifetime.die_with`), so a build
   killed with SIGKILL leaves no worker (and then no fork server) behind.
+- inside a daemonic process, which may not start children (a Dask worker under its nanny: what `dask worker`
+  starts by default), the same bounded map runs on threads (`children_allowed`): decoding and file reading release
+  the GIL, and no step fails for where it runs.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
 
@@ -47,7 +50,15 @@ def resolve_workers(workers: int | None) -> int:
     return max(1, os.cpu_count() or 1) if not workers or workers <= 0 else int(workers)
 
 
-def _executor(n: int, ctx) -> ProcessPoolExecutor:
+def children_allowed() -> bool:
+    """False in a daemonic process (multiprocessing refuses it children: `daemonic processes are not allowed to have
+    children`), e.g. a Dask worker its nanny started."""
+    return not mp.current_process().daemon
+
+
+def _executor(n: int, ctx) -> ProcessPoolExecutor | ThreadPoolExecutor:
+    if not children_allowed():
+        return ThreadPoolExecutor(n, thread_name_prefix="pool")
     return ProcessPoolExecutor(n, mp_context=ctx, initializer=die_with, initargs=(os.getpid(),))
 
 

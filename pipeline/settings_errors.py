@@ -8,8 +8,10 @@ from types import UnionType
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from .errors import ProjectError
 
-class ConfigError(ValueError):
+
+class ConfigError(ValueError, ProjectError):
     """A config file that does not match its model: `file`, `key` (dotted path) and `expected`."""
 
     def __init__(self, file, key: str, expected: str):

@@ -28,6 +28,15 @@ class SpeedSection(BySource):
 
 
 # ---------------------------------------------------------------------------------------------- contact
+class GripperHold(Strict):
+    enabled: bool = True
+    open_quantile: float = 0.95
+    closed_width: float = 0.0                    # mm when fully closed on nothing (hardware constant)
+    close_delta: float = 3.0
+    hold_margin: float = 2.0
+    min_run_frames: int = 6
+
+
 class EffortDrop(Strict):
     method: Literal["effort_drop"]
     head_ratio: float = 0.1
@@ -40,15 +49,8 @@ class EffortDrop(Strict):
     boundary_ignore: int = 0
     onset_window: int = Field(10, ge=1)          # a contact must step down within this many frames (not drift)
     no_gripper_motion_tasks: list[str] = []      # tasks annotated with no gripper motion: no contact labels
-
-
-class GripperHold(Strict):
-    enabled: bool = True
-    open_quantile: float = 0.95
-    closed_width: float = 0.0                    # mm when fully closed on nothing (hardware constant)
-    close_delta: float = 3.0
-    hold_margin: float = 2.0
-    min_run_frames: int = 6
+    # holding read from the gripper opening too (IR gripper_width, GM-100 effector.position in m): off by default
+    gripper: GripperHold = GripperHold(enabled=False)
 
 
 class ForceHysteresis(Strict):

@@ -26,12 +26,14 @@ import polars as pl
 
 from . import items as items_mod
 from . import provenance
+from . import source_help
 from . import split as split_mod
 from . import writers
 from .choices import assign_letters, deal_options, display_order
-from .config import path_in_repo, split_policy
+from .config import path_in_repo, split_policy  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import run_exports
 from .validity import REPORT_FILES, run_validity
+from .errors import ProjectError, SourceUnusable
 from .digests import code_digest, config_part, digest, file_digest, table_digest
 from .families import Context, enabled_families, family_candidates, merge_candidates
 from .families.no_items import units_without_items
@@ -58,7 +60,7 @@ def sources(cfg: dict) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------- ingest
-class MissingCorpus(FileNotFoundError):
+class MissingCorpus(FileNotFoundError, ProjectError):
     """A source root that does not exist: a setup error of the build (no corpus made or a mistyped path), not bad
     data to quarantine; the build stops before any stage runs on nothing."""
 
@@ -66,12 +68,25 @@ class MissingCorpus(FileNotFoundError):
 def missing_corpus(cfg: dict, slug: str) -> str | None:
     """What to tell the user when the source's root does not exist (None when it does)."""
     root = Path(cfg["sources"][slug]["root"])
-    if root.exists():
-        return None
-    scale = cfg["build"]["scale"]
-    shown = root.relative_to(path_in_repo(".")) if root.is_relative_to(path_in_repo(".")) else root
-    return (f"no corpus at {shown} for source {slug}: run `processbench samples --scale {scale} --out {shown.parent} "
-            f"--sources {slug}` or `make rebuild` (or build with --samples), or pass --upstream {slug}=PATH")
+    return None if root.exists() else source_help.missing_message(slug, root, cfg["build"]["scale"])
+
+
+def stop_if_unusable(cfg: dict, slug: str, result) -> None:
+    """A source of which ingest kept no unit stops its chain here (SourceUnusable, one line saying what to do), instead
+    of running its labels, candidates and items on nothing. Its IR (with the quarantine rows) is written first."""
+    if result.units.height:
+        return
+    q = result.quarantine
+    whole = q.filter(pl.col("unit_id") == "*")["reason"].to_list()
+    prefix = f"{slug}: "
+    if whole:
+        reason = whole[0][len(prefix):] if whole[0].startswith(prefix) else whole[0]
+    elif q.height:
+        reason = f"none of its {units_lost(q)} unit(s) could be read (first: {q['unit_id'][0]}: {q['reason'][0]})"
+    else:
+        reason = "no unit found"
+    src = cfg["sources"][slug]
+    raise SourceUnusable(source_help.unusable_message(slug, src["root"], reason, src.get("adapter", {})))
 
 
 def ingest_shards(cfg: dict, slug: str) -> int:
@@ -103,6 +118,7 @@ def run_ingest(cfg: dict, slug: str) -> dict:
     else:
         result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"])
     write_ir(result, work_dir(cfg) / "ir" / slug)
+    stop_if_unusable(cfg, slug, result)
     # the corpus's content fingerprint and origin (sample generator or user root), for the release's provenance
     write_json(work_dir(cfg) / "ir" / slug / "corpus.json",
                provenance.corpus_record(slug, src["root"], src.get("adapter", {})))

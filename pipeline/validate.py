@@ -395,6 +395,15 @@ def _forbidden_keys(obj, where: str = "") -> list[str]:
     return out
 
 
+def not_a_release(root: Path, files: dict[str, str]) -> str | None:
+    """One line when the folder holds none of a release's files (a wrong folder, not a damaged release)."""
+    names = [files["checksums"], *sorted(v for k, v in files.items() if k != "checksums")]
+    if any((root / rel).exists() for rel in names):
+        return None
+    return (f"{Path(root).absolute()} is not a ProcessBench release: none of its files is there ({names[0]}, "
+            f"{names[1]}, ...); give the folder a build published (release/ by default)")
+
+
 def validate_release(release_dir: Path, cfg: dict | None = None, leaks: bool = True) -> list[str]:
     """All problems found in the release folder (empty list = valid). leaks=False leaves out the path / identity
     scan of every file (`release_leaks`), which the build runs as a check of its own."""
@@ -404,11 +413,13 @@ def validate_release(release_dir: Path, cfg: dict | None = None, leaks: bool = T
     root = Path(release_dir)
     report = _Report()
     if not root.is_dir():
-        return [f"{root.name}: not a directory"]
+        return [f"{root.absolute()} is not a folder: give the folder a build published (release/ by default)"]
     try:
         files = writers.file_names(cfg)
     except (KeyError, ValueError) as exc:
         return [f"configs/release.yaml: {exc}"]
+    if problem := not_a_release(root, files):
+        return [problem]
     _check_files(root, report)
     for key, rel in sorted(files.items()):
         if not (root / rel).is_file():

@@ -162,12 +162,13 @@ def test_signals_are_long_form_on_primary_frames(tiny, adapter):
     for u in GOOD:
         ir = adapter.read_unit(tiny, u)
         t = parquet(tiny, u)
-        pos, vel, eff = (vec(t, c) for c in ("observation.state.arm.position", "observation.state.arm.velocity",
-                                             "observation.state.effector.effort"))
+        pos, vel, eff, grip = (vec(t, c) for c in ("observation.state.arm.position", "observation.state.arm.velocity",
+                                                   "observation.state.effector.effort",
+                                                   "observation.state.effector.position"))
         n = ir.unit["num_frames"]
         sig = ir.signals.to_pydict()
         assert len(sig["arm"]) == 2 * n and set(sig["arm"]) == {"left", "right"}
-        assert ir.signals.column("gripper_width").null_count == 2 * n
+        assert ir.signals.column("gripper_width").null_count == 0  # effector.position: the opening, metres
         assert ir.signals.column("force").null_count == 2 * n
         frames_t = ir.frames.column("t_sec").to_numpy()
         for arm, off, e in (("left", 0, 0), ("right", 6, 1)):
@@ -179,6 +180,7 @@ def test_signals_are_long_form_on_primary_frames(tiny, adapter):
             assert np.allclose(np.array(sig["speed"])[m], np.linalg.norm(vel[:, off:off + 3], axis=1))
             assert np.allclose(np.array(sig["speed_full"])[m], np.linalg.norm(vel[:, off:off + 6], axis=1))
             assert np.allclose(np.array(sig["gripper_effort"])[m], eff[:, e])
+            assert np.allclose(np.array(sig["gripper_width"])[m], grip[:, e])
 
 
 def test_missing_signal_column_is_null_not_invented(corpus, adapter):
@@ -571,3 +573,58 @@ def test_independent_lerobot_v21_corpus_good_broken_absent(tmp_path):
     assert ir.unit["language"] == "fold the towel" and ir.unit["num_frames"] == 24
     got = a.read_frames(root, ids[0], "camera_top", [0, 11, 23])
     assert all(abs(float(got[i].mean()) - 8 * i) < 4 for i in (0, 11, 23))  # frame i is frame i
+
+
+def test_gripper_width_from_effector_position_feeds_contact_and_phase_when_configured(corpus, adapter):
+    """A hand-made episode: the effort never drops (no grasp by the effort rule), while effector.position (the gripper
+    opening in metres, 0 .. 0.066 on the real files) closes on a 3 cm object on frames 20..49 of the right arm. The
+    IR carries the opening as gripper_width per arm; the GM-100 contact rule reads it only when configured
+    (labels.contact.gm100.gripper.enabled, off by default), and the phases follow the contacts."""
+    from pipeline.config import load_config
+    from pipeline.labels.contact import CONTACT_METHODS
+    from pipeline.labels.phase import phase_from_contacts
+
+    unit_id = TINY_IDS[2]
+    path = samples.unit_paths(corpus, unit_id)[0]
+    t = pq.read_table(path)
+    n = t.num_rows
+    assert n >= 60
+    width = np.full((n, 2), 0.066, dtype=np.float32)
+    width[20:50, 1] = 0.030  # right gripper holds an object
+    width[:, 0] = 0.0  # left gripper closed on nothing all along
+    effort = np.full((n, 2), 1.8, dtype=np.float32)
+    for name, values in (("observation.state.effector.position", width), ("observation.state.effector.effort", effort)):
+        field = t.schema.field(name)
+        t = t.set_column(t.schema.get_field_index(name), field, pa.array(values.tolist(), type=field.type))
+    pq.write_table(t, path)
+    ir = adapter.read_unit(corpus, unit_id)
+    assert validate_unit(ir) is None
+    sig = ir.signals.to_pydict()
+    arm = np.array(sig["arm"])
+    arms = {a: {c: np.array(sig[c], dtype=np.float64)[arm == a] for c in ("gripper_effort", "gripper_width", "speed")}
+            for a in ("left", "right")}
+    assert np.allclose(arms["right"]["gripper_width"], width[:, 1]) and np.allclose(arms["left"]["gripper_width"], 0)
+
+    spec = load_config()["labels"]["contact"]["gm100"]
+    assert spec["gripper"]["enabled"] is False  # the default: the effort rule alone
+    rule = CONTACT_METHODS[spec["method"]]
+    unit = {"task_id": ir.unit["task_id"]}
+    off, off_events = rule(unit, arms, ["left", "right"], "both", n, spec, {})
+    assert not any(m.any() for m in off.values()) and all(ev == [] for ev in off_events.values())
+    on_spec = {**spec, "gripper": {**spec["gripper"], "enabled": True}}
+    on, on_events = rule(unit, arms, ["left", "right"], "both", n, on_spec, {})
+    assert on_events["right"] == [(20, 50)] and np.flatnonzero(on["right"]).tolist() == list(range(20, 50))
+    assert on_events["left"] == []  # closed on nothing is no hold
+    phases = phase_from_contacts(n, on_events["right"], arms["right"]["speed"],
+                                 **load_config()["labels"]["phase"]["gm100"])
+    # before: pre-approach / approach; then contact; then hold and carry / transfer while the object is held
+    assert set(phases[:20].tolist()) <= {0, 1} and phases[20] == 2 and set(phases[25:50].tolist()) <= {3, 4}
+
+
+def test_a_unit_kept_without_a_wrist_camera_says_so(corpus, adapter):
+    """A partial download (camera_top there, a wrist video not): the unit is kept with a note naming the camera."""
+    rel = next((corpus / "task_00001" / "videos").rglob("observation.images.camera_wrist_right/episode_000000.mp4"))
+    rel.unlink()
+    ir = adapter.read_unit(corpus, TINY_IDS[0])
+    assert validate_unit(ir) is None and "camera_wrist_right" not in ir.unit["cameras"]
+    assert any("kept without camera(s) camera_wrist_right: video not downloaded" in n for n in ir.notes), ir.notes

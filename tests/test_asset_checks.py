@@ -179,3 +179,35 @@ def test_validity_limits_fail_on_a_reported_problem_and_a_missing_report(copy):
     assert not res.passed and res.metadata["n_problems"].value == 1
     path.unlink()
     assert not check.evaluate(cfg).passed
+
+
+def test_ui_metadata_has_column_descriptions_and_row_counts_of_text_tables(demo_release):
+    """Issue 31: the UI's column descriptions were empty although pipeline/schema.py has them, and the release's
+    jsonl / txt / csv tables had no row count."""
+    import polars as pl
+
+    from assets.checks import table_metadata
+    from assets.run import settings_from
+    from assets.tables import all_steps, tables_by_name
+    from pipeline.schema import DESCRIPTIONS
+
+    cfg = settings_from(scale="demo", work_dir=str(demo_release.parent / "work"),
+                        release_dir=str(demo_release)).config()
+    tables = tables_by_name(all_steps(cfg))
+    meta = table_metadata(tables["release/eval_parquet"], cfg)
+    cols = {c.name: c.description for c in meta["dagster/column_schema"].columns}
+    assert cols["item_id"] == DESCRIPTIONS["item_id"] and cols["answer"] == DESCRIPTIONS["answer"]
+    files = cfg["release"]["files"]
+    expect = {
+        "eval_jsonl": pl.read_parquet(demo_release / files["eval_parquet"]).height,
+        "sft_jsonl": pl.read_parquet(demo_release / files["sft_parquet"]).height,
+        "task_distribution": pl.read_csv(demo_release / files["task_distribution"]).height,
+    }
+    for name in [n for n in files if n.startswith("split_groups_")]:
+        expect[name] = len((demo_release / files[name]).read_text().split())
+    assert len(expect) >= 5
+    for name, rows in expect.items():
+        assert table_metadata(tables[f"release/{name}"], cfg)["dagster/row_count"] == rows, name
+    # the work folder's tables carry no release descriptions
+    work = table_metadata(tables["items/gm100"], cfg)["dagster/column_schema"].columns
+    assert all(c.description is None for c in work)

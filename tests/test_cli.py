@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import shutil
 
 import dagster as dg
@@ -61,7 +63,23 @@ def test_build_of_one_source_is_a_valid_release_and_a_rebuild_runs_nothing(demo_
     args = ["build", "--scale", "demo", "--sources", "aist", "--upstream", f"aist={demo_samples['aist']}",
             "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "release"), "--executor", "in_process"]
     assert main(args) == 0
-    assert "(6 step(s) run" in capsys.readouterr().out  # ingest, labels, candidates, items of aist; split; release
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "(6 step(s) run" in out  # ingest, labels, candidates, items of aist; split; release
+    # a line per step start and end, with times; no Dagster log line
+    for step in ("ingest_aist", "labels_aist", "candidates_aist", "items_aist", "split", "release"):
+        assert re.search(rf"^\[build +[0-9.]+s\] {step} started$", out, re.M), step
+        assert re.search(rf"^\[build +[0-9.]+s\] {step} done in [0-9.]+s$", out, re.M), step
+    assert " - dagster - " not in captured.out + captured.err
+    # the items per source and split / level, the release's absolute path, the next commands
+    table = out.split("items per source and split / eval level:\n", 1)[1]
+    head, _, aist, total = table.splitlines()[:4]
+    assert head.split() == ["source", "eval", "L1", "eval", "L2", "sft", "total"]
+    sft = pl.read_parquet(tmp_path / "release" / "splits" / "processdata_sft.parquet").height
+    assert aist.split()[0] == "AIST-Bimanual" and int(aist.split()[3]) == sft and total.split()[0] == "all"
+    assert f"release published: {tmp_path / 'release'}\n" in out
+    assert f"processbench reconstruct --release {tmp_path / 'release'} --upstream aist={demo_samples['aist']}" in out
+    assert f"processbench score --release {tmp_path / 'release'} --predictions" in out
     runs = dg.DagsterInstance.from_config(str(tmp_path / ".dagster_home")).get_runs()
     assert len(runs) == 1 and runs[0].job_name == "build"  # recorded in the default DAGSTER_HOME, one run
     assert main(args) == 0
@@ -98,3 +116,64 @@ def test_an_unchanged_build_with_samples_writes_no_corpus_and_runs_no_step(demo_
     # planted: checked without its adapter options, the same corpus does not match its record (what re-wrote it)
     seed = load_config(scale="demo")["build"]["samples"]["seed"]
     assert not provenance.sample_record_matches(slug, root, "demo", seed)
+
+
+def test_every_option_of_every_subcommand_has_help():
+    from assets.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [f"{name} {a.option_strings or a.dest}" for name, sp in sub.choices.items() for a in sp._actions
+               if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert len(sub.choices) >= 9 and missing == []
+
+
+def test_validate_on_a_folder_that_is_no_release_says_so_in_one_line(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("not a release")
+    assert main(["validate", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert f"{tmp_path} is not a ProcessBench release: none of its files is there (checksums.sha256" in captured.err
+
+
+def test_an_unusable_source_stops_its_chain_with_one_line_and_the_step_says_the_same(tmp_path, monkeypatch, capsys):
+    """Issue 31: an empty folder ran every downstream step and ended in a Dagster trace and
+    `items/gm100:schema {... 'image_hashes_json' missing}`. Now ingest fails with one line naming the full path, what
+    belongs there and the fix; labels/candidates/items never start; the UI's step failure says the same line."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
+    (tmp_path / "empty").mkdir()
+    args = ["build", "--sources", "gm100", "--upstream", f"gm100={tmp_path / 'empty'}", "--executor", "in_process",
+            "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "release")]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    line = (f"gm100: no usable source at {tmp_path / 'empty'}: root 'empty' is empty. Expected there: task_XXXXX/ "
+            "folders")
+    assert f"ingest_gm100 FAILED: {line}" in captured.out
+    assert "Traceback" not in text and "Stack Trace" not in text and "image_hashes_json" not in text
+    assert "labels_gm100 started" not in text and "items_gm100 started" not in text
+    assert "processbench samples" not in text  # nothing is suggested that writes beside a user's folder
+    assert not (tmp_path / "release").exists()
+    instance = dg.DagsterInstance.get()
+    (run,) = instance.get_runs()
+    (failure,) = [r.event_log_entry.dagster_event for r in instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records]
+    assert failure.step_key == "ingest_gm100"
+    assert failure.event_specific_data.user_failure_data.description.startswith(line)
+
+
+def test_a_hf_cache_folder_is_answered_with_its_snapshot(demo_samples, tmp_path):
+    from pipeline.source_help import unusable_message
+
+    repo = tmp_path / "hub" / "datasets--rhos-ai--gm100-cobotmagic-lerobot"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "snapshots").mkdir()
+    (repo / "snapshots" / "3f2a9c1").symlink_to(demo_samples["gm100"])
+    msg = unusable_message("gm100", repo, "root holds no task_XXXXX folders")
+    assert "Hugging Face cache folder" in msg and f"--upstream gm100={repo / 'snapshots' / '3f2a9c1'}" in msg
+    # one level too far up (a folder holding the data folder): the nearest folder with units is named
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "gm100-data").symlink_to(demo_samples["gm100"])
+    msg = unusable_message("gm100", tmp_path / "mine", "root holds no task_XXXXX folders")
+    assert f"Nearest match: {tmp_path / 'mine' / 'gm100-data'}." in msg and "\n" not in msg

@@ -154,17 +154,31 @@ def test_a_missing_corpus_stops_the_build_before_it_starts(tmp_path, capsys):
                "--work-dir", str(tmp_path / "w"), "--release-dir", str(tmp_path / "r")])
     assert rc == 2
     err = capsys.readouterr().err
-    assert "no corpus at" in err and "gm100-typo" in err
+    # one line with the full path and a fix for real data: never a command writing samples beside the user's data
+    assert err.count("\n") == 1 and f"no folder at {tmp_path / 'gm100-typo'} " in err
+    assert "--upstream gm100=PATH" in err and "samples" not in err
     assert not (tmp_path / "r").exists() and not (tmp_path / "w").exists()
 
 
-def test_the_ingest_step_fails_early_on_a_missing_corpus_and_says_how_to_make_it():
+def test_a_mistyped_path_names_the_nearest_folder_and_the_closest_names(tmp_path):
+    from pipeline import stages
+    from pipeline.config import load_config
+
+    (tmp_path / "data" / "gm100-lerobot").mkdir(parents=True)
+    cfg = load_config(scale="demo", upstream={"gm100": str(tmp_path / "data" / "gm100-lerbot" / "x")})
+    msg = stages.missing_corpus(cfg, "gm100")
+    assert f"nearest existing folder is {tmp_path / 'data'}," in msg
+    assert f"did you mean {tmp_path / 'data' / 'gm100-lerobot'}?" in msg and "task_XXXXX" in msg
+
+
+def test_the_ingest_step_fails_early_on_a_missing_corpus_and_says_what_to_do():
     from pipeline import stages
     from pipeline.config import load_config
 
     cfg = load_config(scale="demo", upstream={"gm100": "/nonexistent/gm100"})
-    with pytest.raises(stages.MissingCorpus, match=r"no corpus at /nonexistent/gm100 .*processbench samples"):
+    with pytest.raises(stages.MissingCorpus, match=r"no folder at /nonexistent/gm100 .*--upstream gm100=PATH") as exc:
         stages.run_ingest(cfg, "gm100")
+    assert "samples" not in str(exc.value)  # a user's path: nothing is written beside it
     cfg = load_config(scale="demo")
     cfg["sources"]["gm100"]["root"] = stages.path_in_repo("build/samples/nowhere/gm100")
     with pytest.raises(stages.MissingCorpus, match=r"no corpus at build/samples/nowhere/gm100 .*make rebuild"):

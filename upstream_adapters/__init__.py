@@ -49,7 +49,28 @@ def get_adapter(slug: str, **options):
     if slug not in ADAPTERS:
         raise KeyError(f"unknown source {slug!r}; known: {sorted(ADAPTERS)}")
     module, cls = ADAPTERS[slug].split(":")
-    return getattr(importlib.import_module(module), cls)(**options)
+    adapter = getattr(importlib.import_module(module), cls)
+    valid = _option_names(adapter)
+    unknown = sorted(set(options) - valid) if valid is not None else []
+    if unknown:
+        raise AdapterOptionError(f"{slug}: unknown adapter option(s) {', '.join(unknown)}; valid options: "
+                                 f"{', '.join(sorted(valid)) or '(none)'} (sources.{slug}.adapter in "
+                                 "configs/sources.yaml, or --option KEY=VALUE)")
+    return adapter(**options)
+
+
+class AdapterOptionError(TypeError):
+    """An adapter option the adapter does not have (a typo): named with the valid ones."""
+
+
+def _option_names(adapter) -> set[str] | None:
+    """The keyword options of an adapter's __init__ (None when it takes **kwargs: anything goes)."""
+    import inspect
+
+    params = inspect.signature(adapter.__init__).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
 
 
 def samples_fingerprint(slug: str) -> str:

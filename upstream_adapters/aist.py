@@ -89,6 +89,7 @@ _UNIT_RE = re.compile(r"(task_\d+)_episode_(\d+)")
 class AistAdapter(AistLayout, SourceAdapter):
     slug = SLUG
     name = "AIST-Bimanual"
+    layout = "one <task_name>.zip (or unpacked task folder) per task, beside aist_bimanual_manifest.csv"
     unit_type = "recording"
     options = {
         "camera": "primary camera under observations/images (default cam_high)",

@@ -42,6 +42,8 @@ class SourceAdapter(abc.ABC):
     unit_type: ClassVar[str]  # episode | recording
     # option name -> what it means (shown by `processbench ingest --help`); every __init__ keyword is listed
     options: ClassVar[dict[str, str]] = {}
+    # what the root folder holds, in one line (said when a root is unusable: pipeline/source_help.py)
+    layout: ClassVar[str] = ""
 
     def __init__(self) -> None:
         self.issues: list[tuple[str, str]] = []  # (file relative to the root, reason), refreshed by discover()

@@ -23,19 +23,18 @@ Unit = one episode, id `task_00043__episode_000007`, task id `task_00043`. The I
     speed_full     = ||observation.state.arm.velocity[0:h]|| / ||[h:2h]|| (the phase rule's speed: its threshold
                      was tuned on the whole 6-vector of the arm)
     gripper_effort = observation.state.effector.effort[0] (left) / [1] (right)
-    gripper_width, force = null (GM-100 has no F/T; effector.position semantics unverified, so not mapped).
-  WHETHER arm.position/velocity ARE JOINT OR CARTESIAN IS UNVERIFIED (docs/upstream-formats.md, GM-100): the pos_*
-  channels are "first three entries of the arm's 6-vector", as recorded in `Gm100Adapter.signal_semantics`.
+    gripper_width  = observation.state.effector.position[0] / [1]: the gripper opening, m (0 .. 0.066); force = null
+  arm.position is six joint angles per arm (rad) and arm.velocity their speeds, as public readers of the real files
+  use them: pos_x/y/z are joints 1-3, speeds joint-space norms (docs/upstream-formats.md; `signal_semantics`).
 - segments: none (GM-100 ships no native annotations).
 - licence: from a dataset card (`README.md` YAML front matter `license:`) in the task folder or the root, else
   "unknown"; cc-by(-sa|-nc)-4.0 map to the IR strings, any other stated licence id is kept verbatim.
 
 Odd cases: missing tasks.jsonl -> language null; primary video shorter/longer than the parquet by at most
 `frame_count_tolerance` frames (default 2, as LeRobot's timestamp tolerance) -> cut to the decodable common prefix, with
-a note; a larger gap -> UnitError; parquet or primary video not downloaded -> UnitAbsent; unreadable mp4 -> UnitError; task folder without meta/info.json ->
-its units error; ids/paths escaping the
-root -> UnitError. A task folder whose episodes cannot even be listed (escaping symlink, no meta and no data) is
-reported by `discover` as the placeholder unit `<task>__unlisted`, so that ingest quarantines it instead of losing it.
+a note; a larger gap -> UnitError; parquet or primary video not downloaded -> UnitAbsent; another camera not
+downloaded -> kept, with a note; unreadable mp4, task folder without meta/info.json, ids/paths escaping the root ->
+UnitError. A task folder whose episodes cannot be listed -> placeholder unit `<task>__unlisted` (quarantined).
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ import pyarrow as pa
 
 from . import video
 from .base import SourceAdapter, check_unit_id, path_free, read_metadata, require_root, safe_join
-from .gm100_signals import signals_table
+from .gm100_signals import COL_GRIP, signals_table
 from .storage import lerobot_v3 as v3
 from .storage.lerobot import (
     card_licence as _card_licence,
@@ -86,7 +85,6 @@ UNIT_RE = re.compile(r"^(task_\d+)__episode_(\d{6,})$")
 PLACEHOLDER = "unlisted"
 META_FILES = ("meta/info.json", "meta/tasks.jsonl", "meta/tasks.parquet", "README.md")  # a task's metadata cache stamp
 
-
 COL_TS = "timestamp"
 COL_FRAME = "frame_index"
 COL_EPISODE = "episode_index"
@@ -94,7 +92,7 @@ COL_TASK = "task_index"
 COL_POS = "observation.state.arm.position"
 COL_VEL = "observation.state.arm.velocity"
 COL_EFFORT = "observation.state.effector.effort"
-PARQUET_COLUMNS = (COL_TS, COL_FRAME, COL_EPISODE, COL_TASK, COL_POS, COL_VEL, COL_EFFORT)
+PARQUET_COLUMNS = (COL_TS, COL_FRAME, COL_EPISODE, COL_TASK, COL_POS, COL_VEL, COL_EFFORT, COL_GRIP)
 
 
 @dataclass
@@ -116,6 +114,7 @@ class _TaskMeta:
 class Gm100Adapter(SourceAdapter):
     slug = SLUG
     name = "GM-100"
+    layout = "task_XXXXX/ folders, each a LeRobot dataset (meta/info.json, data/chunk-*/, videos/chunk-*/)"
     unit_type = "episode"
     options = {
         "camera": "primary camera: the video feature without 'observation.images.' (default camera_top)",
@@ -125,12 +124,12 @@ class Gm100Adapter(SourceAdapter):
     }
     arm_layout = "bimanual"  # the Cobot Magic hardware; single/bimanual task typing is derived by the labels stage
     signal_semantics = {
-        "pos_x/pos_y/pos_z": "observation.state.arm.position[0:3] (left) / [6:9] (right); joint vs end-effector "
-        "space UNVERIFIED (docs/upstream-formats.md, GM-100)",
-        "speed": "L2 norm of observation.state.arm.velocity[0:3] / [6:9]; joint vs Cartesian UNVERIFIED",
+        "pos_x/pos_y/pos_z": "observation.state.arm.position[0:3] (left) / [6:9] (right): joint angles 1-3, rad "
+        "(docs/upstream-formats.md, GM-100)",
+        "speed": "L2 norm of observation.state.arm.velocity[0:3] / [6:9]: joint speeds 1-3, rad/s",
         "speed_full": "L2 norm of observation.state.arm.velocity[0:6] / [6:12] (the phase rule's speed)",
         "gripper_effort": "observation.state.effector.effort[0] (left) / [1] (right); units unknown (driver current?)",
-        "gripper_width": "null (effector.position semantics unverified)",
+        "gripper_width": "observation.state.effector.position[0] (left) / [1] (right): gripper opening, m, 0..0.066",
         "force": "null (no F/T sensor)",
     }
 
@@ -146,7 +145,6 @@ class Gm100Adapter(SourceAdapter):
         self._root_licence: dict[tuple, str | None] = {}
 
     # ------------------------------------------------------------------ discovery
-
     def discover(self, root: Path) -> list[str]:
         root = require_root(root, self.slug)
         try:
@@ -200,7 +198,6 @@ class Gm100Adapter(SourceAdapter):
         return sorted(episodes), False
 
     # ------------------------------------------------------------------ one unit
-
     def read_unit(self, root: Path, unit_id: str) -> UnitIR:
         root = Path(root)
         task, ep = self._parse(root, unit_id)
@@ -251,6 +248,8 @@ class Gm100Adapter(SourceAdapter):
                 primary_rel = rel_v
         if self.camera not in cameras:  # a partial download (parquet for every episode, videos for some)
             raise UnitAbsent(f"primary camera {self.camera!r} video is missing (not downloaded)", file=primary_rel)
+        if missing := sorted(set(meta.video_keys) - set(cameras)):  # kept: the release uses the primary camera only
+            notes.append(f"kept without camera(s) {', '.join(missing)}: video not downloaded (a partial download)")
         offset, span = self._video_span(meta, ep, self.camera)
         try:
             n_video = video.count_frames(safe_join(root, primary_rel)) - offset
@@ -337,7 +336,6 @@ class Gm100Adapter(SourceAdapter):
         raise UnitError(f"{self.camera} video: the last frames do not decode", file=rel_v)
 
     # ------------------------------------------------------------------ frames
-
     def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:
         root = Path(root)
         task, ep = self._parse(root, unit_id)

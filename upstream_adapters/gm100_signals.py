@@ -12,6 +12,17 @@ from .storage.lerobot import arm_slices as _arm_slices, matrix as _matrix, names
 COL_POS = "observation.state.arm.position"
 COL_VEL = "observation.state.arm.velocity"
 COL_EFFORT = "observation.state.effector.effort"
+COL_GRIP = "observation.state.effector.position"  # gripper opening per arm, metres (0 closed .. 0.066 open)
+
+
+def _per_gripper(m, features: dict, col: str, channel: str, notes: list[str]) -> dict | None:
+    """{arm: column index} of a [left, right] gripper vector (swapped when its names say right first)."""
+    if m is None:
+        return None
+    if m.shape[1] != 2:
+        notes.append(f"{col} has width {m.shape[1]}, not 2: {channel} is null")
+        return None
+    return {"left": 1, "right": 0} if _names_swapped(features.get(col), 1) else {"left": 0, "right": 1}
 
 
 def signals_table(slug: str, table: pa.Table, features: dict, unit_id: str, t_sec: np.ndarray, data_rel: str,
@@ -21,18 +32,16 @@ def signals_table(slug: str, table: pa.Table, features: dict, unit_id: str, t_se
     pos = _matrix(table, COL_POS, features, data_rel)
     vel = _matrix(table, COL_VEL, features, data_rel)
     eff = _matrix(table, COL_EFFORT, features, data_rel)
-    for col, m in ((COL_POS, pos), (COL_VEL, vel), (COL_EFFORT, eff)):
+    grip = _matrix(table, COL_GRIP, features, data_rel)
+    for col, m in ((COL_POS, pos), (COL_VEL, vel), (COL_EFFORT, eff), (COL_GRIP, grip)):
         if m is None:
             notes.append(f"column {col} absent: its channels are null")
     pos_sl = _arm_slices(pos, features.get(COL_POS), notes, COL_POS)
     vel_sl = _arm_slices(vel, features.get(COL_VEL), notes, COL_VEL)
     # speed_full: the arm's whole half of the velocity vector (the phase threshold was tuned on ||velocity[0:6]||)
     vel_full = {a: slice(s.start, s.start + vel.shape[1] // 2) for a, s in vel_sl.items()} if vel_sl else None
-    eff_ix = {"left": 0, "right": 1} if eff is not None and eff.shape[1] == 2 else None
-    if eff is not None and eff_ix is None:
-        notes.append(f"{COL_EFFORT} has width {eff.shape[1]}, not 2: gripper_effort is null")
-    if eff_ix is not None and _names_swapped(features.get(COL_EFFORT), 1):
-        eff_ix = {"left": 1, "right": 0}
+    eff_ix = _per_gripper(eff, features, COL_EFFORT, "gripper_effort", notes)
+    grip_ix = _per_gripper(grip, features, COL_GRIP, "gripper_width", notes)
 
     # both arms in one table (the left arm's rows, then the right arm's), each column built once from numpy
     arms = ("left", "right")
@@ -57,7 +66,7 @@ def signals_table(slug: str, table: pa.Table, features: dict, unit_id: str, t_se
             *(both({a: p[a][:, k] for a in arms} if p else None) for k in range(3)),
             both({a: np.linalg.norm(vel[:, vel_sl[a]], axis=1) for a in arms} if vel_sl else None),
             both({a: eff[:, eff_ix[a]] for a in arms} if eff_ix is not None else None),
-            both(None),
+            both({a: grip[:, grip_ix[a]] for a in arms} if grip_ix is not None else None),
             both(None),
             both({a: np.linalg.norm(vel[:, vel_full[a]], axis=1) for a in arms} if vel_full else None),
         ],

@@ -112,6 +112,7 @@ def _nearest(src_ts: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndar
 class ReassembleAdapter(SourceAdapter):
     slug = SLUG
     name = "REASSEMBLE"
+    layout = "data/ with one <recording>.h5 per recording (or the .h5 files themselves) and splits/*.txt"
     unit_type = "recording"
     options = {
         "camera": "primary camera dataset at the HDF5 root (default hand)",

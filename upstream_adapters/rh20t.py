@@ -106,6 +106,7 @@ def parse_scene_name(name: str) -> dict:
 class Rh20tAdapter(SourceAdapter):
     slug = "rh20t"
     name = "RH20T"
+    layout = "RH20T_cfgN/ folders or RH20T_cfgN.tar.gz archives of task_*_user_*_scene_*_cfg_* scene folders"
     unit_type = "recording"
     options = {
         "camera": "primary camera serial, folder cam_<serial> (default 036422060215)",

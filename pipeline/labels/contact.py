@@ -124,8 +124,14 @@ def _contact_effort_drop(unit: dict, arms: dict, arm_names: list, primary, n: in
         if primary not in ("both", a) or np.all(np.isnan(arms[a]["gripper_effort"])):
             continue  # the idle gripper of a single-arm task carries no contact question
         ev = detect_effort_contacts(arms[a]["gripper_effort"], **spec)
+        mask = events_to_mask(n, ev)
+        hold = spec.get("gripper") or {}
+        if hold.get("enabled") and not np.all(np.isnan(arms[a]["gripper_width"])):
+            # a held object also shows as a gripper opening between open and fully closed (configs/labels.yaml)
+            mask = mask | gripper_hold_mask(arms[a]["gripper_width"], **hold)
+            ev = runs(mask)
         events[a] = ev
-        contact[a] = events_to_mask(n, ev)
+        contact[a] = mask
     return contact, events
 
 

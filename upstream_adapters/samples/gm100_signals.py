@@ -7,6 +7,8 @@ import numpy as np
 
 from .common import rng_for
 
+GRIP_MAX_M = 0.066  # the Cobot Magic gripper's full opening (effector.position on the real files)
+
 HOME = {
     "left": np.array([0.0, 0.0, 0.25, 0.0, 0.45, 0.0]),
     "right": np.array([0.0, 0.0, 0.25, 0.0, -0.45, 0.0]),
@@ -181,7 +183,8 @@ def episode_signals(seed: int, task_id: str, task_type: str, episode: int, n: in
         "observation.state.arm.velocity": velocity + rng.normal(0, 0.004, velocity.shape),
         "observation.state.arm.position": position + rng.normal(0, 3e-4, position.shape),
         "action.arm.position": action_pos,
-        "observation.state.effector.position": gripper + rng.normal(0, 2e-4, gripper.shape),
+        # the opening in metres as the real files hold it: [left, right], within the gripper's stroke 0 .. 0.066
+        "observation.state.effector.position": np.clip(gripper + rng.normal(0, 2e-4, gripper.shape), 0.0, GRIP_MAX_M),
         "observation.state.arm.effort": arm_effort + rng.normal(0, 0.02, arm_effort.shape),
         "action.effector.position": command,
     }
