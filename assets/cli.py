@@ -236,13 +236,31 @@ def cmd_reconstruct(args) -> int:
     if not upstream:
         raise SystemExit("give at least one --upstream SLUG=PATH")
     cfg = load_config(upstream=upstream)
-    report = reconstruct(Path(args.release), {s: cfg["sources"][s]["root"] for s in upstream}, cfg, Path(args.out),
-                         sources=sorted(upstream))
-    bad = 0
-    for slug, r in sorted(report.get("sources", report).items()):
-        print(f"{slug}: {r}")
-        bad += int(r.get("missing", 0)) + int(r.get("differs", 0)) if isinstance(r, dict) else 0
+    out = Path(args.out).resolve()
+    report = reconstruct(Path(args.release), {s: cfg["sources"][s]["root"] for s in upstream}, cfg, out,
+                         sources=sorted(upstream), progress=True)
+    print(reconstruct_summary(report, out, cfg))
+    bad = sum(int(r["missing"]) + int(r["differs"]) for r in report["sources"].values())
     return 1 if bad else 0
+
+
+def reconstruct_summary(report: dict, out: Path, cfg: dict) -> str:
+    """What `reconstruct` wrote, per release file and per source, where the images went and where the report is."""
+    rc = cfg["frames"]["reconstruction"]
+
+    def counts(r: dict) -> str:
+        extra = ", ".join(f"{r[k]} {k}" for k in ("missing", "differs", "unverified") if r.get(k))
+        return f"{r['items']} items: {r['ok']} ok" + (f", {extra}" if extra else "")
+
+    width = max((len(f) for f in report["files"]), default=0)
+    lines = ["reconstructed, per release file:"]
+    lines += [f"  {f:<{width}}  {counts(r)}; {r['images']} images written" for f, r in report["files"].items()]
+    lines += ["per source:"] + [f"  {s}: {counts(r)}" for s, r in sorted(report["sources"].items())]
+    lines += [f"{report['images_written']} images in {out / rc['images_dir']}",
+              f"per-item report: {out / rc['report_file']}"]
+    if report["problems"]:
+        lines.append(f"{len(report['problems'])} item(s) not rebuilt or not verified: see the report's `problems`")
+    return "\n".join(lines)
 
 
 def cmd_dev(args) -> int:
@@ -302,6 +320,9 @@ def cmd_review(args) -> int:
 
 
 def cmd_score(args) -> int:
+    if args.circular:  # predictions for the rotated copies: pipeline/circular.py
+        from pipeline.circular import main as circular_main
+        return circular_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
     from pipeline.score import main as score_main  # logic lives in pipeline/score.py
     return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
 
@@ -418,6 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
                       ("--predictions", "jsonl with item_id and response per eval item"),
                       ("--out", "folder for the report (metrics, plot)")):
         sc.add_argument(opt, required=True, help=what)
+    sc.add_argument("--circular", action="store_true",
+                    help="the predictions answer the CircularEval copies (item_id.c<k>): report circular accuracy "
+                         "and position consistency beside plain accuracy")
     sc.set_defaults(func=cmd_score)
 
     from pipeline.evaluate.options import ClientOptions

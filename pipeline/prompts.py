@@ -3,8 +3,8 @@ metadata/prompt_templates.md.
 
 Every family uses the standard MCQ template of the public release (docs/release-format.md): the question, a
 blank line, one `A: text` line per option, a blank line, "Choose exactly one option label.", and the output
-protocol ending in the `<ANSWER>A</ANSWER>` line. T8 and T9 open with their header lines (from
-configs/tasks/T8.yaml / T9.yaml `prompt.header`); they answer with an option letter like every other family (the
+protocol ending in the `<ANSWER>letter</ANSWER>` line (a placeholder, never an option label). T8 and T9 open with
+their header lines (from configs/tasks/T8.yaml / T9.yaml `prompt.header`); they answer with an option letter like every other family (the
 public docs' `<ANSWER>XYZ</ANSWER>` / `<ANSWER>X</ANSWER>` is replaced by one letter protocol). Task language is
 never part of a prompt, nor is the high-level action (the public T11/T12 questions named it; see the templates'
 `question_changed_from_public`).
@@ -19,12 +19,15 @@ from pipeline.config import per_source, task_ids
 from pipeline.config import task_names as _task_names
 from pipeline.schema import CHOICE_LETTERS as LETTERS
 
+# The answer line's example: a placeholder that is no option label, so the example steers no model to an option
+# (an example `<ANSWER>A</ANSWER>` drew T8's option A in 51-79 % of strong models' replies on the public items).
+PROTOCOL_EXAMPLE = "<ANSWER>letter</ANSWER>"
 PROTOCOL_LINES: tuple[str, ...] = (
     "Choose exactly one option label.",
     "",
     "Output protocol:",
     "- You may include brief reasoning before the final answer.",
-    "- The final line must be exactly: <ANSWER>A</ANSWER>",
+    f"- The final line must be exactly: {PROTOCOL_EXAMPLE}, where letter is the label of your chosen option.",
     "- Do not output anything after </ANSWER>.",
 )
 

@@ -108,17 +108,23 @@ def write_checksums(out_dir: Path, cfg: dict) -> dict[str, str]:
     return sums
 
 
+def level_file_name(rel: str, level: str | None) -> str:
+    """The name of one file of an eval level: `rel` itself for L1 (or no level), else `_<level>` after `eval` in the
+    name (or before the extension when it has no `eval`): splits/processbench_eval_L2.parquet, ProcessBench_L2.tsv."""
+    if level in (None, "L1"):
+        return rel
+    p = Path(rel)
+    stem = p.stem.replace("eval", f"eval_{level}", 1) if "eval" in p.stem else f"{p.stem}_{level}"
+    return (p.parent / f"{stem}{p.suffix}").as_posix()
+
+
 def level_file_names(cfg: dict, level: str) -> dict[str, str]:
     """File names of one out-of-distribution eval level (L2, L3, ...): the eval files' names with `_<level>` before
     the extension (splits/processbench_eval_L2.parquet, metadata/eval_L2_manifest.json, ...)."""
     files = file_names(cfg)
-
-    def named(rel: str, tag: str) -> str:
-        p = Path(rel)
-        stem = p.stem.replace("eval", f"eval_{level}", 1) if "eval" in p.stem else f"{p.stem}_{level}"
-        return (p.parent / f"{stem}{p.suffix}").as_posix() if tag else rel
-    return {"parquet": named(files["eval_parquet"], "p"), "jsonl": named(files["eval_jsonl"], "j"),
-            "manifest": named(files["eval_manifest"], "m"), "split_groups": named(files["split_groups_eval"], "g")}
+    return {key: level_file_name(files[f"{name}"], level) for key, name in
+            (("parquet", "eval_parquet"), ("jsonl", "eval_jsonl"), ("manifest", "eval_manifest"),
+             ("split_groups", "split_groups_eval"))}
 
 
 def eval_parquets(release_dir: Path, cfg: dict) -> dict[str, str]:

@@ -425,6 +425,7 @@ class ExportsFiles(Strict):
     swift_eval: str
     swift_sft: str
     vlmevalkit_eval: str
+    vlmevalkit_circular: str
     lmms_eval_dir: str
     grpo_sft: str
     grpo_eval: str

@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline import writers
+from pipeline.exports.facing import release_problems as model_facing_problems
 from pipeline.io import compact_json, is_temp_file
 from pipeline.leaks import find_path_leaks
 from pipeline.release_scan import release_leaks
@@ -433,7 +434,7 @@ def validate_release(release_dir: Path, cfg: dict | None = None, leaks: bool = T
             tables[split] = df
     listed, levels = _check_levels(root, tables, cfg, report)
     _check_metadata(root, tables, cfg, report, levels, listed)
-    problems = report.done()
+    problems = report.done() + model_facing_problems(root, cfg)
     return problems + release_leaks(root, cfg) if leaks else problems
 
 

@@ -12,6 +12,7 @@ import polars as pl
 from pipeline import stages
 from assets.cli import main
 from pipeline.config import load_config
+from pipeline.frames.reconstruct import release_item_files
 
 
 def _cfg(samples, work, release=None):
@@ -71,10 +72,17 @@ def test_reconstruct_from_upstream_matches_every_hash(demo_samples, demo_release
     for slug, root in demo_samples.items():
         args += ["--upstream", f"{slug}={root}"]
     assert main(args) == 0
-    rows = pl.concat([pl.read_parquet(demo_release / "splits" / f)
-                      for f in ("processbench_eval.parquet", "processdata_sft.parquet")])
-    report = json.loads((tmp_path / "recon" / "reconstruction_report.json").read_text())["sources"]
+    files = release_item_files(demo_release, load_config(scale="demo"))  # every eval level, then SFT
+    assert len(files) == 4 and all((demo_release / f).is_file() for f in files)
+    tables = {f: pl.read_parquet(demo_release / f) for f in files}
+    rows = pl.concat(list(tables.values()))
+    saved = json.loads((tmp_path / "recon" / "reconstruction_report.json").read_text())
+    report = saved["sources"]
     for slug, n in rows.group_by("source_slug").len().iter_rows():
         assert report[slug]["items"] == report[slug]["ok"] == n, (slug, report[slug])
+    assert {f: (r["items"], r["ok"]) for f, r in saved["files"].items()} == {
+        f: (df.height, df.height) for f, df in tables.items()}
+    out = capsys.readouterr().out
+    assert all(f"  {f}" in out for f in files) and str((tmp_path / "recon" / "images").resolve()) in out
     n_images = sum(len(json.loads(h)) for h in rows["image_hashes_json"])
     assert len(list((tmp_path / "recon" / "images").glob("*.png"))) == n_images

@@ -13,7 +13,8 @@ CFG = load_config()
 
 TAIL = ("Choose exactly one option label.\n\nOutput protocol:\n"
         "- You may include brief reasoning before the final answer.\n"
-        "- The final line must be exactly: <ANSWER>A</ANSWER>\n"
+        "- The final line must be exactly: <ANSWER>letter</ANSWER>, where letter is the label of your chosen "
+        "option.\n"
         "- Do not output anything after </ANSWER>.")
 
 
@@ -87,6 +88,29 @@ def test_prompt_templates_markdown():
             assert q in md, (t, q)
     assert "toward the left side of the scene" in md and "Yes — contact established" in md
     assert "XYZ, XZY, YXZ, YZX, ZXY, ZYX" in md
-    assert "<ANSWER>A</ANSWER>" in md
+    assert "<ANSWER>letter</ANSWER>" in md and "<ANSWER>A</ANSWER>" not in md
     from pipeline.validate import find_path_leaks
     assert find_path_leaks(md) == []
+
+
+def test_no_prompt_shows_a_valid_option_as_the_protocol_example():
+    """The answer line's example is a placeholder: not an option label of any item, nor an option text, and the
+    one answer parser (pipeline/score.py) reads it as no answer at all."""
+    import re
+
+    from pipeline.schema import CHOICE_LETTERS
+    from pipeline.score import parse_answer
+
+    example = re.fullmatch(r"<ANSWER>(.*)</ANSWER>", P.PROTOCOL_EXAMPLE).group(1)
+    assert example not in CHOICE_LETTERS and example.upper() not in CHOICE_LETTERS
+    assert parse_answer(P.PROTOCOL_EXAMPLE, len(CHOICE_LETTERS)) is None
+    seen = 0
+    for t, tc in CFG["tasks"].items():
+        for s in tc["sources"]:
+            row = P._example_row(CFG, t, s)
+            text = P.format_prompt(row, CFG)
+            tags = re.findall(r"<ANSWER>(.*?)</ANSWER>", text)
+            assert tags == [example], (t, s, tags)  # the protocol's one example, nothing else
+            assert example not in row["choices"] and example not in CHOICE_LETTERS[: len(row["choices"])]
+            seen += 1
+    assert seen >= len(CFG["tasks"])

@@ -142,3 +142,39 @@ def test_reconstruction_markdown_is_path_free():
     assert "sha256" in text and "render_spec_json" in text and "HERSHEY" in text
     assert str(Path.cwd()) not in text and "/work/" not in text and "/tmp/" not in text
     assert reconstruction_markdown(cfg) == text
+
+
+def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, capsys, monkeypatch):
+    """An eval level's own file (split_summary.json `eval_levels`) is rebuilt like the main eval and SFT files, and
+    `processbench reconstruct` prints per file what it wrote and where the images went."""
+    from assets import cli
+    from pipeline.io import write_json
+    from pipeline.release_files import level_file_name
+
+    cfg, upstream, release, _ = setup
+    files = cfg["release"]["files"]
+    l2 = level_file_name(files["eval_parquet"], "L2")
+    main = pl.read_parquet(release / files["eval_parquet"])
+    write_parquet(release / files["eval_parquet"], main.head(1))  # L1 keeps one item, L2 gets the other
+    write_parquet(release / l2, main.tail(1))
+    write_json(release / files["split_summary"], {"eval_levels": {"L1": {"files": {"parquet": files["eval_parquet"]}},
+                                                                  "L2": {"files": {"parquet": l2}}}})
+    out = tmp_path / "out"
+    report = reconstruct(release, {"fake": upstream}, cfg, out)
+    assert report["files"] == {
+        files["eval_parquet"]: {"items": 1, "ok": 1, "missing": 0, "differs": 0, "unverified": 0, "images": 1},
+        l2: {"items": 1, "ok": 1, "missing": 0, "differs": 0, "unverified": 0, "images": 3},
+        files["sft_parquet"]: {"items": 3, "ok": 3, "missing": 0, "differs": 0, "unverified": 0, "images": 8}}
+    assert (out / "images" / "pb_v1_eval_000002_2.png").exists()  # the L2 item's images
+
+    text = cli.reconstruct_summary(report, out.resolve(), cfg)
+    assert f"  {l2}  1 items: 1 ok; 3 images written" in text
+    assert f"12 images in {out.resolve() / 'images'}" in text
+    monkeypatch.setattr("pipeline.frames.reconstruct.reconstruct", lambda *a, **k: (report, k)[0]
+                        if k.get("progress") is True else pytest.fail("progress bar not switched on"))
+    monkeypatch.setitem(upstream_adapters.ADAPTERS, "fake", f"{__name__}:FakeAdapter")
+    monkeypatch.setattr(cli, "load_config", lambda **kw: cfg)
+    monkeypatch.setattr(cli, "_upstream", lambda pairs: {"fake": str(upstream)})
+    assert cli.main(["reconstruct", "--release", str(release), "--upstream", f"fake={upstream}",
+                     "--out", str(out)]) == 0
+    assert text in capsys.readouterr().out

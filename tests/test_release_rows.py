@@ -61,7 +61,7 @@ OLD_EVAL_ROW = {
                                '"source_task_id":"task_0000\xe9","source_unit_id":"task_00001__\xe9pisode \\"7\\"\\\\x",'
                                '"source_unit_type":"episode"}',
     'task_meta_in_source': False, 'task_meta_public': False, 'split_version': 'splits_v2', 'split_group_id': 'g/\xfc',
-    'builder_version': 'processbench_build_v2', 'prompt_version': 'mcqa_letters_v2', 'sft_target': '<ANSWER>B</ANSWER>',
+    'builder_version': 'processbench_build_v2', 'prompt_version': 'mcqa_letters_v3', 'sft_target': '<ANSWER>B</ANSWER>',
     'licence': 'CC BY 4.0 \u2014 \u2713',
     'render_spec_json': '{"frame_indices":[0,1234567],"gap":8,"kind":"panels","labels":["X","\u0178"],"note":null,'
                         '"scale":1e-07,"size":[0.5,240.0]}',
@@ -80,12 +80,12 @@ OLD_SFT_ROW = {
     'reconstruction_key_json': '{"camera":"036422060215","frame_indices":[5],"source":"rh20t",'
                                '"source_task_id":"task_0001","source_unit_id":"r\u2028","source_unit_type":"recording"}',
     'task_meta_in_source': True, 'task_meta_public': False, 'split_version': 'splits_v2', 'split_group_id': 'g2',
-    'builder_version': 'processbench_build_v2', 'prompt_version': 'mcqa_letters_v2', 'sft_target': '<ANSWER>B</ANSWER>',
+    'builder_version': 'processbench_build_v2', 'prompt_version': 'mcqa_letters_v3', 'sft_target': '<ANSWER>B</ANSWER>',
     'licence': 'MIT', 'render_spec_json': None,
     'image_hashes_json': '["2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6"]', 'eval_level': None}
-# sha256 of the jsonl mirror the per-row build wrote for each of the two tables
-OLD_JSONL_SHA256 = {"eval": "bbe3d7ad3a98df99b510f2f8d3945b171ba9773c392b05f51568d4592ef316da",
-                    "sft": "58e390b7cbf5c5c96f75bf971d29e840bea2bd4882e439021d0ec1c6c95259a3"}
+# sha256 of the jsonl mirror the per-row build wrote for each of the two tables (re-pinned for prompt_version v3)
+OLD_JSONL_SHA256 = {"eval": "1b2673d7c4d8d1bdf6ad277e964bfcc5e4ec61d5f92d228ba487f5feeb57f082",
+                    "sft": "7b683b092678089ebadb3ce5985d5a6e0fe239a108bb7f146e9c23217374c4a1"}
 
 
 def test_tricky_rows_keep_the_per_row_builds_bytes():

@@ -1,12 +1,20 @@
 """release/README.md: the Hugging Face dataset card, generated from the release tables and the configs.
 
-The YAML front matter declares a `default` config (eval -> test, sft -> train), one config per task family and one
-per source; the family and source configs read per-config parquet files under exports/hf/ (the card's `configs`
-syntax selects files, not rows). `dataset_info` lists the features and split sizes of exactly those files."""
+The YAML front matter declares a `default` config with one split per eval level (L1, L2, L3; `test` without levels)
+and the SFT split (`train`), one config per task family and one per source with the same splits, all holding only
+what a model may be shown (`schema.MODEL_FACING_COLUMNS` and the image references), and a `reconstruction` config
+with the columns that locate, render and check the frames, joined by `item_id`. Every config reads parquet files
+under exports/hf/<config>/<split>.parquet (the card's `configs` syntax selects files, not rows; the canonical
+`splits/` files keep the public schema). `dataset_info` lists the features, `num_examples` and `num_bytes` of
+exactly those files."""
 
 from __future__ import annotations
 
+import io as _io
+
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from pipeline import writers
@@ -14,46 +22,83 @@ from pipeline.exports import common
 
 _DTYPES = {pl.Utf8: "string", pl.String: "string", pl.Int64: "int64", pl.Int32: "int32", pl.Boolean: "bool",
            pl.Float64: "float64", pl.Float32: "float32", pl.Int8: "int8", pl.Int16: "int16"}
+_ARROW = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_(),
+          "float64": pa.float64(), "float32": pa.float32(), "int8": pa.int8(), "int16": pa.int16()}
+RECONSTRUCTION_CONFIG = "reconstruction"
+
+
+def _dtype(name: str, dtype) -> str:
+    base = _DTYPES.get(dtype) or _DTYPES.get(type(dtype))
+    if base is None:
+        raise ValueError(f"dataset card: column {name} has type {dtype}, which has no Hugging Face dtype here")
+    return base
 
 
 def features(df: pl.DataFrame) -> list[dict]:
+    """The `dataset_info` features of a table (strings, integers, booleans, floats and lists of them)."""
     out = []
     for name, dtype in df.schema.items():
-        base = _DTYPES.get(dtype) or _DTYPES.get(type(dtype))
-        if base is None:
-            raise ValueError(f"dataset card: column {name} has type {dtype}, which has no Hugging Face dtype here")
-        out.append({"name": name, "dtype": base})
+        if isinstance(dtype, pl.List):
+            out.append({"name": name, "list": _dtype(name, dtype.inner)})
+        else:
+            out.append({"name": name, "dtype": _dtype(name, dtype)})
     return out
 
 
+def num_bytes(df: pl.DataFrame) -> int:
+    """The split's `num_bytes` as `datasets` counts it: the Arrow size of the rows read back from the parquet file
+    (polars' own Arrow buffers can be larger) in the card's feature types."""
+    fields = []
+    for f in features(df):
+        t = pa.list_(_ARROW[f["list"]]) if "list" in f else _ARROW[f["dtype"]]
+        fields.append(pa.field(f["name"], t))
+    buf = _io.BytesIO()
+    df.write_parquet(buf)
+    buf.seek(0)
+    return int(pq.read_table(buf).cast(pa.schema(fields)).nbytes)
+
+
 def config_tables(tables: dict[str, pl.DataFrame], cfg: dict) -> dict[str, dict[str, tuple[str, pl.DataFrame]]]:
-    """{config_name: {hf_split: (release-relative parquet path, rows)}}; a split with no rows is left out."""
-    files = writers.file_names(cfg)
+    """{config_name: {hf_split: (release-relative parquet path, rows)}}: `default`, one config per family, one per
+    source (model-facing rows), then `reconstruction`; a split with no rows is left out."""
     hf_dir = common.export_cfg(cfg)["dir"] + "/hf"
-    configs: dict[str, dict] = {"default": {common.hf_split(cfg, s): (files[f"{s}_parquet"], tables[s])
-                                            for s in writers.SPLITS}}
+    parts = common.parts(tables, cfg)
+    facing = {p.name: common.model_facing_table(p.df, cfg) for p in parts}
+    configs: dict[str, dict] = {"default": {p.name: (f"{hf_dir}/default/{p.name}.parquet", facing[p.name])
+                                            for p in parts}}
     both = pl.concat([tables[s] for s in writers.SPLITS])
     tasks = sorted(both["task_id"].unique().to_list(), key=writers.task_number)
     for col, values, kind in (("task_id", tasks, "task"), ("source_slug", writers.source_order(cfg), "source")):
         for v in values:
             name = v if kind == "task" else f"source_{v}"
             splits = {}
-            for s in writers.SPLITS:
-                part = tables[s].filter(pl.col(col) == v)
+            for p in parts:
+                part = facing[p.name].filter(p.df.get_column(col) == v)
                 if part.height:
-                    hs = common.hf_split(cfg, s)
-                    splits[hs] = (f"{hf_dir}/{name}/{hs}.parquet", part)
+                    splits[p.name] = (f"{hf_dir}/{name}/{p.name}.parquet", part)
             if splits:
                 configs[name] = splits
+    configs[RECONSTRUCTION_CONFIG] = {p.name: (f"{hf_dir}/{RECONSTRUCTION_CONFIG}/{p.name}.parquet",
+                                               common.reconstruction_table(p.df)) for p in parts}
     return configs
+
+
+def model_facing_configs(configs: dict) -> list[str]:
+    """The configs a model may be shown (all but `reconstruction`)."""
+    return [name for name in configs if name != RECONSTRUCTION_CONFIG]
 
 
 def front_matter(configs: dict, cfg: dict) -> dict:
     ec = common.export_cfg(cfg)
-    any_df = next(iter(configs["default"].values()))[1]
     n = sum(df.height for _, df in configs["default"].values())
     size = next(c for lim, c in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
                                  (1_000_000, "100K<n<1M")) if n < lim) if n < 1_000_000 else "n>1M"
+    info = []
+    for name, splits in configs.items():
+        splits_info = [{"name": hs, "num_bytes": num_bytes(df), "num_examples": df.height}
+                       for hs, (_, df) in splits.items()]
+        info.append({"config_name": name, "features": features(next(iter(splits.values()))[1]),
+                     "splits": splits_info, "dataset_size": sum(s["num_bytes"] for s in splits_info)})
     return {
         "pretty_name": ec["pretty_name"],
         "license": "other",
@@ -66,9 +111,7 @@ def front_matter(configs: dict, cfg: dict) -> dict:
         "configs": [{"config_name": name, **({"default": True} if name == "default" else {}),
                      "data_files": [{"split": hs, "path": rel} for hs, (rel, _) in splits.items()]}
                     for name, splits in configs.items()],
-        "dataset_info": [{"config_name": name, "features": features(any_df),
-                          "splits": [{"name": hs, "num_examples": df.height} for hs, (_, df) in splits.items()]}
-                         for name, splits in configs.items()],
+        "dataset_info": info,
     }
 
 
@@ -78,45 +121,63 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict) -> str:
+def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict, configs: dict | None = None) -> str:
+    """The card; `configs`: config_tables(tables, cfg) when the caller has them already."""
     ec = common.export_cfg(cfg)
-    configs = config_tables(tables, cfg)
+    configs = config_tables(tables, cfg) if configs is None else configs
     files, xf = writers.file_names(cfg), ec["files"]
-    ev, sft = tables["eval"], tables["sft"]
+    parts = common.parts(tables, cfg)
     tnames = writers.task_names(cfg)
-    tasks = sorted(set(ev["task_id"].to_list()) | set(sft["task_id"].to_list()), key=writers.task_number)
+    both = pl.concat([tables[s] for s in writers.SPLITS])
+    tasks = sorted(set(both["task_id"].to_list()), key=writers.task_number)
     snames = writers.source_names(cfg)
 
     def count(df, col, v):
         return df.filter(pl.col(col) == v).height
 
-    task_rows = [[t, tnames.get(t, t), count(ev, "task_id", t), count(sft, "task_id", t),
+    names = [p.name for p in parts]
+    task_rows = [[t, tnames.get(t, t), *(count(p.df, "task_id", t) for p in parts),
                   ", ".join(snames[s] for s in writers.source_order(cfg)
-                            if pl.concat([ev, sft]).filter((pl.col("task_id") == t)
-                                                            & (pl.col("source_slug") == s)).height)]
+                            if both.filter((pl.col("task_id") == t) & (pl.col("source_slug") == s)).height)]
                  for t in tasks]
-    src_rows = [[snames[s], count(ev, "source_slug", s), count(sft, "source_slug", s), ec["licences"].get(s, "")]
+    src_rows = [[snames[s], *(count(p.df, "source_slug", s) for p in parts), ec["licences"].get(s, "")]
                 for s in writers.source_order(cfg)]
-    test, train = common.hf_split(cfg, "eval"), common.hf_split(cfg, "sft")
+    split_lines = "\n".join(
+        f"- `{p.name}` ({p.df.height} items, `{p.file(files[f'{p.split}_parquet'])}`): "
+        + ("fine-tuning" if p.split == "sft" else _LEVEL_TEXT.get(p.level or "", "evaluation"))
+        for p in parts)
+    xfile = {k: ", ".join(f"`{p.file(xf[k])}`" for p in parts if p.split == "eval") for k in xf}
+    frames = ec.get("images_prefix", "images")
     head = yaml.safe_dump(front_matter(configs, cfg), sort_keys=False, allow_unicode=True, width=1000)
     body = f"""# {ec['pretty_name']}
 
 {ec['intended_use']}
 
-The `{test}` split ({ev.height} items, `{files['eval_parquet']}`) is for evaluation; the `{train}` split
-({sft.height} items, `{files['sft_parquet']}`) is for fine-tuning. No item, and no episode, is in both: items are
-split by `split_group_id`. Configs: `default` (both splits), one per task family (`T1` ... `T12`) and one per
-source (`source_<slug>`).
+Splits (every config has them):
+
+{split_lines}
+
+No item, and no episode, is in two splits: items are split by `split_group_id`. Configs: `default`, one per task
+family (`T1` ... `T12`) and one per source (`source_<slug>`) hold what a model may be shown: `item_id`, `source`,
+`task_id`, `task_name`, `eval_level`, `split_group_id`, `question`, `choice_A` ... `choice_F`, `num_choices`,
+`answer` and `images` (the image files, relative to the reconstruction folder). `{RECONSTRUCTION_CONFIG}` holds,
+per `item_id`, the columns that locate, render and check the frames (frame indices, `visual_ref`, reconstruction
+key, render spec, display labels, image hashes) and the release bookkeeping: never show them to a model (frame
+indices alone give the temporal families away). The canonical files under `splits/` carry every column.
+
+    from datasets import load_dataset
+    bench = load_dataset("{ec['hub_repo']}")          # {", ".join(names)}
+    keys = load_dataset("{ec['hub_repo']}", "{RECONSTRUCTION_CONFIG}")  # join on item_id
 
 ## Tasks
 
-{_table(["task", "name", test, train, "sources"], task_rows)}
+{_table(["task", "name", *names, "sources"], task_rows)}
 
 ## Sources and licences
 
 The release contains no pixels. Licence: `other`, the terms of each source apply to its items and frames:
 
-{_table(["source", test, train, "terms"], src_rows)}
+{_table(["source", *names, "terms"], src_rows)}
 
 ## Reconstructing the frames
 
@@ -124,28 +185,60 @@ Fetch each source from its owner, then run
 
     processbench reconstruct --release . --upstream gm100=PATH --upstream rh20t=PATH ... --out FRAMES
 
-It writes `FRAMES/{ec.get('images_prefix', 'images')}/<item_id>_<k>.png` (k = 0-based image of the item) and checks each
-image against its recorded hash. Every export names its images relative to `FRAMES`.
+It rebuilds the images of every release file (every eval level and SFT), writes
+`FRAMES/{frames}/<item_id>_<k>.png` (k = 0-based image of the item), checks each image against its recorded hash
+and prints per file what it wrote. Every export names its images relative to `FRAMES`.
+
+## Answer protocol
+
+Every prompt ends with the output protocol; its answer line reads `<ANSWER>letter</ANSWER>`, where `letter` is a
+placeholder for the chosen option's label (never an option label itself). The answer is the last
+`<ANSWER>X</ANSWER>` tag of a response (any case); a response that is only a bare option letter (`B`, `(B)`, `B.`)
+also counts; anything else is wrong and counted invalid.
 
 ## Exports
 
-- LLaMA-Factory: `{xf['llamafactory_info']}` (sharegpt `messages` + `images`; set `dataset_dir` to that folder and
-  `media_dir` to `FRAMES`).
-- ms-swift: `{xf['swift_eval']}`, `{xf['swift_sft']}` (`messages` + `images`).
-- VLMEvalKit: `{xf['vlmevalkit_eval']}` (custom MCQ TSV; `category` = family, `l2-category` = source).
-- lmms-eval: `{xf['lmms_eval_dir']}/` (one task per family; run from this folder with `PROCESSBENCH_FRAMES=FRAMES`).
-- GRPO: `{xf['grpo_sft']}`, `{xf['grpo_eval']}` (`problem`, verifiable `solution` `<ANSWER>X</ANSWER>`).
+One file per eval level ({", ".join(f"`{p.name}`" for p in parts if p.split == "eval")}; L1 keeps the plain name,
+other levels add `_<level>`) and one for SFT, each holding only the model-facing columns above:
+
+- LLaMA-Factory: `{xf['llamafactory_info']}` (sharegpt `messages` + `images`, one entry per split; set
+  `dataset_dir` to that folder and `media_dir` to `FRAMES`).
+- ms-swift: {xfile['swift_eval']}, `{xf['swift_sft']}` (`messages` + `images`); swift resolves the relative
+  image paths against `ROOT_IMAGE_DIR`: run it with `ROOT_IMAGE_DIR=FRAMES`.
+- VLMEvalKit: {xfile['vlmevalkit_eval']} (custom MCQ TSV: `index`, `image_path`, the plain `question`, options
+  `A` ... `F`, `answer`, `category` = family, `l2-category` = source; VLMEvalKit writes its own prompt). Put the
+  TSV in VLMEvalKit's data folder (`LMUData`) with the images beside it (`FRAMES/{frames}` copied or linked) and run
+  `python run.py --data ProcessBench --model MODEL --judge exact_matching` (without `--judge exact_matching`
+  VLMEvalKit falls back to a paid API judge when its heuristics fail).
+- VLMEvalKit CircularEval: `{xf['vlmevalkit_circular']}`: every eval item once per rotation of its options
+  (copy k shows option j+k at position j; `index` = item index + k x 1,000,000, as MMBench's circular files).
+  VLMEvalKit evaluates a dataset named `*_circular` circularly: an item counts only if every copy is right.
+- lmms-eval: `{xf['lmms_eval_dir']}/` (one task per level and family, one group per level with its aggregate,
+  `processbench` over all levels, `processbench_circular`; intervals clustered by `split_group_id`); run from this
+  folder with `PROCESSBENCH_FRAMES=FRAMES` and `--include_path {xf['lmms_eval_dir']}`.
+- GRPO (TRL `GRPOTrainer`): {xfile['grpo_eval']}, `{xf['grpo_sft']}`: a conversational `prompt` (one
+  `{{"type": "image"}}` per image, then the text), `images` (paths under `FRAMES`: load them as images, e.g.
+  `dataset.cast_column("images", Sequence(Image()))` after prefixing `FRAMES/`) and `solution` =
+  `<answer>X</answer>`, which the open-r1 / SEED-Bench-R1 accuracy reward reads as its ground truth. Their reward
+  matches `<answer>` in lower case only, while the prompt asks for `<ANSWER>`: use this reward (gold 1.0, any other
+  or no answer 0.0):
+
+```python
+{REWARD_SNIPPET.rstrip()}
+```
 
 ## Scoring
 
-Write one jsonl row `{{"item_id": ..., "response": ...}}` per `{test}` item, then
+Write one jsonl row `{{"item_id": ..., "response": ...}}` per eval item, then
 
     processbench score --release . --predictions predictions.jsonl --out scores
 
-The answer is the last `<ANSWER>X</ANSWER>` tag; a response that is only a bare option letter (`B`, `(B)`, `B.`)
-also counts; anything else is wrong and counted invalid. `metrics.json` reports accuracy overall, per family, per
-source and per level, with random, label-prior and majority baselines and 95 % bootstrap intervals resampled by
-`split_group_id`.
+`metrics.json` reports accuracy overall, per family, per source and per level, with random, label-prior and
+majority baselines and 95 % bootstrap intervals resampled by `split_group_id`. CircularEval: answer every row of
+`{xf['vlmevalkit_circular']}` (jsonl rows `{{"item_id": "<item_id>.c<k>", "response": ...}}`, k = `index` //
+1,000,000; the lmms-eval circular task's documents carry `copy_id`) and run `processbench score ... --circular`:
+plain accuracy (copy 0), circular accuracy (every copy right) and position consistency (the same option text chosen
+in every copy), per level.
 
 ## Limitations and biases
 
@@ -160,3 +253,25 @@ source and per level, with random, label-prior and majority baselines and 95 % b
 ```
 """
     return f"---\n{head}---\n\n{body}"
+
+
+# What each level holds (configs/split.yaml `ood`, docs/release-format.md "The split").
+_LEVEL_TEXT = {"L1": "evaluation, in distribution", "L2": "evaluation, held-out environments (scenes or tasks no "
+               "training item comes from)", "L3": "evaluation, held-out tasks (with every scene they were recorded in)"}
+
+# The GRPO accuracy reward the card prints (tests exec it from the card): TRL passes `completions` (conversational:
+# lists of messages) and every dataset column by name, `solution` included.
+REWARD_SNIPPET = """import re
+
+_TAG = re.compile(r"<answer>\\s*([A-F])\\s*</answer>", re.IGNORECASE)
+
+
+def accuracy_reward(completions, solution, **kwargs):
+    # 1.0 when the completion's last <answer>X</answer> tag (any case) is the solution's letter, else 0.0
+    rewards = []
+    for completion, sol in zip(completions, solution):
+        text = completion[-1]["content"] if isinstance(completion, list) else completion
+        got, want = _TAG.findall(text or ""), _TAG.findall(sol)
+        rewards.append(1.0 if got and want and got[-1].upper() == want[-1].upper() else 0.0)
+    return rewards
+"""

@@ -14,7 +14,8 @@ import polars as pl
 from pipeline import io, writers
 from pipeline.frames.render import image_filename
 from pipeline.prompts import format_prompt
-from pipeline.schema import CHOICE_LETTERS
+from pipeline.release_files import eval_parquets, level_file_name
+from pipeline.schema import CHOICE_LETTERS, COLUMN_NAMES, MODEL_FACING_COLUMNS
 
 IMAGE_TAG = "<image>"
 # Columns that locate or render frames: never in model-facing text.
@@ -38,16 +39,62 @@ def hf_split(cfg: dict, split: str) -> str:
     return writers.release_cfg(cfg)["hf_split_names"][split]
 
 
-def read_tables(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame]:
-    """The two release tables, by split column value (eval, sft)."""
+def read_tables(release_dir: Path, cfg: dict, levels: bool = False) -> dict[str, pl.DataFrame]:
+    """The two release tables, by split column value (eval, sft). levels=True: `eval` holds every eval level (the
+    main eval file, L1, then each level file split_summary.json lists, in level order), as the exports read it."""
     files = writers.file_names(cfg)
     out = {}
     for split in writers.SPLITS:
-        path = Path(release_dir) / files[f"{split}_parquet"]
-        if not path.is_file():
-            raise FileNotFoundError(f"release {Path(release_dir).name}: missing {files[f'{split}_parquet']}")
-        out[split] = pl.read_parquet(path)
+        rels = [files[f"{split}_parquet"]] + (level_files(release_dir, cfg) if levels and split == "eval" else [])
+        for rel in rels:
+            if not (Path(release_dir) / rel).is_file():
+                raise FileNotFoundError(f"release {Path(release_dir).resolve()}: missing {rel}")
+        out[split] = pl.concat([pl.read_parquet(Path(release_dir) / rel) for rel in rels])
     return out
+
+
+def level_files(release_dir: Path, cfg: dict) -> list[str]:
+    """The parquet files of the eval levels other than L1, in level order (release_files.eval_parquets)."""
+    return [rel for level, rel in eval_parquets(release_dir, cfg).items() if level != "L1"]
+
+
+# Release columns a model may not be shown: they locate, render or identify the frames (any of frame indices,
+# visual_ref, reconstruction key or render spec gives T8/T9 away) or carry bookkeeping no prompt needs.
+RECONSTRUCTION_ONLY = tuple(c for c in COLUMN_NAMES if c not in MODEL_FACING_COLUMNS)
+IMAGES_COLUMN = "images"  # the image references beside the model-facing columns
+
+
+@dataclass(frozen=True)
+class Part:
+    """One split of the card and of every export: an eval level (L1, L2, ...) or, without levels, the eval split;
+    or the SFT split. `name` is its Hugging Face split name (the level, else configs/release.yaml hf_split_names)."""
+    split: str
+    level: str | None
+    name: str
+    df: pl.DataFrame
+
+    def file(self, rel: str) -> str:
+        """The part's file of an export named `rel` (the eval name; L1 keeps it, other levels add `_<level>`)."""
+        return level_file_name(rel, self.level) if self.split == "eval" else rel
+
+
+def parts(tables: dict[str, pl.DataFrame], cfg: dict) -> list[Part]:
+    """The eval levels in order (or the one eval split without levels), then SFT; a part with no rows is left out."""
+    out = [Part("eval", lv, lv or hf_split(cfg, "eval"), df)
+           for lv, df in writers.eval_level_tables(tables["eval"]).items()]
+    out.append(Part("sft", None, hf_split(cfg, "sft"), tables["sft"]))
+    return [p for p in out if p.df.height]
+
+
+def model_facing_table(df: pl.DataFrame, cfg: dict) -> pl.DataFrame:
+    """What a model may be shown of a release table: MODEL_FACING_COLUMNS and the image references."""
+    images = [image_refs(r, cfg) for r in df.select("item_id", "num_frames", "image_hashes_json").iter_rows(named=True)]
+    return df.select(MODEL_FACING_COLUMNS).with_columns(pl.Series(IMAGES_COLUMN, images, dtype=pl.List(pl.String)))
+
+
+def reconstruction_table(df: pl.DataFrame) -> pl.DataFrame:
+    """What rebuilds and checks the images, joined to the model-facing rows by item_id."""
+    return df.select("item_id", *RECONSTRUCTION_ONLY)
 
 
 def num_images(row: dict) -> int:

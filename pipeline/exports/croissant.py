@@ -1,5 +1,6 @@
-"""release/croissant.json: Croissant 1.0 metadata (core fields, one record set per release table keyed by
-split_group_id + item_id, and the responsible-AI fields), written by hand as plain JSON-LD and checked by
+"""release/croissant.json: Croissant 1.0 metadata (core fields, one record set per release file: each eval level
+and SFT, named by its Hugging Face split (L1, L2, L3, train) and keyed by split_group_id + item_id, and the
+responsible-AI fields), written by hand as plain JSON-LD and checked by
 mlcroissant in the tests, so the build itself does not need mlcroissant."""
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ _TYPES = {pl.Utf8: "sc:Text", pl.String: "sc:Text", pl.Int64: "sc:Integer", pl.I
           pl.Boolean: "sc:Boolean", pl.Float64: "sc:Float", pl.Float32: "sc:Float"}
 
 
-def _record_set(split: str, df: pl.DataFrame, file_id: str, cfg: dict) -> dict:
-    rs = common.hf_split(cfg, split)
+def _record_set(part: common.Part, file_id: str) -> dict:
+    rs, df = part.name, part.df
     fields = []
     for name, dtype in df.schema.items():
         t = _TYPES.get(dtype) or _TYPES.get(type(dtype))
@@ -39,7 +40,8 @@ def _record_set(split: str, df: pl.DataFrame, file_id: str, cfg: dict) -> dict:
         fields.append({"@type": "cr:Field", "@id": f"{rs}/{name}", "name": name, "dataType": t,
                        "source": {"fileObject": {"@id": file_id}, "extract": {"column": name}}})
     return {"@type": "cr:RecordSet", "@id": rs, "name": rs,
-            "description": f"{df.height} items of the {split} table (Hugging Face split `{rs}`).",
+            "description": f"{df.height} items of the {part.split} table"
+                           + (f", eval level {part.level}" if part.level else "") + f" (Hugging Face split `{rs}`).",
             "key": [{"@id": f"{rs}/split_group_id"}, {"@id": f"{rs}/item_id"}], "field": fields}
 
 
@@ -49,13 +51,13 @@ def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: dict) -> 
     snames = writers.source_names(cfg)
     order = writers.source_order(cfg)
     distribution, record_sets = [], []
-    for split in writers.SPLITS:
-        rel = files[f"{split}_parquet"]
+    for part in common.parts(tables, cfg):
+        rel = part.file(files[f"{part.split}_parquet"])
         fid = rel.replace("/", "_")
         distribution.append({"@type": "cr:FileObject", "@id": fid, "name": fid, "contentUrl": rel,
                              "encodingFormat": "application/x-parquet",
                              "sha256": writers.sha256_file(Path(release_dir) / rel)})
-        record_sets.append(_record_set(split, tables[split], fid, cfg))
+        record_sets.append(_record_set(part, fid))
     licences = " ".join(ec["licences"][s] for s in order if s in ec["licences"])
     return {
         "@context": _CONTEXT,

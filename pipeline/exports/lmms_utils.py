@@ -2,7 +2,9 @@
 
 Images are read from PROCESSBENCH_FRAMES (the folder `processbench reconstruct --out` wrote; default: the working
 directory). The answer is the last <ANSWER>X</ANSWER> tag; a response that is one bare option letter also counts;
-anything else is wrong. Per-family accuracy is the mean over that family's items.
+anything else is wrong. Per-task accuracy is the mean over the task's items; each item's dict carries `score` and
+`split_group_id` (the task's `cluster_key`) for lmms-eval's clustered standard errors. CircularEval: an item counts
+only if every rotated copy of it is right.
 """
 
 import os
@@ -35,10 +37,26 @@ def parse_answer(response):
     return m.group(1) if m else None
 
 
-def process_results(doc, results):
+def _scored(doc, results):
     pred = parse_answer(results[0] if results else "")
-    return {"accuracy": {"item_id": doc["item_id"], "source": doc["source"], "correct": float(pred == doc["answer"])}}
+    return {"item_id": doc["item_id"], "source": doc["source"], "split_group_id": doc["split_group_id"],
+            "score": float(pred == doc["answer"])}
+
+
+def process_results(doc, results):
+    return {"accuracy": _scored(doc, results)}
 
 
 def aggregate_accuracy(results):
-    return sum(r["correct"] for r in results) / len(results) if results else 0.0
+    return sum(r["score"] for r in results) / len(results) if results else 0.0
+
+
+def process_results_circular(doc, results):
+    return {"circular_accuracy": _scored(doc, results)}
+
+
+def aggregate_circular(results):
+    items = {}
+    for r in results:
+        items[r["item_id"]] = items.get(r["item_id"], True) and r["score"] == 1.0
+    return sum(items.values()) / len(items) if items else 0.0

@@ -115,19 +115,26 @@ def run_recon(task: ReconTask) -> list[dict]:
     return out
 
 
+def release_item_files(release_dir: Path, cfg: dict) -> list[str]:
+    """Every release table, release-relative: the eval file (L1), each eval level file split_summary.json lists (L2,
+    L3, ...), then SFT."""
+    return [*eval_parquets(Path(release_dir), cfg).values(), cfg["release"]["files"]["sft_parquet"]]
+
+
 def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:
-    """The frame keys of every item: the eval files of every level (release_files.eval_parquets) and the SFT file."""
-    files = cfg["release"]["files"]
+    """The reconstruction columns of every release table, with `file` (the table's release-relative name)."""
     frames = []
-    for rel in [*eval_parquets(Path(release_dir), cfg).values(), files["sft_parquet"]]:
+    for rel in release_item_files(release_dir, cfg):
         path = Path(release_dir) / rel
         if path.exists():
             missing = [c for c in COLUMNS if c not in pl.read_parquet_schema(path)]
             if missing:
-                raise ValueError(f"{rel} lacks columns {missing}")
-            frames.append(pl.read_parquet(path, columns=COLUMNS).select([pl.col(c).cast(pl.String) for c in COLUMNS]))
+                raise ValueError(f"{path.resolve()}: lacks columns {missing}")
+            frames.append(pl.read_parquet(path, columns=COLUMNS).select([pl.col(c).cast(pl.String) for c in COLUMNS])
+                          .with_columns(file=pl.lit(rel)))
     if not frames:
-        raise FileNotFoundError(f"no release tables ({files['eval_parquet']}, {files['sft_parquet']}) in {release_dir}")
+        raise FileNotFoundError(f"no release tables ({', '.join(release_item_files(release_dir, cfg))}) in "
+                                f"{Path(release_dir).resolve()}")
     return pl.concat(frames).sort("item_id")
 
 
@@ -136,7 +143,8 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     """Rebuild and verify the images of every item of `sources` (default: the slugs in `upstream`); `item_ids`: only
     these items (what `processbench eval --upstream` asks about).
 
-    Returns {"sources": {slug: {"items", "ok", "missing", "differs", "unverified"}}, "images_written": n,
+    Returns {"sources": {slug: {"items", "ok", "missing", "differs", "unverified"}}, "files": {release file:
+    {"items", "ok", "missing", "differs", "unverified", "images"}} (every eval level and SFT), "images_written": n,
     "problems": [{item_id, source, unit_id, camera, status, reason}, ...]} and writes it (path-free) to
     <out_dir>/<frames.reconstruction.report_file>.
     """
@@ -145,6 +153,7 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     out_dir = Path(out_dir)
     images_dir = out_dir / rc["images_dir"]
     items = read_release_items(Path(release_dir), cfg)
+    present = set(items["file"].to_list())
     selected = sorted(sources) if sources is not None else sorted(upstream)
     items = items.filter(pl.col("source_slug").is_in(selected))
     if item_ids is not None:
@@ -167,7 +176,7 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
             results.extend(_fail(task, f"no upstream root given for {slug}"))
         else:
             tasks.append(task)
-    step = (lambda: None)
+    step, bar = (lambda: None), None
     if progress is True:
         from tqdm import tqdm
 
@@ -187,13 +196,23 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     run_tasks(run_recon, tasks, fr["workers"] if workers is None else workers, on_result,
               lambda t, reason: _fail(t, reason), mp_context=fr["mp_context"],
               in_flight_per_worker=fr["in_flight_per_worker"])
+    if bar is not None:
+        bar.close()
     per_source = {s: {"items": 0, **{k: 0 for k in STATUSES}} for s in selected}
+    file_of = dict(zip(items["item_id"].to_list(), items["file"].to_list()))
+    per_file = {f: {"items": 0, **{k: 0 for k in STATUSES}, "images": 0}
+                for f in release_item_files(release_dir, cfg) if f in present}
     for r in results:
         per_source[r["source"]]["items"] += 1
         per_source[r["source"]][r["status"]] += 1
+        f = per_file[file_of[r["item_id"]]]
+        f["items"] += 1
+        f[r["status"]] += 1
+        f["images"] += r["images"]
     problems = sorted(({k: r[k] for k in ("item_id", "source", "unit_id", "camera", "status", "reason")}
                        for r in results if r["status"] != "ok"), key=lambda r: r["item_id"])
-    report = {"sources": per_source, "images_written": sum(r["images"] for r in results), "problems": problems}
+    report = {"sources": per_source, "files": per_file, "images_written": sum(r["images"] for r in results),
+              "problems": problems}
     write_json(out_dir / rc["report_file"], report)
     return report
 
@@ -257,7 +276,9 @@ def reconstruction_markdown(cfg: dict) -> str:
         f"processbench reconstruct --release DIR {example} [--out DIR]",
         "```",
         "",
-        "`DIR` is this release folder (it reads `" + files["eval_parquet"] + "` and `" + files["sft_parquet"] + "`).",
+        "`DIR` is this release folder: it reads every release table (`" + files["eval_parquet"] + "`, each eval",
+        "level's file listed in `" + files["split_summary"] + "` `eval_levels`, and `" + files["sft_parquet"] + "`) and",
+        "prints per table how many items it rebuilt, verified and wrote, and the folder the images went to.",
         "Give only the sources you hold; items of the others are skipped. For each video (source, unit, camera) the",
         "tool decodes exactly the referenced frames once, through the same source adapter the build used, renders",
         "each item's images, and writes them as lossless PNG to",
