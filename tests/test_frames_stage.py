@@ -71,8 +71,12 @@ def test_reconstruct_from_upstream_matches_every_hash(demo_samples, demo_release
     for slug, root in demo_samples.items():
         args += ["--upstream", f"{slug}={root}"]
     assert main(args) == 0
-    rows = pl.concat([pl.read_parquet(demo_release / "splits" / f)
-                      for f in ("processbench_eval.parquet", "processdata_sft.parquet")])
+    from pipeline.release_files import eval_parquets
+
+    cfg = load_config()  # every eval level's file (L1, L2, L3) and the SFT file
+    rels = [*eval_parquets(demo_release, cfg).values(), cfg["release"]["files"]["sft_parquet"]]
+    assert len(rels) > 2
+    rows = pl.concat([pl.read_parquet(demo_release / rel) for rel in rels])
     report = json.loads((tmp_path / "recon" / "reconstruction_report.json").read_text())["sources"]
     for slug, n in rows.group_by("source_slug").len().iter_rows():
         assert report[slug]["items"] == report[slug]["ok"] == n, (slug, report[slug])
