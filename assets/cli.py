@@ -253,7 +253,8 @@ def cmd_validity(args) -> int:
 
 def cmd_score(args) -> int:
     from pipeline.score import main as score_main  # logic lives in pipeline/score.py
-    return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
+    return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out,
+                       *(["--levels", args.levels] if args.levels else [])])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,9 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", default="build/reconstructed")
     r.set_defaults(func=cmd_reconstruct)
 
-    sc = sub.add_parser("score", help="score predictions (jsonl item_id, response) against the eval split")
+    sc = sub.add_parser("score", help="score predictions (jsonl item_id, response) against every eval level")
     for opt in ("--release", "--predictions", "--out"):
         sc.add_argument(opt, required=True)
+    sc.add_argument("--levels", help="comma-separated eval levels to score, e.g. L2,L3 (default: every level)")
     sc.set_defaults(func=cmd_score)
 
     d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")

@@ -121,6 +121,19 @@ def level_file_names(cfg: dict, level: str) -> dict[str, str]:
             "manifest": named(files["eval_manifest"], "m"), "split_groups": named(files["split_groups_eval"], "g")}
 
 
+def eval_level_files(release_dir: Path, cfg: dict) -> dict[str, str]:
+    """{level: release-relative eval parquet} of a written release: the main eval file (L1, or "all" without levels)
+    and every other level's own file, as metadata/split_summary.json `eval_levels` names them."""
+    import json
+
+    files = file_names(cfg)
+    summary = Path(release_dir) / files["split_summary"]
+    levels = (json.loads(summary.read_text(encoding="utf-8")).get("eval_levels") or {}) if summary.is_file() else {}
+    out = {"L1" if levels else "all": files["eval_parquet"]}
+    out.update({lv: v["files"]["parquet"] for lv, v in sorted(levels.items()) if lv != "L1"})
+    return out
+
+
 def plain_json(obj, where: str = "split_summary"):
     """JSON-ready copy of `obj` (numpy scalars -> Python, tuples -> lists); refuses machine-specific content."""
     if isinstance(obj, dict):

@@ -411,6 +411,7 @@ class ExportsScore(Strict):
     seed: int = 20260101
     ci: float = Field(0.95, gt=0, lt=1)
     bare_letter_fallback: bool = True     # accept a bare letter when no <ANSWER> tag is given
+    min_ci_groups: int = Field(5, ge=2)   # fewer split groups in a slice: its interval is not estimable (null)
 
 
 class ExportsFile(Strict):
