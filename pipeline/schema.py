@@ -23,6 +23,8 @@ from upstream_adapters import ADAPTERS
 CHOICE_LETTERS = "ABCDEF"
 MAX_CHOICES = len(CHOICE_LETTERS)
 CHOICE_COLUMNS = tuple(f"choice_{c}" for c in CHOICE_LETTERS)
+# What a model may be shown: model-facing configs and exports carry only these columns (plus the images).
+MODEL_FACING_COLUMNS = ("item_id", "source", "task_id", "task_name", "eval_level", "split_group_id", "question", *CHOICE_COLUMNS, "num_choices", "answer")
 
 _S, _I, _B = pa.string(), pa.int64(), pa.bool_()
 
