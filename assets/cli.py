@@ -324,7 +324,8 @@ def cmd_score(args) -> int:
         from pipeline.circular import main as circular_main
         return circular_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
     from pipeline.score import main as score_main  # logic lives in pipeline/score.py
-    return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
+    return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out,
+                       *(["--levels", args.levels] if args.levels else [])])
 
 
 def cmd_eval(args) -> int:
@@ -434,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="build/reconstructed", help="where the images go (default build/reconstructed)")
     r.set_defaults(func=cmd_reconstruct)
 
-    sc = sub.add_parser("score", help="score predictions (jsonl item_id, response) against the eval split")
+    sc = sub.add_parser("score", help="score predictions (jsonl item_id, response) against every eval level")
     for opt, what in (("--release", "the release folder"),
                       ("--predictions", "jsonl with item_id and response per eval item"),
                       ("--out", "folder for the report (metrics, plot)")):
@@ -442,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--circular", action="store_true",
                     help="the predictions answer the CircularEval copies (item_id.c<k>): report circular accuracy "
                          "and position consistency beside plain accuracy")
+    sc.add_argument("--levels", help="comma-separated eval levels to score, e.g. L2,L3 (default: every level)")
     sc.set_defaults(func=cmd_score)
 
     from pipeline.evaluate.options import ClientOptions

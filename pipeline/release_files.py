@@ -127,18 +127,16 @@ def level_file_names(cfg: dict, level: str) -> dict[str, str]:
              ("split_groups", "split_groups_eval"))}
 
 
-def eval_parquets(release_dir: Path, cfg: dict) -> dict[str, str]:
-    """Every eval table of a release on disk, {level: release-relative parquet}: the main eval file (in-distribution
-    L1, or every eval item when the build has no levels) first, then each out-of-distribution level that
-    split_summary.json `eval_levels` lists (L2, L3, ...), by `level_file_names`."""
+def eval_level_files(release_dir: Path, cfg: dict) -> dict[str, str]:
+    """{level: release-relative eval parquet} of a written release: the main eval file (L1, or "all" without levels)
+    and every other level's own file, as metadata/split_summary.json `eval_levels` names them."""
     import json
 
     files = file_names(cfg)
-    out = {"L1": files["eval_parquet"]}
     summary = Path(release_dir) / files["split_summary"]
     levels = (json.loads(summary.read_text(encoding="utf-8")).get("eval_levels") or {}) if summary.is_file() else {}
-    for level in sorted(lv for lv in levels if lv != "L1"):
-        out[level] = level_file_names(cfg, level)["parquet"]
+    out = {"L1" if levels else "all": files["eval_parquet"]}
+    out.update({lv: v["files"]["parquet"] for lv, v in sorted(levels.items()) if lv != "L1"})
     return out
 
 

@@ -1,15 +1,17 @@
-"""`processbench score`: score a predictions file against the release's eval table.
+"""`processbench score`: score a predictions file against every eval level of a release.
 
 Predictions are jsonl rows {"item_id", "response"}. The answer is the LAST <ANSWER>X</ANSWER> tag of the response
 (the public protocol). Fallback (configs/exports.yaml `score.bare_letter_fallback`): a response that is only one
 option letter, optionally in brackets or followed by a period ("B", "(B)", "B."), counts as that letter. Anything
 else, and a letter beyond the item's options, is unparseable: wrong AND invalid. An eval item with no prediction is
-scored the same way (and counted as missing); predictions for unknown item ids are ignored and counted as extra.
+scored the same way (and counted as missing); predictions for item ids of no eval level are ignored and counted as
+extra; predictions for items of a level left out by `--levels` are counted apart (`other_levels`), never as extra.
 
-Baselines, per item, then averaged like the accuracy: random = 1/num_choices; label-prior = the probability of the
-item's answer letter under its family's letter distribution in the SFT split (eval's, for a family with no SFT
-items); majority = 1 if the answer is the family's most frequent SFT letter. 95 % intervals are percentile
-bootstraps that resample split groups (items of one episode are not independent), seeded.
+Every metric and baseline is defined by formula in METRIC_DEFINITIONS below (the one place: docs/release-format.md
+and the dataset card quote it). Results come per level (`by_level`), per family, per source, and per cell
+(source x family x level, `cells`). 95 % intervals are percentile bootstraps that resample split groups (items of
+one episode are not independent), seeded; with fewer groups than `score.min_ci_groups`, or when every resample
+gives the same value, the interval is not estimable: null with the reason, never a zero-width interval.
 """
 
 from __future__ import annotations
@@ -19,19 +21,46 @@ import json
 import logging
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from pipeline import io, writers
-from pipeline.exports.common import export_cfg, read_tables
+from pipeline.exports.common import export_cfg
+from pipeline.release_files import eval_level_files
 from pipeline.score_bias import bias_free
+from pipeline.validity.baselines import options, pick
 
 log = logging.getLogger(__name__)
 TAG = re.compile(r"<ANSWER>\s*([A-Za-z])\s*</ANSWER>", re.IGNORECASE)
 BARE = re.compile(r"[\s(\[]*([A-Za-z])[\s)\].:]*")
 BASELINES = ("random", "label_prior", "majority")
+CELL_KEY = ("source", "task_id", "level")
+
+# The scorer's metrics, by formula (docs/release-format.md "Scorer" and the dataset card quote this text). A cell is
+# (source, family, level); a slice (overall, a level, a family, a source) is a union of cells.
+METRIC_DEFINITIONS = {
+    "accuracy": "Σ_i correct_i / n: correct_i = 1 when the parsed letter equals the gold letter (unparseable and "
+                "missing answers are wrong); n = the slice's eval items.",
+    "balanced_accuracy": "the mean over the slice's answer labels l (answer texts, per source and family) of the recall "
+                         "Σ_{i: label_i = l} correct_i / n_l: a predictor that always gives one label scores 1/k on "
+                         "a cell of k labels, whatever their shares.",
+    "invalid_rate": "share of items whose response is unparseable or missing.",
+    "random": "Σ_i (1 / num_choices_i) / n: the expected accuracy of a uniform guess.",
+    "label_prior": "the accuracy of always answering, among an item's options, the answer text most frequent among "
+                   "the SFT answers of its (source, family) (the earliest option on ties; SFT answers of the family "
+                   "from every source when the source has none): what a model learns from SFT labels alone.",
+    "majority": "the share of the cell's most frequent answer text among its own items (the level's label prior; a "
+                "slice averages its cells', weighted by items): what a model biased to that label scores.",
+    "image_free_best": "max(random, label_prior, majority): the best score reachable without the images.",
+    "ci95": "percentile interval (score.ci) of the metric over score.bootstrap_samples resamples of the slice's split "
+            "groups with replacement (cluster bootstrap, seeded by score.seed); null (ci95_note says why) with fewer "
+            "than score.min_ci_groups groups or when every resample gives the same value.",
+    "clears_image_free": "ci95's lower bound > image_free_best (null when ci95 is not estimable).",
+    "task_macro / source_macro": "the mean over families (sources) of their accuracy; intervals resample split groups.",
+}
 
 
 def parse_answer(response, num_choices: int, bare_fallback: bool = True) -> str | None:
@@ -50,83 +79,157 @@ def parse_answer(response, num_choices: int, bare_fallback: bool = True) -> str 
 
 
 def read_predictions(path: Path) -> dict[str, object]:
+    """{item_id: response} of a jsonl file; a clear error naming the file and line for bytes that are not UTF-8, a
+    line that is not JSON, a row without item_id / response, an item predicted twice."""
+    path = Path(path)
     preds: dict[str, object] = {}
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not UTF-8 (byte {exc.start}: {exc.reason})") from None
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{Path(path).name}:{n}: not JSON ({exc.msg})") from None
+            raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict) or "item_id" not in row or "response" not in row:
-            raise ValueError(f"{Path(path).name}:{n}: a row needs `item_id` and `response`")
+            raise ValueError(f"{path}:{n}: a row needs `item_id` and `response`")
         if row["item_id"] in preds:
-            raise ValueError(f"{Path(path).name}:{n}: item {row['item_id']} predicted twice")
+            raise ValueError(f"{path}:{n}: item {row['item_id']} predicted twice")
         preds[row["item_id"]] = row["response"]
     return preds
 
 
-def _priors(eval_df: pl.DataFrame, sft_df: pl.DataFrame) -> dict[str, dict[str, float]]:
+def read_release(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame]:
+    """{"eval": every eval level's rows (release_files.eval_level_files), "sft": the SFT rows}."""
+    rel = Path(release_dir)
+    names = {"eval": list(eval_level_files(rel, cfg).values()), "sft": [writers.file_names(cfg)["sft_parquet"]]}
     out = {}
-    for task in eval_df["task_id"].unique().to_list():
-        ref = sft_df.filter(pl.col("task_id") == task)
-        if not ref.height:
-            ref = eval_df.filter(pl.col("task_id") == task)
-        counts = ref["answer"].value_counts()
-        total = ref.height
-        out[task] = {r["answer"]: r["count"] / total for r in counts.iter_rows(named=True)}
+    for split, files in names.items():
+        for name in files:
+            if not (rel / name).is_file():
+                raise FileNotFoundError(f"release {rel}: missing {name}")
+        out[split] = pl.concat([pl.read_parquet(rel / name) for name in files], how="vertical_relaxed")
     return out
 
 
+def _label_priors(sft_df: pl.DataFrame) -> tuple[dict, dict]:
+    """Counts of SFT answer texts per (source, family) and per family."""
+    by_cell: dict[tuple, Counter] = {}
+    by_family: dict[str, Counter] = {}
+    for src, task, text in sft_df.select("source", "task_id", "answer_text").iter_rows():
+        by_cell.setdefault((src, task), Counter())[text] += 1
+        by_family.setdefault(task, Counter())[text] += 1
+    return by_cell, by_family
+
+
+def label_prior_choice(row: dict, by_cell: dict, by_family: dict) -> str:
+    """The option the label-prior baseline answers: the one most frequent among its (source, family)'s SFT answer
+    texts (the family's over every source when the source has none; the earliest option on ties)."""
+    prior = by_cell.get((row["source"], row["task_id"])) or by_family.get(row["task_id"]) or Counter()
+    return pick(options(row), prior)
+
+
+def _level(row: dict) -> str:
+    return "none" if row.get("eval_level") is None else str(row["eval_level"])
+
+
 def item_table(eval_df: pl.DataFrame, sft_df: pl.DataFrame, preds: dict, bare_fallback: bool = True) -> pl.DataFrame:
-    priors = _priors(eval_df, sft_df)
-    majority = {t: sorted(p.items(), key=lambda kv: (-kv[1], kv[0]))[0][0] for t, p in priors.items()}
-    rows = []
-    for r in eval_df.iter_rows(named=True):
+    """One row per eval item: its cell, label, prediction, correct / invalid, and the per-item baselines."""
+    by_cell, by_family = _label_priors(sft_df)
+    rows = eval_df.to_dicts()
+    tops: dict[tuple, str] = {}
+    for key, texts in _group(rows, lambda r: (r["source"], r["task_id"], _level(r))).items():
+        c = Counter(r["answer_text"] for r in texts)
+        tops[key] = min(c, key=lambda t: (-c[t], t))
+    out = []
+    for r in rows:
         pred = parse_answer(preds.get(r["item_id"]), int(r["num_choices"]), bare_fallback)
-        rows.append({
-            "item_id": r["item_id"], "task_id": r["task_id"], "source": r["source"],
-            "level": "none" if r.get("eval_level") is None else str(r["eval_level"]),
-            "split_group_id": r["split_group_id"], "answer": r["answer"], "prediction": pred,
-            "correct": float(pred == r["answer"]), "invalid": float(pred is None),
+        level = _level(r)
+        out.append({
+            "item_id": r["item_id"], "task_id": r["task_id"], "source": r["source"], "level": level,
+            "split_group_id": r["split_group_id"], "answer": r["answer"], "answer_text": r["answer_text"],
+            "prediction": pred, "correct": float(pred == r["answer"]), "invalid": float(pred is None),
             "random": 1.0 / int(r["num_choices"]),
-            "label_prior": priors[r["task_id"]].get(r["answer"], 0.0),
-            "majority": float(majority[r["task_id"]] == r["answer"]),
+            "label_prior": float(label_prior_choice(r, by_cell, by_family) == r["answer_text"]),
+            "majority": float(tops[(r["source"], r["task_id"], level)] == r["answer_text"]),
         })
-    return pl.DataFrame(rows, infer_schema_length=None)  # a prediction may first appear after row 100
+    return pl.DataFrame(out, schema_overrides={"prediction": pl.String})
 
 
-def _ci(df: pl.DataFrame, by: str | None, samples: int, seed: int, level: float) -> list[float]:
-    """Percentile bootstrap of micro accuracy (by=None) or of the macro mean over `by`, resampling split groups."""
-    groups = df["split_group_id"].unique().sort().to_list()
+def _group(rows: list[dict], key) -> dict:
+    out: dict = {}
+    for r in rows:
+        out.setdefault(key(r), []).append(r)
+    return out
+
+
+def _matrix(df: pl.DataFrame, cats: list) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(correct, count) per split group x category (`cats`: one key per item), and the sorted group ids."""
+    gids = df["split_group_id"].to_list()
+    groups = sorted(set(gids))
     gi = {g: i for i, g in enumerate(groups)}
-    cats = [None] if by is None else sorted(df[by].unique().to_list())
-    ci = {c: i for i, c in enumerate(cats)}
-    correct = np.zeros((len(groups), len(cats)))
-    count = np.zeros((len(groups), len(cats)))
-    for r in df.iter_rows(named=True):
-        g, c = gi[r["split_group_id"]], ci[None if by is None else r[by]]
-        correct[g, c] += r["correct"]
-        count[g, c] += 1
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(groups), size=(samples, len(groups)))
+    ci = {c: i for i, c in enumerate(sorted(set(cats)))}
+    correct, count = np.zeros((len(groups), len(ci))), np.zeros((len(groups), len(ci)))
+    g_idx = np.array([gi[g] for g in gids], dtype=np.int64)
+    c_idx = np.array([ci[c] for c in cats], dtype=np.int64)
+    np.add.at(correct, (g_idx, c_idx), df["correct"].to_numpy())
+    np.add.at(count, (g_idx, c_idx), 1.0)
+    return correct, count, groups
+
+
+def _ci(df: pl.DataFrame, cats: list | None, sc: dict) -> tuple[list[float] | None, str | None]:
+    """Percentile bootstrap over split groups of the mean over categories of their accuracy (cats None: one
+    category, the micro accuracy). Returns (interval, None) or (None, why it is not estimable)."""
+    correct, count, groups = _matrix(df, cats if cats is not None else [0] * df.height)
+    min_groups = int(sc.get("min_ci_groups", 5))
+    if len(groups) < min_groups:
+        return None, f"not estimable: {len(groups)} split group(s) < score.min_ci_groups {min_groups}"
+    rng = np.random.default_rng(int(sc["seed"]))
+    idx = rng.integers(0, len(groups), size=(int(sc["bootstrap_samples"]), len(groups)))
     csum, nsum = correct[idx].sum(axis=1), count[idx].sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        acc = np.nanmean(np.where(nsum > 0, csum / nsum, np.nan), axis=1)
-    a = (1 - level) / 2
-    return [round(float(np.quantile(acc, a)), 4), round(float(np.quantile(acc, 1 - a)), 4)]
+        acc = np.nanmean(np.where(nsum > 0, csum / np.maximum(nsum, 1.0), np.nan), axis=1)
+    a = (1 - float(sc["ci"])) / 2
+    lo, hi = round(float(np.quantile(acc, a)), 4), round(float(np.quantile(acc, 1 - a)), 4)
+    if lo == hi:
+        return None, f"not estimable: every resample of the {len(groups)} split groups gives {lo:.4f}"
+    return [lo, hi], None
+
+
+def _label_keys(df: pl.DataFrame) -> list:
+    return list(zip(df["source"].to_list(), df["task_id"].to_list(), df["answer_text"].to_list()))
+
+
+def balanced_accuracy(df: pl.DataFrame) -> float:
+    """Mean over answer labels (source, family, answer text) of the share of their items answered correctly."""
+    per = df.with_columns(pl.Series("__l", [str(k) for k in _label_keys(df)])).group_by("__l").agg(
+        pl.col("correct").mean())
+    return round(float(per["correct"].mean()), 4)
+
+
+def _with_ci(out: dict, name: str, ci: tuple) -> None:
+    out[name] = ci[0]
+    if ci[1]:
+        out[f"{name}_note"] = ci[1]
 
 
 def _block(df: pl.DataFrame, sc: dict, macro: tuple[str, ...] = ()) -> dict:
-    samples, seed, level = int(sc["bootstrap_samples"]), int(sc["seed"]), float(sc["ci"])
-    out = {"accuracy": round(float(df["correct"].mean()), 4), "n": df.height,
-           "invalid_rate": round(float(df["invalid"].mean()), 4), "ci95": _ci(df, None, samples, seed, level),
-           "baselines": {b: round(float(df[b].mean()), 4) for b in BASELINES}}
+    base = {b: round(float(df[b].mean()), 4) for b in BASELINES}
+    base["image_free_best"] = max(base.values())
+    out = {"accuracy": round(float(df["correct"].mean()), 4), "balanced_accuracy": balanced_accuracy(df),
+           "n": df.height, "n_groups": int(df["split_group_id"].n_unique()),
+           "invalid_rate": round(float(df["invalid"].mean()), 4)}
+    _with_ci(out, "ci95", _ci(df, None, sc))
+    out["baselines"] = base
+    out["clears_image_free"] = None if out["ci95"] is None else bool(out["ci95"][0] > base["image_free_best"])
     for col, name in (("task_id", "task_macro"), ("source", "source_macro")):
         if col in macro:
             per = df.group_by(col).agg([pl.col(c).mean() for c in ("correct", *BASELINES)])
             out[f"{name}_accuracy"] = round(float(per["correct"].mean()), 4)
-            out[f"{name}_ci95"] = _ci(df, col, samples, seed, level)
+            _with_ci(out, f"{name}_ci95", _ci(df, df[col].to_list(), sc))
             out[f"{name}_baselines"] = {b: round(float(per[b].mean()), 4) for b in BASELINES}
     return out
 
@@ -137,32 +240,67 @@ def metrics(items: pl.DataFrame, cfg: dict) -> dict:
     for key, col in (("by_task", "task_id"), ("by_source", "source"), ("by_level", "level")):
         vals = sorted(items[col].unique().to_list(), key=writers.task_number if col == "task_id" else str)
         out[key] = {v: _block(items.filter(pl.col(col) == v), sc) for v in vals}
+    cells = items.select(*CELL_KEY).unique()
+    order = sorted(cells.iter_rows(), key=lambda c: (c[2], c[0], writers.task_number(c[1])))
+    out["cells"] = [{"source": s, "family": t, "level": lv, **_block(
+        items.filter((pl.col("source") == s) & (pl.col("task_id") == t) & (pl.col("level") == lv)), sc)}
+        for s, t, lv in order]
+    out["definitions"] = METRIC_DEFINITIONS
     return out
 
 
-def markdown(m: dict) -> str:
-    lines = ["| slice | n | accuracy | 95 % CI | invalid | random | label prior | majority |", "|" + "---|" * 8]
+def _f(x) -> str:
+    return "–" if x is None else f"{x:.4f}"
 
-    def row(name, b):
+
+def _ci_text(ci) -> str:
+    return "n/e" if ci is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
+
+
+def flag(b: dict) -> str:
+    """The markdown's verdict on a slice against the best image-free baseline."""
+    if b["clears_image_free"]:
+        return ""
+    if b["clears_image_free"] is False or b["accuracy"] <= b["baselines"]["image_free_best"]:
+        return "NO BETTER THAN IMAGE-FREE"
+    return "interval not estimable"
+
+
+def markdown(m: dict) -> str:
+    head = ("| n | groups | accuracy | balanced | 95 % CI | invalid | random | label prior | majority | image-free best "
+            "| flag |")
+    lines = ["| slice " + head, "|" + "---|" * 12]
+
+    def cols(b: dict) -> str:
         bl = b["baselines"]
-        lines.append(f"| {name} | {b['n']} | {b['accuracy']:.4f} | [{b['ci95'][0]:.4f}, {b['ci95'][1]:.4f}] | "
-                     f"{b['invalid_rate']:.4f} | {bl['random']:.4f} | {bl['label_prior']:.4f} | {bl['majority']:.4f} |")
-    row("overall (micro)", m["overall"])
+        return (f"| {b['n']} | {b['n_groups']} | {b['accuracy']:.4f} | {b['balanced_accuracy']:.4f} | "
+                f"{_ci_text(b['ci95'])} | {b['invalid_rate']:.4f} | {bl['random']:.4f} | {bl['label_prior']:.4f} | "
+                f"{bl['majority']:.4f} | {bl['image_free_best']:.4f} | {flag(b)} |")
+    lines.append("| overall (micro) " + cols(m["overall"]))
     o = m["overall"]
-    lines.append(f"| task macro | | {o['task_macro_accuracy']:.4f} | [{o['task_macro_ci95'][0]:.4f}, "
-                 f"{o['task_macro_ci95'][1]:.4f}] | | {o['task_macro_baselines']['random']:.4f} | "
-                 f"{o['task_macro_baselines']['label_prior']:.4f} | {o['task_macro_baselines']['majority']:.4f} |")
-    lines.append(f"| source macro | | {o['source_macro_accuracy']:.4f} | [{o['source_macro_ci95'][0]:.4f}, "
-                 f"{o['source_macro_ci95'][1]:.4f}] | | {o['source_macro_baselines']['random']:.4f} | "
-                 f"{o['source_macro_baselines']['label_prior']:.4f} | {o['source_macro_baselines']['majority']:.4f} |")
-    for key in ("by_task", "by_source", "by_level"):
+    for name in ("task_macro", "source_macro"):
+        bl = o[f"{name}_baselines"]
+        lines.append(f"| {name.replace('_', ' ')} | | | {o[f'{name}_accuracy']:.4f} | | {_ci_text(o[f'{name}_ci95'])} "
+                     f"| | {bl['random']:.4f} | {bl['label_prior']:.4f} | {bl['majority']:.4f} | | |")
+    for key in ("by_level", "by_task", "by_source"):
         for name, b in m[key].items():
-            row(f"{key[3:]} {name}", b)
+            lines.append(f"| {key[3:]} {name} " + cols(b))
+    lines += ["", "Per cell (source × family × level); majority = the cell's own label prior; the flag marks cells "
+              "whose interval does not clear the best image-free baseline (n/e: not estimable).", "",
+              "| source | family | level " + head, "|" + "---|" * 14]
+    for c in m["cells"]:
+        lines.append(f"| {c['source']} | {c['family']} | {c['level']} " + cols(c))
+    lines += ["", "Definitions:", ""] + [f"- **{k}**: {v}" for k, v in m["definitions"].items()]
     return "\n".join(lines) + "\n"
 
 
-def plot(m: dict, path: Path) -> None:
-    """Accuracy per family against the three baselines (with the bootstrap interval)."""
+PLOT_COLOURS = {"random": "#d62728", "label_prior": "#ff7f0e", "majority": "#2ca02c", "image_free_best": "#000000"}
+PLOT_MARKERS = {"random": "_", "label_prior": "x", "majority": "+"}
+
+
+def plot(m: dict, path: Path, title: str = "") -> None:
+    """Accuracy per family (bars, with the bootstrap interval and n), every baseline per family as markers in
+    colours distinct from the bars, the legend outside the axes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -170,28 +308,48 @@ def plot(m: dict, path: Path) -> None:
     tasks = list(m["by_task"])
     x = np.arange(len(tasks))
     acc = np.array([m["by_task"][t]["accuracy"] for t in tasks])
-    lo = acc - np.array([m["by_task"][t]["ci95"][0] for t in tasks])
-    hi = np.array([m["by_task"][t]["ci95"][1] for t in tasks]) - acc
-    fig, ax = plt.subplots(figsize=(max(6, len(tasks) * 0.8), 4))
-    ax.bar(x, acc, yerr=[lo, hi], color="#4c72b0", label="model", capsize=3)
+    ci = [m["by_task"][t]["ci95"] or [a, a] for t, a in zip(tasks, acc)]
+    err = [acc - np.array([c[0] for c in ci]), np.array([c[1] for c in ci]) - acc]
+    fig, ax = plt.subplots(figsize=(max(7, len(tasks) * 0.9) + 2.2, 4.4))
+    ax.bar(x, acc, yerr=err, color="#4c72b0", label="model accuracy", capsize=3, width=0.6)
+    ax.hlines([m["by_task"][t]["baselines"]["image_free_best"] for t in tasks], x - 0.36, x + 0.36,
+              colors=PLOT_COLOURS["image_free_best"], linestyles="--", linewidth=1.5, zorder=3,
+              label="image-free best")
     for b in BASELINES:
-        ax.scatter(x, [m["by_task"][t]["baselines"][b] for t in tasks], marker="_", s=400, label=b.replace("_", " "))
+        ax.scatter(x, [m["by_task"][t]["baselines"][b] for t in tasks], marker=PLOT_MARKERS[b], s=160,
+                   color=PLOT_COLOURS[b], linewidths=2, zorder=4, label=b.replace("_", " "))
+    for xi, t in zip(x, tasks):
+        ax.text(xi, 1.03, f"n={m['by_task'][t]['n']}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, tasks)
-    ax.set_ylim(0, 1)
+    ax.set_ylim(0, 1.1)
     ax.set_ylabel("accuracy")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title(title or "accuracy per family", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
 
 
-def score(release_dir: Path, predictions: Path, out_dir: Path, cfg: dict) -> dict:
-    tables = read_tables(release_dir, cfg)
+OUTPUTS = ("metrics.json", "metrics.md", "per_item.jsonl", "accuracy_by_task.png")
+
+
+def score(release_dir: Path, predictions: Path, out_dir: Path, cfg: dict, levels: list[str] | None = None) -> dict:
+    """Score `predictions` against every eval level of the release (or only `levels`); writes OUTPUTS into
+    `out_dir` and returns the metrics (their `outputs` names the files written)."""
+    tables = read_release(release_dir, cfg)
     ev = tables["eval"]
     preds = read_predictions(predictions)
+    all_ids = set(ev["item_id"].to_list())
+    if levels:
+        known_levels = sorted({_level(r) for r in ev.select("eval_level").to_dicts()})
+        unknown = sorted(set(levels) - set(known_levels))
+        if unknown:
+            raise ValueError(f"--levels {','.join(unknown)}: the release has levels {', '.join(known_levels)}")
+        ev = ev.filter(pl.col("eval_level").fill_null("none").is_in(list(levels)))
     known = set(ev["item_id"].to_list())
     missing = sorted(known - set(preds))
-    extra = sorted(set(preds) - known)
+    extra = sorted(set(preds) - all_ids)
+    other = len((set(preds) & all_ids) - known)
     if missing:
         log.warning("%d eval items have no prediction (scored wrong and invalid), e.g. %s", len(missing), missing[:3])
     if extra:
@@ -199,14 +357,17 @@ def score(release_dir: Path, predictions: Path, out_dir: Path, cfg: dict) -> dic
     items = item_table(ev, tables["sft"], preds, bool(export_cfg(cfg)["score"].get("bare_letter_fallback", True)))
     m = metrics(items, cfg)
     m["bias_free"] = bias_free(ev, items, cfg)  # T5/T7/T8/T9 scores no answer habit can reach (pipeline/score_bias.py)
-    m["predictions"] = {"missing": len(missing), "extra": len(extra), "missing_examples": missing[:10],
-                        "extra_examples": extra[:10]}
+    m["predictions"] = {"file": Path(predictions).name, "levels": sorted(set(items["level"].to_list())),
+                        "missing": len(missing), "extra": len(extra), "other_levels": other,
+                        "missing_examples": missing[:10], "extra_examples": extra[:10]}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    io.atomic_write_text(out_dir / "metrics.json", io.dumps_json(m))
-    io.atomic_write_text(out_dir / "metrics.md", markdown(m))
-    io.write_jsonl(out_dir / "per_item.jsonl", items)
-    plot(m, out_dir / "accuracy_by_task.png")
+    io.atomic_write_text(out_dir / OUTPUTS[0], io.dumps_json(m))
+    io.atomic_write_text(out_dir / OUTPUTS[1], markdown(m))
+    io.write_jsonl(out_dir / OUTPUTS[2], items)
+    plot(m, out_dir / OUTPUTS[3], f"{Path(predictions).name}: accuracy per family "
+                                  f"(levels {', '.join(m['predictions']['levels'])})")
+    m["outputs"] = [str(out_dir / f) for f in OUTPUTS]
     return m
 
 
@@ -216,19 +377,26 @@ def main(argv: list[str] | None = None, cfg: dict | None = None) -> int:
     p.add_argument("--release", required=True)
     p.add_argument("--predictions", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--levels", default=None, help="comma-separated eval levels to score (default: every level)")
     args = p.parse_args(argv)
     if cfg is None:
         from pipeline.config import load_config
         cfg = load_config()
+    levels = [x.strip() for x in args.levels.split(",") if x.strip()] if args.levels else None
     try:
-        m = score(Path(args.release), Path(args.predictions), Path(args.out), cfg)
+        m = score(Path(args.release), Path(args.predictions), Path(args.out), cfg, levels)
     except (ValueError, FileNotFoundError) as exc:
         print(f"score: {exc}", file=sys.stderr)
         return 2
     o = m["overall"]
-    print(f"accuracy {o['accuracy']:.4f} (n={o['n']}, invalid {o['invalid_rate']:.4f}, 95% CI {o['ci95']}); "
-          f"task-macro {o['task_macro_accuracy']:.4f}; missing {m['predictions']['missing']}, "
-          f"extra {m['predictions']['extra']}")
+    print(f"accuracy {o['accuracy']:.4f} (n={o['n']}, invalid {o['invalid_rate']:.4f}, 95% CI {_ci_text(o['ci95'])}); "
+          f"balanced {o['balanced_accuracy']:.4f}; task-macro {o['task_macro_accuracy']:.4f}; missing "
+          f"{m['predictions']['missing']}, extra {m['predictions']['extra']}")
+    for lv, b in m["by_level"].items():
+        print(f"  {lv}: accuracy {b['accuracy']:.4f} (n={b['n']}), image-free best {b['baselines']['image_free_best']:.4f}")
+    flagged = [c for c in m["cells"] if flag(c) == "NO BETTER THAN IMAGE-FREE"]
+    print(f"{len(flagged)} of {len(m['cells'])} cells no better than image-free")
+    print(f"written: {', '.join(m['outputs'])}")
     return 0
 
 

@@ -163,8 +163,18 @@ class OodSource(Strict):
     omit_unset: ClassVar[frozenset[str]] = frozenset({"L2", "L3"})
 
 
+class OodBalance(Strict):
+    enabled: bool = True                         # choose the held-out values that balance the level's answer labels
+    restarts: int = Field(16, ge=0)              # seeded random starts of the local search, beside the seeded draw
+    max_sweeps: int = Field(50, ge=1)
+    size_weight: float = Field(0.1, ge=0)        # per unit of (items − goal) / goal above the goal
+    max_over_goal: float = Field(1.0, ge=0)      # items ≤ max((1 + this) · goal, (1 + max_over_draw) · the draw's)
+    max_over_draw: float = Field(0.1, ge=0)
+
+
 class SplitOod(Strict):
     enabled: bool = False
+    balance: OodBalance = OodBalance()
     sources: dict[Slug, OodSource] = {}
 
 
@@ -383,6 +393,12 @@ class ValidityLimits(Strict):
     option_only_over_reference: float = Field(ge=0)
     exact_shared_fraction: Optional[float] = Field(None, ge=0, le=1)   # null = reported, not checked
     near_shared_fraction: Optional[float] = Field(None, ge=0, le=1)
+    metadata_over_reference: float = Field(0.03, ge=0)                # a model-facing column alone - reference
+    row_count_over_reference: Optional[float] = Field(0.03, ge=0)     # a unit's row count - reference (null: reported)
+
+
+_LIMIT_NAME = Literal["blind_over_random", "blind_over_prior", "option_only_over_reference", "exact_shared_fraction",
+                      "near_shared_fraction", "metadata_over_reference", "row_count_over_reference"]
 
 
 class ValidityBagOfWords(Strict):
@@ -409,6 +425,7 @@ class ValidityFile(Strict):
     min_eval_items: int = Field(30, ge=1)
     balance_tolerance: float = Field(0.05, ge=0)
     limits: ValidityLimits
+    level_limits: dict[Literal["L1", "L2", "L3"], dict[_LIMIT_NAME, Optional[float]]] = {}  # per level, over `limits`
     bag_of_words: ValidityBagOfWords = ValidityBagOfWords()
     near_duplicate: ValidityNearDuplicate = ValidityNearDuplicate()
     temporal: ValidityTemporal = ValidityTemporal()
@@ -436,6 +453,7 @@ class ExportsScore(Strict):
     seed: int = 20260101
     ci: float = Field(0.95, gt=0, lt=1)
     bare_letter_fallback: bool = True     # accept a bare letter when no <ANSWER> tag is given
+    min_ci_groups: int = Field(5, ge=2)   # fewer split groups in a slice: its interval is not estimable (null)
 
 
 class ExportsFile(Strict):

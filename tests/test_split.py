@@ -674,3 +674,57 @@ def test_eval_answer_labels_are_balanced_where_the_groups_allow(policy):
     out2, _ = split_items(items, None, letters_only, 42)
     ev2 = out2.filter(pl.col("split") == "eval")
     assert max(ev2.group_by("answer_text").len()["len"].to_list()) / ev2.height == 0.8
+
+
+# ------------------------------------------------------------------------------------------------ issue 26
+def _skewed_tasks(n_tasks: int = 20, failing=(3, 7)):
+    """GM-100-like: 6 episodes per task, each 4 T7 items; every take of a task succeeds except in `failing` tasks,
+    where every take fails (the outcome is a property of the task), and balanced T2 items everywhere."""
+    units, rows = [], []
+    for t in range(n_tasks):
+        for e in range(6):
+            uid = f"task_{t:05d}__episode_{e:06d}"
+            units.append({"source": "gm100", "unit_id": uid, "task_id": f"task_{t:05d}"})
+            for j in range(4):
+                rows.append({"source": "gm100", "unit_id": uid, "task_id": "T7", "num_choices": 2,
+                             "answer_text": "failure" if t in failing else "success", "answer": "A"})
+                rows.append({"source": "gm100", "unit_id": uid, "task_id": "T2", "num_choices": 2,
+                             "answer_text": "yes" if j % 2 else "no", "answer": "A"})
+    return pl.DataFrame(units), pl.DataFrame(rows)
+
+
+@pytest.mark.parametrize("seed", [1, 42, 2026])
+def test_ood_level_labels_are_balanced_where_the_pool_allows(policy, seed):
+    """Held-out tasks decide a level's labels: the seeded draw (one task, 48 items, goal 5 % of 960 = 48) holds
+    T7 at one label; the balance search holds out one succeeding and one failing task (T7 at 0.5, 96 items: within
+    twice the goal), still at least the goal, never every task, and the held-out tasks wholly eval at L2."""
+    units, items = _skewed_tasks()
+    pol = copy.deepcopy(policy)
+    pol["ood"] = {**pol["ood"], "enabled": True, "sources": {"gm100": {"L2": {"key": "task_id", "item_share": 0.05}}}}
+    groups = build_groups(items, units, pol)
+    out, summary = split_items(items, groups, pol, seed)
+    l2 = out.filter(pl.col("eval_level") == "L2")
+    rep = summary["sources"]["gm100"]["ood"]["L2"]
+    t7 = l2.filter(pl.col("task_id") == "T7")["answer_text"].value_counts()
+    assert sorted(t7["count"].to_list()) == [24, 24] and l2.height == 96
+    assert rep["label_balance"]["method"] == "label balance" and rep["label_balance"]["label_term"] == 0.0
+    held = set(rep["held_out_values"])
+    assert len(held) == 2 and held & {"task_00003", "task_00007"}
+    j = out.join(units.select("unit_id", pl.col("task_id").alias("utask")), on="unit_id")
+    assert set(j.filter(pl.col("utask").is_in(sorted(held)))["eval_level"]) == {"L2"}
+    assert leaked_groups(out) == [] and level_count_problems(out, summary, pol) == []
+    # the check sees what the search removes: without it the level is the seeded draw, one label in T7 unless the
+    # draw happens to hold both kinds of task
+    off = copy.deepcopy(pol)
+    off["ood"]["balance"]["enabled"] = False
+    out2, summary2 = split_items(items, groups, off, seed)
+    rep2 = summary2["sources"]["gm100"]["ood"]["L2"]
+    assert rep2["label_balance"]["method"] == "seeded draw"
+    assert rep2["label_balance"]["label_term"] == rep["label_balance"]["label_term_seeded_draw"] > 0
+    assert split_items(items, groups, pol, seed)[0].equals(out)  # deterministic
+    # never more than twice the goal, nor more than the seeded draw took: at 3 % (goal 28.8) two tasks are too many
+    small = copy.deepcopy(pol)
+    small["ood"]["sources"]["gm100"]["L2"]["item_share"] = 0.03
+    out3, summary3 = split_items(items, groups, small, seed)
+    assert out3.filter(pl.col("eval_level") == "L2").height == 48
+    assert len(summary3["sources"]["gm100"]["ood"]["L2"]["held_out_values"]) == 1

@@ -194,7 +194,7 @@ def test_report_is_deterministic_and_path_free(tmp_path):
     a, b = (tmp_path / "a" / "validity_report.json").read_text(), (tmp_path / "b" / "validity_report.json").read_text()
     assert a == b and str(tmp_path) not in a
     md = (tmp_path / "a" / "validity_report.md").read_text()
-    assert "| gm100 | T1 | 100 |" in md and "## Problems" in md
+    assert "| gm100 | T1 | – | 100 |" in md and "## Problems" in md
 
 
 def test_cell_baselines_majority_letter_and_prior():
@@ -315,3 +315,93 @@ def test_public_t12_is_answerable_from_its_text_and_fails_the_check():
     rep = audit(ev, sf, VCFG)
     assert _cell(rep, "reassemble", "T12")["blind"] > 0.9
     assert any("reassemble/T12: blind text-only" in p for p in problems(rep, VCFG))
+
+
+# ------------------------------------------------------------------------------------------------ issue 26
+def test_a_leaking_model_facing_column_blocks_and_a_reconstruction_column_is_reported():
+    """A column shown to models (split_group_id here) that carries the answer fails the audit; the same leak in a
+    column only the reconstruction files carry (visual_ref) is reported, never blocking."""
+    ev, sf = _t1_rows(300, "eval", "uniform"), _t1_rows(3000, "sft", "uniform", 5000)
+    assert problems(audit(ev, sf, VCFG), VCFG) == []
+    for rows in (ev, sf):
+        for r in rows:
+            r["visual_ref"] = f"gm100/episode/u/cam/{r['answer_text']}"
+    rep = audit(ev, sf, VCFG)
+    cell = _cell(rep, "gm100", "T1")
+    assert cell["metadata"]["visual_ref"] == 1.0 and problems(rep, VCFG) == []
+    assert "| visual_ref | 1.000 |" in __import__("pipeline.validity.report", fromlist=["x"]).render_markdown(rep)
+    for rows in (ev, sf):
+        for r in rows:
+            r["split_group_id"] = f"g-{r['answer_text']}"
+    got = problems(audit(ev, sf, VCFG), VCFG)
+    assert any(p.startswith("gm100/T1: column split_group_id alone scores 1.000") for p in got), got
+    assert not any("visual_ref" in p for p in got)
+
+
+def test_frame_order_is_a_metadata_baseline():
+    """T8-like: the answer is the display order, which the frame indices' rank pattern shows."""
+    perms = ["XYZ", "XZY", "YXZ", "YZX", "ZXY", "ZYX"]
+
+    def rows(n, split, seed):
+        out = []
+        for i in range(n):
+            ans = perms[i % 6]
+            frames = [100 * "XYZ".index(c) + (i % 50) for c in ans]
+            out.append(_row(i + seed, split, ans, [p for p in perms if p != ans], task="T8", frames=frames))
+        return out
+    rep = audit(rows(240, "eval", 0), rows(1200, "sft", 5000), VCFG)
+    cell = _cell(rep, "gm100", "T8")
+    assert cell["metadata"]["frame_indices_json"] == 1.0 and cell["random"] < 0.2
+    assert problems(rep, VCFG) == []  # frame_indices_json is not model-facing
+
+
+def _t7_rows(n_units, split, seed):
+    """Every window of a failing take (12), four of a succeeding one."""
+    out = []
+    for u in range(n_units):
+        fail = u % 2 == 0
+        for w in range(12 if fail else 4):
+            r = _row(seed + u * 100 + w, split, "failure" if fail else "success",
+                     ["success" if fail else "failure"], task="T7", unit=f"{split}-u{u}")
+            r["split_group_id"] = f"{split}-u{u}"
+            out.append(r)
+    return out
+
+
+def test_a_units_row_count_that_tells_the_outcome_blocks():
+    """Every window of a failing take, four of a succeeding one: the row count answers T7."""
+    ev, sf = _t7_rows(20, "eval", 0), _t7_rows(200, "sft", 10**6)
+    rep = audit(ev, sf, VCFG)
+    on = {**VCFG, "limits": {**VCFG["limits"], "row_count_over_reference": 0.03}}
+    assert _cell(rep, "gm100", "T7")["metadata"]["row_count"] == 1.0
+    assert any("gm100/T7: a unit's row count alone scores 1.000" in p for p in problems(rep, on))
+
+
+def test_every_level_is_audited_with_its_own_limits():
+    ev = _t1_rows(300, "eval", "neighbours")
+    for i, r in enumerate(ev):
+        r["eval_level"] = "L1" if i < 150 else "L2"
+    sf = _t1_rows(3000, "sft", "neighbours", 5000)
+    rep = audit(ev, sf, VCFG)
+    assert [(c["level"], c["eval_n"]) for c in rep["cells"]] == [("L1", 150), ("L2", 150)]
+    got = problems(rep, VCFG)
+    assert any(p.startswith("gm100/T1/L1: option-set-only") for p in got)
+    assert any(p.startswith("gm100/T1/L2: option-set-only") for p in got)
+    lenient = {**VCFG, "level_limits": {"L2": {"option_only_over_reference": 1.0}}}
+    assert not any(p.startswith("gm100/T1/L2: option-set-only") for p in problems(rep, lenient))
+
+
+def test_row_count_limit_can_be_reported_only():
+    """row_count_over_reference: null reports the row count baseline without blocking (the column limits hold)."""
+    from pipeline.validity import warnings
+    from pipeline.validity.report import render_markdown
+
+    rep = audit(_t7_rows(20, "eval", 0), _t7_rows(200, "sft", 10**6), VCFG)
+    off = {**VCFG, "limits": {**VCFG["limits"], "row_count_over_reference": None}}
+    assert _cell(rep, "gm100", "T7")["metadata"]["row_count"] == 1.0 and problems(rep, off) == []
+    rep["warnings"] = warnings(rep, off)
+    assert rep["warnings"] == ["gm100/T7: a unit's row count alone scores 1.000, +0.250 over 0.750 (model-facing "
+                               "files show it) (not blocking: its limit is null)"]
+    assert "## Warnings (reported, not blocking)" in render_markdown(rep)
+    on = {**VCFG, "limits": {**VCFG["limits"], "row_count_over_reference": 0.03}}
+    assert warnings(rep, on) == [] and len(problems(rep, on)) == 1

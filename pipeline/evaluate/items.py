@@ -12,7 +12,7 @@ import polars as pl
 
 from pipeline.exports.common import model_rows
 from pipeline.prompts import resolve_task_id
-from pipeline.release_files import eval_parquets
+from pipeline.release_files import eval_level_files
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def load_items(release_dir: Path, cfg: dict, levels: str | None = None, families
     """The selected eval items, sorted by item id (`limit`: the first N of them). Unknown levels, families or sources
     are errors (ValueError naming what exists), never an empty run."""
     release_dir = Path(release_dir)
-    tables = eval_parquets(release_dir, cfg)
+    tables = eval_level_files(release_dir, cfg)
     chosen = _split_list(levels) or list(tables)
     unknown = [lv for lv in chosen if lv not in tables]
     if unknown:

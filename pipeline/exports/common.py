@@ -14,7 +14,7 @@ import polars as pl
 from pipeline import io, writers
 from pipeline.frames.render import image_filename
 from pipeline.prompts import format_prompt
-from pipeline.release_files import eval_parquets, level_file_name
+from pipeline.release_files import eval_level_files, level_file_name
 from pipeline.schema import CHOICE_LETTERS, COLUMN_NAMES, MODEL_FACING_COLUMNS
 
 IMAGE_TAG = "<image>"
@@ -54,8 +54,8 @@ def read_tables(release_dir: Path, cfg: dict, levels: bool = False) -> dict[str,
 
 
 def level_files(release_dir: Path, cfg: dict) -> list[str]:
-    """The parquet files of the eval levels other than L1, in level order (release_files.eval_parquets)."""
-    return [rel for level, rel in eval_parquets(release_dir, cfg).items() if level != "L1"]
+    """The parquet files of the eval levels other than L1, in level order (release_files.eval_level_files)."""
+    return list(eval_level_files(release_dir, cfg).values())[1:]  # the first is the main eval file
 
 
 # Release columns a model may not be shown: they locate, render or identify the frames (any of frame indices,

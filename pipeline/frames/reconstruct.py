@@ -24,7 +24,7 @@ from upstream_adapters import video
 
 from ..io import write_json
 from ..pool import run_tasks
-from ..release_files import eval_parquets
+from ..release_files import eval_level_files
 from .readers import AdapterReaders
 from .render import RENDER_VERSION, frame_indices_of, image_hashes, render_item_images, render_spec_of, write_item_images
 from .worker import read_with_fallback
@@ -118,7 +118,7 @@ def run_recon(task: ReconTask) -> list[dict]:
 def release_item_files(release_dir: Path, cfg: dict) -> list[str]:
     """Every release table, release-relative: the eval file (L1), each eval level file split_summary.json lists (L2,
     L3, ...), then SFT."""
-    return [*eval_parquets(Path(release_dir), cfg).values(), cfg["release"]["files"]["sft_parquet"]]
+    return [*eval_level_files(Path(release_dir), cfg).values(), cfg["release"]["files"]["sft_parquet"]]
 
 
 def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:

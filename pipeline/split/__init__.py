@@ -3,7 +3,8 @@
 Pure functions over tables (no Dagster), configured by the merged config's `cfg["split"]` (configs/split.yaml, here
 called `policy`; policy_and_seed(cfg) gives it with its seed: split.seed, else build.release_seed). Modules:
 policy (config lookups), groups (union-find over isolation keys), objective (the pool and J), public (the public
-rule), ours (our rule), report, assign (split_items, OOD levels), checks, pool_file (`processbench split`).
+rule), ours (our rule), report, assign (split_items, OOD levels), levels (which values an OOD level holds out: the
+label-balanced choice), checks, pool_file (`processbench split`).
 
     groups = build_groups(items, units, policy)             # (source, unit_id) -> split_group_id (union-find merges)
     out, summary = split_items(items, groups, policy, seed)  # + split, split_group_id (, eval_level)

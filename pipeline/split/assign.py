@@ -7,8 +7,8 @@ import json
 import polars as pl
 
 from ..pool import run_tasks
-from ..seeding import rng as np_rng
 from .ours import our_rule
+from .levels import choose_values
 from .objective import make_pool
 from .policy import UNIT_KEYS, family_sort_key, key_name, merge_keys, source_policy
 from .public import public_rule
@@ -49,10 +49,11 @@ def _key_column(df: pl.DataFrame, key: str) -> str | None:
     return None
 
 
-def _ood_levels(sub: pl.DataFrame, ood_cfg: dict, seed: int, source: str) -> tuple[dict[str, str], dict]:
+def _ood_levels(sub: pl.DataFrame, ood_cfg: dict, seed: int, source: str, policy: dict
+                ) -> tuple[dict[str, str], dict]:
     """Groups held out at L3 then L2: every group (not held out already) holding a unit with a held-out key value;
-    values are drawn in a seeded order until the level holds `item_share` of the source's items. Returns
-    {group: level} and a report."""
+    the values reach `item_share` of the source's items and balance the level's answer labels as far as the pool
+    allows (levels.choose_values). Returns {group: level} and a report."""
     level_of: dict[str, str] = {}
     report: dict = {}
     n_items = sub.height
@@ -69,21 +70,15 @@ def _ood_levels(sub: pl.DataFrame, ood_cfg: dict, seed: int, source: str) -> tup
             report[level] = rep
             continue
         free = sub.filter(~pl.col("__gid").is_in(_strs(level_of)))
-        vals = sorted(free.filter(pl.col(col).is_not_null())[col].unique().to_list())
-        order = np_rng(seed, "split-ood", source, level).permutation(len(vals)).tolist()
+        vals = sorted(str(v) for v in free.filter(pl.col(col).is_not_null())[col].unique().to_list())
+        free = free.with_columns(pl.col(col).cast(pl.String))
         goal = float(lc["item_share"]) * n_items
-        chosen: list[str] = []
-        for i in order[:max(0, len(vals) - 1)]:  # at least one value stays out of the level
-            chosen.append(vals[i])
-            held = free.filter(pl.col(col).is_in(_strs(chosen)))["__gid"].unique()
-            if free.filter(pl.col("__gid").is_in(held.to_list())).height >= goal:
-                break
-        chosen = sorted(chosen)
+        chosen, balance = choose_values(free, col, vals, goal, policy, seed, source, level) if vals else ([], {})
         gids = sorted(set(free.filter(pl.col(col).is_in(_strs(chosen)))["__gid"].to_list()))
         for g in gids:
             level_of[g] = level
         rep.update({"held_out_values": chosen, "groups": len(gids), "values_available": len(vals),
-                    "items_goal": _r(goal)})
+                    "items_goal": _r(goal), "label_balance": balance})
         report[level] = rep
     return level_of, report
 
@@ -132,7 +127,7 @@ def split_items(items: pl.DataFrame, groups: pl.DataFrame | None, policy: dict, 
         s_ood = (ood["sources"].get(source) or {}) if ood_on else {}
         held_fams = set((s_ood.get("L3") or {}).get("families") or [])
         excluded_families[source] = held_fams
-        lv, ood_report = _ood_levels(sub, s_ood, seed, source) if s_ood else ({}, {})
+        lv, ood_report = _ood_levels(sub, s_ood, seed, source, policy) if s_ood else ({}, {})
         rest = sub.filter(~pl.col("__gid").is_in(_strs(lv)) & ~pl.col("task_id").is_in(_strs(held_fams)))
         pool = make_pool(rest, policy, source, group_col="__gid") if rest.height else None
         prepared[source] = (sub, lv, ood_report, pool)

@@ -1,10 +1,15 @@
-"""The validity audit: what a model could score without looking, per (source, family), and what eval and SFT share.
+"""The validity audit: what a model could score without looking, per (source, family, eval level), and what eval and
+SFT share.
 
-    audit(eval_rows, sft_rows, vcfg, thumbs=None, fps_of=None) -> report (a JSON-able dict, deterministic)
+    audit(eval_rows, sft_rows, vcfg, thumbs=None, fps_of=None, column_values=None) -> report (JSON-able, deterministic)
     problems(report, vcfg) -> list of "source/family: what" strings (empty when every configured limit holds)
+    warnings(report, vcfg) -> model-facing metadata leaks whose limit is null (reported, not blocking)
     run_validity(cfg) -> summary    the stage: reads the release splits, writes metadata/validity_report.{json,md}
 
-Thresholds are in configs/validity.yaml. A cell whose eval labels are not balanced (its most frequent eval answer label
+Thresholds are in configs/validity.yaml (`limits`, with `level_limits` overriding them per eval level). Every eval
+level (L1 and the out-of-distribution L2 / L3 files) is audited against the same SFT rows. Metadata baselines
+(metadata.py): each public column alone and a unit's row count; those a model-facing file exposes are checked.
+A cell whose eval labels are not balanced (its most frequent eval answer label
 above random by more than `balance_tolerance`) is checked against its label prior instead of random (random where the
 prior is lower).
 """
@@ -18,6 +23,7 @@ from pathlib import Path
 from ..config import per_source
 from ..schema import CHOICE_COLUMNS
 from .baselines import cell_baselines
+from .metadata import column_accuracy, metadata_problems, predictor_columns, row_count_accuracy, row_counts
 from .images import FrameThumbs, shared_images, temporal_gaps
 from .report import render_markdown
 
@@ -27,13 +33,17 @@ __all__ = ["audit", "problems", "run_validity"]
 REPORT_FILES = ("validity_report.json", "validity_report.md")  # in the release's metadata/ folder
 # the release columns the audit reads: the rest of a row (prompts, targets, specs) would only cost the worker memory
 AUDIT_COLUMNS = ("source_slug", "task_id", "source_unit_id", "camera", "frame_indices_json", "image_hashes_json",
-                 "question", *CHOICE_COLUMNS, "num_choices", "answer", "answer_text")
+                 "question", *CHOICE_COLUMNS, "num_choices", "answer", "answer_text", "split_group_id", "eval_level")
 
 
-def _cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    out: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for r in rows:
-        out[(r["source_slug"], r["task_id"])].append(r)
+def _level(r: dict):
+    return r.get("eval_level")
+
+
+def _cells(rows: list[dict]) -> dict[tuple, list[int]]:
+    out: dict[tuple, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        out[(r["source_slug"], r["task_id"], _level(r))].append(i)
     return out
 
 
@@ -41,31 +51,96 @@ def _family_order(t: str) -> tuple[int, str]:
     return (int(t[1:]) if t[1:].isdigit() else 999, t)
 
 
-def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: dict, thumbs=None, fps_of=None) -> dict:
-    """Per (source, family): baselines, shared images (needs `thumbs`), T8/T9 gaps (needs `fps_of`)."""
-    ev, sf = _cells(eval_rows), _cells(sft_rows)
+def _own_values(rows: list[dict]):
+    return lambda col: [r.get(col) for r in rows]
+
+
+def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: dict, thumbs=None, fps_of=None,
+          column_values=None) -> dict:
+    """Per (source, family, eval level): baselines against the (source, family)'s SFT rows, metadata baselines,
+    shared images (needs `thumbs`), T8/T9 gaps (needs `fps_of`). `column_values(col) -> (eval values, sft values)`
+    aligned with the rows gives the public columns the rows themselves do not carry (run_validity reads them one at a
+    time); without it the rows' own columns are judged."""
+    ev = _cells(eval_rows)
+    sf: dict[tuple, list[int]] = defaultdict(list)
+    for i, r in enumerate(sft_rows):
+        sf[(r["source_slug"], r["task_id"])].append(i)
     k = int(vcfg["near_duplicate"]["hamming"])
     tfam = set(vcfg["temporal"]["families"])
+    keys = sorted(set(ev) | {(s, t, None) for s, t in sf if not any(c[:2] == (s, t) for c in ev)},
+                  key=lambda c: (c[0], _family_order(c[1]), str(c[2] or "")))
+    present = set().union(*(r.keys() for r in eval_rows[:1] + sft_rows[:1])) if (eval_rows or sft_rows) else set()
+    if column_values is None:
+        columns = predictor_columns(present)
+        column_values = lambda col: (_own_values(eval_rows)(col), _own_values(sft_rows)(col))
+    else:
+        columns = column_values(None)
+    meta: dict[tuple, dict] = defaultdict(dict)
+    if eval_rows:
+        for col in columns:
+            ev_vals, sf_vals = column_values(col)
+            for key in keys:
+                e, s = ev.get(key, []), sf.get(key[:2], [])
+                if e:
+                    meta[key][col] = column_accuracy([sf_vals[i] for i in s], [sft_rows[i] for i in s],
+                                                     [ev_vals[i] for i in e], [eval_rows[i] for i in e])
+        e_cnt, s_cnt = row_counts(eval_rows, _level), row_counts(sft_rows, lambda r: None)
+        for key in keys:
+            e, s = ev.get(key, []), sf.get(key[:2], [])
+            if e:
+                meta[key]["row_count"] = row_count_accuracy([s_cnt[i] for i in s], [sft_rows[i] for i in s],
+                                                            [e_cnt[i] for i in e], [eval_rows[i] for i in e])
     cells = []
-    for source, task in sorted(set(ev) | set(sf), key=lambda c: (c[0], _family_order(c[1]))):
-        e, s = ev.get((source, task), []), sf.get((source, task), [])
-        cell = {"source": source, "family": task, **cell_baselines(s, e, vcfg.get("bag_of_words"))}
+    for source, task, level in keys:
+        e = [eval_rows[i] for i in ev.get((source, task, level), [])]
+        s = [sft_rows[i] for i in sf.get((source, task), [])]
+        cell = {"source": source, "family": task, "level": level, **cell_baselines(s, e, vcfg.get("bag_of_words"))}
+        cell["metadata"] = dict(sorted(meta.get((source, task, level), {}).items()))
         if thumbs is not None:
             cell["images"] = shared_images(s, e, thumbs, k)
         if fps_of is not None and task in tfam:
             cell["temporal"] = temporal_gaps(e + s, fps_of, thumbs or (lambda *a: None))
         cells.append(cell)
-    return {"version": 1, "eval_items": len(eval_rows), "sft_items": len(sft_rows),
+    return {"version": 2, "eval_items": len(eval_rows), "sft_items": len(sft_rows),
             "near_duplicate_hamming": k, "cells": cells}
 
 
+def limits_of(vcfg: dict, level) -> dict:
+    """The limits of one eval level: `limits`, with `level_limits[level]` over them."""
+    return {**vcfg["limits"], **((vcfg.get("level_limits") or {}).get(level) or {})}
+
+
+def _reference(c: dict, tol: float) -> tuple[bool, float, str]:
+    """Whether the cell's eval labels are balanced, and what a model gets without looking: random, or where the labels
+    are not balanced the label prior, but never less than guessing (an SFT majority label that is rare in eval puts
+    the prior below random)."""
+    balanced = c["eval_label_share"] <= c["random"] + tol
+    if balanced or c["label_prior"] <= c["random"]:
+        return balanced, c["random"], "random"
+    return balanced, c["label_prior"], "label prior"
+
+
+def warnings(report: dict, vcfg: dict) -> list[str]:
+    """Model-facing metadata leaks whose limit is null (reported, not blocking), judged by metadata_over_reference."""
+    out = []
+    for c in report["cells"]:
+        if c["eval_n"] < int(vcfg["min_eval_items"]) or c["blind"] is None:
+            continue
+        lim = limits_of(vcfg, c.get("level"))
+        where = f"{c['source']}/{c['family']}" + (f"/{c['level']}" if c.get("level") else "")
+        ref = _reference(c, float(vcfg["balance_tolerance"]))[1]
+        out += [f"{where}: {m} (not blocking: its limit is null)" for m in metadata_problems(c, ref, lim, True)]
+    return out
+
+
 def problems(report: dict, vcfg: dict) -> list[str]:
-    """Every (source, family) past a configured limit, as 'source/family: reason'."""
-    lim, out = vcfg["limits"], []
+    """Every (source, family, level) past a configured limit, as 'source/family[/level]: reason'."""
+    out = []
     tol, min_n = float(vcfg["balance_tolerance"]), int(vcfg["min_eval_items"])
     tcfg = vcfg["temporal"]
     for c in report["cells"]:
-        where = f"{c['source']}/{c['family']}"
+        lim = limits_of(vcfg, c.get("level"))
+        where = f"{c['source']}/{c['family']}" + (f"/{c['level']}" if c.get("level") else "")
         img = c.get("images") or {}
         if img and c["eval_n"]:
             exact, near = img["exact_shared"] / c["eval_n"], img["near_shared_fraction"]
@@ -83,11 +158,7 @@ def problems(report: dict, vcfg: dict) -> list[str]:
                 out.append(f"{where}: median visual difference {t['median_visual_diff']} < {vd}")
         if c["eval_n"] < min_n or c["blind"] is None:
             continue
-        balanced = c["eval_label_share"] <= c["random"] + tol
-        # unbalanced: the label prior is what a model gets without looking, but never less than guessing (an SFT
-        # majority label that is rare in eval puts the prior below random)
-        ref, ref_name = (c["random"], "random") if balanced or c["label_prior"] <= c["random"] else \
-            (c["label_prior"], "label prior")
+        balanced, ref, ref_name = _reference(c, tol)
         blind_lim = float(lim["blind_over_random"] if balanced else lim["blind_over_prior"])
         if c["blind"] - ref > blind_lim + 1e-9:
             out.append(f"{where}: blind text-only {c['blind']:.3f} exceeds {ref_name} {ref:.3f} by more than "
@@ -95,6 +166,7 @@ def problems(report: dict, vcfg: dict) -> list[str]:
         if c["option_only"] - ref > float(lim["option_only_over_reference"]) + 1e-9:
             out.append(f"{where}: option-set-only {c['option_only']:.3f} exceeds {ref_name} {ref:.3f} by more than "
                        f"{float(lim['option_only_over_reference']):.2f}")
+        out += [f"{where}: {m}" for m in metadata_problems(c, ref, lim)]
     return out
 
 
@@ -122,14 +194,28 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
     vcfg = cfg["validity"]  # configs/validity.yaml, validated by pipeline.settings.ValidityFile
     rel = Path(release_dir or path_in_repo(cfg["build"]["release_dir"]))
     wd = Path(work_dir or path_in_repo(cfg["build"]["work_dir"]))
+    from ..release_files import eval_level_files
     from ..writers import file_names, write_checksums
 
     names = file_names(cfg)
-    ev, sf = (pl.read_parquet(rel / names[f], columns=list(AUDIT_COLUMNS)).to_dicts()
-              for f in ("eval_parquet", "sft_parquet"))
+    paths = {"eval": [rel / f for f in eval_level_files(rel, cfg).values()], "sft": [rel / names["sft_parquet"]]}
+    have = {k: [set(pl.read_parquet_schema(f)) for f in v] for k, v in paths.items()}
+
+    def read(split: str, cols: list[str]) -> pl.DataFrame:  # the same columns of every file of a split, in order
+        return pl.concat([pl.read_parquet(f, columns=[c for c in cols if c in h]) for f, h in
+                          zip(paths[split], have[split])], how="diagonal_relaxed")
+    ev, sf = (read(k, list(AUDIT_COLUMNS)).to_dicts() for k in ("eval", "sft"))
+    common = set.intersection(*have["eval"], *have["sft"])
+
+    def column_values(col):  # one public column at a time: the whole rows would cost the worker memory
+        if col is None:
+            return predictor_columns(common)
+        return tuple(read(k, [col])[col].to_list() for k in ("eval", "sft"))
     sources = sorted({r["source_slug"] for r in ev + sf})
-    report = audit(ev, sf, vcfg, thumbs=FrameThumbs(wd, sources), fps_of=_fps_table(wd, sources))
+    report = audit(ev, sf, vcfg, thumbs=FrameThumbs(wd, sources), fps_of=_fps_table(wd, sources),
+                   column_values=column_values)
     report["problems"] = problems(report, vcfg)
+    report["warnings"] = warnings(report, vcfg)
     write_report(report, rel / "metadata")
     if checksums and (rel / names["checksums"]).exists():  # the report is part of the release: cover it
         write_checksums(rel, cfg)

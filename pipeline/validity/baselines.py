@@ -21,7 +21,7 @@ def _acc(hits: list[bool]) -> float | None:
     return round(sum(hits) / len(hits), 4) if hits else None
 
 
-def _pick(opts: list[str], score: dict[str, float]) -> str:
+def pick(opts: list[str], score: dict[str, float]) -> str:
     """The option with the highest score; the earliest option on ties (options are in letter order)."""
     return max(opts, key=lambda o: (score.get(o, 0.0), -opts.index(o)))
 
@@ -41,7 +41,7 @@ def label_prior(sft_rows: list[dict]) -> Counter:
 def label_prior_acc(sft_rows: list[dict], eval_rows: list[dict]) -> float | None:
     """Predict the option whose label text is most frequent as an SFT answer."""
     prior = label_prior(sft_rows)
-    return _acc([_pick(options(r), prior) == r["answer_text"] for r in eval_rows])
+    return _acc([pick(options(r), prior) == r["answer_text"] for r in eval_rows])
 
 
 def eval_label_share(eval_rows: list[dict]) -> float | None:
@@ -58,15 +58,21 @@ def majority_letter_acc(sft_rows: list[dict], eval_rows: list[dict]) -> float | 
 
 def _keyed_acc(sft_rows: list[dict], eval_rows: list[dict], key) -> float | None:
     """Per key, the most frequent SFT answer text among the item's options; the label prior for unseen keys."""
+    return keyed_acc([key(r) for r in sft_rows], sft_rows, [key(r) for r in eval_rows], eval_rows)
+
+
+def keyed_acc(sft_keys: list, sft_rows: list[dict], eval_keys: list, eval_rows: list[dict]) -> float | None:
+    """_keyed_acc with the keys given beside the rows (None: no key, the label prior)."""
     prior = label_prior(sft_rows)
     seen: dict[object, Counter] = defaultdict(Counter)
-    for r in sft_rows:
-        seen[key(r)][r["answer_text"]] += 1
+    for k, r in zip(sft_keys, sft_rows):
+        if k is not None:
+            seen[k][r["answer_text"]] += 1
     hits = []
-    for r in eval_rows:
-        c = seen.get(key(r))
+    for k, r in zip(eval_keys, eval_rows):
+        c = seen.get(k) if k is not None else None
         score = {o: c.get(o, 0) + prior.get(o, 0) / (1.0 + sum(prior.values())) for o in options(r)} if c else prior
-        hits.append(_pick(options(r), score) == r["answer_text"])
+        hits.append(pick(options(r), score) == r["answer_text"])
     return _acc(hits)
 
 
@@ -106,7 +112,7 @@ def bag_of_words_acc(sft_rows: list[dict], eval_rows: list[dict], C: float = 1.0
     hits = []
     for r, p in zip(eval_rows, proba):
         score = {o: float(p[classes.index(o)]) if o in classes else -1.0 for o in options(r)}
-        hits.append(_pick(options(r), score) == r["answer_text"])
+        hits.append(pick(options(r), score) == r["answer_text"])
     return _acc(hits)
 
 
