@@ -123,6 +123,8 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict, configs: dict | None = None) -> str:
     """The card; `configs`: config_tables(tables, cfg) when the caller has them already."""
+    from pipeline.score import METRIC_DEFINITIONS  # the one place each metric is defined
+
     ec = common.export_cfg(cfg)
     configs = config_tables(tables, cfg) if configs is None else configs
     files, xf = writers.file_names(cfg), ec["files"]
@@ -239,6 +241,10 @@ majority baselines and 95 % bootstrap intervals resampled by `split_group_id`. C
 1,000,000; the lmms-eval circular task's documents carry `copy_id`) and run `processbench score ... --circular`:
 plain accuracy (copy 0), circular accuracy (every copy right) and position consistency (the same option text chosen
 in every copy), per level.
+
+Definitions (`metrics.json` `definitions`, per cell = source × family × eval level):
+
+{chr(10).join(f"- **{name}**: {text}" for name, text in METRIC_DEFINITIONS.items())}
 
 ## Limitations and biases
 
