@@ -80,7 +80,7 @@ def test_gate_drops_order_items_whose_frames_look_alike():
 
 
 def test_wrist_cameras_give_no_order_items():
-    from tests.test_families import _pool
+    from factories import synthetic_pool as _pool
 
     cfg = {**CFG, "tasks": {**CFG["tasks"], **{t: {**CFG["tasks"][t], "exclude_cameras": ["camera_top"]}
                                               for t in ("T8", "T9")}}}
@@ -92,7 +92,7 @@ def test_wrist_cameras_give_no_order_items():
 
 @pytest.mark.parametrize("source", ["aist", "gm100"])
 def test_t9_labels_burned_into_every_panel(source):
-    from tests.test_families import _pool
+    from factories import synthetic_pool as _pool
 
     _, _, pool = _pool(source, n_units=2, n_frames=1200)
     rows = pool.filter(pl.col("task_id") == "T9").to_dicts()
