@@ -348,7 +348,7 @@ def cmd_eval(args) -> int:
                        upstream={s: cfg["sources"][s]["root"] for s in upstream}, levels=args.levels,
                        families=args.families, sources=args.sources, limit=args.limit,
                        image_max_side=args.image_max_side, api_key_env=args.api_key_env,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, circular=args.circular)
     try:
         summary = run_eval(opts, cfg)
     except PreflightError as exc:
@@ -472,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--image-max-side", type=int, help="downscale images whose longer side exceeds PX")
     e.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument("--circular", action="store_true",
+                   help="ask every option rotation of each item (MMBench CircularEval, ids <item_id>.c<k>) and "
+                        "report circular accuracy and position consistency (as `score --circular`)")
     e.set_defaults(func=cmd_eval)
 
     d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")

@@ -34,6 +34,11 @@ def copy_id(item_id: str, k: int) -> str:
     return f"{item_id}{COPY_SEP}{k}"
 
 
+def base_id(item_or_copy_id: str) -> str:
+    """The item id of a copy id (an item id is returned as it is: item ids hold no COPY_SEP)."""
+    return item_or_copy_id.rsplit(COPY_SEP, 1)[0]
+
+
 def rotate(options: list[str], answer: str, k: int) -> tuple[list[str], str]:
     """Options rotated by k (position j shows option j + k) and the answer letter that follows its option."""
     n = len(options)

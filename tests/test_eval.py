@@ -283,3 +283,37 @@ def test_a_changed_request_parameter_asks_again(demo_release, images, chosen, tm
         assert len(server.asked) == 4  # both answers are kept: the first parameters need nothing
     keys = {(json.loads(x)["item_id"], json.loads(x)["request_hash"]) for x in (out / "responses.jsonl").open()}
     assert len(keys) == 4
+
+
+def test_circular_asks_every_rotation_and_scores_it_as_score_circular(demo_release, images, chosen, cfg, tmp_path,
+                                                                      monkeypatch):
+    """`eval --circular`: one request per option rotation of each item (ids <item_id>.c<k>, the item's images, the
+    rotated options in the prompt), then `score --circular`'s report. The server answers A to everything: an answer
+    habit that CircularEval must expose (circular accuracy 0, the same option text never chosen twice)."""
+    from pipeline.circular import COPY_SEP, circular_rows
+
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out = tmp_path / "circ"
+    copies = load_items(demo_release, cfg, limit=LIMIT, circular=True)
+    assert len(copies) == circular_rows(_chosen_rows(demo_release, chosen)).height == sum(
+        int(n) for n in _chosen_rows(demo_release, chosen)["num_choices"])
+    assert {c.item_id.split(COPY_SEP)[0] for c in copies} == {it.item_id for it in chosen}
+    first = {c.item_id: c for c in copies}
+    for it in chosen:  # copy 0 is the item as the release shows it; copy 1 shows other options first
+        assert first[f"{it.item_id}{COPY_SEP}0"].prompt == it.prompt
+        assert first[f"{it.item_id}{COPY_SEP}1"].prompt != it.prompt
+        assert first[f"{it.item_id}{COPY_SEP}1"].images == it.images
+    with FakeOpenAI(demo_release, MODEL, api_key=SECRET, check_pixels=False) as server:
+        assert _eval(demo_release, images, server, out, "--circular") == 0
+    preds = _preds(out)
+    assert sorted(p["item_id"] for p in preds) == sorted(first)
+    report = json.loads((out / "circular.json").read_text())
+    assert report["circular_accuracy"] == 0.0 and report["position_consistency"] == 0.0
+
+
+def _chosen_rows(release, chosen):
+    import polars as pl
+
+    ids = {it.item_id for it in chosen}
+    return pl.concat([pl.read_parquet(f) for f in sorted((release / "splits").glob("processbench_eval*.parquet"))],
+                     how="vertical_relaxed").filter(pl.col("item_id").is_in(sorted(ids)))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
+from pipeline.circular import circular_rows
 from pipeline.exports.common import model_rows
 from pipeline.prompts import resolve_task_id
 from pipeline.release_files import eval_level_files
@@ -32,7 +33,7 @@ def _split_list(arg: str | None) -> list[str]:
 
 
 def load_items(release_dir: Path, cfg: dict, levels: str | None = None, families: str | None = None,
-               sources: str | None = None, limit: int | None = None) -> list[EvalItem]:
+               sources: str | None = None, limit: int | None = None, circular: bool = False) -> list[EvalItem]:
     """The selected eval items, sorted by item id (`limit`: the first N of them). Unknown levels, families or sources
     are errors (ValueError naming what exists), never an empty run."""
     release_dir = Path(release_dir)
@@ -67,14 +68,17 @@ def load_items(release_dir: Path, cfg: dict, levels: str | None = None, families
         raise ValueError(f"release {release_dir.name}: an item id appears in two eval files")
     if limit is not None:
         df = df.head(max(0, int(limit)))
+    level_of = dict(zip(df["item_id"].to_list(), df["_level"].to_list()))
+    if circular:  # MMBench's CircularEval: every item once per rotation of its options, asked as `<item_id>.c<k>`
+        df = circular_rows(df)
     out = []
     for m in model_rows(df.drop("_level"), cfg):
         r = m.row
         hashes = json.loads(r["image_hashes_json"]) if r.get("image_hashes_json") else None
-        out.append(EvalItem(r["item_id"], "", r["task_id"], r["source_slug"], m.prompt, tuple(m.images),
+        out.append(EvalItem(r["copy_id"] if circular else r["item_id"], level_of[r["item_id"]], r["task_id"],
+                            r["source_slug"], m.prompt, tuple(m.images),
                             tuple(hashes) if hashes is not None else None, str(r["prompt_version"])))
-    level_of = dict(zip(df["item_id"].to_list(), df["_level"].to_list()))
-    return [EvalItem(**{**it.__dict__, "level": level_of[it.item_id]}) for it in out]
+    return out
 
 
 def check_prompt_version(items: list[EvalItem], cfg: dict) -> None:

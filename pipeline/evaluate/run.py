@@ -56,6 +56,7 @@ class EvalOptions:
     api_key_env: str = "OPENAI_API_KEY"
     progress: bool = True
     score: bool = True
+    circular: bool = False  # ask the CircularEval copies and score them with `score --circular`
 
 
 def item_key(item: EvalItem, opts: EvalOptions) -> tuple:
@@ -141,7 +142,7 @@ def run_eval(opts: EvalOptions, cfg: dict) -> dict:
     when an item has no answer (failed for good, or the run was interrupted)."""
     t0 = time.perf_counter()
     out = Path(opts.out)
-    items = load_items(opts.release, cfg, opts.levels, opts.families, opts.sources, opts.limit)
+    items = load_items(opts.release, cfg, opts.levels, opts.families, opts.sources, opts.limit, opts.circular)
     if not items:
         raise ValueError("no eval item matches the chosen levels / families / sources")
     check_prompt_version(items, cfg)
@@ -185,7 +186,10 @@ def run_eval(opts: EvalOptions, cfg: dict) -> dict:
         "predictions": pred_path.name,
     }
     if opts.score and not interrupted:
-        from pipeline.score import main as score_main  # the entry point `processbench score` calls
+        if opts.circular:  # the entry point `processbench score --circular` calls
+            from pipeline.circular import main as score_main
+        else:  # the entry point `processbench score` calls
+            from pipeline.score import main as score_main
 
         rc = score_main(["--release", str(opts.release), "--predictions", str(pred_path), "--out", str(out)])
         summary["scored"] = rc == 0
