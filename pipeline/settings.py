@@ -426,6 +426,7 @@ class ValidityFile(Strict):
     balance_tolerance: float = Field(0.05, ge=0)
     limits: ValidityLimits
     level_limits: dict[Literal["L1", "L2", "L3"], dict[_LIMIT_NAME, Optional[float]]] = {}  # per level, over `limits`
+    prior_reference_levels: list[Literal["L1", "L2", "L3"]] = ["L2", "L3"]  # reference >= the cell's own label share
     bag_of_words: ValidityBagOfWords = ValidityBagOfWords()
     near_duplicate: ValidityNearDuplicate = ValidityNearDuplicate()
     temporal: ValidityTemporal = ValidityTemporal()

@@ -405,3 +405,21 @@ def test_row_count_limit_can_be_reported_only():
     assert "## Warnings (reported, not blocking)" in render_markdown(rep)
     on = {**VCFG, "limits": {**VCFG["limits"], "row_count_over_reference": 0.03}}
     assert warnings(rep, on) == [] and len(problems(rep, on)) == 1
+
+
+def test_held_out_levels_are_judged_against_their_own_prior():
+    """An L2 cell leaning to one label (0.29 of 4 labels, within the balance tolerance): option-set-only scores that
+    share, which passes in L2 (its prior, reported beside every score) and fails in L1 (balanced by construction)."""
+    ev = []
+    for i in range(200):
+        ans = PHASES[0] if i < 58 else PHASES[1 + i % 3]
+        ev.append(_row(i, "eval", ans, [p for p in PHASES[:4] if p != ans]))
+    sf = [_row(10**5 + i, "sft", PHASES[0] if i < 40 else PHASES[1 + i % 3],
+               [p for p in PHASES[:4] if p != (PHASES[0] if i < 40 else PHASES[1 + i % 3])]) for i in range(120)]
+    for level, blocked in (("L2", False), ("L1", True)):
+        for r in ev:
+            r["eval_level"] = level
+        rep = audit(ev, sf, VCFG)
+        c = _cell(rep, "gm100", "T1")
+        assert c["eval_label_share"] == 0.29 and c["option_only"] == 0.29
+        assert any("option-set-only" in p for p in problems(rep, VCFG)) is blocked

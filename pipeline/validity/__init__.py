@@ -110,14 +110,17 @@ def limits_of(vcfg: dict, level) -> dict:
     return {**vcfg["limits"], **((vcfg.get("level_limits") or {}).get(level) or {})}
 
 
-def _reference(c: dict, tol: float) -> tuple[bool, float, str]:
+def _reference(c: dict, tol: float, prior_levels=()) -> tuple[bool, float, str]:
     """Whether the cell's eval labels are balanced, and what a model gets without looking: random, or where the labels
     are not balanced the label prior, but never less than guessing (an SFT majority label that is rare in eval puts
-    the prior below random)."""
+    the prior below random). In `prior_levels` (the held-out levels, balanced only as far as their pool allows) never
+    less than the cell's own top-label share either: the level's prior, which the scorer reports beside its score."""
     balanced = c["eval_label_share"] <= c["random"] + tol
-    if balanced or c["label_prior"] <= c["random"]:
-        return balanced, c["random"], "random"
-    return balanced, c["label_prior"], "label prior"
+    ref, name = (c["random"], "random") if balanced or c["label_prior"] <= c["random"] else \
+        (c["label_prior"], "label prior")
+    if c.get("level") in prior_levels and c["eval_label_share"] > ref:
+        ref, name = c["eval_label_share"], "level prior"
+    return balanced, ref, name
 
 
 def warnings(report: dict, vcfg: dict) -> list[str]:
@@ -128,7 +131,7 @@ def warnings(report: dict, vcfg: dict) -> list[str]:
             continue
         lim = limits_of(vcfg, c.get("level"))
         where = f"{c['source']}/{c['family']}" + (f"/{c['level']}" if c.get("level") else "")
-        ref = _reference(c, float(vcfg["balance_tolerance"]))[1]
+        ref = _reference(c, float(vcfg["balance_tolerance"]), vcfg.get("prior_reference_levels") or ())[1]
         out += [f"{where}: {m} (not blocking: its limit is null)" for m in metadata_problems(c, ref, lim, True)]
     return out
 
@@ -158,7 +161,7 @@ def problems(report: dict, vcfg: dict) -> list[str]:
                 out.append(f"{where}: median visual difference {t['median_visual_diff']} < {vd}")
         if c["eval_n"] < min_n or c["blind"] is None:
             continue
-        balanced, ref, ref_name = _reference(c, tol)
+        balanced, ref, ref_name = _reference(c, tol, vcfg.get("prior_reference_levels") or ())
         blind_lim = float(lim["blind_over_random"] if balanced else lim["blind_over_prior"])
         if c["blind"] - ref > blind_lim + 1e-9:
             out.append(f"{where}: blind text-only {c['blind']:.3f} exceeds {ref_name} {ref:.3f} by more than "
