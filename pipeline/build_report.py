@@ -45,8 +45,8 @@ def next_commands(release: Path, upstream: dict[str, str]) -> list[str]:
     return [
         f"processbench reconstruct --release {release} {ups} --out build/reconstructed"
         "    # every item's images, verified against the release",
-        f"evaluate a model on {release / 'splits' / 'processbench_eval.jsonl'} (harness formats in "
-        f"{release / 'exports'}/): write predictions.jsonl with item_id and response",
+        f"processbench eval --release {release} --images build/reconstructed --base-url http://127.0.0.1:8000/v1 "
+        "--model NAME --out build/eval    # ask a served model every eval item, then score it (docs/evaluation.md)",
         f"processbench score --release {release} --predictions predictions.jsonl --out build/score"
-        "    # accuracies, baselines and intervals",
+        "    # or score answers you collected yourself (harness formats in the release's exports/)",
     ]
