@@ -101,9 +101,21 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
             warnings = _failed_checks(res, dg.AssetCheckSeverity.WARN)
             if not res.success:
                 errors = [_failure_text(e) for e in res.all_events if e.is_failure][:5]
-                raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(failed + errors))
+                raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(failed + errors + _held_units(cfg)))
             return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id,
                     "published": "release" in steps}
+
+
+def _held_units(cfg: dict) -> list[str]:
+    """The units ingest processes held when they died (pipeline/ingest_guard.py): a step killed while reading one
+    names it instead of a bare crash."""
+    from pipeline.ingest_guard import held_note
+    from pipeline.stages import work_dir
+
+    ir = work_dir(cfg) / "ir"
+    states = [(ir / s, s) for s in cfg["build"]["sources"]]
+    states += [(p.with_suffix(""), p.parts[-3]) for p in sorted(ir.glob("*/shards/*.reading"))]
+    return [note for state, slug in states if (note := held_note(state, slug))]
 
 
 def _failure_text(event) -> str:

@@ -21,8 +21,10 @@ from pathlib import Path
 from .io import dumps_json, write_json
 
 # Keys whose values say where things lie on this machine, or how the build spreads over processes (every engine and
-# shard count builds the same bytes), not what was built: left out of the config hash.
-_PATH_KEYS = {"build": ("work_dir", "release_dir", "executor"), "sources": ("root", "ingest_shards"),
+# shard count builds the same bytes), not what was built: left out of the config hash. `input_limits` (the bounds on
+# what an upstream file may declare) only refuse hostile or broken files before they cost memory: a unit they refuse
+# is a quarantine row, counted in the release's own figures, so the bounds themselves stay out of the hash too.
+_PATH_KEYS = {"build": ("work_dir", "release_dir", "executor", "input_limits"), "sources": ("root", "ingest_shards"),
               "split": ("workers",)}
 
 
@@ -98,7 +100,8 @@ def config_hash(cfg: dict) -> str:
     def strip(section: str, value):
         keys = _PATH_KEYS.get(section, ())
         if section == "sources" and isinstance(value, dict):
-            return {s: {k: v for k, v in (d or {}).items() if k not in keys} for s, d in value.items()}
+            return {s: {k: ({o: x for o, x in v.items() if o != "input_limits"} if k == "adapter" else v)
+                        for k, v in (d or {}).items() if k not in keys} for s, d in value.items()}
         if isinstance(value, dict):
             return {k: v for k, v in value.items() if k not in keys}
         return value

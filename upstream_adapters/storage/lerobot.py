@@ -21,8 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from ..base import read_metadata, safe_join
+from ..base import load_json, read_metadata, safe_join
 from ..ir import UnitError
+from .limits import InputLimits
 
 VIDEO_PREFIX = "observation.images."
 # LeRobot v2.x defaults, used only to list episodes of a task folder whose info.json is missing/unreadable.
@@ -57,17 +58,18 @@ def is_v3(tdir: Path, info: dict | None) -> bool:
     return False
 
 
-def read_json_quiet(root: Path, rel_path: str):
-    """A JSON file read by the metadata rule (base.read_metadata); None when missing or unreadable."""
+def read_json_quiet(root: Path, rel_path: str, limits: InputLimits = InputLimits()):
+    """A JSON file read by the metadata rule (base.read_metadata, base.load_json within `limits`); None when missing,
+    unreadable or past a bound."""
     try:
-        return json.loads(read_metadata(root, rel_path))
-    except (UnitError, ValueError):
+        return load_json(read_metadata(root, rel_path, limits.max_metadata_bytes), rel_path, limits)
+    except UnitError:
         return None
 
 
-def read_jsonl_quiet(root: Path, rel_path: str) -> list:
+def read_jsonl_quiet(root: Path, rel_path: str, limits: InputLimits = InputLimits()) -> list:
     try:
-        text = read_metadata(root, rel_path)
+        text = read_metadata(root, rel_path, limits.max_metadata_bytes)
     except UnitError:
         return []
     rows = []
@@ -75,8 +77,8 @@ def read_jsonl_quiet(root: Path, rel_path: str) -> list:
         line = line.strip()
         if line:
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+                rows.append(load_json(line, rel_path, limits))
+            except UnitError:
                 continue
     return rows
 
