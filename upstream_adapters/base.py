@@ -140,6 +140,15 @@ def read_metadata(root: Path, rel: str, max_bytes: int = MAX_METADATA_BYTES) -> 
     """The text of a small metadata file under `root`, through the same path rule as media (`safe_join`): a regular
     file (filesystem symlinks followed), at most `max_bytes` (input_limits.max_metadata_bytes), UTF-8.
     UnitError(reason, file=rel) otherwise."""
+    data = read_metadata_bytes(root, rel, max_bytes)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UnitError("not UTF-8 text", file=rel) from None
+
+
+def read_metadata_bytes(root: Path, rel: str, max_bytes: int = MAX_METADATA_BYTES) -> bytes:
+    """`read_metadata` without the decoding: for a list whose lines are decoded (and refused) one by one."""
     path = safe_join(root, rel)
     try:
         st = os.stat(path)
@@ -159,10 +168,7 @@ def read_metadata(root: Path, rel: str, max_bytes: int = MAX_METADATA_BYTES) -> 
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         raise UnitError(f"cannot read file: {type(exc).__name__}", file=rel) from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UnitError("not UTF-8 text", file=rel) from None
+    return data
 
 
 def load_json(text: str | bytes, file: str | None, limits: InputLimits = InputLimits()):

@@ -64,7 +64,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import video
-from .base import (SourceAdapter, check_unit_id, hdf5_read, read_metadata, refuse_hdf5_links, require_root,
+from .base import (SourceAdapter, check_unit_id, hdf5_read, read_metadata_bytes, refuse_hdf5_links, require_root,
                    safe_join)
 from .ir import (
     FRAMES_SCHEMA,
@@ -155,13 +155,21 @@ class ReassembleAdapter(SourceAdapter):
             return out
         for name in names:
             try:
-                lines = read_metadata(root, f"splits/{name}", self.input_limits.max_metadata_bytes).splitlines()
+                data = read_metadata_bytes(root, f"splits/{name}", self.input_limits.max_metadata_bytes)
             except UnitError as exc:
                 if issues is not None:
                     issues.append((exc.file, f"split list not read: {exc.reason}"))
                 continue
             ids = []
-            for line in lines:
+            for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), start=1):
+                try:  # one line at a time: a line that is not UTF-8 costs the recording it names, not the list
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    if issues is not None:
+                        shown = raw.decode("utf-8", "replace").strip()[:80]
+                        issues.append((f"splits/{name}", f"line {number} of the split list is not UTF-8 text "
+                                                         f"({shown!r}): the recording it names is not read"))
+                    continue
                 rid = line.strip()
                 if rid.endswith(".h5"):
                     rid = rid[:-3]

@@ -1,0 +1,27 @@
+"""Per-unit isolation of metadata: one bad line of a list costs the unit it names, with the reason, never the source;
+the unit it stood for is counted against the quarantine share."""
+
+from __future__ import annotations
+
+from pipeline.config import load_config
+from pipeline.ingest import ingest_source, units_lost
+from upstream_adapters.samples import reassemble as R
+
+RECS = ["2025-01-09-13-57-17", "2025-01-09-14-01-02"]
+
+
+def test_a_non_utf8_line_of_the_reassemble_split_list_costs_one_recording(tmp_path):
+    """One non-UTF-8 byte in splits/test_split1.txt dropped the whole source (the list was one UnitError); now the
+    line is a row naming the list, the line and what it shows, and the other recordings are read."""
+    root = tmp_path / "reassemble"
+    for seed, rec in enumerate(RECS):
+        R.write_recording(root / "data" / f"{rec}.h5", R.RecSpec(rec), "tiny", seed=seed)
+    (root / "splits").mkdir()
+    (root / "splits" / "test_split1.txt").write_bytes(
+        "\n".join(RECS).encode() + b"\n2025-01-09-14-\xff9-00\n")
+    res = ingest_source("reassemble", root, load_config()["sources"]["reassemble"]["adapter"])
+    assert sorted(res.units["unit_id"].to_list()) == RECS
+    (row,) = res.quarantine.to_dicts()
+    assert row["unit_id"] == "*" and row["file"] == "splits/test_split1.txt"
+    assert "line 3 of the split list is not UTF-8 text ('2025-01-09-14-\ufffd9-00')" in row["reason"]
+    assert units_lost(res.quarantine) == 1
