@@ -25,3 +25,21 @@ def test_a_non_utf8_line_of_the_reassemble_split_list_costs_one_recording(tmp_pa
     assert row["unit_id"] == "*" and row["file"] == "splits/test_split1.txt"
     assert "line 3 of the split list is not UTF-8 text ('2025-01-09-14-\ufffd9-00')" in row["reason"]
     assert units_lost(res.quarantine) == 1
+
+
+def test_a_bad_line_of_gm100_jsonl_costs_only_itself(tmp_path):
+    """A non-UTF-8 line in meta/episodes.jsonl or meta/tasks.jsonl made the whole file unreadable (every episode of
+    the task listed only by the file scan, every language null); now only that line is skipped."""
+    from upstream_adapters.samples import gm100 as G
+
+    root = tmp_path / "gm100"
+    G.write(root, scale="tiny", seed=0)
+    opts = load_config()["sources"]["gm100"]["adapter"]
+    before = ingest_source("gm100", root, opts)
+    for name in ("episodes.jsonl", "tasks.jsonl"):
+        path = root / "task_00001" / "meta" / name
+        path.write_bytes(path.read_bytes() + b'{"episode_index": 9, "task": "\xff"}\n')
+    after = ingest_source("gm100", root, opts)
+    assert after.units["unit_id"].to_list() == before.units["unit_id"].to_list()
+    assert after.units["language"].to_list() == before.units["language"].to_list()
+    assert after.units["language"].null_count() < after.units.height

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from ..base import load_json, read_metadata, safe_join
+from ..base import load_json, read_metadata, read_metadata_bytes, safe_join
 from ..ir import UnitError
 from .limits import InputLimits
 
@@ -68,12 +68,14 @@ def read_json_quiet(root: Path, rel_path: str, limits: InputLimits = InputLimits
 
 
 def read_jsonl_quiet(root: Path, rel_path: str, limits: InputLimits = InputLimits()) -> list:
+    """The rows of a JSONL file, one line at a time: a line that is not UTF-8 or not JSON (or past a bound) costs only
+    itself, never the other rows (the episodes it would have listed are still found by the data-file scan)."""
     try:
-        text = read_metadata(root, rel_path, limits.max_metadata_bytes)
+        data = read_metadata_bytes(root, rel_path, limits.max_metadata_bytes)
     except UnitError:
         return []
     rows = []
-    for line in text.splitlines():
+    for line in data.removeprefix(b"\xef\xbb\xbf").splitlines():
         line = line.strip()
         if line:
             try:
