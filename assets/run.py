@@ -61,14 +61,15 @@ def job_steps(cfg: dict):
 
 def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance | None = None, log=print,
             log_level: str = "WARNING", executor: str | None = None, max_concurrent: int | None = None,
-            dask_address: str | None = None, force: bool = False) -> dict:
+            dask_address: str | None = None, force: bool = False, token: str | None = None) -> dict:
     """Materialize what is stale in one run, under the build lock (publish.LockError when another build holds it);
     raise BuildFailed when a step fails (then the published release is unchanged). Returns the checks that failed
     with ERROR severity (`failed_checks`), those that only warn (`warnings`), the steps run, the run id, whether a
-    new release was published (`published`) and what the lock cleaned up from killed builds (`cleaned`)."""
+    new release was published (`published`) and what the lock cleaned up from killed builds (`cleaned`). `token`: the
+    lock the caller holds already (the CLI takes it before writing sample corpora)."""
     settings = settings or BuildSettings()
     cfg = settings.config()
-    token = uuid.uuid4().hex
+    token = token or uuid.uuid4().hex
     with publish.build_lock(cfg, token) as cleaned:
         for what in cleaned:
             log(f"[build] {what} (left by an interrupted build)")
@@ -89,6 +90,7 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                   "resources": {"build": {"config": settings.model_dump()}},
                   "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)}}
     log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
+    before = publish.current_version(cfg)  # `published` says what happened to the release link, not the plan
     instance = instance or dg.DagsterInstance.get()
     # both before the fork server starts: its step processes inherit the thread limit and this process's pid
     limit_native_threads(exec_cfg.get("native_threads"))
@@ -103,7 +105,7 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                 errors = [_failure_text(e) for e in res.all_events if e.is_failure][:5]
                 raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(failed + errors + _held_units(cfg)))
             return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id,
-                    "published": "release" in steps}
+                    "published": publish.current_version(cfg) != before}
 
 
 def _held_units(cfg: dict) -> list[str]:

@@ -120,7 +120,8 @@ def test_publish_swaps_the_staging_folder_in(tmp_path):
     _release(publish.staging_dir(cfg), "new")
     publish.publish(cfg)
     assert (publish.release_dir(cfg) / "a.txt").read_text() == "new"
-    assert sorted(p.name for p in publish.release_dir(cfg).parent.iterdir()) == ["release"]
+    assert sorted(p.name for p in publish.release_dir(cfg).parent.iterdir()) == [".release.versions", "release"]
+    assert os.readlink(publish.release_dir(cfg)) == ".release.versions/1" and publish.current_version(cfg) == "1"
 
 
 def test_a_crash_mid_swap_gives_back_the_last_good_release(tmp_path):
@@ -138,6 +139,92 @@ def test_a_crash_mid_swap_gives_back_the_last_good_release(tmp_path):
     assert (publish.release_dir(cfg) / "a.txt").read_text() == "good"
     assert not publish.staging_dir(cfg).exists() and not publish.previous_dir(cfg).exists()
     assert not list(Path(cfg["build"]["work_dir"]).rglob("*.tmp"))
+
+
+def test_publish_is_one_rename_of_a_link_and_keeps_one_version_back(tmp_path):
+    """Each publish is a new immutable version folder and one rename of the release link over the old one: a reader
+    that resolved the old link finishes on the old version (kept), and at no moment is there no release."""
+    cfg = _cfg(tmp_path)
+    rel = publish.release_dir(cfg)
+    for n, text in enumerate(["v1", "v2", "v3"], start=1):
+        _release(publish.staging_dir(cfg), text)
+        publish.publish(cfg)
+        assert (rel / "a.txt").read_text() == text and publish.current_version(cfg) == str(n)
+    assert sorted(p.name for p in publish.versions_dir(cfg).iterdir()) == ["2", "3"]  # current + the one before
+
+    seen, stop = [], mp.get_context("spawn").Event()
+    watcher = mp.get_context("spawn").Process(target=_watch, args=(str(rel / "a.txt"), stop, str(tmp_path / "w")))
+    watcher.start()
+    try:
+        for n in range(30):  # publish while a reader polls the release: it must always find one
+            _release(publish.staging_dir(cfg), f"r{n}")
+            publish.publish(cfg)
+    finally:
+        stop.set()
+        watcher.join(60)
+    seen = json.loads((tmp_path / "w").read_text())
+    assert seen["missing"] == 0 and seen["reads"] > 0, seen
+
+
+def _watch(path: str, stop, out: str) -> None:
+    reads = missing = 0
+    while not stop.is_set() or reads == 0:
+        try:
+            Path(path).read_text()
+            reads += 1
+        except FileNotFoundError:
+            missing += 1
+    Path(out).write_text(json.dumps({"reads": reads, "missing": missing}))
+
+
+def test_a_real_release_folder_from_before_versions_is_exchanged_in_one_step(tmp_path):
+    cfg = _cfg(tmp_path)
+    rel = publish.release_dir(cfg)
+    _release(rel, "old")  # a real folder, as published before versions
+    os.chmod(rel / "a.txt", 0o444)
+    os.chmod(rel, 0o555)  # read-only: the second build used to crash on it
+    try:
+        _release(publish.staging_dir(cfg), "new")
+        publish.publish(cfg)
+        assert rel.is_symlink() and (rel / "a.txt").read_text() == "new"
+        _release(publish.staging_dir(cfg), "newer")
+        publish.publish(cfg)
+        assert (rel / "a.txt").read_text() == "newer"
+        with publish.build_lock(cfg, "next"):
+            pass
+    finally:
+        for p in rel.parent.rglob("*"):
+            if p.is_dir() and not p.is_symlink():
+                os.chmod(p, 0o755)
+
+
+def test_release_folders_that_cannot_be_published_are_refused_up_front(tmp_path):
+    cfg = _cfg(tmp_path)
+    rel = publish.release_dir(cfg)
+    target = tmp_path / "served" / "bench"
+    _release(target, "served")
+    rel.parent.mkdir(parents=True)
+    rel.symlink_to(target)  # the user's own link: replacing it would leave what it serves stale
+    with pytest.raises(publish.ReleaseFolderError, match=rf"symbolic link to .*bench.* set the release folder .* to "
+                                                         rf"{target}"):
+        with publish.build_lock(cfg, "a"):
+            pass
+    assert (target / "a.txt").read_text() == "served" and rel.is_symlink()
+    root_cfg = {"build": {"work_dir": str(tmp_path / "work"), "release_dir": "/proc"}}  # a mount point
+    with pytest.raises(publish.ReleaseFolderError, match="is a mount point"):
+        publish.check_release_folder(root_cfg)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_an_unwritable_parent_is_refused_up_front(tmp_path):
+    cfg = _cfg(tmp_path)
+    publish.release_dir(cfg).parent.mkdir(parents=True)
+    os.chmod(publish.release_dir(cfg).parent, 0o555)
+    try:
+        with pytest.raises(publish.ReleaseFolderError, match="is not writable"):
+            publish.check_release_folder(cfg)
+    finally:
+        os.chmod(publish.release_dir(cfg).parent, 0o755)
 
 
 # ------------------------------------------------------------------------------------------ the CLI
@@ -161,6 +248,28 @@ def test_a_missing_corpus_stops_the_build_before_it_starts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no corpus at" in err and "gm100-typo" in err
     assert not (tmp_path / "r").exists() and not (tmp_path / "w").exists()
+
+
+def test_make_rebuild_takes_the_lock_before_it_touches_the_samples(tmp_path, monkeypatch, capsys):
+    """`processbench build --samples` (make rebuild) wrote the sample corpora before taking the lock: a second one
+    deleted the first one's input mid-ingest. Now a build that cannot take the lock writes no sample."""
+    from assets.cli import main
+
+    cfg = _cfg(tmp_path)
+    monkeypatch.setenv("PROCESSBENCH_ROOT_AIST", str(tmp_path / "samples" / "aist"))
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(cfg, "first", ready, stop))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        rc = main(["build", "--samples", "--sources", "aist", "--work-dir", cfg["build"]["work_dir"],
+                   "--release-dir", cfg["build"]["release_dir"]])
+    finally:
+        stop.set()
+        holder.join(30)
+    assert rc == 3 and "another build is running" in capsys.readouterr().err
+    assert not (tmp_path / "samples").exists()
 
 
 def test_the_ingest_step_fails_early_on_a_missing_corpus_and_says_how_to_make_it():
