@@ -149,7 +149,8 @@ def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: dict,
     (its record beside the corpus names them and the corpus's content fingerprint: pipeline/provenance.py)."""
     from pipeline import provenance
 
-    if provenance.sample_record_matches(slug, root, scale, seed):
+    # with the options the record was written with (REASSEMBLE's only_split changes what its fingerprint lists)
+    if provenance.sample_record_matches(slug, root, scale, seed, src_cfg.get("adapter", {})):
         return
     _write_samples(slug, root, scale, seed, src_cfg.get("adapter", {}), limits)
 

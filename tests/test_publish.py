@@ -272,6 +272,20 @@ def test_make_rebuild_takes_the_lock_before_it_touches_the_samples(tmp_path, mon
     assert not (tmp_path / "samples").exists()
 
 
+def test_make_rebuild_reuses_a_reassemble_corpus_it_wrote(tmp_path, monkeypatch):
+    """`build --samples` regenerated REASSEMBLE's corpus on every run: the record was written with the adapter's
+    options (only_split) and compared without them. Now a corpus the generator wrote is reused."""
+    from assets import cli
+    from pipeline.config import load_config
+
+    cfg = load_config(scale="demo")
+    src, root = cfg["sources"]["reassemble"], tmp_path / "reassemble"
+    limits = cli._encoder_limits(cfg)
+    cli._write_samples("reassemble", root, "demo", 7, src["adapter"], limits)
+    monkeypatch.setattr(cli, "_write_samples", lambda *a, **k: pytest.fail("the corpus was written again"))
+    cli._ensure_samples("reassemble", root, "demo", 7, src, limits)
+
+
 def test_the_ingest_step_fails_early_on_a_missing_corpus_and_says_how_to_make_it():
     from pipeline import stages
     from pipeline.config import load_config
