@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -165,6 +166,18 @@ def text_field_problem(ir) -> str | None:
     return None
 
 
+def unit_id_problem(unit_id: str) -> str | None:
+    """Why a unit id may not reach the release: control, format (zero-width, bidi), private-use, unassigned or line
+    separator characters (U+200B, ESC[2J, ...), or a form other than Unicode NFC. None when clean."""
+    bad = sorted({f"U+{ord(c):04X}" for c in unit_id
+                  if unicodedata.category(c) in ("Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp") or (c.isspace() and c != " ")})
+    if bad:
+        return f"unit id holds control or invisible characters ({', '.join(bad[:5])}): refused at ingest"
+    if unicodedata.normalize("NFC", unit_id) != unit_id:
+        return "unit id is not in Unicode NFC form (two spellings of one id): refused at ingest"
+    return None
+
+
 def shard_of(unit_id: str, shards: int) -> int:
     """A unit's ingest shard: a stable hash of its id (sha256, never Python's salted hash), alike in every process."""
     return int.from_bytes(hashlib.sha256(unit_id.encode()).digest()[:8], "big") % shards
@@ -219,6 +232,9 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     iterator = progress(unit_ids) if progress else unit_ids
     try:
         for unit_id in iterator:
+            if why := unit_id_problem(unit_id):  # the row names it escaped: the quarantine table stays printable
+                row(unit_id.encode("unicode_escape").decode("ascii"), why, None)
+                continue
             if died := guard.refused(unit_id):
                 row(unit_id, died, None)
                 continue

@@ -43,3 +43,24 @@ def test_a_bad_line_of_gm100_jsonl_costs_only_itself(tmp_path):
     assert after.units["unit_id"].to_list() == before.units["unit_id"].to_list()
     assert after.units["language"].to_list() == before.units["language"].to_list()
     assert after.units["language"].null_count() < after.units.height
+
+
+def test_unit_ids_with_control_or_invisible_characters_are_refused_at_ingest(tmp_path):
+    """A REASSEMBLE recording named with a zero-width space or an ANSI escape reached the released unit ids; now each
+    is refused at ingest (one counted row, the id escaped) and the clean recordings are read."""
+    from pipeline.ingest import unit_id_problem
+
+    root = tmp_path / "reassemble"
+    bad = [f"{RECS[1]}\u200b", f"{RECS[1]}\x1b[2J", f"{RECS[1]}e\u0301"]
+    for seed, rec in enumerate([RECS[0], *bad]):
+        R.write_recording(root / "data" / f"{rec}.h5", R.RecSpec(RECS[seed % 2]), "tiny", seed=seed)
+    (root / "splits").mkdir()
+    (root / "splits" / "test_split1.txt").write_text("\n".join([RECS[0], *bad]) + "\n")
+    res = ingest_source("reassemble", root, load_config()["sources"]["reassemble"]["adapter"])
+    assert res.units["unit_id"].to_list() == [RECS[0]]
+    reasons = sorted(res.quarantine["reason"].to_list())
+    assert len(reasons) == 3 and units_lost(res.quarantine) == 3
+    assert any("U+200B" in r for r in reasons) and any("U+001B" in r for r in reasons)
+    assert any("NFC" in r for r in reasons)
+    assert all(q.isascii() and q.isprintable() for q in res.quarantine["unit_id"].to_list())
+    assert unit_id_problem(RECS[0]) is None and unit_id_problem("task_0001 user") is None
