@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -53,6 +54,21 @@ def _hold(cfg, token, ready, stop):
         stop.wait(30)
 
 
+@contextmanager
+def _held(cfg: dict, token: str = "first"):
+    """Another process holds the build lock of `cfg` for the body."""
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(cfg, token, ready, stop))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        yield holder
+    finally:
+        stop.set()
+        holder.join(30)
+
+
 def test_a_second_build_gets_a_lock_error_naming_the_holder(tmp_path):
     cfg = _cfg(tmp_path)
     ctx = mp.get_context("spawn")
@@ -91,18 +107,10 @@ def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path):
 def test_one_lock_per_release_folder_even_with_another_work_folder(tmp_path):
     cfg = _cfg(tmp_path)
     other = {"build": {**cfg["build"], "work_dir": str(tmp_path / "work2")}}
-    ctx = mp.get_context("spawn")
-    ready, stop = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold, args=(cfg, "first", ready, stop))
-    holder.start()
-    try:
-        assert ready.wait(30)
+    with _held(cfg):
         with pytest.raises(publish.LockError, match=r"\.release\.lock"):
             with publish.build_lock(other, "second"):
                 pass
-    finally:
-        stop.set()
-        holder.join(30)
 
 
 # ------------------------------------------------------------------------------------------ staging and swap
@@ -257,17 +265,9 @@ def test_make_rebuild_takes_the_lock_before_it_touches_the_samples(tmp_path, mon
 
     cfg = _cfg(tmp_path)
     monkeypatch.setenv("PROCESSBENCH_ROOT_AIST", str(tmp_path / "samples" / "aist"))
-    ctx = mp.get_context("spawn")
-    ready, stop = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold, args=(cfg, "first", ready, stop))
-    holder.start()
-    try:
-        assert ready.wait(30)
+    with _held(cfg):
         rc = main(["build", "--samples", "--sources", "aist", "--work-dir", cfg["build"]["work_dir"],
                    "--release-dir", cfg["build"]["release_dir"]])
-    finally:
-        stop.set()
-        holder.join(30)
     assert rc == 3 and "another build is running" in capsys.readouterr().err
     assert not (tmp_path / "samples").exists()
 
