@@ -21,6 +21,7 @@ import logging
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from tqdm import tqdm
@@ -78,6 +79,7 @@ def cmd_samples(args) -> int:
 
 
 def cmd_build(args) -> int:
+    from pipeline import publish
     from pipeline.publish import LockError
     from pipeline.stages import missing_corpus
 
@@ -90,26 +92,37 @@ def cmd_build(args) -> int:
     if unused:
         raise UsageError(f"--upstream names source(s) {unused} that this build does not read (--sources "
                          f"{','.join(chosen)})")
-    if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
-        scale, seed = cfg["build"]["scale"], cfg["build"]["samples"]["seed"]
-        for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
-            if slug not in upstream:
-                _ensure_samples(slug, cfg["sources"][slug]["root"], scale, seed, cfg["sources"][slug],
-                                _encoder_limits(cfg))
-    missing = [m for slug in chosen if (m := missing_corpus(cfg, slug))]
-    if missing:
+    missing = [m for slug in chosen if (not args.samples or slug in upstream) and (m := missing_corpus(cfg, slug))]
+    if missing:  # said before any folder is made
         for m in missing:
             print(f"processbench: error: {m}", file=sys.stderr)
         return 2
     settings = settings_from(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream,
                              release_dir=args.release_dir or "", work_dir=args.work_dir or "", sources=chosen)
     release = settings.config()["build"]["release_dir"]
+    before = publish.current_version(settings.config())  # what the CLI says comes from what happened to the link
     use_repo_dagster_home()
     t = time.time()
+    token = uuid.uuid4().hex
     try:
-        result = rebuild(settings, log=lambda m: tqdm.write(m), executor=args.executor,
-                         max_concurrent=args.max_concurrent, dask_address=args.dask_address, force=args.force)
-    except LockError as exc:
+        # the lock before the samples: a second `make rebuild` never rewrites the corpora this build reads
+        with publish.build_lock(settings.config(), token) as cleaned:
+            for what in cleaned:
+                tqdm.write(f"[build] {what} (left by an interrupted build)")
+            if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
+                scale, seed = cfg["build"]["scale"], cfg["build"]["samples"]["seed"]
+                for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
+                    if slug not in upstream:
+                        _ensure_samples(slug, cfg["sources"][slug]["root"], scale, seed, cfg["sources"][slug],
+                                        _encoder_limits(cfg))
+            missing = [m for slug in chosen if (m := missing_corpus(cfg, slug))]
+            if missing:
+                for m in missing:
+                    print(f"processbench: error: {m}", file=sys.stderr)
+                return 2
+            result = rebuild(settings, log=lambda m: tqdm.write(m), executor=args.executor, token=token,
+                             max_concurrent=args.max_concurrent, dask_address=args.dask_address, force=args.force)
+    except (LockError, publish.ReleaseFolderError) as exc:
         print(f"build not started: {exc}", file=sys.stderr)
         return 3
     except GraphMismatch as exc:
@@ -117,8 +130,13 @@ def cmd_build(args) -> int:
         return 2
     except BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
-        print(f"release NOT published: {Path(release).absolute()} is unchanged (the last good release, if any)",
-              file=sys.stderr)
+        after = publish.current_version(settings.config())
+        if after != before:
+            print(f"release published -> {Path(release).absolute()} (version {after}) before the build failed",
+                  file=sys.stderr)
+        else:
+            held = f"version {after}" if after else "the last good release, if any"
+            print(f"release NOT published: {Path(release).absolute()} is unchanged ({held})", file=sys.stderr)
         return 1
     for warning in result["warnings"]:
         print(f"check warning: {warning}", file=sys.stderr)

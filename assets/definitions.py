@@ -146,7 +146,9 @@ BUILD_JOB = dg.define_asset_job("build", selection=dg.AssetSelection.all(), exec
                                 description="The whole build in one run: the four sources' chains in parallel, then "
                                             "split and release; checks run with their assets.")
 
-defs = dg.Definitions(assets=ASSETS, resources={"build": BuildSettings()}, jobs=[BUILD_JOB])
+# executor=: every job, Dagster's implicit asset job too (the UI's "Materialize all" or any asset selection), runs
+# on the locked executor: no run writes the work or release folder without the build lock
+defs = dg.Definitions(assets=ASSETS, resources={"build": BuildSettings()}, jobs=[BUILD_JOB], executor=build_executor)
 
 
 def build_job() -> dg.JobDefinition:

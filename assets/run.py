@@ -62,14 +62,15 @@ def job_steps(cfg: dict):
 
 def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance | None = None, log=print,
             log_level: str = "CRITICAL", executor: str | None = None, max_concurrent: int | None = None,
-            dask_address: str | None = None, force: bool = False) -> dict:
+            dask_address: str | None = None, force: bool = False, token: str | None = None) -> dict:
     """Materialize what is stale in one run, under the build lock (publish.LockError when another build holds it);
     raise BuildFailed when a step fails (then the published release is unchanged). Returns the checks that failed
     with ERROR severity (`failed_checks`), those that only warn (`warnings`), the steps run, the run id, whether a
-    new release was published (`published`) and what the lock cleaned up from killed builds (`cleaned`)."""
+    new release was published (`published`) and what the lock cleaned up from killed builds (`cleaned`). `token`: the
+    lock the caller holds already (the CLI takes it before writing sample corpora)."""
     settings = settings or BuildSettings()
     cfg = settings.config()
-    token = uuid.uuid4().hex
+    token = token or uuid.uuid4().hex
     with publish.build_lock(cfg, token) as cleaned:
         for what in cleaned:
             log(f"[build] {what} (left by an interrupted build)")
@@ -90,6 +91,7 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                   "resources": {"build": {"config": settings.model_dump()}},
                   "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)}}
     log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
+    before = publish.current_version(cfg)  # `published` says what happened to the release link, not the plan
     instance = instance or dg.DagsterInstance.get()
     # both before the fork server starts: its step processes inherit the thread limit and this process's pid
     limit_native_threads(exec_cfg.get("native_threads"))
@@ -106,9 +108,21 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                 failures = [e for e in res.all_events if e.is_failure]
                 # the steps' own reasons; the run's failure only when no step said why (it repeats them)
                 errors = [_failure_text(e) for e in ([e for e in failures if e.step_key] or failures)][:5]
-                raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(errors + failed))
+                raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(errors + failed + _held_units(cfg)))
             return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id,
-                    "published": "release" in steps}
+                    "published": publish.current_version(cfg) != before}
+
+
+def _held_units(cfg: dict) -> list[str]:
+    """The units ingest processes held when they died (pipeline/ingest_guard.py): a step killed while reading one
+    names it instead of a bare crash."""
+    from pipeline.ingest_guard import held_note
+    from pipeline.stages import work_dir
+
+    ir = work_dir(cfg) / "ir"
+    states = [(ir / s, s) for s in cfg["build"]["sources"]]
+    states += [(p.with_suffix(""), p.parts[-3]) for p in sorted(ir.glob("*/shards/*.reading"))]
+    return [note for state, slug in states if (note := held_note(state, slug))]
 
 
 def _failure_text(event) -> str:

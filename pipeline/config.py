@@ -189,6 +189,8 @@ def load_config(config_dir: Path | None = None, upstream: dict[str, str] | None 
                               f"(quota_scale keys), got {scale!r}")
         build["scale"] = scale
     for slug, src in cfg["sources"].items():
+        # every adapter reads within the build's declared-size bounds (upstream_adapters.get_adapter)
+        src["adapter"] = {**src.get("adapter", {}), "input_limits": dict(build["input_limits"])}
         root = (upstream or {}).get(slug) or os.environ.get(f"PROCESSBENCH_ROOT_{slug.upper()}") or \
             str(src["root"]).replace("{scale}", build["scale"])
         root = Path(root)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -45,6 +46,7 @@ from upstream_adapters.ir import (
     validate_unit,
 )
 
+from .ingest_guard import UnitGuard
 from .io import write_parquet
 from .leaks import find_path_leaks, redact_paths
 
@@ -164,6 +166,18 @@ def text_field_problem(ir) -> str | None:
     return None
 
 
+def unit_id_problem(unit_id: str) -> str | None:
+    """Why a unit id may not reach the release: control, format (zero-width, bidi), private-use, unassigned or line
+    separator characters (U+200B, ESC[2J, ...), or a form other than Unicode NFC. None when clean."""
+    bad = sorted({f"U+{ord(c):04X}" for c in unit_id
+                  if unicodedata.category(c) in ("Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp") or (c.isspace() and c != " ")})
+    if bad:
+        return f"unit id holds control or invisible characters ({', '.join(bad[:5])}): refused at ingest"
+    if unicodedata.normalize("NFC", unit_id) != unit_id:
+        return "unit id is not in Unicode NFC form (two spellings of one id): refused at ingest"
+    return None
+
+
 def shard_of(unit_id: str, shards: int) -> int:
     """A unit's ingest shard: a stable hash of its id (sha256, never Python's salted hash), alike in every process."""
     return int.from_bytes(hashlib.sha256(unit_id.encode()).digest()[:8], "big") % shards
@@ -171,10 +185,13 @@ def shard_of(unit_id: str, shards: int) -> int:
 
 def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
                   progress: Callable[[Iterable], Iterable] | None = None,
-                  limits: dict | None = None, shard: tuple[int, int] | None = None) -> IngestResult:
+                  limits: dict | None = None, shard: tuple[int, int] | None = None,
+                  state: Path | None = None) -> IngestResult:
     """Read every unit of one source into the IR. Never raises for bad data: it quarantines.
     `limits`: `build.ir_limits` (default: from configs/build.yaml). `shard` (k, n): only the units of shard k of n
-    (`shard_of`); `merge_shards` makes the source's IR of the n results."""
+    (`shard_of`); `merge_shards` makes the source's IR of the n results. `state`: the path prefix of the
+    files that name the unit being read, so a unit that killed its reader is refused next time
+    (pipeline/ingest_guard.py)."""
     if limits is None:
         from .config import load_config
 
@@ -211,34 +228,47 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     notes: list[dict] = []
     absent: list[dict] = []
     kept: list[dict] = []
+    guard = UnitGuard(state, lambda u: adapter.fingerprint(root, u))
     iterator = progress(unit_ids) if progress else unit_ids
-    for unit_id in iterator:
-        try:
-            ir = adapter.read_unit(root, unit_id)
-        except UnitAbsent as exc:
-            row(unit_id, exc.reason, exc.file, absent, stage=False)
-            continue
-        except UnitError as exc:
-            row(unit_id, exc.reason, exc.file, units=exc.units)
-            continue
-        except Exception as exc:  # noqa: BLE001 - an adapter bug or an unforeseen file problem: quarantine, go on
-            row(unit_id, f"unexpected {type(exc).__name__}: {exc}", None)
-            continue
-        try:
-            problem = validate_unit(ir, limits)
-            problem = f"IR schema: {problem}" if problem else text_field_problem(ir)
-        except Exception as exc:  # noqa: BLE001 - a value the checks themselves choke on is still this unit's
-            problem = f"IR schema: unexpected {type(exc).__name__}: {exc}"
-        if problem:
-            row(unit_id, problem, None)
-            continue
-        ir.unit["content_hash"] = content_hash(ir)
-        kept.append(ir.unit)
-        parts["units"].append(pa.Table.from_pylist([ir.unit], schema=UNITS_SCHEMA))
-        parts["frames"].append(ir.frames)
-        parts["signals"].append(ir.signals)
-        parts["segments"].append(ir.segments)
-        notes += [{"source": slug, "unit_id": unit_id, "note": redact_paths(str(n), roots)} for n in ir.notes]
+    try:
+        for unit_id in iterator:
+            if why := unit_id_problem(unit_id):  # the row names it escaped: the quarantine table stays printable
+                row(unit_id.encode("unicode_escape").decode("ascii"), why, None)
+                continue
+            if died := guard.refused(unit_id):
+                row(unit_id, died, None)
+                continue
+            guard.holding(unit_id)
+            try:
+                ir = adapter.read_unit(root, unit_id)
+            except UnitAbsent as exc:
+                row(unit_id, exc.reason, exc.file, absent, stage=False)
+                continue
+            except UnitError as exc:
+                row(unit_id, exc.reason, exc.file, units=exc.units)
+                continue
+            except Exception as exc:  # noqa: BLE001 - an adapter bug or an unforeseen file problem: quarantine, go on
+                row(unit_id, f"unexpected {type(exc).__name__}: {exc}", None)
+                continue
+            try:
+                problem = validate_unit(ir, limits)
+                problem = f"IR schema: {problem}" if problem else text_field_problem(ir)
+            except Exception as exc:  # noqa: BLE001 - a value the checks themselves choke on is still this unit's
+                problem = f"IR schema: unexpected {type(exc).__name__}: {exc}"
+            if problem:
+                row(unit_id, problem, None)
+                continue
+            ir.unit["content_hash"] = content_hash(ir)
+            kept.append(ir.unit)
+            parts["units"].append(pa.Table.from_pylist([ir.unit], schema=UNITS_SCHEMA))
+            parts["frames"].append(ir.frames)
+            parts["signals"].append(ir.signals)
+            parts["segments"].append(ir.segments)
+            notes += [{"source": slug, "unit_id": unit_id, "note": redact_paths(str(n), roots)} for n in ir.notes]
+    except BaseException:  # an interrupt, not a death: nothing is held
+        guard.close(completed=False)
+        raise
+    guard.close(completed=True)  # never reached when the process is killed: the unit it held is named next time
     if shard is None:
         notes += _duplicate_notes(slug, kept)
     if absent:

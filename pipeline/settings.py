@@ -60,6 +60,16 @@ class IrLimits(Strict):
     force_abs_max: float = Field(100000.0, gt=0)         # |force| (N)
 
 
+class InputLimits(Strict):
+    """Bounds on what one upstream file may declare (upstream_adapters/storage/limits.py InputLimits), checked
+    before anything is allocated: a file past one costs its unit, quarantined naming the file and the bound."""
+    max_video_samples: int = Field(5_000_000, gt=0)       # samples one video track declares (MP4 sample table)
+    max_hdf5_dataset_bytes: int = Field(2 << 30, gt=0)    # declared size of one HDF5 dataset read whole
+    max_image_pixels: int = Field(50_000_000, gt=0)       # width x height of one encoded image, from its header
+    max_metadata_bytes: int = Field(64 << 20, gt=0)       # one metadata / list file or JSON archive member
+    max_json_depth: int = Field(64, gt=0, le=900)         # nesting of one JSON document (below CPython's limit)
+
+
 class BuildFile(Strict):
     release_seed: int = 42
     scale: str = "demo"                          # a key of quota_scale: demo | release
@@ -72,6 +82,7 @@ class BuildFile(Strict):
     items: BuildItems = BuildItems()
     executor: BuildExecutor = BuildExecutor()
     ir_limits: IrLimits = IrLimits()
+    input_limits: InputLimits = InputLimits()
 
 
 # ================================================================================================ configs/sources.yaml

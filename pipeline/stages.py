@@ -103,7 +103,7 @@ def run_ingest_shard(cfg: dict, slug: str, k: int) -> dict:
         raise MissingCorpus(problem)
     src = cfg["sources"][slug]
     result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"],
-                           shard=(k, ingest_shards(cfg, slug)))
+                           shard=(k, ingest_shards(cfg, slug)), state=shard_dir(cfg, slug, k))
     write_ir(result, shard_dir(cfg, slug, k))
     return {"units": result.units.height, "quarantined": units_lost(result.quarantine)}
 
@@ -116,7 +116,8 @@ def run_ingest(cfg: dict, slug: str) -> dict:
     if ingest_shards(cfg, slug) > 1:
         result = merge_shards(slug, [read_ir(shard_dir(cfg, slug, k)) for k in range(ingest_shards(cfg, slug))])
     else:
-        result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"])
+        result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"],
+                               state=work_dir(cfg) / "ir" / slug)
     write_ir(result, work_dir(cfg) / "ir" / slug)
     stop_if_unusable(cfg, slug, result)
     # the corpus's content fingerprint and origin (sample generator or user root), for the release's provenance

@@ -63,9 +63,27 @@ def _eq(report: _Report, what: str, got, want) -> None:
         report.add(f"{what}: {got!r} != {want!r} (from the rows)")
 
 
+def strict_json(text: str):
+    """json.loads that refuses what a reader could take two ways: a key twice in one object (json keeps the last, a
+    stricter reader the first or neither); ValueError naming it. A nesting too deep for the parser is a ValueError
+    too (never a RecursionError that stops the validator)."""
+    def pairs(items):
+        seen: set = set()
+        for key, _ in items:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
+        return dict(items)
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+
+
 def _read_json(path: Path, report: _Report):
     try:
-        return json.loads(path.read_bytes().decode("utf-8", "replace"))
+        return strict_json(path.read_bytes().decode("utf-8", "replace"))
     except (OSError, ValueError) as exc:
         report.add(f"{path.name}: unreadable JSON ({exc})")
         return None
@@ -156,15 +174,17 @@ def _read_split(root: Path, split: str, cfg: dict, report: _Report, rels: tuple[
                     report.add(f"{pq_rel}: key-value metadata: {leak}")
     if df is not None and (root / jl_rel).is_file():
         rows = df.to_dicts()
-        lines = (root / jl_rel).read_bytes().decode("utf-8", "replace").splitlines()
+        # lines end at "\n" only: the writer's JSON keeps U+2028/U+2029 and U+0085 inside strings as they are
+        lines = (root / jl_rel).read_bytes().decode("utf-8", "replace").split("\n")
+        lines = lines[:-1] if lines and lines[-1] == "" else lines
         if len(lines) != len(rows):
             report.add(f"{jl_rel}: {len(lines)} rows, {pq_rel}: {len(rows)} rows")
         else:
             for n, (line, row) in enumerate(zip(lines, rows), 1):
                 try:
-                    obj = json.loads(line)
-                except ValueError:
-                    report.add(f"{jl_rel}:{n}: not JSON")
+                    obj = strict_json(line)
+                except ValueError as exc:
+                    report.add(f"{jl_rel}:{n}: not JSON ({exc})")
                     break
                 if list(obj) != list(COLUMN_NAMES) or obj != row:
                     report.add(f"{jl_rel}:{n}: differs from {pq_rel} row {n} ({row.get('item_id')})")

@@ -5,6 +5,8 @@ are combined arithmetically (zlib's crc32_combine), never computed over the GiBs
     tar_gz_bomb(path, before, bomb_name, gib, after)   a .tar.gz: members `before`, then `bomb_name` of zeros, `after`
     zip_bomb(path, members, bomb_name, gib, declared)  a .zip: deflated `members`, then `bomb_name` of zeros (its
                                                        headers may declare a smaller size: a member that lies)
+    mp4_declaring(data, n)                             an MP4 (from a small one) whose track declares n one-byte
+                                                       samples, written head first, the rest of the file sparse
 """
 
 from __future__ import annotations
@@ -129,3 +131,33 @@ def zip_bomb(path: Path, members: dict[str, bytes], bomb_name: str, gib: float, 
     out.write(struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(entries), len(entries), len(cd), cd_offset, 0))
     Path(path).write_bytes(out.getvalue())
     return mib * MIB
+
+
+def mp4_declaring(data: bytes, n: int) -> tuple[bytes, int]:
+    """(head of an MP4 whose one track declares `n` one-byte samples in one chunk, the file size that needs): from a
+    small plain MP4 (ftyp, free, mdat, moov as ffmpeg writes them), moov moved before mdat and its sample tables
+    made consistent (stsz fixed size 1, one stts run, one stsc run, one chunk at mdat's start), mdat sized to hold
+    the n samples. Write the head and truncate the file up to the size: a few KB on disk, a sparse file."""
+    boxes, off = {}, 0
+    while off < len(data):
+        size, typ = struct.unpack_from(">I4s", data, off)
+        boxes[typ] = data[off:off + size]
+        off += size
+    moov = bytearray(boxes[b"moov"])
+
+    def payload(typ: bytes) -> int:
+        return moov.find(typ) + 4
+
+    s = payload(b"stsz")
+    moov[s + 4:s + 12] = struct.pack(">II", 1, n)
+    s = payload(b"stts")
+    delta = struct.unpack_from(">I", moov, s + 12)[0]
+    moov[s + 4:s + 16] = struct.pack(">III", 1, n, delta)
+    s = payload(b"stsc")
+    moov[s + 4:s + 20] = struct.pack(">IIII", 1, 1, n, 1)
+    head = boxes[b"ftyp"] + boxes.get(b"free", b"")
+    mdat_at = len(head) + len(moov)
+    s = payload(b"stco")
+    moov[s + 4:s + 12] = struct.pack(">II", 1, mdat_at + 8)
+    mdat = struct.pack(">I4s", 8 + n, b"mdat") + boxes[b"mdat"][8:]
+    return bytes(head + moov + mdat), mdat_at + 8 + n

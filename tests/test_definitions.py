@@ -78,6 +78,15 @@ def test_the_build_job_covers_every_step_in_one_run_with_a_choice_of_engine():
     assert all("gm100" in k.path for k in up)
 
 
+def test_every_job_the_ui_can_launch_takes_the_build_lock():
+    """The UI's "Materialize all" and any asset selection launch Dagster's implicit asset job, which took no lock
+    (two UI runs interleaved for 7.5 minutes, a UI run beside a locked terminal build was not refused): every job of
+    the definitions, the implicit one included, runs on the locked executor."""
+    jobs = defs.resolve_all_job_defs()
+    assert defs.resolve_implicit_global_asset_job_def().name in {j.name for j in jobs} and len(jobs) >= 2
+    assert {j.name: j.executor_def.name for j in jobs} == {j.name: "processbench_executor" for j in jobs}
+
+
 def test_dagster_cli_validates_definitions():
     env = {**os.environ, "DAGSTER_HOME": str(REPO / ".dagster_home")}
     (REPO / ".dagster_home").mkdir(exist_ok=True)

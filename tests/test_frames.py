@@ -18,6 +18,7 @@ from pipeline.frames.cache import FrameCache
 from pipeline.frames.extract import FRAME_TABLE_SCHEMA, DirectoryReaders, extract_frames, requests_from_items
 from pipeline.frames.pixels import frame_stats, pixel_sha256
 from pipeline.frames.render import add_image_hashes, image_hashes, render_item_images
+from pipeline.frames.worker import CacheWriteError
 from pipeline.io import compact_json
 import packs
 from upstream_adapters.ir import QUARANTINE_SCHEMA
@@ -209,6 +210,36 @@ def test_render_spec_must_match_item_frames():
         render_item_images(bad, _frame)
 
 
+class FullDiskCache(FrameCache):
+    """A frame cache whose pack writes fail as on a full disk."""
+
+    def put_many(self, entries) -> None:
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_cache_write_error_stops_the_build_instead_of_dropping_items(video_root, tmp_path, workers):
+    """Frames that decode but cannot be cached were error rows the gate dropped as "unreadable frame" (31 items and a
+    unit lost, exit 0): now the frames stage raises, naming the first frame and the cause."""
+    req = _requests({"u1": [1, 2], "u2": [3]})
+    with pytest.raises(CacheWriteError, match=r"3 decoded frame\(s\) could not be written into the frame cache "
+                                              r"\(first: src/u1 cam frame 1: .*No space left on device"):
+        extract_frames(req, DirectoryReaders(video_root), FullDiskCache(tmp_path / "cache"), workers=workers)
+
+
+def test_a_cache_write_error_while_rendering_stops_the_build(video_root, tmp_path):
+    """The render step decodes again the frames whose cache entries vanished; a failed write there raises too."""
+    items = pl.DataFrame({"candidate_key": ["b"], "source": ["src"], "unit_id": ["u1"], "camera": ["cam"],
+                          "frame_indices": [[10, 20, 30]],
+                          "render_spec_json": [_spec("labelled_frames", ["X", "Y", "Z"], [10, 20, 30])]})
+    readers = DirectoryReaders(video_root)
+    table = extract_frames(requests_from_items(items), readers, FrameCache(tmp_path / "cache"), workers=1)
+    for pack_file in (tmp_path / "cache").rglob("*.pack"):
+        pack_file.unlink()
+    with pytest.raises(CacheWriteError, match="No space left on device"):
+        add_image_hashes(items, table, FullDiskCache(tmp_path / "cache"), {"max_side": 80}, open_reader=readers)
+
+
 def test_add_image_hashes_from_cache_uses_render_memo(video_root, tmp_path):
     items = pl.DataFrame({
         "candidate_key": ["a", "b", "c"], "source": ["src"] * 3, "unit_id": ["u1", "u1", "u3"],
@@ -320,7 +351,7 @@ def test_one_pack_per_video_and_new_frames_join_it(video_root, tmp_path):
 def test_a_damaged_record_is_decoded_again_and_its_pack_rewritten(video_root, tmp_path, monkeypatch):
     """A damaged record (here: the last one cut short) is a bad entry; the frame is decoded again and its pack
     rewritten with it good, the pack's other records kept. A write that fails (a full disk) leaves no pack and no
-    temp file, and its frames get error rows."""
+    temp file, and stops the build (CacheWriteError)."""
     from pipeline.frames import cache as cache_mod
 
     req = _requests({"u1": [3, 8, 20]})
@@ -352,8 +383,8 @@ def test_a_damaged_record_is_decoded_again_and_its_pack_rewritten(video_root, tm
 
     path.unlink()
     monkeypatch.setattr(cache_mod.os, "fdopen", FullDisk)
-    out = extract_frames(req, DirectoryReaders(video_root), FrameCache(tmp_path / "cache"), workers=1)
-    assert set(out["status"]) == {"error"} and all("No space left" in r for r in out["reason"])
+    with pytest.raises(CacheWriteError, match="No space left"):  # a build error, never rows the gate drops
+        extract_frames(req, DirectoryReaders(video_root), FrameCache(tmp_path / "cache"), workers=1)
     assert not any(path.parent.iterdir())
 
 

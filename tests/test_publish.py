@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -48,6 +49,21 @@ def test_clean_temp_files_removes_only_leftovers_of_atomic_writes(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ the lock
+@contextmanager
+def _held(cfg: dict, token: str = "first"):
+    """Another process holds the build lock of `cfg` for the body."""
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=hold_build_lock, args=(cfg, token, ready, stop))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        yield holder
+    finally:
+        stop.set()
+        holder.join(30)
+
+
 def test_a_second_build_gets_a_lock_error_naming_the_holder(tmp_path):
     cfg = _cfg(tmp_path)
     ctx = mp.get_context("spawn")
@@ -86,18 +102,10 @@ def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path):
 def test_one_lock_per_release_folder_even_with_another_work_folder(tmp_path):
     cfg = _cfg(tmp_path)
     other = {"build": {**cfg["build"], "work_dir": str(tmp_path / "work2")}}
-    ctx = mp.get_context("spawn")
-    ready, stop = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=hold_build_lock, args=(cfg, "first", ready, stop))
-    holder.start()
-    try:
-        assert ready.wait(30)
+    with _held(cfg):
         with pytest.raises(publish.LockError, match=r"\.release\.lock"):
             with publish.build_lock(other, "second"):
                 pass
-    finally:
-        stop.set()
-        holder.join(30)
 
 
 # ------------------------------------------------------------------------------------------ staging and swap
@@ -115,7 +123,8 @@ def test_publish_swaps_the_staging_folder_in(tmp_path):
     _release(publish.staging_dir(cfg), "new")
     publish.publish(cfg)
     assert (publish.release_dir(cfg) / "a.txt").read_text() == "new"
-    assert sorted(p.name for p in publish.release_dir(cfg).parent.iterdir()) == ["release"]
+    assert sorted(p.name for p in publish.release_dir(cfg).parent.iterdir()) == [".release.versions", "release"]
+    assert os.readlink(publish.release_dir(cfg)) == ".release.versions/1" and publish.current_version(cfg) == "1"
 
 
 def test_a_crash_mid_swap_gives_back_the_last_good_release(tmp_path):
@@ -133,6 +142,92 @@ def test_a_crash_mid_swap_gives_back_the_last_good_release(tmp_path):
     assert (publish.release_dir(cfg) / "a.txt").read_text() == "good"
     assert not publish.staging_dir(cfg).exists() and not publish.previous_dir(cfg).exists()
     assert not list(Path(cfg["build"]["work_dir"]).rglob("*.tmp"))
+
+
+def test_publish_is_one_rename_of_a_link_and_keeps_one_version_back(tmp_path):
+    """Each publish is a new immutable version folder and one rename of the release link over the old one: a reader
+    that resolved the old link finishes on the old version (kept), and at no moment is there no release."""
+    cfg = _cfg(tmp_path)
+    rel = publish.release_dir(cfg)
+    for n, text in enumerate(["v1", "v2", "v3"], start=1):
+        _release(publish.staging_dir(cfg), text)
+        publish.publish(cfg)
+        assert (rel / "a.txt").read_text() == text and publish.current_version(cfg) == str(n)
+    assert sorted(p.name for p in publish.versions_dir(cfg).iterdir()) == ["2", "3"]  # current + the one before
+
+    seen, stop = [], mp.get_context("spawn").Event()
+    watcher = mp.get_context("spawn").Process(target=_watch, args=(str(rel / "a.txt"), stop, str(tmp_path / "w")))
+    watcher.start()
+    try:
+        for n in range(30):  # publish while a reader polls the release: it must always find one
+            _release(publish.staging_dir(cfg), f"r{n}")
+            publish.publish(cfg)
+    finally:
+        stop.set()
+        watcher.join(60)
+    seen = json.loads((tmp_path / "w").read_text())
+    assert seen["missing"] == 0 and seen["reads"] > 0, seen
+
+
+def _watch(path: str, stop, out: str) -> None:
+    reads = missing = 0
+    while not stop.is_set() or reads == 0:
+        try:
+            Path(path).read_text()
+            reads += 1
+        except FileNotFoundError:
+            missing += 1
+    Path(out).write_text(json.dumps({"reads": reads, "missing": missing}))
+
+
+def test_a_real_release_folder_from_before_versions_is_exchanged_in_one_step(tmp_path):
+    cfg = _cfg(tmp_path)
+    rel = publish.release_dir(cfg)
+    _release(rel, "old")  # a real folder, as published before versions
+    os.chmod(rel / "a.txt", 0o444)
+    os.chmod(rel, 0o555)  # read-only: the second build used to crash on it
+    try:
+        _release(publish.staging_dir(cfg), "new")
+        publish.publish(cfg)
+        assert rel.is_symlink() and (rel / "a.txt").read_text() == "new"
+        _release(publish.staging_dir(cfg), "newer")
+        publish.publish(cfg)
+        assert (rel / "a.txt").read_text() == "newer"
+        with publish.build_lock(cfg, "next"):
+            pass
+    finally:
+        for p in rel.parent.rglob("*"):
+            if p.is_dir() and not p.is_symlink():
+                os.chmod(p, 0o755)
+
+
+def test_release_folders_that_cannot_be_published_are_refused_up_front(tmp_path):
+    cfg = _cfg(tmp_path)
+    rel = publish.release_dir(cfg)
+    target = tmp_path / "served" / "bench"
+    _release(target, "served")
+    rel.parent.mkdir(parents=True)
+    rel.symlink_to(target)  # the user's own link: replacing it would leave what it serves stale
+    with pytest.raises(publish.ReleaseFolderError, match=rf"symbolic link to .*bench.* set the release folder .* to "
+                                                         rf"{target}"):
+        with publish.build_lock(cfg, "a"):
+            pass
+    assert (target / "a.txt").read_text() == "served" and rel.is_symlink()
+    root_cfg = {"build": {"work_dir": str(tmp_path / "work"), "release_dir": "/proc"}}  # a mount point
+    with pytest.raises(publish.ReleaseFolderError, match="is a mount point"):
+        publish.check_release_folder(root_cfg)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_an_unwritable_parent_is_refused_up_front(tmp_path):
+    cfg = _cfg(tmp_path)
+    publish.release_dir(cfg).parent.mkdir(parents=True)
+    os.chmod(publish.release_dir(cfg).parent, 0o555)
+    try:
+        with pytest.raises(publish.ReleaseFolderError, match="is not writable"):
+            publish.check_release_folder(cfg)
+    finally:
+        os.chmod(publish.release_dir(cfg).parent, 0o755)
 
 
 # ------------------------------------------------------------------------------------------ the CLI
@@ -169,6 +264,34 @@ def test_a_mistyped_path_names_the_nearest_folder_and_the_closest_names(tmp_path
     msg = stages.missing_corpus(cfg, "gm100")
     assert f"nearest existing folder is {tmp_path / 'data'}," in msg
     assert f"did you mean {tmp_path / 'data' / 'gm100-lerobot'}?" in msg and "task_XXXXX" in msg
+
+
+def test_make_rebuild_takes_the_lock_before_it_touches_the_samples(tmp_path, monkeypatch, capsys):
+    """`processbench build --samples` (make rebuild) wrote the sample corpora before taking the lock: a second one
+    deleted the first one's input mid-ingest. Now a build that cannot take the lock writes no sample."""
+    from assets.cli import main
+
+    cfg = _cfg(tmp_path)
+    monkeypatch.setenv("PROCESSBENCH_ROOT_AIST", str(tmp_path / "samples" / "aist"))
+    with _held(cfg):
+        rc = main(["build", "--samples", "--sources", "aist", "--work-dir", cfg["build"]["work_dir"],
+                   "--release-dir", cfg["build"]["release_dir"]])
+    assert rc == 3 and "another build is running" in capsys.readouterr().err
+    assert not (tmp_path / "samples").exists()
+
+
+def test_make_rebuild_reuses_a_reassemble_corpus_it_wrote(tmp_path, monkeypatch):
+    """`build --samples` regenerated REASSEMBLE's corpus on every run: the record was written with the adapter's
+    options (only_split) and compared without them. Now a corpus the generator wrote is reused."""
+    from assets import cli
+    from pipeline.config import load_config
+
+    cfg = load_config(scale="demo")
+    src, root = cfg["sources"]["reassemble"], tmp_path / "reassemble"
+    limits = cli._encoder_limits(cfg)
+    cli._write_samples("reassemble", root, "demo", 7, src["adapter"], limits)
+    monkeypatch.setattr(cli, "_write_samples", lambda *a, **k: pytest.fail("the corpus was written again"))
+    cli._ensure_samples("reassemble", root, "demo", 7, src, limits)
 
 
 def test_the_ingest_step_fails_early_on_a_missing_corpus_and_says_what_to_do():

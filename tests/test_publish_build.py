@@ -68,7 +68,7 @@ def test_a_release_that_fails_its_checks_is_never_published(built, tmp_path):
     assert "release NOT published" in err and "validity_limits" in err
     assert (release / "checksums.sha256").read_bytes() == good
     assert main(["validate", str(release)]) == 0
-    assert _beside(release) == ["release"]  # no staging or previous folder left
+    assert _beside(release) == [".release.versions", "release"]  # no staging or previous folder left
 
     # the same bad config from the UI: a run of the job without the CLI (no lock tag; the executor takes the lock)
     from assets.definitions import ASSETS, build_job
@@ -84,7 +84,7 @@ def test_a_release_that_fails_its_checks_is_never_published(built, tmp_path):
         failure = [e for e in res.all_events if e.is_step_failure][0]
         assert "release not published" in str(failure.event_specific_data)
     assert (release / "checksums.sha256").read_bytes() == good
-    assert _beside(release) == ["release"]
+    assert _beside(release) == [".release.versions", "release"]
 
     # the good config again: the release runs again (its record was dropped) and publishes the same bytes
     assert main(args) == 0

@@ -282,3 +282,34 @@ def test_path_scan_reads_every_piece_of_a_file(tmp_path, monkeypatch):
     assert any("/srv/cache/frames" in x for x in leaks), leaks
     _, leaks = release_scan._file_leaks((str(tmp_path), "b.parquet"))
     assert len(leaks) == 1 and "/mnt/scratch/run7/frames" in leaks[0]
+
+
+def test_a_duplicate_key_in_a_jsonl_line_is_refused(release):
+    """A line with "answer" twice, the last one right: json.loads kept the last and the line passed; a reader that
+    keeps the first sees another answer."""
+    path = release / FILES["sft_jsonl"]
+    lines = path.read_text(encoding="utf-8").split("\n")
+    row = json.loads(lines[3])
+    lines[3] = '{"answer":"Z",' + lines[3][1:]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    _refresh(release)
+    assert row["answer"] != "Z"
+    assert _has(validate_release(release, make_cfg()), "processdata_sft.jsonl:4", "duplicate key 'answer'")
+
+
+def test_line_separators_the_writer_keeps_inside_strings_are_accepted(release):
+    """U+2028 / U+2029 / U+0085 inside a question, written by the project's own writer: str.splitlines cut the line
+    there and the validator flagged the project's own file."""
+    df = pl.read_parquet(release / FILES["sft_parquet"])
+    df = df.with_columns(pl.when(pl.int_range(pl.len()) == 2).then(pl.col("question") + " a\u2028b\u2029c\x85d")
+                         .otherwise(pl.col("question")).alias("question"))
+    _rewrite_split(release, "sft", df)
+    assert "\u2028" in (release / FILES["sft_jsonl"]).read_text(encoding="utf-8")
+    assert validate_release(release, make_cfg()) == []
+
+
+def test_a_deeply_nested_metadata_file_is_a_problem_not_a_crash(release):
+    path = release / FILES["split_summary"]
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    _refresh(release)
+    assert _has(validate_release(release, make_cfg()), "unreadable JSON", "nested too deep")

@@ -44,8 +44,10 @@ def unregister(slug: str) -> None:
     SAMPLE_GENERATORS.pop(slug, None)
 
 
-def get_adapter(slug: str, **options):
-    """Construct the adapter for `slug` with its options from configs/sources.yaml."""
+def get_adapter(slug: str, input_limits=None, **options):
+    """Construct the adapter for `slug` with its options from configs/sources.yaml; `input_limits` (the build's
+    declared-size bounds, configs/build.yaml build.input_limits, put into every source's options by the config
+    loader) becomes `adapter.input_limits`, shared by every adapter (storage/limits.py InputLimits)."""
     if slug not in ADAPTERS:
         raise KeyError(f"unknown source {slug!r}; known: {sorted(ADAPTERS)}")
     module, cls = ADAPTERS[slug].split(":")
@@ -56,7 +58,12 @@ def get_adapter(slug: str, **options):
         raise AdapterOptionError(f"{slug}: unknown adapter option(s) {', '.join(unknown)}; valid options: "
                                  f"{', '.join(sorted(valid)) or '(none)'} (sources.{slug}.adapter in "
                                  "configs/sources.yaml, or --option KEY=VALUE)")
-    return adapter(**options)
+    adapter = adapter(**options)
+    if input_limits is not None:
+        from .storage.limits import InputLimits
+
+        adapter.input_limits = InputLimits.of(input_limits)
+    return adapter
 
 
 class AdapterOptionError(TypeError):

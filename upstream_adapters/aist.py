@@ -60,7 +60,7 @@ import pyarrow as pa
 
 from .aist_layout import MANIFEST, AistLayout, _Episode, _Task
 from .aist_rows import _decode_jpeg_row, _text
-from .base import SourceAdapter, check_unit_id, refuse_hdf5_links, safe_join
+from .base import SourceAdapter, check_unit_id, hdf5_check, refuse_hdf5_links, safe_join
 from .storage.limits import ArchiveLimits
 from .storage.zipwindow import Window as _Window
 from .ir import (
@@ -297,8 +297,6 @@ class AistAdapter(AistLayout, SourceAdapter):
 
     # ------------------------------------------------------------------ units
 
-    # ------------------------------------------------------------------ units
-
     def read_unit(self, root: Path, unit_id: str) -> UnitIR:
         root = Path(root)
         task, ep = self._resolve(root, unit_id)
@@ -354,6 +352,9 @@ class AistAdapter(AistLayout, SourceAdapter):
             if ds.ndim != 2 or ds.shape[1] < 14:
                 raise UnitError(f"observations/{key} is not (T, 14): shape {ds.shape}", file=label)
             arrays[key] = ds
+        hdf5_check(prim, label, self.input_limits, rows=1)  # what the reads below may cost, before any is read
+        for ds in arrays.values():
+            hdf5_check(ds, label, self.input_limits)
         counts = {"qpos": arrays["qpos"].shape[0], "qvel": arrays["qvel"].shape[0], self.camera: prim.shape[0]}
         n = min(counts.values())
         if max(counts.values()) != n:
@@ -364,7 +365,8 @@ class AistAdapter(AistLayout, SourceAdapter):
         if n <= 0:
             raise UnitError("episode has no rows", file=label)
         for i in sorted({0, n - 1}):
-            if _decode_jpeg_row(prim[i], self.jpeg_channel_order) is None:
+            if _decode_jpeg_row(prim[i], self.jpeg_channel_order, self.input_limits.max_image_pixels,
+                                f"frame {i} of {IMAGES}/{self.camera}", label) is None:
                 raise UnitError(f"frame {i} of {IMAGES}/{self.camera} does not decode as JPEG", file=label)
         qpos = np.asarray(arrays["qpos"][:n], dtype=np.float64)
         qvel = np.asarray(arrays["qvel"][:n], dtype=np.float64)
@@ -471,6 +473,7 @@ class AistAdapter(AistLayout, SourceAdapter):
                 raise UnitError(f"camera {camera!r} missing: {IMAGES}/{camera} not in episode", file=label)
             if ds.ndim != 2:
                 raise UnitError(f"{IMAGES}/{camera} is not (T, L) JPEG rows: shape {ds.shape}", file=label)
+            hdf5_check(ds, label, self.input_limits, rows=1)
             total = int(ds.shape[0])
             bad = [i for i in want if i < 0 or i >= total]
             if bad:
@@ -489,7 +492,8 @@ class AistAdapter(AistLayout, SourceAdapter):
                     raise UnitError(f"cannot read rows {run[0]}..{run[-1]} of {IMAGES}/{camera}: "
                                     f"{self._clean(root, exc)}", file=label) from None
                 for k, i in enumerate(run):
-                    img = _decode_jpeg_row(block[k], self.jpeg_channel_order)
+                    img = _decode_jpeg_row(block[k], self.jpeg_channel_order, self.input_limits.max_image_pixels,
+                                           f"frame {i} of {IMAGES}/{camera}", label)
                     if img is None:
                         raise UnitError(f"frame {i} of {IMAGES}/{camera} does not decode as JPEG", file=label)
                     out[i] = img

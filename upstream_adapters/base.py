@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import ClassVar, Sequence
@@ -28,6 +29,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from .ir import SourceError, UnitError, UnitIR
+from .storage.limits import InputLimits
 
 # Bytes read from each end of a file for its fingerprint: enough to catch a re-encoded or re-written file without
 # reading multi-GB archives.
@@ -44,6 +46,8 @@ class SourceAdapter(abc.ABC):
     options: ClassVar[dict[str, str]] = {}
     # what the root folder holds, in one line (said when a root is unusable: pipeline/source_help.py)
     layout: ClassVar[str] = ""
+    # declared-size bounds (configs/build.yaml build.input_limits), set by upstream_adapters.get_adapter
+    input_limits: InputLimits = InputLimits()
 
     def __init__(self) -> None:
         self.issues: list[tuple[str, str]] = []  # (file relative to the root, reason), refreshed by discover()
@@ -130,12 +134,23 @@ def safe_join(root: Path, rel: str) -> Path:
 
 # Metadata and list files (split lists, task tables, info.json, dataset cards) are small; a "metadata" file larger
 # than this is not what the layout says it is (or a device/FIFO), and reading it whole would stall the build.
-MAX_METADATA_BYTES = 64 << 20
+# The default of input_limits.max_metadata_bytes (configs/build.yaml), for callers without an adapter.
+MAX_METADATA_BYTES = InputLimits.max_metadata_bytes
 
 
-def read_metadata(root: Path, rel: str) -> str:
+def read_metadata(root: Path, rel: str, max_bytes: int = MAX_METADATA_BYTES) -> str:
     """The text of a small metadata file under `root`, through the same path rule as media (`safe_join`): a regular
-    file (filesystem symlinks followed), at most MAX_METADATA_BYTES, UTF-8. UnitError(reason, file=rel) otherwise."""
+    file (filesystem symlinks followed), at most `max_bytes` (input_limits.max_metadata_bytes), UTF-8.
+    UnitError(reason, file=rel) otherwise."""
+    data = read_metadata_bytes(root, rel, max_bytes)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UnitError("not UTF-8 text", file=rel) from None
+
+
+def read_metadata_bytes(root: Path, rel: str, max_bytes: int = MAX_METADATA_BYTES) -> bytes:
+    """`read_metadata` without the decoding: for a list whose lines are decoded (and refused) one by one."""
     path = safe_join(root, rel)
     try:
         st = os.stat(path)
@@ -147,17 +162,62 @@ def read_metadata(root: Path, rel: str) -> str:
 
     if not _stat.S_ISREG(st.st_mode):
         raise UnitError("not a regular file", file=rel)
-    if st.st_size > MAX_METADATA_BYTES:
-        raise UnitError(f"metadata file is {st.st_size} bytes, more than {MAX_METADATA_BYTES}", file=rel)
+    if st.st_size > max_bytes:
+        raise UnitError(f"metadata file is {st.st_size} bytes, over input_limits.max_metadata_bytes "
+                        f"({max_bytes})", file=rel)
     try:
         with open(path, "rb") as fh:
-            data = fh.read(MAX_METADATA_BYTES + 1)
+            data = fh.read(max_bytes + 1)
     except OSError as exc:
         raise UnitError(f"cannot read file: {type(exc).__name__}", file=rel) from None
+    return data
+
+
+def load_json(text: str | bytes, file: str | None, limits: InputLimits = InputLimits()):
+    """A JSON document of a metadata file (or archive member, or one JSONL line) within `limits`: at most
+    max_metadata_bytes long and max_json_depth deep. UnitError(reason, file) naming the bound otherwise (never a
+    RecursionError: CPython's parser stops deep nesting with one, caught here)."""
+    if len(text) > limits.max_metadata_bytes:
+        raise UnitError(f"JSON text is {len(text)} bytes, over input_limits.max_metadata_bytes "
+                        f"({limits.max_metadata_bytes})", file=file)
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise UnitError("JSON text is not UTF-8", file=file) from None
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UnitError("not UTF-8 text", file=rel) from None
+        value = json.loads(text)
+    except RecursionError:
+        raise UnitError(f"JSON nests deeper than input_limits.max_json_depth ({limits.max_json_depth})",
+                        file=file) from None
+    except ValueError as exc:
+        raise UnitError(f"not valid JSON: {exc}", file=file) from None
+    depth, level = 0, [value] if isinstance(value, (dict, list)) else []
+    while level:  # one nesting level at a time: no recursion however deep the document
+        depth += 1
+        if depth > limits.max_json_depth:
+            raise UnitError(f"JSON nests deeper than input_limits.max_json_depth ({limits.max_json_depth})",
+                            file=file)
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list))]
+    return value
+
+
+def hdf5_check(ds, file: str, limits: InputLimits = InputLimits(), rows: int | None = None) -> None:
+    """UnitError unless the declared size (shape x item size; of `rows` rows when given) of an h5py dataset is
+    within input_limits.max_hdf5_dataset_bytes: a few KB of file can declare a dataset of many GB."""
+    size = int(ds.size or 0) * int(ds.dtype.itemsize)
+    if rows is not None and ds.ndim:
+        size = size // max(int(ds.shape[0]), 1) * rows
+    if size > limits.max_hdf5_dataset_bytes:
+        raise UnitError(f"HDF5 dataset {ds.name!r} declares {size} bytes{'' if rows is None else f' in {rows} rows'} "
+                        f"(shape {tuple(ds.shape)}, {ds.dtype}), over input_limits.max_hdf5_dataset_bytes "
+                        f"({limits.max_hdf5_dataset_bytes}): refused before reading", file=file)
+
+
+def hdf5_read(ds, file: str, limits: InputLimits = InputLimits()):
+    """`ds[()]` of an h5py dataset once `hdf5_check` passes."""
+    hdf5_check(ds, file, limits)
+    return ds[()]
 
 
 def refuse_hdf5_links(h5, file: str) -> None:

@@ -39,7 +39,6 @@ UnitError. A task folder whose episodes cannot be listed -> placeholder unit `<t
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -51,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import video
-from .base import SourceAdapter, check_unit_id, path_free, read_metadata, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join
 from .gm100_signals import COL_GRIP, signals_table
 from .storage import lerobot_v3 as v3
 from .storage.lerobot import (
@@ -179,7 +178,7 @@ class Gm100Adapter(SourceAdapter):
             tdir = safe_join(root, task)
         except UnitError:
             return [], False
-        info = _read_json_quiet(root, f"{task}/meta/info.json")
+        info = _read_json_quiet(root, f"{task}/meta/info.json", self.input_limits)
         if _is_v3(tdir, info):
             try:
                 return sorted(v3.read_episodes(root, task)), True
@@ -187,7 +186,7 @@ class Gm100Adapter(SourceAdapter):
                 total = info.get("total_episodes") if isinstance(info, dict) else None
                 return (list(range(total)) if isinstance(total, int) and total > 0 else []), True
         episodes: set[int] = set()
-        for row in _read_jsonl_quiet(root, f"{task}/meta/episodes.jsonl"):
+        for row in _read_jsonl_quiet(root, f"{task}/meta/episodes.jsonl", self.input_limits):
             e = row.get("episode_index") if isinstance(row, dict) else None
             if isinstance(e, int) and e >= 0:
                 episodes.add(e)
@@ -252,7 +251,8 @@ class Gm100Adapter(SourceAdapter):
             notes.append(f"kept without camera(s) {', '.join(missing)}: video not downloaded (a partial download)")
         offset, span = self._video_span(meta, ep, self.camera)
         try:
-            n_video = video.count_frames(safe_join(root, primary_rel)) - offset
+            n_video = video.count_frames(safe_join(root, primary_rel),
+                                         max_samples=self.input_limits.max_video_samples) - offset
         except video.DecodeError as exc:
             raise UnitError(f"{self.camera} video cannot be read: {exc}", file=primary_rel) from None
         if span is not None:
@@ -329,7 +329,7 @@ class Gm100Adapter(SourceAdapter):
         path = safe_join(root, rel_v)
         for last in range(keep - 1, max(-1, keep - 2 - self.frame_count_tolerance), -1):
             try:
-                video.read_frames(path, [offset + last])
+                video.read_frames(path, [offset + last], max_samples=self.input_limits.max_video_samples)
                 return last + 1
             except video.DecodeError:
                 continue
@@ -367,7 +367,8 @@ class Gm100Adapter(SourceAdapter):
             raise UnitError(f"{cam} frames {[i for i in want if i >= span][:5]} outside the episode ({span} frames)",
                             file=rel_v)
         try:
-            got = video.read_frames(path, [offset + i for i in want], decoder=decoder, threads=threads)
+            got = video.read_frames(path, [offset + i for i in want], decoder=decoder, threads=threads,
+                                    max_samples=self.input_limits.max_video_samples)
         except video.DecodeError as exc:
             raise UnitError(path_free(f"{cam} video: {exc}", path, rel_v), file=rel_v) from None
         return {i: got[offset + i] for i in want}
@@ -413,11 +414,10 @@ class Gm100Adapter(SourceAdapter):
         if not info_path.is_file():
             raise UnitError("meta/info.json is missing: the task folder is not a LeRobot dataset", file=info_rel)
         try:
-            info = json.loads(read_metadata(root, info_rel))
+            info = load_json(read_metadata(root, info_rel, self.input_limits.max_metadata_bytes), info_rel,
+                             self.input_limits)
         except UnitError as exc:
             raise UnitError(f"meta/info.json is not readable: {exc.reason}", file=info_rel) from None
-        except json.JSONDecodeError as exc:
-            raise UnitError(f"meta/info.json is not readable JSON: {exc}", file=info_rel) from None
         if not isinstance(info, dict):
             raise UnitError("meta/info.json is not a JSON object", file=info_rel)
         fps, data_path, video_path, features, video_keys, chunks = parse_info(info, info_rel)
@@ -430,7 +430,7 @@ class Gm100Adapter(SourceAdapter):
                 notes.append("meta/tasks.parquet is missing or unreadable: language is null")
         elif tasks_path.is_file():
             tasks = {}
-            for row in _read_jsonl_quiet(root, tasks_rel):
+            for row in _read_jsonl_quiet(root, tasks_rel, self.input_limits):
                 if isinstance(row, dict) and isinstance(row.get("task_index"), int) \
                         and isinstance(row.get("task"), str):
                     tasks[row["task_index"]] = row["task"]

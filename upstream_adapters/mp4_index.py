@@ -91,6 +91,52 @@ def sample_index(fh: BinaryIO) -> tuple[list[int], list[int], bytes] | None:
     return [t - shift for t in cts], keys, key
 
 
+# boxes walked into when looking for what a file declares (sample tables of tracks, runs of movie fragments)
+_DECLARING = frozenset({b"moov", b"trak", b"mdia", b"minf", b"stbl", b"moof", b"traf"})
+
+
+def declared_samples(fh: BinaryIO, max_boxes: int = 1 << 20) -> int:
+    """The most samples any track of an ISO-BMFF file (MP4, MOV) declares: the largest `stsz`/`stz2` count, or the
+    sum of the movie fragments' `trun` counts when larger. Read box headers only (seeking past every payload but the
+    few bytes of those counts), for any layout, so a bound is checked before a sample table (here, or FFmpeg's
+    index: ~24 bytes per sample) is allocated from a count a few bytes of header can set to 2^32. 0 for a file that
+    is not ISO-BMFF; a file with more than `max_boxes` boxes counts as that many samples."""
+    fh.seek(0, os.SEEK_END)
+    size = fh.tell()
+    most, fragments, boxes = 0, 0, 0
+    stack = [(0, size)]
+    while stack:
+        off, end = stack.pop()
+        while off + 8 <= end:
+            boxes += 1
+            if boxes > max_boxes:
+                return max(most, fragments, max_boxes)
+            fh.seek(off)
+            head = fh.read(16)
+            if len(head) < 8:
+                break
+            box, typ = struct.unpack_from(">I4s", head)
+            hdr = 8
+            if box == 1 and len(head) == 16:
+                box, hdr = struct.unpack_from(">Q", head, 8)[0], 16
+            elif box == 0:
+                box = end - off
+            if box < hdr:
+                break
+            stop = min(off + box, end)
+            if typ in _DECLARING:
+                stack.append((off + hdr, stop))
+            elif typ in (b"stsz", b"stz2", b"trun"):
+                fh.seek(off + hdr)
+                payload = fh.read(12)
+                if typ == b"trun" and len(payload) >= 8:
+                    fragments += struct.unpack_from(">I", payload, 4)[0]
+                elif len(payload) == 12:
+                    most = max(most, struct.unpack_from(">I", payload, 8)[0])
+            off += box
+    return max(most, fragments)
+
+
 class _Table:
     """What `_parse` found in a simple file's moov: the sample sizes, the time-to-sample runs, the edit (media
     time, end) or None, each sample's file offset, and the track's box spans in `moov`."""

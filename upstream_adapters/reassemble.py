@@ -64,7 +64,8 @@ import numpy as np
 import pyarrow as pa
 
 from . import video
-from .base import SourceAdapter, check_unit_id, read_metadata, refuse_hdf5_links, require_root, safe_join
+from .base import (SourceAdapter, check_unit_id, hdf5_read, read_metadata_bytes, refuse_hdf5_links, require_root,
+                   safe_join)
 from .ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
@@ -140,8 +141,7 @@ class ReassembleAdapter(SourceAdapter):
                               "(expected data/<recording>.h5 or a flat folder of <recording>.h5)")
         return data
 
-    @staticmethod
-    def _split_files(root: Path, issues: list | None = None) -> dict[str, list[str]]:
+    def _split_files(self, root: Path, issues: list | None = None) -> dict[str, list[str]]:
         """split name -> recording ids listed in splits/<name>.txt (empty if there is no splits/). A list that
         cannot be read under the metadata rule (base.read_metadata) is left out and reported in `issues`."""
         out: dict[str, list[str]] = {}
@@ -156,13 +156,21 @@ class ReassembleAdapter(SourceAdapter):
             return out
         for name in names:
             try:
-                lines = read_metadata(root, f"splits/{name}").splitlines()
+                data = read_metadata_bytes(root, f"splits/{name}", self.input_limits.max_metadata_bytes)
             except UnitError as exc:
                 if issues is not None:
                     issues.append((exc.file, f"split list not read: {exc.reason}"))
                 continue
             ids = []
-            for line in lines:
+            for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), start=1):
+                try:  # one line at a time: a line that is not UTF-8 costs the recording it names, not the list
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    if issues is not None:
+                        shown = raw.decode("utf-8", "replace").strip()[:80]
+                        issues.append((f"splits/{name}", f"line {number} of the split list is not UTF-8 text "
+                                                         f"({shown!r}): the recording it names is not read"))
+                    continue
                 rid = line.strip()
                 if rid.endswith(".h5"):
                     rid = rid[:-3]
@@ -219,31 +227,31 @@ class ReassembleAdapter(SourceAdapter):
                 cams.append(name)
         return sorted(cams)
 
-    @staticmethod
-    def _timestamps(h5: h5py.File, key: str) -> np.ndarray | None:
+    def _timestamps(self, h5: h5py.File, key: str, relpath: str) -> np.ndarray | None:
         ds = h5.get(f"timestamps/{key}")
         if not isinstance(ds, h5py.Dataset):
             return None
-        arr = np.asarray(ds[()], dtype=np.float64)
+        arr = np.asarray(hdf5_read(ds, relpath, self.input_limits), dtype=np.float64)
         if arr.ndim == 2:
             arr = arr[:, 0]  # README: N x 1; io.py flattens to 1-D
         return arr.reshape(-1)
 
-    def _stream(self, h5: h5py.File, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def _stream(self, h5: h5py.File, name: str, relpath: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(timestamps (N,), values (N, k)) of a robot_state stream in either form, or None if absent."""
         rs = h5.get("robot_state")
         if not isinstance(rs, h5py.Group):
             return None
         if isinstance(rs.get(name), h5py.Dataset):
-            vals = np.asarray(rs[name][()], dtype=np.float64)
-            ts = self._timestamps(h5, name)
+            vals = np.asarray(hdf5_read(rs[name], relpath, self.input_limits), dtype=np.float64)
+            ts = self._timestamps(h5, name, relpath)
         elif name in PER_AXIS and all(isinstance(rs.get(k), h5py.Dataset) for k in PER_AXIS[name]):
-            cols = [np.asarray(rs[k][()], dtype=np.float64).reshape(-1) for k in PER_AXIS[name]]
+            cols = [np.asarray(hdf5_read(rs[k], relpath, self.input_limits), dtype=np.float64).reshape(-1)
+                    for k in PER_AXIS[name]]
             m = min(c.size for c in cols)
             vals = np.stack([c[:m] for c in cols], axis=-1)
-            ts = self._timestamps(h5, name)
+            ts = self._timestamps(h5, name, relpath)
             if ts is None:
-                ts = self._timestamps(h5, PER_AXIS[name][0])
+                ts = self._timestamps(h5, PER_AXIS[name][0], relpath)
         else:
             return None
         if ts is None:
@@ -302,15 +310,15 @@ class ReassembleAdapter(SourceAdapter):
         cameras = self._cameras(h5)
         if cam not in cameras:
             raise UnitError(f"camera {cam!r} missing (cameras present: {', '.join(cameras) or 'none'})", file=relpath)
-        cam_ts = self._timestamps(h5, cam)
+        cam_ts = self._timestamps(h5, cam, relpath)
         if cam_ts is None or cam_ts.size == 0:
             raise UnitError(f"timestamps/{cam} missing or empty", file=relpath)
         if not np.all(np.isfinite(cam_ts)) or np.any(np.diff(cam_ts) < 0):
             raise UnitError(f"timestamps/{cam} not finite and monotone", file=relpath)
 
-        blob = bytes(h5[cam][()])
+        blob = bytes(hdf5_read(h5[cam], relpath, self.input_limits))
         try:
-            n_video = video.count_frames(blob)
+            n_video = video.count_frames(blob, max_samples=self.input_limits.max_video_samples)
         except video.DecodeError as exc:
             raise UnitError(f"camera {cam!r} MP4 blob unreadable: {exc}", file=relpath) from exc
         n = min(cam_ts.size, n_video)
@@ -338,10 +346,10 @@ class ReassembleAdapter(SourceAdapter):
         )
 
         # ---- signals
-        pose = self._on_frames(self._stream(h5, "pose"), cam_ts)
-        vel = self._on_frames(self._stream(h5, "velocity"), cam_ts)
-        grip = self._on_frames(self._stream(h5, "gripper_positions"), cam_ts)
-        force = self._on_frames(self._stream(h5, "measured_force"), cam_ts)
+        pose = self._on_frames(self._stream(h5, "pose", relpath), cam_ts)
+        vel = self._on_frames(self._stream(h5, "velocity", relpath), cam_ts)
+        grip = self._on_frames(self._stream(h5, "gripper_positions", relpath), cam_ts)
+        force = self._on_frames(self._stream(h5, "measured_force", relpath), cam_ts)
         null = pa.nulls(n, pa.float64())
 
         def col(arr, fn):  # a channel, null where the stream lacks it or the value is not finite
@@ -361,7 +369,7 @@ class ReassembleAdapter(SourceAdapter):
             schema=SIGNALS_SCHEMA,
         )
 
-        segments = to_table(segment_rows(h5, SLUG, unit_id, cam_ts, t0, relpath), SEGMENTS_SCHEMA)
+        segments = to_table(segment_rows(h5, SLUG, unit_id, cam_ts, t0, relpath, self.input_limits), SEGMENTS_SCHEMA)
 
         splits = [name for name, ids in self._split_files(root).items() if unit_id in ids]
         unit = {
@@ -404,13 +412,14 @@ class ReassembleAdapter(SourceAdapter):
                     raise UnitError(f"camera {camera!r} missing", file=relpath)
                 if not want:
                     return {}
-                blob = bytes(ds[()])
+                blob = bytes(hdf5_read(ds, relpath, self.input_limits))
         except UnitError:
             raise
         except (OSError, KeyError, ValueError) as exc:
             raise UnitError(f"cannot read camera {camera!r}: {exc.__class__.__name__}: {exc}", file=relpath) from exc
         try:
-            got = video.read_frames(blob, want, decoder=decoder, threads=threads)
+            got = video.read_frames(blob, want, decoder=decoder, threads=threads,
+                                    max_samples=self.input_limits.max_video_samples)
         except video.DecodeError as exc:
             raise UnitError(f"camera {camera!r}: {exc}", file=relpath) from exc
         return {i: got[i] for i in want}

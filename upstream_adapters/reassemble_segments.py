@@ -20,7 +20,9 @@ import h5py
 import numpy as np
 from h5py import h5d, h5g, h5o, h5s, h5t
 
+from .base import hdf5_read
 from .ir import UnitError
+from .storage.limits import InputLimits
 
 _INDEX_NAME = re.compile(r"\d+")
 
@@ -38,7 +40,8 @@ class _Scalars:
     each HDF5 datatype met is kept (a file holds a handful: float64, int64, bool, a few string lengths): h5py's
     conversion of a datatype to a dtype costs about as much as the read."""
 
-    def __init__(self):
+    def __init__(self, relpath: str = "", limits: InputLimits = InputLimits()):
+        self.relpath, self.limits = relpath, limits
         self._types: list[tuple[h5t.TypeID, np.dtype, h5t.TypeID]] = []
 
     def _dtype(self, ds: h5d.DatasetID) -> tuple[np.dtype, h5t.TypeID]:
@@ -64,7 +67,8 @@ class _Scalars:
             return arr[()]
         if key.encode() not in gid:
             return None
-        return h5py.Group(gid)[key][()]  # an array, an empty dataspace, a group: h5py's own reading (or its error)
+        obj = h5py.Group(gid)[key]  # an array, an empty dataspace, a group: h5py's own reading (or its error)
+        return hdf5_read(obj, self.relpath, self.limits) if isinstance(obj, h5py.Dataset) else obj[()]
 
 
 def _group(gid: h5g.GroupID, name: bytes) -> h5g.GroupID | None:
@@ -97,7 +101,8 @@ def _ordered_groups(gid: h5g.GroupID, where: str, relpath: str, check_index: boo
     return sorted(out, key=lambda x: x[0])
 
 
-def segment_rows(h5: h5py.File, slug: str, unit_id: str, cam_ts: np.ndarray, t0: float, relpath: str) -> list[dict]:
+def segment_rows(h5: h5py.File, slug: str, unit_id: str, cam_ts: np.ndarray, t0: float, relpath: str,
+                 limits: InputLimits = InputLimits()) -> list[dict]:
     """The `segments` rows of one open recording, its primary camera's timestamps `cam_ts` (Unix s) and frame-0
     time `t0`; a malformed group fails the unit (UnitError naming the group and `relpath`)."""
     info = h5.get("segments_info")
@@ -105,7 +110,7 @@ def segment_rows(h5: h5py.File, slug: str, unit_id: str, cam_ts: np.ndarray, t0:
         return []
     n = cam_ts.size
     rows: list[dict] = []
-    scalar = _Scalars()
+    scalar = _Scalars(relpath, limits)
 
     def row(level, seg_index, parent, g, where):
         start, end = scalar(g, "start"), scalar(g, "end")

@@ -38,7 +38,6 @@ Decisions (documented in the module so the quarantine reasons make sense):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -52,7 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import video
-from .base import SourceAdapter, check_unit_id, path_free, read_metadata, require_root, safe_join
+from .base import SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join
 from .rh20t_scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
 from .rh20t_parse import _col, _int_ms, _nearest, _samples, _serial_entry
 from .storage.limits import ArchiveLimits
@@ -295,12 +294,12 @@ class Rh20tAdapter(SourceAdapter):
         cached = self._languages.get(str(p))
         if cached is None or cached[0] != key or key is None:
             try:
-                table = json.loads(read_metadata(base, "task_description.json"))
+                table = load_json(read_metadata(base, "task_description.json",
+                                                self.input_limits.max_metadata_bytes),
+                                  "task_description.json", self.input_limits)
                 error = None if isinstance(table, dict) else "not a JSON object"
             except UnitError as exc:
                 table, error = {}, exc.reason
-            except ValueError:
-                table, error = {}, "not valid JSON"
             self._languages[str(p)] = cached = (key, table if isinstance(table, dict) else {}, error)
         if cached[2]:
             notes.append(f"task_description.json not read ({cached[2]}): language is null")
@@ -324,13 +323,10 @@ class Rh20tAdapter(SourceAdapter):
         rels = ["metadata.json", rel_ts, *REQUIRED_TRANSFORMED, rel_mp4]
         if isinstance(scene, _FolderScene):
             rels.remove(rel_mp4)  # decoded from the file path
-        data = scene.read(rels)
+        data = scene.read(rels, json_max=self.input_limits.max_metadata_bytes)
 
         # metadata.json
-        try:
-            meta = json.loads(data["metadata.json"].decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise UnitError("metadata.json is not valid JSON", file=scene.where("metadata.json")) from None
+        meta = load_json(data["metadata.json"], scene.where("metadata.json"), self.input_limits)
         if not isinstance(meta, dict):
             raise UnitError("metadata.json is not a JSON object", file=scene.where("metadata.json"))
         notes: list[str] = []  # assumptions/repairs for this unit (kept in UnitIR.notes, not fatal)
@@ -367,9 +363,9 @@ class Rh20tAdapter(SourceAdapter):
         # video: frame count must match the clock (frame i <-> timestamps[i])
         src = scene.video(rel_mp4, data)
         try:
-            n_video = video.count_frames(src)
+            n_video = video.count_frames(src, max_samples=self.input_limits.max_video_samples)
             if n_video:
-                video.check_first_frame(src)
+                video.check_first_frame(src, max_samples=self.input_limits.max_video_samples)
         except video.DecodeError as exc:
             raise UnitError(f"{rel_mp4} is unreadable: {exc}", file=scene.where(rel_mp4)) from None
         if n_video == 0:
@@ -467,7 +463,7 @@ class Rh20tAdapter(SourceAdapter):
         """`keep` lowered past trailing frames that do not decode, so no item references a frame that does not."""
         for last in range(keep - 1, max(-1, keep - 2 - self.frame_count_tolerance), -1):
             try:
-                video.read_frames(src, [last])
+                video.read_frames(src, [last], max_samples=self.input_limits.max_video_samples)
                 return last + 1
             except video.DecodeError:
                 continue
@@ -492,7 +488,8 @@ class Rh20tAdapter(SourceAdapter):
         rel = f"cam_{camera}/color.mp4"
         src = scene.video(rel)
         try:
-            got = video.read_frames(src, idx, decoder=decoder, threads=threads)
+            got = video.read_frames(src, idx, decoder=decoder, threads=threads,
+                                    max_samples=self.input_limits.max_video_samples)
         except video.DecodeError as exc:
             msg = f"{rel}: {exc}"
             raise UnitError(path_free(msg, src, scene.where(rel)) if isinstance(src, Path) else msg,

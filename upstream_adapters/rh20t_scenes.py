@@ -67,12 +67,12 @@ class _FolderScene:
             raise UnitError(f"missing {rel}", file=self.where(rel))
         return p
 
-    def read(self, rels: Sequence[str]) -> dict[str, bytes]:
+    def read(self, rels: Sequence[str], json_max: int | None = None) -> dict[str, bytes]:
         out = {}
         for rel in rels:
             p = self._path(rel)
             try:  # the files read whole (metadata, pickles) are bounded like archive members
-                why = self.limits.refuse(rel, p.stat().st_size, None)
+                why = self.limits.refuse(rel, p.stat().st_size, None) or _json_over(rel, p.stat().st_size, json_max)
                 if why:
                     raise UnitError(why, file=self.where(rel))
                 out[rel] = p.read_bytes()
@@ -123,8 +123,12 @@ class _TarScene:
                             file=self.where(rel))
         return m
 
-    def read(self, rels: Sequence[str]) -> dict[str, bytes]:
+    def read(self, rels: Sequence[str], json_max: int | None = None) -> dict[str, bytes]:
         members = {rel: self._member(rel) for rel in rels}
+        for rel, m in members.items():  # refused from the archive's index, before a byte is inflated
+            why = _json_over(rel, m.size, json_max)
+            if why:
+                raise UnitError(why, file=self.where(rel))
         try:
             got = self.archive.read(self.path, members.values())
         except MemberRefused as exc:
@@ -143,3 +147,10 @@ class _TarScene:
         if data is not None and rel in data:
             return data[rel]
         return self.read([rel])[rel]
+
+
+def _json_over(rel: str, size: int, json_max: int | None) -> str | None:
+    """Why a JSON file or member of `size` bytes is not read (input_limits.max_metadata_bytes), or None."""
+    if json_max is not None and rel.endswith(".json") and size > json_max:
+        return f"{rel} is {size} bytes, over input_limits.max_metadata_bytes ({json_max}): refused before reading"
+    return None

@@ -193,6 +193,18 @@ def _seek_index(c, data: str | bytes) -> VideoIndex:
     return index
 
 
+def check_declared(src: VideoSource, max_samples: int | None) -> None:
+    """DecodeError when the video's container declares more samples for a track than `max_samples`
+    (input_limits.max_video_samples): checked from the box headers (mp4_index.declared_samples) before the sample
+    table or FFmpeg's index is built from the declared count. None: no bound."""
+    if max_samples is None:
+        return
+    n = _table(src, lambda fh: mp4_index.declared_samples(fh, max_boxes=max_samples + 1))
+    if n is not None and n > max_samples:
+        raise DecodeError(f"video declares {n} samples in one track, over input_limits.max_video_samples "
+                          f"({max_samples}): refused before indexing")
+
+
 def probe(src: VideoSource) -> VideoIndex:
     """Demux `src` once (no decoding) and return its frame index."""
     data = _materialize(src)
@@ -200,10 +212,11 @@ def probe(src: VideoSource) -> VideoIndex:
         return _index_container(c)
 
 
-def count_frames(src: VideoSource) -> int:
+def count_frames(src: VideoSource, max_samples: int | None = None) -> int:
     """Exact number of decodable frames (counts packets of the video stream without decoding). A plain MP4 is
     answered from its sample table (mp4_index) once PyAV has opened a file of the same header and agreed with the
-    table's count; any other file is demuxed."""
+    table's count; any other file is demuxed. `max_samples`: `check_declared` first."""
+    check_declared(src, max_samples)
     table = _table_count(src)
     if table is not None and _AGREED.get(table[1]):
         return table[0]
@@ -213,12 +226,14 @@ def count_frames(src: VideoSource) -> int:
     return n
 
 
-def check_first_frame(src: VideoSource) -> None:
+def check_first_frame(src: VideoSource, max_samples: int | None = None) -> None:
     """Raise DecodeError unless the video opens and the decoder puts out a first frame: what ingest checks before
     trusting a video (its frame count comes from `count_frames`). Nothing is demuxed ahead, seeked or converted
     to RGB: `read_frames(src, [0])` did the same check at ~3x the cost (a demux of every packet to index the
     video first). One decoder thread: FFmpeg's default (as many as cores) costs more to set up than one frame."""
-    with _open(_materialize(src)) as c:
+    data = _materialize(src)
+    check_declared(data, max_samples)
+    with _open(data) as c:
         s = _video_stream(c)
         s.codec_context.thread_count = 1
         try:
@@ -285,13 +300,14 @@ def decord_is_exact(index: VideoIndex) -> bool:
 
 
 def read_frames(src: VideoSource, indices: Sequence[int], decoder: str = "auto",
-                threads: int = 1) -> dict[int, np.ndarray]:
+                threads: int = 1, max_samples: int | None = None) -> dict[int, np.ndarray]:
     """Decode exactly `indices` (any order, duplicates allowed) -> {index: HxWx3 RGB uint8}.
 
     decoder: "auto" (see `decoder_order`), "pyav" or "decord" (forced; DecodeError where decord is not exact:
     AV1, HEVC, open GOP). threads: decoder threads per video (1 suits a process pool with one worker per core;
     0 = let FFmpeg choose). Both are arguments, never process-global state.
-    Raises DecodeError if the video cannot be opened or an index is outside the video.
+    Raises DecodeError if the video cannot be opened or an index is outside the video, or when its container
+    declares more than `max_samples` samples (`check_declared`).
     """
     threads = int(threads)
     want = sorted(set(int(i) for i in indices))
@@ -300,6 +316,7 @@ def read_frames(src: VideoSource, indices: Sequence[int], decoder: str = "auto",
     if want[0] < 0:
         raise DecodeError(f"negative frame index {want[0]}")
     data = _materialize(src)
+    check_declared(data, max_samples)
     # one open per video: PyAV decodes from the container the index was read for (its first step is a seek to a
     # keyframe, which resets the demuxer after a demux pass; opening the file again cost ~1.3 ms per video)
     with _open(data) as c:

@@ -11,7 +11,9 @@ upstream fingerprint (`FrameKeys`, computed once per video per call), and every 
 its pixels against the recorded hash) before it is used; a bad entry is decoded again (cache.py).
 
 The returned frame table has one row per distinct requested frame, sorted, with FRAME_TABLE_SCHEMA: status ok|error,
-reason, pixel_sha256, height, width, mean, std, thumb (grey thumbnail, hex) — what the visual gate reads.
+reason, pixel_sha256, height, width, mean, std, thumb (grey thumbnail, hex) — what the visual gate reads. A frame
+that decoded but could not be written into the cache is not an error row: `extract_frames` raises CacheWriteError
+(worker.py), a build error, so that the gate never drops its items as unreadable.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import polars as pl
 from .cache import FrameCache
 from ..pool import resolve_workers, run_tasks
 from .readers import AdapterReaders, DirectoryReaders, reader_id, unit_fingerprint  # noqa: F401 - re-exported
-from .worker import VideoTask, error_result, run_video
+from .worker import VideoTask, error_result, raise_cache_errors, run_video
 
 FRAME_TABLE_SCHEMA = {
     "source": pl.String, "unit_id": pl.String, "camera": pl.String, "frame_index": pl.Int64,
@@ -148,6 +150,7 @@ def extract_frames(requests: pl.DataFrame, open_reader, cache: FrameCache, worke
 
     run_tasks(run_video, tasks, workers, on_result, error_result, mp_context=mp_context,
               in_flight_per_worker=in_flight_per_worker)
+    raise_cache_errors(rows)  # a frame the cache could not keep stops the build: no item is lost to it
     if not rows:
         return pl.DataFrame(schema=FRAME_TABLE_SCHEMA)
     return pl.DataFrame(rows, schema=FRAME_TABLE_SCHEMA).sort([*VIDEO_KEY, "frame_index"])

@@ -216,9 +216,10 @@ def _video_pixels(cache: FrameCache, video_key: tuple, indices: list[int], key_o
     for i, _ in missing:
         got[i] = f"frame {i} of {video} is not in the frame cache, or its entry is bad"
     if missing and open_reader is not None:
-        from .worker import VideoTask, run_video
+        from .worker import VideoTask, raise_cache_errors, run_video
 
         res = run_video(VideoTask(open_reader, *video_key, missing, cache))
+        raise_cache_errors(res["rows"])
         counters["decoded"] += res["decoded"]
         failed = {r["frame_index"]: r["reason"] for r in res["rows"] if r["status"] != "ok"}
         got.update((i, f"frame {i} of {video} cannot be decoded again: {why}") for i, why in failed.items())

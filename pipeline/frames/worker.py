@@ -4,7 +4,8 @@ One task = one video = (source, unit_id, camera) with its sorted missing frame i
 open the video once, decode exactly those frames, write them into the video's cache pack with their stats (one
 write), return small rows.
 Any exception becomes error rows for the frames of that video (after a failed batch each frame is retried alone,
-so only the frames that really fail get error rows); nothing is raised.
+so only the frames that really fail get error rows); nothing is raised. Frames that decoded but could not be written
+into the cache get CACHE_ERROR rows, which the callers turn into a build error (`raise_cache_errors`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,26 @@ from dataclasses import dataclass
 from ..leaks import redact_paths
 from .cache import FrameCache
 from .pixels import as_rgb, frame_stats
+
+
+CACHE_ERROR = "cache_error"  # the frame decoded but could not be written into the frame cache
+
+
+class CacheWriteError(RuntimeError):
+    """Frames decoded but not written into the frame cache (a full disk, a read-only work folder): a build error,
+    never an item the visual gate drops as "unreadable"."""
+
+
+def raise_cache_errors(rows: list[dict]) -> None:
+    """CacheWriteError naming how many frames and the first one, when a row of `rows` has status CACHE_ERROR."""
+    bad = sorted((r for r in rows if r["status"] == CACHE_ERROR),
+                 key=lambda r: (r["source"], r["unit_id"], r["camera"], r["frame_index"]))
+    if bad:
+        r = bad[0]
+        raise CacheWriteError(f"{len(bad)} decoded frame(s) could not be written into the frame cache (first: "
+                              f"{r['source']}/{r['unit_id']} {r['camera']} frame {r['frame_index']}: {r['reason']}); "
+                              "the build stops instead of dropping their items: free space or fix the work folder's "
+                              "permissions, then build again")
 
 
 SINGLE_RETRY_MAX = 256  # after a failed batch, retry at most this many frames one by one ...
@@ -112,7 +133,7 @@ def run_video(task: VideoTask) -> dict:
     except Exception as exc:  # noqa: BLE001 - e.g. a full disk: none of them is cached
         reason = redact_paths(f"cannot write the frame cache: {type(exc).__name__}: {exc}")
         for index, key, _, _ in entries:
-            rows[index] = _row(task, index, key, "error", reason, None)
+            rows[index] = _row(task, index, key, CACHE_ERROR, reason, None)
     out = [rows[i] for i, _ in task.frames]
-    errors = sum(r["status"] == "error" for r in out)
+    errors = sum(r["status"] != "ok" for r in out)
     return {"rows": out, "decoded": len(out) - errors, "errors": errors, "rss_mb": peak_rss_mb()}

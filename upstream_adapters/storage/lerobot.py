@@ -8,7 +8,6 @@ errors are UnitError naming the file relative to the source root.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import string
@@ -21,8 +20,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from ..base import read_metadata
+from ..base import load_json, read_metadata, read_metadata_bytes
 from ..ir import UnitError
+from .limits import InputLimits
 
 VIDEO_PREFIX = "observation.images."
 # LeRobot v2.x defaults, used only to list episodes of a task folder whose info.json is missing/unreadable.
@@ -57,26 +57,29 @@ def is_v3(tdir: Path, info: dict | None) -> bool:
     return False
 
 
-def read_json_quiet(root: Path, rel_path: str):
-    """A JSON file read by the metadata rule (base.read_metadata); None when missing or unreadable."""
+def read_json_quiet(root: Path, rel_path: str, limits: InputLimits = InputLimits()):
+    """A JSON file read by the metadata rule (base.read_metadata, base.load_json within `limits`); None when missing,
+    unreadable or past a bound."""
     try:
-        return json.loads(read_metadata(root, rel_path))
-    except (UnitError, ValueError):
+        return load_json(read_metadata(root, rel_path, limits.max_metadata_bytes), rel_path, limits)
+    except UnitError:
         return None
 
 
-def read_jsonl_quiet(root: Path, rel_path: str) -> list:
+def read_jsonl_quiet(root: Path, rel_path: str, limits: InputLimits = InputLimits()) -> list:
+    """The rows of a JSONL file, one line at a time: a line that is not UTF-8 or not JSON (or past a bound) costs only
+    itself, never the other rows (the episodes it would have listed are still found by the data-file scan)."""
     try:
-        text = read_metadata(root, rel_path)
+        data = read_metadata_bytes(root, rel_path, limits.max_metadata_bytes)
     except UnitError:
         return []
     rows = []
-    for line in text.splitlines():
+    for line in data.removeprefix(b"\xef\xbb\xbf").splitlines():
         line = line.strip()
         if line:
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+                rows.append(load_json(line, rel_path, limits))
+            except UnitError:
                 continue
     return rows
 

@@ -38,3 +38,28 @@ class ArchiveLimits:
                     f"bytes), over archive_limits.max_compression_ratio ({self.max_compression_ratio:g}): "
                     "refused as a decompression bomb")
         return None
+
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class InputLimits:
+    """Bounds on what one upstream file may declare, checked against the declared sizes before anything is allocated
+    (a few KB of header can declare GBs): a file past a bound costs its unit, quarantined with the file and the bound
+    named. The values come from `build.input_limits` (configs/build.yaml, typed by pipeline/settings.py
+    `InputLimits`); every adapter gets them as `adapter.input_limits` (upstream_adapters.get_adapter)."""
+    max_video_samples: int = 5_000_000  # samples (frames) one video track declares: MP4 sample table / fragments
+    max_hdf5_dataset_bytes: int = 2 << 30  # declared size (shape x item size) of one HDF5 dataset read whole
+    max_image_pixels: int = 50_000_000  # width x height of one encoded image row, from its header
+    max_metadata_bytes: int = 64 * MIB  # one metadata / list file (JSON, JSONL, CSV, text), on disk or in an archive
+    max_json_depth: int = 64  # nesting of one JSON document (objects and arrays)
+
+    @classmethod
+    def of(cls, value: "InputLimits | dict | None") -> "InputLimits":
+        if isinstance(value, cls):
+            return value
+        limits = cls(**(value or {}))
+        if min(asdict(limits).values()) <= 0:
+            raise ValueError(f"input_limits must be positive: {asdict(limits)}")
+        return limits
