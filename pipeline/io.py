@@ -165,3 +165,21 @@ def sorted_by(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     would copy it whole, which for a million-row table is hundreds of MB held twice."""
     order = df.select(pl.arg_sort_by(keys)).to_series().to_numpy()
     return df if np.array_equal(order, np.arange(df.height)) else df[order]
+
+
+def strict_json(text: str):
+    """json.loads that refuses what a reader could take two ways: a key twice in one object (json keeps the last, a
+    stricter reader the first or neither); ValueError naming it. A nesting too deep for the parser is a ValueError
+    too (never a RecursionError that stops the validator)."""
+    def pairs(items):
+        seen: set = set()
+        for key, _ in items:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
+        return dict(items)
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs)
+    except RecursionError:
+        raise ValueError("nested too deep") from None

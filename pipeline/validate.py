@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline import writers
+from pipeline.io import strict_json
 from pipeline.exports.facing import release_problems as model_facing_problems
 from pipeline.io import compact_json, is_temp_file
 from pipeline.leaks import find_path_leaks
@@ -61,24 +62,6 @@ class _Report:
 def _eq(report: _Report, what: str, got, want) -> None:
     if got != want:
         report.add(f"{what}: {got!r} != {want!r} (from the rows)")
-
-
-def strict_json(text: str):
-    """json.loads that refuses what a reader could take two ways: a key twice in one object (json keeps the last, a
-    stricter reader the first or neither); ValueError naming it. A nesting too deep for the parser is a ValueError
-    too (never a RecursionError that stops the validator)."""
-    def pairs(items):
-        seen: set = set()
-        for key, _ in items:
-            if key in seen:
-                raise ValueError(f"duplicate key {key!r}")
-            seen.add(key)
-        return dict(items)
-
-    try:
-        return json.loads(text, object_pairs_hook=pairs)
-    except RecursionError:
-        raise ValueError("nested too deep") from None
 
 
 def _read_json(path: Path, report: _Report):

@@ -16,7 +16,7 @@ from pipeline.frames.cache import FrameCache
 from pipeline.frames.extract import extract_frames, requests_from_items
 from pipeline.frames.pixels import decode_png, pixel_sha256
 from pipeline.frames.readers import AdapterReaders
-from pipeline.frames.reconstruct import reconstruct, reconstruction_markdown
+from pipeline.frames.reconstruct import reconstruct, reconstruct_summary, reconstruction_markdown
 from pipeline.frames.render import add_image_hashes
 from pipeline.io import compact_json, write_parquet
 from upstream_adapters import video
@@ -167,7 +167,7 @@ def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, ca
         files["sft_parquet"]: {"items": 3, "ok": 3, "missing": 0, "differs": 0, "unverified": 0, "images": 8}}
     assert (out / "images" / "pb_v1_eval_000002_2.png").exists()  # the L2 item's images
 
-    text = cli.reconstruct_summary(report, out.resolve(), cfg)
+    text = reconstruct_summary(report, out.resolve(), cfg)
     assert f"  {l2}  1 items: 1 ok; 3 images written" in text
     assert f"12 images in {out.resolve() / 'images'}" in text
     monkeypatch.setattr("pipeline.frames.reconstruct.reconstruct", lambda *a, **k: (report, k)[0]

@@ -321,3 +321,22 @@ def reconstruction_markdown(cfg: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def reconstruct_summary(report: dict, out: Path, cfg: dict) -> str:
+    """What `reconstruct` wrote, per release file and per source, where the images went and where the report is."""
+    rc = cfg["frames"]["reconstruction"]
+
+    def counts(r: dict) -> str:
+        extra = ", ".join(f"{r[k]} {k}" for k in ("missing", "differs", "unverified") if r.get(k))
+        return f"{r['items']} items: {r['ok']} ok" + (f", {extra}" if extra else "")
+
+    width = max((len(f) for f in report["files"]), default=0)
+    lines = ["reconstructed, per release file:"]
+    lines += [f"  {f:<{width}}  {counts(r)}; {r['images']} images written" for f, r in report["files"].items()]
+    lines += ["per source:"] + [f"  {s}: {counts(r)}" for s, r in sorted(report["sources"].items())]
+    lines += [f"{report['images_written']} images in {out / rc['images_dir']}",
+              f"per-item report: {out / rc['report_file']}"]
+    if report["problems"]:
+        lines.append(f"{len(report['problems'])} item(s) not rebuilt or not verified: see the report's `problems`")
+    return "\n".join(lines)
