@@ -264,9 +264,11 @@ def cmd_reconstruct(args) -> int:
 
 def cmd_dev(args) -> int:
     """Run `dg dev` (what superseded `dagster dev`; the project is pyproject.toml's [tool.dg]) as a child that stops
-    with us (see `supervise` and docs/running.md). Its virtual environment is named as the active one, so dg does not
+    with us (see assets/supervise.py and docs/running.md). Its virtual environment is named as the active one, so dg does not
     warn that the project's .venv is not activated."""
     import os
+
+    from assets.supervise import supervise
 
     cmd = [str(Path(sys.executable).with_name("dg")), "dev", "-h", args.host, "-p", str(args.port)]
     pid_file = path_in_repo(".dagster_dev.pid")
@@ -276,34 +278,6 @@ def cmd_dev(args) -> int:
         return supervise(cmd, env={**os.environ, "VIRTUAL_ENV": sys.prefix}, cwd=path_in_repo("."))
     finally:
         pid_file.unlink(missing_ok=True)
-
-
-def supervise(cmd: list[str], poll_s: float = 0.5, env: dict | None = None, cwd: Path | None = None) -> int:
-    """Run `cmd` as a child and stop it (SIGTERM) when we get SIGINT/SIGTERM or when our parent dies. A `dagster
-    dev` started in the background from a non-interactive shell ignores SIGINT and SIGTERM, and `make` killed by
-    SIGTERM dies without passing the signal on, leaving its recipe running: so we watch the parent too."""
-    import os
-    import signal
-    import subprocess
-
-    parent = os.getppid()
-    child = subprocess.Popen(cmd, env=env, cwd=cwd)
-    stopping = []
-
-    def stop(signum, _frame=None):
-        stopping.append(signum)
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while True:
-        try:
-            rc = child.wait(timeout=poll_s)
-            return 0 if stopping else rc
-        except subprocess.TimeoutExpired:
-            if os.getppid() != parent and not stopping:  # reparented: whoever started us is gone
-                stop(signal.SIGTERM)
 
 
 def cmd_validity(args) -> int:

@@ -100,9 +100,12 @@ def provenance(cfg: dict, corpora: dict[str, dict]) -> dict:
     sources = {}
     for slug in cfg["build"]["sources"]:
         rec = corpora.get(slug) or {}
-        sources[slug] = {"name": cfg["sources"][slug]["name"], "origin": rec.get("origin", "unknown"),
-                         "corpus_fingerprint": rec.get("corpus_fingerprint"), "units_listed": rec.get("units_listed"),
-                         "samples": rec.get("samples")}
+        origin = rec.get("origin", "unknown")
+        # a sample corpus is named by its generator, scale and seed; its encoded bytes (so its fingerprint) vary with
+        # the machine's video encoders while the frames the release uses do not: null keeps the release machine-free
+        sources[slug] = {"name": cfg["sources"][slug]["name"], "origin": origin,
+                         "corpus_fingerprint": None if origin == "samples" else rec.get("corpus_fingerprint"),
+                         "units_listed": rec.get("units_listed"), "samples": rec.get("samples")}
     origins = sorted({s["origin"] for s in sources.values()})
     return {
         "builder_version": rc["builder_version"],

@@ -354,7 +354,7 @@ def test_the_ui_stops_when_whoever_started_it_dies(tmp_path):
     import signal
 
     repo = str(Path(__file__).resolve().parent.parent)
-    supervisor = (f"import sys; sys.path.insert(0, {repo!r}); from assets.cli import supervise; "
+    supervisor = (f"import sys; sys.path.insert(0, {repo!r}); from assets.supervise import supervise; "
                   "sys.exit(supervise(['sleep', '60']))")
     # the "make": a process that starts the supervisor and then just sits there (until killed)
     make = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
@@ -377,3 +377,31 @@ def test_the_ui_stops_when_whoever_started_it_dies(tmp_path):
         time.sleep(0.2)
     gone = not Path(f"/proc/{sleeper}").exists() or Path(f"/proc/{sleeper}/stat").read_text().split()[2] == "Z"
     assert gone, "the UI outlived the process that started it"
+
+
+def test_stopping_the_ui_stops_what_it_started(tmp_path):
+    """Stopping `processbench dev` could leave the UI's process tree or a run in flight: whatever the supervised child
+    started and left behind (here a background `sleep` of a shell) is stopped with it."""
+    import signal
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    marker = tmp_path / "left.pid"
+    supervisor = (f"import sys; sys.path.insert(0, {repo!r}); from assets.supervise import supervise; "
+                  f"sys.exit(supervise(['sh', '-c', 'sleep 120 & echo $! > {marker}; wait']))")
+    sup = subprocess.Popen([sys.executable, "-c", supervisor])
+    deadline = time.time() + 30
+    while time.time() < deadline and not (marker.exists() and marker.read_text().strip()):
+        time.sleep(0.1)
+    left = int(marker.read_text())
+    alive = lambda: Path(f"/proc/{left}").exists() and Path(f"/proc/{left}/stat").read_text().split()[2] != "Z"
+    try:
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+        deadline = time.time() + 10
+        while time.time() < deadline and alive():
+            time.sleep(0.1)
+        assert not alive(), "a process the UI started outlived it"
+    finally:
+        if alive():  # this test's own leftover, by its pid
+            os.kill(left, signal.SIGKILL)
+
