@@ -49,18 +49,18 @@ rebuild: venv
 	$(BIN)/processbench validate release
 
 test: venv
-	$(BIN)/ruff check .
+	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(TESTS)
 
 test-fast: venv
-	$(BIN)/ruff check .
+	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 lint: venv
-	$(BIN)/ruff check .
+	$(BIN)/python -m ruff check .
 
 format: venv
-	$(BIN)/ruff format .
+	$(BIN)/python -m ruff format .
 
 dev: venv
 	$(BIN)/processbench dev --host 127.0.0.1 --port $(PORT)

@@ -261,20 +261,22 @@ def test_input_limits_are_typed_settings(tmp_path):
     assert all(src["adapter"]["input_limits"] == cfg["build"]["input_limits"] for src in cfg["sources"].values())
 
 
-def test_input_limits_stay_out_of_the_config_hash():
-    """The bounds only refuse hostile files (a refused unit shows in the release's own counts): changing them must
-    not change provenance.json's config hash, so the locked demo release keeps its bytes."""
+def test_input_limits_are_in_the_config_hash_and_the_ingest_fingerprint():
+    """The bounds decide which units are refused, so they can change the release: they are not among the keys that
+    change no output (pipeline/digests.py NO_OUTPUT_KEYS, the one list), and editing them changes provenance.json's
+    config hash and re-runs ingest."""
+    from pipeline.digests import NO_OUTPUT_KEYS, config_part, digest
     from pipeline.provenance import config_hash
 
+    assert all("input_limits" not in keys for keys in NO_OUTPUT_KEYS.values())
     cfg = load_config()
     other = json.loads(json.dumps(cfg, default=str))
     base = json.loads(json.dumps(cfg, default=str))
     other["build"]["input_limits"]["max_json_depth"] = 5
     for src in other["sources"].values():
         src["adapter"]["input_limits"]["max_json_depth"] = 5
-    assert config_hash(other) == config_hash(base)
-    other["build"]["ir_limits"]["fps"] = [2.0, 999.0]
     assert config_hash(other) != config_hash(base)
+    assert digest(config_part(other, ("sources.gm100",))) != digest(config_part(base, ("sources.gm100",)))
 
 
 # ------------------------------------------------------------------------------------------------ a reader killed

@@ -121,8 +121,11 @@ def test_review_page_round_trip_in_chromium(tmp_path, capsys):
                 item = by_id[page.inner_text("#item")]
                 assert page.inner_text("#prompt") == format_prompt(item, CFG) and item["item_id"] not in seen
                 seen.append(item["item_id"])
-                n_img = page.eval_on_selector_all("#imgs img", "els => els.filter(e => e.complete && "
-                                                                "e.naturalWidth > 0).length")
+                loaded = "els => els.filter(e => e.complete && e.naturalWidth > 0).length"
+                # images load asynchronously: wait (generously) until both are decoded, then count exactly
+                page.wait_for_function(f"(({loaded})([...document.querySelectorAll('#imgs img')])) >= 2",
+                                       timeout=60_000)
+                n_img = page.eval_on_selector_all("#imgs img", loaded)
                 assert n_img == 2  # exactly the item's images, loaded from disk
                 if k.startswith("click:"):
                     page.click(f"#answers button[data-answer='{k[6:]}']")
