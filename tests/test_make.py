@@ -4,6 +4,7 @@ directory` from the Makefile's DAGSTER_HOME target), and the Makefile's choice o
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import site
 import subprocess
@@ -36,15 +37,17 @@ def _seed_venv(clone: Path) -> None:
 
 def test_the_makefile_finds_a_supported_python_or_says_which_it_needs(tmp_path):
     shown = tmp_path / "show.mk"
-    shown.write_text(f"include {REPO}/Makefile\nshow:\n\t@echo \"[$(PYTHON)]\"\n")
+    shown.write_text("show:\n\t@echo \"[$(PYTHON)]\"\n")  # read after the Makefile (-f twice): no `include`,
+    # which would split a repository path that holds a space
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
     for name in ("python3.13", "python3.12", "python3.11", "python3"):  # a 3.10 first on the PATH is passed over
-        (bin_dir / name).write_text("#!/bin/sh\nexec " + sys.executable + ' "$@"\n' if name == "python3.12" else
-                                    "#!/bin/sh\necho 'Python 3.10' >&2; exit 1\n")
+        works = "#!/bin/sh\nexec " + shlex.quote(sys.executable) + ' "$@"\n'  # may hold a space
+        (bin_dir / name).write_text(works if name == "python3.12" else "#!/bin/sh\necho 'Python 3.10' >&2; exit 1\n")
         (bin_dir / name).chmod(0o755)
-    out = subprocess.run(["make", "-s", "-f", str(shown), "show"], cwd=REPO, env=env, capture_output=True, text=True)
+    out = subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "-f", str(shown), "show"], cwd=REPO, env=env,
+                         capture_output=True, text=True)
     assert out.stdout.strip() == "[python3.12]"
     for name in ("python3.12",):
         (bin_dir / name).unlink()
