@@ -28,8 +28,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import io, writers
-from pipeline.exports.common import export_cfg
-from pipeline.release_files import eval_level_files
+from pipeline.exports.common import export_cfg, read_tables
 from pipeline.score_bias import bias_free
 from pipeline.validity.baselines import options, pick
 
@@ -104,15 +103,7 @@ def read_predictions(path: Path) -> dict[str, object]:
 
 def read_release(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame]:
     """{"eval": every eval level's rows (release_files.eval_level_files), "sft": the SFT rows}."""
-    rel = Path(release_dir)
-    names = {"eval": list(eval_level_files(rel, cfg).values()), "sft": [writers.file_names(cfg)["sft_parquet"]]}
-    out = {}
-    for split, files in names.items():
-        for name in files:
-            if not (rel / name).is_file():
-                raise FileNotFoundError(f"release {rel}: missing {name}")
-        out[split] = pl.concat([pl.read_parquet(rel / name) for name in files], how="vertical_relaxed")
-    return out
+    return read_tables(Path(release_dir), cfg, levels=True)
 
 
 def _label_priors(sft_df: pl.DataFrame) -> tuple[dict, dict]:

@@ -122,14 +122,19 @@ def test_in_flight_bound(demo_release, images, tmp_path, concurrency):
         assert server.problems == []
 
 
+def _spawn_eval(release, images, server, out, stdout) -> subprocess.Popen:
+    """`processbench eval` in a process of its own (to be killed or interrupted), without an API key."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONHASHSEED": "0"}
+    cmd = [sys.executable, "-m", "assets.cli", "eval", "--release", str(release), "--images", str(images),
+           "--base-url", server.base_url, "--model", MODEL, "--out", str(out), "--limit", str(LIMIT),
+           "--concurrency", "2", "--no-progress"]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.DEVNULL, text=True)
+
+
 def test_killed_run_resumes_without_asking_again(demo_release, images, chosen, tmp_path):
     out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONHASHSEED": "0"}
     with FakeOpenAI(demo_release, MODEL, hold_after=5) as server:
-        cmd = [sys.executable, "-m", "assets.cli", "eval", "--release", str(demo_release), "--images", str(images),
-               "--base-url", server.base_url, "--model", MODEL, "--out", str(out), "--limit", str(LIMIT),
-               "--concurrency", "2", "--no-progress"]
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = _spawn_eval(demo_release, images, server, out, stdout=subprocess.DEVNULL)
         store = out / "responses.jsonl"
         deadline = time.monotonic() + 120
         while not (store.is_file() and store.read_bytes().count(b"\n") >= 5):
@@ -151,12 +156,8 @@ def test_killed_run_resumes_without_asking_again(demo_release, images, chosen, t
 
 def test_ctrl_c_keeps_the_answers_and_says_how_to_resume(demo_release, images, chosen, tmp_path):
     out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONHASHSEED": "0"}
     with FakeOpenAI(demo_release, MODEL, hold_after=3) as server:
-        cmd = [sys.executable, "-m", "assets.cli", "eval", "--release", str(demo_release), "--images", str(images),
-               "--base-url", server.base_url, "--model", MODEL, "--out", str(out), "--limit", str(LIMIT),
-               "--concurrency", "2", "--no-progress"]
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        proc = _spawn_eval(demo_release, images, server, out, stdout=subprocess.PIPE)
         store = out / "responses.jsonl"
         deadline = time.monotonic() + 120
         while not (store.is_file() and store.read_bytes().count(b"\n") >= 3):
@@ -295,8 +296,8 @@ def test_circular_asks_every_rotation_and_scores_it_as_score_circular(demo_relea
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     out = tmp_path / "circ"
     copies = load_items(demo_release, cfg, limit=LIMIT, circular=True)
-    assert len(copies) == circular_rows(_chosen_rows(demo_release, chosen)).height == sum(
-        int(n) for n in _chosen_rows(demo_release, chosen)["num_choices"])
+    rows = _chosen_rows(demo_release, chosen)
+    assert len(copies) == circular_rows(rows).height == sum(int(n) for n in rows["num_choices"])
     assert {c.item_id.split(COPY_SEP)[0] for c in copies} == {it.item_id for it in chosen}
     first = {c.item_id: c for c in copies}
     for it in chosen:  # copy 0 is the item as the release shows it; copy 1 shows other options first

@@ -45,17 +45,13 @@ def read_tables(release_dir: Path, cfg: dict, levels: bool = False) -> dict[str,
     files = writers.file_names(cfg)
     out = {}
     for split in writers.SPLITS:
-        rels = [files[f"{split}_parquet"]] + (level_files(release_dir, cfg) if levels and split == "eval" else [])
+        rels = (list(eval_level_files(release_dir, cfg).values()) if levels and split == "eval"
+                else [files[f"{split}_parquet"]])  # eval_level_files: the main eval file first, then the levels
         for rel in rels:
             if not (Path(release_dir) / rel).is_file():
                 raise FileNotFoundError(f"release {Path(release_dir).resolve()}: missing {rel}")
-        out[split] = pl.concat([pl.read_parquet(Path(release_dir) / rel) for rel in rels])
+        out[split] = pl.concat([pl.read_parquet(Path(release_dir) / rel) for rel in rels], how="vertical_relaxed")
     return out
-
-
-def level_files(release_dir: Path, cfg: dict) -> list[str]:
-    """The parquet files of the eval levels other than L1, in level order (release_files.eval_level_files)."""
-    return list(eval_level_files(release_dir, cfg).values())[1:]  # the first is the main eval file
 
 
 # Release columns a model may not be shown: they locate, render or identify the frames (any of frame indices,
