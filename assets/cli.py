@@ -10,7 +10,7 @@
     processbench review --release DIR --images DIR --out DIR [--per-cell 100]
     processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
     processbench eval --release DIR (--images DIR | --upstream gm100=PATH ...) --base-url URL --model NAME --out DIR
-    processbench score --release DIR --predictions FILE --out DIR
+    processbench score --release DIR --predictions FILE [--step-predictions FILE] --out DIR
     processbench dev [--host 127.0.0.1] [--port 3000]
 """
 
@@ -293,11 +293,16 @@ def cmd_review(args) -> int:
 
 
 def cmd_score(args) -> int:
+    if not args.predictions and (args.circular or not args.step_predictions):
+        raise UsageError("--circular needs --predictions" if args.circular else
+                         "give --predictions (multiple choice), --step-predictions (T13 steps) or both")
     if args.circular:  # predictions for the rotated copies: pipeline/circular.py
         from pipeline.circular import main as circular_main
         return circular_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
     from pipeline.score import main as score_main  # logic lives in pipeline/score.py
-    return score_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out,
+    return score_main(["--release", args.release, "--out", args.out,
+                       *(["--predictions", args.predictions] if args.predictions else []),
+                       *(["--step-predictions", args.step_predictions] if args.step_predictions else []),
                        *(["--levels", args.levels] if args.levels else [])])
 
 
@@ -410,9 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sc = sub.add_parser("score", help="score predictions (jsonl item_id, response) against every eval level")
     for opt, what in (("--release", "the release folder"),
-                      ("--predictions", "jsonl with item_id and response per eval item"),
                       ("--out", "folder for the report (metrics, plot)")):
         sc.add_argument(opt, required=True, help=what)
+    sc.add_argument("--predictions", help="jsonl with item_id and response per eval item")
+    sc.add_argument("--step-predictions", help="jsonl with item_id and prediction (a list of 1 / -1, or the model's "
+                    "text with <STEPS>+,-,...</STEPS>) per step eval item (the T13 step track)")
     sc.add_argument("--circular", action="store_true",
                     help="the predictions answer the CircularEval copies (item_id.c<k>): report circular accuracy "
                          "and position consistency beside plain accuracy")

@@ -29,6 +29,7 @@ import polars as pl
 
 from pipeline import io, writers
 from pipeline.exports.common import export_cfg, read_tables
+from pipeline.bootstrap import group_bootstrap
 from pipeline.score_bias import bias_free
 from pipeline.validity.baselines import options, pick
 
@@ -77,9 +78,10 @@ def parse_answer(response, num_choices: int, bare_fallback: bool = True) -> str 
     return letter if letter in writers.CHOICE_LETTERS[:num_choices] else None
 
 
-def read_predictions(path: Path) -> dict[str, object]:
-    """{item_id: response} of a jsonl file; a clear error naming the file and line for bytes that are not UTF-8, a
-    line that is not JSON, a row without item_id / response, an item predicted twice."""
+def read_predictions(path: Path, field: str = "response") -> dict[str, object]:
+    """{item_id: response} of a jsonl file (`field`: the key of the answer; step predictions name it `prediction`);
+    a clear error naming the file and line for bytes that are not UTF-8, a line that is not JSON, a row without
+    item_id / the answer, an item predicted twice."""
     path = Path(path)
     preds: dict[str, object] = {}
     for n, raw in enumerate(path.read_bytes().splitlines(), 1):
@@ -93,11 +95,11 @@ def read_predictions(path: Path) -> dict[str, object]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or "item_id" not in row or "response" not in row:
-            raise ValueError(f"{path}:{n}: a row needs `item_id` and `response`")
+        if not isinstance(row, dict) or "item_id" not in row or field not in row:
+            raise ValueError(f"{path}:{n}: a row needs `item_id` and `{field}`")
         if row["item_id"] in preds:
             raise ValueError(f"{path}:{n}: item {row['item_id']} predicted twice")
-        preds[row["item_id"]] = row["response"]
+        preds[row["item_id"]] = row[field]
     return preds
 
 
@@ -174,20 +176,13 @@ def _matrix(df: pl.DataFrame, cats: list) -> tuple[np.ndarray, np.ndarray, list[
 def _ci(df: pl.DataFrame, cats: list | None, sc: dict) -> tuple[list[float] | None, str | None]:
     """Percentile bootstrap over split groups of the mean over categories of their accuracy (cats None: one
     category, the micro accuracy). Returns (interval, None) or (None, why it is not estimable)."""
-    correct, count, groups = _matrix(df, cats if cats is not None else [0] * df.height)
-    min_groups = int(sc.get("min_ci_groups", 5))
-    if len(groups) < min_groups:
-        return None, f"not estimable: {len(groups)} split group(s) < score.min_ci_groups {min_groups}"
-    rng = np.random.default_rng(int(sc["seed"]))
-    idx = rng.integers(0, len(groups), size=(int(sc["bootstrap_samples"]), len(groups)))
-    csum, nsum = correct[idx].sum(axis=1), count[idx].sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        acc = np.nanmean(np.where(nsum > 0, csum / np.maximum(nsum, 1.0), np.nan), axis=1)
-    a = (1 - float(sc["ci"])) / 2
-    lo, hi = round(float(np.quantile(acc, a)), 4), round(float(np.quantile(acc, 1 - a)), 4)
-    if lo == hi:
-        return None, f"not estimable: every resample of the {len(groups)} split groups gives {lo:.4f}"
-    return [lo, hi], None
+    correct, count, _ = _matrix(df, cats if cats is not None else [0] * df.height)
+    k = correct.shape[1]
+
+    def mean_accuracy(tot: np.ndarray) -> np.ndarray:
+        csum, nsum = tot[:, :k], tot[:, k:]
+        return np.nanmean(np.where(nsum > 0, csum / np.maximum(nsum, 1.0), np.nan), axis=1)
+    return group_bootstrap(np.concatenate([correct, count], axis=1), mean_accuracy, sc)
 
 
 def _label_keys(df: pl.DataFrame) -> list:
@@ -322,20 +317,14 @@ def plot(m: dict, path: Path, title: str = "") -> None:
 
 
 OUTPUTS = ("metrics.json", "metrics.md", "per_item.jsonl", "accuracy_by_task.png")
+STEP_OUTPUTS = ("per_step.jsonl",)  # with step predictions (the T13 step track, pipeline/steps/score.py)
 
 
-def score(release_dir: Path, predictions: Path, out_dir: Path, cfg: dict, levels: list[str] | None = None) -> dict:
-    """Score `predictions` against every eval level of the release (or only `levels`); writes OUTPUTS into
-    `out_dir` and returns the metrics (their `outputs` names the files written)."""
-    tables = read_release(release_dir, cfg)
+def _score_mcq(tables: dict, predictions: Path, cfg: dict, levels: list[str] | None) -> tuple[dict, pl.DataFrame]:
     ev = tables["eval"]
     preds = read_predictions(predictions)
     all_ids = set(ev["item_id"].to_list())
     if levels:
-        known_levels = sorted({_level(r) for r in ev.select("eval_level").to_dicts()})
-        unknown = sorted(set(levels) - set(known_levels))
-        if unknown:
-            raise ValueError(f"--levels {','.join(unknown)}: the release has levels {', '.join(known_levels)}")
         ev = ev.filter(pl.col("eval_level").fill_null("none").is_in(list(levels)))
     known = set(ev["item_id"].to_list())
     missing = sorted(known - set(preds))
@@ -351,43 +340,102 @@ def score(release_dir: Path, predictions: Path, out_dir: Path, cfg: dict, levels
     m["predictions"] = {"file": Path(predictions).name, "levels": sorted(set(items["level"].to_list())),
                         "missing": len(missing), "extra": len(extra), "other_levels": other,
                         "missing_examples": missing[:10], "extra_examples": extra[:10]}
+    return m, items
+
+
+def _check_levels(tables: list[pl.DataFrame], levels: list[str] | None) -> None:
+    if not levels:
+        return
+    known_levels = sorted({_level(r) for df in tables for r in df.select("eval_level").to_dicts()})
+    unknown = sorted(set(levels) - set(known_levels))
+    if unknown:
+        raise ValueError(f"--levels {','.join(unknown)}: the release has levels {', '.join(known_levels)}")
+
+
+def score(release_dir: Path, predictions: Path | None, out_dir: Path, cfg: dict, levels: list[str] | None = None,
+          step_predictions: Path | None = None) -> dict:
+    """Score `predictions` (multiple choice) and / or `step_predictions` (the T13 step track; its metrics under
+    `steps`) against every eval level of the release (or only `levels`); writes OUTPUTS (the MCQ ones with
+    `predictions`, STEP_OUTPUTS with `step_predictions`) into `out_dir` and returns the metrics (their `outputs`
+    names the files written)."""
+    if predictions is None and step_predictions is None:
+        raise ValueError("give predictions, step predictions or both")
+    from pipeline.steps import score as step_score
+    from pipeline.steps.tables import read_step_tables
+
+    step_tables = read_step_tables(release_dir, cfg) if step_predictions is not None else None
+    if step_predictions is not None and step_tables is None:
+        raise ValueError(f"release {Path(release_dir)}: step predictions given but the release has no step files "
+                         f"({writers.file_names(cfg).get('steps_eval_parquet')})")
+    tables = read_release(release_dir, cfg) if predictions is not None else None
+    _check_levels([t["eval"] for t in (tables, step_tables) if t is not None], levels)
+    m, items, written = {}, None, []
+    if predictions is not None:
+        m, items = _score_mcq(tables, predictions, cfg, levels)
+        written = list(OUTPUTS)
+    md = markdown(m) if m else ""
+    if step_tables is not None:
+        m["steps"], per_step = step_score.score_steps(step_tables, read_predictions(step_predictions, "prediction"),
+                                                      Path(step_predictions).name, export_cfg(cfg)["score"], levels)
+        md = (md + "\n" if md else "") + step_score.markdown(m["steps"])
+        written = (written or list(OUTPUTS[:2])) + list(STEP_OUTPUTS)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     io.atomic_write_text(out_dir / OUTPUTS[0], io.dumps_json(m))
-    io.atomic_write_text(out_dir / OUTPUTS[1], markdown(m))
-    io.write_jsonl(out_dir / OUTPUTS[2], items)
-    plot(m, out_dir / OUTPUTS[3], f"{Path(predictions).name}: accuracy per family "
-                                  f"(levels {', '.join(m['predictions']['levels'])})")
-    m["outputs"] = [str(out_dir / f) for f in OUTPUTS]
+    io.atomic_write_text(out_dir / OUTPUTS[1], md)
+    if items is not None:
+        io.write_jsonl(out_dir / OUTPUTS[2], items)
+        plot(m, out_dir / OUTPUTS[3], f"{Path(predictions).name}: accuracy per family "
+                                      f"(levels {', '.join(m['predictions']['levels'])})")
+    if step_tables is not None:
+        io.write_jsonl(out_dir / STEP_OUTPUTS[0], per_step)
+    m["outputs"] = [str(out_dir / f) for f in written]
     return m
+
+
+def _print_summary(m: dict) -> None:
+    if "overall" in m:
+        o = m["overall"]
+        print(f"accuracy {o['accuracy']:.4f} (n={o['n']}, invalid {o['invalid_rate']:.4f}, 95% CI "
+              f"{_ci_text(o['ci95'])}); balanced {o['balanced_accuracy']:.4f}; task-macro "
+              f"{o['task_macro_accuracy']:.4f}; missing {m['predictions']['missing']}, extra {m['predictions']['extra']}")
+        for lv, b in m["by_level"].items():
+            print(f"  {lv}: accuracy {b['accuracy']:.4f} (n={b['n']}), image-free best "
+                  f"{b['baselines']['image_free_best']:.4f}")
+        flagged = [c for c in m["cells"] if flag(c) == "NO BETTER THAN IMAGE-FREE"]
+        print(f"{len(flagged)} of {len(m['cells'])} cells no better than image-free")
+    if "steps" in m:
+        o, p = m["steps"]["overall"], m["steps"]["predictions"]
+        print(f"steps: macro-F1 {_f(o['macro_f1'])} (95% CI {_ci_text(o['macro_f1_ci95'])}; {o['n_steps']} steps of "
+              f"{o['n_items']} items, invalid {_f(o['invalid_rate'])}); first-error {_f(o['first_error'])}; "
+              f"all-correct macro-F1 {_f(o['baselines']['all_correct']['macro_f1'])}; missing {p['missing']}, "
+              f"extra {p['extra']}")
+    print(f"written: {', '.join(m['outputs'])}")
 
 
 def main(argv: list[str] | None = None, cfg: dict | None = None) -> int:
     p = argparse.ArgumentParser(prog="processbench score", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--release", required=True)
-    p.add_argument("--predictions", required=True)
+    p.add_argument("--predictions", default=None, help="multiple-choice predictions (jsonl item_id, response)")
+    p.add_argument("--step-predictions", default=None,
+                   help="T13 step predictions (jsonl item_id, prediction: a list of 1 / -1 or the model's text)")
     p.add_argument("--out", required=True)
     p.add_argument("--levels", default=None, help="comma-separated eval levels to score (default: every level)")
     args = p.parse_args(argv)
+    if args.predictions is None and args.step_predictions is None:
+        p.error("give --predictions, --step-predictions or both")
     if cfg is None:
         from pipeline.config import load_config
         cfg = load_config()
     levels = [x.strip() for x in args.levels.split(",") if x.strip()] if args.levels else None
     try:
-        m = score(Path(args.release), Path(args.predictions), Path(args.out), cfg, levels)
+        m = score(Path(args.release), Path(args.predictions) if args.predictions else None, Path(args.out), cfg,
+                  levels, Path(args.step_predictions) if args.step_predictions else None)
     except (ValueError, FileNotFoundError) as exc:
         print(f"score: {exc}", file=sys.stderr)
         return 2
-    o = m["overall"]
-    print(f"accuracy {o['accuracy']:.4f} (n={o['n']}, invalid {o['invalid_rate']:.4f}, 95% CI {_ci_text(o['ci95'])}); "
-          f"balanced {o['balanced_accuracy']:.4f}; task-macro {o['task_macro_accuracy']:.4f}; missing "
-          f"{m['predictions']['missing']}, extra {m['predictions']['extra']}")
-    for lv, b in m["by_level"].items():
-        print(f"  {lv}: accuracy {b['accuracy']:.4f} (n={b['n']}), image-free best {b['baselines']['image_free_best']:.4f}")
-    flagged = [c for c in m["cells"] if flag(c) == "NO BETTER THAN IMAGE-FREE"]
-    print(f"{len(flagged)} of {len(m['cells'])} cells no better than image-free")
-    print(f"written: {', '.join(m['outputs'])}")
+    _print_summary(m)
     return 0
 
 

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal, Optional, Union
 from pydantic import ConfigDict, Field
 
 
+from pipeline.settings_steps import ValiditySteps
 from pipeline.settings_types import (BySource, OneOrPerSource, PerSource, Slug, SlugOrDefault, Strict,  # noqa: F401 - re-exported
                                      TaskId)
 
@@ -275,6 +276,11 @@ class ReleaseFiles(Strict):
     split_groups_sft: str = "metadata/split_groups_sft.txt"
     provenance: str = "metadata/provenance.json"
     checksums: str = "checksums.sha256"
+    # the T13 step track (docs/release-format.md); a release without these files has no step track
+    steps_eval_parquet: str = "splits/processbench_steps_eval.parquet"
+    steps_eval_jsonl: str = "splits/processbench_steps_eval.jsonl"
+    steps_sft_parquet: str = "splits/processdata_steps_sft.parquet"
+    steps_sft_jsonl: str = "splits/processdata_steps_sft.jsonl"
     model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
 
 
@@ -442,6 +448,7 @@ class ValidityFile(Strict):
     near_duplicate: ValidityNearDuplicate = ValidityNearDuplicate()
     temporal: ValidityTemporal = ValidityTemporal()
     human: ValidityHuman = ValidityHuman()
+    steps: ValiditySteps = ValiditySteps()
 
 
 # ----------------------------------------------------------------------------------------- exports.yaml

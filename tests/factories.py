@@ -345,3 +345,94 @@ def build_demo(samples: dict[str, Path], out: Path, executor: str = "in_process"
     assert result["failed_checks"] == [], result["failed_checks"]
     assert result["steps"], "a fresh work folder must run every step"
     return out / "release"
+
+
+# ------------------------------------------------------------------------------------------ T13 step items
+STEP_SENTENCES = ("The gripper approaches the part.", "The gripper closes on the part.", "The arm lifts the part.",
+                  "The arm moves the part to the socket.", "The part is inserted into the socket.",
+                  "The gripper opens and releases the part.", "The arm retracts.", "The task is complete.")
+STEP_KINDS = ("natural_primitive_failure", "natural_action_failure", "natural_outcome", "swapped_frames",
+              "substituted_chain", "contact_flipped", "outcome_flipped", "truncated_complete")
+
+
+def make_step_row(n: int, correctness: list[int], *, split: str = "eval", source: str = "REASSEMBLE",
+                  slug: str = "reassemble", level: str | None = "L1", group: str | None = None,
+                  steps: list[str] | None = None, kinds: list[str | None] | None = None) -> dict:
+    """One T13 step item in the row shape of the step files (the contract both halves of the track code against):
+    `correctness` 1 / -1 / 0 per step; `kinds` the error kind of each -1 step (default: `swapped_frames`)."""
+    from pipeline.steps.parse import format_steps
+
+    k = len(correctness)
+    steps = list(steps or [STEP_SENTENCES[i % len(STEP_SENTENCES)] for i in range(k)])
+    kinds = list(kinds) if kinds is not None else ["swapped_frames" if c == -1 else None for c in correctness]
+    item_id = f"pb_v2_steps_{split}_{n:06d}"
+    unit = f"unit_{n:04d}"
+    first = next((i for i, c in enumerate(correctness) if c == -1), -1)
+    images = [f"images/{item_id}/{i}.png" for i in range(k)]
+    return {
+        "item_id": item_id, "split": split, "source": source, "source_slug": slug, "source_task_id": "task_1",
+        "source_unit_type": "recording", "source_unit_id": unit, "task_id": "T13",
+        "task_name": "process_verification", "eval_level": level if split == "eval" else None,
+        "split_group_id": group or f"{slug}:{unit}", "image": images, "question": "Assemble the parts.",
+        "response": {"steps": steps, "process_correctness": [int(c) for c in correctness]},
+        "step_image_index_json": compact_json([[i] for i in range(k)]),
+        "prompt": "Goal: Assemble the parts.\n" + "\n".join(f"Step {i + 1}: <image> {s}" for i, s in enumerate(steps)),
+        "answer": format_steps(correctness), "num_steps": k, "first_error_index": first,
+        "step_error_kinds_json": compact_json([kd if c == -1 else None for kd, c in zip(kinds, correctness)]),
+        "step_reconstruction_keys_json": compact_json([{"camera": "hand", "frame_indices": [i], "source": slug,
+                                                        "source_task_id": "task_1", "source_unit_id": unit,
+                                                        "source_unit_type": "recording"} for i in range(k)]),
+        "image_hashes_json": compact_json([fake_hash(item_id, i) for i in range(k)]),
+        "licence": "CC-BY-4.0", "split_version": "splits_v2", "builder_version": "processbench_build_v2",
+        "prompt_version": "steps_v1",
+    }
+
+
+def step_table(rows: list[dict]) -> pl.DataFrame:
+    """Step rows as the step files hold them (`response` a struct of two lists)."""
+    return pl.DataFrame(rows, schema_overrides={
+        "eval_level": pl.String, "image": pl.List(pl.String),
+        "response": pl.Struct({"steps": pl.List(pl.String), "process_correctness": pl.List(pl.Int64)})})
+
+
+def synthetic_step_rows(n_items: int, *, split: str = "eval", seed: int = 0, wrong_share: float = 0.3,
+                        giveaway: str | None = None, sources=(("REASSEMBLE", "reassemble"),), levels=("L1",),
+                        start: int = 0, groups: int | None = None) -> list[dict]:
+    """Step items whose sentences carry nothing about their labels (steps drawn from one fixed chain, errors at
+    uniformly drawn positions, kinds drawn evenly): a text-only model cannot beat the coin. `giveaway`: a word
+    appended to every wrong step's sentence (a planted text leak)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for j in range(n_items):
+        n = int(rng.integers(4, 9))
+        corr = [1] * n
+        if rng.random() < 0.7:
+            for i in rng.choice(n, size=max(1, int(round(n * wrong_share))), replace=False):
+                corr[int(i)] = -1
+        if rng.random() < 0.3:
+            corr[int(rng.integers(0, n))] = 0
+        steps = [STEP_SENTENCES[i % len(STEP_SENTENCES)] + (f" {giveaway}" if giveaway and c == -1 else "")
+                 for i, c in enumerate(corr)]
+        kinds = [STEP_KINDS[int(rng.integers(0, len(STEP_KINDS)))] if c == -1 else None for c in corr]
+        source, slug = sources[j % len(sources)]
+        g = f"{slug}:group_{(start + j) % groups if groups else start + j:04d}"
+        rows.append(make_step_row(start + j, corr, split=split, source=source, slug=slug, steps=steps, kinds=kinds,
+                                  level=levels[(j // len(sources)) % len(levels)], group=g))
+    return rows
+
+
+def write_step_files(release_dir: Path, cfg: dict, eval_rows: list[dict], sft_rows: list[dict]) -> dict[str, Path]:
+    """The step files of a release folder (names from configs/release.yaml `files`; one eval file per level)."""
+    from pipeline.release_files import file_names, level_file_name
+
+    files = file_names(cfg)
+    out = {}
+    for level in sorted({r["eval_level"] for r in eval_rows}):
+        p = Path(release_dir) / level_file_name(files["steps_eval_parquet"], level)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        step_table([r for r in eval_rows if r["eval_level"] == level]).write_parquet(p)
+        out[level] = p
+    p = Path(release_dir) / files["steps_sft_parquet"]
+    step_table(sft_rows).write_parquet(p)
+    out["sft"] = p
+    return out

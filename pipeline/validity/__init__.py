@@ -2,12 +2,14 @@
 SFT share.
 
     audit(eval_rows, sft_rows, vcfg, thumbs=None, fps_of=None, column_values=None) -> report (JSON-able, deterministic)
-    problems(report, vcfg) -> list of "source/family: what" strings (empty when every configured limit holds)
+    problems(report, vcfg) -> list of "source/family: what" strings (empty when every configured limit holds; the
+                              step track's blind gates, report["steps"], included)
     warnings(report, vcfg) -> model-facing metadata leaks whose limit is null (reported, not blocking)
     run_validity(cfg) -> summary    the stage: reads the release splits, writes metadata/validity_report.{json,md}
 
 Thresholds are in configs/validity.yaml (`limits`, with `level_limits` overriding them per eval level). Every eval
-level (L1 and the out-of-distribution L2 / L3 files) is audited against the same SFT rows. Metadata baselines
+level (L1 and the out-of-distribution L2 / L3 files) is audited against the same SFT rows. A release with the T13 step
+files gets the step track's blind gates too (pipeline/steps/gates.py, `steps` in the report and the limits). Metadata baselines
 (metadata.py): each public column alone and a unit's row count; those a model-facing file exposes are checked.
 A cell whose eval labels are not balanced (its most frequent eval answer label
 above random by more than `balance_tolerance`) is checked against its label prior instead of random (random where the
@@ -170,6 +172,10 @@ def problems(report: dict, vcfg: dict) -> list[str]:
             out.append(f"{where}: option-set-only {c['option_only']:.3f} exceeds {ref_name} {ref:.3f} by more than "
                        f"{float(lim['option_only_over_reference']):.2f}")
         out += [f"{where}: {m}" for m in metadata_problems(c, ref, lim)]
+    if report.get("steps"):  # the T13 step track's blind gates (pipeline/steps/gates.py)
+        from ..steps.gates import gate_problems
+
+        out += gate_problems(report["steps"], vcfg["steps"])
     return out
 
 
@@ -217,6 +223,12 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
     sources = sorted({r["source_slug"] for r in ev + sf})
     report = audit(ev, sf, vcfg, thumbs=FrameThumbs(wd, sources), fps_of=_fps_table(wd, sources),
                    column_values=column_values)
+    from ..steps.gates import step_gates
+    from ..steps.tables import read_step_tables
+
+    steps = read_step_tables(rel, cfg)  # None without step files: the report is as before the step track
+    if steps is not None:
+        report["steps"] = step_gates(steps["eval"], steps["sft"], vcfg["steps"])
     report["problems"] = problems(report, vcfg)
     report["warnings"] = warnings(report, vcfg)
     write_report(report, rel / "metadata")

@@ -35,8 +35,12 @@ def render_markdown(report: dict) -> str:
             t = c["temporal"]
             lines.append(f"| {c['source']} | {c['family']} | {_f(c.get('level'))} | {t['n']} | {_f(t['median_gap_s'])} | {_f(t['p10_gap_s'])} "
                          f"| {_f(t['median_visual_diff'])} | {_f(t['p10_visual_diff'])} |")
-    lines += ["", f"Near duplicates: 64-bit perceptual hash within Hamming distance {report['near_duplicate_hamming']}.",
-              "", "## Problems", ""]
+    lines += ["", f"Near duplicates: 64-bit perceptual hash within Hamming distance {report['near_duplicate_hamming']}."]
+    if report.get("steps"):
+        from ..steps.gates import gate_markdown
+
+        lines += gate_markdown(report["steps"])
+    lines += ["", "## Problems", ""]
     lines += [f"- {p}" for p in report.get("problems", [])] or ["none"]
     if report.get("warnings"):
         lines += ["", "## Warnings (reported, not blocking)", ""] + [f"- {w}" for w in report["warnings"]]

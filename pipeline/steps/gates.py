@@ -1,0 +1,93 @@
+"""The blind gates of the step track (validity audit): what predictors that never see an image score on the step
+eval files, per (source, eval level) cell, against the coin flip.
+
+    step_gates(eval_df, sft_df, scfg) -> {"cells": [...], ...}   scfg = configs/validity.yaml `steps`
+    gate_problems(report, scfg) -> ["source/level: gate macro-F1 exceeds coin flip by more than ..."]
+
+Gates (pipeline/steps/baselines.py, trained on the source's SFT steps): all-correct, coin flip (expected), the
+error-position prior, an n-gram model of SFT step chains that flags unlikely steps, and a text-only classifier on the
+step sentences and positions. A cell with at least `min_steps` scored eval steps is checked: every gate's step
+macro-F1 (pipeline/steps/score.py) must stay within `max_over_random` of the coin flip's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.steps import baselines
+from pipeline.steps.score import coin_counts, confusion, macro_f1
+from pipeline.steps.tables import step_rows
+
+GATES = ("all_correct", "coin_flip", "position_prior", "ngram", "text_classifier")
+
+
+def _predict(sft: list[dict], ev: list[dict], scfg: dict) -> dict[str, list[int]]:
+    ng, tc = scfg.get("ngram") or {}, scfg.get("text_classifier") or {}
+    return {"all_correct": baselines.all_correct(ev),
+            "position_prior": baselines.position_prior(sft, ev),
+            "ngram": baselines.ngram(sft, ev, int(ng.get("order", 2)), float(ng.get("alpha", 1.0))),
+            "text_classifier": baselines.text_classifier(sft, ev, float(tc.get("C", 1.0)),
+                                                         int(tc.get("max_iter", 200)))}
+
+
+def _f1(gold: list[int], pred: list[int]) -> float | None:
+    v = float(macro_f1(np.sum([confusion(g, p) for g, p in zip(gold, pred)], axis=0))[0]) if gold else float("nan")
+    return None if np.isnan(v) else round(v, 4)
+
+
+def step_gates(eval_df, sft_df, scfg: dict) -> dict:
+    """Per (source, level): scored eval steps, items, and each gate's step macro-F1 (`random` = the coin flip)."""
+    ev, sf = step_rows(eval_df), step_rows(sft_df)
+    cells = []
+    for source in sorted({s["source"] for s in ev}):
+        e = [s for s in ev if s["source"] == source]
+        preds = _predict([s for s in sf if s["source"] == source], e, scfg)
+        for level in sorted({s["level"] for s in e}):
+            idx = [i for i, s in enumerate(e) if s["level"] == level and s["gold"] in (1, -1)]
+            gold = [e[i]["gold"] for i in idx]
+            cell = {"source": source, "level": level, "eval_steps": len(idx),
+                    "eval_items": len({e[i]["item_id"] for i in idx}),
+                    "wrong_share": round(sum(g == -1 for g in gold) / len(gold), 4) if gold else None}
+            coin = macro_f1(np.sum([coin_counts(g) for g in gold], axis=0))[0] if gold else float("nan")
+            cell["coin_flip"] = None if np.isnan(coin) else round(float(coin), 4)
+            for name, p in preds.items():
+                cell[name] = _f1(gold, [p[i] for i in idx])
+            cell["random"] = cell["coin_flip"]
+            cell["checked"] = len(idx) >= int(scfg["min_steps"])
+            cells.append(cell)
+    return {"min_steps": int(scfg["min_steps"]), "max_over_random": float(scfg["max_over_random"]),
+            "eval_items": eval_df.height, "sft_items": sft_df.height, "gates": list(GATES), "cells": cells}
+
+
+def gate_problems(report: dict, scfg: dict) -> list[str]:
+    """Every checked cell where a gate's macro-F1 exceeds the coin flip's by more than `max_over_random`."""
+    lim = float(scfg["max_over_random"])
+    out = []
+    for c in report["cells"]:
+        if not c["checked"] or c["random"] is None:
+            continue
+        for g in GATES:
+            if c[g] is not None and c[g] - c["random"] > lim + 1e-9:
+                out.append(f"{c['source']}/T13/{c['level']}: blind step gate {g} macro-F1 {c[g]:.3f} exceeds the "
+                           f"coin flip {c['random']:.3f} by more than {lim:.2f}")
+    return out
+
+
+def gate_markdown(report: dict) -> list[str]:
+    """The validity report's step section."""
+    lines = ["", "## Step track (T13): blind gates", "",
+             "Step macro-F1 on the step eval files of predictors that never see an image, trained on the source's SFT",
+             "steps (pipeline/steps/gates.py): all-correct, coin flip (expected; the reference), error-position prior,",
+             "an n-gram model of step chains, a text-only classifier on step sentences and positions. Checked cells",
+             f"(at least {report['min_steps']} scored steps) must keep every gate within "
+             f"{report['max_over_random']:.2f} of the coin flip.", "",
+             "| source | level | steps | items | wrong share | coin flip | all-correct | position prior | n-gram "
+             "| text classifier | checked |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+
+    def f(x):
+        return "–" if x is None else f"{x:.3f}"
+    for c in report["cells"]:
+        lines.append(f"| {c['source']} | {c['level']} | {c['eval_steps']} | {c['eval_items']} | {f(c['wrong_share'])} "
+                     f"| {f(c['coin_flip'])} | {f(c['all_correct'])} | {f(c['position_prior'])} | {f(c['ngram'])} "
+                     f"| {f(c['text_classifier'])} | {'yes' if c['checked'] else 'no'} |")
+    return lines

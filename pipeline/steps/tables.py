@@ -1,0 +1,73 @@
+"""The release's step files (configs/release.yaml `files`: steps_eval_parquet, steps_sft_parquet, ...) and their
+reader. A release without them, or a configuration without the keys, has no step track: `step_files` gives None and
+every caller skips the track.
+
+    step_files(release_dir, cfg) -> {"eval": {level: rel}, "sft": rel} | None
+    read_step_tables(release_dir, cfg) -> {"eval": every level's rows, "sft": the SFT rows} | None
+    step_rows(df) -> one row per step: item, cell, split group, position, gold label, error kind
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.release_files import file_names, level_file_name
+
+LEVELS = ("L1", "L2", "L3")
+NATURAL_PREFIX = "natural_"  # error kinds starting with it come from the sources' own failure annotations
+
+
+def step_files(release_dir: Path, cfg: dict) -> dict | None:
+    """The step files present in a written release: the main eval file (L1) and each level's own file that exists,
+    and the SFT file. None when the configuration names no step files or the main eval file is absent."""
+    files = file_names(cfg)
+    ev, sf = files.get("steps_eval_parquet"), files.get("steps_sft_parquet")
+    root = Path(release_dir)
+    if not ev or not sf or not (root / ev).is_file():
+        return None
+    levels = {lv: level_file_name(ev, lv) for lv in LEVELS}
+    return {"eval": {lv: rel for lv, rel in levels.items() if (root / rel).is_file()},
+            "sft": sf if (root / sf).is_file() else None}
+
+
+def read_step_tables(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame] | None:
+    """Every eval level's step rows (L1 first) and the SFT step rows (empty when the SFT file is absent); None
+    without step files."""
+    found = step_files(release_dir, cfg)
+    if found is None:
+        return None
+    root = Path(release_dir)
+    ev = pl.concat([pl.read_parquet(root / rel) for rel in found["eval"].values()], how="vertical_relaxed")
+    sf = pl.read_parquet(root / found["sft"]) if found["sft"] else ev.clear()
+    return {"eval": ev, "sft": sf}
+
+
+def level_of(row: dict) -> str:
+    return "none" if row.get("eval_level") is None else str(row["eval_level"])
+
+
+def kind_class(kind: str | None) -> str | None:
+    """natural / injected of an error kind (None for a step that is not wrong)."""
+    if kind is None:
+        return None
+    return "natural" if kind.startswith(NATURAL_PREFIX) else "injected"
+
+
+def step_rows(df: pl.DataFrame) -> list[dict]:
+    """One dict per step of every item of a step table: item_id, source, source_slug, level, split_group_id,
+    position (0-based), num_steps, sentence, previous sentence, gold (1 / -1 / 0), kind (error kind or None)."""
+    out = []
+    cols = ["item_id", "source", "source_slug", "eval_level", "split_group_id", "response", "step_error_kinds_json"]
+    for r in df.select([c for c in cols if c in df.columns]).iter_rows(named=True):
+        steps = list(r["response"]["steps"])
+        gold = [int(g) for g in r["response"]["process_correctness"]]
+        kinds = json.loads(r["step_error_kinds_json"]) if r.get("step_error_kinds_json") else [None] * len(steps)
+        for i, (sentence, g, kind) in enumerate(zip(steps, gold, kinds)):
+            out.append({"item_id": r["item_id"], "source": r["source"], "source_slug": r.get("source_slug"),
+                        "level": level_of(r), "split_group_id": r["split_group_id"], "position": i,
+                        "num_steps": len(steps), "sentence": sentence, "previous": steps[i - 1] if i else None,
+                        "gold": g, "kind": kind if g == -1 else None})
+    return out
