@@ -165,3 +165,13 @@ def test_step_files_are_named_by_the_release_config():
     files = load_config()["release"]["files"]
     assert files["steps_eval_parquet"] == "splits/processbench_steps_eval.parquet"
     assert files["steps_sft_parquet"] == "splits/processdata_steps_sft.parquet"
+
+
+def test_step_metric_definitions_are_the_documented_ones():
+    """The docs' step scoring section states each metric by the formula the scorer writes into metrics.json."""
+    from pathlib import Path
+
+    from pipeline.steps.score import STEP_METRIC_DEFINITIONS
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "release-format.md").read_text(encoding="utf-8")
+    for name, text in STEP_METRIC_DEFINITIONS.items():
+        assert f"  - **{name}**: {text}\n" in doc, name

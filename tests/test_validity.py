@@ -423,3 +423,28 @@ def test_held_out_levels_are_judged_against_their_own_prior():
         c = _cell(rep, "gm100", "T1")
         assert c["eval_label_share"] == 0.29 and c["option_only"] == 0.29
         assert any("option-set-only" in p for p in problems(rep, VCFG)) is blocked
+
+
+def test_run_validity_gates_the_step_track_when_the_release_has_step_files(tmp_path):
+    """A release with T13 step files gets their blind gates in the report and its problems (a planted give-away word
+    fails them); without step files the report has no step section."""
+    import polars as pl
+
+    from factories import synthetic_step_rows, write_step_files
+    from pipeline.config import load_config
+    from pipeline.validity import run_validity
+
+    cfg = load_config()
+    rel, wd = tmp_path / "rel", tmp_path / "work"
+    (rel / "splits").mkdir(parents=True)
+    pl.DataFrame(_t1_rows(60, "eval", "uniform")).write_parquet(rel / "splits" / "processbench_eval.parquet")
+    pl.DataFrame(_t1_rows(600, "sft", "uniform", 5000)).write_parquet(rel / "splits" / "processdata_sft.parquet")
+    run_validity(cfg, release_dir=rel, work_dir=wd)
+    assert "steps" not in json.loads((rel / "metadata" / "validity_report.json").read_text())
+    write_step_files(rel, cfg, synthetic_step_rows(300, seed=1, giveaway="suddenly"),
+                     synthetic_step_rows(1200, split="sft", seed=2, giveaway="suddenly", start=10_000))
+    summary = run_validity(cfg, release_dir=rel, work_dir=wd)
+    assert any(p.startswith("REASSEMBLE/T13/L1: blind step gate text_classifier") for p in summary["problems"])
+    rep = json.loads((rel / "metadata" / "validity_report.json").read_text())
+    assert rep["steps"]["cells"][0]["checked"] and rep["steps"]["cells"][0]["text_classifier"] > 0.95
+    assert "## Step track (T13): blind gates" in (rel / "metadata" / "validity_report.md").read_text()
