@@ -21,6 +21,6 @@ class ValidityStepsClassifier(Strict):
 class ValiditySteps(Strict):
     """The T13 step track's blind gates (pipeline/steps/gates.py)."""
     min_steps: int = Field(200, ge=1)            # (source, level) cells with fewer scored eval steps: reported only
-    max_over_random: float = Field(0.10, ge=0)   # each gate's step macro-F1 - the coin flip's
+    max_over_random: float = Field(0.10, ge=0)   # each gate's step macro-F1 - random (a guess at the wrong rate)
     ngram: ValidityStepsNgram = ValidityStepsNgram()
     text_classifier: ValidityStepsClassifier = ValidityStepsClassifier()

@@ -75,6 +75,17 @@ def test_dropped_file(release):
     assert _has(problems, "lists metadata/task_distribution.csv, which does not exist")
 
 
+def test_step_files_are_all_there_or_none(release):
+    """A release without any T13 step file has no step track (valid); one with only some of them is not."""
+    assert not _has(validate_release(release, make_cfg()), "missing file", "steps")
+    (release / FILES["steps_eval_parquet"]).write_bytes(b"")
+    _refresh(release)
+    problems = validate_release(release, make_cfg())
+    for key in ("steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl"):
+        assert _has(problems, "missing file", FILES[key], key)
+    assert not _has(problems, "missing file", "(steps_eval_parquet)")
+
+
 def test_leaked_group(release):
     ev = pl.read_parquet(release / FILES["eval_parquet"])
     sft = pl.read_parquet(release / FILES["sft_parquet"])

@@ -40,7 +40,7 @@ STEP_METRIC_DEFINITIONS = {
     "coin_flip": "the expected metrics of a fair coin per step: macro-F1 of the expected confusion counts (each "
                  "scored step half predicted 1, half -1); first-error 2·a·b / (a + b) of the expected accuracies "
                  "(an item with an error is hit with probability 0.5^j, j = its scored steps up to and including the "
-                 "first error; an error-free item with 0.5^m, m = its scored steps). The `random` of the blind gates.",
+                 "first error; an error-free item with 0.5^m, m = its scored steps).",
     "position_prior": "predict -1 where the SFT share of wrong steps at (source, step count, position) - or, unseen, "
                       "at (source, position) - is above the source's SFT share of wrong steps, else +.",
     "ci95": "percentile interval (score.ci) of the metric over score.bootstrap_samples resamples of the slice's split "

@@ -3,6 +3,7 @@ reader. A release without them, or a configuration without the keys, has no step
 every caller skips the track.
 
     step_files(release_dir, cfg) -> {"eval": {level: rel}, "sft": rel} | None
+    absent_step_track(root, files) -> the step file keys the validator does not require (all, when none is there)
     read_step_tables(release_dir, cfg) -> {"eval": every level's rows, "sft": the SFT rows} | None
     step_rows(df) -> one row per step: item, cell, split group, position, gold label, error kind
 """
@@ -17,6 +18,14 @@ import polars as pl
 from pipeline.release_files import file_names, level_file_name
 
 LEVELS = ("L1", "L2", "L3")
+STEP_FILE_KEYS = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl")
+
+
+def absent_step_track(root: Path, files: dict[str, str]) -> set[str]:
+    """The step file keys a release may lack: all of them when none of its step files is there (a release without the
+    step track), none when any is (then every step file must be there)."""
+    keys = {k for k in STEP_FILE_KEYS if k in files}
+    return keys if not any((Path(root) / files[k]).is_file() for k in keys) else set()
 NATURAL_PREFIX = "natural_"  # error kinds starting with it come from the sources' own failure annotations
 
 
