@@ -34,14 +34,14 @@ def test_a_clean_track_passes_every_gate(vcfg):
 def test_a_word_only_in_wrong_steps_fails_the_text_gates(vcfg):
     rep = step_gates(*_tables(giveaway="suddenly"), vcfg["steps"])
     found = gate_problems(rep, vcfg["steps"])
-    assert any("text_classifier" in p and p.startswith("REASSEMBLE/T13/L1") for p in found), found
+    assert any("text_classifier" in p and p.startswith("reassemble/T13/L1") for p in found), found
     assert any("ngram" in p for p in found), found  # the wrong step's sentence is a new token in the chain
     (cell,) = rep["cells"]
     assert cell["text_classifier"] > 0.95
     # the audit blocks on them like on its other limits, and the report shows them per cell
     assert set(found) <= set(problems({"cells": [], "steps": rep}, vcfg))
     md = render_markdown({"cells": [], "near_duplicate_hamming": 4, "steps": rep, "problems": found})
-    assert "Step track (T13)" in md and "| REASSEMBLE | L1 |" in md
+    assert "Step track (T13)" in md and "| reassemble | L1 |" in md
 
 
 def test_a_cell_below_min_steps_is_reported_not_checked(vcfg):

@@ -444,7 +444,7 @@ def test_run_validity_gates_the_step_track_when_the_release_has_step_files(tmp_p
     write_step_files(rel, cfg, synthetic_step_rows(300, seed=1, giveaway="suddenly"),
                      synthetic_step_rows(1200, split="sft", seed=2, giveaway="suddenly", start=10_000))
     summary = run_validity(cfg, release_dir=rel, work_dir=wd)
-    assert any(p.startswith("REASSEMBLE/T13/L1: blind step gate text_classifier") for p in summary["problems"])
+    assert any(p.startswith("reassemble/T13/L1: blind step gate text_classifier") for p in summary["problems"])
     rep = json.loads((rel / "metadata" / "validity_report.json").read_text())
     assert rep["steps"]["cells"][0]["checked"] and rep["steps"]["cells"][0]["text_classifier"] > 0.95
     assert "## Step track (T13): blind gates" in (rel / "metadata" / "validity_report.md").read_text()

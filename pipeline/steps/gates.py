@@ -52,9 +52,9 @@ def step_gates(eval_df, sft_df, scfg: dict) -> dict:
     """Per (source, level): scored eval steps, items, and each gate's step macro-F1 (`random`: rate_guess)."""
     ev, sf = step_rows(eval_df), step_rows(sft_df)
     cells = []
-    for source in sorted({s["source"] for s in ev}):
-        e = [s for s in ev if s["source"] == source]
-        preds = _predict([s for s in sf if s["source"] == source], e, scfg)
+    for source in sorted({s["source_slug"] for s in ev}):  # slugs, as the audit's other cells
+        e = [s for s in ev if s["source_slug"] == source]
+        preds = _predict([s for s in sf if s["source_slug"] == source], e, scfg)
         for level in sorted({s["level"] for s in e}):
             idx = [i for i, s in enumerate(e) if s["level"] == level and s["gold"] in (1, -1)]
             gold = [e[i]["gold"] for i in idx]

@@ -42,15 +42,22 @@ def step_files(release_dir: Path, cfg: dict) -> dict | None:
             "sft": sf if (root / sf).is_file() else None}
 
 
-def read_step_tables(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame] | None:
-    """Every eval level's step rows (L1 first) and the SFT step rows (empty when the SFT file is absent); None
-    without step files."""
+# what the scorer and the gates read of a step row (step_rows): the rest (prompts, images, keys) only costs memory
+SCORE_COLUMNS = ("item_id", "source", "source_slug", "eval_level", "split_group_id", "num_steps", "response",
+                 "step_error_kinds_json")
+
+
+def read_step_tables(release_dir: Path, cfg: dict, columns=SCORE_COLUMNS) -> dict[str, pl.DataFrame] | None:
+    """Every eval level's step rows (L1 first) and the SFT step rows (empty when the SFT file is absent), `columns`
+    of them (None: all); None without step files."""
     found = step_files(release_dir, cfg)
     if found is None:
         return None
     root = Path(release_dir)
-    ev = pl.concat([pl.read_parquet(root / rel) for rel in found["eval"].values()], how="vertical_relaxed")
-    sf = pl.read_parquet(root / found["sft"]) if found["sft"] else ev.clear()
+    cols = list(columns) if columns is not None else None
+    ev = pl.concat([pl.read_parquet(root / rel, columns=cols) for rel in found["eval"].values()],
+                   how="vertical_relaxed")
+    sf = pl.read_parquet(root / found["sft"], columns=cols) if found["sft"] else ev.clear()
     return {"eval": ev, "sft": sf}
 
 
