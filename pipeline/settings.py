@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Optional, Union
 from pydantic import ConfigDict, Field
 
 
-from pipeline.settings_steps import ValiditySteps
+from pipeline.settings_step_gates import ValiditySteps
 from pipeline.settings_types import (BySource, OneOrPerSource, PerSource, Slug, SlugOrDefault, Strict,  # noqa: F401 - re-exported
                                      TaskId)
 
@@ -275,12 +275,12 @@ class ReleaseFiles(Strict):
     split_groups_eval: str = "metadata/split_groups_eval.txt"
     split_groups_sft: str = "metadata/split_groups_sft.txt"
     provenance: str = "metadata/provenance.json"
-    checksums: str = "checksums.sha256"
-    # the T13 step track (docs/release-format.md); a release without these files has no step track
-    steps_eval_parquet: str = "splits/processbench_steps_eval.parquet"
+    steps_eval_parquet: str = "splits/processbench_steps_eval.parquet"   # T13 step track (docs/steps.md)
     steps_eval_jsonl: str = "splits/processbench_steps_eval.jsonl"
     steps_sft_parquet: str = "splits/processdata_steps_sft.parquet"
     steps_sft_jsonl: str = "splits/processdata_steps_sft.jsonl"
+    steps_manifest: str = "metadata/steps_manifest.json"
+    checksums: str = "checksums.sha256"
     model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
 
 

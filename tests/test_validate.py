@@ -81,7 +81,7 @@ def test_step_files_are_all_there_or_none(release):
     (release / FILES["steps_eval_parquet"]).write_bytes(b"")
     _refresh(release)
     problems = validate_release(release, make_cfg())
-    for key in ("steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl"):
+    for key in ("steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl", "steps_manifest"):
         assert _has(problems, "missing file", FILES[key], key)
     assert not _has(problems, "missing file", "(steps_eval_parquet)")
 

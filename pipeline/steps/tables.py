@@ -18,7 +18,7 @@ import polars as pl
 from pipeline.release_files import file_names, level_file_name
 
 LEVELS = ("L1", "L2", "L3")
-STEP_FILE_KEYS = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl")
+STEP_FILE_KEYS = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl", "steps_manifest")
 
 
 def absent_step_track(root: Path, files: dict[str, str]) -> set[str]:
