@@ -1,7 +1,8 @@
 """Input fingerprints: a step whose code, config and inputs are unchanged is skipped.
 
 A step's fingerprint is the sha256 of (its name, the digest of the build's code, the config sections it depends on,
-the sha256 of every table it reads, and for ingest a listing of the upstream folder: relative path, size, mtime).
+the sha256 of every table it reads, and for ingest a listing of the upstream folder: relative path, size and the
+sha256 of every byte, cached by the file's identity in `<work_dir>/_content_hashes`: upstream_adapters/content_hash.py).
 After a step runs, `<work_dir>/_fingerprints/<step>.json` records the fingerprint, the step's summary and the
 sha256 of every file it wrote; the next build skips the step when the fingerprint matches and every output is still
 there with the recorded bytes. Code is hashed as a whole (pipeline/, upstream_adapters/, assets/): any code change
@@ -18,6 +19,7 @@ from pathlib import Path
 from pipeline import stages
 from pipeline.digests import REPO, code_digest, config_part, digest, file_digest  # noqa: F401 (REPO: for tests)
 from pipeline.io import write_json
+from upstream_adapters import content_hash
 
 from .tables import Step, tables_by_name
 
@@ -25,7 +27,9 @@ CODE_PACKAGES = ("pipeline", "upstream_adapters", "assets")
 
 
 def tree_listing(root: Path) -> str:
-    """sha256 over (relative path, size, mtime_ns) of every file under root: cheap, and any edit changes it."""
+    """sha256 over (relative path, size, sha256 of the content) of every file under root. A file's content hash is
+    read again only when its identity (size, mtime, ctime, inode) changed, so a touched file re-runs nothing and an
+    edit that keeps the size and the mtime is still seen."""
     h = hashlib.sha256()
     if not root.exists():
         return "missing"
@@ -33,12 +37,22 @@ def tree_listing(root: Path) -> str:
         dirnames.sort()
         for name in sorted(filenames):
             p = Path(dirpath) / name
-            st = p.stat()
-            h.update(f"{p.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            try:
+                size, sha = content_hash.content_sha256(p)
+            except OSError as exc:  # unreadable: its ingest reports it; the listing says so, and changes with it
+                size, sha = -1, f"unreadable:{exc.errno}"
+            h.update(f"{p.relative_to(root).as_posix()}\0{size}\0{sha}\n".encode())
+    content_hash.flush()
     return h.hexdigest()
 
 
+def use_hash_store(cfg: dict, verify: bool | None = None) -> None:
+    """This process caches upstream content hashes in the work folder (`verify`: read every file again)."""
+    content_hash.use_store(stages.work_dir(cfg) / "_content_hashes", verify=verify)
+
+
 def fingerprint(step: Step, cfg: dict, tables: dict) -> str:
+    use_hash_store(cfg)
     inputs = {name: file_digest(tables[name].file(cfg)) for name in step.reads if name in tables}
     doc = {"step": step.name, "code": code_digest(CODE_PACKAGES), "config": config_part(cfg, step.config),
            "inputs": inputs, "external": tree_listing(step.external(cfg)) if step.external else None}
@@ -76,6 +90,7 @@ def run_step(step: Step, cfg: dict, tables: dict) -> tuple[dict, bool, str]:
         return recorded(cfg, step)["summary"], True, fp
     _record_path(cfg, step).unlink(missing_ok=True)  # a crash mid-step leaves no stale record
     summary = step.run(cfg)
+    content_hash.flush()  # what the step hashed (the frames stage's unit fingerprints)
     outputs = {t.name: file_digest(t.file(cfg)) for t in step.writes}
     write_json(_record_path(cfg, step), {"fingerprint": fp, "summary": summary, "outputs": outputs})
     return summary, False, fp
