@@ -75,7 +75,20 @@ def is_fresh(step: Step, cfg: dict, tables: dict, fp: str | None = None) -> bool
     rec = recorded(cfg, step)
     if not rec or rec.get("fingerprint") != (fp or fingerprint(step, cfg, tables)):
         return False
-    return all(file_digest(t.file(cfg)) == rec["outputs"].get(t.name) for t in step.writes)
+    if not all(file_digest(t.file(cfg)) == rec["outputs"].get(t.name) for t in step.writes):
+        return False
+    # the published release, every file of it (not only the step's tables) against its checksums.sha256, which the
+    # step's record covers: a damaged release is published again
+    return not (step.publishes and release_damage(cfg))
+
+
+def release_damage(cfg: dict) -> list[str]:
+    """How the published release differs from its checksums.sha256 ([] when intact or when there is none)."""
+    from pipeline.publish import release_dir
+    from pipeline.release_files import release_damage as damage
+
+    root = release_dir(cfg)
+    return damage(root, cfg) if root.is_dir() else []
 
 
 def forget(step: Step, cfg: dict) -> None:

@@ -84,6 +84,9 @@ def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance 
 def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concurrent, dask_address, force) -> dict:
     exec_cfg = dict(cfg["build"].get("executor") or {})
     engine = executor or exec_cfg.get("engine", "multiprocess")
+    if damage := fingerprint.release_damage(cfg):  # the release step is then stale: it publishes the release again
+        log(f"[build] the published release differs from its checksums ({len(damage)} file(s): "
+            f"{'; '.join(damage[:5])}{' ...' if len(damage) > 5 else ''}): it is published again")
     steps = plan(settings)  # under --force too: the plan reads (and with --verify re-reads) every upstream file
     steps = [s.name for s in job_steps(cfg)] if force else steps
     if not steps:
