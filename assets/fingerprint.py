@@ -18,12 +18,17 @@ from pathlib import Path
 
 from pipeline import stages
 from pipeline.digests import REPO, code_digest, config_part, digest, file_digest  # noqa: F401 (REPO: for tests)
+from pipeline.errors import ProjectError
 from pipeline.io import write_json
 from upstream_adapters import content_hash
 
 from .tables import Step, tables_by_name
 
 CODE_PACKAGES = ("pipeline", "upstream_adapters", "assets")
+
+
+class DamagedInput(ProjectError):
+    """A table a step would read is not what its writer recorded."""
 
 
 def tree_listing(root: Path) -> str:
@@ -96,12 +101,35 @@ def forget(step: Step, cfg: dict) -> None:
     _record_path(cfg, step).unlink(missing_ok=True)
 
 
+def damaged_inputs(step: Step, cfg: dict, tables: dict) -> dict[str, str]:
+    """{table file: the step that wrote it} of the tables `step` reads whose bytes are not those their step recorded
+    (a table cut or edited after it was written; a step the build ran first always matches its record)."""
+    wanted = {name for name in step.reads if name in tables}
+    out = {}
+    for path in sorted((stages.work_dir(cfg) / "_fingerprints").glob("*.json")):
+        try:
+            outputs = json.loads(path.read_text(encoding="utf-8")).get("outputs") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        for name in wanted & set(outputs):
+            if file_digest(tables[name].file(cfg)) != outputs[name]:
+                out[tables[name].path] = path.stem
+    return out
+
+
 def run_step(step: Step, cfg: dict, tables: dict) -> tuple[dict, bool, str]:
-    """Run the step unless it is fresh. Returns (summary, skipped, fingerprint)."""
+    """Run the step unless it is fresh. Returns (summary, skipped, fingerprint). A step never reads a table whose
+    bytes differ from its writer's record: it fails naming them, and their writers run again in the next build."""
     fp = fingerprint(step, cfg, tables)
     if is_fresh(step, cfg, tables, fp):
         return recorded(cfg, step)["summary"], True, fp
     _record_path(cfg, step).unlink(missing_ok=True)  # a crash mid-step leaves no stale record
+    if damaged := damaged_inputs(step, cfg, tables):
+        for writer in set(damaged.values()):
+            (stages.work_dir(cfg) / "_fingerprints" / f"{writer}.json").unlink(missing_ok=True)
+        raise DamagedInput(f"{step.name}: work table(s) changed since their step wrote them: "
+                           f"{', '.join(f'{t} ({w})' for t, w in sorted(damaged.items()))}; not read. Their steps "
+                           "run again in the next build (processbench build, or materialize them in the UI)")
     summary = step.run(cfg)
     content_hash.flush()  # what the step hashed (the frames stage's unit fingerprints)
     outputs = {t.name: file_digest(t.file(cfg)) for t in step.writes}

@@ -103,3 +103,24 @@ def test_a_no_op_build_publishes_a_damaged_release_again(demo_samples, demo_rele
     assert (release / victim.relative_to(release)).read_bytes() == good
     assert validate_release(release, settings.config(), leaks=False) == []
     assert plan(settings) == []
+
+
+def test_a_step_never_reads_a_table_changed_since_its_step_wrote_it(demo_samples, demo_release, tmp_path):
+    """A run of one step (the UI materializes a selection) on an input edited after its step wrote it: the step fails
+    naming the table and its writer, and the next build runs the writer again."""
+    from assets.fingerprint import DamagedInput, damaged_inputs, run_step
+    from assets.tables import all_steps, tables_by_name
+
+    work = tmp_path / "work"
+    shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache"))
+    settings = _settings(demo_samples, work, demo_release)
+    cfg = settings.config()
+    steps = all_steps(cfg)
+    candidates = next(s for s in steps if s.name == "candidates_aist")
+    assert damaged_inputs(candidates, cfg, tables_by_name(steps)) == {}  # as written: read without complaint
+    arms = work / "labels" / "aist" / "arms.parquet"
+    df = pl.read_parquet(arms)
+    write_parquet(arms, df.head(df.height - 1))  # readable, one row gone
+    with pytest.raises(DamagedInput, match=r"labels/aist/arms\.parquet \(labels_aist\)"):
+        run_step(candidates, cfg, tables_by_name(steps))
+    assert plan(settings)[:2] == ["labels_aist", "candidates_aist"]
