@@ -2,6 +2,7 @@
 
     processbench build [--scale demo|release] [--upstream gm100=PATH ...] [--sources gm100,aist]
                        [--executor in_process|multiprocess|dask] [--dask-address tcp://HOST:8786] [--force]
+                       [--verify]
     processbench samples --scale demo|release --out DIR [--sources ...] [--seed N]
     processbench ingest --source SLUG --root PATH --out DIR
     processbench split --items POOL.jsonl --out DIR [--config FILE]
@@ -83,6 +84,7 @@ def cmd_build(args) -> int:
     from pipeline.publish import LockError
     from pipeline.stages import missing_corpus
 
+    from .fingerprint import use_hash_store
     from .run import BuildFailed, GraphMismatch, rebuild, settings_from  # Dagster is the orchestration shell
 
     upstream = _upstream(args.upstream)
@@ -109,6 +111,8 @@ def cmd_build(args) -> int:
         with publish.build_lock(settings.config(), token) as cleaned:
             for what in cleaned:
                 tqdm.write(f"[build] {what} (left by an interrupted build)")
+            # the sample check below and the planner read the upstream files' content hashes from the work folder
+            use_hash_store(settings.config(), verify=args.verify)
             if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
                 scale, seed = cfg["build"]["scale"], cfg["build"]["samples"]["seed"]
                 for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
@@ -121,7 +125,8 @@ def cmd_build(args) -> int:
                     print(f"processbench: error: {m}", file=sys.stderr)
                 return 2
             result = rebuild(settings, log=lambda m: tqdm.write(m), executor=args.executor, token=token,
-                             max_concurrent=args.max_concurrent, dask_address=args.dask_address, force=args.force)
+                             max_concurrent=args.max_concurrent, dask_address=args.dask_address, force=args.force,
+                             verify=args.verify)
     except (LockError, publish.ReleaseFolderError) as exc:
         print(f"build not started: {exc}", file=sys.stderr)
         return 3
@@ -360,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dask-address", help="scheduler address of an existing Dask cluster (default: a local one)")
     b.add_argument("--config-dir", help="read the configuration from this folder instead of configs/")
     b.add_argument("--force", action="store_true", help="run every step even when its inputs are unchanged")
+    b.add_argument("--verify", action="store_true",
+                   help="read every upstream file again instead of trusting its cached content hash")
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("samples", help="write the sample upstream corpora, one folder per source slug")

@@ -1,7 +1,8 @@
 """Input fingerprints: a step whose code, config and inputs are unchanged is skipped.
 
 A step's fingerprint is the sha256 of (its name, the digest of the build's code, the config sections it depends on,
-the sha256 of every table it reads, and for ingest a listing of the upstream folder: relative path, size, mtime).
+the sha256 of every table it reads, and for ingest a listing of the upstream folder: relative path, size and the
+sha256 of every byte, cached by the file's identity in `<work_dir>/_content_hashes`: upstream_adapters/content_hash.py).
 After a step runs, `<work_dir>/_fingerprints/<step>.json` records the fingerprint, the step's summary and the
 sha256 of every file it wrote; the next build skips the step when the fingerprint matches and every output is still
 there with the recorded bytes. Code is hashed as a whole (pipeline/, upstream_adapters/, assets/): any code change
@@ -17,15 +18,23 @@ from pathlib import Path
 
 from pipeline import stages
 from pipeline.digests import REPO, code_digest, config_part, digest, file_digest  # noqa: F401 (REPO: for tests)
+from pipeline.errors import ProjectError
 from pipeline.io import write_json
+from upstream_adapters import content_hash
 
 from .tables import Step, tables_by_name
 
 CODE_PACKAGES = ("pipeline", "upstream_adapters", "assets")
 
 
+class DamagedInput(ProjectError):
+    """A table a step would read is not what its writer recorded."""
+
+
 def tree_listing(root: Path) -> str:
-    """sha256 over (relative path, size, mtime_ns) of every file under root: cheap, and any edit changes it."""
+    """sha256 over (relative path, size, sha256 of the content) of every file under root. A file's content hash is
+    read again only when its identity (size, mtime, ctime, inode) changed, so a touched file re-runs nothing and an
+    edit that keeps the size and the mtime is still seen."""
     h = hashlib.sha256()
     if not root.exists():
         return "missing"
@@ -33,12 +42,22 @@ def tree_listing(root: Path) -> str:
         dirnames.sort()
         for name in sorted(filenames):
             p = Path(dirpath) / name
-            st = p.stat()
-            h.update(f"{p.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            try:
+                size, sha = content_hash.content_sha256(p)
+            except OSError as exc:  # unreadable: its ingest reports it; the listing says so, and changes with it
+                size, sha = -1, f"unreadable:{exc.errno}"
+            h.update(f"{p.relative_to(root).as_posix()}\0{size}\0{sha}\n".encode())
+    content_hash.flush()
     return h.hexdigest()
 
 
+def use_hash_store(cfg: dict, verify: bool | None = None) -> None:
+    """This process caches upstream content hashes in the work folder (`verify`: read every file again)."""
+    content_hash.use_store(stages.work_dir(cfg) / "_content_hashes", verify=verify)
+
+
 def fingerprint(step: Step, cfg: dict, tables: dict) -> str:
+    use_hash_store(cfg)
     inputs = {name: file_digest(tables[name].file(cfg)) for name in step.reads if name in tables}
     doc = {"step": step.name, "code": code_digest(CODE_PACKAGES), "config": config_part(cfg, step.config),
            "inputs": inputs, "external": tree_listing(step.external(cfg)) if step.external else None}
@@ -61,7 +80,20 @@ def is_fresh(step: Step, cfg: dict, tables: dict, fp: str | None = None) -> bool
     rec = recorded(cfg, step)
     if not rec or rec.get("fingerprint") != (fp or fingerprint(step, cfg, tables)):
         return False
-    return all(file_digest(t.file(cfg)) == rec["outputs"].get(t.name) for t in step.writes)
+    if not all(file_digest(t.file(cfg)) == rec["outputs"].get(t.name) for t in step.writes):
+        return False
+    # the published release, every file of it (not only the step's tables) against its checksums.sha256, which the
+    # step's record covers: a damaged release is published again
+    return not (step.publishes and release_damage(cfg))
+
+
+def release_damage(cfg: dict) -> list[str]:
+    """How the published release differs from its checksums.sha256 ([] when intact or when there is none)."""
+    from pipeline.publish import release_dir
+    from pipeline.release_files import release_damage as damage
+
+    root = release_dir(cfg)
+    return damage(root, cfg) if root.is_dir() else []
 
 
 def forget(step: Step, cfg: dict) -> None:
@@ -69,13 +101,37 @@ def forget(step: Step, cfg: dict) -> None:
     _record_path(cfg, step).unlink(missing_ok=True)
 
 
+def damaged_inputs(step: Step, cfg: dict, tables: dict) -> dict[str, str]:
+    """{table file: the step that wrote it} of the tables `step` reads whose bytes are not those their step recorded
+    (a table cut or edited after it was written; a step the build ran first always matches its record)."""
+    wanted = {name for name in step.reads if name in tables}
+    out = {}
+    for path in sorted((stages.work_dir(cfg) / "_fingerprints").glob("*.json")):
+        try:
+            outputs = json.loads(path.read_text(encoding="utf-8")).get("outputs") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        for name in wanted & set(outputs):
+            if file_digest(tables[name].file(cfg)) != outputs[name]:
+                out[tables[name].path] = path.stem
+    return out
+
+
 def run_step(step: Step, cfg: dict, tables: dict) -> tuple[dict, bool, str]:
-    """Run the step unless it is fresh. Returns (summary, skipped, fingerprint)."""
+    """Run the step unless it is fresh. Returns (summary, skipped, fingerprint). A step never reads a table whose
+    bytes differ from its writer's record: it fails naming them, and their writers run again in the next build."""
     fp = fingerprint(step, cfg, tables)
     if is_fresh(step, cfg, tables, fp):
         return recorded(cfg, step)["summary"], True, fp
     _record_path(cfg, step).unlink(missing_ok=True)  # a crash mid-step leaves no stale record
+    if damaged := damaged_inputs(step, cfg, tables):
+        for writer in set(damaged.values()):
+            (stages.work_dir(cfg) / "_fingerprints" / f"{writer}.json").unlink(missing_ok=True)
+        raise DamagedInput(f"{step.name}: work table(s) changed since their step wrote them: "
+                           f"{', '.join(f'{t} ({w})' for t, w in sorted(damaged.items()))}; not read. Their steps "
+                           "run again in the next build (processbench build, or materialize them in the UI)")
     summary = step.run(cfg)
+    content_hash.flush()  # what the step hashed (the frames stage's unit fingerprints)
     outputs = {t.name: file_digest(t.file(cfg)) for t in step.writes}
     write_json(_record_path(cfg, step), {"fingerprint": fp, "summary": summary, "outputs": outputs})
     return summary, False, fp

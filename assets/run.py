@@ -62,15 +62,18 @@ def job_steps(cfg: dict):
 
 def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance | None = None, log=print,
             log_level: str = "CRITICAL", executor: str | None = None, max_concurrent: int | None = None,
-            dask_address: str | None = None, force: bool = False, token: str | None = None) -> dict:
+            dask_address: str | None = None, force: bool = False, token: str | None = None,
+            verify: bool = False) -> dict:
     """Materialize what is stale in one run, under the build lock (publish.LockError when another build holds it);
     raise BuildFailed when a step fails (then the published release is unchanged). Returns the checks that failed
     with ERROR severity (`failed_checks`), those that only warn (`warnings`), the steps run, the run id, whether a
     new release was published (`published`) and what the lock cleaned up from killed builds (`cleaned`). `token`: the
-    lock the caller holds already (the CLI takes it before writing sample corpora)."""
+    lock the caller holds already (the CLI takes it before writing sample corpora). `verify`: read every upstream
+    file again instead of trusting its cached content hash (upstream_adapters/content_hash.py)."""
     settings = settings or BuildSettings()
     cfg = settings.config()
     token = token or uuid.uuid4().hex
+    fingerprint.use_hash_store(cfg, verify=verify)
     with publish.build_lock(cfg, token) as cleaned:
         for what in cleaned:
             log(f"[build] {what} (left by an interrupted build)")
@@ -81,7 +84,11 @@ def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance 
 def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concurrent, dask_address, force) -> dict:
     exec_cfg = dict(cfg["build"].get("executor") or {})
     engine = executor or exec_cfg.get("engine", "multiprocess")
-    steps = [s.name for s in job_steps(cfg)] if force else plan(settings)
+    if damage := fingerprint.release_damage(cfg):  # the release step is then stale: it publishes the release again
+        log(f"[build] the published release differs from its checksums ({len(damage)} file(s): "
+            f"{'; '.join(damage[:5])}{' ...' if len(damage) > 5 else ''}): it is published again")
+    steps = plan(settings)  # under --force too: the plan reads (and with --verify re-reads) every upstream file
+    steps = [s.name for s in job_steps(cfg)] if force else steps
     if not steps:
         log("[build] every step is up to date: nothing to run")
         return {"failed_checks": [], "warnings": [], "steps": [], "run_id": None, "published": False}

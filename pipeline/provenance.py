@@ -4,7 +4,7 @@
     text = provenance_json(cfg, {slug: record})     # release: sources, scale, config hash, builder version
 
 A corpus's fingerprint is the sha256 over its unit ids and each unit's adapter fingerprint (`SourceAdapter.fingerprint`:
-relative file names, sizes, head/tail digests; no path, no mtime). Whether a corpus came from the sample generator is
+relative file names, sizes, full-content sha256; no path, no mtime). Whether a corpus came from the sample generator is
 decided by that fingerprint, never by where it lies: the generator's caller (`processbench samples`, `build --samples`)
 leaves a record beside the corpus (`.<slug>.samples.json`: scale, seed, generator code hash, content fingerprint), and
 a corpus is `samples` only when its fingerprint now equals the recorded one; anything else (a user's download, an

@@ -3,6 +3,7 @@ release file-name table, and the checksum file over what is on disk.
 
     file_names(cfg)["eval_parquet"]   # "eval.parquet" (configs/release.yaml `files`)
     write_checksums(release_dir, cfg)  # checksums.sha256 over every file now in the release
+    release_damage(release_dir, cfg)   # [] when every file is what checksums.sha256 says
 """
 
 from __future__ import annotations
@@ -106,6 +107,32 @@ def write_checksums(out_dir: Path, cfg: dict) -> dict[str, str]:
     sums = {rel: sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
     io.atomic_write_text(out_dir / file_names(cfg)["checksums"], "".join(f"{h}  {rel}\n" for rel, h in sums.items()))
     return sums
+
+
+def release_damage(out_dir: Path, cfg: dict) -> list[str]:
+    """How a written release differs from its checksums.sha256, one line per file (a file listed but missing or with
+    other bytes, a file not listed, an unreadable list); [] when every byte is what was published."""
+    out_dir = Path(out_dir)
+    rel = file_names(cfg)["checksums"]
+    try:
+        text = (out_dir / rel).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"{rel}: unreadable ({type(exc).__name__})"]
+    listed = {}
+    for line in text.splitlines():
+        digest, sep, name = line.partition("  ")
+        if not sep or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            return [f"{rel}: not a sha256sum line: {line[:80]!r}"]
+        listed[name] = digest
+    out = []
+    for name, digest in listed.items():
+        path = out_dir / name
+        if Path(name).is_absolute() or ".." in Path(name).parts or not path.is_file():
+            out.append(f"{name}: missing")
+        elif sha256_file(path) != digest:
+            out.append(f"{name}: other bytes than its checksum")
+    out += [f"{name}: not in {rel}" for name in release_files_on_disk(out_dir, cfg) if name not in listed]
+    return out
 
 
 def level_file_name(rel: str, level: str | None) -> str:

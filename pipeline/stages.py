@@ -28,6 +28,7 @@ from . import items as items_mod
 from . import provenance
 from . import source_help
 from . import split as split_mod
+from . import work_tables
 from . import writers
 from .choices import assign_letters, deal_options, display_order
 from .config import path_in_repo, split_policy  # noqa: F401 - path_in_repo: tests resolve sample roots with it
@@ -175,17 +176,18 @@ def run_candidates(cfg: dict, slug: str) -> dict:
     ctx, parts, generated = None, [], []
     for t in families:
         path = memo / names[t]
-        if path.is_file():
-            parts.append(pl.read_parquet(path))
+        # a part is used only with the bytes its record holds: a cut or edited one is generated again
+        if (part := work_tables.read_checked(path, f"candidates_{slug}")) is not None:
+            parts.append(part)
             continue
         if ctx is None:  # the tables are read only when a family has to be generated, each when first needed
             ctx = Context(slug, ParquetTables(wd / "ir" / slug), ParquetTables(wd / "labels" / slug), cfg)
         parts.append(family_candidates(t, slug, ctx))
-        write_parquet(path, parts[-1])
+        work_tables.write_checked(path, parts[-1])
         generated.append(t)
     for p in memo.glob("*.parquet"):  # parts of old keys, or of families the source no longer has
         if p.name not in names.values():
-            p.unlink()
+            work_tables.remove(p)
     pool = merge_candidates(slug, parts)
     write_parquet(wd / "candidates" / f"{slug}.parquet", pool)
     ctx = None  # the generators' per-unit arrays are no longer needed
@@ -221,10 +223,27 @@ def _items_files(cfg: dict, slug: str) -> dict[str, Path]:
             "key": d / f"{slug}.selection_key"}
 
 
-def _reuse_items(files: dict[str, Path], key: str, pool: pl.DataFrame, quotas: dict) -> dict | None:
+def _selection_record(files: dict[str, Path], key: str, rows: dict[str, int]) -> None:
+    """The selection key and what the run wrote under it (each file's sha256 and rows), written last."""
+    tables = {name: work_tables.record_of(files[name], rows.get(name, 0)) for name in files if name != "key"}
+    atomic_write_bytes(files["key"], (json.dumps({"key": key, "tables": tables}, sort_keys=True) + "\n").encode())
+
+
+def _reuse_items(files: dict[str, Path], key: str, pool: pl.DataFrame, quotas: dict, slug: str) -> dict | None:
     """A question-template edit: when the last run's items were made under the same selection key, take them with the
-    pool's new question text instead of selecting, decoding and rendering again (None when they cannot be reused)."""
-    if not all(p.is_file() for p in files.values()) or files["key"].read_text(encoding="utf-8").strip() != key:
+    pool's new question text instead of selecting, decoding and rendering again (None when they cannot be reused:
+    another key, or a file that is not what the last run recorded, which is then made again)."""
+    try:
+        last = json.loads(files["key"].read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(last, dict) or last.get("key") != key:
+        return None
+    tables = last.get("tables") if isinstance(last.get("tables"), dict) else {}
+    problems = {name: p for name in files if name != "key" and (p := work_tables.check(files[name], tables.get(name)))}
+    if problems:
+        log.warning("items_%s: the last selection's %s: selected again", slug,
+                    "; ".join(f"{files[n].name} {p}" for n, p in sorted(problems.items())))
         return None
     old = pl.read_parquet(files["items"])
     question = old.select("candidate_key").join(pool.select("candidate_key", "question"), on="candidate_key",
@@ -234,6 +253,7 @@ def _reuse_items(files: dict[str, Path], key: str, pool: pl.DataFrame, quotas: d
     items = old.with_columns(question)
     if not items.equals(old):
         write_parquet(files["items"], items)
+        _selection_record(files, key, {n: t["rows"] for n, t in tables.items()})
     short = json.loads(files["shortfall"].read_text(encoding="utf-8"))
     return {"items": items.height, "quota": int(sum(quotas.values())),
             "gate_dropped": pl.read_parquet(files["quarantine"]).height, "frames_decoded": 0, "frames_cached": 0,
@@ -252,7 +272,7 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     quotas = items_mod.quotas(cfg, slug)
     files = _items_files(cfg, slug)
     key = selection_key(cfg, slug, pool, quotas)
-    if (reused := _reuse_items(files, key, pool, quotas)) is not None:
+    if (reused := _reuse_items(files, key, pool, quotas, slug)) is not None:
         return reused
     files["key"].unlink(missing_ok=True)  # written last: a run cut short leaves no key
     cache = FrameCache.from_config(cfg)
@@ -294,7 +314,7 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     write_parquet(files["quarantine"], quarantine)
     write_parquet(files["frames"], frames)
     write_json(files["shortfall"], short)
-    atomic_write_bytes(files["key"], key.encode())
+    _selection_record(files, key, {"items": items.height, "quarantine": quarantine.height, "frames": frames.height})
     return {"items": items.height, "quota": int(sum(quotas.values())), "gate_dropped": quarantine.height,
             "frames_decoded": cache.counters["decoded"], "frames_cached": cache.counters["hits"],
             "frame_cache_bad_entries": cache.counters["bad_entries"] + cache.counters["bad_renders"],

@@ -7,7 +7,7 @@ An adapter is a plain object (no Dagster) constructed with its options from `con
     adapter.issues                                     # [(file, reason)] found while listing (damaged archive, ...)
     ir = adapter.read_unit(root, unit_id)              # UnitIR (with ir.notes); UnitError(reason, file) if unreadable
     frames = adapter.read_frames(root, unit_id, camera, [3, 10, 57], decoder="auto")   # {index: HxWx3 RGB uint8}
-    adapter.fingerprint(root, unit_id)                 # cheap content fingerprint of the unit's upstream files
+    adapter.fingerprint(root, unit_id)                 # content fingerprint of the unit's upstream files
 
 `read_frames` raises UnitError when the storage cannot be opened or an index does not decode; it returns
 exactly the requested indices otherwise. The decoder is an argument, never process-global state. Frame access
@@ -28,12 +28,9 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
+from .content_hash import content_sha256
 from .ir import SourceError, UnitError, UnitIR
 from .storage.limits import InputLimits
-
-# Bytes read from each end of a file for its fingerprint: enough to catch a re-encoded or re-written file without
-# reading multi-GB archives.
-FINGERPRINT_CHUNK = 1 << 16
 
 
 class SourceAdapter(abc.ABC):
@@ -82,8 +79,9 @@ class SourceAdapter(abc.ABC):
         `extra` identifies a part of a shared file (e.g. an archive member's offset, size and CRC)."""
 
     def fingerprint(self, root: Path, unit_id: str) -> str:
-        """A cheap, path-free content fingerprint of the unit's upstream files (sizes + sha256 of head and tail
-        chunks + member identities); no mtimes, no absolute paths. Part of the frame-cache key."""
+        """A path-free content fingerprint of the unit's upstream files (sizes + full-content sha256 + member
+        identities); no mtimes, no absolute paths. Part of the frame-cache key; each file is read once while its
+        identity holds (`content_hash`)."""
         h = hashlib.sha256(f"{self.slug}\0{unit_id}".encode())
         for rel, path, extra in sorted(self.unit_files(Path(root), unit_id), key=lambda f: f[0]):
             h.update(f"\0{rel}\0{extra!r}\0".encode())
@@ -91,19 +89,14 @@ class SourceAdapter(abc.ABC):
         return h.hexdigest()[:24]
 
 
-def file_digest(path: Path, chunk: int = FINGERPRINT_CHUNK) -> str:
-    """size + sha256 of the first and last `chunk` bytes of a file ("missing" when it cannot be read)."""
+def file_digest(path: Path) -> str:
+    """size + sha256 of every byte of a file ("missing" when it cannot be read); streamed, and cached by the file's
+    identity (`content_hash`: size, mtime, ctime, inode), so an unchanged file is read once."""
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            head = fh.read(chunk)
-            tail = b""
-            if size > chunk:
-                fh.seek(max(chunk, size - chunk))
-                tail = fh.read(chunk)
+        size, sha = content_sha256(Path(path))
     except OSError:
         return "missing"
-    return f"{size}:{hashlib.sha256(head + b'|' + tail).hexdigest()}"
+    return f"{size}:{sha}"
 
 
 def require_root(root: Path, slug: str) -> Path:

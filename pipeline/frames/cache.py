@@ -8,8 +8,8 @@ A decoded frame is stored under a key that names what it is, never where it came
 
 (decoder id = upstream_adapters.video.decoder_id(decoder setting): decoder logic version + PyAV/decord versions;
 reader id = how the frames of that source are opened, e.g. "adapter:gm100"; upstream fingerprint = the adapter's
-`fingerprint(root, unit_id)`: sizes and head/tail sha256 of the unit's upstream files, no path, no mtime, so a video
-replaced under the same unit id gets a new digest). Upstream roots are not part of the key, so the cache moves with
+`fingerprint(root, unit_id)`: sizes and full-content sha256 of the unit's upstream files, no path, no mtime, so a
+video replaced or edited under the same unit id gets a new digest). Upstream roots are not part of the key, so the cache moves with
 the work folder and two checkouts can share it. The digest names the video, so a key says which pack holds it.
 
 Layout under the cache root:

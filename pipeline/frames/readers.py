@@ -7,8 +7,8 @@ thread count are fields of the factory, passed to every `read_frames` call (no p
 - `AdapterReaders` (the build, reconstruction): adapter.read_frames for each source's configured root.
 - `DirectoryReaders` (tests, benchmark): one video file per (source, unit, camera) under a folder.
 
-Each factory also gives `fingerprint(source, unit_id, camera)`: a cheap, path-free content fingerprint of the upstream
-files the frames come from (`SourceAdapter.fingerprint` of the unit; a single file's size + head/tail sha256 for
+Each factory also gives `fingerprint(source, unit_id, camera)`: a path-free content fingerprint of the upstream files the
+frames come from (`SourceAdapter.fingerprint` of the unit; a single file's size + full-content sha256 for
 `DirectoryReaders`), part of every frame-cache key (cache.py). `unit_fingerprint(open_reader, ...)` is the one
 entry point; a factory without one cannot use the cache.
 """

@@ -1,0 +1,126 @@
+"""Work tables that prove themselves (pipeline/work_tables.py): a table a step keeps for a later run is checked against
+the sha256 and row count recorded when it was written. A cut or edited per-family candidates table, or an edited
+items table of the last selection, is built again (never trusted, never fatal); a no-op build checks the published
+release against its checksums and publishes it again when a file was damaged."""
+
+from __future__ import annotations
+
+import shutil
+
+import polars as pl
+import pytest
+
+from assets.run import plan, settings_from
+from pipeline import stages, work_tables
+from pipeline.io import write_parquet
+
+
+def _settings(samples, work, release):
+    return settings_from(scale="demo", upstream={k: str(v) for k, v in samples.items()}, work_dir=str(work),
+                         release_dir=str(release))
+
+
+def test_a_table_that_is_not_what_its_record_says_is_not_used(tmp_path):
+    path = tmp_path / "t.parquet"
+    df = pl.DataFrame({"a": list(range(100)), "b": [str(i) for i in range(100)]})
+    work_tables.write_checked(path, df)
+    assert work_tables.read_checked(path, "test").equals(df)
+    good = path.read_bytes()
+    path.write_bytes(good[: len(good) // 2])  # cut
+    assert work_tables.read_checked(path, "test") is None
+    assert "not a readable table" in work_tables.check(path, work_tables.read_record(path))
+    write_parquet(path, df.with_columns(pl.when(pl.col("a") == 7).then(pl.lit("edited")).otherwise("b").alias("b")))
+    assert work_tables.read_checked(path, "test") is None  # readable, same rows, other bytes
+    assert "100 rows where 100 were written" in work_tables.check(path, work_tables.read_record(path))
+    path.write_bytes(good)
+    work_tables.check_path(path).unlink()  # a run cut between the table and its record
+    assert work_tables.read_checked(path, "test") is None
+    assert work_tables.read_checked(tmp_path / "absent.parquet", "test") is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "edited"])
+def test_a_damaged_family_part_is_generated_again(demo_samples, demo_release, tmp_path, damage):
+    slug = "gm100"
+    work = tmp_path / "work"
+    shutil.copytree(demo_release.parent / "work", work,
+                    ignore=shutil.ignore_patterns("frame_cache", "items", "split", "_fingerprints"))
+    cfg = _settings(demo_samples, work, tmp_path / "release").config()
+    assert stages.run_candidates(cfg, slug)["families_generated"] == []  # every part read back
+    pool_file = work / "candidates" / f"{slug}.parquet"
+    pool = pl.read_parquet(pool_file)
+    part = sorted((work / "candidates" / slug).glob("T5.*.parquet"))[0]
+    if damage == "truncated":
+        part.write_bytes(part.read_bytes()[:100])
+    else:  # readable, one row's answer changed: shipped as it was before the records
+        df = pl.read_parquet(part)
+        col = "answer_text" if "answer_text" in df.columns else df.columns[-1]
+        write_parquet(part, df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited"))
+                                            .otherwise(pl.col(col)).alias(col)))
+    assert stages.run_candidates(cfg, slug)["families_generated"] == ["T5"]
+    assert pl.read_parquet(pool_file).equals(pool)
+    assert work_tables.read_checked(part, "test") is not None  # written again, with its record
+
+
+def test_an_edited_items_table_is_selected_again_not_reused(demo_samples, demo_release, tmp_path):
+    slug = "aist"
+    work = tmp_path / "work"
+    shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("split", "_fingerprints"))
+    cfg = _settings(demo_samples, work, tmp_path / "release").config()
+    first = stages.run_frames(cfg, slug)  # records the selection (a work folder of older code selects once)
+    items_file = work / "items" / f"{slug}.parquet"
+    items = pl.read_parquet(items_file)
+    assert stages.run_frames(cfg, slug)["selection_reused"] is True
+    write_parquet(items_file, items.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited"))
+                                                 .otherwise(pl.col("question")).alias("question")))
+    again = stages.run_frames(cfg, slug)
+    assert again["selection_reused"] is False and again["items"] == first["items"]
+    assert pl.read_parquet(items_file).equals(items)
+
+
+def test_a_no_op_build_publishes_a_damaged_release_again(demo_samples, demo_release, tmp_path):
+    import dagster as dg
+
+    from assets.run import rebuild
+    from pipeline.validate import validate_release
+
+    work, release = tmp_path / "work", tmp_path / "release"
+    shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache"))
+    shutil.copytree(demo_release, release)
+    settings = _settings(demo_samples, work, release)
+    assert plan(settings) == []
+    # planted: a file the release step's tables do not cover (an export), cut
+    victim = sorted(p for p in release.rglob("*.jsonl") if "export" in p.as_posix() or "levels" in p.as_posix()
+                    or p.parent != release) or sorted(release.rglob("*.jsonl"))
+    victim = victim[0]
+    good = victim.read_bytes()
+    victim.write_bytes(good[: len(good) // 2])
+    assert plan(settings) == ["release"]
+    lines = []
+    with dg.DagsterInstance.ephemeral() as instance:
+        out = rebuild(settings, instance=instance, log=lines.append, executor="in_process")
+    assert out["published"] and out["steps"] == ["release"]
+    assert any("differs from its checksums" in line and victim.name in line for line in lines)
+    assert (release / victim.relative_to(release)).read_bytes() == good
+    assert validate_release(release, settings.config(), leaks=False) == []
+    assert plan(settings) == []
+
+
+def test_a_step_never_reads_a_table_changed_since_its_step_wrote_it(demo_samples, demo_release, tmp_path):
+    """A run of one step (the UI materializes a selection) on an input edited after its step wrote it: the step fails
+    naming the table and its writer, and the next build runs the writer again."""
+    from assets.fingerprint import DamagedInput, damaged_inputs, run_step
+    from assets.tables import all_steps, tables_by_name
+
+    work = tmp_path / "work"
+    shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache"))
+    settings = _settings(demo_samples, work, demo_release)
+    cfg = settings.config()
+    steps = all_steps(cfg)
+    candidates = next(s for s in steps if s.name == "candidates_aist")
+    assert damaged_inputs(candidates, cfg, tables_by_name(steps)) == {}  # as written: read without complaint
+    arms = work / "labels" / "aist" / "arms.parquet"
+    df = pl.read_parquet(arms)
+    write_parquet(arms, df.head(df.height - 1))  # readable, one row gone
+    with pytest.raises(DamagedInput, match=r"labels/aist/arms\.parquet \(labels_aist\)"):
+        run_step(candidates, cfg, tables_by_name(steps))
+    assert plan(settings)[:2] == ["labels_aist", "candidates_aist"]
