@@ -79,7 +79,7 @@ def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
         configs = card.config_tables(tables, cfg)
         for rel, text in export_texts(tables, cfg):
             want[rel] = text
-        want[xf["card"]] = card.card_markdown(tables, cfg, configs)
+        want[xf["card"]] = card.card_markdown(tables, cfg, configs, common.recorded_warnings(root, cfg))
         for splits in configs.values():
             for rel, df in splits.values():
                 want[rel] = df
@@ -154,6 +154,9 @@ def provenance_problems(root: Path, cfg: dict, tables: dict[str, pl.DataFrame], 
             out.append(f"{rel}: source {slug} is a user corpus without its content fingerprint")
     if p.get("from_sample_data") != ("samples" in origins):
         out.append(f"{rel}: from_sample_data {p.get('from_sample_data')!r} disagrees with the sources' origins")
+    if "warnings" in p and not (isinstance(p["warnings"], list) and p["warnings"]
+                                and all(isinstance(w, str) and w.isprintable() for w in p["warnings"])):
+        out.append(f"{rel}: warnings is not a non-empty list of one-line texts")
     if not (isinstance(p.get("config_sha256"), str) and _ID.fullmatch(p["config_sha256"])):
         out.append(f"{rel}: config_sha256 is not a sha256")
     if rows is not None:
