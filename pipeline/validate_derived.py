@@ -58,6 +58,20 @@ def _image_refs(rel: str, data: bytes):
                 yield from ((n, r) for r in refs)
 
 
+def as_built(root: Path, cfg: dict) -> dict:
+    """`cfg` with build.sources as provenance.json records them: the card and Croissant list the sources built, and
+    a release of some sources is validated with the configuration of all (`processbench validate` loads the
+    default one)."""
+    try:
+        built = strict_json((root / writers.file_names(cfg)["provenance"]).read_text(encoding="utf-8"))
+        built = built.get("sources_built") if isinstance(built, dict) else None
+    except (OSError, ValueError):
+        built = None
+    if not (isinstance(built, list) and built and all(isinstance(b, str) and b in cfg["sources"] for b in built)):
+        return cfg
+    return {**cfg, "build": {**(cfg.get("build") or {}), "sources": built}}
+
+
 def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
     """Every export made again from the release's rows (pipeline.exports, as the release step makes them) and
     compared with the file on disk; every image reference a plain relative path. A release without exports (none
@@ -66,6 +80,7 @@ def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
 
     if "exports" not in cfg:
         return []
+    cfg = as_built(root, cfg)
     xf = common.export_files(cfg)
     if not any((root / xf[k]).exists() for k in ("card", "croissant", "llamafactory_info")):
         return []
