@@ -161,8 +161,11 @@ SHARED_CHECKS = (
           "scene or task has items on both sides, recomputed from the units' own fields.",
           _problems(stages.split_isolation_problems),
           blocking=True),
-    Check("split/summary", "eval_level_counts", "Every configured eval level (L2, L3) holds its share of items and "
-          "its rows match split_summary.json.", _problems(stages.eval_level_problems)),
+    Check("split/summary", "eval_level_counts", "Every eval item has a level, and the rows per level (L1, L2, L3) "
+          "match split_summary.json.", _problems(stages.eval_level_problems)),
+    Check("split/summary", "eval_level_shares", "Every configured eval level (L2, L3) holds its share of the source's "
+          "items (a level a small corpus cannot fill warns and is recorded in provenance.json and the card).",
+          _problems(stages.eval_level_warnings), severity=dg.AssetCheckSeverity.WARN),
     Check("release/validity_report", "validity_limits", "No family passes its validity limit (configs/validity.yaml): "
           "blind text-only and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
           _problems(stages.validity_problems), blocking=True),

@@ -20,6 +20,7 @@ NO_OUTPUT_KEYS: dict[str, tuple[str, ...]] = {
     "build": ("work_dir", "release_dir", "executor"),
     "sources": ("root", "ingest_shards"),  # per source: sources.<slug>.root, sources.<slug>.ingest_shards
     "split": ("workers",),
+    "release": ("max_file_bytes",),  # what the validator reads, not what the build writes
 }
 
 

@@ -95,7 +95,9 @@ def config_hash(cfg: dict) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def provenance(cfg: dict, corpora: dict[str, dict]) -> dict:
+def provenance(cfg: dict, corpora: dict[str, dict], warnings=()) -> dict:
+    """What provenance.json holds; `warnings`: the statistics the corpus could not meet (an eval level it cannot
+    fill), present only when there are any (the card repeats them)."""
     rc = cfg["release"]
     sources = {}
     for slug in cfg["build"]["sources"]:
@@ -116,8 +118,8 @@ def provenance(cfg: dict, corpora: dict[str, dict]) -> dict:
         "sources_built": list(sources),
         "from_sample_data": "samples" in origins,
         "sources": sources,
-    }
+    } | ({"warnings": list(warnings)} if warnings else {})
 
 
-def provenance_json(cfg: dict, corpora: dict[str, dict]) -> str:
-    return dumps_json(provenance(cfg, corpora))
+def provenance_json(cfg: dict, corpora: dict[str, dict], warnings=()) -> str:
+    return dumps_json(provenance(cfg, corpora, warnings))

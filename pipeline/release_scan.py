@@ -16,6 +16,7 @@ from pipeline.pool import run_tasks
 
 SCAN_ROWS = 4096  # parquet rows, ...
 SCAN_BYTES = 8 << 20  # ... or bytes of a text file, scanned at a time: a worker never holds a whole file's text
+OVERLAP = 64 << 10  # bytes a piece of an overlong line repeats of the one before (a path never runs longer)
 
 
 def _text_pieces(path: Path, rel: str):
@@ -30,8 +31,12 @@ def _text_pieces(path: Path, rel: str):
         rest: list[bytes] = []  # read since the last line end (kept as parts: a long line is not copied per read)
         while block := fh.read(SCAN_BYTES):
             cut = block.rfind(b"\n") + 1
-            if not cut:
+            if not cut and sum(map(len, rest)) < 4 * SCAN_BYTES:
                 rest.append(block)
+                continue
+            if not cut:  # a line this long is scanned in pieces that overlap by one block's tail
+                yield b"".join([*rest, block]).decode("utf-8", "replace")
+                rest = [block[-OVERLAP:]]
                 continue
             yield b"".join([*rest, block[:cut]]).decode("utf-8", "replace")
             rest = [block[cut:]]
@@ -52,12 +57,13 @@ def _file_leaks(task: tuple[str, str]) -> tuple[str, list[str]]:
     return rel, [f"{rel}: {leak}" for leak in found]
 
 
-def release_leaks(release_dir: Path, cfg: dict, workers: int | None = 0) -> list[str]:
+def release_leaks(release_dir: Path, cfg: dict, workers: int | None = 0, skip=frozenset()) -> list[str]:
     """Absolute paths, this machine's folders and user / host names in any release file, in file order. The files
-    are scanned side by side (`workers`: pool size, 0 = cores): the scan reads every byte of the release."""
+    are scanned side by side (`workers`: pool size, 0 = cores): the scan reads every byte of the release (but the
+    files in `skip`: too large to read, which the validator reports by themselves)."""
     root = Path(release_dir)
     names = [rel for rel in writers.release_files_on_disk(root, cfg) + [writers.file_names(cfg)["checksums"]]
-             if (root / rel).is_file()]
+             if (root / rel).is_file() and rel not in skip]
     found: dict[str, list[str]] = {}
     run_tasks(_file_leaks, [(str(root), rel) for rel in names], workers, lambda r: found.__setitem__(*r),
               lambda task, reason: (task[1], [f"{task[1]}: cannot be scanned for paths: {reason}"]))

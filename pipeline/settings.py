@@ -295,6 +295,7 @@ class ReleaseFile(Strict):
     files: ReleaseFiles = ReleaseFiles()
     documents: list[str] = ["prompt_templates", "reconstruction", "provenance"]
     task_names: dict[TaskId, str] = {}           # only for a task whose template has no task_name
+    max_file_bytes: int = Field(16 << 30, gt=0)  # the validator reads no release file larger (pipeline/validate_files)
 
 
 # ================================================================================================ configs/tasks/T<n>.yaml

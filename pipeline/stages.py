@@ -369,7 +369,7 @@ def run_release(cfg: dict) -> dict:
     corpora = {s: json.loads((work_dir(cfg) / "ir" / s / "corpus.json").read_text(encoding="utf-8"))
                for s in sources(cfg)}
     documents = {"prompt_templates": prompt_templates_markdown(cfg), "reconstruction": reconstruction_markdown(cfg),
-                 "provenance": provenance.provenance_json(cfg, corpora)}
+                 "provenance": provenance.provenance_json(cfg, corpora, eval_level_warnings(cfg))}
     out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents,
                                 checksums=False)
     del eval_df, sft_df  # the exports read the files back (the main eval file holds L1 only): free these first
@@ -433,6 +433,11 @@ def split_isolation_problems(cfg: dict) -> list[str]:
 
 def eval_level_problems(cfg: dict) -> list[str]:
     return split_mod.level_count_problems(_split_items(cfg), _split_summary(cfg), split_policy(cfg)[0])
+
+
+def eval_level_warnings(cfg: dict) -> list[str]:
+    """Eval levels the corpus cannot fill (a warning check; recorded in provenance.json and the card)."""
+    return split_mod.level_share_warnings(_split_summary(cfg), split_policy(cfg)[0])
 
 
 def validity_problems(cfg: dict) -> list[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -23,9 +22,11 @@ import pyarrow.parquet as pq
 from pipeline import writers
 from pipeline.io import strict_json
 from pipeline.exports.facing import release_problems as model_facing_problems
-from pipeline.io import compact_json, is_temp_file
+from pipeline.io import compact_json
 from pipeline.leaks import find_path_leaks
 from pipeline.release_scan import release_leaks
+from pipeline.validate_derived import export_problems, provenance_problems, validity_problems
+from pipeline.validate_files import check_files, max_file_bytes
 from pipeline.schema import (
     CHOICE_COLUMNS,
     CHOICE_LETTERS,
@@ -46,6 +47,11 @@ class _Report:
     def __init__(self) -> None:
         self.problems: list[str] = []
         self.rows: dict[tuple[str, str], list[str]] = defaultdict(list)
+        self.too_big: set[Path] = set()  # files past release.max_file_bytes: reported once, never read
+
+    def text(self, path: Path) -> str:
+        """A release text file as UTF-8 (with replacement); empty when it is too large to read."""
+        return "" if path in self.too_big else path.read_bytes().decode("utf-8", "replace")
 
     def add(self, msg: str) -> None:
         self.problems.append(msg)
@@ -66,7 +72,7 @@ def _eq(report: _Report, what: str, got, want) -> None:
 
 def _read_json(path: Path, report: _Report):
     try:
-        return strict_json(path.read_bytes().decode("utf-8", "replace"))
+        return strict_json(report.text(path))
     except (OSError, ValueError) as exc:
         report.add(f"{path.name}: unreadable JSON ({exc})")
         return None
@@ -75,41 +81,13 @@ def _read_json(path: Path, report: _Report):
 # ---------------------------------------------------------------- checks
 
 
-def _check_files(root: Path, report: _Report) -> None:
-    """Every entry of the folder, dot-files included: only regular files and folders the build writes. A symlink (it
-    could point anywhere, and a copy would not carry it), a dot-file (a stray note, or the `.tmp` of a killed write),
-    a non-UTF-8 text file and a file name that names this machine or user are each INVALID with their name. (Text
-    files are read as UTF-8 with replacement elsewhere, so one bad byte is reported here, never a traceback.)"""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        here = Path(dirpath)
-        for name in sorted(dirnames + filenames):
-            path = here / name
-            rel = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                report.add(f"{rel}: a symbolic link (release files must be regular files)")
-            elif name.startswith("."):
-                report.add(f"{rel}: " + ("temp file of an interrupted write" if is_temp_file(name)
-                                         else "stray dot-file (the build writes none)"))
-            elif not path.is_dir() and not path.is_file():
-                report.add(f"{rel}: not a regular file")
-            elif path.is_file() and path.suffix != ".parquet":
-                try:
-                    path.read_bytes().decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    report.add(f"{rel}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})")
-            for leak in find_path_leaks(rel):
-                report.add(f"{rel}: file name: {leak}")
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and not (here / d).is_symlink()]
-
-
 def _check_checksums(root: Path, cfg: dict, report: _Report) -> None:
     rel = writers.file_names(cfg)["checksums"]
     path = root / rel
     if not path.is_file():
         return
     listed: dict[str, str] = {}
-    for n, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), 1):
+    for n, line in enumerate(report.text(path).splitlines(), 1):
         m = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
         if not m:
             report.add(f"{rel}:{n}: not a sha256sum line: {line[:80]!r}")
@@ -126,7 +104,7 @@ def _check_checksums(root: Path, cfg: dict, report: _Report) -> None:
             report.add(f"{rel}: entry {name!r} is not a release-relative path")
         elif not target.is_file():
             report.add(f"{rel}: lists {name}, which does not exist")
-        elif writers.sha256_file(target) != digest:
+        elif target not in report.too_big and writers.sha256_file(target) != digest:
             report.add(f"{rel}: checksum mismatch for {name}")
     for name in writers.release_files_on_disk(root, cfg):
         if name not in listed:
@@ -138,7 +116,7 @@ def _read_split(root: Path, split: str, cfg: dict, report: _Report, rels: tuple[
     files = writers.file_names(cfg)
     pq_rel, jl_rel = rels or (files[f"{split}_parquet"], files[f"{split}_jsonl"])
     df = None
-    if (root / pq_rel).is_file():
+    if (root / pq_rel).is_file() and root / pq_rel not in report.too_big:
         try:
             df = pl.read_parquet(root / pq_rel)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is a problem to report
@@ -158,7 +136,7 @@ def _read_split(root: Path, split: str, cfg: dict, report: _Report, rels: tuple[
     if df is not None and (root / jl_rel).is_file():
         rows = df.to_dicts()
         # lines end at "\n" only: the writer's JSON keeps U+2028/U+2029 and U+0085 inside strings as they are
-        lines = (root / jl_rel).read_bytes().decode("utf-8", "replace").split("\n")
+        lines = report.text(root / jl_rel).split("\n")
         lines = lines[:-1] if lines and lines[-1] == "" else lines
         if len(lines) != len(rows):
             report.add(f"{jl_rel}: {len(lines)} rows, {pq_rel}: {len(rows)} rows")
@@ -233,7 +211,7 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Re
             bad("sft_target does not match answer")
         # frames and references
         try:
-            frames = json.loads(r["frame_indices_json"])
+            frames = strict_json(r["frame_indices_json"])
             assert isinstance(frames, list) and frames and all(isinstance(i, int) and i >= 0 for i in frames)
             assert compact_json(frames) == r["frame_indices_json"]
         except (TypeError, ValueError, AssertionError):
@@ -244,7 +222,7 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Re
         labels = None
         if r["display_labels_json"] is not None:
             try:
-                labels = json.loads(r["display_labels_json"])
+                labels = strict_json(r["display_labels_json"])
                 assert isinstance(labels, list) and len(labels) == len(frames)
             except (ValueError, AssertionError):
                 bad("display_labels_json is not a JSON list with one label per frame")
@@ -259,7 +237,7 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Re
         n_images = len(frames)
         if r["render_spec_json"] is not None:
             try:
-                spec = json.loads(r["render_spec_json"])
+                spec = strict_json(r["render_spec_json"])
                 assert isinstance(spec, dict) and compact_json(spec) == r["render_spec_json"]
                 if spec.get("frame_indices") is not None and spec["frame_indices"] != frames:
                     bad("render_spec_json frame_indices differ from frame_indices_json")
@@ -271,7 +249,7 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Re
                 bad("render_spec_json is not canonical compact JSON of an object")
         if r["image_hashes_json"] is not None:
             try:
-                hashes = json.loads(r["image_hashes_json"])
+                hashes = strict_json(r["image_hashes_json"])
                 assert isinstance(hashes, list) and all(isinstance(h, str) and writers.HEX64.match(h) for h in hashes)
                 if len(hashes) != n_images:
                     bad("image_hashes_json count differs from the images shown")
@@ -293,7 +271,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     for split in tables:
         rel = files[f"split_groups_{split}"]
         if (root / rel).is_file():
-            listed = (root / rel).read_bytes().decode("utf-8", "replace").splitlines()
+            listed = report.text(root / rel).splitlines()
             if listed != sorted(set(listed)):
                 report.add(f"{rel}: not sorted and unique")
             if set(listed) != groups[split]:
@@ -302,7 +280,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     for split in writers.SPLITS:
         rel = files[f"split_groups_{split}"]
         if (root / rel).is_file():
-            listed[split] = set((root / rel).read_bytes().decode("utf-8", "replace").splitlines())
+            listed[split] = set(report.text(root / rel).splitlines())
     if len(listed) == 2 and listed["eval"] & listed["sft"]:
         report.add(f"split group lists share {len(listed['eval'] & listed['sft'])} groups")
     if ev is not None and sf is not None:
@@ -361,7 +339,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     # task distribution
     rel = files["task_distribution"]
     if (root / rel).is_file() and ev is not None:
-        text = (root / rel).read_bytes().decode("utf-8", "replace")
+        text = report.text(root / rel)
         got_rows = list(csv.reader(text.splitlines()))
         if not got_rows or tuple(got_rows[0]) != writers.TASK_DISTRIBUTION_HEADER:
             report.add(f"{rel}: header is not {','.join(writers.TASK_DISTRIBUTION_HEADER)}")
@@ -382,7 +360,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
     # schema.md is generated, never edited
     rel = files["schema"]
     if (root / rel).is_file():
-        if (root / rel).read_bytes().decode("utf-8", "replace") != schema_markdown(rc, writers.schema_source_names(cfg)):
+        if report.text(root / rel) != schema_markdown(rc, writers.schema_source_names(cfg)):
             report.add(f"{rel}: differs from the schema generated from pipeline/schema.py")
 
 
@@ -424,7 +402,8 @@ def validate_release(release_dir: Path, cfg: dict | None = None, leaks: bool = T
         return [f"configs/release.yaml: {exc}"]
     if problem := not_a_release(root, files):
         return [problem]
-    _check_files(root, report)
+    too_big = check_files(root, report.add, max_file_bytes(cfg))
+    report.too_big = {root / rel for rel in too_big}
     from pipeline.steps.tables import absent_step_track  # a release without any T13 step file has no step track
 
     optional = absent_step_track(root, files)
@@ -440,8 +419,14 @@ def validate_release(release_dir: Path, cfg: dict | None = None, leaks: bool = T
             tables[split] = df
     listed, levels = _check_levels(root, tables, cfg, report)
     _check_metadata(root, tables, cfg, report, levels, listed)
-    problems = report.done() + model_facing_problems(root, cfg)
-    return problems + release_leaks(root, cfg) if leaks else problems
+    read = lambda path: _read_json(path, report)
+    every = {k: pl.concat([v, *levels.values()], how="vertical_relaxed") if k == "eval" else v
+             for k, v in tables.items()}  # every eval level, in level order, as the exports and the audit read them
+    for problem in (export_problems(root, cfg, too_big) + provenance_problems(root, cfg, every, read)
+                    + validity_problems(root, cfg, every, read)):
+        report.add(problem)
+    problems = report.done() + model_facing_problems(root, cfg, skip=too_big)
+    return problems + release_leaks(root, cfg, skip=too_big) if leaks else problems
 
 
 def _check_levels(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report
@@ -477,7 +462,7 @@ def _check_levels(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report
                 report.add(f"{lf['manifest']}: differs from its rows in {diff[:5]}")
         groups = set(df.get_column("split_group_id").to_list())
         if (root / lf["split_groups"]).is_file():
-            got = (root / lf["split_groups"]).read_bytes().decode("utf-8", "replace").splitlines()
+            got = report.text(root / lf["split_groups"]).splitlines()
             if got != sorted(groups):
                 report.add(f"{lf['split_groups']}: does not list the level's groups sorted and unique")
         for other, odf in [*tables.items(), *out.items()]:

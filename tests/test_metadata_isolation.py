@@ -64,3 +64,29 @@ def test_unit_ids_with_control_or_invisible_characters_are_refused_at_ingest(tmp
     assert any("NFC" in r for r in reasons)
     assert all(q.isascii() and q.isprintable() for q in res.quarantine["unit_id"].to_list())
     assert unit_id_problem(RECS[0]) is None and unit_id_problem("task_0001 user") is None
+
+
+def test_malformed_lines_of_gm100_episodes_jsonl_cost_no_good_episode(tmp_path):
+    """Each kind of bad line (cut JSON, wrong types, a list, NaN, a key twice, NUL bytes, 5,000-deep nesting, an
+    episode that is not there) beside good ones: every good episode is read, none is quarantined, and an episode the
+    line names that has no files is `absent` (not downloaded), never a lost unit."""
+    import shutil
+
+    from upstream_adapters.samples import gm100 as G
+
+    base = tmp_path / "base"
+    G.write(base, scale="tiny", seed=0)
+    opts = load_config()["sources"]["gm100"]["adapter"]
+    before = ingest_source("gm100", base, opts)
+    lines = [b'{"episode_index": 3,', b'{"episode_index": "3"}', b'{"episode_index": true}', b"[1,2]",
+             b'{"episode_index": -1}', b'{"episode_index": NaN}', b'{"episode_index": 1.5}', b"\x00\x00",
+             b'{"episode_index": 0, "episode_index": 1}', b"[" * 5000 + b"]" * 5000, b'{"episode_index": 99999}']
+    for n, line in enumerate(lines):
+        root = tmp_path / f"c{n}"
+        shutil.copytree(base, root)
+        path = root / "task_00001" / "meta" / "episodes.jsonl"
+        path.write_bytes(path.read_bytes() + line + b"\n")
+        res = ingest_source("gm100", root, opts)
+        assert res.units["unit_id"].to_list() == before.units["unit_id"].to_list(), line[:40]
+        assert units_lost(res.quarantine) == 0, (line[:40], res.quarantine.to_dicts())
+        assert res.absent["unit_id"].to_list() == (["task_00001__episode_099999"] if b"99999" in line else [])

@@ -22,6 +22,7 @@ from pipeline.split import (
     isolation_key_problems,
     leaked_groups,
     level_count_problems,
+    level_share_warnings,
     load_policy,
     make_pool,
     n_eval_groups,
@@ -584,11 +585,12 @@ def test_level_count_check_sees_planted_defects(policy):
     bad = out.with_row_index("__i").with_columns(
         pl.when(pl.col("__i") == first).then(pl.lit("L1")).otherwise(pl.col("eval_level")).alias("eval_level"))
     assert any("L2" in p for p in level_count_problems(bad.drop("__i"), summary, policy))
-    # plant 2: a configured level that holds nothing
+    # plant 2: a configured level that holds nothing (a corpus too small to fill it): a warning, not a problem
     s2 = copy.deepcopy(summary)
     s2["sources"]["rh20t"]["ood"]["levels"]["L3"]["items"] = 0
     none_l3 = out.filter(pl.col("eval_level") != "L3")
-    assert any("L3 holds 0 items" in p for p in level_count_problems(none_l3, s2, policy))
+    assert level_count_problems(none_l3, s2, policy) == [] and level_share_warnings(summary, policy) == []
+    assert any("L3 holds 0 items" in w for w in level_share_warnings(s2, policy))
 
 
 def test_pool_file_honours_the_levels(tmp_path, policy):

@@ -58,7 +58,7 @@ import h5py
 import numpy as np
 import pyarrow as pa
 
-from .aist_layout import MANIFEST, AistLayout, _Episode, _Task
+from .aist_layout import MANIFEST, AistLayout, _Episode, _Task  # noqa: F401 - MANIFEST: the adapter's public name
 from .aist_rows import _decode_jpeg_row, _text
 from .base import SourceAdapter, check_unit_id, hdf5_check, refuse_hdf5_links, safe_join
 from .storage.limits import ArchiveLimits
@@ -68,7 +68,6 @@ from .ir import (
     SEGMENTS_SCHEMA,
     SIGNALS_SCHEMA,
     SourceError,
-    UnitAbsent,
     UnitError,
     UnitIR,
     empty,
@@ -147,7 +146,8 @@ class AistAdapter(AistLayout, SourceAdapter):
     def discover(self, root: Path) -> list[str]:
         root = Path(root)
         ids: list[str] = []
-        for task in self._scan(root):
+        tasks = self._scan(root)
+        for task in tasks:
             if task.task_id is None:
                 if self.tasks is None:
                     ids.append(task.sentinel)
@@ -155,7 +155,9 @@ class AistAdapter(AistLayout, SourceAdapter):
             self._list_episodes(root, task)
             if task.error and not task.episodes:
                 ids.append(task.sentinel)
-            else:  # an unreadable zip whose headers still name its episodes: one unit (and row) each
+            elif task.partial and (self._typical_count(root, tasks, task) or 0) > len(task.episodes):
+                ids.append(task.sentinel)  # a zip cut short: the episodes past the cut, counted by one row
+            if task.episodes:  # an unreadable zip whose headers still name its episodes: one unit (and row) each
                 ids.extend(f"{task.task_id}_episode_{n}" for n in task.episodes)
         return sorted(set(ids))
 
@@ -170,20 +172,7 @@ class AistAdapter(AistLayout, SourceAdapter):
         except SourceError as exc:
             raise UnitError(f"source root unusable: {exc}") from None
         if not m:
-            held = [t for t in tasks if t.sentinel == unit_id]  # two task names may claim one task id
-            counts = [self._episode_count(root, t) for t in held]
-            units = sum(c for c in counts if c) if any(counts) else None  # the episodes this placeholder loses
-            for task in held:
-                if task.absent:
-                    raise UnitAbsent(task.error or "task not downloaded", file=task.rel)
-                if task.error:
-                    raise UnitError(task.error, file=task.rel, units=units)
-                if task.task_id is None:
-                    raise UnitError(f"task {task.task_name!r} has no task id: it is not in the AIST task table "
-                                    f"(configs/aist_tasks.csv), the root's {MANIFEST} nor the task_ids option"
-                                    + (f" ({units} episodes not read)" if units else ""), file=task.rel, units=units)
-                self._list_episodes(root, task)
-                raise UnitError(task.error or f"task {task.task_id} is unreadable", file=task.rel, units=units)
+            self._refuse_sentinel(root, tasks, unit_id)
             raise UnitError(f"not an AIST unit id {unit_id!r} (expected task_XXX_episode_N)")
         task_id, number = m.group(1), int(m.group(2))
         task = next((t for t in tasks if t.task_id == task_id), None)

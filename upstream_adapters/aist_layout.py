@@ -12,9 +12,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import read_metadata, require_root, safe_join
-from .ir import SourceError, UnitError
-from .storage.zipwindow import is_symlink, local_member_names, unsafe_member as _unsafe_member
+from .base import read_metadata, require_root, safe_join, typical_units
+from .ir import SourceError, UnitAbsent, UnitError
+from .storage.zipwindow import is_symlink, local_members, unsafe_member as _unsafe_member
 
 SLUG = "aist"
 MANIFEST = "aist_bimanual_manifest.csv"
@@ -45,6 +45,7 @@ class _Task:
     error: str | None = None  # set when the task's storage cannot be listed
     absent: bool = False  # the task is selected but has no zip or folder in the root (not downloaded)
     episodes: dict[int, _Episode] = field(default_factory=dict)
+    partial: bool = False  # an unreadable zip whose local headers end at a cut: it held more than `episodes` names
 
     @property
     def sentinel(self) -> str:
@@ -210,14 +211,14 @@ class AistLayout:
             key = None
         cache = self.__dict__.setdefault("_listings", {})  # per-process state (not pickled: `_` prefix)
         if key is not None and key in cache:
-            episodes, task.error = cache[key]
+            episodes, task.error, task.partial = cache[key]
             task.episodes.update(episodes)
             return
         self._list_episodes_uncached(root, task)
         if key is not None:
             if len(cache) >= 256:
                 cache.clear()
-            cache[key] = (dict(task.episodes), task.error)
+            cache[key] = (dict(task.episodes), task.error, task.partial)
 
     def _list_episodes_uncached(self, root: Path, task: _Task) -> None:
         if task.kind == "dir":
@@ -251,9 +252,10 @@ class AistLayout:
         except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
             task.error = f"task zip {task.rel!r} is not a readable zip archive: {exc}"
             try:  # name the episodes its local headers still show, so each counts as a lost unit
-                names = local_member_names(zpath)
+                names, complete = local_members(zpath)
             except OSError:
-                names = []
+                names, complete = [], False
+            task.partial = bool(names) and not complete
             for name in names:
                 m = _EPISODE_RE.fullmatch(name.split("/")[-1])
                 if m and not _unsafe_member(name):
@@ -299,6 +301,52 @@ class AistLayout:
             task.episodes.setdefault(n, ep)
         if not task.episodes:
             task.error = f"task zip {task.rel!r} holds no {task.task_name}/episode_N.hdf5 members"
+
+    def _refuse_sentinel(self, root: Path, tasks: list[_Task], unit_id: str) -> None:
+        """Raise the error of a task's placeholder unit (`<task_id>_unreadable`, `unmapped_<task_name>`): UnitAbsent
+        for a task not downloaded, else UnitError with the episodes it stands for (`units`)."""
+        held = [t for t in tasks if t.sentinel == unit_id]  # two task names may claim one task id
+        counts = [self._episode_count(root, t) for t in held]
+        units = sum(c for c in counts if c) if any(counts) else None  # the episodes this placeholder loses
+        for task in held:
+            if task.absent:
+                raise UnitAbsent(task.error or "task not downloaded", file=task.rel)
+            if task.error:
+                raise self._lost(root, tasks, task, task.error, units)
+            if task.task_id is None:
+                raise UnitError(f"task {task.task_name!r} has no task id: it is not in the AIST task table "
+                                f"(configs/aist_tasks.csv), the root's {MANIFEST} nor the task_ids option"
+                                + (f" ({units} episodes not read)" if units else ""), file=task.rel, units=units)
+            self._list_episodes(root, task)
+            raise self._lost(root, tasks, task, task.error or f"task {task.task_id} is unreadable", units)
+
+    def _lost(self, root: Path, tasks: list[_Task], task: _Task, why: str, units: int | None) -> UnitError:
+        """The error of a task whose episodes cannot all be named (an unreadable, empty or cut-short zip, a folder
+        that cannot be listed): counted as many episodes as the source's readable tasks hold (base.typical_units),
+        less those its local headers name (each of those is a unit and a row of its own)."""
+        if task.task_id is not None and (units is None or task.partial):
+            typical = self._typical_count(root, tasks, task)
+            if typical and typical > len(task.episodes):
+                units = typical - len(task.episodes)
+                why += (f" (counted as {units} lost episodes: the median of this source's readable tasks"
+                        + (f", less the {len(task.episodes)} its local headers name)" if task.episodes else ")"))
+        return UnitError(why, file=task.rel, units=units)
+
+    def _typical_count(self, root: Path, tasks: list[_Task], but: _Task) -> int | None:
+        """The episodes a task whose episodes cannot all be listed is counted as: base.typical_units over the
+        source's other tasks that list theirs."""
+        counts = []
+        for t in tasks:
+            if t is but or t.absent or t.task_id is None or t.error:
+                continue
+            probe = _Task(t.task_name, t.kind, t.rel, task_id=t.task_id)
+            try:
+                self._list_episodes(root, probe)
+            except (UnitError, OSError):
+                continue
+            if not probe.error:
+                counts.append(len(probe.episodes))
+        return typical_units(counts)
 
     def _episode_count(self, root: Path, task: _Task) -> int | None:
         """Episodes a task holds even when it cannot be used (no task id, a task id claimed twice), or None when

@@ -109,6 +109,14 @@ def require_root(root: Path, slug: str) -> Path:
     return root
 
 
+def typical_units(counts) -> int | None:
+    """What a container whose units cannot be listed (an unreadable, empty or cut-short archive or folder) is counted
+    as in the quarantine share: the median (low) of the units the source's readable containers hold; None when no
+    container is readable (the row then counts as one)."""
+    counts = sorted(c for c in counts if c)
+    return counts[(len(counts) - 1) // 2] if counts else None
+
+
 def safe_join(root: Path, rel: str) -> Path:
     """Join a unit-relative path under `root`, refusing names that would escape it.
 

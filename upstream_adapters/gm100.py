@@ -50,7 +50,8 @@ import numpy as np
 import pyarrow as pa
 
 from . import video
-from .base import SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join
+from .base import (SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join,
+                   typical_units)
 from .gm100_signals import COL_GRIP, signals_table
 from .storage import lerobot_v3 as v3
 from .storage.lerobot import (
@@ -381,18 +382,18 @@ class Gm100Adapter(SourceAdapter):
             task = unit_id[: -len(PLACEHOLDER) - 2]
             if TASK_RE.match(task):
                 safe_join(root, task)  # raises for a task folder escaping the root
+                # the episodes it stands for, counted as lost: as many as the other task folders list (median)
+                units = typical_units(len(self._list_episodes(root, t)[0]) for t in sorted(os.listdir(root))
+                                      if TASK_RE.match(t) and t != task)
                 try:
-                    if not (root / task).is_dir():
-                        raise UnitError("task folder is missing", file=task)
-                    if not (root / task / "meta" / "info.json").is_file():
-                        raise UnitError("task folder has no meta/info.json and no episode files", file=task)
                     os.listdir(root / task)
+                    why = ("task folder has no meta/info.json and no episode files" if not
+                           (root / task / "meta" / "info.json").is_file() else "task folder lists no episodes (no "
+                           "meta/episodes.jsonl entries and no episode parquet files)")
                 except OSError as exc:
-                    raise UnitError(f"task folder cannot be read: {type(exc).__name__}", file=task) from None
-                raise UnitError(
-                    "task folder lists no episodes (no meta/episodes.jsonl entries and no episode parquet files)",
-                    file=task,
-                )
+                    why = ("task folder is missing" if isinstance(exc, FileNotFoundError)
+                           else f"task folder cannot be read: {type(exc).__name__}")
+                raise UnitError(why, file=task, units=units)
         m = UNIT_RE.match(unit_id)
         if not m:
             raise UnitError(f"malformed GM-100 unit id {unit_id!r} (expected task_XXXXX__episode_XXXXXX)")

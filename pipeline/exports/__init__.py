@@ -55,7 +55,8 @@ def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame
     xf = common.export_files(cfg)
     written, leaks = [], {}
     configs = card.config_tables(tables, cfg)
-    for rel, text in chain(export_texts(tables, cfg), [(xf["card"], card.card_markdown(tables, cfg, configs))]):
+    card_text = card.card_markdown(tables, cfg, configs, common.recorded_warnings(release_dir, cfg))
+    for rel, text in chain(export_texts(tables, cfg), [(xf["card"], card_text)]):
         if found := find_path_leaks(text) + facing.text_problems(rel, text, cfg):
             leaks[rel] = found
             continue

@@ -121,8 +121,9 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict, configs: dict | None = None) -> str:
-    """The card; `configs`: config_tables(tables, cfg) when the caller has them already."""
+def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict, configs: dict | None = None, warnings=()) -> str:
+    """The card; `configs`: config_tables(tables, cfg) when the caller has them already; `warnings`: what the build
+    recorded in provenance.json (an eval level the corpus cannot fill), a section of their own when there are any."""
     from pipeline.score import METRIC_DEFINITIONS  # the one place each metric is defined
 
     ec = common.export_cfg(cfg)
@@ -151,6 +152,9 @@ def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict, configs: dict | No
     xfile = {k: ", ".join(f"`{p.file(xf[k])}`" for p in parts if p.split == "eval") for k in xf}
     frames = ec.get("images_prefix", "images")
     head = yaml.safe_dump(front_matter(configs, cfg), sort_keys=False, allow_unicode=True, width=1000)
+    warning_text = ("\n## Build warnings\n\nStatistics this corpus could not meet (recorded in "
+                    "`metadata/provenance.json`; what the release holds is right):\n\n"
+                    + "".join(f"- {w}\n" for w in warnings)) if warnings else ""
     body = f"""# {ec['pretty_name']}
 
 {ec['intended_use']}
@@ -251,7 +255,7 @@ Definitions (`metrics.json` `definitions`, per cell = source × family × eval l
 {ec['limitations']}
 
 {ec['biases']}
-
+{warning_text}
 ## Citation
 
 ```bibtex

@@ -54,6 +54,16 @@ def read_tables(release_dir: Path, cfg: dict, levels: bool = False) -> dict[str,
     return out
 
 
+def recorded_warnings(release_dir: Path, cfg: dict) -> list[str]:
+    """The warnings the build recorded in the release's provenance.json (the card repeats them); [] when none."""
+    try:
+        doc = json.loads((Path(release_dir) / writers.file_names(cfg)["provenance"]).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = doc.get("warnings") if isinstance(doc, dict) else None
+    return [str(w) for w in found] if isinstance(found, list) else []
+
+
 # Release columns a model may not be shown: they locate, render or identify the frames (any of frame indices,
 # visual_ref, reconstruction key or render spec gives T8/T9 away) or carry bookkeeping no prompt needs.
 RECONSTRUCTION_ONLY = tuple(c for c in COLUMN_NAMES if c not in MODEL_FACING_COLUMNS)

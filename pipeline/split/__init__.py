@@ -45,7 +45,7 @@ values by ","). Merged ids contain "=" and never collide with unit ids.
 """
 from .assign import split_items
 from .checks import (group_count_problems, group_lists, held_out_problems, isolation_key_problems, leaked_groups,
-                     level_count_problems)
+                     level_count_problems, level_share_warnings)
 from .groups import GROUPS_SCHEMA, build_groups
 from .objective import Selection, SplitPool, make_pool
 from .ours import our_rule
@@ -56,5 +56,5 @@ from .report import eval_letter_report
 
 __all__ = ["GROUPS_SCHEMA", "UNIT_KEYS", "Selection", "SplitPool", "build_groups", "eval_letter_report", "family_sort_key",
            "group_count_problems", "group_lists", "held_out_problems", "isolation_key_problems", "leaked_groups",
-           "level_count_problems", "load_policy", "make_pool", "n_eval_groups",
+           "level_count_problems", "level_share_warnings", "load_policy", "make_pool", "n_eval_groups",
            "our_rule", "policy_and_seed", "public_rule", "split_items", "split_pool_file"]

@@ -73,7 +73,14 @@ def local_member_names(path: Path, limit: int = 100_000) -> list[str]:
     central directory is gone: the names of what it held). A member whose sizes follow its data (a data descriptor,
     as streaming zip writers do) is inflated and discarded to find its end; a stored one of that kind, a truncated
     member or a broken header ends the walk. Names are returned as found, never opened."""
+    return local_members(path, limit)[0]
+
+
+def local_members(path: Path, limit: int = 100_000) -> tuple[list[str], bool]:
+    """(local_member_names, complete): complete when the walk ended at the central directory's first header, so the
+    names are every member the zip held; False when it ended at a cut or a broken header (more may be lost)."""
     names: list[str] = []
+    complete = False
     with open(path, "rb") as fh:
         total = os.fstat(fh.fileno()).st_size
         pos = 0
@@ -81,6 +88,7 @@ def local_member_names(path: Path, limit: int = 100_000) -> list[str]:
             fh.seek(pos)
             head = fh.read(30)
             if len(head) < 30 or head[:4] != _LOCAL:
+                complete = head[:4] == b"PK\x01\x02" or (head[:4] == b"PK\x05\x06" and bool(names))
                 break
             flags, method = struct.unpack("<HH", head[6:10])
             csize = struct.unpack("<I", head[18:22])[0]
@@ -110,7 +118,7 @@ def local_member_names(path: Path, limit: int = 100_000) -> list[str]:
                 pos = data + csize
             if pos > total:
                 break
-    return names
+    return names, complete
 
 
 def _zip64_csize(extra: bytes) -> int | None:
