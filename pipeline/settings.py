@@ -274,6 +274,11 @@ class ReleaseFiles(Strict):
     split_groups_eval: str = "metadata/split_groups_eval.txt"
     split_groups_sft: str = "metadata/split_groups_sft.txt"
     provenance: str = "metadata/provenance.json"
+    steps_eval_parquet: str = "splits/processbench_steps_eval.parquet"   # T13 step track (docs/steps.md)
+    steps_eval_jsonl: str = "splits/processbench_steps_eval.jsonl"
+    steps_sft_parquet: str = "splits/processdata_steps_sft.parquet"
+    steps_sft_jsonl: str = "splits/processdata_steps_sft.jsonl"
+    steps_manifest: str = "metadata/steps_manifest.json"
     checksums: str = "checksums.sha256"
     model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
 
@@ -486,6 +491,7 @@ class ExportsFile(Strict):
 
 
 from pipeline.settings_labels import LabelsFile  # noqa: E402  (its own file: the largest model)
+from pipeline.settings_steps import StepTaskFile  # noqa: E402,F401  (configs/tasks/T13.yaml, the step track)
 
 FILE_MODELS: dict[str, Any] = {"build": BuildFile, "sources": SourcesFile, "labels": LabelsFile, "split": SplitFile,
                                "frames": FramesFile, "release": ReleaseFile, "validity": ValidityFile,

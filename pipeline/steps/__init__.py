@@ -1,0 +1,17 @@
+"""The process-verification step track (T13, configs/tasks/T13.yaml `track: steps`; docs/steps.md).
+
+Plain functions over the label and IR tables (no Dagster):
+
+    units = items.source_steps(slug, ir, labels, template)      # per unit: ordered candidate steps / chains
+    drafts = items.draft_items(slug, units, template, seed)     # items: ordered steps with labels (natural errors)
+    drafts = perturb.inject(drafts, template, seed, donors)     # injected errors, living in the frames
+    rows = rows.step_rows(drafts, ...)                          # the release rows (STEPS contract, schema.py)
+
+`BUILDERS` is the registry line of the step families: task id -> the function building its draft items.
+"""
+
+from __future__ import annotations
+
+from . import items
+
+BUILDERS = {"T13": items.build_drafts}

@@ -1,0 +1,74 @@
+"""The step track's release files (configs/release.yaml `files.steps_*`): eval per level (L1 under the plain name,
+L2/L3 as `_L2`/`_L3`, as the MCQ eval files) and SFT, parquet + jsonl with the same rows, and a manifest.
+
+    rels = write_step_files(rows, summary, cfg, release_dir)   # release-relative names written
+    step_tables(release_dir, cfg)                              # {release-relative parquet: table}, every level + SFT
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from .. import io
+from ..leaks import find_path_leaks
+from ..release_files import file_names, level_file_name
+from .rows import STEP_SCHEMA, row_problems
+
+
+def step_files(rows: pl.DataFrame, cfg: dict) -> dict[str, tuple[str, pl.DataFrame]]:
+    """{parquet name: (jsonl name, rows)}: one entry per eval level present (L1 always) and SFT."""
+    files = file_names(cfg)
+    ev = rows.filter(pl.col("split") == "eval")
+    levels = sorted(set(ev["eval_level"].drop_nulls().to_list()) | {"L1"})
+    out = {}
+    for lv in levels:
+        part = ev.filter(pl.col("eval_level") == lv) if lv != "L1" else \
+            ev.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") == "L1"))
+        out[level_file_name(files["steps_eval_parquet"], lv)] = (level_file_name(files["steps_eval_jsonl"], lv),
+                                                                  part.sort("item_id"))
+    out[files["steps_sft_parquet"]] = (files["steps_sft_jsonl"], rows.filter(pl.col("split") == "sft").sort("item_id"))
+    return out
+
+
+def manifest(tables: dict, summary: dict, cfg: dict) -> dict:
+    return {"task_id": "T13", "files": {pq: {"jsonl": jl, "items": df.height,
+                                             "steps": int(df["num_steps"].sum() or 0),
+                                             "split_groups": df["split_group_id"].n_unique()}
+                                        for pq, (jl, df) in sorted(tables.items())},
+            "sources": summary.get("counts", {})}
+
+
+def write_step_files(rows: pl.DataFrame, summary: dict, cfg: dict, out_dir: Path) -> list[str]:
+    """Check every row against the contract (rows.row_problems) and the isolation (no group on both sides), scan
+    the text for path leaks, then write the files atomically."""
+    if list(rows.schema.items()) != list(STEP_SCHEMA.items()):
+        raise ValueError("step rows do not have the step schema (pipeline/steps/rows.py STEP_SCHEMA)")
+    problems = [p for r in rows.iter_rows(named=True) for p in row_problems(r)]
+    if problems:
+        raise ValueError(f"step rows break the row contract: {problems[:5]}")
+    sides = rows.group_by("split_group_id").agg(pl.col("split").n_unique().alias("n")).filter(pl.col("n") > 1)
+    if sides.height:
+        raise ValueError(f"step split groups on both sides: {sides['split_group_id'].to_list()[:5]}")
+    tables = step_files(rows, cfg)
+    mirrors = {jl: io.jsonl_bytes(df) for jl, df in tables.values()}
+    text = io.dumps_json(manifest(tables, summary, cfg))
+    leaks = {rel: f for rel, b in mirrors.items() if (f := find_path_leaks(b.decode("utf-8")))}
+    if leaks:
+        raise ValueError(f"path or identity leaks in step files: {leaks}")
+    for pq, (jl, df) in tables.items():
+        io.write_parquet(Path(out_dir) / pq, df)
+        io.atomic_write_bytes(Path(out_dir) / jl, mirrors[jl])
+    io.atomic_write_text(Path(out_dir) / file_names(cfg)["steps_manifest"], text)
+    return sorted([*tables, *(jl for jl, _ in tables.values()), file_names(cfg)["steps_manifest"]])
+
+
+def step_tables(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame]:
+    """Every step file of a written release (its manifest names them), read back."""
+    path = Path(release_dir) / file_names(cfg)["steps_manifest"]
+    if not path.is_file():
+        return {}
+    names = sorted(json.loads(path.read_text(encoding="utf-8"))["files"])
+    return {rel: pl.read_parquet(Path(release_dir) / rel) for rel in names if (Path(release_dir) / rel).is_file()}
