@@ -25,6 +25,7 @@ from pipeline.io import strict_json
 from pipeline.exports.facing import release_problems as model_facing_problems
 from pipeline.io import compact_json, is_temp_file
 from pipeline.leaks import find_path_leaks
+from pipeline.steps.write import step_problems
 from pipeline.release_scan import release_leaks
 from pipeline.schema import (
     CHOICE_COLUMNS,
@@ -437,6 +438,11 @@ def validate_release(release_dir: Path, cfg: dict | None = None, leaks: bool = T
             tables[split] = df
     listed, levels = _check_levels(root, tables, cfg, report)
     _check_metadata(root, tables, cfg, report, levels, listed)
+    mcq = {"eval": {g for df in [tables.get("eval"), *levels.values()] if df is not None
+                    for g in df["split_group_id"].to_list()},
+           "sft": set(tables["sft"]["split_group_id"].to_list()) if "sft" in tables else set()}
+    for problem in step_problems(root, cfg, mcq):  # the T13 step files (pipeline/steps/write.py)
+        report.add(problem)
     problems = report.done() + model_facing_problems(root, cfg)
     return problems + release_leaks(root, cfg) if leaks else problems
 

@@ -72,3 +72,40 @@ def step_tables(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame]:
         return {}
     names = sorted(json.loads(path.read_text(encoding="utf-8"))["files"])
     return {rel: pl.read_parquet(Path(release_dir) / rel) for rel in names if (Path(release_dir) / rel).is_file()}
+
+
+def step_problems(release_dir: Path, cfg: dict, mcq_groups: dict[str, set[str]]) -> list[str]:
+    """What the validator finds in the step files: a file the manifest lists missing, a schema other than the step
+    schema, a row against the contract, a jsonl mirror that differs from its parquet, a row in the wrong file, a split
+    group on both sides (within the step track, or across the two tracks: `mcq_groups` = {split: groups})."""
+    root = Path(release_dir)
+    path = root / file_names(cfg)["steps_manifest"]
+    if not path.is_file():
+        return [f"{file_names(cfg)['steps_manifest']}: missing"]
+    out, sides = [], {}
+    listed = json.loads(path.read_text(encoding="utf-8"))["files"]
+    for rel, meta in sorted(listed.items()):
+        if not (root / rel).is_file() or not (root / meta["jsonl"]).is_file():
+            out.append(f"{rel}: listed in the steps manifest but missing (or its jsonl {meta['jsonl']})")
+            continue
+        df = pl.read_parquet(root / rel)
+        if list(df.schema.items()) != list(STEP_SCHEMA.items()):
+            out.append(f"{rel}: not the step schema (pipeline/steps/rows.py STEP_SCHEMA)")
+            continue
+        if io.jsonl_bytes(df) != (root / meta["jsonl"]).read_bytes():
+            out.append(f"{meta['jsonl']}: does not hold the rows of {rel}")
+        if df.height != meta["items"]:
+            out.append(f"{rel}: {df.height} rows, the manifest says {meta['items']}")
+        split = "sft" if rel == file_names(cfg)["steps_sft_parquet"] else "eval"
+        if df.height and set(df["split"].to_list()) != {split}:
+            out.append(f"{rel}: holds rows of another split than {split}")
+        out += [f"{rel}: {p}" for r in df.iter_rows(named=True) for p in row_problems(r)]
+        for g in df["split_group_id"].to_list():
+            sides.setdefault(g, set()).add(split)
+    both = sorted(g for g, s in sides.items() if len(s) > 1)
+    across = sorted(g for g, s in sides.items() for other in ("eval", "sft") if other not in s
+                    and g in mcq_groups.get(other, set()))
+    out += [f"step split group {g}: on both sides" for g in both[:10]]
+    out += [f"split group {g}: on one side in the step files, on the other in the multiple-choice files"
+            for g in across[:10]]
+    return out
