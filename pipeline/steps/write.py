@@ -109,3 +109,24 @@ def step_problems(release_dir: Path, cfg: dict, mcq_groups: dict[str, set[str]])
     out += [f"split group {g}: on one side in the step files, on the other in the multiple-choice files"
             for g in across[:10]]
     return out
+
+
+def step_recon_rows(release_dir: Path, cfg: dict) -> pl.DataFrame:
+    """What `processbench reconstruct` needs of the step items: one row per (item, step) with the step's unit,
+    camera, frames and image hashes, `first_image` = the index of the step's first image in the item (the image
+    files are <item_id>_<k>.png, as the rows' `image` list names them), and `file`."""
+    cols = {"item_id": pl.String, "source_slug": pl.String, "source_unit_id": pl.String, "camera": pl.String,
+            "frame_indices_json": pl.String, "render_spec_json": pl.String, "image_hashes_json": pl.String,
+            "file": pl.String, "first_image": pl.Int64}
+    rows = []
+    for rel, df in step_tables(release_dir, cfg).items():
+        for r in df.select("item_id", "source_slug", "step_reconstruction_keys_json", "step_image_index_json",
+                           "image_hashes_json").iter_rows(named=True):
+            hashes = json.loads(r["image_hashes_json"])
+            for key, index in zip(json.loads(r["step_reconstruction_keys_json"]), json.loads(r["step_image_index_json"])):
+                rows.append({"item_id": r["item_id"], "source_slug": r["source_slug"],
+                             "source_unit_id": key["source_unit_id"], "camera": key["camera"],
+                             "frame_indices_json": io.compact_json(key["frame_indices"]), "render_spec_json": None,
+                             "image_hashes_json": io.compact_json([hashes[i] for i in index]), "file": rel,
+                             "first_image": index[0]})
+    return pl.DataFrame(rows, schema=cols)
