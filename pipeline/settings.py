@@ -463,6 +463,8 @@ class ExportsFiles(Strict):
     lmms_eval_dir: str
     grpo_sft: str
     grpo_eval: str
+    visualprocessbench_eval: str = "exports/visualprocessbench/processbench_steps_eval.jsonl"   # T13, docs/steps.md
+    visualprocessbench_sft: str = "exports/visualprocessbench/processdata_steps_sft.jsonl"
 
 
 class ExportsScore(Strict):

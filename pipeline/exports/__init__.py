@@ -17,6 +17,7 @@ import polars as pl
 from pipeline import io, writers
 from pipeline.exports import card, common, consumers, croissant, facing, lmms
 from pipeline.leaks import find_path_leaks
+from pipeline.steps.exports import step_configs, visualprocessbench_texts
 
 
 def export_texts(tables: dict[str, pl.DataFrame], cfg: dict) -> Iterator[tuple[str, str]]:
@@ -54,8 +55,10 @@ def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame
     tables = {"eval": eval_df, "sft": sft_df}
     xf = common.export_files(cfg)
     written, leaks = [], {}
-    configs = card.config_tables(tables, cfg)
-    for rel, text in chain(export_texts(tables, cfg), [(xf["card"], card.card_markdown(tables, cfg, configs))]):
+    configs = card.config_tables(tables, cfg) | step_configs(release_dir, cfg)  # + the T13 step track's
+    step_texts = visualprocessbench_texts(release_dir, cfg)
+    for rel, text in chain(export_texts(tables, cfg), step_texts,
+                           [(xf["card"], card.card_markdown(tables, cfg, configs))]):
         if found := find_path_leaks(text) + facing.text_problems(rel, text, cfg):
             leaks[rel] = found
             continue

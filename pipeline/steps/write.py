@@ -80,8 +80,9 @@ def step_problems(release_dir: Path, cfg: dict, mcq_groups: dict[str, set[str]])
     group on both sides (within the step track, or across the two tracks: `mcq_groups` = {split: groups})."""
     root = Path(release_dir)
     path = root / file_names(cfg)["steps_manifest"]
-    if not path.is_file():
-        return [f"{file_names(cfg)['steps_manifest']}: missing"]
+    if not path.is_file():  # a release without the step track (none of its files), or one that lost its manifest
+        present = [rel for key, rel in file_names(cfg).items() if key.startswith("steps_") and (root / rel).is_file()]
+        return [f"{file_names(cfg)['steps_manifest']}: missing, but {present} are there"] if present else []
     out, sides = [], {}
     listed = json.loads(path.read_text(encoding="utf-8"))["files"]
     for rel, meta in sorted(listed.items()):
