@@ -236,3 +236,22 @@ def test_units_take_their_groups_side_and_ungrouped_units_get_none():
                                                                     ("c", "sft", None)]
     with pytest.raises(ValueError, match="both sides"):
         group_sides(split_items.with_columns(pl.Series("split", ["eval", "sft", "sft"])), groups)
+
+
+def test_drafts_and_errors_are_deterministic(cfg, tpl):
+    lab, ir, unit = timeline_tables()
+    lab2, ir2, unit2 = timeline_tables("u2")
+    lab = {k: pl.concat([lab[k], lab2[k]]) for k in lab}
+    lab["units"] = pl.DataFrame({"unit_id": ["u1", "u2"], "outcome": ["success", "failure"]})
+    units = pl.DataFrame({"unit_id": ["u1", "u2"], "camera": ["cam"] * 2, "num_frames": [300] * 2,
+                          "outcome": ["success", "failure"], "split": ["eval", "sft"], "eval_level": ["L1", None],
+                          "split_group_id": ["g1", "g2"]})
+
+    def run(seed):
+        drafts = items.build_drafts("rh20t", units, lab, {}, tpl, 6, seed)
+        items.set_outcome_wording(drafts, tpl, seed, "rh20t")
+        perturb.inject(drafts, tpl, seed, "rh20t")
+        return [(d["key"], [(s["frames"], s["label"], s["error"], s["claim"]) for s in d["steps"]]) for d in drafts]
+
+    assert run(SEED) == run(SEED)
+    assert run(SEED) != run(SEED + 1)

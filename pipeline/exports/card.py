@@ -131,6 +131,7 @@ def _table(header: list[str], rows: list[list]) -> str:
 def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict, configs: dict | None = None) -> str:
     """The card; `configs`: config_tables(tables, cfg) when the caller has them already."""
     from pipeline.score import METRIC_DEFINITIONS  # the one place each metric is defined
+    from pipeline.steps.exports import step_section
 
     ec = common.export_cfg(cfg)
     configs = config_tables(tables, cfg) if configs is None else configs
@@ -181,7 +182,7 @@ indices alone give the temporal families away). The canonical files under `split
 ## Tasks
 
 {_table(["task", "name", *names, "sources"], task_rows)}
-
+{step_section(configs, cfg)}
 ## Sources and licences
 
 The release contains no pixels. Licence: `other`, the terms of each source apply to its items and frames:

@@ -83,3 +83,23 @@ def step_record_sets(release_dir: Path, cfg: dict, record_set) -> tuple[list[dic
         part = common.Part(df["split"][0], level, f"{STEP_CONFIG}_{name}", df)
         sets.append(record_set(part, fid))
     return files, sets
+
+
+def step_section(configs: dict, cfg: dict) -> str:
+    """The card's section on the step track (empty when the release has none)."""
+    if STEP_CONFIG not in configs:
+        return ""
+    splits = ", ".join(f"`{name}` ({df.height} items)" for name, (_, df) in configs[STEP_CONFIG].items())
+    xf = common.export_files(cfg)
+    return f"""
+## Process verification (T13, step track)
+
+Config `{STEP_CONFIG}` ({splits}): a task goal (`question`), ordered steps (`response.steps`), each shown by 1-2
+images (`step_image_index_json` indexes `images`), and a label per step in `response.process_correctness`: 1 the
+step's sentence is true of its frames, -1 false, 0 neutral (idle, or next to a label change; never scored). The
+`prompt` asks for one verdict per step, `+` or `-`, inside `<STEPS>...</STEPS>`; `answer` is the gold output.
+Wrong steps come from the sources' own failure records (REASSEMBLE primitives and actions, RH20T ratings) and from
+errors placed in the frames. `{STEP_RECONSTRUCTION_CONFIG}` holds each step's frames and the bookkeeping, by
+`item_id`: never show it to a model. The same rows in VisualProcessBench's jsonl layout:
+`{xf['visualprocessbench_eval']}` (and per level, SFT).
+"""
