@@ -104,8 +104,8 @@ def step_problems(release_dir: Path, cfg: dict, mcq_groups: dict[str, set[str]])
         for g in df["split_group_id"].to_list():
             sides.setdefault(g, set()).add(split)
     both = sorted(g for g, s in sides.items() if len(s) > 1)
-    across = sorted(g for g, s in sides.items() for other in ("eval", "sft") if other not in s
-                    and g in mcq_groups.get(other, set()))
+    other = {"eval": "sft", "sft": "eval"}
+    across = sorted({g for g, s in sides.items() for side in s if g in mcq_groups.get(other[side], set())})
     out += [f"step split group {g}: on both sides" for g in both[:10]]
     out += [f"split group {g}: on one side in the step files, on the other in the multiple-choice files"
             for g in across[:10]]
