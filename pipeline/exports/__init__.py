@@ -17,7 +17,6 @@ import polars as pl
 from pipeline import io, writers
 from pipeline.exports import card, common, consumers, croissant, facing, lmms
 from pipeline.leaks import find_path_leaks
-from pipeline.steps.exports import step_configs, visualprocessbench_texts
 
 
 def export_texts(tables: dict[str, pl.DataFrame], cfg: dict) -> Iterator[tuple[str, str]]:
@@ -55,6 +54,8 @@ def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame
     tables = {"eval": eval_df, "sft": sft_df}
     xf = common.export_files(cfg)
     written, leaks = [], {}
+    from pipeline.steps.exports import step_configs, visualprocessbench_texts  # (it imports pipeline.exports)
+
     configs = card.config_tables(tables, cfg) | step_configs(release_dir, cfg)  # + the T13 step track's
     step_texts = visualprocessbench_texts(release_dir, cfg)
     for rel, text in chain(export_texts(tables, cfg), step_texts,

@@ -11,7 +11,6 @@ import polars as pl
 
 from pipeline import writers
 from pipeline.exports import common
-from pipeline.steps.exports import step_record_sets
 
 _CONTEXT = {
     "@language": "en", "@vocab": "https://schema.org/", "sc": "https://schema.org/",
@@ -72,6 +71,8 @@ def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: dict) -> 
                              "encodingFormat": "application/x-parquet",
                              "sha256": writers.sha256_file(Path(release_dir) / rel)})
         record_sets.append(_record_set(part, fid))
+    from pipeline.steps.exports import step_record_sets  # (it imports pipeline.exports)
+
     step_files, step_sets = step_record_sets(release_dir, cfg, _record_set)  # the T13 step track
     distribution += step_files
     record_sets += step_sets
