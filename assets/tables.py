@@ -25,6 +25,8 @@ from pipeline.frames.extract import ITEM_FRAMES_SCHEMA
 from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
 from pipeline.schema import RELEASE_SCHEMA
 from pipeline.split import GROUPS_SCHEMA
+from pipeline.steps.rows import STEP_SCHEMA
+from pipeline.steps.stage import run_steps
 from upstream_adapters.ir import QUARANTINE_SCHEMA, TABLES as IR_SCHEMAS
 
 # What the frames stage adds to a candidate row (pipeline.stages.run_frames): the selected, gated item (no letter:
@@ -164,13 +166,25 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
     units = tuple(f"ir/{s}/units" for s in slugs)
     corpora = tuple(f"ir/{s}/corpus" for s in slugs)
     frames = tuple(f"item_frames/{s}" for s in slugs)
+    steps = (Table(("steps", "items"), "steps/items.parquet",
+                   "T13 step items (process verification) with their split side, labels and image hashes",
+                   dict(STEP_SCHEMA)),
+             Table(("steps", "summary"), "steps/summary.json",
+                   "Per-source step item and step counts, natural-error share, injected kinds"))
+    step_reads = ("split/items", "split/groups") + units + tuple(
+        f"{layer}/{s}/{t}" for s in slugs for layer, t in
+        (("ir", "segments"), *(("labels", t) for t in ("units", "frames", "arms", "primitives", "segments")))) + \
+        corpora  # the corpus fingerprint: an upstream video replaced under the same unit id decodes again
     return [
         Step("split", "split", stages.run_split, split, tuple(f"items/{s}" for s in slugs) + units,
              ("split", "build", "tasks"),
              "Group items by isolation unit and choose eval groups per source, stratified per family and answer "
              "letter (configs/split.yaml); the answer letters, balanced within each split and eval level."),
+        Step("steps", "split", run_steps, steps, step_reads, ("step_tasks", "build", "frames", "release", "exports"),
+             "T13 step items from the labels and IR: steps per source, natural and injected errors, each unit on "
+             "its MCQ split group's side; the shown frames decoded and hashed (pipeline/steps/, docs/steps.md)."),
         Step("release", "release", stages.run_release, tuple(release),
-             ("split/items", "split/summary") + units + corpora + frames,
+             ("split/items", "split/summary", "steps/items", "steps/summary") + units + corpora + frames,
              ("*",),  # the release documents every config file
              "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums; "
              "built in a staging folder and published only when every check of the build passes.",

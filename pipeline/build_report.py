@@ -12,7 +12,8 @@ COLUMNS = ("split", "eval_level", "source")
 
 def item_counts(release: Path) -> pl.DataFrame:
     """One row per source, one column per split and eval level (`eval L1`, `eval L2`, ..., `sft`), and `total`."""
-    files = sorted((Path(release) / "splits").glob("*.parquet"))
+    files = [f for f in sorted((Path(release) / "splits").glob("*.parquet"))
+             if "num_steps" not in pl.read_parquet_schema(f)]  # the multiple-choice files (not the T13 step files)
     if not files:
         return pl.DataFrame()
     rows = pl.concat([pl.read_parquet(f, columns=list(COLUMNS)) for f in files])
@@ -35,7 +36,16 @@ def counts_text(release: Path) -> str:
     rows = [[str(v) for v in r] for r in table.iter_rows()]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
+    lines = [fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]
+    manifest = Path(release) / "metadata" / "steps_manifest.json"  # the T13 step track (pipeline/steps/write.py)
+    if manifest.is_file():
+        import json
+
+        per = json.loads(manifest.read_text(encoding="utf-8")).get("sources", {})
+        lines.append("step items (T13): " + ", ".join(
+            f"{s} {v['items']} items / {v['steps']} steps (natural errors {v['natural_error_share']:.0%} of wrong "
+            "steps)" for s, v in sorted(per.items())))
+    return "\n".join(lines)
 
 
 def next_commands(release: Path, upstream: dict[str, str]) -> list[str]:

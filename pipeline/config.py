@@ -76,21 +76,27 @@ def read_settings(config_dir: Path | None = None) -> dict:
     if missing:
         raise ConfigError(f"configs/{missing[0]}.yaml", "", "the file to exist (every config file is required)")
     tasks = {path.stem: read_task(path.stem, config_dir) for path in sorted((config_dir / "tasks").glob("*.yaml"))}
-    cfg["tasks"] = dict(sorted(tasks.items(), key=lambda kv: int(kv[0][1:])))
+    # a `track: steps` template (T13 process verification) is not a multiple-choice family: kept apart
+    cfg["tasks"] = dict(sorted(((k, t) for k, t in tasks.items() if t.get("track") != "steps"),
+                               key=lambda kv: int(kv[0][1:])))
+    cfg["step_tasks"] = dict(sorted(((k, t) for k, t in tasks.items() if t.get("track") == "steps"),
+                                    key=lambda kv: int(kv[0][1:])))
     _cross_checks(cfg)
     return cfg
 
 
 def read_task(task_id: str, config_dir: Path | None = None, variant: str | None = None) -> dict:
     """One task template (configs/tasks/<task_id>.yaml) validated, with its `variant` (or the one given) applied."""
-    from .settings import TaskFile
+    from .settings import StepTaskFile, TaskFile
 
     config_dir = Path(config_dir or CONFIG_DIR)
     path = config_dir / "tasks" / f"{task_id}.yaml"
     name = _rel(path, config_dir)
     if not path.stem[1:].isdigit() or path.stem[0] != "T":
         raise ConfigError(name, "", "a task template named T<n>.yaml")
-    t = validate_file(TaskFile, apply_variant(_read(path), name, variant), name)
+    raw = _read(path)
+    model = StepTaskFile if isinstance(raw, dict) and raw.get("track") == "steps" else TaskFile
+    t = validate_file(model, apply_variant(raw, name, variant), name)
     if t["task_id"] != path.stem:
         raise ConfigError(name, "task_id", f"{path.stem!r} (the file name), got {t['task_id']!r}")
     return t

@@ -466,6 +466,8 @@ class ExportsFiles(Strict):
     lmms_eval_dir: str
     grpo_sft: str
     grpo_eval: str
+    visualprocessbench_eval: str = "exports/visualprocessbench/processbench_steps_eval.jsonl"   # T13, docs/steps.md
+    visualprocessbench_sft: str = "exports/visualprocessbench/processdata_steps_sft.jsonl"
 
 
 class ExportsScore(Strict):
@@ -494,6 +496,7 @@ class ExportsFile(Strict):
 
 
 from pipeline.settings_labels import LabelsFile  # noqa: E402  (its own file: the largest model)
+from pipeline.settings_steps import StepTaskFile  # noqa: E402,F401  (configs/tasks/T13.yaml, the step track)
 
 FILE_MODELS: dict[str, Any] = {"build": BuildFile, "sources": SourcesFile, "labels": LabelsFile, "split": SplitFile,
                                "frames": FramesFile, "release": ReleaseFile, "validity": ValidityFile,

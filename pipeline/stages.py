@@ -51,6 +51,7 @@ from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown
 from .publish import release_dir, work_dir
 from .release_scan import release_leaks
+from .steps.write import write_step_files
 from .validate import validate_release
 
 log = logging.getLogger(__name__)
@@ -359,6 +360,11 @@ def _split_items(cfg: dict) -> pl.DataFrame:
     return pl.read_parquet(work_dir(cfg) / "split" / "items.parquet")
 
 
+def _step_items(cfg: dict) -> tuple[pl.DataFrame, dict]:
+    folder = work_dir(cfg) / "steps"
+    return pl.read_parquet(folder / "items.parquet"), json.loads((folder / "summary.json").read_text())
+
+
 def _split_summary(cfg: dict) -> dict:
     return json.loads((work_dir(cfg) / "split" / "summary.json").read_text())
 
@@ -372,6 +378,7 @@ def run_release(cfg: dict) -> dict:
                  "provenance": provenance.provenance_json(cfg, corpora, eval_level_warnings(cfg))}
     out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents,
                                 checksums=False)
+    out["files"] += write_step_files(*_step_items(cfg), cfg, release_dir(cfg))  # the T13 step track
     del eval_df, sft_df  # the exports read the files back (the main eval file holds L1 only): free these first
     # card, Croissant, trainer/harness files here, and the validity audit's report in a worker: each reads the files
     # just written and writes files of its own, so the two run side by side

@@ -24,6 +24,7 @@ from pipeline.io import strict_json
 from pipeline.exports.facing import release_problems as model_facing_problems
 from pipeline.io import compact_json
 from pipeline.leaks import find_path_leaks
+from pipeline.steps.write import step_problems
 from pipeline.release_scan import release_leaks
 from pipeline.validate_derived import export_problems, provenance_problems, validity_problems
 from pipeline.validate_files import check_files, max_file_bytes
@@ -424,6 +425,11 @@ def validate_release(release_dir: Path, cfg: dict | None = None, leaks: bool = T
              for k, v in tables.items()}  # every eval level, in level order, as the exports and the audit read them
     for problem in (export_problems(root, cfg, too_big) + provenance_problems(root, cfg, every, read)
                     + validity_problems(root, cfg, every, read)):
+        report.add(problem)
+    mcq = {"eval": {g for df in [tables.get("eval"), *levels.values()] if df is not None
+                    for g in df["split_group_id"].to_list()},
+           "sft": set(tables["sft"]["split_group_id"].to_list()) if "sft" in tables else set()}
+    for problem in step_problems(root, cfg, mcq):  # the T13 step files (pipeline/steps/write.py)
         report.add(problem)
     problems = report.done() + model_facing_problems(root, cfg, skip=too_big)
     return problems + release_leaks(root, cfg, skip=too_big) if leaks else problems

@@ -43,7 +43,7 @@ def test_one_asset_per_table_with_the_lineage_the_code_reads():
     # every table a stage reads is a declared dependency (split and release read the IR units; the release also the
     # corpus records, for its provenance, and the items' frame thumbnails, for its validity audit)
     assert _deps(graph, "split/items") == {f"items/{s}" for s in SLUGS} | {f"ir/{s}/units" for s in SLUGS}
-    assert _deps(graph, "release/eval_parquet") == ({"split/items", "split/summary"} |
+    assert _deps(graph, "release/eval_parquet") == ({"split/items", "split/summary", "steps/items", "steps/summary"} |
                                                    {f"ir/{s}/units" for s in SLUGS} | {f"ir/{s}/corpus" for s in SLUGS}
                                                    | {f"item_frames/{s}" for s in SLUGS})
     assert _deps(graph, "candidates/aist") == {f"ir/aist/{t}" for t in ("units", "frames", "signals", "segments",

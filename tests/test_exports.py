@@ -14,6 +14,8 @@ import yaml
 
 from pipeline import writers
 from pipeline.config import load_config
+from pipeline.steps.exports import (STEP_CONFIG, STEP_CONFIG_COLUMNS, STEP_RECONSTRUCTION_COLUMNS,
+                                     STEP_RECONSTRUCTION_CONFIG, step_parts)
 from pipeline.exports import card, common, consumers, facing, lmms, run_exports, write_exports
 from pipeline.schema import CHOICE_LETTERS, MODEL_FACING_COLUMNS
 from pipeline.validate import validate_release
@@ -80,7 +82,8 @@ def test_card_configs_load_in_datasets(demo_release, cfg, tables, parts, tmp_pat
     tasks = sorted(set(tables["eval"]["task_id"]) | set(tables["sft"]["task_id"]), key=writers.task_number)
     sources = set(tables["eval"]["source_slug"]) | set(tables["sft"]["source_slug"])
     assert names == ["default", *tasks, *[f"source_{s}" for s in writers.source_order(cfg) if s in sources],
-                     card.RECONSTRUCTION_CONFIG]
+                     card.RECONSTRUCTION_CONFIG, STEP_CONFIG, STEP_RECONSTRUCTION_CONFIG]
+    names, step_names = names[:-2], names[-2:]  # the T13 step track's configs: checked after the loop
     info = {i["config_name"]: i for i in fm["dataset_info"]}
     facing_cols = [*MODEL_FACING_COLUMNS, common.IMAGES_COLUMN]
     caplog.set_level(logging.WARNING)
@@ -104,6 +107,18 @@ def test_card_configs_load_in_datasets(demo_release, cfg, tables, parts, tmp_pat
             cols = [f["name"] for f in info[name]["features"]]
             want = ["item_id", *common.RECONSTRUCTION_ONLY] if name == card.RECONSTRUCTION_CONFIG else facing_cols
             assert cols == want and next(iter(ds.values())).column_names == want, name
+        steps = step_parts(demo_release, cfg)
+        for name, want in zip(step_names, (list(STEP_CONFIG_COLUMNS), list(STEP_RECONSTRUCTION_COLUMNS))):
+            ds = datasets.load_dataset(str(demo_release), name=name, cache_dir=str(tmp_path / "hf"))
+            declared = {s["name"]: s for s in info[name]["splits"]}
+            assert {k: v.num_rows for k, v in ds.items()} == {p[0]: p[3].height for p in steps}
+            for split, _, _, df in steps:
+                assert declared[split]["num_bytes"] == ds[split].info.splits[split].num_bytes, (name, split)
+                assert ds[split]["item_id"] == df["item_id"].to_list() and ds[split].column_names == want
+        ds_steps = datasets.load_dataset(str(demo_release), name=STEP_CONFIG, cache_dir=str(tmp_path / "hf"))
+        row = ds_steps["train"][0]  # `response` is a struct: {steps: [...], process_correctness: [...]}
+        assert set(row["response"]) == {"steps", "process_correctness"}
+        assert len(row["response"]["steps"]) == len(row["response"]["process_correctness"]) == row["num_steps"]
     assert [str(w.message) for w in caught] == [] and [r.getMessage() for r in caplog.records] == []
     default = datasets.load_dataset(str(demo_release), cache_dir=str(tmp_path / "hf"))
     assert {k: v.num_rows for k, v in default.items()} == {p.name: p.df.height for p in parts}
@@ -116,7 +131,11 @@ def test_croissant_validates_and_iterates(demo_release, parts, cfg):
     meta = json.loads((demo_release / "croissant.json").read_text())
     for key in ("rai:dataUseCases", "rai:dataLimitations", "rai:dataBiases", "rai:dataCollection", "license"):
         assert meta[key]
-    assert [r["@id"] for r in meta["recordSet"]] == ["L1", "L2", "L3", "train"]
+    steps = [f"{STEP_CONFIG}_{p[0]}" for p in step_parts(demo_release, cfg)]
+    assert [r["@id"] for r in meta["recordSet"]] == ["L1", "L2", "L3", "train", *steps]
+    for (_, _, _, df), rs in zip(step_parts(demo_release, cfg), steps):  # the step files iterate too
+        ids = [r[f"{rs}/item_id"] for r in ds.records(record_set=rs)]
+        assert [i.decode() if isinstance(i, bytes) else i for i in ids] == df["item_id"].to_list()
     for p in parts:
         rset = next(r for r in meta["recordSet"] if r["@id"] == p.name)
         assert {"@id": f"{p.name}/split_group_id"} in rset["key"]

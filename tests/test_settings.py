@@ -212,7 +212,7 @@ def test_every_yaml_value_reaches_the_code_unchanged():
                     got = got[k]
                 assert got == value and type(got) is type(value), (p.name, name, path)
         for path, value in _leaves({k: v for k, v in raw.items() if k != "variants"}):
-            got = cfg["tasks"][p.stem]
+            got = (cfg["step_tasks"] if raw.get("track") == "steps" else cfg["tasks"])[p.stem]
             for k in path:
                 got = got[k]
             assert got == value and type(got) is type(value), (p.name, path)
@@ -230,8 +230,9 @@ def test_defaults_are_filled_for_omitted_keys(cfg_dir):
 
 def test_shared_readers():
     cfg = load_config()
-    ids = task_ids(cfg)  # every template of configs/tasks/, in task order (T2 before T10)
-    assert sorted(ids) == sorted(p.stem for p in (CONFIG_DIR / "tasks").glob("T*.yaml"))
+    ids = task_ids(cfg)  # every multiple-choice template of configs/tasks/, in task order (T2 before T10)
+    assert sorted(ids + list(cfg["step_tasks"])) == sorted(p.stem for p in (CONFIG_DIR / "tasks").glob("T*.yaml"))
+    assert list(cfg["step_tasks"]) == ["T13"]  # the step track (track: steps) is not a multiple-choice family
     assert [int(t[1:]) for t in ids] == sorted(int(t[1:]) for t in ids)
     assert ids[:len(pins.TASK_NAMES)] == list(pins.TASK_NAMES)
     assert task_names(cfg)["T7"] == "Operation Outcome Prediction"

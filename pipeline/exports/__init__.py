@@ -54,9 +54,12 @@ def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame
     tables = {"eval": eval_df, "sft": sft_df}
     xf = common.export_files(cfg)
     written, leaks = [], {}
-    configs = card.config_tables(tables, cfg)
+    from pipeline.steps.exports import step_configs, visualprocessbench_texts  # (it imports pipeline.exports)
+
+    configs = card.config_tables(tables, cfg) | step_configs(release_dir, cfg)  # + the T13 step track's
     card_text = card.card_markdown(tables, cfg, configs, common.recorded_warnings(release_dir, cfg))
-    for rel, text in chain(export_texts(tables, cfg), [(xf["card"], card_text)]):
+    step_texts = visualprocessbench_texts(release_dir, cfg)
+    for rel, text in chain(export_texts(tables, cfg), step_texts, [(xf["card"], card_text)]):
         if found := find_path_leaks(text) + facing.text_problems(rel, text, cfg):
             leaks[rel] = found
             continue

@@ -40,18 +40,23 @@ def features(df: pl.DataFrame) -> list[dict]:
     for name, dtype in df.schema.items():
         if isinstance(dtype, pl.List):
             out.append({"name": name, "list": _dtype(name, dtype.inner)})
+        elif isinstance(dtype, pl.Struct):  # the step track's `response` {steps, process_correctness}
+            out.append({"name": name, "struct": features(pl.DataFrame(schema=dict(dtype.to_schema())))})
         else:
             out.append({"name": name, "dtype": _dtype(name, dtype)})
     return out
 
 
+def _arrow(f: dict) -> pa.DataType:
+    if "struct" in f:
+        return pa.struct([pa.field(g["name"], _arrow(g)) for g in f["struct"]])
+    return pa.list_(_ARROW[f["list"]]) if "list" in f else _ARROW[f["dtype"]]
+
+
 def num_bytes(df: pl.DataFrame) -> int:
     """The split's `num_bytes` as `datasets` counts it: the Arrow size of the rows read back from the parquet file
     (polars' own Arrow buffers can be larger) in the card's feature types."""
-    fields = []
-    for f in features(df):
-        t = pa.list_(_ARROW[f["list"]]) if "list" in f else _ARROW[f["dtype"]]
-        fields.append(pa.field(f["name"], t))
+    fields = [pa.field(f["name"], _arrow(f)) for f in features(df)]
     buf = _io.BytesIO()
     df.write_parquet(buf)
     buf.seek(0)
@@ -84,8 +89,10 @@ def config_tables(tables: dict[str, pl.DataFrame], cfg: dict) -> dict[str, dict[
 
 
 def model_facing_configs(configs: dict) -> list[str]:
-    """The configs a model may be shown (all but `reconstruction`)."""
-    return [name for name in configs if name != RECONSTRUCTION_CONFIG]
+    """The configs a model may be shown (all but `reconstruction` and the step track's reconstruction config)."""
+    from pipeline.steps.exports import STEP_RECONSTRUCTION_CONFIG
+
+    return [name for name in configs if name not in (RECONSTRUCTION_CONFIG, STEP_RECONSTRUCTION_CONFIG)]
 
 
 def front_matter(configs: dict, cfg: dict) -> dict:
@@ -125,6 +132,7 @@ def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict, configs: dict | No
     """The card; `configs`: config_tables(tables, cfg) when the caller has them already; `warnings`: what the build
     recorded in provenance.json (an eval level the corpus cannot fill), a section of their own when there are any."""
     from pipeline.score import METRIC_DEFINITIONS  # the one place each metric is defined
+    from pipeline.steps.exports import step_section
 
     ec = common.export_cfg(cfg)
     configs = config_tables(tables, cfg) if configs is None else configs
@@ -178,7 +186,7 @@ indices alone give the temporal families away). The canonical files under `split
 ## Tasks
 
 {_table(["task", "name", *names, "sources"], task_rows)}
-
+{step_section(configs, cfg)}
 ## Sources and licences
 
 The release contains no pixels. Licence: `other`, the terms of each source apply to its items and frames:

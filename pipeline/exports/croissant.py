@@ -30,15 +30,28 @@ _TYPES = {pl.Utf8: "sc:Text", pl.String: "sc:Text", pl.Int64: "sc:Integer", pl.I
           pl.Boolean: "sc:Boolean", pl.Float64: "sc:Float", pl.Float32: "sc:Float"}
 
 
+def _type(name: str, dtype) -> dict:
+    """A column's Croissant dataType (a list: its items' type, `repeated`)."""
+    inner = dtype.inner if isinstance(dtype, pl.List) else dtype
+    t = _TYPES.get(inner) or _TYPES.get(type(inner))
+    if t is None:
+        raise ValueError(f"croissant: column {name} has type {dtype}, which has no Croissant type here")
+    return {"dataType": t, **({"repeated": True} if isinstance(dtype, pl.List) else {})}
+
+
 def _record_set(part: common.Part, file_id: str) -> dict:
     rs, df = part.name, part.df
     fields = []
     for name, dtype in df.schema.items():
-        t = _TYPES.get(dtype) or _TYPES.get(type(dtype))
-        if t is None:
-            raise ValueError(f"croissant: column {name} has type {dtype}, which has no Croissant type here")
-        fields.append({"@type": "cr:Field", "@id": f"{rs}/{name}", "name": name, "dataType": t,
-                       "source": {"fileObject": {"@id": file_id}, "extract": {"column": name}}})
+        src = {"fileObject": {"@id": file_id}, "extract": {"column": name}}
+        if isinstance(dtype, pl.Struct):  # the step track's `response` {steps, process_correctness}
+            fields.append({"@type": "cr:Field", "@id": f"{rs}/{name}", "name": name, "source": src,
+                           "subField": [{"@type": "cr:Field", "@id": f"{rs}/{name}/{f.name}", "name": f.name,
+                                         **_type(f"{name}.{f.name}", f.dtype),
+                                         "source": {**src, "transform": {"jsonPath": f.name}}}
+                                        for f in dtype.fields]})
+            continue
+        fields.append({"@type": "cr:Field", "@id": f"{rs}/{name}", "name": name, **_type(name, dtype), "source": src})
     return {"@type": "cr:RecordSet", "@id": rs, "name": rs,
             "description": f"{df.height} items of the {part.split} table"
                            + (f", eval level {part.level}" if part.level else "") + f" (Hugging Face split `{rs}`).",
@@ -58,6 +71,11 @@ def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: dict) -> 
                              "encodingFormat": "application/x-parquet",
                              "sha256": writers.sha256_file(Path(release_dir) / rel)})
         record_sets.append(_record_set(part, fid))
+    from pipeline.steps.exports import step_record_sets  # (it imports pipeline.exports)
+
+    step_files, step_sets = step_record_sets(release_dir, cfg, _record_set)  # the T13 step track
+    distribution += step_files
+    record_sets += step_sets
     licences = " ".join(ec["licences"][s] for s in order if s in ec["licences"])
     return {
         "@context": _CONTEXT,

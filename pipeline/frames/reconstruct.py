@@ -40,7 +40,7 @@ class ReconTask:
     source: str
     unit_id: str
     camera: str
-    items: tuple[tuple, ...]  # (item_id, frame_indices_json, render_spec_json, image_hashes_json)
+    items: tuple[tuple, ...]  # (item_id, frame_indices_json, render_spec_json, image_hashes_json, first_image)
     images_dir: str
     size_policy: dict | None
     png_compression: int
@@ -59,8 +59,8 @@ def _fail(task: ReconTask, reason: str) -> list[dict]:
 
 def run_recon(task: ReconTask) -> list[dict]:
     """Decode one video once, render and verify its items, write the images. Never raises."""
-    items = [{"item_id": a, "frame_indices_json": b, "render_spec_json": c, "image_hashes_json": d}
-             for a, b, c, d in task.items]
+    items = [{"item_id": a, "frame_indices_json": b, "render_spec_json": c, "image_hashes_json": d, "first": e}
+             for a, b, c, d, e in task.items]
     needed: set[int] = set()
     for it in items:
         try:
@@ -107,7 +107,7 @@ def run_recon(task: ReconTask) -> list[dict]:
             out.append(_result(task, item_id, "differs", reason))
             continue
         try:
-            write_item_images(item_id, images, Path(task.images_dir), task.png_compression)
+            write_item_images(item_id, images, Path(task.images_dir), task.png_compression, start=it["first"])
         except Exception as exc:  # noqa: BLE001 - an item whose images cannot be written is reported missing
             out.append(_result(task, item_id, "missing", f"cannot write images: {type(exc).__name__}: {exc}"))
             continue
@@ -122,8 +122,11 @@ def release_item_files(release_dir: Path, cfg: dict) -> list[str]:
 
 
 def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:
-    """The reconstruction columns of every release table, with `file` (the table's release-relative name)."""
-    frames = []
+    """The reconstruction columns of every release table, with `file` (the table's release-relative name) and
+    `first_image` (0; a step item has one row per step, pipeline/steps/write.py step_recon_rows)."""
+    from ..steps.write import step_recon_rows
+
+    frames = [step_recon_rows(release_dir, cfg)]
     for rel in release_item_files(release_dir, cfg):
         path = Path(release_dir) / rel
         if path.exists():
@@ -131,11 +134,11 @@ def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:
             if missing:
                 raise ValueError(f"{path.resolve()}: lacks columns {missing}")
             frames.append(pl.read_parquet(path, columns=COLUMNS).select([pl.col(c).cast(pl.String) for c in COLUMNS])
-                          .with_columns(file=pl.lit(rel)))
-    if not frames:
+                          .with_columns(file=pl.lit(rel), first_image=pl.lit(0, pl.Int64)))
+    if len(frames) == 1:
         raise FileNotFoundError(f"no release tables ({', '.join(release_item_files(release_dir, cfg))}) in "
                                 f"{Path(release_dir).resolve()}")
-    return pl.concat(frames).sort("item_id")
+    return pl.concat(frames).sort("item_id", "first_image")
 
 
 def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir: Path, sources=None,
@@ -164,12 +167,12 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     tasks = []
     results: list[dict] = []
     grouped = (items.group_by(["source_slug", "source_unit_id", "camera"])
-               .agg(pl.struct(COLUMNS).sort_by("item_id").alias("rows"))
+               .agg(pl.struct([*COLUMNS, "first_image"]).sort_by("item_id", "first_image").alias("rows"))
                .sort(["source_slug", "source_unit_id", "camera"]))
     for slug, unit_id, camera, rows in grouped.iter_rows():
         task = ReconTask(readers, slug, unit_id, camera,
-                         tuple((r["item_id"], r["frame_indices_json"], r["render_spec_json"], r["image_hashes_json"])
-                               for r in rows),
+                         tuple((r["item_id"], r["frame_indices_json"], r["render_spec_json"], r["image_hashes_json"],
+                                r["first_image"]) for r in rows),
                          str(images_dir), fr["image"], int(fr["cache"]["png_compression"]),
                          fr["decoder"], int(fr["decoder_threads"]))
         if slug not in upstream:
@@ -198,10 +201,11 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
               in_flight_per_worker=fr["in_flight_per_worker"])
     if bar is not None:
         bar.close()
+    results = _one_per_item(results)
     per_source = {s: {"items": 0, **{k: 0 for k in STATUSES}} for s in selected}
     file_of = dict(zip(items["item_id"].to_list(), items["file"].to_list()))
     per_file = {f: {"items": 0, **{k: 0 for k in STATUSES}, "images": 0}
-                for f in release_item_files(release_dir, cfg) if f in present}
+                for f in [*release_item_files(release_dir, cfg), *sorted(present)] if f in present}
     for r in results:
         per_source[r["source"]]["items"] += 1
         per_source[r["source"]][r["status"]] += 1
@@ -215,6 +219,21 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
               "problems": problems}
     write_json(out_dir / rc["report_file"], report)
     return report
+
+
+def _one_per_item(results: list[dict]) -> list[dict]:
+    """One result per item: a step item's parts (one per step) merge, the first part not ok (by image order) giving
+    the status, the images summed."""
+    out: dict[str, dict] = {}
+    for r in results:
+        if r["item_id"] not in out:
+            out[r["item_id"]] = dict(r)
+            continue
+        have = out[r["item_id"]]
+        have["images"] += r["images"]
+        if have["status"] == "ok" and r["status"] != "ok":
+            have.update({k: r[k] for k in ("status", "reason", "unit_id", "camera")})
+    return list(out.values())
 
 
 def _size_policy_text(fr: dict) -> str:

@@ -167,9 +167,11 @@ def image_filename(item_id: str, k: int) -> str:
     return f"{item_id}_{k}.png"
 
 
-def write_item_images(item_id: str, images: Sequence[np.ndarray], out_dir: Path, png_compression: int = 1) -> list[str]:
+def write_item_images(item_id: str, images: Sequence[np.ndarray], out_dir: Path, png_compression: int = 1,
+                      start: int = 0) -> list[str]:
+    """The images as <item_id>_<k>.png, k from `start` (a step item's images come in parts, one per step's video)."""
     names = []
-    for k, img in enumerate(images):
+    for k, img in enumerate(images, start=start):
         name = image_filename(item_id, k)
         atomic_write_bytes(Path(out_dir) / name, encode_png(img, png_compression))
         names.append(name)

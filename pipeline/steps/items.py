@@ -1,0 +1,222 @@
+"""Step items of the process-verification track (T13): per source, ordered steps drawn from what the labels stage
+derived (phase, contact, per-arm activity, coordination per frame; REASSEMBLE's high-level actions and low-level
+primitives with their `success` flags; RH20T's rated outcome), each tied to 1-2 frames inside its own window, with
+its label: 1 (the sentence is true of its frames), -1 (false: here only the sources' own failure records, the
+"natural" errors) or 0 (neutral: idle segments, frames within `neutral_margin` of a label change).
+
+A step is a dict:
+    kind      step kind (configs/tasks/T13.yaml sentences): primitive, action_outcome, phase, contact, outcome,
+              activity, coordination
+    fields    the template fields ({primitive}, {action}, {phase}, {arm}, {coord})
+    truth     true/false kinds: the derived state (contact, activity, the recorded outcome); else None
+    claim     true/false kinds: what the sentence states (the truth, unless an error says otherwise); else None
+    unit_id, camera, window (first, last frame), frames (1-2 frame indices inside the window)
+    label     1 / -1 / 0; error: null or an error kind (STEP_ERROR_KINDS)
+Injected errors are pipeline/steps/perturb.py's; the release rows pipeline/steps/rows.py's.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..families.common import label_runs
+from ..seeding import rng as rng_for
+
+NATURAL = ("natural_primitive_failure", "natural_action_failure", "natural_outcome")
+INJECTED = ("swapped_frames", "substituted_chain", "contact_flipped", "outcome_flipped", "truncated_complete")
+STEP_ERROR_KINDS = NATURAL + INJECTED
+TRUE_FALSE_KINDS = ("action_outcome", "contact", "outcome", "activity")
+
+
+def step_frames(window: tuple[int, int], tpl: dict) -> list[int]:
+    """1 frame (the window's middle) or 2 (at 1/3 and 2/3) when the window holds `two_frames_from` frames."""
+    s, e = int(window[0]), int(window[1])
+    n = e - s + 1
+    if tpl["frames_per_step"]["max"] >= 2 and n >= tpl["two_frames_from"]:
+        return [s + n // 3, s + (2 * n) // 3]
+    return [s + (n - 1) // 2]
+
+
+def near_change(frames: list[int], window: tuple[int, int], margin: int) -> bool:
+    """A frame within `margin` frames of the window's ends (a label change) makes the step neutral."""
+    return any(f - window[0] < margin or window[1] - f < margin for f in frames)
+
+
+def make_step(kind: str, window: tuple[int, int], tpl: dict, *, fields: dict | None = None, truth=None,
+              unit_id: str, camera: str, idle: bool = False, natural: str | None = None, **extra) -> dict:
+    frames = step_frames(window, tpl)
+    step = {"kind": kind, "fields": dict(fields or {}), "truth": truth, "claim": truth, "unit_id": unit_id,
+            "camera": camera, "window": (int(window[0]), int(window[1])), "frames": frames, "label": 1,
+            "error": None, **extra}
+    if idle or near_change(frames, step["window"], int(tpl["neutral_margin"])):
+        step["label"] = 0
+    elif natural is not None:
+        step["label"], step["error"] = -1, natural
+    return step
+
+
+def set_claim(step: dict, claim: bool, natural: str | None = None) -> None:
+    """State `claim` in a true/false step and label it against the truth (a false claim of a recorded failure is the
+    natural error `natural`)."""
+    step["claim"] = bool(claim)
+    if step["label"] == 0:
+        return
+    ok = step["claim"] == step["truth"]
+    step["label"], step["error"] = (1, None) if ok else (-1, natural)
+
+
+# ------------------------------------------------------------------------------------------- per-source steps
+def _arm_name(arm: str, kind: str) -> str:
+    if kind == "contact":
+        return "The gripper" if arm == "single" else f"The {arm} gripper"
+    return arm
+
+
+def _frame_runs(frames: pl.DataFrame, col: str, min_len: int) -> list[tuple]:
+    """(value, first frame, last frame) of each run of equal non-null values at least `min_len` frames long."""
+    idx = frames["frame_index"].to_list()
+    return [(v, idx[a], idx[b - 1]) for a, b, v in label_runs(frames[col].to_list()) if b - a >= min_len]
+
+
+def timeline_steps(slug: str, uid: str, camera: str, lab: dict, tpl: dict, kinds: list[str]) -> list[dict]:
+    """Runs of the per-frame labels as steps in time order (phase, contact and activity per arm, coordination)."""
+    m = int(tpl["min_run_frames"])
+    fr = lab["frames"].filter(pl.col("unit_id") == uid).sort("frame_index")
+    arms = lab["arms"].filter(pl.col("unit_id") == uid).sort("arm", "frame_index")
+    idle_phases = set(tpl["idle_phases"])
+    out = []
+    if "phase" in kinds:
+        for v, s, e in _frame_runs(fr, "phase", m):
+            out.append(make_step("phase", (s, e), tpl, fields={"phase": v}, unit_id=uid, camera=camera,
+                                 idle=v in idle_phases, value=v))
+    if "coordination" in kinds:
+        for v, s, e in _frame_runs(fr, "coord", m):
+            out.append(make_step("coordination", (s, e), tpl, fields={"coord": tpl["coordination_text"][v]},
+                                 unit_id=uid, camera=camera, idle=v == "both_idle", value=v))
+    for kind, col in (("contact", "contact"), ("activity", "active")):
+        if kind not in kinds:
+            continue
+        for arm in sorted(set(arms["arm"].to_list())):
+            a = arms.filter(pl.col("arm") == arm)
+            for v, s, e in _frame_runs(a, col, m):
+                out.append(make_step(kind, (s, e), tpl, fields={"arm": _arm_name(arm, kind)}, truth=bool(v),
+                                     unit_id=uid, camera=camera, value=f"{arm}:{bool(v)}"))
+    order = {k: i for i, k in enumerate(kinds)}
+    return sorted(out, key=lambda st: (st["window"][0], order[st["kind"]], st["fields"].get("arm", "")))
+
+
+def outcome_step(uid: str, camera: str, num_frames: int, outcome: str | None, tpl: dict, at: int | None = None
+                 ) -> dict | None:
+    """The closing step: the recorded outcome, shown by the unit's last frames (or those from frame `at`)."""
+    if outcome not in ("success", "failure"):
+        return None
+    w = int(tpl["two_frames_from"])
+    s = max(0, num_frames - w) if at is None else int(at)
+    e = min(num_frames - 1, s + w - 1)
+    step = make_step("outcome", (s, e), tpl, truth=outcome == "success", unit_id=uid, camera=camera)
+    step["label"] = 1  # the end of the record: no later label change to be near
+    return step
+
+
+def reassemble_actions(uid: str, camera: str, lab: dict, ir: dict, tpl: dict) -> list[list[dict]]:
+    """One list of steps per high-level action of a REASSEMBLE unit: its low-level chain (each primitive with its
+    own `success`), then the action's outcome step (its `success`), shown by the action's last frames."""
+    prims = lab["primitives"].filter(pl.col("unit_id") == uid).sort("parent_index", "seg_index")
+    segs = ir["segments"].filter((pl.col("unit_id") == uid) & (pl.col("level") == "low"))
+    ok = {(int(p), int(s)): v for p, s, v in segs.select("parent_index", "seg_index", "success").iter_rows()}
+    highs = lab["segments"].filter((pl.col("unit_id") == uid) & ~pl.col("no_action")).sort("seg_index")
+    out = []
+    for h in highs.iter_rows(named=True):
+        chain = prims.filter(pl.col("parent_index") == h["seg_index"])
+        if not chain.height:
+            continue
+        steps = []
+        for p in chain.iter_rows(named=True):
+            good = ok.get((int(p["parent_index"]), int(p["seg_index"])))
+            steps.append(make_step("primitive", (p["start_frame"], p["end_frame"]), tpl,
+                                   fields={"primitive": p["text"], "action": h["text"]}, unit_id=uid, camera=camera,
+                                   idle=p["text"].lower().startswith("no action"),
+                                   natural=None if good is not False else "natural_primitive_failure",
+                                   value=p["text"], action=int(h["seg_index"])))
+        w = int(tpl["two_frames_from"])
+        he = int(h["end_frame"])
+        end = make_step("action_outcome", (max(int(h["start_frame"]), he - w + 1), he), tpl,
+                        fields={"action": h["text"]}, truth=h["success"] is not False, unit_id=uid, camera=camera,
+                        action=int(h["seg_index"]))
+        end["label"] = 1  # the action's end, not a label change inside the step
+        steps.append(end)
+        out.append(steps)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- drafts
+def _windows(n: int, lo: int, hi: int, stride: int) -> list[tuple[int, int]]:
+    """Slices [a, b) of n timeline steps with lo <= b - a <= hi, a stepping by `stride`."""
+    out = []
+    for a in range(0, max(0, n - lo) + 1, stride):
+        b = min(n, a + hi)
+        if b - a >= lo:
+            out.append((a, b))
+    return out
+
+
+def unit_drafts(slug: str, unit: dict, lab: dict, ir: dict, tpl: dict, kinds: list[str]) -> list[dict]:
+    """Every candidate item of one unit (before the per-unit cap)."""
+    uid, camera = unit["unit_id"], unit["camera"]
+    lo, hi = int(tpl["steps"]["min"]), int(tpl["steps"]["max"])
+    base = {"source": slug, "unit_id": uid, "camera": camera}
+    out = []
+    if "primitive" in kinds:
+        acts = reassemble_actions(uid, camera, lab, ir, tpl)
+        for i, a in enumerate(acts):
+            for group in ([a], [a, acts[i + 1]] if i + 1 < len(acts) else None):
+                if group is None:
+                    continue
+                steps = [st for g in group for st in g]
+                if lo <= len(steps) <= hi:
+                    out.append({**base, "key": f"{uid}/{i:04d}/{len(group)}", "steps": [dict(s) for s in steps]})
+        return out
+    tl = timeline_steps(slug, uid, camera, lab, tpl, kinds)
+    outcome = unit.get("outcome") if "outcome" in kinds else None
+    closing = outcome_step(uid, camera, int(unit["num_frames"]), outcome, tpl)
+    room = hi - (1 if closing else 0)
+    for a, b in _windows(len(tl), max(1, lo - (1 if closing else 0)), room, max(1, room // 2)):
+        steps = [dict(s) for s in tl[a:b]] + ([dict(closing)] if closing else [])
+        out.append({**base, "key": f"{uid}/{a:04d}", "steps": steps, "outcome": outcome})
+    return out
+
+
+def build_drafts(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: dict, quota: int, seed: int) -> list[dict]:
+    """A source's draft items: every unit's candidates, at most `cap_per_unit` per unit (seeded), then `quota` items
+    dealt over the units in turn (seeded order), so as many units as possible are covered. `units` carries unit_id,
+    camera, num_frames, outcome (labels units table) and the unit's split columns."""
+    kinds = tpl["step_kinds"].get(slug, tpl["step_kinds"].get("default", []))
+    per_unit = []
+    for unit in units.sort("unit_id").iter_rows(named=True):
+        cands = unit_drafts(slug, unit, lab, ir, tpl, kinds)
+        rng = rng_for(seed, "steps_select", f"{slug}/{unit['unit_id']}")
+        picked = [cands[i] for i in sorted(rng.permutation(len(cands))[: int(tpl["cap_per_unit"])])] if cands else []
+        for d in picked:
+            d.update({k: unit[k] for k in ("split", "eval_level", "split_group_id", "unit_type", "task_id",
+                                           "licence") if k in unit})
+        per_unit.append(picked)
+    order = rng_for(seed, "steps_units", slug).permutation(len(per_unit)) if per_unit else []
+    out, depth = [], 0
+    while len(out) < quota and any(depth < len(p) for p in per_unit):
+        for i in order:
+            if depth < len(per_unit[i]) and len(out) < quota:
+                out.append(per_unit[i][depth])
+        depth += 1
+    return sorted(out, key=lambda d: d["key"])
+
+
+def set_outcome_wording(drafts: list[dict], tpl: dict, seed: int, slug: str) -> None:
+    """A recorded failure is stated as a failure (label 1) `outcome_failure_wording` of the time, else as a success
+    (the natural error): so the failure wording is not only ever an injected error."""
+    rng = rng_for(seed, "steps_outcome_wording", slug)
+    share = float(tpl["outcome_failure_wording"])
+    for d in drafts:
+        for st in d["steps"]:
+            if st["kind"] in ("outcome", "action_outcome") and st["truth"] is False:
+                natural = "natural_outcome" if st["kind"] == "outcome" else "natural_action_failure"
+                set_claim(st, rng.random() >= share, natural)

@@ -1,0 +1,181 @@
+"""Injected errors of the step track, living in the frames (or in a claim the frames refute), never in how a sentence
+is worded: the sentences come from the same templates as correct steps, and nothing in a row's model-facing text or
+in a file name says which step was touched (docs/steps.md).
+
+    swapped_frames      two steps of one kind whose contents differ swap their frames: both become false
+    substituted_chain   REASSEMBLE: the frames of a high-level action's low-level chain are replaced by the chain of
+                        the same action in another recording on the same split side and level (positions whose
+                        primitive differs become false)
+    contact_flipped     a contact sentence states the opposite of the derived contact state
+    outcome_flipped     an outcome sentence states failure where the record says success
+    truncated_complete  the process is cut short and closes with the success claim, shown by the frames right after
+                        the last kept step (the task is not complete there)
+
+`inject` deals a kind to each item that is not kept clean (`share_clean`): the applicable kind used least so far
+(config order breaks ties), placed as near as the item allows to a target step index dealt evenly over positions.
+"""
+
+from __future__ import annotations
+
+from ..seeding import rng as rng_for
+from .items import make_step, set_claim
+
+NEAR_FRACTIONS = 10  # target positions are dealt over this many equal fractions of an item's length
+
+
+def _free(st: dict) -> bool:
+    return st["label"] == 1 and st["error"] is None
+
+
+def _nearest(cands: list, target: int, pos=lambda c: c):
+    return min(cands, key=lambda c: (abs(pos(c) - target), pos(c))) if cands else None
+
+
+def _content(st: dict):
+    if st["kind"] in ("contact", "activity"):
+        return st["fields"]["arm"], st["truth"]
+    return st.get("value")
+
+
+def swapped_frames(d: dict, target: int, ctx: dict) -> bool:
+    steps = d["steps"]
+    pairs = [(i, j) for i in range(len(steps)) for j in range(i + 1, len(steps))
+             if _free(steps[i]) and _free(steps[j]) and steps[i]["kind"] == steps[j]["kind"]
+             and steps[i]["kind"] not in ("outcome", "action_outcome") and _content(steps[i]) != _content(steps[j])
+             and (steps[i]["kind"] not in ("contact", "activity")
+                  or steps[i]["fields"]["arm"] == steps[j]["fields"]["arm"])]
+    pair = _nearest(pairs, target, lambda p: p[0])
+    if pair is None:
+        return False
+    a, b = steps[pair[0]], steps[pair[1]]
+    for k in ("frames", "window", "unit_id"):
+        a[k], b[k] = b[k], a[k]
+    for st in (a, b):
+        st["label"], st["error"] = -1, "swapped_frames"
+    return True
+
+
+def contact_flipped(d: dict, target: int, ctx: dict) -> bool:
+    cands = [i for i, st in enumerate(d["steps"]) if st["kind"] == "contact" and _free(st)]
+    i = _nearest(cands, target)
+    if i is None:
+        return False
+    set_claim(d["steps"][i], not d["steps"][i]["truth"], "contact_flipped")
+    return True
+
+
+def outcome_flipped(d: dict, target: int, ctx: dict) -> bool:
+    cands = [i for i, st in enumerate(d["steps"])
+             if st["kind"] in ("outcome", "action_outcome") and st["truth"] is True and _free(st)]
+    i = _nearest(cands, target)
+    if i is None:
+        return False
+    set_claim(d["steps"][i], False, "outcome_flipped")
+    return True
+
+
+def truncated_complete(d: dict, target: int, ctx: dict) -> bool:
+    """Keep the steps before index k, then the success claim shown by the frames right after step k-1."""
+    steps, tpl = d["steps"], ctx["tpl"]
+    last = steps[-1]
+    if last["kind"] not in ("outcome", "action_outcome") or last["truth"] is not True or not _free(last):
+        return False
+    w = int(tpl["two_frames_from"])
+    lo = int(tpl["steps"]["min"])
+    body = steps[:-1]
+    cands = []
+    for k in range(max(1, lo - 1), len(body)):
+        prev = body[k - 1]
+        if last["kind"] == "action_outcome" and (prev["kind"] != "primitive" or prev["action"] != last["action"]):
+            continue
+        start = prev["window"][1] + 1
+        if prev["unit_id"] == d["unit_id"] and start + w - 1 < last["window"][0]:
+            cands.append((k, start))
+    pick = _nearest(cands, target, lambda c: c[0])
+    if pick is None:
+        return False
+    k, start = pick
+    end = make_step(last["kind"], (start, start + w - 1), tpl, fields=last["fields"], truth=True,
+                    unit_id=d["unit_id"], camera=d["camera"], **({"action": last["action"]} if "action" in last else {}))
+    end["label"], end["error"] = -1, "truncated_complete"
+    d["steps"] = body[:k] + [end]
+    return True
+
+
+def substituted_chain(d: dict, target: int, ctx: dict) -> bool:
+    """REASSEMBLE: the chain of one of the item's high-level actions, frames from another recording's chain of the
+    same action (same number of primitives, at least one differs; same split side and eval level)."""
+    steps = d["steps"]
+    best = None
+    for act in sorted({st["action"] for st in steps if st["kind"] == "primitive"}):
+        idx = [i for i, st in enumerate(steps) if st["kind"] == "primitive" and st["action"] == act]
+        mine = [steps[i] for i in idx]
+        if any(st["error"] not in (None, "natural_primitive_failure") for st in mine):
+            continue
+        texts = [st["value"] for st in mine]
+        for donor in ctx["donors"].get(mine[0]["fields"]["action"], []):
+            if donor["unit_id"] == d["unit_id"] or (donor["split"], donor["eval_level"]) != \
+                    (d.get("split"), d.get("eval_level")) or len(donor["chain"]) != len(mine):
+                continue
+            diff = [p for p, st in enumerate(donor["chain"]) if st["value"] != texts[p]
+                    and st["label"] != 0 and mine[p]["label"] != 0]
+            if diff:
+                first = idx[diff[0]]
+                if best is None or (abs(first - target), first) < (abs(best[0] - target), best[0]):
+                    best = (first, idx, donor)
+                break
+    if best is None:
+        return False
+    _, idx, donor = best
+    for p, i in enumerate(idx):
+        mine, other = steps[i], donor["chain"][p]
+        new = {**mine, "frames": list(other["frames"]), "window": other["window"], "unit_id": other["unit_id"],
+               "camera": other["camera"]}
+        if mine["label"] == 0 or other["label"] == 0:
+            new["label"], new["error"] = 0, None
+        elif other["value"] != mine["value"]:
+            new["label"], new["error"] = -1, "substituted_chain"
+        else:
+            new["label"], new["error"] = other["label"], other["error"]
+        steps[i] = new
+    return True
+
+
+KINDS = {"swapped_frames": swapped_frames, "substituted_chain": substituted_chain, "contact_flipped": contact_flipped,
+         "outcome_flipped": outcome_flipped, "truncated_complete": truncated_complete}
+
+
+def donors_of(chains: list[dict]) -> dict[str, list[dict]]:
+    """High-level action text -> the chains that may stand in for it: [{unit_id, split, eval_level, chain}], sorted."""
+    out: dict[str, list[dict]] = {}
+    for c in sorted(chains, key=lambda c: (c["unit_id"], c["chain"][0]["window"][0])):
+        out.setdefault(c["action_text"], []).append(c)
+    return out
+
+
+def inject(drafts: list[dict], tpl: dict, seed: int, slug: str, donors: dict | None = None) -> dict:
+    """Inject errors into `drafts` (in place, in their order); returns the counts per kind and the targets missed."""
+    rng = rng_for(seed, "steps_inject", slug)
+    kinds = [k for k in tpl["injected"] if k in KINDS]
+    used = {k: 0 for k in kinds}
+    ctx = {"tpl": tpl, "donors": donors or {}}
+    dealt = 0
+    for d in drafts:
+        d["injected"] = None
+        if rng.random() < float(tpl["share_clean"]):
+            continue
+        frac = ((dealt * 7) % NEAR_FRACTIONS + 0.5) / NEAR_FRACTIONS  # 7 is coprime to 10: every fraction in turn
+        dealt += 1
+        target = int(frac * len(d["steps"]))
+        for kind in sorted(kinds, key=lambda k: (used[k], kinds.index(k))):
+            snapshot = [dict(st) for st in d["steps"]]
+            if KINDS[kind](d, target, ctx):
+                used[kind] += 1
+                d["injected"] = kind
+                break
+            d["steps"] = snapshot
+    return {"injected": used, "clean_or_natural_only": sum(1 for d in drafts if d["injected"] is None)}
+
+
+def first_error_index(steps: list[dict]) -> int:
+    return next((i for i, st in enumerate(steps) if st["label"] == -1), -1)

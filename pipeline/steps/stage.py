@@ -1,0 +1,163 @@
+"""The step track's build step (after the multiple-choice split, before the release): drafts per source from the
+labels and IR, natural and injected errors, the split side of each unit's isolation group (the MCQ split's: a group
+is on one side for both tracks), the shown frames decoded into the frame cache and hashed, the release rows.
+
+    summary = run_steps(cfg)   # writes steps/items.parquet and steps/summary.json into the work folder
+
+A unit whose group holds no multiple-choice item has no side yet: it gets no step items (counted in the summary), so
+the step track never puts a group, a held-out scene or a held-out task on a side the MCQ split did not choose.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import polars as pl
+
+from ..frames.cache import FrameCache
+from ..frames.extract import extract_from_config
+from ..frames.readers import AdapterReaders
+from ..frames.render import add_image_hashes
+from ..io import compact_json, write_json, write_parquet
+from ..publish import work_dir
+from . import BUILDERS, perturb
+from .items import reassemble_actions, set_outcome_wording
+from .rows import STEP_SCHEMA, step_rows
+
+log = logging.getLogger(__name__)
+LEVEL_ORDER = {"L1": 1, "L2": 2, "L3": 3}
+
+
+def group_sides(split_items: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
+    """(source, unit_id) -> split_group_id, split, eval_level of its group in the MCQ split (units whose group has no
+    MCQ item are left out). A group's level is the lowest level of its items (held-out families add L3 items to L1
+    and L2 groups; a group the split holds out whole is L3 throughout)."""
+    has_level = "eval_level" in split_items.columns
+    side = (split_items.with_columns(pl.col("eval_level") if has_level else pl.lit(None, pl.String).alias("eval_level"))
+            .group_by("source", "split_group_id")
+            .agg(pl.col("split").unique().sort().alias("splits"),
+                 pl.col("eval_level").drop_nulls().unique().sort().first().alias("eval_level")))
+    both = side.filter(pl.col("splits").list.len() > 1)
+    if both.height:
+        raise ValueError(f"split/items.parquet: groups on both sides: {both['split_group_id'].to_list()[:5]}")
+    side = side.with_columns(pl.col("splits").list.first().alias("split")).drop("splits")
+    return groups.select("source", "unit_id", "split_group_id").join(side, on=["source", "split_group_id"],
+                                                                      how="inner")
+
+
+def _source_tables(cfg: dict, slug: str) -> tuple[dict, dict]:
+    wd = work_dir(cfg)
+    ir = {t: pl.read_parquet(wd / "ir" / slug / f"{t}.parquet") for t in ("units", "segments")}
+    lab = {t: pl.read_parquet(wd / "labels" / slug / f"{t}.parquet")
+           for t in ("units", "frames", "arms", "primitives", "segments")}
+    return ir, lab
+
+
+def _donor_chains(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: dict) -> list[dict]:
+    out = []
+    for u in units.iter_rows(named=True):
+        for steps in reassemble_actions(u["unit_id"], u["camera"], lab, ir, tpl):
+            chain = [s for s in steps if s["kind"] == "primitive"]
+            out.append({"unit_id": u["unit_id"], "split": u["split"], "eval_level": u["eval_level"],
+                        "action_text": chain[0]["fields"]["action"], "chain": chain})
+    return out
+
+
+def source_drafts(cfg: dict, slug: str, tid: str, sides: pl.DataFrame) -> tuple[list[dict], dict]:
+    tpl = cfg["step_tasks"][tid]
+    seed = int(cfg["build"]["release_seed"])
+    ir, lab = _source_tables(cfg, slug)
+    outcome = lab["units"].select("unit_id", "outcome")
+    units = (ir["units"].select("unit_id", "camera", "num_frames", "unit_type", "task_id", "licence")
+             .join(outcome, on="unit_id", how="left")
+             .join(sides.filter(pl.col("source") == slug).drop("source"), on="unit_id", how="left"))
+    no_side = units.filter(pl.col("split").is_null())
+    units = units.filter(pl.col("split").is_not_null())
+    scale = float(cfg["build"]["quota_scale"][cfg["build"]["scale"]])
+    quota = max(1, round(int(tpl["quota"][slug]) * scale))
+    drafts = BUILDERS[tid](slug, units, lab, ir, tpl, quota, seed)
+    set_outcome_wording(drafts, tpl, seed, slug)
+    kinds = tpl["step_kinds"].get(slug, tpl["step_kinds"].get("default", []))
+    donors = perturb.donors_of(_donor_chains(slug, units, lab, ir, tpl)) if "primitive" in kinds else {}
+    injected = perturb.inject(drafts, tpl, seed, slug, donors)
+    return drafts, {"units_without_side": no_side.height, "quota": quota, **injected}
+
+
+def _hashes(cfg: dict, drafts: list[dict]) -> tuple[dict, list[str]]:
+    """(slug, unit_id, camera, frame) -> image sha256 of every shown frame (decoded into the frame cache as the
+    items stage does, the same size policy); the frames that could not be read, worded."""
+    wanted = sorted({(d["source"], st["unit_id"], st["camera"], int(f)) for d in drafts for st in d["steps"]
+                     for f in st["frames"]})
+    if not wanted:
+        return {}, []
+    req = pl.DataFrame({"source": [w[0] for w in wanted], "unit_id": [w[1] for w in wanted],
+                        "camera": [w[2] for w in wanted], "frame_indices": [[w[3]] for w in wanted],
+                        "frame_indices_json": [compact_json([w[3]]) for w in wanted],
+                        "render_spec_json": [None] * len(wanted)},
+                       schema_overrides={"render_spec_json": pl.String})
+    cache = FrameCache.from_config(cfg)
+    readers = AdapterReaders.from_config(cfg)
+    requests = req.select("source", "unit_id", "camera", pl.col("frame_indices").list.first().alias("frame_index"))
+    table = extract_from_config(requests, readers, cache, cfg)
+    hashed = add_image_hashes(req, table, cache, cfg["frames"]["image"], open_reader=readers,
+                              workers=cfg["frames"]["workers"])
+    out, bad = {}, []
+    for w, h in zip(wanted, hashed["image_hashes_json"].to_list()):
+        if h is None:
+            bad.append(f"{w[0]}/{w[1]} camera {w[2]} frame {w[3]}: not decodable")
+        else:
+            out[w] = h[2:-2]  # compact JSON list of one digest
+    return out, bad
+
+
+def build_step_rows(cfg: dict) -> tuple[pl.DataFrame, dict]:
+    wd = work_dir(cfg)
+    sides = group_sides(pl.read_parquet(wd / "split" / "items.parquet"),
+                        pl.read_parquet(wd / "split" / "groups.parquet"))
+    frames, summary = [], {"sources": {}}
+    built = list(cfg["build"]["sources"])
+    for tid, tpl in cfg["step_tasks"].items():
+        drafts, units = [], {}
+        for slug in [s for s in built if s in tpl["sources"]]:
+            d, s = source_drafts(cfg, slug, tid, sides)
+            drafts += d
+            summary["sources"][slug] = s
+            for u in pl.read_parquet(wd / "ir" / slug / "units.parquet").iter_rows(named=True):
+                units[(slug, u["unit_id"])] = {k: u[k] for k in ("task_id", "unit_type", "licence")}
+        hashes, bad = _hashes(cfg, drafts)
+        kept = [d for d in drafts if all((d["source"], st["unit_id"], st["camera"], int(f)) in hashes
+                                         for st in d["steps"] for f in st["frames"])]
+        for b in bad:
+            log.warning("step items: %s", b)
+        summary["frames_not_decodable"] = bad
+        summary["dropped_items"] = len(drafts) - len(kept)
+        frames.append(step_rows(kept, units, hashes, tpl, cfg))
+    rows = pl.concat(frames) if frames else pl.DataFrame(schema=STEP_SCHEMA)
+    summary["counts"] = step_counts(rows)
+    return rows, summary
+
+
+def step_counts(rows: pl.DataFrame) -> dict:
+    """Per source: items, steps, scored steps, the share of wrong steps that are natural, per split and level."""
+    out = {}
+    for slug in sorted(set(rows["source_slug"].to_list())):
+        sub = rows.filter(pl.col("source_slug") == slug)
+        labels = [v for r in sub["response"].to_list() for v in r["process_correctness"]]
+        kinds = [k for j in sub["step_error_kinds_json"].to_list() for k in json.loads(j) if k]
+        natural = sum(1 for k in kinds if k.startswith("natural_"))
+        out[slug] = {"items": sub.height, "steps": len(labels), "scored_steps": sum(1 for v in labels if v != 0),
+                     "wrong_steps": len(kinds), "natural_wrong_steps": natural,
+                     "natural_error_share": round(natural / len(kinds), 4) if kinds else 0.0,
+                     "items_without_error": int((sub["first_error_index"] == -1).sum()),
+                     "items_per_split": {s: int(n) for s, n in sub.group_by("split").len().sort("split").iter_rows()},
+                     "error_kinds": {k: kinds.count(k) for k in sorted(set(kinds))}}
+    return out
+
+
+def run_steps(cfg: dict) -> dict:
+    rows, summary = build_step_rows(cfg)
+    wd = work_dir(cfg)
+    write_parquet(wd / "steps" / "items.parquet", rows)
+    write_json(wd / "steps" / "summary.json", summary)
+    return {"step_items": rows.height, "dropped": summary.get("dropped_items", 0)}

@@ -1,0 +1,63 @@
+"""The T13 step files of the demo release: present for every level and SFT, rows keep the contract, no split group on
+both sides within the step track or across the two tracks, the exports carry them; and the validator finds a group
+planted on the other side of the multiple-choice split."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import polars as pl
+
+from pipeline.config import load_config
+from pipeline.steps.items import STEP_ERROR_KINDS
+from pipeline.steps.rows import row_problems
+from pipeline.steps.write import step_problems, step_tables
+from pipeline.validate import validate_release
+
+
+def _mcq_sides(release) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {"eval": set(), "sft": set()}
+    for f in sorted((release / "splits").glob("*.parquet")):
+        if "_steps_" not in f.name:
+            df = pl.read_parquet(f, columns=["split", "split_group_id"])
+            for split, g in df.unique().iter_rows():
+                out[split].add(g)
+    return out
+
+
+def test_step_files_keep_the_contract_and_the_isolation(demo_release):
+    cfg = load_config(scale="demo")
+    tables = step_tables(demo_release, cfg)
+    files = cfg["release"]["files"]
+    assert files["steps_eval_parquet"] in tables and files["steps_sft_parquet"] in tables
+    levels = json.loads((demo_release / files["split_summary"]).read_text()).get("eval_levels") or {}
+    for lv in levels:  # a step file for every level the MCQ split has (L2, L3 when the split defines them)
+        assert any(lv in rel for rel in tables) or lv == "L1", (lv, sorted(tables))
+    rows = pl.concat(list(tables.values()))
+    assert rows.height and set(rows["source_slug"]) == set(cfg["build"]["sources"])
+    for r in rows.iter_rows(named=True):
+        assert row_problems(r) == []
+        assert all(k is None or k in STEP_ERROR_KINDS for k in json.loads(r["step_error_kinds_json"]))
+    steps = {s: set(rows.filter(pl.col("split") == s)["split_group_id"]) for s in ("eval", "sft")}
+    mcq = _mcq_sides(demo_release)
+    assert not steps["eval"] & steps["sft"]
+    assert not steps["eval"] & mcq["sft"] and not steps["sft"] & mcq["eval"]  # one side for both tracks
+    assert step_problems(demo_release, cfg, mcq) == []
+    vpb = demo_release / cfg["exports"]["files"]["visualprocessbench_eval"]
+    first = json.loads(vpb.read_text().splitlines()[0])
+    assert set(first) == {"id", "image", "question", "answer", "response", "policy_model", "data_source"}
+    assert first["image"][0].startswith("images/") and set(first["response"]) == {"steps", "process_correctness"}
+
+
+def test_a_group_moved_across_the_tracks_is_found(demo_release, tmp_path):
+    cfg = load_config(scale="demo")
+    release = tmp_path / "release"
+    shutil.copytree(demo_release, release)
+    rel = cfg["release"]["files"]["steps_eval_parquet"]
+    df = pl.read_parquet(release / rel)
+    sft_group = sorted(_mcq_sides(release)["sft"])[0]
+    df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(sft_group))
+                    .otherwise(pl.col("split_group_id")).alias("split_group_id")).write_parquet(release / rel)
+    problems = validate_release(release, cfg)
+    assert any(sft_group in p and "multiple-choice" in p for p in problems), problems
