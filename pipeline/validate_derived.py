@@ -76,7 +76,7 @@ def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
     """Every export made again from the release's rows (pipeline.exports, as the release step makes them) and
     compared with the file on disk; every image reference a plain relative path. A release without exports (none
     of their files there) has nothing to compare."""
-    from pipeline.exports import card, common, croissant, export_texts
+    from pipeline.exports import common, made_exports
 
     if "exports" not in cfg:
         return []
@@ -116,15 +116,8 @@ def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
             out.append(f"{rel}: differs from the export the release rows give")
 
     try:
-        configs = card.config_tables(tables, cfg)
-        for rel, text in export_texts(tables, cfg):
-            compare(rel, text)
-        compare(xf["card"], card.card_markdown(tables, cfg, configs, common.recorded_warnings(root, cfg)))
-        for splits in configs.values():
-            for rel, df in splits.values():
-                compare(rel, df)
-        del configs
-        compare(xf["croissant"], common.dumps(croissant.croissant(tables, root, cfg)))
+        for rel, made, _ in made_exports(root, tables, cfg):
+            compare(rel, made)
     except Exception as exc:  # noqa: BLE001 - rows the exports cannot read: their defects are reported by the rows' checks
         return out + [f"exports: cannot be made again from the release rows ({type(exc).__name__}: {str(exc)[:120]})"]
     folder = root / (common.export_cfg(cfg).get("dir") or "exports")

@@ -45,36 +45,49 @@ def export_texts(tables: dict[str, pl.DataFrame], cfg: dict) -> Iterator[tuple[s
         yield f"{xf['lmms_eval_dir']}/{name}", text
 
 
+def made_exports(release_dir: Path, tables: dict[str, pl.DataFrame], cfg: dict):
+    """Every export of the release in release_dir as (release-relative name, text or table, model-facing?), in
+    writing order: the text exports, the step track's (T13), the card, the card's config tables, Croissant last (it
+    hashes the files written before it). The one list the release step writes and the validator compares with; made
+    lazily, one at a time, so the texts are never all held."""
+    from pipeline.steps.exports import step_configs, visualprocessbench_texts  # (it imports pipeline.exports)
+
+    xf = common.export_files(cfg)
+    configs = card.config_tables(tables, cfg) | step_configs(release_dir, cfg)  # + the T13 step track's
+    for rel, text in chain(export_texts(tables, cfg), visualprocessbench_texts(release_dir, cfg)):
+        yield rel, text, True
+    yield xf["card"], card.card_markdown(tables, cfg, configs, common.recorded_warnings(release_dir, cfg)), True
+    facing_configs = card.model_facing_configs(configs)
+    for name, splits in configs.items():
+        for rel, df in splits.values():
+            yield rel, df, name in facing_configs
+    del configs
+    yield xf["croissant"], common.dumps(croissant.croissant(tables, release_dir, cfg)), False
+
+
 def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame, cfg: dict,
                   checksums: bool = True) -> list[str]:
     """Write every export into the release folder (and re-write checksums.sha256); returns the files written. A text
     with a path or identity leak is not written, and the call raises once the others are (the release stage writes
     into a staging folder that a failed step discards)."""
     release_dir = Path(release_dir)
-    tables = {"eval": eval_df, "sft": sft_df}
-    xf = common.export_files(cfg)
     written, leaks = [], {}
-    from pipeline.steps.exports import step_configs, visualprocessbench_texts  # (it imports pipeline.exports)
-
-    configs = card.config_tables(tables, cfg) | step_configs(release_dir, cfg)  # + the T13 step track's
-    card_text = card.card_markdown(tables, cfg, configs, common.recorded_warnings(release_dir, cfg))
-    step_texts = visualprocessbench_texts(release_dir, cfg)
-    for rel, text in chain(export_texts(tables, cfg), step_texts, [(xf["card"], card_text)]):
-        if found := find_path_leaks(text) + facing.text_problems(rel, text, cfg):
+    croissant_file = common.export_files(cfg)["croissant"]
+    for rel, made, facing_file in made_exports(release_dir, {"eval": eval_df, "sft": sft_df}, cfg):
+        if leaks and (isinstance(made, pl.DataFrame) or rel == croissant_file):
+            break  # every text is checked by now: no table nor Croissant is written beside a leak
+        if isinstance(made, pl.DataFrame):
+            if facing_file:
+                facing.check_table(rel, made)
+            io.write_parquet(release_dir / rel, made)
+        elif facing_file and (found := find_path_leaks(made) + facing.text_problems(rel, made, cfg)):
             leaks[rel] = found
             continue
-        io.atomic_write_text(release_dir / rel, text)
+        else:
+            io.atomic_write_text(release_dir / rel, made)
         written.append(rel)
     if leaks:
         raise ValueError(f"path or identity leaks (or columns a model may not see) in exports: {leaks}")
-    for name, splits in configs.items():
-        for rel, df in splits.values():
-            if name in card.model_facing_configs(configs):
-                facing.check_table(rel, df)
-            io.write_parquet(release_dir / rel, df)
-            written.append(rel)
-    io.atomic_write_text(release_dir / xf["croissant"], common.dumps(croissant.croissant(tables, release_dir, cfg)))
-    written.append(xf["croissant"])
     if checksums:
         writers.write_checksums(release_dir, cfg)
     return sorted(written)
