@@ -18,8 +18,8 @@ LINT = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["ruff"]["lin
 
 
 def code_files(root: Path) -> list[Path]:
-    skip = {"tests", ".venv", "build", "release"}
-    return sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts))
+    skip = {"tests", ".venv", "build", "release"}  # top-level folders only (pipeline/release/ is code)
+    return sorted(p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in skip)
 
 
 def naming_many_sources(files: list[Path], slugs: list[str]) -> list[str]:
