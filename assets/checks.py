@@ -2,8 +2,8 @@
 
 The schema checks are generated from the table registry (assets/tables.py), one per table that has a schema, as PUDL
 generates its checks from its metadata; the rest check what a schema cannot say (quarantine share, quotas, split
-isolation and counts, release validity and path-freedom). The check functions are plain functions of (cfg, ...) that
-return problems, evaluated inside the step that writes their asset.
+isolation and counts, release validity and path-freedom) and are declared next to their table there
+(`Table.checks`). The check functions are plain functions of cfg, evaluated inside the step that writes their asset.
 """
 
 
@@ -14,10 +14,9 @@ import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline import stages
 from pipeline.schema import DESCRIPTIONS
 
-from .tables import Step, Table
+from .tables import Step, Table, TableCheck
 
 PREVIEW_ROWS = 5
 PREVIEW_CELL = 40
@@ -113,80 +112,16 @@ def _schema_check(table: Table) -> Check:
                  f"{' (and no others)' if table.exact else ''}.", run)
 
 
-def _quarantine_check(slug: str, table: str) -> Check:
-    def run(cfg):
-        limit = cfg["build"]["max_quarantine_share"]
-        shares = stages.quarantine_shares(cfg, slug)
-        over = {s: v for s, v in shares.items() if v > limit}
-        return not over, {"shares": shares, "limit": limit, "over": over}
-    return Check(table, "quarantine_share",
-                 "Quarantined units (ingest, then labels) stay under build.max_quarantine_share of the source's units.",
-                 run)
-
-
-def _quota_check(slug: str) -> Check:
-    def run(cfg):
-        short = stages.shortfall(cfg, slug)
-        return not short, {"shortfall": short}
-    return Check(f"items/{slug}", "quotas_met", "Every family reaches its quota for this source (a shortfall is "
-                 "reported, never padded; it warns rather than fails, since small corpora may lack candidates).",
-                 run, severity=dg.AssetCheckSeverity.WARN)
-
-
-def _no_group_in_both_splits(cfg):
-    leaked = stages.leaked_groups(cfg)
-    return not leaked, {"leaked_groups": leaked[:50], "n_leaked": len(leaked)}
-
-
-def _problems(find: Callable[[dict], list[str]]) -> Callable[[dict], tuple[bool, dict]]:
-    """A check that passes when `find(cfg)` (a plain function of pipeline.stages) returns no problems."""
-    def run(cfg):
-        problems = find(cfg)
-        return not problems, {"problems": problems[:50], "n_problems": len(problems)}
-    return run
-
-
-def _release_path_free(cfg):
-    leaks = stages.release_path_leaks(cfg)
-    return not leaks, {"leaks": leaks[:50]}
-
-
-SHARED_CHECKS = (
-    Check("split/items", "no_group_in_both_splits", "No split group (or merged group) has items on both sides.",
-          _no_group_in_both_splits, blocking=True),
-    Check("split/summary", "eval_group_counts",
-          "Per-source eval group counts are the configured round(eval_ratio × groups).",
-          _problems(stages.eval_group_count_problems)),
-    Check("split/items", "isolation_keys_hold", "No isolation key value (RH20T task+scene, ...) and no held-out OOD "
-          "scene or task has items on both sides, recomputed from the units' own fields.",
-          _problems(stages.split_isolation_problems),
-          blocking=True),
-    Check("split/summary", "eval_level_counts", "Every eval item has a level, and the rows per level (L1, L2, L3) "
-          "match split_summary.json.", _problems(stages.eval_level_problems)),
-    Check("split/summary", "eval_level_shares", "Every configured eval level (L2, L3) holds its share of the source's "
-          "items (a level a small corpus cannot fill warns and is recorded in provenance.json and the card).",
-          _problems(stages.eval_level_warnings), severity=dg.AssetCheckSeverity.WARN),
-    Check("release/validity_report", "validity_limits", "No family passes its validity limit (configs/validity.yaml): "
-          "blind text-only and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
-          _problems(stages.validity_problems), blocking=True),
-    Check("release/checksums", "release_valid", "The release validates: schema, parquet == jsonl, counts across "
-          "files, checksums, isolation.", _problems(stages.release_problems), blocking=True),
-    Check("release/checksums", "release_path_free", "No absolute path, this machine's folders, user name or host name "
-          "in any release file (parquet rows included).", _release_path_free, blocking=True),
-)
+def _declared(table: Table, check: TableCheck) -> Check:
+    return Check(table.name, check.name, check.description, check.run, blocking=check.blocking,
+                 severity=dg.AssetCheckSeverity.WARN if check.warn else dg.AssetCheckSeverity.ERROR)
 
 
 def checks_for(step: Step) -> list[Check]:
-    """The checks of the tables a step writes: generated schema checks, then the step's own."""
-    out = [_schema_check(t) for t in step.writes if t.schema is not None]
-    names = {t.name for t in step.writes}
-    if f"ir/{step.source}/quarantine" in names:  # the (merged) ingest step, not its shards
-        out.append(_quarantine_check(step.source, f"ir/{step.source}/quarantine"))
-    if step.name.startswith("labels_"):
-        out.append(_quarantine_check(step.source, f"labels/{step.source}/quarantine"))
-    if step.name.startswith("items_"):
-        out.append(_quota_check(step.source))
-    return out + [c for c in SHARED_CHECKS if c.asset in names]
+    """The checks of the tables a step writes: generated schema checks, then those declared with each table
+    (assets/tables.py `Table.checks`)."""
+    return ([_schema_check(t) for t in step.writes if t.schema is not None]
+            + [_declared(t, c) for t in step.writes for c in t.checks])
 
 
 def publish_problems(cfg: dict, steps: list[Step]) -> list[str]:

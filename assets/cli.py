@@ -433,6 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--levels", help="comma-separated eval levels to score, e.g. L2,L3 (default: every level)")
     sc.set_defaults(func=cmd_score)
 
+    _add_eval_parser(sub)
+
+    d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")
+    d.add_argument("--host", default="127.0.0.1", help="interface the UI listens on (default 127.0.0.1)")
+    d.add_argument("--port", type=int, default=3000, help="port of the UI (default 3000)")
+    d.set_defaults(func=cmd_dev)
+    return p
+
+
+def _add_eval_parser(sub) -> None:
+    """`processbench eval`: its many client options apart, so build_parser stays one screen of subcommands."""
     from pipeline.evaluate.options import ClientOptions
 
     dflt = ClientOptions()
@@ -463,12 +474,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ask every option rotation of each item (MMBench CircularEval, ids <item_id>.c<k>) and "
                         "report circular accuracy and position consistency (as `score --circular`)")
     e.set_defaults(func=cmd_eval)
-
-    d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")
-    d.add_argument("--host", default="127.0.0.1", help="interface the UI listens on (default 127.0.0.1)")
-    d.add_argument("--port", type=int, default=3000, help="port of the UI (default 3000)")
-    d.set_defaults(func=cmd_dev)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

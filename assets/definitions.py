@@ -28,7 +28,7 @@ from . import fingerprint
 from .checks import checks_for, publish_problems, table_metadata
 from .executors import build_executor, watch_the_build
 from .settings import BuildSettings
-from .tables import Step, all_steps, tables_by_name
+from .tables import Step, all_steps, export_metadata, tables_by_name
 
 CFG = load_config()
 STEPS = all_steps(CFG)
@@ -60,7 +60,7 @@ def _op_tags(step: Step) -> dict[str, str]:
 
 def step_asset(step: Step) -> dg.AssetsDefinition:
     specs = [dg.AssetSpec(_key(t.name), deps=[_key(r) for r in step.reads], description=t.description,
-                          group_name=step.group, kinds={"parquet" if t.schema is not None else "file"},
+                          group_name=t.group or step.group, kinds={"parquet" if t.schema is not None else "file"},
                           tags={"source": step.source} if step.source else None)
              for t in step.writes]
 
@@ -88,7 +88,7 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
         for t in step.writes:
             yield dg.MaterializeResult(asset_key=_key(t.name), data_version=dg.DataVersion(fp[:16]),
                                        metadata={**table_metadata(t, cfg), **_summary_meta(summary),
-                                                 "skipped": skipped, **cost})
+                                                 **export_metadata(t, summary), "skipped": skipped, **cost})
         for check in checks:
             yield check.evaluate(cfg)
     return _asset
@@ -135,8 +135,8 @@ def _publish_step(context, step: Step, cfg: dict, live: list[Step], checks):
     context.log.info(f"release published to {publish.release_dir(cfg).name}/")
     for t in step.writes:
         yield dg.MaterializeResult(asset_key=_key(t.name), data_version=dg.DataVersion(fp[:16]),
-                                   metadata={**table_metadata(t, cfg), **_summary_meta(summary), "skipped": False,
-                                             "published": True})
+                                   metadata={**table_metadata(t, cfg), **_summary_meta(summary),
+                                             **export_metadata(t, summary), "skipped": False, "published": True})
     yield from results
 
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from pipeline import stages
 from pipeline.choices import LETTER_COLUMNS
+from pipeline.exports import EXPORTERS
 from pipeline.families.common import CANDIDATE_SCHEMA
 from pipeline.frames.extract import ITEM_FRAMES_SCHEMA
 from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
@@ -41,6 +42,85 @@ def _polars(schema: pa.Schema) -> dict:
 
 
 @dataclass(frozen=True)
+class TableCheck:
+    """One check of a table, declared with the table below (assets/checks.py makes it a Dagster asset check, evaluated
+    inside the step that writes the table): `run(cfg)` is a plain function returning (passed, metadata). An ERROR
+    check that fails keeps the release from being published; a WARN one (warn=True) is reported."""
+
+    name: str
+    description: str
+    run: Callable[[dict], tuple[bool, dict]]
+    blocking: bool = False
+    warn: bool = False
+
+
+def problems_check(name: str, description: str, find: Callable[[dict], list[str]], **kw) -> TableCheck:
+    """A check that passes when `find(cfg)` (a plain function of pipeline.stages) returns no problems."""
+    def run(cfg):
+        problems = find(cfg)
+        return not problems, {"problems": problems[:50], "n_problems": len(problems)}
+    return TableCheck(name, description, run, **kw)
+
+
+def quarantine_check(slug: str) -> TableCheck:
+    def run(cfg):
+        limit = cfg["build"]["max_quarantine_share"]
+        shares = stages.quarantine_shares(cfg, slug)
+        over = {s: v for s, v in shares.items() if v > limit}
+        return not over, {"shares": shares, "limit": limit, "over": over}
+    return TableCheck("quarantine_share", "Quarantined units (ingest, then labels) stay under "
+                      "build.max_quarantine_share of the source's units.", run)
+
+
+def quota_check(slug: str) -> TableCheck:
+    def run(cfg):
+        short = stages.shortfall(cfg, slug)
+        return not short, {"shortfall": short}
+    return TableCheck("quotas_met", "Every family reaches its quota for this source (a shortfall is reported, never "
+                      "padded; it warns rather than fails, since small corpora may lack candidates).", run, warn=True)
+
+
+def _no_group_in_both_splits(cfg):
+    leaked = stages.leaked_groups(cfg)
+    return not leaked, {"leaked_groups": leaked[:50], "n_leaked": len(leaked)}
+
+
+def _release_path_free(cfg):
+    leaks = stages.release_path_leaks(cfg)
+    return not leaks, {"leaks": leaks[:50]}
+
+
+SPLIT_ITEMS_CHECKS = (
+    TableCheck("no_group_in_both_splits", "No split group (or merged group) has items on both sides.",
+               _no_group_in_both_splits, blocking=True),
+    problems_check("isolation_keys_hold", "No isolation key value (RH20T task+scene, ...) and no held-out OOD scene or "
+                   "task has items on both sides, recomputed from the units' own fields.",
+                   stages.split_isolation_problems, blocking=True),
+)
+SPLIT_SUMMARY_CHECKS = (
+    problems_check("eval_group_counts", "Per-source eval group counts are the configured round(eval_ratio × groups).",
+                   stages.eval_group_count_problems),
+    problems_check("eval_level_counts", "Every eval item has a level, and the rows per level (L1, L2, L3) match "
+                   "split_summary.json.", stages.eval_level_problems),
+    problems_check("eval_level_shares", "Every configured eval level (L2, L3) holds its share of the source's items (a "
+                   "level a small corpus cannot fill warns and is recorded in provenance.json and the card).",
+                   stages.eval_level_warnings, warn=True),
+)
+VALIDITY_CHECKS = (
+    problems_check("validity_limits", "No family passes its validity limit (configs/validity.yaml): blind text-only "
+                   "and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
+                   stages.validity_problems, blocking=True),
+)
+# on the checksums file, written last: the whole release
+RELEASE_CHECKS = (
+    problems_check("release_valid", "The release validates: schema, parquet == jsonl, counts across files, "
+                   "checksums, isolation.", stages.release_problems, blocking=True),
+    TableCheck("release_path_free", "No absolute path, this machine's folders, user name or host name in any release "
+               "file (parquet rows included).", _release_path_free, blocking=True),
+)
+
+
+@dataclass(frozen=True)
 class Table:
     key: tuple[str, ...]  # the asset key path
     path: str  # relative to the work folder, or to the release folder when root == "release"
@@ -48,6 +128,8 @@ class Table:
     schema: dict | None = None  # column -> polars dtype; None: not a parquet table (json, text)
     exact: bool = True  # False: the schema's columns must be there, more may follow
     root: str = "work"
+    checks: tuple[TableCheck, ...] = ()  # besides the schema check generated from `schema` (assets/checks.py)
+    group: str | None = None  # the UI's asset group when not the step's (the exports of the release step)
 
     @property
     def name(self) -> str:
@@ -79,7 +161,9 @@ def _ir(slug: str, shard: int | None = None) -> tuple[Table, ...]:
               for t, s in IR_SCHEMAS.items()]
     tables.append(Table((*key, "quarantine"), f"{folder}/quarantine.parquet",
                         f"{of} units ingest could not read, with unit, stage, reason and file",
-                        _polars(QUARANTINE_SCHEMA)))
+                        _polars(QUARANTINE_SCHEMA),
+                        # the merged IR's quarantine (a shard's is merged into it)
+                        checks=(quarantine_check(slug),) if shard is None else ()))
     tables.append(Table((*key, "notes"), f"{folder}/notes.parquet",
                         f"{of}: what the adapter assumed or repaired in units it kept", NOTES_SCHEMA))
     return tuple(tables)
@@ -114,12 +198,12 @@ def source_steps(slug: str, shards: int = 1) -> list[Step]:
     # written by the labels step, read by no later step (the units it names have no labels)
     labels_quarantine = Table(("labels", slug, "quarantine"), f"labels/{slug}_quarantine.parquet",
                               f"{slug} units whose signals made a label rule fail, with the reason",
-                              _polars(QUARANTINE_SCHEMA))
+                              _polars(QUARANTINE_SCHEMA), checks=(quarantine_check(slug),))
     candidates = Table(("candidates", slug), f"candidates/{slug}.parquet",
                        f"{slug}: the over-complete pool of candidate items of every task family", CANDIDATE_SCHEMA)
     items = (Table(("items", slug), f"items/{slug}.parquet",
                    f"{slug}: the selected items with frames that pass the visual gate and image hashes",
-                   {**CANDIDATE_SCHEMA, **ITEM_COLUMNS}),
+                   {**CANDIDATE_SCHEMA, **ITEM_COLUMNS}, checks=(quota_check(slug),)),
              Table(("gate_quarantine", slug), f"items/{slug}_quarantine.parquet",
                    f"{slug}: items the visual gate dropped, with the reason", _polars(QUARANTINE_SCHEMA)),
              Table(("shortfall", slug), f"items/{slug}_shortfall.json", f"{slug}: families short of their quota"),
@@ -150,19 +234,22 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
     split = (Table(("split", "items"), "split/items.parquet", "Every item with its split (eval|sft) and split group",
                    {**CANDIDATE_SCHEMA, **ITEM_COLUMNS, **LETTER_COLUMNS, "split": pl.String,
                     "split_group_id": pl.String},
-                   exact=False),
+                   exact=False, checks=SPLIT_ITEMS_CHECKS),
              Table(("split", "groups"), "split/groups.parquet",
                    "Every unit's split group (isolation keys merged) and the unit keys the OOD levels hold out",
                    GROUPS_SCHEMA),
-             Table(("split", "summary"), "split/summary.json", "Per-source group and item counts of the split"))
+             Table(("split", "summary"), "split/summary.json", "Per-source group and item counts of the split",
+                   checks=SPLIT_SUMMARY_CHECKS))
     release = []
     for name, rel in sorted(cfg["release"]["files"].items()):
         schema = _polars(RELEASE_SCHEMA) if rel.endswith(".parquet") and name in ("eval_parquet", "sft_parquet") \
             else None
-        release.append(Table(("release", name), rel, f"release file {rel}", schema, root="release"))
+        release.append(Table(("release", name), rel, f"release file {rel}", schema, root="release",
+                             checks=RELEASE_CHECKS if name == "checksums" else ()))
     release.append(Table(("release", "validity_report"), "metadata/validity_report.json",
                          "validity audit: baselines per (source, family), shared images, T8/T9 gaps, problems",
-                         root="release"))
+                         root="release", checks=VALIDITY_CHECKS))
+    release += export_tables(cfg)
     units = tuple(f"ir/{s}/units" for s in slugs)
     corpora = tuple(f"ir/{s}/corpus" for s in slugs)
     frames = tuple(f"item_frames/{s}" for s in slugs)
@@ -190,6 +277,22 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
              "built in a staging folder and published only when every check of the build passes.",
              publishes=True),
     ]
+
+
+def export_tables(cfg: dict) -> list[Table]:
+    """One asset per registered export (pipeline/exports EXPORTERS), in group `exports`: written by the release step
+    (into its staging folder, published with it); the asset's file is the export's main file, its row count comes
+    from the step's summary (`export_metadata`)."""
+    return [Table(("exports", name), ex.main(cfg), ex.description, root="release", group="exports")
+            for name, ex in EXPORTERS.items()]
+
+
+def export_metadata(table: Table, summary: dict) -> dict:
+    """The rows and files an export wrote (the release step's summary `exports`), for its materialization."""
+    if table.group != "exports":
+        return {}
+    done = (summary.get("exports") or {}).get(table.key[-1], {})
+    return {"dagster/row_count": done["rows"], "export/files": done["files"]} if done else {}
 
 
 def all_steps(cfg: dict, slugs: list[str] | None = None) -> list[Step]:

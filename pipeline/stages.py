@@ -32,7 +32,7 @@ from . import work_tables
 from . import writers
 from .choices import assign_letters, deal_options, display_order
 from .config import path_in_repo, split_policy  # noqa: F401 - path_in_repo: tests resolve sample roots with it
-from .exports import run_exports
+from .exports import files_written, run_exports
 from .validity import REPORT_FILES, run_validity
 from .errors import ProjectError, SourceUnusable
 from .digests import code_digest, config_part, digest, file_digest, table_digest
@@ -385,8 +385,10 @@ def run_release(cfg: dict) -> dict:
     exported, validity = run_beside(_validity_part, cfg, lambda: run_exports(cfg, release_dir(cfg), checksums=False))
     # last, once: an interrupted step leaves checksums that do not match, never a release that looks complete
     writers.write_checksums(release_dir(cfg), cfg)
-    return {k: v for k, v in out.items() if k != "files"} | {"files": len(out["files"]) + len(exported),
-                                                               "validity_problems": len(validity["problems"])}
+    return {k: v for k, v in out.items() if k != "files"} | {
+        "files": len(out["files"]) + len(files_written(exported)), "validity_problems": len(validity["problems"]),
+        # each export's rows and files: the materialization of its asset (assets/tables.py export_tables)
+        "exports": {name: {"rows": r["rows"], "files": len(r["files"])} for name, r in exported.items()}}
 
 
 def _validity_part(cfg: dict) -> dict:

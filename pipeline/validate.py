@@ -175,89 +175,101 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Re
     versions = {"split_version": rc["split_version"], "builder_version": rc["builder_version"],
                 "prompt_version": rc["prompt_version"]}
     for r in df.iter_rows(named=True):
-        iid = r["item_id"]
-        bad = lambda check: report.row(where, check, iid)
-        if iid is None or not id_re.fullmatch(iid):
-            bad(f"item_id not of the form {rc['item_id_prefix']}_{split}_NNNNNN")
-        if r["split"] != split:
-            bad(f"split is not {split!r}")
-        slug = r["source_slug"]
-        if slug not in names:
-            bad("unknown source_slug")
-        elif r["source"] != names[slug]:
-            bad("source name does not match source_slug")
-        if tnames and tnames.get(r["task_id"]) != r["task_name"]:
-            bad("task_name is not the configured name of task_id")
-        for col, want in versions.items():
-            if r[col] != want:
-                bad(f"{col} is not {want!r}")
-        if r["task_meta_public"] is not False:
-            bad("task_meta_public is not false")
-        # choices, answer, target
-        n = r["num_choices"]
-        if not isinstance(n, int) or not 2 <= n <= len(CHOICE_LETTERS):
-            bad("num_choices outside 2..6")
-        else:
-            choices = [r[c] for c in CHOICE_COLUMNS]
-            if any(c is None for c in choices[:n]) or any(c is not None for c in choices[n:]):
-                bad("choices not non-null exactly up to num_choices")
-            elif len(set(choices[:n])) != n:
-                bad("duplicate choice texts")
-            letters = CHOICE_LETTERS[:n]
-            if r["answer"] not in letters:
-                bad("answer is not a letter within num_choices")
-            elif r[f"choice_{r['answer']}"] != r["answer_text"]:
-                bad("answer_text is not the text of the answer's choice")
-        if r["sft_target"] != sft_target(r["answer"]):
-            bad("sft_target does not match answer")
-        # frames and references
+        bad = lambda check, iid=r["item_id"]: report.row(where, check, iid)
+        _check_row_fields(r, split, id_re, rc, names, tnames, versions, bad)
+        _check_row_frames(r, bad)
+
+
+def _check_row_fields(r: dict, split: str, id_re: re.Pattern, rc: dict, names: dict, tnames: dict, versions: dict,
+                      bad) -> None:
+    """One row's ids, names, versions, choices, answer and target."""
+    iid = r["item_id"]
+    if iid is None or not id_re.fullmatch(iid):
+        bad(f"item_id not of the form {rc['item_id_prefix']}_{split}_NNNNNN")
+    if r["split"] != split:
+        bad(f"split is not {split!r}")
+    slug = r["source_slug"]
+    if slug not in names:
+        bad("unknown source_slug")
+    elif r["source"] != names[slug]:
+        bad("source name does not match source_slug")
+    if tnames and tnames.get(r["task_id"]) != r["task_name"]:
+        bad("task_name is not the configured name of task_id")
+    for col, want in versions.items():
+        if r[col] != want:
+            bad(f"{col} is not {want!r}")
+    if r["task_meta_public"] is not False:
+        bad("task_meta_public is not false")
+    # choices, answer, target
+    n = r["num_choices"]
+    if not isinstance(n, int) or not 2 <= n <= len(CHOICE_LETTERS):
+        bad("num_choices outside 2..6")
+    else:
+        choices = [r[c] for c in CHOICE_COLUMNS]
+        if any(c is None for c in choices[:n]) or any(c is not None for c in choices[n:]):
+            bad("choices not non-null exactly up to num_choices")
+        elif len(set(choices[:n])) != n:
+            bad("duplicate choice texts")
+        letters = CHOICE_LETTERS[:n]
+        if r["answer"] not in letters:
+            bad("answer is not a letter within num_choices")
+        elif r[f"choice_{r['answer']}"] != r["answer_text"]:
+            bad("answer_text is not the text of the answer's choice")
+    if r["sft_target"] != sft_target(r["answer"]):
+        bad("sft_target does not match answer")
+
+
+def _check_row_frames(r: dict, bad) -> None:
+    """One row's frames and references: frame indices, display labels, path-free keys, render spec, image hashes."""
+    slug = r["source_slug"]
+    # frames and references
+    try:
+        frames = strict_json(r["frame_indices_json"])
+        assert isinstance(frames, list) and frames and all(isinstance(i, int) and i >= 0 for i in frames)
+        assert compact_json(frames) == r["frame_indices_json"]
+    except (TypeError, ValueError, AssertionError):
+        bad("frame_indices_json is not a canonical non-empty JSON list of frame indices")
+        return
+    if r["num_frames"] != len(frames):
+        bad("num_frames != len(frame_indices_json)")
+    labels = None
+    if r["display_labels_json"] is not None:
         try:
-            frames = strict_json(r["frame_indices_json"])
-            assert isinstance(frames, list) and frames and all(isinstance(i, int) and i >= 0 for i in frames)
-            assert compact_json(frames) == r["frame_indices_json"]
-        except (TypeError, ValueError, AssertionError):
-            bad("frame_indices_json is not a canonical non-empty JSON list of frame indices")
-            continue
-        if r["num_frames"] != len(frames):
-            bad("num_frames != len(frame_indices_json)")
-        labels = None
-        if r["display_labels_json"] is not None:
-            try:
-                labels = strict_json(r["display_labels_json"])
-                assert isinstance(labels, list) and len(labels) == len(frames)
-            except (ValueError, AssertionError):
-                bad("display_labels_json is not a JSON list with one label per frame")
-        key = (slug, r["source_unit_type"], r["source_unit_id"])
-        if r["visual_ref"] != visual_ref(*key, r["camera"], frames):
-            bad("visual_ref does not match source/unit/camera/frames")
-        if r["source_episode_ref"] != source_episode_ref(*key):
-            bad("source_episode_ref does not match source/unit")
-        if r["reconstruction_key_json"] != reconstruction_key_json(
-                slug, r["source_task_id"], r["source_unit_type"], r["source_unit_id"], r["camera"], frames):
-            bad("reconstruction_key_json does not match the row")
-        n_images = len(frames)
-        if r["render_spec_json"] is not None:
-            try:
-                spec = strict_json(r["render_spec_json"])
-                assert isinstance(spec, dict) and compact_json(spec) == r["render_spec_json"]
-                if spec.get("frame_indices") is not None and spec["frame_indices"] != frames:
-                    bad("render_spec_json frame_indices differ from frame_indices_json")
-                if spec.get("labels") is not None and labels is not None and spec["labels"] != labels:
-                    bad("render_spec_json labels differ from display_labels_json")
-                if spec.get("kind") == "panels":
-                    n_images = 1
-            except (ValueError, AssertionError):
-                bad("render_spec_json is not canonical compact JSON of an object")
-        if r["image_hashes_json"] is not None:
-            try:
-                hashes = strict_json(r["image_hashes_json"])
-                assert isinstance(hashes, list) and all(isinstance(h, str) and writers.HEX64.match(h) for h in hashes)
-                if len(hashes) != n_images:
-                    bad("image_hashes_json count differs from the images shown")
-            except (ValueError, AssertionError):
-                bad("image_hashes_json is not a JSON list of sha256 hex digests")
-        if r["eval_level"] is not None and not re.fullmatch(r"L\d+", r["eval_level"]):
-            bad("eval_level is not of the form L<n>")
+            labels = strict_json(r["display_labels_json"])
+            assert isinstance(labels, list) and len(labels) == len(frames)
+        except (ValueError, AssertionError):
+            bad("display_labels_json is not a JSON list with one label per frame")
+    key = (slug, r["source_unit_type"], r["source_unit_id"])
+    if r["visual_ref"] != visual_ref(*key, r["camera"], frames):
+        bad("visual_ref does not match source/unit/camera/frames")
+    if r["source_episode_ref"] != source_episode_ref(*key):
+        bad("source_episode_ref does not match source/unit")
+    if r["reconstruction_key_json"] != reconstruction_key_json(
+            slug, r["source_task_id"], r["source_unit_type"], r["source_unit_id"], r["camera"], frames):
+        bad("reconstruction_key_json does not match the row")
+    n_images = len(frames)
+    if r["render_spec_json"] is not None:
+        try:
+            spec = strict_json(r["render_spec_json"])
+            assert isinstance(spec, dict) and compact_json(spec) == r["render_spec_json"]
+            if spec.get("frame_indices") is not None and spec["frame_indices"] != frames:
+                bad("render_spec_json frame_indices differ from frame_indices_json")
+            if spec.get("labels") is not None and labels is not None and spec["labels"] != labels:
+                bad("render_spec_json labels differ from display_labels_json")
+            if spec.get("kind") == "panels":
+                n_images = 1
+        except (ValueError, AssertionError):
+            bad("render_spec_json is not canonical compact JSON of an object")
+    if r["image_hashes_json"] is not None:
+        try:
+            hashes = strict_json(r["image_hashes_json"])
+            assert isinstance(hashes, list) and all(isinstance(h, str) and writers.HEX64.match(h) for h in hashes)
+            if len(hashes) != n_images:
+                bad("image_hashes_json count differs from the images shown")
+        except (ValueError, AssertionError):
+            bad("image_hashes_json is not a JSON list of sha256 hex digests")
+    if r["eval_level"] is not None and not re.fullmatch(r"L\d+", r["eval_level"]):
+        bad("eval_level is not of the form L<n>")
 
 
 def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report,
@@ -310,9 +322,21 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
                 report.add(f"{rel}: {key} = {json.dumps(m[key])[:200]} but the rows/configs give "
                            f"{json.dumps(want[key])[:200]}")
 
-    # split summary
+    _check_split_summary(root, files, ev_all, sf, cfg, report)
+    _check_task_distribution(root, files, ev, cfg, report)
+
+    # schema.md is generated, never edited
+    rel = files["schema"]
+    if (root / rel).is_file():
+        if report.text(root / rel) != schema_markdown(rc, writers.schema_source_names(cfg)):
+            report.add(f"{rel}: differs from the schema generated from pipeline/schema.py")
+
+
+def _check_split_summary(root: Path, files: dict, ev_all: pl.DataFrame | None, sf: pl.DataFrame | None, cfg: dict,
+                         report: _Report) -> None:
+    """split_summary.json against the one the rows and configs give."""
     rel = files["split_summary"]
-    if (root / rel).is_file() and ev is not None and sf is not None:
+    if (root / rel).is_file() and ev_all is not None and sf is not None:
         s = _read_json(root / rel, report)
         if isinstance(s, dict):
             want = writers.build_split_summary(ev_all, sf, {}, cfg)
@@ -337,7 +361,9 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
             for key in _forbidden_keys(s):
                 report.add(f"{rel}: machine-specific or wall-clock field {key}")
 
-    # task distribution
+
+def _check_task_distribution(root: Path, files: dict, ev: pl.DataFrame | None, cfg: dict, report: _Report) -> None:
+    """task_distribution.csv against the eval rows."""
     rel = files["task_distribution"]
     if (root / rel).is_file() and ev is not None:
         text = report.text(root / rel)
@@ -357,12 +383,6 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
                 diff = [(g, w) for g, w in zip(got_rows, want_rows) if g != w][:2]
                 report.add(f"{rel}: differs from the eval rows ({len(got_rows) - 1} vs {len(want_rows) - 1} tasks; "
                            f"e.g. {diff})")
-
-    # schema.md is generated, never edited
-    rel = files["schema"]
-    if (root / rel).is_file():
-        if report.text(root / rel) != schema_markdown(rc, writers.schema_source_names(cfg)):
-            report.add(f"{rel}: differs from the schema generated from pipeline/schema.py")
 
 
 def _forbidden_keys(obj, where: str = "") -> list[str]:

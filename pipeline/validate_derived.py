@@ -76,7 +76,7 @@ def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
     """Every export made again from the release's rows (pipeline.exports, as the release step makes them) and
     compared with the file on disk; every image reference a plain relative path. A release without exports (none
     of their files there) has nothing to compare."""
-    from pipeline.exports import common, made_exports
+    from pipeline.exports import Run, common, export_outputs
 
     if "exports" not in cfg:
         return []
@@ -116,8 +116,8 @@ def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
             out.append(f"{rel}: differs from the export the release rows give")
 
     try:
-        for rel, made, _ in made_exports(root, tables, cfg):
-            compare(rel, made)
+        for _, out in export_outputs(Run(tables, common.parts(tables, cfg), root, cfg)):  # as the release writes them
+            compare(out.rel, out.data)
     except Exception as exc:  # noqa: BLE001 - rows the exports cannot read: their defects are reported by the rows' checks
         return out + [f"exports: cannot be made again from the release rows ({type(exc).__name__}: {str(exc)[:120]})"]
     folder = root / (common.export_cfg(cfg).get("dir") or "exports")

@@ -8,7 +8,7 @@ import shutil
 import polars as pl
 import pytest
 
-from assets.checks import SHARED_CHECKS, checks_for
+from assets.checks import checks_for
 from assets.definitions import STEPS
 from pipeline.config import load_config
 
@@ -86,7 +86,7 @@ def test_quotas_met_warns_on_a_shortfall(copy):
 
 def test_no_group_in_both_splits_fails_on_a_leaked_group(copy):
     cfg, work, _ = copy
-    check = next(c for c in SHARED_CHECKS if c.name == "no_group_in_both_splits")
+    check = next(c for c in BY_NAME.values() if c.name == "no_group_in_both_splits")
     assert check.evaluate(cfg).passed and check.blocking
     items = pl.read_parquet(work / "split" / "items.parquet")
     group = items.filter(pl.col("split") == "sft")["split_group_id"].value_counts(sort=True)["split_group_id"][0]
@@ -100,7 +100,7 @@ def test_no_group_in_both_splits_fails_on_a_leaked_group(copy):
 
 def test_eval_group_counts_fails_when_a_source_has_one_eval_group_too_many(copy):
     cfg, work, _ = copy
-    check = next(c for c in SHARED_CHECKS if c.name == "eval_group_counts")
+    check = next(c for c in BY_NAME.values() if c.name == "eval_group_counts")
     assert check.evaluate(cfg).passed
     summary = json.loads((work / "split" / "summary.json").read_text())
     slug = sorted(summary["sources"])[0]
@@ -111,7 +111,7 @@ def test_eval_group_counts_fails_when_a_source_has_one_eval_group_too_many(copy)
 
 def test_release_valid_fails_on_a_tampered_file(copy):
     cfg, _, release = copy
-    check = next(c for c in SHARED_CHECKS if c.name == "release_valid")
+    check = next(c for c in BY_NAME.values() if c.name == "release_valid")
     assert check.evaluate(cfg).passed
     (release / "metadata" / "schema.md").write_text("tampered\n")
     assert not check.evaluate(cfg).passed
@@ -119,7 +119,7 @@ def test_release_valid_fails_on_a_tampered_file(copy):
 
 def test_release_path_free_fails_on_an_absolute_path(copy):
     cfg, _, release = copy
-    check = next(c for c in SHARED_CHECKS if c.name == "release_path_free")
+    check = next(c for c in BY_NAME.values() if c.name == "release_path_free")
     assert check.evaluate(cfg).passed
     with open(release / "metadata" / "reconstruction.md", "a") as f:
         f.write("\nread from /home/alice/datasets/gm100\n")
@@ -131,7 +131,7 @@ def test_release_path_free_reads_parquet_rows_and_blocks(copy):
     """The path scan (the only one in the build since release_valid leaves it out) reads parquet rows too, and a
     failure blocks publication."""
     cfg, _, release = copy
-    check = next(c for c in SHARED_CHECKS if c.name == "release_path_free")
+    check = next(c for c in BY_NAME.values() if c.name == "release_path_free")
     assert check.blocking and check.evaluate(cfg).passed
     eval_parquet = next(release.glob("splits/*eval*.parquet"))
     df = pl.read_parquet(eval_parquet)
@@ -142,7 +142,7 @@ def test_release_path_free_reads_parquet_rows_and_blocks(copy):
 
 def test_isolation_keys_hold_fails_when_an_sft_item_shares_an_eval_scene(copy):
     cfg, work, _ = copy
-    check = next(c for c in SHARED_CHECKS if c.name == "isolation_keys_hold")
+    check = next(c for c in BY_NAME.values() if c.name == "isolation_keys_hold")
     assert check.evaluate(cfg).passed and check.blocking
     items = pl.read_parquet(work / "split" / "items.parquet")
     rh = items.filter(pl.col("source") == "rh20t")
@@ -157,7 +157,7 @@ def test_isolation_keys_hold_fails_when_an_sft_item_shares_an_eval_scene(copy):
 
 def test_eval_level_counts_fail_when_a_level_row_moves(copy):
     cfg, work, _ = copy
-    check = next(c for c in SHARED_CHECKS if c.name == "eval_level_counts")
+    check = next(c for c in BY_NAME.values() if c.name == "eval_level_counts")
     assert check.evaluate(cfg).passed
     items = pl.read_parquet(work / "split" / "items.parquet")
     first = items.with_row_index().filter(pl.col("eval_level") == "L1")["index"][0]
@@ -169,7 +169,7 @@ def test_eval_level_counts_fail_when_a_level_row_moves(copy):
 
 def test_validity_limits_fail_on_a_reported_problem_and_a_missing_report(copy):
     cfg, _, release = copy
-    check = next(c for c in SHARED_CHECKS if c.name == "validity_limits")
+    check = next(c for c in BY_NAME.values() if c.name == "validity_limits")
     assert check.evaluate(cfg).passed and check.blocking
     path = release / "metadata" / "validity_report.json"
     report = json.loads(path.read_text())

@@ -52,7 +52,8 @@ def test_one_asset_per_table_with_the_lineage_the_code_reads():
     assert _deps(graph, "items/aist") == {"candidates/aist", "ir/aist/corpus"}  # its selection key: the corpus
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
-        assert node.description and node.group_name in {"ir", "labels", "candidates", "items", "split", "release"}
+        assert node.description and node.group_name in {"ir", "labels", "candidates", "items", "split", "release",
+                                                        "exports"}
 
 
 def test_checks_are_generated_from_the_schema_registries():

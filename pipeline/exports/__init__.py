@@ -1,15 +1,21 @@
 """The release in its users' tools (issue 13): the Hugging Face card, Croissant, trainer / harness exports.
 
+`EXPORTERS` is the one registry of exports: each is an asset of the Dagster graph (group `exports`, key
+`exports/<name>`, assets/tables.py) whose materialization carries the rows it wrote. An exporter makes its files
+from one part's rows at a time (`part`: each eval level, then SFT, `common.parts`) and/or once over the whole release
+(`end`); both yield `Output`s (release-relative file, text or table, rows). Adding an export is one function and one
+line here (docs/extending.md#an-export).
+
 `write_exports(release_dir, eval_df, sft_df, cfg)` writes them from the two release tables (eval: every level);
 `run_exports(cfg, release_dir)` reads the tables back from the release (every level file) and writes the exports.
-Every export has one file per part (each eval level, then SFT: `common.parts`). Both re-write checksums.sha256 so
-every new file is covered (checksums=False: the caller does, as the release stage does once at its end); both return
-the release-relative files written (sorted)."""
+Both re-write checksums.sha256 so every new file is covered (checksums=False: the caller does, as the release stage
+does once at its end); both return {export name: {"files": [release-relative files, sorted], "rows": n}}."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from itertools import chain
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import polars as pl
@@ -19,81 +25,183 @@ from pipeline.exports import card, common, consumers, croissant, facing, lmms
 from pipeline.leaks import find_path_leaks
 
 
-def export_texts(tables: dict[str, pl.DataFrame], cfg: dict) -> Iterator[tuple[str, str]]:
-    """Every text export as (release-relative path, text), one at a time (the card and Croissant excepted: see
-    write_exports): a part's rows and texts are held only while its own files are made (the eval levels' rows until
-    the harness files over all of them are made), never all of them at once."""
-    xf = common.export_files(cfg)
-    parts = common.parts(tables, cfg)
-    yield xf["llamafactory_info"], common.dumps(consumers.llamafactory_info(parts, cfg))
-    eval_parts = []
-    for part in parts:
-        rows = common.model_rows(part.df, cfg)
-        # LLaMA-Factory (sharegpt with OpenAI role tags) and ms-swift read the same `messages` + `images` rows.
-        messages = common.jsonl(consumers.messages_rows(rows))
-        yield part.file(xf[f"llamafactory_{part.split}"]), messages
-        yield part.file(xf[f"swift_{part.split}"]), messages
-        del messages
-        yield part.file(xf[f"grpo_{part.split}"]), common.jsonl(consumers.grpo_rows(rows))
-        if part.split == "eval":  # the harnesses score the eval levels only
-            yield part.file(xf["vlmevalkit_eval"]), consumers.vlmevalkit_tsv(rows, cfg)
-            eval_parts.append((part, rows))
-        del rows
-    yield xf["vlmevalkit_circular"], consumers.vlmevalkit_tsv([m for _, rows in eval_parts for m in rows], cfg,
-                                                              circular=True)
-    for name, text in lmms.lmms_eval_files(eval_parts, cfg).items():
-        yield f"{xf['lmms_eval_dir']}/{name}", text
+@dataclass(frozen=True)
+class Output:
+    """One file of an export: `data` a text or a table (parquet); `rows` the records it holds (0: metadata only);
+    `facing`: a table a model may be shown (checked for hidden columns before it is written)."""
+    rel: str
+    data: str | pl.DataFrame
+    rows: int = 0
+    facing: bool = True
 
 
-def made_exports(release_dir: Path, tables: dict[str, pl.DataFrame], cfg: dict):
-    """Every export of the release in release_dir as (release-relative name, text or table, model-facing?), in
-    writing order: the text exports, the step track's (T13), the card, the card's config tables, Croissant last (it
-    hashes the files written before it). The one list the release step writes and the validator compares with; made
-    lazily, one at a time, so the texts are never all held."""
-    from pipeline.steps.exports import step_configs, visualprocessbench_texts  # (it imports pipeline.exports)
+@dataclass
+class PartRows:
+    """One part's rows with their prompts (`common.model_rows`, built once for every export of the part)."""
+    part: common.Part
+    rows: list[common.ModelRow]
+    cfg: dict
 
-    xf = common.export_files(cfg)
-    configs = card.config_tables(tables, cfg) | step_configs(release_dir, cfg)  # + the T13 step track's
-    for rel, text in chain(export_texts(tables, cfg), visualprocessbench_texts(release_dir, cfg)):
-        yield rel, text, True
-    yield xf["card"], card.card_markdown(tables, cfg, configs, common.recorded_warnings(release_dir, cfg)), True
-    facing_configs = card.model_facing_configs(configs)
+    @cached_property
+    def messages(self) -> str:  # LLaMA-Factory (sharegpt with OpenAI role tags) and ms-swift read the same rows
+        return common.jsonl(consumers.messages_rows(self.rows))
+
+
+@dataclass
+class Run:
+    """What the `end` hooks see: the release tables, its parts, the eval parts' rows, the release folder."""
+    tables: dict[str, pl.DataFrame]
+    parts: list[common.Part]
+    release_dir: Path
+    cfg: dict
+    eval_parts: list[tuple[common.Part, list[common.ModelRow]]] = field(default_factory=list)
+    leaks: dict[str, list[str]] = field(default_factory=dict)  # texts refused (not written), by file
+
+    def raise_leaks(self) -> None:
+        if self.leaks:
+            raise ValueError(f"path or identity leaks (or columns a model may not see) in exports: {self.leaks}")
+
+
+@dataclass(frozen=True)
+class Exporter:
+    description: str
+    main: Callable[[dict], str]  # cfg -> the release-relative file the asset points at
+    part: Callable[[PartRows], Iterator[Output]] | None = None
+    end: Callable[[Run], Iterator[Output]] | None = None
+    reads_release: bool = False  # `end` reads release files: runs only when no export text was refused
+
+
+def _file(key: str) -> Callable[[dict], str]:
+    return lambda cfg: common.export_files(cfg)[key]
+
+
+def _per_part(key: str, text: Callable[[PartRows], str]) -> Callable[[PartRows], Iterator[Output]]:
+    def part(p: PartRows) -> Iterator[Output]:
+        yield Output(p.part.file(common.export_files(p.cfg)[f"{key}_{p.part.split}"]), text(p), len(p.rows))
+    return part
+
+
+def _llamafactory_info(run: Run) -> Iterator[Output]:
+    yield Output(common.export_files(run.cfg)["llamafactory_info"],
+                 common.dumps(consumers.llamafactory_info(run.parts, run.cfg)))
+
+
+def _vlmevalkit_part(p: PartRows) -> Iterator[Output]:
+    if p.part.split == "eval":  # the harnesses score the eval levels only
+        yield Output(p.part.file(common.export_files(p.cfg)["vlmevalkit_eval"]),
+                     consumers.vlmevalkit_tsv(p.rows, p.cfg), len(p.rows))
+
+
+def _vlmevalkit_circular(run: Run) -> Iterator[Output]:
+    rows = [m for _, rows in run.eval_parts for m in rows]
+    yield Output(common.export_files(run.cfg)["vlmevalkit_circular"],
+                 consumers.vlmevalkit_tsv(rows, run.cfg, circular=True),
+                 sum(len(common.options(m.row)) for m in rows))
+
+
+def _lmms_eval(run: Run) -> Iterator[Output]:
+    folder = common.export_files(run.cfg)["lmms_eval_dir"]
+    for name, text in lmms.lmms_eval_files(run.eval_parts, run.cfg).items():
+        yield Output(f"{folder}/{name}", text, text.count("\n") if name.endswith(".jsonl") else 0)
+
+
+def _visualprocessbench(run: Run) -> Iterator[Output]:
+    from pipeline.steps.exports import visualprocessbench_texts  # (it imports pipeline.exports)
+
+    for rel, text in visualprocessbench_texts(run.release_dir, run.cfg):
+        yield Output(rel, text, text.count("\n"))
+
+
+def _card(run: Run) -> Iterator[Output]:
+    from pipeline.steps.exports import step_configs  # (it imports pipeline.exports)
+
+    configs = card.config_tables(run.tables, run.cfg) | step_configs(run.release_dir, run.cfg)  # + the T13 track's
+    warnings = common.recorded_warnings(run.release_dir, run.cfg)
+    yield Output(common.export_files(run.cfg)["card"], card.card_markdown(run.tables, run.cfg, configs, warnings))
+    facing_names = card.model_facing_configs(configs)
     for name, splits in configs.items():
         for rel, df in splits.values():
-            yield rel, df, name in facing_configs
-    del configs
-    yield xf["croissant"], common.dumps(croissant.croissant(tables, release_dir, cfg)), False
+            yield Output(rel, df, df.height, facing=name in facing_names)
+
+
+def _croissant(run: Run) -> Iterator[Output]:
+    doc = croissant.croissant(run.tables, run.release_dir, run.cfg)  # the rows its record sets describe
+    yield Output(common.export_files(run.cfg)["croissant"], common.dumps(doc), sum(p.df.height for p in run.parts))
+
+
+EXPORTERS: dict[str, Exporter] = {
+    "llamafactory": Exporter("LLaMA-Factory sharegpt jsonl per part and its dataset_info.json",
+                             _file("llamafactory_info"), _per_part("llamafactory", lambda p: p.messages),
+                             _llamafactory_info),
+    "ms_swift": Exporter("ms-swift messages + images jsonl per part", _file("swift_sft"),
+                         _per_part("swift", lambda p: p.messages)),
+    "grpo": Exporter("GRPO jsonl (TRL GRPOTrainer) per part", _file("grpo_sft"),
+                     _per_part("grpo", lambda p: common.jsonl(consumers.grpo_rows(p.rows)))),
+    "vlmevalkit": Exporter("VLMEvalKit MCQ TSV per eval level and its circular copy", _file("vlmevalkit_eval"),
+                           _vlmevalkit_part, _vlmevalkit_circular),
+    "lmms_eval": Exporter("lmms-eval task folder: a task per eval level and family, groups, a circular task",
+                          lambda cfg: f"{common.export_files(cfg)['lmms_eval_dir']}/{lmms.TEMPLATE}",
+                          end=_lmms_eval),
+    "visualprocessbench": Exporter("VisualProcessBench jsonl of the T13 step track per eval level and SFT (none "
+                                   "when the release has no step files)", _file("visualprocessbench_eval"),
+                                   end=_visualprocessbench),
+    "hf_card": Exporter("Hugging Face dataset card and its parquet configs", _file("card"), end=_card),
+    "croissant": Exporter("Croissant metadata of the release tables", _file("croissant"), end=_croissant,
+                          reads_release=True),
+}
+
+
+def export_outputs(run: Run) -> Iterator[tuple[str, Output]]:
+    """Every export's files as (export name, Output), one at a time: a part's rows and texts are held only while its
+    own files are made (the eval levels' rows until the `end` hooks over all of them are done), never all at once."""
+    for part in run.parts:
+        p = PartRows(part, common.model_rows(part.df, run.cfg), run.cfg)
+        for name, ex in EXPORTERS.items():
+            if ex.part is not None:
+                yield from ((name, out) for out in ex.part(p))
+        if part.split == "eval":
+            run.eval_parts.append((part, p.rows))
+        del p
+    for name, ex in EXPORTERS.items():
+        if ex.end is not None:
+            if ex.reads_release:
+                run.raise_leaks()
+            yield from ((name, out) for out in ex.end(run))
 
 
 def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame, cfg: dict,
-                  checksums: bool = True) -> list[str]:
-    """Write every export into the release folder (and re-write checksums.sha256); returns the files written. A text
-    with a path or identity leak is not written, and the call raises once the others are (the release stage writes
-    into a staging folder that a failed step discards)."""
+                  checksums: bool = True) -> dict[str, dict]:
+    """Write every export into the release folder (and re-write checksums.sha256); returns {export: {"files",
+    "rows"}}. A text with a path or identity leak is not written, and the call raises once the others are (the
+    release stage writes into a staging folder that a failed step discards)."""
     release_dir = Path(release_dir)
-    written, leaks = [], {}
-    croissant_file = common.export_files(cfg)["croissant"]
-    for rel, made, facing_file in made_exports(release_dir, {"eval": eval_df, "sft": sft_df}, cfg):
-        if leaks and (isinstance(made, pl.DataFrame) or rel == croissant_file):
-            break  # every text is checked by now: no table nor Croissant is written beside a leak
-        if isinstance(made, pl.DataFrame):
-            if facing_file:
-                facing.check_table(rel, made)
-            io.write_parquet(release_dir / rel, made)
-        elif facing_file and (found := find_path_leaks(made) + facing.text_problems(rel, made, cfg)):
-            leaks[rel] = found
-            continue
+    tables = {"eval": eval_df, "sft": sft_df}
+    report: dict[str, dict] = {name: {"files": [], "rows": 0} for name in EXPORTERS}
+    run = Run(tables, common.parts(tables, cfg), release_dir, cfg)
+    for name, out in export_outputs(run):
+        if isinstance(out.data, str):
+            if found := find_path_leaks(out.data) + facing.text_problems(out.rel, out.data, cfg):
+                run.leaks[out.rel] = found
+                continue
+            io.atomic_write_text(release_dir / out.rel, out.data)
         else:
-            io.atomic_write_text(release_dir / rel, made)
-        written.append(rel)
-    if leaks:
-        raise ValueError(f"path or identity leaks (or columns a model may not see) in exports: {leaks}")
+            if out.facing:
+                facing.check_table(out.rel, out.data)
+            io.write_parquet(release_dir / out.rel, out.data)
+        report[name]["files"].append(out.rel)
+        report[name]["rows"] += out.rows
+    run.raise_leaks()
     if checksums:
         writers.write_checksums(release_dir, cfg)
-    return sorted(written)
+    return {name: {"files": sorted(r["files"]), "rows": r["rows"]} for name, r in report.items()}
 
 
-def run_exports(cfg: dict, release_dir: Path, checksums: bool = True) -> list[str]:
+def files_written(report: dict[str, dict]) -> list[str]:
+    """Every release-relative file of an export report, sorted."""
+    return sorted(f for r in report.values() for f in r["files"])
+
+
+def run_exports(cfg: dict, release_dir: Path, checksums: bool = True) -> dict[str, dict]:
     """Exports of the release already written in release_dir."""
     tables = common.read_tables(release_dir, cfg, levels=True)
     return write_exports(release_dir, tables["eval"], tables["sft"], cfg, checksums=checksums)
