@@ -116,8 +116,8 @@ def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
             out.append(f"{rel}: differs from the export the release rows give")
 
     try:
-        for _, out in export_outputs(Run(tables, common.parts(tables, cfg), root, cfg)):  # as the release writes them
-            compare(out.rel, out.data)
+        for _, made in export_outputs(Run(tables, common.parts(tables, cfg), root, cfg)):  # as the release writes them
+            compare(made.rel, made.data)
     except Exception as exc:  # noqa: BLE001 - rows the exports cannot read: their defects are reported by the rows' checks
         return out + [f"exports: cannot be made again from the release rows ({type(exc).__name__}: {str(exc)[:120]})"]
     folder = root / (common.export_cfg(cfg).get("dir") or "exports")
