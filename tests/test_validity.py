@@ -423,3 +423,51 @@ def test_held_out_levels_are_judged_against_their_own_prior():
         c = _cell(rep, "gm100", "T1")
         assert c["eval_label_share"] == 0.29 and c["option_only"] == 0.29
         assert any("option-set-only" in p for p in problems(rep, VCFG)) is blocked
+
+
+def _selected_t7_rows(equal: bool) -> tuple[list[dict], list[dict]]:
+    """RH20T-T7-like pool (a failing unit offers 12 windows, a succeeding one 4, every window carries its unit's
+    outcome) selected by pipeline.items with or without equal_per_unit; units alternate between eval and SFT."""
+    import polars as pl
+
+    from pipeline import items as I
+    from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
+
+    cols = {c: [] for c in CANDIDATE_SCHEMA}
+    for u in range(120):
+        lab = "failure" if u % 2 else "success"
+        for w in range(12 if lab == "failure" else 4):
+            vals = {"candidate_key": f"T7|rh20t|u{u:03d}|w{w}", "source": "rh20t", "unit_id": f"u{u:03d}",
+                    "task_id": "T7", "task_type_legacy": "T7", "input_type": "frame_sequence", "camera": "cam",
+                    "question": "Did it succeed?", "answer_text": lab,
+                    "distractors": ["success" if lab == "failure" else "failure"], "num_choices": 2,
+                    "frame_indices": [w, 100], "display_labels": None, "render_spec_json": None, "anchor_frame": w,
+                    "arm_type": None, "label_meta_json": "{}"}
+            for c, v in vals.items():
+                cols[c].append(v)
+    pool = columns_frame(cols, CANDIDATE_SCHEMA)
+    st = {"min_gap": 0, "balance_labels": True, "equal_per_unit": equal}
+    sel = I.select_candidates(pool, I.Quotas({"T7": 720}, {"T7": st}), seed=3)
+    ev, sf = [], []
+    for i, r in enumerate(sel.sort("candidate_key").iter_rows(named=True)):
+        split = "eval" if int(r["unit_id"][1:]) % 4 < 2 else "sft"
+        row = _row(i, split, r["answer_text"], r["distractors"], source="rh20t", task="T7", unit=r["unit_id"])
+        row["split_group_id"] = r["unit_id"]
+        (ev if split == "eval" else sf).append(row)
+    return ev, sf
+
+
+def test_an_unequal_selection_fails_the_configured_row_count_limit():
+    """The configured limit blocks (configs/validity.yaml): a selection taking a failing unit's 12 windows and a
+    succeeding one's 4 lets the row count answer; equal_per_unit gives every unit the same count and passes."""
+    assert VCFG["limits"]["row_count_over_reference"] is not None
+    ev, sf = _selected_t7_rows(equal=False)
+    rep = audit(ev, sf, VCFG)
+    assert _cell(rep, "rh20t", "T7")["metadata"]["row_count"] == 1.0
+    assert any("rh20t/T7: a unit's row count alone scores 1.000" in p for p in problems(rep, VCFG))
+    ev, sf = _selected_t7_rows(equal=True)
+    assert len({Counter(r["source_unit_id"] for r in ev + sf)[u] for u in {r["source_unit_id"] for r in ev}}) == 1
+    rep = audit(ev, sf, VCFG)
+    cell = _cell(rep, "rh20t", "T7")
+    assert cell["metadata"]["row_count"] <= cell["label_prior"] + 1e-9
+    assert problems(rep, VCFG) == []
