@@ -428,8 +428,6 @@ def test_held_out_levels_are_judged_against_their_own_prior():
 def _selected_t7_rows(equal: bool) -> tuple[list[dict], list[dict]]:
     """RH20T-T7-like pool (a failing unit offers 12 windows, a succeeding one 4, every window carries its unit's
     outcome) selected by pipeline.items with or without equal_per_unit; units alternate between eval and SFT."""
-    import polars as pl
-
     from pipeline import items as I
     from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
 
@@ -471,3 +469,30 @@ def test_an_unequal_selection_fails_the_configured_row_count_limit():
     cell = _cell(rep, "rh20t", "T7")
     assert cell["metadata"]["row_count"] <= cell["label_prior"] + 1e-9
     assert problems(rep, VCFG) == []
+
+
+def _chance_count_rows(n_groups, split, seed):
+    """Groups of 2-6 items whose labels are drawn independently of the group's size (no leak)."""
+    rng, out = random.Random(seed), []
+    for g in range(n_groups):
+        for w in range(rng.randint(2, 6)):
+            ans = rng.choice(["moving", "stationary"])
+            r = _row(seed * 10**4 + g * 10 + w, split, ans, ["stationary" if ans == "moving" else "moving"],
+                     task="T6", unit=f"{split}{seed}-g{g}")
+            r["split_group_id"] = r["source_unit_id"]
+            out.append(r)
+    return out
+
+
+def test_row_counts_that_vary_by_chance_are_judged_against_their_null():
+    """Twelve held-out groups of 2-6 items, labels independent of the group size: the row count memoriser clears the
+    label prior by more than the limit in many draws (chance over few groups), never past its own null."""
+    fixed = {**VCFG, "row_count_null": {"permutations": 0, "quantile": 0.99}}
+    alarms_fixed = alarms_null = 0
+    for seed in range(15, 27):
+        ev, sf = _chance_count_rows(12, "eval", seed), _chance_count_rows(150, "sft", 1000 + seed)
+        alarms_fixed += any("row count" in p for p in problems(audit(ev, sf, fixed), fixed))
+        rep = audit(ev, sf, VCFG)
+        assert rep["cells"][0]["row_count_null"] >= rep["cells"][0]["label_prior"]
+        alarms_null += any("row count" in p for p in problems(rep, VCFG))
+    assert alarms_fixed >= 4 and alarms_null == 0
