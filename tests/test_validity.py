@@ -496,3 +496,23 @@ def test_row_counts_that_vary_by_chance_are_judged_against_their_null():
         assert rep["cells"][0]["row_count_null"] >= rep["cells"][0]["label_prior"]
         alarms_null += any("row count" in p for p in problems(rep, VCFG))
     assert alarms_fixed >= 4 and alarms_null == 0
+
+
+def test_tied_labels_earn_their_expectation_not_the_earliest_options():
+    """Label-balanced SFT ties its labels; an eval file whose letter layout puts the answer first among the tied
+    labels (planted: every item) would hand "the earliest tied option" 1.0. Each baseline earns the expected hit of a
+    uniform tie-break instead (AIST T4 L2 at release scale: 0.291 by position luck, 0.246 expected)."""
+    labels = ["both", "left", "right", "idle"]
+    sft = [_row(i, "sft", labels[i % 4], [x for x in labels if x != labels[i % 4]]) for i in range(4 * 50 - 1)]
+    ev = []
+    for i in range(120):
+        ans = labels[i % 3]  # never "idle", the one label SFT has one fewer of
+        r = _row(10**5 + i, "eval", ans, [x for x in labels if x != ans])
+        opts = [ans] + [x for x in labels if x != ans]  # the answer is letter A: first among the tied labels
+        for k, c in enumerate("ABCD"):
+            r[f"choice_{c}"] = opts[k]
+        r["answer"] = "A"
+        ev.append(r)
+    b = cell_baselines(sft, ev)
+    for name in ("label_prior", "option_only", "memoriser"):
+        assert b[name] == pytest.approx(1 / 3, abs=1e-4), name

@@ -30,7 +30,7 @@ import re
 from collections import Counter, defaultdict
 
 from ..schema import CHOICE_COLUMNS, COLUMN_NAMES, MODEL_FACING_COLUMNS
-from .baselines import keyed_acc, label_prior, options, pick
+from .baselines import credit, keyed_acc, label_prior, options
 
 # the answer itself (gold is in every file), the question and options (text baselines), the split (one value per file)
 NOT_PREDICTORS = frozenset({"answer", "answer_text", "sft_target", "question", *CHOICE_COLUMNS, "split",
@@ -120,7 +120,7 @@ def row_count_null(sft_counts: list[int], sft_rows: list[dict], eval_counts: lis
             c = seen.get(k)
             for opts, answer in eval_by_group[g]:
                 score = {o: c.get(o, 0) + prior.get(o, 0) / total for o in opts} if c else prior
-                hits += pick(opts, score) == answer
+                hits += credit(opts, score, answer)
         accs.append(hits / len(eval_rows))
     accs.sort()
     return round(accs[min(len(accs) - 1, int(quantile * len(accs)))], 4)
