@@ -20,6 +20,13 @@ Selection, per (source, task_id), deterministic for a given seed:
      still below its share can be taken anywhere, the rest of the quota is filled from any label;
   4. the target is ceil(quota * (1 + extra)); `select_rank` records the visit order (ranks < quota are the
      primary items, the rest the reserve for the visual gate). exclude_keys removes candidates beforehand.
+  7. with `equal_per_unit: true` (a family whose answer a unit's row count could carry, e.g. RH20T T7, where the label
+     is the unit's outcome), the round-robin runs on past the target, then every unit used gives the same number k of
+     items (its first k picks): k and the m units are those that give the most label-balanced items, then the most
+     items k*m <= target, then the smaller k (more units); the m units are dealt by their dominant label (water-filled
+     like 3., each label's units in first-pick order) so the labels stay as even as the units allow. A unit with
+     fewer than k picks is left out; the shortfall is reported like any other. Such a family is never a donor of the
+     coverage repair (6.).
 Coverage across the families of a source (every unit with candidates should get an item when the source's quota
 allows it; the split groups by unit):
   5. the families are picked in task order and share a per-unit count of the source's items so far (primary picks of
@@ -51,9 +58,12 @@ def _task_order(task_id: str) -> int:
     return int(task_id[1:])
 
 
+SELECTION_SETTINGS = ("min_gap", "balance_labels", "equal_per_unit")  # per family, from its template
+
+
 class Quotas(dict):
     """{task_id: quota} of one source, carrying the families' selection settings (`settings[task_id]` =
-    {"min_gap": int, "balance_labels": bool}) from the templates, so the selection needs no other config."""
+    {"min_gap": int, "balance_labels": bool, "equal_per_unit": bool}) from the templates, so the selection needs no other config."""
 
     def __init__(self, data=(), settings: dict | None = None):
         super().__init__(data)
@@ -69,7 +79,7 @@ def quotas(cfg: dict, source: str) -> dict[str, int]:
         t = cfg["tasks"][tid]
         if source in t["sources"] and source in t["quota"]:
             out[tid] = scale_quota(int(t["quota"][source]), scale)
-            settings[tid] = dict(zip(("min_gap", "balance_labels"), _template_settings(t, source)))
+            settings[tid] = dict(zip(SELECTION_SETTINGS, _template_settings(t, source)))
     return Quotas(out, settings)
 
 
@@ -81,20 +91,23 @@ def _quota_for(quotas_: dict, source: str, task_id: str) -> int | None:
     return None if isinstance(v, dict) else v
 
 
-def _template_settings(t: dict, source: str) -> tuple[int, bool]:
-    """min_gap / balance_labels of one template for one source (a per-source map without the source: 0 / False)."""
-    return int(per_source(t["min_gap"], source, 0)), bool(per_source(t["balance_labels"], source, False))
+def _template_settings(t: dict, source: str) -> tuple[int, bool, bool]:
+    """min_gap / balance_labels / equal_per_unit of one template for one source (a per-source map without the source:
+    0 / False / False)."""
+    return (int(per_source(t["min_gap"], source, 0)), bool(per_source(t["balance_labels"], source, False)),
+            bool(per_source(t.get("equal_per_unit", False), source, False)))
 
 
-def _family_settings(quotas_: dict, cfg_tasks: dict | None, source: str, task_id: str) -> tuple[int, bool]:
-    """min_gap / balance_labels: from cfg_tasks when given, else from the Quotas' settings, else none."""
+def _family_settings(quotas_: dict, cfg_tasks: dict | None, source: str, task_id: str) -> tuple[int, bool, bool]:
+    """min_gap / balance_labels / equal_per_unit: from cfg_tasks when given, else from the Quotas' settings, else
+    none."""
     if cfg_tasks is not None:
         return _template_settings(cfg_tasks[task_id], source)
     st = getattr(quotas_, "settings", {}).get(task_id)
     if st is None and isinstance(quotas_.get(source), dict):
         st = getattr(quotas_[source], "settings", {}).get(task_id)
     st = st or {}
-    return int(st.get("min_gap", 0)), bool(st.get("balance_labels", False))
+    return int(st.get("min_gap", 0)), bool(st.get("balance_labels", False)), bool(st.get("equal_per_unit", False))
 
 
 def _targets(avail: dict[str, int], total: int) -> dict[str, float]:
@@ -112,11 +125,12 @@ def _targets(avail: dict[str, int], total: int) -> dict[str, float]:
 def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: list[int], target: int,
                    min_gap: int, balance: bool, seed: int, gkey: tuple,
                    prior: list[tuple[str, str, int]] = (), cover: dict[str, int] | None = None,
-                   primary: int | None = None) -> list[int]:
+                   primary: int | None = None, equal: bool = False) -> list[int]:
     """Round-robin over units; returns the indices (into the given columns) of the picked candidates, in pick order.
     `prior` = [(unit, label, anchor)] of items of this family taken earlier: they count against min_gap and the
     label shares. `cover` = {unit: items of the source so far}: each pass visits the units with the fewest first, and
-    the first `primary` picks (default: all) are added to it."""
+    the first `primary` picks (default: all) are added to it. `equal`: the same number of picks from every unit used
+    (module docstring, step 7)."""
     r = py_rng(seed, "select", *gkey)
     units: dict[str, dict[str, deque]] = defaultdict(lambda: defaultdict(deque))
     staging: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -149,9 +163,9 @@ def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: l
         return min_gap <= 0 or all(abs(frame - f) >= min_gap for f in taken_frames[u])
 
     active = list(unit_order)
-    if cover is not None:
-        pos = {u: i for i, u in enumerate(unit_order)}
-        n_primary = target if primary is None else int(primary)
+    pos = {u: i for i, u in enumerate(unit_order)}
+    n_primary = target if primary is None else int(primary)
+    goal, target = target, (len(keys) if equal else target)  # equal: run on past the goal, then cut (step 7)
     while len(picked) < target and active:
         if cover is not None:
             active.sort(key=lambda u: (cover.get(u, 0), pos[u]))
@@ -180,7 +194,7 @@ def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: l
                 taken_frames[u].append(anchor[got])
                 picked.append(got)
                 progress = True
-                if cover is not None and len(picked) <= n_primary:
+                if cover is not None and not equal and len(picked) <= n_primary:
                     cover[u] = cover.get(u, 0) + 1
             if any(queues.values()):
                 still.append(u)
@@ -189,17 +203,67 @@ def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: l
             if relaxed:
                 break
             relaxed = True  # no label below its share can be taken any more: fill from any label
+    if not equal:
+        return picked
+    picked = equal_per_unit(picked, unit, label if balance else [""] * len(unit), goal)
+    if cover is not None:
+        for i in picked[:n_primary]:
+            cover[unit[i]] = cover.get(unit[i], 0) + 1
     return picked
+
+
+def equal_per_unit(picked: list[int], unit: list[str], label: list[str], goal: int) -> list[int]:
+    """The picks (in pick order) cut so that every unit kept gives the same number k of them, its first k. A unit
+    counts for its dominant label among those k. k and the number of units m <= goal // k are those that give the most
+    label-balanced items (k x L x the fewest units any of the L labels has, capped at m // L), then the most items
+    k*m, then the smaller k; the m units are dealt over the labels water-filled (each label's units in first-pick
+    order). Returns the kept picks in pick order."""
+    per_unit: dict[str, list[int]] = defaultdict(list)
+    for i in picked:
+        per_unit[unit[i]].append(i)
+    if not per_unit or goal <= 0:
+        return []
+
+    def by_label(k: int) -> dict[str, deque]:
+        out: dict[str, deque] = defaultdict(deque)
+        for u, idx in per_unit.items():  # dict order = first-pick order
+            if len(idx) >= k:
+                first = [label[i] for i in idx[:k]]
+                out[max(sorted(set(first)), key=first.count)].append(u)
+        return out
+
+    best, best_k = (0, 0, 0), 0
+    for k in range(1, max(len(v) for v in per_unit.values()) + 1):
+        units = by_label(k)
+        m = min(sum(len(q) for q in units.values()), goal // k)
+        balanced = k * len(units) * min(min(len(q) for q in units.values()), m // len(units)) if units else 0
+        if (balanced, k * m) > best[:2]:
+            best, best_k = (balanced, k * m, m), k
+    m, k = best[2], best_k
+    if not m:
+        return []
+    units = by_label(k)
+    shares = _targets({lab: len(q) for lab, q in units.items()}, m)
+    taken = {lab: 0 for lab in units}
+    kept: set[str] = set()
+    while len(kept) < m:
+        open_ = [lab for lab in units if units[lab] and taken[lab] < shares[lab] - 1e-9] or \
+            [lab for lab in units if units[lab]]  # fractional shares: the next unit of any label
+        lab = min(open_, key=lambda lab: (taken[lab] - shares[lab], lab))
+        kept.add(units[lab].popleft())
+        taken[lab] += 1
+    keep = {i for u in kept for i in per_unit[u][:k]}
+    return [i for i in picked if i in keep]
 
 
 class _Family:
     """One family's columns and picks while a source is selected (the coverage repair swaps inside `picked`)."""
 
-    __slots__ = ("task_id", "keys", "unit", "label", "anchor", "min_gap", "balance", "quota", "picked")
+    __slots__ = ("task_id", "keys", "unit", "label", "anchor", "min_gap", "balance", "quota", "picked", "equal")
 
-    def __init__(self, task_id, keys, unit, label, anchor, min_gap, balance, quota, picked):
+    def __init__(self, task_id, keys, unit, label, anchor, min_gap, balance, quota, picked, equal=False):
         self.task_id, self.keys, self.unit, self.label, self.anchor = task_id, keys, unit, label, anchor
-        self.min_gap, self.balance, self.quota, self.picked = min_gap, balance, quota, picked
+        self.min_gap, self.balance, self.quota, self.picked, self.equal = min_gap, balance, quota, picked, equal
 
     def lab(self, i: int) -> str:
         return self.label[i] if self.balance else ""
@@ -221,6 +285,8 @@ def _repair_coverage(fams: list[_Family], cover: dict[str, int], seed: int, sour
     # donors[(fam, label)][unit] = positions (in fam.picked, < quota) of its primary picks; heaps of units by cover
     donors: dict[tuple[int, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for fi, f in enumerate(fams):
+        if f.equal:
+            continue  # a swap would change two units' counts (step 7)
         for p in range(min(f.quota, len(f.picked))):
             i = f.picked[p]
             donors[(fi, f.lab(i))][f.unit[i]].append(p)
@@ -340,7 +406,7 @@ def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=
             unit = df.get_column("unit_id").to_list()
             label = df.get_column("answer_text").to_list()
             anchor = df.get_column("anchor_frame").to_list()
-            min_gap, balance = _family_settings(quotas, cfg_tasks, source, task_id)
+            min_gap, balance, equal = _family_settings(quotas, cfg_tasks, source, task_id)
             target = int(math.ceil(q * (1.0 + float(extra)) - 1e-9))
             before: list[tuple[str, str, int]] = []
             if has_prior:
@@ -348,8 +414,8 @@ def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=
                 before = list(zip(pr["unit_id"].to_list(), pr["answer_text"].to_list(),
                                   pr["anchor_frame"].to_list()))
             idx = _select_family(keys, unit, label, anchor, target, min_gap, balance, seed, (source, task_id),
-                                 before, cover=cover, primary=int(q))
-            fams.append(_Family(task_id, keys, unit, label, anchor, min_gap, balance, int(q), idx))
+                                 before, cover=cover, primary=int(q), equal=equal)
+            fams.append(_Family(task_id, keys, unit, label, anchor, min_gap, balance, int(q), idx, equal))
         _repair_coverage(fams, cover, seed, source)
         for f in fams:
             picked_keys.extend(f.keys[i] for i in f.picked)

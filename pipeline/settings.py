@@ -386,6 +386,7 @@ class TaskFile(Strict):
     candidates: Candidates = Candidates()
     min_gap: OneOrPerSource(int) = 0
     balance_labels: OneOrPerSource(bool) = False
+    equal_per_unit: OneOrPerSource(bool) = False   # every unit used gives the same number of items (pipeline/items.py)
     distractors: Distractors = Distractors()
     display_labels: Optional[list[str]] = None
     choice_order: Optional[Literal["canonical"]] = None
@@ -434,6 +435,11 @@ class ValidityTemporal(Strict):
     min_median_visual_diff: float = Field(0.0, ge=0)
 
 
+class ValidityRowCountNull(Strict):
+    permutations: int = Field(200, ge=0)          # row-count shuffles among groups per cell; 0 = no null
+    quantile: float = Field(0.99, gt=0, lt=1)    # the null's quantile the row count must clear (plus its limit)
+
+
 class ValidityHuman(Strict):
     ci: float = Field(0.95, gt=0, lt=1)          # Wilson interval of human accuracy per cell
     min_judgments: int = Field(20, ge=1)         # fewer: the cell is not called decidable
@@ -450,6 +456,7 @@ class ValidityFile(Strict):
     temporal: ValidityTemporal = ValidityTemporal()
     human: ValidityHuman = ValidityHuman()
     steps: ValiditySteps = ValiditySteps()
+    row_count_null: ValidityRowCountNull = ValidityRowCountNull()
 
 
 # ----------------------------------------------------------------------------------------- exports.yaml

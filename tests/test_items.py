@@ -81,7 +81,8 @@ def test_quotas_per_source_and_scale():
     scale = demo["build"]["quota_scale"]["demo"]
     qd = I.quotas(demo, "aist")
     assert qd == {t: max(1, math.floor(v * scale + 0.5)) for t, v in I.quotas(rel, "aist").items()}
-    assert qd.settings["T3"] == {"min_gap": CFG["tasks"]["T3"]["min_gap"]["aist"], "balance_labels": True}
+    assert qd.settings["T3"] == {"min_gap": CFG["tasks"]["T3"]["min_gap"]["aist"], "balance_labels": True,
+                                 "equal_per_unit": False}
 
 
 # ------------------------------------------------------------------------------------------ selection
@@ -463,3 +464,47 @@ def test_dealt_options_make_every_label_of_an_option_set_the_answer_equally_ofte
     assert worst_spread(dealt) <= 1
     assert deal_options(items, 7, {"T1"}, within=("split",)).equals(dealt)  # deterministic
     assert deal_options(items, 7, {"T10"}, within=("split",)).equals(items)  # other families untouched
+
+
+# ------------------------------------------------------------------------------------------ equal per unit
+
+
+def _outcome_pool(n_success=7, n_failure=5, per_unit=16) -> pl.DataFrame:
+    """RH20T T7 style: every unit's windows carry its own outcome (a unit's label is one of "a" / "b")."""
+    units = [(f"s{u:02d}", ("a",)) for u in range(n_success)] + [(f"f{u:02d}", ("b",)) for u in range(n_failure)]
+    return pl.concat([_unit_pool(u, labs, per_unit=per_unit) for u, labs in units])
+
+
+@pytest.mark.parametrize("quota,extra", [(20, 0.0), (37, 0.0), (16, 0.5), (100, 0.0)])
+def test_equal_per_unit_takes_the_same_number_from_every_unit(quota, extra):
+    pool = _outcome_pool()
+    st = {"min_gap": 0, "balance_labels": True, "equal_per_unit": True}
+    for seed in range(5):
+        sel = I.select_candidates(pool, I.Quotas({"T1": quota}, {"T1": st}), seed, extra=extra)
+        per_unit = sel.group_by("unit_id").len()["len"].unique().to_list()
+        assert len(per_unit) == 1, per_unit  # every unit used gives the same number of items
+        target = math.ceil(quota * (1 + extra))
+        assert sel.height <= target
+        units = dict(sel.group_by("answer_text").agg(pl.col("unit_id").n_unique()).iter_rows())
+        m = sum(units.values())
+        assert units["b"] == min(5, m - m // 2) and units["a"] == m - units["b"]  # as even as the 5 "b" units allow
+    # without the setting the same quotas give units unequal shares (the defect the setting removes)
+    plain = I.select_candidates(pool, I.Quotas({"T1": 37}, {"T1": {**st, "equal_per_unit": False}}), 0)
+    assert plain["unit_id"].value_counts()["count"].n_unique() > 1
+
+
+def test_equal_per_unit_fills_the_quota_when_a_multiple_fits():
+    pool = _outcome_pool(n_success=6, n_failure=6)  # 12 units x 16 windows
+    st = {"min_gap": 0, "balance_labels": True, "equal_per_unit": True}
+    sel = I.select_candidates(pool, I.Quotas({"T1": 40}, {"T1": st}), seed=2)
+    assert sel.height == 40 and sel["unit_id"].n_unique() == 10  # k = 4 from 10 units (ties: the smaller k)
+    assert dict(sel.group_by("answer_text").len().iter_rows()) == {"a": 20, "b": 20}
+    assert I.shortfall(sel, {"T1": 40}, source="gm100") == []
+
+
+def test_equal_per_unit_from_the_template():
+    t = copy.deepcopy(CFG["tasks"]["T7"])
+    assert I._template_settings(t, "rh20t")[2] is True  # RH20T T7: a unit's windows share its outcome
+    assert I._template_settings(t, "reassemble")[2] is False
+    q = I.quotas(CFG, "rh20t")
+    assert q.settings["T7"]["equal_per_unit"] is True

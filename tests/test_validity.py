@@ -448,3 +448,96 @@ def test_run_validity_gates_the_step_track_when_the_release_has_step_files(tmp_p
     rep = json.loads((rel / "metadata" / "validity_report.json").read_text())
     assert rep["steps"]["cells"][0]["checked"] and rep["steps"]["cells"][0]["text_classifier"] > 0.95
     assert "## Step track (T13): blind gates" in (rel / "metadata" / "validity_report.md").read_text()
+
+
+def _selected_t7_rows(equal: bool) -> tuple[list[dict], list[dict]]:
+    """RH20T-T7-like pool (a failing unit offers 12 windows, a succeeding one 4, every window carries its unit's
+    outcome) selected by pipeline.items with or without equal_per_unit; units alternate between eval and SFT."""
+    from pipeline import items as I
+    from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
+
+    cols = {c: [] for c in CANDIDATE_SCHEMA}
+    for u in range(120):
+        lab = "failure" if u % 2 else "success"
+        for w in range(12 if lab == "failure" else 4):
+            vals = {"candidate_key": f"T7|rh20t|u{u:03d}|w{w}", "source": "rh20t", "unit_id": f"u{u:03d}",
+                    "task_id": "T7", "task_type_legacy": "T7", "input_type": "frame_sequence", "camera": "cam",
+                    "question": "Did it succeed?", "answer_text": lab,
+                    "distractors": ["success" if lab == "failure" else "failure"], "num_choices": 2,
+                    "frame_indices": [w, 100], "display_labels": None, "render_spec_json": None, "anchor_frame": w,
+                    "arm_type": None, "label_meta_json": "{}"}
+            for c, v in vals.items():
+                cols[c].append(v)
+    pool = columns_frame(cols, CANDIDATE_SCHEMA)
+    st = {"min_gap": 0, "balance_labels": True, "equal_per_unit": equal}
+    sel = I.select_candidates(pool, I.Quotas({"T7": 720}, {"T7": st}), seed=3)
+    ev, sf = [], []
+    for i, r in enumerate(sel.sort("candidate_key").iter_rows(named=True)):
+        split = "eval" if int(r["unit_id"][1:]) % 4 < 2 else "sft"
+        row = _row(i, split, r["answer_text"], r["distractors"], source="rh20t", task="T7", unit=r["unit_id"])
+        row["split_group_id"] = r["unit_id"]
+        (ev if split == "eval" else sf).append(row)
+    return ev, sf
+
+
+def test_an_unequal_selection_fails_the_configured_row_count_limit():
+    """The configured limit blocks (configs/validity.yaml): a selection taking a failing unit's 12 windows and a
+    succeeding one's 4 lets the row count answer; equal_per_unit gives every unit the same count and passes."""
+    assert VCFG["limits"]["row_count_over_reference"] is not None
+    ev, sf = _selected_t7_rows(equal=False)
+    rep = audit(ev, sf, VCFG)
+    assert _cell(rep, "rh20t", "T7")["metadata"]["row_count"] == 1.0
+    assert any("rh20t/T7: a unit's row count alone scores 1.000" in p for p in problems(rep, VCFG))
+    ev, sf = _selected_t7_rows(equal=True)
+    assert len({Counter(r["source_unit_id"] for r in ev + sf)[u] for u in {r["source_unit_id"] for r in ev}}) == 1
+    rep = audit(ev, sf, VCFG)
+    cell = _cell(rep, "rh20t", "T7")
+    assert cell["metadata"]["row_count"] <= cell["label_prior"] + 1e-9
+    assert problems(rep, VCFG) == []
+
+
+def _chance_count_rows(n_groups, split, seed):
+    """Groups of 2-6 items whose labels are drawn independently of the group's size (no leak)."""
+    rng, out = random.Random(seed), []
+    for g in range(n_groups):
+        for w in range(rng.randint(2, 6)):
+            ans = rng.choice(["moving", "stationary"])
+            r = _row(seed * 10**4 + g * 10 + w, split, ans, ["stationary" if ans == "moving" else "moving"],
+                     task="T6", unit=f"{split}{seed}-g{g}")
+            r["split_group_id"] = r["source_unit_id"]
+            out.append(r)
+    return out
+
+
+def test_row_counts_that_vary_by_chance_are_judged_against_their_null():
+    """Twelve held-out groups of 2-6 items, labels independent of the group size: the row count memoriser clears the
+    label prior by more than the limit in many draws (chance over few groups), never past its own null."""
+    fixed = {**VCFG, "row_count_null": {"permutations": 0, "quantile": 0.99}}
+    alarms_fixed = alarms_null = 0
+    for seed in range(15, 27):
+        ev, sf = _chance_count_rows(12, "eval", seed), _chance_count_rows(150, "sft", 1000 + seed)
+        alarms_fixed += any("row count" in p for p in problems(audit(ev, sf, fixed), fixed))
+        rep = audit(ev, sf, VCFG)
+        assert rep["cells"][0]["row_count_null"] >= rep["cells"][0]["label_prior"]
+        alarms_null += any("row count" in p for p in problems(rep, VCFG))
+    assert alarms_fixed >= 4 and alarms_null == 0
+
+
+def test_tied_labels_earn_their_expectation_not_the_earliest_options():
+    """Label-balanced SFT ties its labels; an eval file whose letter layout puts the answer first among the tied
+    labels (planted: every item) would hand "the earliest tied option" 1.0. Each baseline earns the expected hit of a
+    uniform tie-break instead (AIST T4 L2 at release scale: 0.291 by position luck, 0.246 expected)."""
+    labels = ["both", "left", "right", "idle"]
+    sft = [_row(i, "sft", labels[i % 4], [x for x in labels if x != labels[i % 4]]) for i in range(4 * 50 - 1)]
+    ev = []
+    for i in range(120):
+        ans = labels[i % 3]  # never "idle", the one label SFT has one fewer of
+        r = _row(10**5 + i, "eval", ans, [x for x in labels if x != ans])
+        opts = [ans] + [x for x in labels if x != ans]  # the answer is letter A: first among the tied labels
+        for k, c in enumerate("ABCD"):
+            r[f"choice_{c}"] = opts[k]
+        r["answer"] = "A"
+        ev.append(r)
+    b = cell_baselines(sft, ev)
+    for name in ("label_prior", "option_only", "memoriser"):
+        assert b[name] == pytest.approx(1 / 3, abs=1e-4), name

@@ -25,7 +25,9 @@ from pathlib import Path
 from ..config import per_source
 from ..schema import CHOICE_COLUMNS
 from .baselines import cell_baselines
-from .metadata import column_accuracy, metadata_problems, predictor_columns, row_count_accuracy, row_counts
+from ..seeding import py_rng
+from .metadata import (column_accuracy, metadata_problems, predictor_columns, row_count_accuracy, row_count_null,
+                       row_counts)
 from .images import FrameThumbs, shared_images, temporal_gaps
 from .report import render_markdown
 
@@ -78,6 +80,7 @@ def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: dict, thumbs=None, 
     else:
         columns = column_values(None)
     meta: dict[tuple, dict] = defaultdict(dict)
+    null: dict[tuple, float | None] = {}  # the row count's chance level per cell (metadata.row_count_null)
     if eval_rows:
         for col in columns:
             ev_vals, sf_vals = column_values(col)
@@ -87,17 +90,24 @@ def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: dict, thumbs=None, 
                     meta[key][col] = column_accuracy([sf_vals[i] for i in s], [sft_rows[i] for i in s],
                                                      [ev_vals[i] for i in e], [eval_rows[i] for i in e])
         e_cnt, s_cnt = row_counts(eval_rows, _level), row_counts(sft_rows, lambda r: None)
+        rc_null = vcfg.get("row_count_null") or {}
         for key in keys:
             e, s = ev.get(key, []), sf.get(key[:2], [])
             if e:
-                meta[key]["row_count"] = row_count_accuracy([s_cnt[i] for i in s], [sft_rows[i] for i in s],
-                                                            [e_cnt[i] for i in e], [eval_rows[i] for i in e])
+                args = ([s_cnt[i] for i in s], [sft_rows[i] for i in s], [e_cnt[i] for i in e],
+                        [eval_rows[i] for i in e])
+                meta[key]["row_count"] = row_count_accuracy(*args)
+                null[key] = row_count_null(*args, int(rc_null.get("permutations", 0)),
+                                           float(rc_null.get("quantile", 0.99)),
+                                           py_rng(0, "validity.row_count_null", *map(str, key)))
     cells = []
     for source, task, level in keys:
         e = [eval_rows[i] for i in ev.get((source, task, level), [])]
         s = [sft_rows[i] for i in sf.get((source, task), [])]
         cell = {"source": source, "family": task, "level": level, **cell_baselines(s, e, vcfg.get("bag_of_words"))}
         cell["metadata"] = dict(sorted(meta.get((source, task, level), {}).items()))
+        if null.get((source, task, level)) is not None:
+            cell["row_count_null"] = null[(source, task, level)]
         if thumbs is not None:
             cell["images"] = shared_images(s, e, thumbs, k)
         if fps_of is not None and task in tfam:

@@ -2,8 +2,11 @@
 
 Rows are dicts of the release row schema (docs/release-format.md): `question`, `choice_A`..`choice_F`, `answer`
 (letter), `answer_text`, `num_choices`. Every baseline picks one of the item's own options, so a baseline that
-learnt nothing scores `random` in expectation; ties are broken by option order, never by chance, so the report is
-deterministic.
+learnt nothing scores `random` in expectation. A tie between top-scored options earns its expectation under a
+uniform tie-break (1/t per tied answer, `credit`), never the earliest option's: with label-balanced SFT rows the
+labels tie, and "the earliest tied option" is a position habit whose luck on one file's letter layout is no text
+signal (release-scale AIST T4 L2: three labels tied at 381 SFT answers each; the earliest of them scored 0.291
+against the level prior 0.261, its expectation 0.246). The report stays deterministic.
 """
 
 from __future__ import annotations
@@ -17,13 +20,20 @@ def options(row: dict) -> list[str]:
     return [row[f"choice_{c}"] for c in LETTERS[: int(row["num_choices"])] if row.get(f"choice_{c}") is not None]
 
 
-def _acc(hits: list[bool]) -> float | None:
+def _acc(hits: list[float]) -> float | None:
     return round(sum(hits) / len(hits), 4) if hits else None
 
 
 def pick(opts: list[str], score: dict[str, float]) -> str:
     """The option with the highest score; the earliest option on ties (options are in letter order)."""
     return max(opts, key=lambda o: (score.get(o, 0.0), -opts.index(o)))
+
+
+def credit(opts: list[str], score: dict[str, float], answer: str) -> float:
+    """The expected hit of picking among the top-scored options uniformly: 1/t when the answer is one of t tied."""
+    top = max(score.get(o, 0.0) for o in opts)
+    tied = [o for o in opts if score.get(o, 0.0) == top]
+    return 1.0 / len(tied) if answer in tied else 0.0
 
 
 def random_acc(eval_rows: list[dict]) -> float | None:
@@ -41,7 +51,7 @@ def label_prior(sft_rows: list[dict]) -> Counter:
 def label_prior_acc(sft_rows: list[dict], eval_rows: list[dict]) -> float | None:
     """Predict the option whose label text is most frequent as an SFT answer."""
     prior = label_prior(sft_rows)
-    return _acc([pick(options(r), prior) == r["answer_text"] for r in eval_rows])
+    return _acc([credit(options(r), prior, r["answer_text"]) for r in eval_rows])
 
 
 def eval_label_share(eval_rows: list[dict]) -> float | None:
@@ -72,7 +82,7 @@ def keyed_acc(sft_keys: list, sft_rows: list[dict], eval_keys: list, eval_rows: 
     for k, r in zip(eval_keys, eval_rows):
         c = seen.get(k) if k is not None else None
         score = {o: c.get(o, 0) + prior.get(o, 0) / (1.0 + sum(prior.values())) for o in options(r)} if c else prior
-        hits.append(pick(options(r), score) == r["answer_text"])
+        hits.append(credit(options(r), score, r["answer_text"]))
     return _acc(hits)
 
 
@@ -112,7 +122,7 @@ def bag_of_words_acc(sft_rows: list[dict], eval_rows: list[dict], C: float = 1.0
     hits = []
     for r, p in zip(eval_rows, proba):
         score = {o: float(p[classes.index(o)]) if o in classes else -1.0 for o in options(r)}
-        hits.append(pick(options(r), score) == r["answer_text"])
+        hits.append(credit(options(r), score, r["answer_text"]))
     return _acc(hits)
 
 

@@ -16,15 +16,21 @@ gives, e.g. every window of a failure take, gives the answer away).
 A column a model-facing file shows (schema.MODEL_FACING_COLUMNS), and the row count (split_group_id is shown), is
 checked against the cell's reference (validity.limits.metadata_over_reference, row_count_over_reference); every
 other column is reported only: it lives in the reconstruction files a model is not shown.
+
+The row count's chance level (`validity.row_count_null`): split groups merge units (RH20T: task and scene), so row
+counts vary even where the selection takes equal shares, and a memoriser over a few dozen held-out groups scores
+above the label prior by chance (release-scale RH20T: up to +0.13 at the 99th percentile with no leak). The row
+count is therefore also judged against its own null: the `quantile` of its accuracy over `permutations` draws with
+the row counts shuffled among the cell's eval groups and among its SFT groups (a leak survives no shuffle).
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 
 from ..schema import CHOICE_COLUMNS, COLUMN_NAMES, MODEL_FACING_COLUMNS
-from .baselines import keyed_acc
+from .baselines import credit, keyed_acc, label_prior, options
 
 # the answer itself (gold is in every file), the question and options (text baselines), the split (one value per file)
 NOT_PREDICTORS = frozenset({"answer", "answer_text", "sft_target", "question", *CHOICE_COLUMNS, "split",
@@ -77,16 +83,59 @@ def row_count_accuracy(sft_counts: list[int], sft_rows: list[dict], eval_counts:
     return keyed_acc(sft_counts, sft_rows, eval_counts, eval_rows) if eval_rows else None
 
 
+def _group(r: dict):
+    return r.get("split_group_id", r.get("source_unit_id"))
+
+
+def row_count_null(sft_counts: list[int], sft_rows: list[dict], eval_counts: list[int], eval_rows: list[dict],
+                   permutations: int, quantile: float, rng) -> float | None:
+    """The `quantile` of the row count's accuracy with the counts shuffled among groups (eval and SFT apart): what
+    row counts that carry no label score in this cell (module docstring). None when permutations is 0."""
+    if not eval_rows or permutations <= 0:
+        return None
+
+    # keyed_acc's memoriser over the shuffled counts, computed per group (the rows of a group share their count)
+    prior = label_prior(sft_rows)
+    sft_answers: dict = defaultdict(Counter)
+    for r in sft_rows:
+        sft_answers[_group(r)][r["answer_text"]] += 1
+    sft_count = dict(zip(map(_group, sft_rows), sft_counts))
+    sft_groups = sorted(sft_answers, key=str)
+    eval_by_group: dict = defaultdict(list)
+    for r in eval_rows:
+        eval_by_group[_group(r)].append((options(r), r["answer_text"]))
+    eval_count = dict(zip(map(_group, eval_rows), eval_counts))
+    eval_groups = sorted(eval_by_group, key=str)
+    total = 1.0 + sum(prior.values())
+    accs = []
+    for _ in range(int(permutations)):
+        s_vals, e_vals = [sft_count[g] for g in sft_groups], [eval_count[g] for g in eval_groups]
+        rng.shuffle(s_vals)
+        rng.shuffle(e_vals)
+        seen: dict = defaultdict(Counter)
+        for g, k in zip(sft_groups, s_vals):
+            seen[k].update(sft_answers[g])
+        hits = 0
+        for g, k in zip(eval_groups, e_vals):
+            c = seen.get(k)
+            for opts, answer in eval_by_group[g]:
+                score = {o: c.get(o, 0) + prior.get(o, 0) / total for o in opts} if c else prior
+                hits += credit(opts, score, answer)
+        accs.append(hits / len(eval_rows))
+    accs.sort()
+    return round(accs[min(len(accs) - 1, int(quantile * len(accs)))], 4)
+
+
 def metadata_problems(cell: dict, ref: float, limits: dict, unchecked: bool = False) -> list[str]:
     """The model-facing metadata baselines past `ref` (the cell's reference, never below its label prior: a column
-    that only repeats the label prior adds nothing) by more than their limit (`metadata_over_reference`; the row count
-    `row_count_over_reference`). unchecked: those whose limit is null instead, judged by metadata_over_reference."""
-    base = max(ref, cell.get("label_prior") or 0.0)
+    that only repeats the label prior adds nothing; for the row count never below its null, `row_count_null`) by more
+    than their limit (`metadata_over_reference`; the row count `row_count_over_reference`). unchecked: those whose limit is null instead, judged by metadata_over_reference."""
     out = []
     for col, acc in sorted((cell.get("metadata") or {}).items()):
         limit = limits["row_count_over_reference" if col == ROW_COUNT else "metadata_over_reference"]
         if unchecked:
             limit = limits["metadata_over_reference"] if limit is None else None
+        base = max(ref, cell.get("label_prior") or 0.0, (cell.get("row_count_null") or 0.0) if col == ROW_COUNT else 0)
         if acc is None or limit is None or not model_facing(col) or acc - base <= float(limit) + 1e-9:
             continue
         what = "a unit's row count" if col == ROW_COUNT else f"column {col}"
