@@ -65,7 +65,7 @@ def test_build_of_one_source_is_a_valid_release_and_a_rebuild_runs_nothing(demo_
     assert main(args) == 0
     captured = capsys.readouterr()
     out = captured.out
-    assert "(6 step(s) run" in out  # ingest, labels, candidates, items of aist; split; release
+    assert "(7 step(s) run" in out  # ingest, labels, candidates, items of aist; split; steps (T13); release
     # a line per step start and end, with times; no Dagster log line
     for step in ("ingest_aist", "labels_aist", "candidates_aist", "items_aist", "split", "release"):
         assert re.search(rf"^\[build +[0-9.]+s\] {step} started$", out, re.M), step
@@ -109,7 +109,7 @@ def test_an_unchanged_build_with_samples_writes_no_corpus_and_runs_no_step(demo_
     args = ["build", "--samples", "--scale", "demo", "--sources", slug, "--work-dir", str(tmp_path / "work"),
             "--release-dir", str(tmp_path / "release"), "--executor", "in_process"]
     assert main(args) == 0
-    assert "(6 step(s) run" in capsys.readouterr().out
+    assert "(7 step(s) run" in capsys.readouterr().out
     assert main(args) == 0
     assert "nothing to run" in capsys.readouterr().out
     assert written == []  # the corpus was found up to date both times

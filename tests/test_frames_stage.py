@@ -13,6 +13,7 @@ from pipeline import stages
 from assets.cli import main
 from pipeline.config import load_config
 from pipeline.frames.reconstruct import release_item_files
+from pipeline.steps.tables import step_files
 
 
 def _cfg(samples, work, release=None):
@@ -72,10 +73,13 @@ def test_reconstruct_from_upstream_matches_every_hash(demo_samples, demo_release
     for slug, root in demo_samples.items():
         args += ["--upstream", f"{slug}={root}"]
     assert main(args) == 0
-    files = release_item_files(demo_release, load_config(scale="demo"))  # every eval level, then SFT
+    cfg = load_config(scale="demo")
+    files = release_item_files(demo_release, cfg)  # every eval level, then SFT
     assert len(files) == 4 and all((demo_release / f).is_file() for f in files)
+    steps = step_files(demo_release, cfg)  # the T13 step items: their images are reconstructed too
+    files += [*steps["eval"].values(), steps["sft"]]
     tables = {f: pl.read_parquet(demo_release / f) for f in files}
-    rows = pl.concat(list(tables.values()))
+    rows = pl.concat([df.select("source_slug", "image_hashes_json") for df in tables.values()])
     saved = json.loads((tmp_path / "recon" / "reconstruction_report.json").read_text())
     report = saved["sources"]
     for slug, n in rows.group_by("source_slug").len().iter_rows():

@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.checks import SHARED_CHECKS
+from assets.definitions import CHECKS
 from pipeline import stages
 from pipeline.config import load_config
 from pipeline.validate import validate_release
@@ -46,8 +46,9 @@ def too_small_for_l3(demo_release, tmp_path):
 
 def test_an_unfilled_level_warns_and_the_release_records_it(small):
     cfg, release = small
-    counts = next(c for c in SHARED_CHECKS if c.name == "eval_level_counts")
-    shares = next(c for c in SHARED_CHECKS if c.name == "eval_level_shares")
+    every = [c for checks in CHECKS.values() for c in checks]
+    counts = next(c for c in every if c.name == "eval_level_counts")
+    shares = next(c for c in every if c.name == "eval_level_shares")
     assert counts.evaluate(cfg).passed  # the rows are what the summary says
     res = shares.evaluate(cfg)
     assert not res.passed and shares.severity == dg.AssetCheckSeverity.WARN and not shares.blocking

@@ -33,7 +33,7 @@ def test_one_template_change_recomputes_only_candidates_onward(demo_samples, dem
 
     fed = load_config(configs)["tasks"]["T5"]["sources"]  # a source T5 does not list keeps its chain
     assert set(fed) < set(SLUGS)
-    assert {f"candidates_{s}" for s in fed} | {f"items_{s}" for s in fed} | {"split", "release"} == set(steps)
+    assert {f"candidates_{s}" for s in fed} | {f"items_{s}" for s in fed} | {"split", "steps", "release"} == set(steps)
 
 
 def test_a_lost_output_or_a_changed_corpus_recomputes_that_step_onward(demo_samples, demo_release, tmp_path):
@@ -43,7 +43,7 @@ def test_a_lost_output_or_a_changed_corpus_recomputes_that_step_onward(demo_samp
     settings = _settings(demo_samples, work, release)
     assert plan(settings) == []
     (work / "labels" / "aist" / "arms.parquet").unlink()
-    assert plan(settings) == ["labels_aist", "candidates_aist", "items_aist", "split", "release"]
+    assert plan(settings) == ["labels_aist", "candidates_aist", "items_aist", "split", "steps", "release"]
     shutil.copytree(demo_release.parent / "work" / "labels", work / "labels", dirs_exist_ok=True)
     (release / "metadata" / "schema.md").write_text("edited\n")
     assert plan(settings) == ["release"]

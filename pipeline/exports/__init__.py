@@ -125,8 +125,12 @@ def _card(run: Run) -> Iterator[Output]:
 
 
 def _croissant(run: Run) -> Iterator[Output]:
+    from pipeline.steps.tables import read_step_tables  # (it imports pipeline.exports)
+
     doc = croissant.croissant(run.tables, run.release_dir, run.cfg)  # the rows its record sets describe
-    yield Output(common.export_files(run.cfg)["croissant"], common.dumps(doc), sum(p.df.height for p in run.parts))
+    steps = read_step_tables(run.release_dir, run.cfg, columns=["item_id"]) or {}  # + the T13 step files'
+    rows = sum(p.df.height for p in run.parts) + sum(df.height for df in steps.values())
+    yield Output(common.export_files(run.cfg)["croissant"], common.dumps(doc), rows)
 
 
 EXPORTERS: dict[str, Exporter] = {
