@@ -32,10 +32,13 @@ def test_step_files_keep_the_contract_and_the_isolation(demo_release):
     files = cfg["release"]["files"]
     assert files["steps_eval_parquet"] in tables and files["steps_sft_parquet"] in tables
     levels = json.loads((demo_release / files["split_summary"]).read_text()).get("eval_levels") or {}
-    for lv in levels:  # a step file for every level the MCQ split has (L2, L3 when the split defines them)
-        assert any(lv in rel for rel in tables) or lv == "L1", (lv, sorted(tables))
     rows = pl.concat(list(tables.values()))
-    assert rows.height and set(rows["source_slug"]) == set(cfg["build"]["sources"])
+    held = set(rows.filter(pl.col("split") == "eval")["eval_level"])
+    assert held <= set(levels) | {"L1"}
+    for lv in held:  # a step file for every level holding step items (a level of other sources' units has none)
+        assert any(lv in rel for rel in tables) or lv == "L1", (lv, sorted(tables))
+    built = set(cfg["build"]["sources"]) & set(cfg["step_tasks"]["T13"]["sources"])
+    assert rows.height and set(rows["source_slug"]) == built
     for r in rows.iter_rows(named=True):
         assert row_problems(r) == []
         assert all(k is None or k in STEP_ERROR_KINDS for k in json.loads(r["step_error_kinds_json"]))
