@@ -125,11 +125,17 @@ def _timeline_draft(tpl) -> dict:
 @pytest.mark.parametrize("kind", ["swapped_frames", "contact_flipped", "outcome_flipped", "truncated_complete"])
 def test_a_planted_error_is_labelled_where_it_was_planted(tpl, kind):
     d = _timeline_draft(tpl)
+    if kind == "truncated_complete":  # a window of the timeline that ends before the record does
+        d["steps"] = d["steps"][:5] + d["steps"][-1:]
     before = copy.deepcopy(d["steps"])
-    assert perturb.KINDS[kind](d, 2, {"tpl": tpl, "donors": {}})
+    closing = kind in ("outcome_flipped", "truncated_complete")
+    target = len(before) - 1 if closing else 2
+    if closing:  # the closing outcome step takes an error only where the dealt position is its own
+        assert not perturb.KINDS[kind](copy.deepcopy(d), 2, {"tpl": tpl, "donors": {}})
+    assert perturb.KINDS[kind](d, target, {"tpl": tpl, "donors": {}})
     after = d["steps"]
-    if kind == "truncated_complete":
-        assert len(after) < len(before) and len(after) >= tpl["steps"]["min"]
+    if kind == "truncated_complete":  # an RH20T process keeps its length: the window ends before the record
+        assert len(after) == len(before)
         assert [s["error"] for s in after[:-1]] == [s["error"] for s in before[:len(after) - 1]]
         last = after[-1]
         assert (last["label"], last["error"], last["claim"]) == (-1, kind, True)
@@ -170,14 +176,18 @@ def test_inject_keeps_a_share_clean_and_spreads_kinds(tpl):
     drafts = []
     for k in range(60):
         d = _timeline_draft(tpl)
+        if k % 2:  # half the windows end before the record does (truncated_complete keeps the length)
+            d["steps"] = d["steps"][:5] + d["steps"][-1:]
         d["key"] = f"u1/{k:04d}"
         drafts.append(d)
     report = perturb.inject(drafts, tpl, SEED, "rh20t")
     clean = report["clean_or_natural_only"] / len(drafts)
     assert abs(clean - tpl["share_clean"]) < 0.2
     used = report["injected"]
-    assert used["substituted_chain"] == 0 and min(used[k] for k in ("swapped_frames", "contact_flipped",
-                                                                    "outcome_flipped", "truncated_complete")) >= 5
+    assert used["substituted_chain"] == 0 and min(used[k] for k in ("swapped_frames", "contact_flipped")) >= 5
+    assert min(used[k] for k in ("outcome_flipped", "truncated_complete")) >= 1
+    # the closing step is wrong no more often than a dealt position is the last one (not half the time)
+    assert sum(d["steps"][-1]["label"] == -1 for d in drafts) / len(drafts) < 0.3
     firsts = {perturb.first_error_index(d["steps"]) for d in drafts if d["injected"]}
     assert len(firsts) >= 3  # error positions spread over the step indices
 
@@ -194,8 +204,11 @@ def test_rows_keep_the_contract_and_say_nothing_of_the_errors(cfg, tpl):
     for k, kind in enumerate(["swapped_frames", "contact_flipped", "outcome_flipped", "truncated_complete", None]):
         d = _timeline_draft(tpl)
         d["key"] = f"u1/{k:04d}"
+        if kind == "truncated_complete":
+            d["steps"] = d["steps"][:5] + d["steps"][-1:]
         if kind:
-            assert perturb.KINDS[kind](d, 1, {"tpl": tpl, "donors": {}})
+            closing = kind in ("outcome_flipped", "truncated_complete")
+            assert perturb.KINDS[kind](d, len(d["steps"]) - 1 if closing else 1, {"tpl": tpl, "donors": {}})
         drafts.append(d)
     rows = _rows(cfg, tpl, drafts)
     for r in rows.iter_rows(named=True):

@@ -56,17 +56,27 @@ def swapped_frames(d: dict, target: int, ctx: dict) -> bool:
 
 
 def contact_flipped(d: dict, target: int, ctx: dict) -> bool:
-    cands = [i for i, st in enumerate(d["steps"]) if st["kind"] == "contact" and _free(st)]
-    i = _nearest(cands, target)
-    if i is None:
+    """A contact step keeps its sentence but is shown by the frames of a run of the same gripper in the opposite
+    contact state (another step of the item), so its claim states the opposite of what its frames show. The claim
+    chain stays the alternating one of the derived runs: the text alone does not tell the step."""
+    steps = d["steps"]
+    cands = [(i, j) for i, st in enumerate(steps) if st["kind"] == "contact" and _free(st)
+             for j, o in enumerate(steps) if j != i and o["kind"] == "contact" and o["label"] == 1
+             and o["fields"]["arm"] == st["fields"]["arm"] and o["truth"] != st["truth"]]
+    pick = _nearest(cands, target, lambda c: c[0])
+    if pick is None:
         return False
-    set_claim(d["steps"][i], not d["steps"][i]["truth"], "contact_flipped")
+    st, other = steps[pick[0]], steps[pick[1]]
+    for k in ("frames", "window", "unit_id"):
+        st[k] = other[k]
+    st["label"], st["error"] = -1, "contact_flipped"
     return True
 
 
 def outcome_flipped(d: dict, target: int, ctx: dict) -> bool:
     cands = [i for i, st in enumerate(d["steps"])
-             if st["kind"] in ("outcome", "action_outcome") and st["truth"] is True and _free(st)]
+             if st["kind"] in ("outcome", "action_outcome") and st["truth"] is True and _free(st)
+             and (st["kind"] != "outcome" or i == target)]
     i = _nearest(cands, target)
     if i is None:
         return False
@@ -80,11 +90,16 @@ def truncated_complete(d: dict, target: int, ctx: dict) -> bool:
     last = steps[-1]
     if last["kind"] not in ("outcome", "action_outcome") or last["truth"] is not True or not _free(last):
         return False
+    if last["kind"] == "outcome" and target != len(steps) - 1:
+        return False  # the closing step takes an error only where the dealt position is the last
     w = int(tpl["two_frames_from"])
     lo = int(tpl["steps"]["min"])
     body = steps[:-1]
     cands = []
-    for k in range(max(1, lo - 1), len(body)):
+    # a process closed by an outcome step keeps its length: the closing claim moves to the frames right after the
+    # last kept step (so the item's length does not tell a truncated process)
+    ks = range(len(body), len(body) + 1) if last["kind"] == "outcome" else range(max(1, lo - 1), len(body))
+    for k in ks:
         prev = body[k - 1]
         if last["kind"] == "action_outcome" and (prev["kind"] != "primitive" or prev["action"] != last["action"]):
             continue
