@@ -29,3 +29,13 @@ def group_bootstrap(sums: np.ndarray, statistic, sc: dict, what: str = "split gr
     if lo == hi:
         return None, f"not estimable: every resample of the {n_groups} {what} gives {lo:.4f}"
     return [lo, hi], None
+
+
+def fmt(x) -> str:
+    """A metric in the reports: four decimals, an en dash when it is undefined."""
+    return "–" if x is None else f"{x:.4f}"
+
+
+def ci_text(ci) -> str:
+    """An interval in the reports: `[lo, hi]`, or n/e when too few groups make it not estimable."""
+    return "n/e" if ci is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"

@@ -29,7 +29,7 @@ import polars as pl
 
 from pipeline import io, writers
 from pipeline.exports.common import export_cfg, read_tables
-from pipeline.bootstrap import group_bootstrap
+from pipeline.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.score_bias import bias_free
 from pipeline.validity.baselines import options, pick
 
@@ -235,14 +235,6 @@ def metrics(items: pl.DataFrame, cfg: dict) -> dict:
     return out
 
 
-def _f(x) -> str:
-    return "–" if x is None else f"{x:.4f}"
-
-
-def _ci_text(ci) -> str:
-    return "n/e" if ci is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
-
-
 def flag(b: dict) -> str:
     """The markdown's verdict on a slice against the best image-free baseline."""
     if b["clears_image_free"]:
@@ -260,13 +252,13 @@ def markdown(m: dict) -> str:
     def cols(b: dict) -> str:
         bl = b["baselines"]
         return (f"| {b['n']} | {b['n_groups']} | {b['accuracy']:.4f} | {b['balanced_accuracy']:.4f} | "
-                f"{_ci_text(b['ci95'])} | {b['invalid_rate']:.4f} | {bl['random']:.4f} | {bl['label_prior']:.4f} | "
+                f"{ci_text(b['ci95'])} | {b['invalid_rate']:.4f} | {bl['random']:.4f} | {bl['label_prior']:.4f} | "
                 f"{bl['majority']:.4f} | {bl['image_free_best']:.4f} | {flag(b)} |")
     lines.append("| overall (micro) " + cols(m["overall"]))
     o = m["overall"]
     for name in ("task_macro", "source_macro"):
         bl = o[f"{name}_baselines"]
-        lines.append(f"| {name.replace('_', ' ')} | | | {o[f'{name}_accuracy']:.4f} | | {_ci_text(o[f'{name}_ci95'])} "
+        lines.append(f"| {name.replace('_', ' ')} | | | {o[f'{name}_accuracy']:.4f} | | {ci_text(o[f'{name}_ci95'])} "
                      f"| | {bl['random']:.4f} | {bl['label_prior']:.4f} | {bl['majority']:.4f} | | |")
     for key in ("by_level", "by_task", "by_source"):
         for name, b in m[key].items():
@@ -397,7 +389,7 @@ def _print_summary(m: dict) -> None:
     if "overall" in m:
         o = m["overall"]
         print(f"accuracy {o['accuracy']:.4f} (n={o['n']}, invalid {o['invalid_rate']:.4f}, 95% CI "
-              f"{_ci_text(o['ci95'])}); balanced {o['balanced_accuracy']:.4f}; task-macro "
+              f"{ci_text(o['ci95'])}); balanced {o['balanced_accuracy']:.4f}; task-macro "
               f"{o['task_macro_accuracy']:.4f}; missing {m['predictions']['missing']}, extra {m['predictions']['extra']}")
         for lv, b in m["by_level"].items():
             print(f"  {lv}: accuracy {b['accuracy']:.4f} (n={b['n']}), image-free best "
@@ -406,9 +398,9 @@ def _print_summary(m: dict) -> None:
         print(f"{len(flagged)} of {len(m['cells'])} cells no better than image-free")
     if "steps" in m:
         o, p = m["steps"]["overall"], m["steps"]["predictions"]
-        print(f"steps: macro-F1 {_f(o['macro_f1'])} (95% CI {_ci_text(o['macro_f1_ci95'])}; {o['n_steps']} steps of "
-              f"{o['n_items']} items, invalid {_f(o['invalid_rate'])}); first-error {_f(o['first_error'])}; "
-              f"all-correct macro-F1 {_f(o['baselines']['all_correct']['macro_f1'])}; missing {p['missing']}, "
+        print(f"steps: macro-F1 {fmt(o['macro_f1'])} (95% CI {ci_text(o['macro_f1_ci95'])}; {o['n_steps']} steps of "
+              f"{o['n_items']} items, invalid {fmt(o['invalid_rate'])}); first-error {fmt(o['first_error'])}; "
+              f"all-correct macro-F1 {fmt(o['baselines']['all_correct']['macro_f1'])}; missing {p['missing']}, "
               f"extra {p['extra']}")
     print(f"written: {', '.join(m['outputs'])}")
 

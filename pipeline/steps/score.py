@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.bootstrap import group_bootstrap
+from pipeline.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.steps import baselines
 from pipeline.steps.parse import parse_steps
 from pipeline.steps.tables import kind_class, step_rows
@@ -219,14 +219,6 @@ def step_metrics(steps: pl.DataFrame, items: pl.DataFrame, sc: dict) -> dict:
     return out
 
 
-def _f(x) -> str:
-    return "–" if x is None else f"{x:.4f}"
-
-
-def _ci(ci) -> str:
-    return "n/e" if ci is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
-
-
 def markdown(m: dict) -> str:
     """The step track's section of metrics.md."""
     head = ("| items | steps | invalid | macro-F1 | 95 % CI | first-error | 95 % CI | all-correct F1 | coin F1 "
@@ -235,10 +227,10 @@ def markdown(m: dict) -> str:
 
     def cols(b: dict) -> str:
         bl = b["baselines"]
-        return (f"| {b['n_items']} | {b['n_steps']} | {_f(b['invalid_rate'])} | {_f(b['macro_f1'])} | "
-                f"{_ci(b['macro_f1_ci95'])} | {_f(b['first_error'])} | {_ci(b['first_error_ci95'])} | "
-                + " | ".join(_f(bl[n]["macro_f1"]) for n in BASELINE_NAMES) + " | "
-                + " | ".join(_f(bl[n]["first_error"]) for n in BASELINE_NAMES) + " |")
+        return (f"| {b['n_items']} | {b['n_steps']} | {fmt(b['invalid_rate'])} | {fmt(b['macro_f1'])} | "
+                f"{ci_text(b['macro_f1_ci95'])} | {fmt(b['first_error'])} | {ci_text(b['first_error_ci95'])} | "
+                + " | ".join(fmt(bl[n]["macro_f1"]) for n in BASELINE_NAMES) + " | "
+                + " | ".join(fmt(bl[n]["first_error"]) for n in BASELINE_NAMES) + " |")
     lines.append("| overall " + cols(m["overall"]))
     for key in ("by_level", "by_source"):
         lines += [f"| {key[3:]} {name} " + cols(b) for name, b in m[key].items()]
@@ -246,7 +238,7 @@ def markdown(m: dict) -> str:
     lines += ["", "Recall of wrong steps per error kind (overall):", "", "| kind | steps | recall | 95 % CI |",
               "|---|---:|---:|---|"]
     for group in ("by_kind_class", "by_kind"):
-        lines += [f"| {k} | {v['n']} | {_f(v['recall'])} | {_ci(v['recall_ci95'])} |"
+        lines += [f"| {k} | {v['n']} | {fmt(v['recall'])} | {ci_text(v['recall_ci95'])} |"
                   for k, v in m["overall"][group].items()]
     lines += ["", "Step definitions:", ""] + [f"- **{k}**: {v}" for k, v in m["definitions"].items()]
     return "\n".join(lines) + "\n"
