@@ -18,11 +18,13 @@ from pipeline.schema import DESCRIPTIONS
 
 from .tables import Step, Table, TableCheck
 
+from pipeline.settings_root import Settings
+
 PREVIEW_ROWS = 5
 PREVIEW_CELL = 40
 
 
-def schema_problems(table: Table, cfg: dict) -> list[str]:
+def schema_problems(table: Table, cfg: Settings) -> list[str]:
     """Missing columns, columns of another dtype, and (for exact tables) columns the schema does not name."""
     path = table.file(cfg)
     if not path.is_file():
@@ -60,7 +62,7 @@ def _line_rows(path, header: int) -> int:
         return max(0, sum(1 for line in fh if line.strip()) - header)
 
 
-def table_metadata(table: Table, cfg: dict) -> dict:
+def table_metadata(table: Table, cfg: Settings) -> dict:
     path = table.file(cfg)
     meta: dict = {"path": dg.MetadataValue.path(table.path)}
     if not path.is_file():
@@ -97,7 +99,7 @@ class Check:
         return dg.AssetCheckSpec(self.name, asset=dg.AssetKey(self.asset.split("/")), description=self.description,
                                  blocking=self.blocking)
 
-    def evaluate(self, cfg: dict) -> dg.AssetCheckResult:
+    def evaluate(self, cfg: Settings) -> dg.AssetCheckResult:
         passed, meta = self.run(cfg)
         meta = {k: (v if isinstance(v, (int, float, str)) else dg.MetadataValue.json(v)) for k, v in meta.items()}
         return dg.AssetCheckResult(asset_key=dg.AssetKey(self.asset.split("/")), check_name=self.name,
@@ -124,7 +126,7 @@ def checks_for(step: Step) -> list[Check]:
             + [_declared(t, c) for t in step.writes for c in t.checks])
 
 
-def publish_problems(cfg: dict, steps: list[Step]) -> list[str]:
+def publish_problems(cfg: Settings, steps: list[Step]) -> list[str]:
     """The ERROR checks of these steps (every step but the release) that fail on the work folder as it is now: the
     release step publishes only when this is empty. Recomputed rather than taken from this run, because a step the
     planner skipped (unchanged) may have failed its checks in an earlier run."""

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import logging
 import shutil
@@ -27,7 +29,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pipeline.config import load_config, path_in_repo
+from pipeline.config import load_settings, path_in_repo
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings, Source
 
 
 class UsageError(SystemExit):
@@ -54,26 +59,26 @@ def _upstream(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _sources(arg: str | None, cfg: dict) -> list[str]:
-    chosen = [s for s in (arg or "").split(",") if s] or list(cfg["build"]["sources"])
-    unknown = sorted(set(chosen) - set(cfg["sources"]))
+def _sources(arg: str | None, cfg: Settings) -> list[str]:
+    chosen = [s for s in (arg or "").split(",") if s] or list(cfg.build.sources)
+    unknown = sorted(set(chosen) - set(cfg.sources))
     if unknown:
-        raise UsageError(f"unknown source(s) {unknown}; known: {sorted(cfg['sources'])}")
+        raise UsageError(f"unknown source(s) {unknown}; known: {sorted(cfg.sources)}")
     return chosen
 
 
-def _encoder_limits(cfg: dict) -> dict:
-    samples = cfg["build"]["samples"]
-    return {"encoder_timeout_s": samples["encoder_timeout_s"], "encoder_attempts": samples["encoder_attempts"]}
+def _encoder_limits(cfg: Settings) -> dict:
+    samples = cfg.build.samples
+    return {"encoder_timeout_s": samples.encoder_timeout_s, "encoder_attempts": samples.encoder_attempts}
 
 
 def cmd_samples(args) -> int:
-    cfg = load_config(scale=args.scale)
+    cfg = load_settings(scale=args.scale)
     out = Path(args.out)
-    seed = cfg["build"]["samples"]["seed"] if args.seed is None else args.seed
+    seed = cfg.build.samples.seed if args.seed is None else args.seed
     for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({args.scale})", unit="source"):
         t = time.time()
-        _write_samples(slug, out / slug, args.scale, seed, cfg["sources"][slug].get("adapter", {}),
+        _write_samples(slug, out / slug, args.scale, seed, cfg.sources[slug].adapter.options(),
                        _encoder_limits(cfg))
         tqdm.write(f"{slug}: written to {out / slug} in {time.time() - t:.1f}s")
     return 0
@@ -85,10 +90,10 @@ def cmd_build(args) -> int:
     from pipeline.stages import missing_corpus
 
     from .fingerprint import use_hash_store
-    from .run import BuildFailed, GraphMismatch, rebuild, settings_from  # Dagster is the orchestration shell
+    from .run import BuildFailed, BuildSettings, GraphMismatch, rebuild  # Dagster is the orchestration shell
 
     upstream = _upstream(args.upstream)
-    cfg = load_config(Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale)
+    cfg = load_settings(Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale)
     chosen = _sources(args.sources, cfg)
     unused = sorted(set(upstream) - set(chosen))
     if unused:
@@ -99,9 +104,9 @@ def cmd_build(args) -> int:
         for m in missing:
             print(f"processbench: error: {m}", file=sys.stderr)
         return 2
-    settings = settings_from(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream,
-                             release_dir=args.release_dir or "", work_dir=args.work_dir or "", sources=chosen)
-    release = settings.config()["build"]["release_dir"]
+    settings = BuildSettings(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream or {},
+                             release_dir=args.release_dir or "", work_dir=args.work_dir or "", sources=chosen or [])
+    release = settings.config().build.release_dir
     before = publish.current_version(settings.config())  # what the CLI says comes from what happened to the link
     use_repo_dagster_home()
     t = time.time()
@@ -114,10 +119,10 @@ def cmd_build(args) -> int:
             # the sample check below and the planner read the upstream files' content hashes from the work folder
             use_hash_store(settings.config(), verify=args.verify)
             if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
-                scale, seed = cfg["build"]["scale"], cfg["build"]["samples"]["seed"]
+                scale, seed = cfg.build.scale, cfg.build.samples.seed
                 for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
                     if slug not in upstream:
-                        _ensure_samples(slug, cfg["sources"][slug]["root"], scale, seed, cfg["sources"][slug],
+                        _ensure_samples(slug, cfg.sources[slug].root, scale, seed, cfg.sources[slug],
                                         _encoder_limits(cfg))
             missing = [m for slug in chosen if (m := missing_corpus(cfg, slug))]
             if missing:
@@ -148,7 +153,7 @@ def cmd_build(args) -> int:
     for failed in result["failed_checks"]:
         print(f"check failed: {failed}", file=sys.stderr)
     _report(Path(release).absolute(), result, time.time() - t,
-            {slug: str(cfg["sources"][slug]["root"]) for slug in chosen})
+            {slug: str(cfg.sources[slug].root) for slug in chosen})
     return 1 if result["failed_checks"] else 0
 
 
@@ -164,14 +169,14 @@ def _report(release: Path, result: dict, seconds: float, roots: dict[str, str]) 
     print("next:\n" + "\n".join(f"  {c}" for c in next_commands(release, roots)))
 
 
-def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: dict, limits: dict) -> None:
+def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: Source, limits: dict) -> None:
     """Write the sample corpus of `slug` unless the one there is the generator's own output for this seed and code
     (its record beside the corpus names them and the corpus's content fingerprint: pipeline/provenance.py). The
     fingerprint is computed with the adapter options the record was written with (`_write_samples`): without them
     an adapter that filters units (REASSEMBLE's only_split) lists other units, and its corpus is written again."""
     from pipeline import provenance
 
-    options = src_cfg.get("adapter", {})
+    options = src_cfg.adapter.options()
     if provenance.sample_record_matches(slug, root, scale, seed, options):
         return
     _write_samples(slug, root, scale, seed, options, limits)
@@ -241,7 +246,7 @@ def cmd_validate(args) -> int:
     from pipeline.validate import not_a_release, validate_release
 
     root = Path(args.dir)
-    if problem := (not_a_release(root, writers.file_names(load_config())) if root.is_dir() else
+    if problem := (not_a_release(root, writers.file_names(load_settings())) if root.is_dir() else
                    f"{root.absolute()} is not a folder"):
         print(f"processbench: error: {problem}", file=sys.stderr)
         return 2
@@ -258,9 +263,9 @@ def cmd_reconstruct(args) -> int:
     upstream = _upstream(args.upstream)
     if not upstream:
         raise SystemExit("give at least one --upstream SLUG=PATH")
-    cfg = load_config(upstream=upstream)
+    cfg = load_settings(upstream=upstream)
     out = Path(args.out).resolve()
-    report = reconstruct(Path(args.release), {s: cfg["sources"][s]["root"] for s in upstream}, cfg, out,
+    report = reconstruct(Path(args.release), {s: cfg.sources[s].root for s in upstream}, cfg, out,
                          sources=sorted(upstream), progress=True)
     print(reconstruct_summary(report, out, cfg))
     bad = sum(int(r["missing"]) + int(r["differs"]) for r in report["sources"].values())
@@ -322,13 +327,13 @@ def cmd_eval(args) -> int:
         if getattr(args, name) is not None and getattr(args, name) < (0 if name in ("retries", "limit") else 1):
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number")
     upstream = _upstream(args.upstream)
-    cfg = load_config(upstream=upstream)
+    cfg = load_settings(upstream=upstream)
     client = ClientOptions(base_url=args.base_url, model=args.model, max_tokens=args.max_tokens,
                            temperature=args.temperature, seed=args.seed, timeout_s=args.timeout,
                            retries=args.retries, concurrency=args.concurrency, backoff_s=args.backoff)
     opts = EvalOptions(release=Path(args.release), out=Path(args.out), client=client,
                        images=Path(args.images) if args.images else None,
-                       upstream={s: cfg["sources"][s]["root"] for s in upstream}, levels=args.levels,
+                       upstream={s: cfg.sources[s].root for s in upstream}, levels=args.levels,
                        families=args.families, sources=args.sources, limit=args.limit,
                        image_max_side=args.image_max_side, api_key_env=args.api_key_env,
                        progress=not args.no_progress, circular=args.circular)

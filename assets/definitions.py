@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 
 from pipeline import publish
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.errors import EXPLAINED
 from pipeline.pool import limit_native_threads
 
@@ -30,7 +30,9 @@ from .executors import build_executor, watch_the_build
 from .settings import BuildSettings
 from .tables import Step, all_steps, export_metadata, tables_by_name
 
-CFG = load_config()
+from pipeline.settings_root import Settings
+
+CFG = load_settings()
 STEPS = all_steps(CFG)
 TABLES = tables_by_name(STEPS)
 
@@ -54,7 +56,7 @@ def _peak_rss_mb() -> int:
 def _op_tags(step: Step) -> dict[str, str]:
     """The step's source, and its priority when more steps are ready than can run (build.executor.priority)."""
     tags = {"source": step.source or "all"}
-    priority = CFG["build"]["executor"]["priority"].get(step.source or "", 0)
+    priority = CFG.build.executor.priority.get(step.source or "", 0)
     return tags | ({"dagster/priority": str(priority)} if priority else {})
 
 
@@ -72,7 +74,7 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
         watch_the_build()
         cfg = build.config()
         # a run the UI launched, a Dask worker, the in_process engine: the same threads as a `processbench build`
-        limit_native_threads(cfg["build"]["executor"]["native_threads"])
+        limit_native_threads(cfg.build.executor.native_threads)
         # the step as the chosen sources define it (split and release read only those): the same fingerprint the
         # planner in assets/run.py computed
         live = all_steps(cfg)
@@ -104,7 +106,7 @@ def project_failure():
         raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from None
 
 
-def _publish_step(context, step: Step, cfg: dict, live: list[Step], checks):
+def _publish_step(context, step: Step, cfg: Settings, live: list[Step], checks):
     """Run the release step into the staging folder, evaluate its checks there and every other ERROR check of the
     build on the work folder, and swap the staging folder in only when all pass. Otherwise the published release
     stays as it was and the step fails, saying why (the check results are still reported)."""

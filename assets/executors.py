@@ -23,6 +23,8 @@ from dagster_dask import dask_executor
 
 from pipeline import publish
 
+from pipeline.settings import BuildExecutor
+
 from .settings import BuildSettings
 
 LOCK_TAG = "processbench/lock"  # the token of the lock the launching CLI holds
@@ -134,20 +136,20 @@ class LockedExecutor(dg.Executor):
             yield from self.inner.execute(inner_context, execution_plan)
 
 
-def run_config_for(engine: str, cfg_executor: dict | None = None, max_concurrent: int | None = None,
+def run_config_for(engine: str, cfg_executor: BuildExecutor | None = None, max_concurrent: int | None = None,
                    address: str | None = None) -> dict:
     """The `execution` run-config fragment for an engine name (configs/build.yaml `executor`, or --executor)."""
-    cfg_executor = dict(cfg_executor or {})
+    cfg_executor = cfg_executor or BuildExecutor()
     if engine == "in_process":
         return {"in_process": {}}
     if engine == "multiprocess":
-        n = max_concurrent if max_concurrent is not None else cfg_executor.get("max_concurrent", 0)
+        n = max_concurrent if max_concurrent is not None else cfg_executor.max_concurrent
         return {"multiprocess": {"max_concurrent": int(n or 0)}}
     if engine == "dask":
-        address = address or cfg_executor.get("dask_address") or ""
+        address = address or cfg_executor.dask_address or ""
         if address:
             return {"dask": {"cluster": {"existing": {"address": address}}}}
-        n = max_concurrent if max_concurrent is not None else cfg_executor.get("max_concurrent", 0)
+        n = max_concurrent if max_concurrent is not None else cfg_executor.max_concurrent
         local = {"n_workers": int(n) if n else None, "threads_per_worker": 1, "processes": True,
                  "dashboard_address": None}
         return {"dask": {"cluster": {"local": {k: v for k, v in local.items() if v is not None}

@@ -11,6 +11,8 @@ recomputes everything, which is safe; config and data changes recompute only the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import hashlib
 import json
 import os
@@ -23,6 +25,9 @@ from pipeline.io import write_json
 from upstream_adapters import content_hash
 
 from .tables import Step, tables_by_name
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 CODE_PACKAGES = ("pipeline", "upstream_adapters", "assets")
 
@@ -51,12 +56,12 @@ def tree_listing(root: Path) -> str:
     return h.hexdigest()
 
 
-def use_hash_store(cfg: dict, verify: bool | None = None) -> None:
+def use_hash_store(cfg: Settings, verify: bool | None = None) -> None:
     """This process caches upstream content hashes in the work folder (`verify`: read every file again)."""
     content_hash.use_store(stages.work_dir(cfg) / "_content_hashes", verify=verify)
 
 
-def fingerprint(step: Step, cfg: dict, tables: dict) -> str:
+def fingerprint(step: Step, cfg: Settings, tables: dict) -> str:
     use_hash_store(cfg)
     inputs = {name: file_digest(tables[name].file(cfg)) for name in step.reads if name in tables}
     doc = {"step": step.name, "code": code_digest(CODE_PACKAGES), "config": config_part(cfg, step.config),
@@ -64,11 +69,11 @@ def fingerprint(step: Step, cfg: dict, tables: dict) -> str:
     return digest(doc)
 
 
-def _record_path(cfg: dict, step: Step) -> Path:
+def _record_path(cfg: Settings, step: Step) -> Path:
     return stages.work_dir(cfg) / "_fingerprints" / f"{step.name}.json"
 
 
-def recorded(cfg: dict, step: Step) -> dict | None:
+def recorded(cfg: Settings, step: Step) -> dict | None:
     p = _record_path(cfg, step)
     try:
         return json.loads(p.read_text()) if p.is_file() else None
@@ -76,7 +81,7 @@ def recorded(cfg: dict, step: Step) -> dict | None:
         return None
 
 
-def is_fresh(step: Step, cfg: dict, tables: dict, fp: str | None = None) -> bool:
+def is_fresh(step: Step, cfg: Settings, tables: dict, fp: str | None = None) -> bool:
     rec = recorded(cfg, step)
     if not rec or rec.get("fingerprint") != (fp or fingerprint(step, cfg, tables)):
         return False
@@ -87,7 +92,7 @@ def is_fresh(step: Step, cfg: dict, tables: dict, fp: str | None = None) -> bool
     return not (step.publishes and release_damage(cfg))
 
 
-def release_damage(cfg: dict) -> list[str]:
+def release_damage(cfg: Settings) -> list[str]:
     """How the published release differs from its checksums.sha256 ([] when intact or when there is none)."""
     from pipeline.publish import release_dir
     from pipeline.release_files import release_damage as damage
@@ -96,12 +101,12 @@ def release_damage(cfg: dict) -> list[str]:
     return damage(root, cfg) if root.is_dir() else []
 
 
-def forget(step: Step, cfg: dict) -> None:
+def forget(step: Step, cfg: Settings) -> None:
     """Drop the step's record: it runs again next time (a release whose checks failed was never published)."""
     _record_path(cfg, step).unlink(missing_ok=True)
 
 
-def damaged_inputs(step: Step, cfg: dict, tables: dict) -> dict[str, str]:
+def damaged_inputs(step: Step, cfg: Settings, tables: dict) -> dict[str, str]:
     """{table file: the step that wrote it} of the tables `step` reads whose bytes are not those their step recorded
     (a table cut or edited after it was written; a step the build ran first always matches its record)."""
     wanted = {name for name in step.reads if name in tables}
@@ -117,7 +122,7 @@ def damaged_inputs(step: Step, cfg: dict, tables: dict) -> dict[str, str]:
     return out
 
 
-def run_step(step: Step, cfg: dict, tables: dict) -> tuple[dict, bool, str]:
+def run_step(step: Step, cfg: Settings, tables: dict) -> tuple[dict, bool, str]:
     """Run the step unless it is fresh. Returns (summary, skipped, fingerprint). A step never reads a table whose
     bytes differ from its writer's record: it fails naming them, and their writers run again in the next build."""
     fp = fingerprint(step, cfg, tables)
@@ -137,7 +142,7 @@ def run_step(step: Step, cfg: dict, tables: dict) -> tuple[dict, bool, str]:
     return summary, False, fp
 
 
-def stale_steps(steps: list[Step], cfg: dict) -> list[Step]:
+def stale_steps(steps: list[Step], cfg: Settings) -> list[Step]:
     """The steps a build must run: those not fresh, and everything downstream of them (their inputs will change)."""
     tables = tables_by_name(steps)
     stale: list[Step] = []

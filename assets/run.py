@@ -11,6 +11,8 @@ step publishes the release only when every check passes; a failed run leaves the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import uuid
 
 import dagster as dg
@@ -22,8 +24,11 @@ from . import fingerprint
 from .definitions import STEPS, build_job
 from .executors import LOCK_TAG, run_config_for, start_fork_server, steps_die_with_this_process
 from .progress import Progress, failure_line
-from .settings import BuildSettings, settings_from  # noqa: F401 - re-exported for the CLI and tests
+from .settings import BuildSettings
 from .tables import all_steps
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 
 class BuildFailed(RuntimeError):
@@ -50,7 +55,7 @@ def plan(settings: BuildSettings) -> list[str]:
     return [s.name for s in fingerprint.stale_steps(job_steps(cfg), cfg)]
 
 
-def job_steps(cfg: dict):
+def job_steps(cfg: Settings):
     """The steps of the chosen sources, in order; GraphMismatch when the job lacks one."""
     steps = all_steps(cfg)
     unknown = sorted({s.name for s in steps} - {s.name for s in STEPS})
@@ -82,8 +87,8 @@ def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance 
 
 
 def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concurrent, dask_address, force) -> dict:
-    exec_cfg = dict(cfg["build"].get("executor") or {})
-    engine = executor or exec_cfg.get("engine", "multiprocess")
+    exec_cfg = cfg.build.executor
+    engine = executor or exec_cfg.engine
     if damage := fingerprint.release_damage(cfg):  # the release step is then stale: it publishes the release again
         log(f"[build] the published release differs from its checksums ({len(damage)} file(s): "
             f"{'; '.join(damage[:5])}{' ...' if len(damage) > 5 else ''}): it is published again")
@@ -101,7 +106,7 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
     before = publish.current_version(cfg)  # `published` says what happened to the release link, not the plan
     instance = instance or dg.DagsterInstance.get()
     # both before the fork server starts: its step processes inherit the thread limit and this process's pid
-    limit_native_threads(exec_cfg.get("native_threads"))
+    limit_native_threads(exec_cfg.native_threads)
     with steps_die_with_this_process():
         if engine == "multiprocess":
             start_fork_server()  # its imports (~3 s) run while Dagster sets the run up, instead of after
@@ -120,14 +125,14 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                     "published": publish.current_version(cfg) != before}
 
 
-def _held_units(cfg: dict) -> list[str]:
+def _held_units(cfg: Settings) -> list[str]:
     """The units ingest processes held when they died (pipeline/ingest_guard.py): a step killed while reading one
     names it instead of a bare crash."""
     from pipeline.ingest_guard import held_note
     from pipeline.stages import work_dir
 
     ir = work_dir(cfg) / "ir"
-    states = [(ir / s, s) for s in cfg["build"]["sources"]]
+    states = [(ir / s, s) for s in cfg.build.sources]
     states += [(p.with_suffix(""), p.parts[-3]) for p in sorted(ir.glob("*/shards/*.reading"))]
     return [note for state, slug in states if (note := held_note(state, slug))]
 

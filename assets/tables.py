@@ -11,6 +11,8 @@ and the release schema (pipeline/schema.py).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -21,6 +23,7 @@ import pyarrow as pa
 from pipeline import stages
 from pipeline.choices import LETTER_COLUMNS
 from pipeline.exports import EXPORTERS
+from pipeline.release_files import file_names
 from pipeline.families.common import CANDIDATE_SCHEMA
 from pipeline.frames.extract import ITEM_FRAMES_SCHEMA
 from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
@@ -29,6 +32,9 @@ from pipeline.split import GROUPS_SCHEMA
 from pipeline.steps.rows import STEP_SCHEMA
 from pipeline.steps.stage import run_steps
 from upstream_adapters.ir import QUARANTINE_SCHEMA, TABLES as IR_SCHEMAS
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 # What the frames stage adds to a candidate row (pipeline.stages.run_frames): the selected, gated item (no letter:
 # the split assigns the letters, pipeline/choices.py).
@@ -54,7 +60,7 @@ class TableCheck:
     warn: bool = False
 
 
-def problems_check(name: str, description: str, find: Callable[[dict], list[str]], **kw) -> TableCheck:
+def problems_check(name: str, description: str, find: Callable[[Settings], list[str]], **kw) -> TableCheck:
     """A check that passes when `find(cfg)` (a plain function of pipeline.stages) returns no problems."""
     def run(cfg):
         problems = find(cfg)
@@ -64,7 +70,7 @@ def problems_check(name: str, description: str, find: Callable[[dict], list[str]
 
 def quarantine_check(slug: str) -> TableCheck:
     def run(cfg):
-        limit = cfg["build"]["max_quarantine_share"]
+        limit = cfg.build.max_quarantine_share
         shares = stages.quarantine_shares(cfg, slug)
         over = {s: v for s, v in shares.items() if v > limit}
         return not over, {"shares": shares, "limit": limit, "over": over}
@@ -135,7 +141,7 @@ class Table:
     def name(self) -> str:
         return "/".join(self.key)
 
-    def file(self, cfg: dict) -> Path:
+    def file(self, cfg: Settings) -> Path:
         return (stages.release_dir(cfg) if self.root == "release" else stages.work_dir(cfg)) / self.path
 
 
@@ -172,7 +178,7 @@ def _ir(slug: str, shard: int | None = None) -> tuple[Table, ...]:
 def ingest_steps(slug: str, shards: int, ir: tuple[Table, ...], corpus: Table) -> list[Step]:
     """One ingest step, or (sources.<slug>.ingest_shards > 1) one per shard of the units (a stable hash of the unit
     id: pipeline/ingest.py shard_of) and the step merging their IR: a big source read by many workers at once."""
-    root = lambda cfg: Path(cfg["sources"][slug]["root"])
+    root = lambda cfg: Path(cfg.sources[slug].root)
     what = f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units."
     if shards == 1:
         return [Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir + (corpus,), (),
@@ -226,11 +232,11 @@ def source_steps(slug: str, shards: int = 1) -> list[Step]:
              # it decodes upstream frames: a video replaced under the same unit id leaves the IR and the candidates
              # unchanged, so the upstream listing must make this step run again (the frame cache then decodes only
              # the units whose upstream fingerprint changed)
-             external=lambda cfg: Path(cfg["sources"][slug]["root"])),
+             external=lambda cfg: Path(cfg.sources[slug].root)),
     ]
 
 
-def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
+def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
     split = (Table(("split", "items"), "split/items.parquet", "Every item with its split (eval|sft) and split group",
                    {**CANDIDATE_SCHEMA, **ITEM_COLUMNS, **LETTER_COLUMNS, "split": pl.String,
                     "split_group_id": pl.String},
@@ -241,7 +247,7 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
              Table(("split", "summary"), "split/summary.json", "Per-source group and item counts of the split",
                    checks=SPLIT_SUMMARY_CHECKS))
     release = []
-    for name, rel in sorted(cfg["release"]["files"].items()):
+    for name, rel in sorted(file_names(cfg).items()):
         schema = _polars(RELEASE_SCHEMA) if rel.endswith(".parquet") and name in ("eval_parquet", "sft_parquet") \
             else None
         release.append(Table(("release", name), rel, f"release file {rel}", schema, root="release",
@@ -279,7 +285,7 @@ def shared_steps(cfg: dict, slugs: list[str]) -> list[Step]:
     ]
 
 
-def export_tables(cfg: dict) -> list[Table]:
+def export_tables(cfg: Settings) -> list[Table]:
     """One asset per registered export (pipeline/exports EXPORTERS), in group `exports`: written by the release step
     (into its staging folder, published with it); the asset's file is the export's main file, its row count comes
     from the step's summary (`export_metadata`)."""
@@ -295,9 +301,9 @@ def export_metadata(table: Table, summary: dict) -> dict:
     return {"dagster/row_count": done["rows"], "export/files": done["files"]} if done else {}
 
 
-def all_steps(cfg: dict, slugs: list[str] | None = None) -> list[Step]:
+def all_steps(cfg: Settings, slugs: list[str] | None = None) -> list[Step]:
     """Every step of the build in dependency order (the per-source chains, then split and release)."""
-    slugs = list(cfg["build"]["sources"]) if slugs is None else slugs
+    slugs = list(cfg.build.sources) if slugs is None else slugs
     return [st for s in slugs for st in source_steps(s, stages.ingest_shards(cfg, s))] + shared_steps(cfg, slugs)
 
 

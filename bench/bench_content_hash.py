@@ -44,13 +44,13 @@ def best(fn, reps: int) -> float:
 
 def main(argv: list[str]) -> None:
     from assets.fingerprint import tree_listing
-    from assets.run import plan, settings_from
-    from pipeline.config import load_config, path_in_repo
+    from assets.run import BuildSettings, plan
+    from pipeline.config import load_settings
     from upstream_adapters import content_hash
 
     reps = int(argv[0]) if argv else 3
-    cfg = load_config()
-    roots = {slug: path_in_repo(cfg["sources"][slug]["root"]) for slug in cfg["build"]["sources"]}
+    cfg = load_settings()
+    roots = {slug: cfg.sources[slug].root for slug in cfg.build.sources}
     total_bytes = total_files = 0
     with tempfile.TemporaryDirectory() as store:
         for slug, root in roots.items():
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> None:
         print(f"{'all':>10}: {total_files:5d} files {total_bytes / 1e6:8.1f} MB;  raw: 256 MiB in {raw:.2f} s "
               f"({268.4 / raw:.0f} MB/s)")
     content_hash.use_store(None)
-    settings = settings_from()
+    settings = BuildSettings()
     stale = plan(settings)
     no_op = best(lambda: plan(settings), reps)
     from assets import fingerprint

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 RESULTS = REPO / "bench" / "results" / "eval.json"
 
-from pipeline.config import load_config  # noqa: E402
+from pipeline.config import load_settings  # noqa: E402
 
 
 def _serve(release: str, conn) -> None:
@@ -43,13 +43,13 @@ def _serve(release: str, conn) -> None:
 
 
 def _release_and_images(args, cfg, tmp: Path) -> tuple[Path, Path]:
-    release = Path(args.release or REPO / cfg["build"]["release_dir"])
-    if not (release / cfg["release"]["files"]["eval_parquet"]).is_file():
+    release = Path(args.release or REPO / cfg.build.release_dir)
+    if not (release / cfg.release.files.eval_parquet).is_file():
         from assets.cli import main as cli
 
         print(f"no release at {release}: building the demo one (processbench build --samples)", flush=True)
         cli(["build", "--samples", "--release-dir", str(release)])
-        if not (release / cfg["release"]["files"]["eval_parquet"]).is_file():
+        if not (release / cfg.release.files.eval_parquet).is_file():
             raise SystemExit("the demo build wrote no release")
     if args.images:
         return release, Path(args.images)
@@ -58,7 +58,7 @@ def _release_and_images(args, cfg, tmp: Path) -> tuple[Path, Path]:
 
     items = load_items(release, cfg)
     given = dict(pair.split("=", 1) for pair in args.upstream or [])
-    roots = {s: Path(given.get(s) or cfg["sources"][s]["root"]) for s in sorted({it.source for it in items})}
+    roots = {s: Path(given.get(s) or cfg.sources[s].root) for s in sorted({it.source for it in items})}
     t = time.perf_counter()
     report = reconstruct(release, roots, cfg, tmp / "images", sources=sorted(roots),
                          item_ids={it.item_id for it in items})
@@ -113,7 +113,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="runs per concurrency (the fastest is reported)")
     args = p.parse_args()
     os.environ.pop("OPENAI_API_KEY", None)
-    cfg = load_config()
+    cfg = load_settings()
     with tempfile.TemporaryDirectory(prefix="bench_eval_") as tmpd:
         tmp = Path(tmpd)
         release, images = _release_and_images(args, cfg, tmp)

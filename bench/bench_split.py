@@ -23,7 +23,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.seeding import rng as np_rng
 from pipeline.schema import CHOICE_LETTERS as LETTERS
 from pipeline.split import (family_sort_key, leaked_groups, load_policy, make_pool,
@@ -34,10 +34,10 @@ def release_shape() -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str
     """Groups per source (bench/public_release.yaml), items per (source, family) and options per family (the task
     configs at release scale), each source's families in task order."""
     groups = yaml.safe_load((Path(__file__).with_name("public_release.yaml")).read_text())["groups"]
-    tasks = load_config(scale="release")["tasks"]
+    tasks = load_settings(scale="release").tasks
     order = sorted(tasks, key=family_sort_key)
-    quotas = {s: {t: int(tasks[t]["quota"][s]) for t in order if s in (tasks[t].get("quota") or {})} for s in groups}
-    return groups, quotas, {t: int(tasks[t]["num_choices"]) for t in order}
+    quotas = {s: {t: int(tasks[t].quota[s]) for t in order if s in tasks[t].quota} for s in groups}
+    return groups, quotas, {t: int(tasks[t].num_choices) for t in order}
 
 
 def synthetic_pool(seed: int = 7, sources=None) -> pl.DataFrame:

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pipeline import stages  # noqa: E402 - after sys.path names the repository
-from pipeline.config import load_config  # noqa: E402 - after sys.path names the repository
+from pipeline.config import load_settings  # noqa: E402 - after sys.path names the repository
 
 PER_SOURCE = {"ingest", "labels", "candidates", "frames"}
 STAGES = PER_SOURCE | {"split", "release"}
@@ -54,19 +54,17 @@ def main() -> int:
     if (args.stage in PER_SOURCE) != bool(args.slug):
         ap.error(f"{args.stage}: {'give' if args.stage in PER_SOURCE else 'no'} source slug")
     upstream = dict(u.split("=", 1) for u in args.upstream)
-    cfg = load_config(args.keep / "configs", upstream=upstream, scale=args.scale)
+    cfg = load_settings(args.keep / "configs", upstream=upstream, scale=args.scale)
     scratch = None
     work = args.keep / "work"
     if args.copy:
         scratch = Path(tempfile.mkdtemp(prefix="bench_stage_"))
         work = scratch / "work"
         shutil.copytree(args.keep / "work", work)
-    cfg["build"]["work_dir"] = str(work)
-    cfg["build"]["release_dir"] = str((scratch or args.keep) / "release")
-    if args.workers is not None:
-        cfg["frames"]["workers"] = args.workers
+    cfg = cfg.with_values({"build.work_dir": str(work), "build.release_dir": str((scratch or args.keep) / "release"),
+                           **({"frames.workers": args.workers} if args.workers is not None else {})})
     if args.cold:
-        shutil.rmtree(work / cfg["frames"]["cache"]["dir"], ignore_errors=True)
+        shutil.rmtree(work / cfg.frames.cache.dir, ignore_errors=True)
     run = getattr(stages, f"run_{args.stage}")
     call = (lambda: run(cfg, args.slug)) if args.slug else (lambda: run(cfg))
     prof = cProfile.Profile() if args.profile else None

@@ -16,11 +16,11 @@ import time
 
 def main(argv: list[str]) -> None:
     from pipeline import stages
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
 
-    cfg = load_config()
+    cfg = load_settings()
     if "--header-only" in argv:
-        cfg["frames"]["cache"]["check_pixels_on_lookup"] = False
+        cfg = cfg.with_values({"frames.cache.check_pixels_on_lookup": False})
     reps = int(next((a for a in argv if a.isdigit()), 3))
     for _ in range(reps):
         t = time.time()

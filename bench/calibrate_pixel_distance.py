@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.frames.pixels import thumb_mad, thumbnail
 from upstream_adapters.samples.common import encode_video
 
@@ -126,7 +126,7 @@ def main() -> int:
                     help="a build's work folder: what the threshold costs its T8/T9 items (repeatable)")
     ap.add_argument("--cost-only", action="store_true", help="only the --work figures (no encoding)")
     args = ap.parse_args()
-    size = int(load_config()["frames"]["stats"]["thumb_size"])
+    size = int(load_settings().frames.stats.thumb_size)
     rng = np.random.default_rng(20261205)
     res: dict = {"thumb_size": size, "frame": [W, H], "noise": [], "change": []}
     print(f"thumbnail {size}x{size} of {W}x{H} frames; MAD in grey levels (0-255)")

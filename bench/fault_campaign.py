@@ -31,13 +31,13 @@ import polars as pl  # noqa: E402 - after sys.path names the repository
 
 from pipeline import writers  # noqa: E402 - after sys.path names the repository
 from pipeline import io as pio  # noqa: E402 - after sys.path names the repository
-from pipeline.config import load_config  # noqa: E402 - after sys.path names the repository
+from pipeline.config import load_settings  # noqa: E402 - after sys.path names the repository
 from pipeline.ingest import ingest_source, units_lost  # noqa: E402 - after sys.path names the repository
 from pipeline.validate import validate_release  # noqa: E402 - after sys.path names the repository
 
 def bad_inputs(tmp: Path) -> list[tuple[str, bool, str]]:
     """(case, handled, what was seen) per bad input of every bench/fault_inputs_*.py."""
-    cfg = load_config()
+    cfg = load_settings()
     out = []
     for path in sorted(Path(__file__).parent.glob("fault_inputs_*.py")):
         spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -45,7 +45,7 @@ def bad_inputs(tmp: Path) -> list[tuple[str, bool, str]]:
         spec.loader.exec_module(module)
         for case, slug, root, good, lost_at_least, undo in module.cases(tmp / path.stem):
             try:
-                res = ingest_source(slug, root, cfg["sources"][slug]["adapter"])
+                res = ingest_source(slug, root, cfg.sources[slug].adapter.options())
             except Exception as exc:  # noqa: BLE001 - a raise is what the campaign counts
                 out.append((case, False, f"raised {type(exc).__name__}: {exc}"))
                 continue
@@ -68,7 +68,7 @@ def _put_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 
-def _tampers(cfg: dict) -> dict:
+def _tampers(cfg) -> dict:
     from pipeline.exports import common
     from pipeline.validity import write_report
 
@@ -133,7 +133,7 @@ def _tampers(cfg: dict) -> dict:
 
 
 def tampers(release: Path, tmp: Path) -> tuple[list[tuple[str, bool, str]], list[tuple[str, bool, str]]]:
-    cfg = load_config()
+    cfg = load_settings()
     out, accepted = [], []
     for n, (case, plant) in enumerate(_tampers(cfg).items()):
         copy = tmp / f"t{n}"

@@ -29,9 +29,11 @@ sys.path.insert(0, str(REPO))
 
 from pipeline import publish  # noqa: E402 - after sys.path names the repository
 from pipeline.validate import validate_release  # noqa: E402 - after sys.path names the repository
+from pipeline.config import load_settings  # noqa: E402 - after sys.path names the repository
+from pipeline.settings_root import Settings  # noqa: E402 - after sys.path names the repository
 
 
-def _stray(cfg: dict) -> list[str]:
+def _stray(cfg: Settings) -> list[str]:
     rel = publish.release_dir(cfg)
     out = [p.name for p in rel.parent.iterdir() if p.name not in (rel.name, f".{rel.name}.lock")]
     for root in (publish.work_dir(cfg), rel):
@@ -56,7 +58,8 @@ def main() -> int:
     build = cli + ["build", "--scale", "demo", "--sources", a.source, "--upstream",
                    f"{a.source}={tmp / 'samples' / a.source}", "--work-dir", str(tmp / "work"),
                    "--release-dir", str(tmp / "out" / "release"), "--executor", a.executor]
-    cfg = {"build": {"work_dir": str(tmp / "work"), "release_dir": str(tmp / "out" / "release")}}
+    cfg = load_settings().with_values({"build.work_dir": str(tmp / "work"),
+                                       "build.release_dir": str(tmp / "out" / "release")})
     t = time.time()
     subprocess.run(build, check=True, cwd=REPO, env=env, capture_output=True)
     full = time.time() - t

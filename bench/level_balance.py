@@ -19,12 +19,12 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.release_files import eval_level_files
 
 
 def cells(release: Path) -> list[dict]:
-    cfg = load_config()
+    cfg = load_settings()
     out = []
     for level, rel in eval_level_files(release, cfg).items():
         df = pl.read_parquet(release / rel, columns=["source_slug", "task_id", "answer_text", "num_choices"])

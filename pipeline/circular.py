@@ -121,8 +121,8 @@ def circular_markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """processbench score --circular: predictions for the circular copies -> <out>/circular.json and circular.md."""
-    from pipeline.config import load_config
-    from pipeline.exports.common import export_cfg, read_tables
+    from pipeline.config import load_settings
+    from pipeline.exports.common import read_tables
     from pipeline.score import read_predictions
 
     ap = argparse.ArgumentParser(prog="processbench score --circular")
@@ -130,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--predictions", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    cfg = load_config()
+    cfg = load_settings()
     eval_df = read_tables(Path(args.release), cfg, levels=True)["eval"]
     report = circular_scores(eval_df, read_predictions(Path(args.predictions)),
-                             bool(export_cfg(cfg)["score"]["bare_letter_fallback"]))
+                             bool(cfg.exports.score.bare_letter_fallback))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     io.atomic_write_text(out / "circular.json", io.dumps_json(report))

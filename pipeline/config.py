@@ -1,16 +1,15 @@
-"""Load the build configuration: every YAML file under configs/, validated by its typed model (pipeline/settings.py)
-and merged into one plain dict with the defaults filled.
+"""Load the build configuration: every YAML file under configs/, validated by its typed model (pipeline/settings.py),
+as one frozen `Settings` object (pipeline/settings_root.py) with the defaults filled.
 
-    cfg = load_config()                    # configs/ of this repository
-    cfg["build"]["release_seed"]           # configs/build.yaml
-    cfg["sources"]["gm100"]["root"]        # configs/sources.yaml (resolved to an absolute Path at load time)
-    cfg["labels"], cfg["split"], cfg["frames"], cfg["release"]   # configs/<name>.yaml
-    cfg["tasks"]["T1"]                     # configs/tasks/T1.yaml
+    cfg = load_settings()                  # configs/ of this repository
+    cfg.build.release_seed                 # configs/build.yaml
+    cfg.sources["gm100"].root              # configs/sources.yaml (resolved to an absolute Path at load time)
+    cfg.labels, cfg.split, cfg.frames, cfg.release   # configs/<name>.yaml
+    cfg.tasks["T1"].for_source("gm100")    # configs/tasks/T1.yaml, its per-source values resolved for one source
 
 A misspelt key, a wrong type or an unknown file fails here (`ConfigError`: file, key path, what was expected), never
 later as a silently used default. Thresholds, quotas, seeds and names live in these files only; code reads them from
-here. The helpers below are the one place for what several stages read the same way: `per_source` (a per-source
-template value), `task_ids` / `task_names` (the task table) and `split_policy` (the split's policy and seed).
+here.
 """
 
 from __future__ import annotations
@@ -18,12 +17,14 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-import upstream_adapters
-
 from .settings_errors import ConfigError, validate_file
+
+if TYPE_CHECKING:
+    from .settings_root import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: ~20x faster, same values
@@ -183,10 +184,9 @@ def _template_covers_its_sources(tid: str, t: dict) -> None:
                 raise ConfigError(file, key, f"an entry for source {slug!r} or a `default` entry")
 
 
-def load_config(config_dir: Path | None = None, upstream: dict[str, str] | None = None,
-                scale: str | None = None) -> dict:
-    """The validated configs. `upstream` maps slug -> root path (overrides sources.yaml and the
-    PROCESSBENCH_ROOT_<SLUG> environment variables); `scale` overrides build.scale (demo | release)."""
+def _load_dict(config_dir: Path | None = None, upstream: dict[str, str] | None = None,
+               scale: str | None = None) -> dict:
+    """The validated configs as a plain dict, roots resolved and scale applied (what `Settings` is built from)."""
     cfg = copy.deepcopy(read_settings(config_dir))
     build = cfg["build"]
     if scale:
@@ -204,62 +204,41 @@ def load_config(config_dir: Path | None = None, upstream: dict[str, str] | None 
     return cfg
 
 
+def load_settings(config_dir: Path | None = None, upstream: dict[str, str] | None = None,
+                  scale: str | None = None) -> Settings:
+    """The validated configs as one frozen `Settings`. `upstream` maps slug -> root path (overrides sources.yaml and
+    the PROCESSBENCH_ROOT_<SLUG> environment variables); `scale` overrides build.scale (demo | release)."""
+    from .settings_root import Settings
+
+    return Settings.model_validate(_load_dict(config_dir, upstream, scale))
+
+
+
 def path_in_repo(p: str | Path) -> Path:
     p = Path(p)
     return p if p.is_absolute() else REPO_ROOT / p
 
 
-# ------------------------------------------------------------------------------------------- shared readers
-
-
-def per_source(value, source: str, default=None):
-    """A value that may differ per source: a mapping keyed by registered source slugs (and `default`) resolves to the
-    source's entry (else its `default`, else `default`); anything else is the value itself."""
-    if isinstance(value, dict) and value and all(k == "default" or k in upstream_adapters.ADAPTERS for k in value):
-        return value.get(source, value.get("default", default))
-    return default if value is None else value
-
-
-def task_ids(cfg: dict) -> list[str]:
-    """The task families of the config (configs/tasks/T<n>.yaml), in task order."""
-    return sorted(cfg["tasks"], key=lambda t: int(t[1:]))
-
-
-def task_names(cfg: dict) -> dict[str, str]:
-    """Task id -> public task name: the template's `task_name`, else configs/release.yaml `task_names` (the loader
-    checks that the two agree where both exist); in task order."""
-    fallback = cfg["release"]["task_names"]
-    for t in task_ids(cfg):  # the loader checks this too; a dict edited after loading is checked here
-        name = cfg["tasks"][t]["task_name"]
-        if name is not None and t in fallback and fallback[t] != name:
-            raise ConfigError("configs/release.yaml", f"release.task_names.{t}",
-                              f"the task_name of configs/tasks/{t}.yaml ({name!r}); keep one")
-    names = {t: cfg["tasks"][t]["task_name"] or fallback[t] for t in task_ids(cfg)}
-    extra = {t: n for t, n in fallback.items() if t not in names}
-    return dict(sorted({**names, **extra}.items(), key=lambda kv: int(kv[0][1:])))
-
-
-def split_policy(cfg: dict) -> tuple[dict, int]:
-    """The split policy (cfg["split"]) and its seed (split.seed, null = build.release_seed)."""
-    policy = cfg["split"]
-    seed = policy["seed"]
-    return policy, int(cfg["build"]["release_seed"] if seed is None else seed)
+# ------------------------------------------------------------------------------------------- the split's policy
 
 
 def load_split_policy(config_file: Path | None = None, config_dir: Path | None = None,
-                      cfg: dict | None = None) -> tuple[dict, int]:
-    """`split_policy` of the configs (`cfg`, else those of `config_dir`), with `config_file` (YAML shaped like
+                      cfg: Settings | None = None) -> tuple[dict, int]:
+    """The split policy (plain values: what the split package computes with) and its seed (split.seed, null =
+    build.release_seed), of `cfg` (else the configs of `config_dir`), with `config_file` (YAML shaped like
     configs/split.yaml, with or without the top-level `split:` key; may be partial) merged over the split section and
     validated like it."""
     from .settings import SplitFile
 
-    cfg = cfg if cfg is not None else read_settings(config_dir)
+    cfg = cfg if cfg is not None else load_settings(config_dir)
+    policy = cfg.split.model_dump()
     if config_file:
         path = Path(config_file)
         data = _read(path)
         over = data["split"] or {} if list(data) == ["split"] else data
-        cfg = {**cfg, "split": validate_file(SplitFile, _deep_merge(cfg["split"], over), path.name, "split")}
-    return split_policy(cfg)
+        policy = validate_file(SplitFile, _deep_merge(policy, over), path.name, "split")
+    seed = policy["seed"]
+    return policy, int(cfg.build.release_seed if seed is None else seed)
 
 
 def _deep_merge(base: dict, over: dict) -> dict:

@@ -55,9 +55,12 @@ def file_digest(path: Path) -> str | None:
     return h.hexdigest()
 
 
-def config_part(cfg: dict, sections: tuple[str, ...]) -> dict:
-    """The config sections a computation reads: `labels`, `sources.<slug>` (one source's entry), `tasks.<slug>` (the
-    templates that list the source), `*` = all; the NO_OUTPUT_KEYS left out."""
+def config_part(settings, sections: tuple[str, ...]) -> dict:
+    """The config sections a computation reads (of a pipeline.settings_root.Settings): `labels`, `sources.<slug>`
+    (one source's entry), `tasks.<slug>` (the templates that list the source), `*` = all; the NO_OUTPUT_KEYS left
+    out."""
+    cfg = settings.model_dump()
+
     def section(name: str):
         if name == "*":
             return {k: section(k) for k in sorted(cfg)}

@@ -193,9 +193,9 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     files that name the unit being read, so a unit that killed its reader is refused next time
     (pipeline/ingest_guard.py)."""
     if limits is None:
-        from .config import load_config
+        from .config import load_settings
 
-        limits = load_config()["build"]["ir_limits"]
+        limits = load_settings().build.ir_limits.model_dump()
     adapter = get_adapter(slug, **(adapter_options or {}))
     root = Path(root)
     roots = (str(root), str(root.absolute()), os.path.realpath(root))
@@ -409,20 +409,21 @@ def command(args) -> int:
     """`processbench ingest`: 0 when the source was read, 1 when it is unusable, 2 for bad arguments."""
     import sys
 
-    from .config import load_config
+    from .config import load_settings
 
-    cfg = load_config()
-    if args.source not in cfg["sources"]:
-        print(f"unknown source {args.source!r}; known: {sorted(cfg['sources'])}", file=sys.stderr)
+    cfg = load_settings()
+    if args.source not in cfg.sources:
+        print(f"unknown source {args.source!r}; known: {sorted(cfg.sources)}", file=sys.stderr)
         return 2
     try:
-        options = {**cfg["sources"][args.source].get("adapter", {}), **parse_options(getattr(args, "option", None))}
+        options = {**cfg.sources[args.source].adapter.options(), **parse_options(getattr(args, "option", None))}
         get_adapter(args.source, **options)
     except (TypeError, ValueError) as exc:  # an unknown option or a bad value: say which
         print(f"{args.source}: bad adapter option: {exc}", file=sys.stderr)
         return 2
     progress = getattr(args, "progress", None)
-    result = ingest_source(args.source, Path(args.root), options, progress=progress, limits=cfg["build"]["ir_limits"])
+    result = ingest_source(args.source, Path(args.root), options, progress=progress,
+                           limits=cfg.build.ir_limits.model_dump())
     write_ir(result, Path(args.out))
     print(summary_text(args.source, result))
     print(f"tables written to {args.out}: units, frames, signals, segments, quarantine, notes, absent (.parquet)")

@@ -8,7 +8,7 @@ Quota rounding: the release quota Q of configs/tasks/T*.yaml times build.quota_s
 at least 1 for a family the source has: q = max(1, floor(Q * scale + 0.5)) (demo 0.02: 3000 -> 60, 286 -> 6,
 25 -> 1); scale 1.0 gives the release quota exactly. `quotas()` returns a `Quotas` dict that also carries each
 family's `min_gap` and `balance_labels`, so `select_candidates(pool, quotas(cfg, slug), seed)` needs nothing else
-(or pass cfg_tasks=cfg["tasks"]).
+(or pass cfg_tasks=cfg.tasks).
 
 Selection, per (source, task_id), deterministic for a given seed:
   1. candidates are visited unit by unit in a seeded round-robin (the unit order and the order inside a unit are
@@ -43,15 +43,20 @@ Answer options and letters: pipeline/choices.py (the frames stage orders T8/T9 f
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import heapq
 import math
 from collections import defaultdict, deque
 
 import polars as pl
 
-from pipeline.config import per_source, task_ids
 from pipeline.families.common import scale_quota
 from pipeline.seeding import py_rng
+
+if TYPE_CHECKING:
+    from pipeline.settings import TaskFile
+    from pipeline.settings_root import Settings
 
 
 def _task_order(task_id: str) -> int:
@@ -70,15 +75,15 @@ class Quotas(dict):
         self.settings: dict[str, dict] = dict(settings or {})
 
 
-def quotas(cfg: dict, source: str) -> dict[str, int]:
+def quotas(cfg: Settings, source: str) -> dict[str, int]:
     """Per-family quota of one source at the configured build scale, in task order (a `Quotas` dict)."""
-    build = cfg["build"]
-    scale = float(build["quota_scale"][build["scale"]])
+    build = cfg.build
+    scale = float(build.quota_scale[build.scale])
     out, settings = {}, {}
-    for tid in task_ids(cfg):
-        t = cfg["tasks"][tid]
-        if source in t["sources"] and source in t["quota"]:
-            out[tid] = scale_quota(int(t["quota"][source]), scale)
+    for tid in cfg.task_ids:
+        t = cfg.tasks[tid]
+        if source in t.sources and source in t.quota:
+            out[tid] = scale_quota(int(t.quota[source]), scale)
             settings[tid] = dict(zip(SELECTION_SETTINGS, _template_settings(t, source)))
     return Quotas(out, settings)
 
@@ -91,11 +96,11 @@ def _quota_for(quotas_: dict, source: str, task_id: str) -> int | None:
     return None if isinstance(v, dict) else v
 
 
-def _template_settings(t: dict, source: str) -> tuple[int, bool, bool]:
+def _template_settings(t: TaskFile, source: str) -> tuple[int, bool, bool]:
     """min_gap / balance_labels / equal_per_unit of one template for one source (a per-source map without the source:
     0 / False / False)."""
-    return (int(per_source(t["min_gap"], source, 0)), bool(per_source(t["balance_labels"], source, False)),
-            bool(per_source(t.get("equal_per_unit", False), source, False)))
+    r = t.for_source(source)
+    return int(r.min_gap or 0), bool(r.balance_labels), bool(r.equal_per_unit)
 
 
 def _family_settings(quotas_: dict, cfg_tasks: dict | None, source: str, task_id: str) -> tuple[int, bool, bool]:
@@ -372,7 +377,7 @@ def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=
                       cfg_tasks: dict | None = None, prior: pl.DataFrame | None = None) -> pl.DataFrame:
     """Pick each family's quota (x (1 + extra)) from the pool, spread over units and time, covering every unit of a
     source the quotas allow (see the module docstring).
-    min_gap / balance_labels come from `cfg_tasks` (cfg["tasks"]) when given, else from the settings that
+    min_gap / balance_labels come from `cfg_tasks` (cfg.tasks) when given, else from the settings that
     `quotas()` attaches to its result; a plain dict of quotas means no gap and no label balance.
     `prior`: items already kept in earlier rounds (columns source, task_id, unit_id, answer_text, anchor_frame); new
     picks keep min_gap from them, the label shares count them (quotas are then the numbers still needed), and the

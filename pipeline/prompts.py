@@ -12,12 +12,16 @@ never part of a prompt, nor is the high-level action (the public T11/T12 questio
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 
 import upstream_adapters
-from pipeline.config import per_source, task_ids
-from pipeline.config import task_names as _task_names
+
 from pipeline.schema import CHOICE_LETTERS as LETTERS
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 # The answer line's example: a placeholder that is no option label, so the example steers no model to an option
 # (an example `<ANSWER>A</ANSWER>` drew T8's option A in 51-79 % of strong models' replies on the public items).
@@ -39,10 +43,6 @@ def sft_target(letter: str) -> str:
     return f"<ANSWER>{letter}</ANSWER>"
 
 
-def _task_cfg(cfg: dict, task_id: str) -> dict:
-    return cfg["tasks"][task_id]
-
-
 def source_order() -> list[str]:
     """Sources in the adapter registry's order (the one list of sources)."""
     return list(upstream_adapters.ADAPTERS)
@@ -60,13 +60,13 @@ def _choices(row: dict) -> list[str]:
     return out
 
 
-def format_prompt(row: dict, cfg: dict) -> str:
+def format_prompt(row: dict, cfg: Settings) -> str:
     """The full user prompt of an item (ITEMS row with `choices`, or a release row with choice_A..choice_F)."""
     choices = _choices(row)
     if len(choices) < 2:
         raise ValueError(f"item {row.get('item_key') or row.get('item_id')}: fewer than two options")
-    prompt = _task_cfg(cfg, row["task_id"])["prompt"]
-    header = list(prompt["header"]) if prompt else []
+    prompt = cfg.tasks[row["task_id"]].prompt
+    header = list(prompt.header) if prompt else []
     lines: list[str] = []
     if header:
         lines += header + [""]
@@ -79,22 +79,17 @@ def format_prompt(row: dict, cfg: dict) -> str:
 # ------------------------------------------------------------------------------------------- task vocabulary
 
 
-def task_names(cfg: dict) -> dict[str, str]:
-    """Task id -> public task name (pipeline.config.task_names: the one task table)."""
-    return _task_names(cfg)
-
-
-def name_aliases(cfg: dict) -> dict[str, list[str]]:
+def name_aliases(cfg: Settings) -> dict[str, list[str]]:
     """T -> other names the family goes by (citation/search only)."""
-    return {t: list(_task_cfg(cfg, t)["name_aliases"]) for t in task_ids(cfg)}
+    return {t: list(cfg.tasks[t].name_aliases) for t in cfg.task_ids}
 
 
-def legacy_aliases(cfg: dict) -> dict[str, list[str]]:
+def legacy_aliases(cfg: Settings) -> dict[str, list[str]]:
     """T -> legacy engineering ids used by the reference build (T5 T_progress, T8 T_temporal, T9 T_binary / T9),
     only where they differ from the task id. A mapping only: the release uses T1..T12."""
     out = {}
-    for t in task_ids(cfg):
-        la = _task_cfg(cfg, t)["legacy_alias"]
+    for t in cfg.task_ids:
+        la = cfg.tasks[t].legacy_alias
         vals = sorted(set(la.values()) if isinstance(la, dict) else ({la} if la else set()))
         vals = [v for v in vals if v != t] + ([t] if t in vals and len(vals) > 1 else [])
         if vals:
@@ -102,22 +97,22 @@ def legacy_aliases(cfg: dict) -> dict[str, list[str]]:
     return out
 
 
-def legacy_alias(cfg: dict, task_id: str, source: str) -> str:
+def legacy_alias(cfg: Settings, task_id: str, source: str) -> str:
     """The legacy id of a family for one source (task_type_legacy)."""
-    return str(per_source(_task_cfg(cfg, task_id)["legacy_alias"], source, task_id))
+    return str(cfg.tasks[task_id].for_source(source).legacy_alias or task_id)
 
 
-def resolve_task_id(name: str, cfg: dict) -> str:
+def resolve_task_id(name: str, cfg: Settings) -> str:
     """T-id for a task id, a legacy alias, a public name or a name alias (case-insensitive)."""
     key = str(name).strip()
-    if key in cfg["tasks"]:
+    if key in cfg.tasks:
         return key
     low = key.lower()
-    names_of = task_names(cfg)
-    for t in task_ids(cfg):
-        tc = _task_cfg(cfg, t)
-        names = [names_of[t]] + list(tc["name_aliases"])
-        la = tc["legacy_alias"]
+    names_of = cfg.task_names()
+    for t in cfg.task_ids:
+        tc = cfg.tasks[t]
+        names = [names_of[t]] + list(tc.name_aliases)
+        la = tc.legacy_alias
         names += list(la.values()) if isinstance(la, dict) else [la] if la else []
         if any(str(n).lower() == low for n in names if n):
             return t
@@ -127,18 +122,18 @@ def resolve_task_id(name: str, cfg: dict) -> str:
 # ------------------------------------------------------------------------------------------- prompt_templates.md
 
 
-def _example_row(cfg: dict, task_id: str, source: str) -> dict:
-    tc = _task_cfg(cfg, task_id)
-    k = int(tc["num_choices"])
-    q = str(per_source(tc["question"], source))
+def _example_row(cfg: Settings, task_id: str, source: str) -> dict:
+    tc = cfg.tasks[task_id]
+    k = int(tc.num_choices)
+    q = str(tc.for_source(source).question)
     fields = {"arm": "left", "high_action": "Pick round peg 1", "prev": "Approach", "next": "Lift",
               "step": "Pick round peg 1"}
     q = q.format(**fields)
-    if tc["display_labels"]:
+    if tc.display_labels:
         from pipeline.families.temporal import canonical_choices
-        choices = canonical_choices({"display_labels": tc["display_labels"], "num_choices": k})
+        choices = canonical_choices({"display_labels": tc.display_labels, "num_choices": k})
     else:
-        choices = list((per_source(tc["labels"], source) or {}).values())[:k]
+        choices = list((tc.for_source(source).labels or {}).values())[:k]
     return {"task_id": task_id, "question": q, "choices": choices}
 
 
@@ -173,10 +168,10 @@ def _frames_text(fr: dict) -> str:
     return json.dumps(fr, sort_keys=True)
 
 
-def prompt_templates_markdown(cfg: dict) -> str:
+def prompt_templates_markdown(cfg: Settings) -> str:
     """metadata/prompt_templates.md, generated from configs/tasks/*.yaml (deterministic; no hand-written copy)."""
-    version = cfg["release"]["prompt_version"]
-    names = task_names(cfg)
+    version = cfg.release.prompt_version
+    names = cfg.task_names()
     out = [
         "# Prompt templates",
         "",
@@ -212,33 +207,34 @@ def prompt_templates_markdown(cfg: dict) -> str:
     ]
     legacy = legacy_aliases(cfg)
     aliases = name_aliases(cfg)
-    for t in task_ids(cfg):
+    for t in cfg.task_ids:
         out.append(f"| {t} | {names[t]} | {', '.join(legacy.get(t, [])) or '—'} | "
                    f"{', '.join(aliases.get(t, [])) or '—'} |")
     out.append("")
-    for t in task_ids(cfg):
-        tc = _task_cfg(cfg, t)
-        sources = [s for s in source_order() if s in tc["sources"]]
+    for t in cfg.task_ids:
+        tc = cfg.tasks[t]
+        sources = [s for s in source_order() if s in tc.sources]
         out += [f"## {t} — {names[t]}", "",
-                f"- options: {tc['num_choices']}; input: `{tc['input_type']}`; sources: "
+                f"- options: {tc.num_choices}; input: `{tc.input_type}`; sources: "
                 + ", ".join(f"`{s}`" for s in sources)]
-        if tc["variant"] != "default":  # e.g. the public release's frames (configs/tasks/T*.yaml `variants`)
-            out.append(f"- template variant: `{tc['variant']}`")
+        if tc.variant != "default":  # e.g. the public release's frames (configs/tasks/T*.yaml `variants`)
+            out.append(f"- template variant: `{tc.variant}`")
         out += [""]
         out += ["| source | question | options (closed label set) | frames |", "|---|---|---|---|"]
         for s in sources:
-            q = str(per_source(tc["question"], s))
-            if tc["display_labels"]:
+            q = str(tc.for_source(s).question)
+            if tc.display_labels:
                 from pipeline.families.temporal import canonical_choices
-                opts = ", ".join(canonical_choices({"display_labels": tc["display_labels"],
-                                                    "num_choices": tc["num_choices"]}))
+                opts = ", ".join(canonical_choices({"display_labels": tc.display_labels,
+                                                    "num_choices": tc.num_choices}))
             else:
-                opts = "; ".join(f"{k} = “{v}”" for k, v in (per_source(tc["labels"], s) or {}).items())
-            fr = per_source(tc["frames"], s) or {}
+                opts = "; ".join(f"{k} = “{v}”" for k, v in (tc.for_source(s).labels or {}).items())
+            window = tc.for_source(s).frames
+            fr = window.model_dump() if window is not None else {}  # the keys the file sets, as written
             out.append(f"| `{s}` | {q} | {opts} | {_frames_text(fr)} |".replace("\n", " "))
-        if tc["question_changed_from_public"]:  # the task YAML says why the text differs from the public one
-            out += ["", f"Changed from the public question: {' '.join(str(tc['question_changed_from_public']).split())}"]
-        header = tc["prompt"]["header"] if tc["prompt"] else None
+        if tc.question_changed_from_public:  # the task YAML says why the text differs from the public one
+            out += ["", f"Changed from the public question: {' '.join(str(tc.question_changed_from_public).split())}"]
+        header = tc.prompt.header if tc.prompt else None
         if header:
             out += ["", "Header lines:", "", "```text", *header, "```"]
         ex_src = sources[0] if sources else source_order()[0]

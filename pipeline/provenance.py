@@ -17,8 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .digests import without_no_output_keys
+
+if TYPE_CHECKING:
+    from .settings_root import Settings
 from .io import dumps_json, write_json
 
 
@@ -88,32 +92,32 @@ def corpus_record(slug: str, root: Path, options: dict | None = None) -> dict:
             "samples": {k: rec[k] for k in ("scale", "seed", "generator")} if from_samples else None}
 
 
-def config_hash(cfg: dict) -> str:
+def config_hash(cfg: Settings) -> str:
     """sha256 of the merged, validated configuration without the keys that change no output (the one list:
     pipeline/digests.py NO_OUTPUT_KEYS, which the steps' fingerprints leave out too)."""
-    doc = {k: without_no_output_keys(k, v) for k, v in sorted(cfg.items())}
+    doc = {k: without_no_output_keys(k, v) for k, v in sorted(cfg.model_dump().items())}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def provenance(cfg: dict, corpora: dict[str, dict], warnings=()) -> dict:
+def provenance(cfg: Settings, corpora: dict[str, dict], warnings=()) -> dict:
     """What provenance.json holds; `warnings`: the statistics the corpus could not meet (an eval level it cannot
     fill), present only when there are any (the card repeats them)."""
-    rc = cfg["release"]
+    rc = cfg.release
     sources = {}
-    for slug in cfg["build"]["sources"]:
+    for slug in cfg.build.sources:
         rec = corpora.get(slug) or {}
         origin = rec.get("origin", "unknown")
         # a sample corpus is named by its generator, scale and seed; its encoded bytes (so its fingerprint) vary with
         # the machine's video encoders while the frames the release uses do not: null keeps the release machine-free
-        sources[slug] = {"name": cfg["sources"][slug]["name"], "origin": origin,
+        sources[slug] = {"name": cfg.sources[slug].name, "origin": origin,
                          "corpus_fingerprint": None if origin == "samples" else rec.get("corpus_fingerprint"),
                          "units_listed": rec.get("units_listed"), "samples": rec.get("samples")}
     origins = sorted({s["origin"] for s in sources.values()})
     return {
-        "builder_version": rc["builder_version"],
-        "release_version": rc["release_version"],
-        "scale": cfg["build"]["scale"],
-        "release_seed": cfg["build"]["release_seed"],
+        "builder_version": rc.builder_version,
+        "release_version": rc.release_version,
+        "scale": cfg.build.scale,
+        "release_seed": cfg.build.release_seed,
         "config_sha256": config_hash(cfg),
         "sources_built": list(sources),
         "from_sample_data": "samples" in origins,
@@ -121,5 +125,5 @@ def provenance(cfg: dict, corpora: dict[str, dict], warnings=()) -> dict:
     } | ({"warnings": list(warnings)} if warnings else {})
 
 
-def provenance_json(cfg: dict, corpora: dict[str, dict], warnings=()) -> str:
+def provenance_json(cfg: Settings, corpora: dict[str, dict], warnings=()) -> str:
     return dumps_json(provenance(cfg, corpora, warnings))

@@ -24,7 +24,6 @@ a killed build is taken over by the next one; the JSON in the file only says who
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import errno
 import fcntl
@@ -36,9 +35,13 @@ import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import path_in_repo
 from .io import clean_temp_files
+
+if TYPE_CHECKING:
+    from .settings_root import Settings
 
 WORK_LOCK = ".build.lock"
 log = logging.getLogger(__name__)
@@ -52,32 +55,32 @@ class ReleaseFolderError(RuntimeError):
     """The release folder cannot be published to (a mount point, a foreign symbolic link, an unwritable parent)."""
 
 
-def release_dir(cfg: dict) -> Path:
-    return path_in_repo(cfg["build"]["release_dir"])
+def release_dir(cfg: Settings) -> Path:
+    return path_in_repo(cfg.build.release_dir)
 
 
-def work_dir(cfg: dict) -> Path:
-    return path_in_repo(cfg["build"]["work_dir"])
+def work_dir(cfg: Settings) -> Path:
+    return path_in_repo(cfg.build.work_dir)
 
 
 def _beside(release: Path, what: str) -> Path:
     return release.parent / f".{release.name}.{what}"
 
 
-def staging_dir(cfg: dict) -> Path:
+def staging_dir(cfg: Settings) -> Path:
     return _beside(release_dir(cfg), "staging")
 
 
-def previous_dir(cfg: dict) -> Path:
+def previous_dir(cfg: Settings) -> Path:
     """Where the swap of a release published before versions existed could leave the last good release."""
     return _beside(release_dir(cfg), "previous")
 
 
-def versions_dir(cfg: dict) -> Path:
+def versions_dir(cfg: Settings) -> Path:
     return _beside(release_dir(cfg), "versions")
 
 
-def current_version(cfg: dict) -> str | None:
+def current_version(cfg: Settings) -> str | None:
     """The version folder the release link points at (its name), or None (no release, or not a link of ours)."""
     rel = release_dir(cfg)
     try:
@@ -87,7 +90,7 @@ def current_version(cfg: dict) -> str | None:
     return target.name if target.parent.as_posix() == f"{versions_dir(cfg).name}" else None
 
 
-def check_release_folder(cfg: dict) -> None:
+def check_release_folder(cfg: Settings) -> None:
     """ReleaseFolderError, before anything is built, when the release folder cannot be published to."""
     rel = release_dir(cfg)
     parent = rel.parent
@@ -108,16 +111,13 @@ def check_release_folder(cfg: dict) -> None:
                                  "published by a rename beside it")
 
 
-def lock_files(cfg: dict) -> list[Path]:
+def lock_files(cfg: Settings) -> list[Path]:
     return [work_dir(cfg) / WORK_LOCK, _beside(release_dir(cfg), "lock")]
 
 
-def staging_config(cfg: dict) -> dict:
+def staging_config(cfg: Settings) -> Settings:
     """The config whose release folder is the staging folder: what the release step and its checks run on."""
-    out = dict(cfg)
-    out["build"] = copy.deepcopy(cfg["build"])
-    out["build"]["release_dir"] = str(staging_dir(cfg))
-    return out
+    return cfg.with_values({"build.release_dir": str(staging_dir(cfg))})
 
 
 # ------------------------------------------------------------------------------------------------- the lock
@@ -136,7 +136,7 @@ def _describe(info: dict) -> str:
 
 
 @contextmanager
-def build_lock(cfg: dict, token: str, clean: bool = True):
+def build_lock(cfg: Settings, token: str, clean: bool = True):
     """Hold the work folder's and the release folder's locks for one build. When the locks already name `token`,
     the launching process holds them (a CLI build whose run executes in this or a child process): nothing to do.
     Otherwise take them (non-blocking) or raise LockError naming the holder; then clean the leftovers of killed
@@ -174,7 +174,7 @@ def build_lock(cfg: dict, token: str, clean: bool = True):
                 os.close(fd)
 
 
-def clean_leftovers(cfg: dict) -> list[str]:
+def clean_leftovers(cfg: Settings) -> list[str]:
     """What killed builds left, removed under the lock: temp files of atomic writes in the work and release folders,
     an unpublished staging folder, a temporary link, version folders the release no longer needs, and a previous
     release a crash left mid-swap under the old two-rename scheme (put back when the release is missing). Returns a
@@ -214,7 +214,7 @@ def _remove(path: Path, what: str) -> list[str]:
     return [what]
 
 
-def _prune_versions(cfg: dict) -> list[str]:
+def _prune_versions(cfg: Settings) -> list[str]:
     """Drop the version folders but the current one and the one published before it."""
     vdir = versions_dir(cfg)
     if not vdir.is_dir():
@@ -240,7 +240,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def clear_staging(cfg: dict) -> Path:
+def clear_staging(cfg: Settings) -> Path:
     stage = staging_dir(cfg)
     shutil.rmtree(stage, ignore_errors=True)
     return stage
@@ -262,7 +262,7 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def publish(cfg: dict) -> Path:
+def publish(cfg: Settings) -> Path:
     """Make the staging folder the release in one step: staging -> .versions/<n> (a rename), then a new link
     `release -> .versions/<n>` renamed over the old link (atomic: readers see the old release or the new one). A
     release folder from before versions (a real folder) is exchanged for the link in one step where the system can

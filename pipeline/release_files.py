@@ -8,6 +8,8 @@ release file-name table, and the checksum file over what is on disk.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import hashlib
 import os
 import re
@@ -17,29 +19,28 @@ import numpy as np
 
 from pipeline import io
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 # Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers
 # (docs/release-format.md, "Determinism").
 FORBIDDEN_KEYS = frozenset({"created_at", "updated_at", "generated_at", "build_time", "timestamp", "datetime",
                             "hostname", "username", "cwd"})
 
 
-def release_cfg(cfg: dict) -> dict:
-    return cfg["release"]
-
-
-def source_order(cfg: dict) -> list[str]:
+def source_order(cfg: Settings) -> list[str]:
     """Source slugs in their configured order (build.sources, else the order of configs/sources.yaml)."""
-    return list(cfg.get("build", {}).get("sources") or cfg["sources"])
+    return list(cfg.build.sources or cfg.sources)
 
 
-def source_names(cfg: dict) -> dict[str, str]:
+def source_names(cfg: Settings) -> dict[str, str]:
     """slug -> public display name (configs/sources.yaml `name`), in configured order."""
-    return {slug: cfg["sources"][slug]["name"] for slug in source_order(cfg)}
+    return {slug: cfg.sources[slug].name for slug in source_order(cfg)}
 
 
-def schema_source_names(cfg: dict) -> dict[str, str]:
+def schema_source_names(cfg: Settings) -> dict[str, str]:
     """Every known source in configs/sources.yaml order: a build of a subset documents the same schema as a full one."""
-    return {slug: src["name"] for slug, src in cfg["sources"].items()}
+    return {slug: src.name for slug, src in cfg.sources.items()}
 
 
 def task_number(task_id: str) -> int:
@@ -48,24 +49,8 @@ def task_number(task_id: str) -> int:
     return int(task_id[1:])
 
 
-def task_names(cfg: dict) -> dict[str, str]:
-    """Public task names: configs/tasks/T*.yaml `task_name` when a task file has one, else release.yaml `task_names`.
-    Where both exist they must agree (two places that differ are an error, not a choice)."""
-    fallback = dict(release_cfg(cfg).get("task_names") or {})
-    names = dict(fallback)
-    for task, tcfg in (cfg.get("tasks") or {}).items():
-        name = (tcfg or {}).get("task_name")
-        if name is None:
-            continue
-        if task in fallback and fallback[task] != name:
-            raise ValueError(f"task name of {task} differs: configs/tasks/{task}.yaml {name!r} vs "
-                             f"configs/release.yaml {fallback[task]!r}; keep one")
-        names[task] = name
-    return dict(sorted(names.items(), key=lambda kv: task_number(kv[0])))
-
-
-def file_names(cfg: dict) -> dict[str, str]:
-    files = dict(release_cfg(cfg)["files"])
+def file_names(cfg: Settings) -> dict[str, str]:
+    files = cfg.release.files.model_dump()  # artefact key -> file name (the keys as configs/release.yaml spells them)
     for key, rel in files.items():
         p = Path(rel)
         if p.is_absolute() or ".." in p.parts or "\\" in rel:
@@ -83,7 +68,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def release_files_on_disk(out_dir: Path, cfg: dict) -> list[str]:
+def release_files_on_disk(out_dir: Path, cfg: Settings) -> list[str]:
     """Every regular file of the release (posix, relative, sorted), except the checksum file itself and dot files
     (temporary files of an atomic write)."""
     out_dir = Path(out_dir)
@@ -100,7 +85,7 @@ def release_files_on_disk(out_dir: Path, cfg: dict) -> list[str]:
     return sorted(rels)
 
 
-def write_checksums(out_dir: Path, cfg: dict) -> dict[str, str]:
+def write_checksums(out_dir: Path, cfg: Settings) -> dict[str, str]:
     """(Re)write checksums.sha256 over every file now in the release (`sha256sum -c` format, sorted by path). A later
     stage that adds files to the release (exports) calls this again when it is done."""
     out_dir = Path(out_dir)
@@ -109,7 +94,7 @@ def write_checksums(out_dir: Path, cfg: dict) -> dict[str, str]:
     return sums
 
 
-def release_damage(out_dir: Path, cfg: dict) -> list[str]:
+def release_damage(out_dir: Path, cfg: Settings) -> list[str]:
     """How a written release differs from its checksums.sha256, one line per file (a file listed but missing or with
     other bytes, a file not listed, an unreadable list); [] when every byte is what was published."""
     out_dir = Path(out_dir)
@@ -145,7 +130,7 @@ def level_file_name(rel: str, level: str | None) -> str:
     return (p.parent / f"{stem}{p.suffix}").as_posix()
 
 
-def level_file_names(cfg: dict, level: str) -> dict[str, str]:
+def level_file_names(cfg: Settings, level: str) -> dict[str, str]:
     """File names of one out-of-distribution eval level (L2, L3, ...): the eval files' names with `_<level>` before
     the extension (splits/processbench_eval_L2.parquet, metadata/eval_L2_manifest.json, ...)."""
     files = file_names(cfg)
@@ -154,7 +139,7 @@ def level_file_names(cfg: dict, level: str) -> dict[str, str]:
              ("split_groups", "split_groups_eval"))}
 
 
-def eval_level_files(release_dir: Path, cfg: dict) -> dict[str, str]:
+def eval_level_files(release_dir: Path, cfg: Settings) -> dict[str, str]:
     """{level: release-relative eval parquet} of a written release: the main eval file (L1, or "all" without levels)
     and every other level's own file, as metadata/split_summary.json `eval_levels` names them."""
     import json

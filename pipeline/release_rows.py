@@ -20,14 +20,19 @@ would have refused first.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import re
 
 import polars as pl
 
 from pipeline import io
-from pipeline.release_files import release_cfg, source_names, task_names, task_number
+from pipeline.release_files import source_names, task_number
 from pipeline.schema import CHOICE_COLUMNS, CHOICE_LETTERS, COLUMN_NAMES, MAX_CHOICES, polars_schema, reference_columns
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 SPLITS = ("eval", "sft")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -169,7 +174,7 @@ def _columns(split: str, rc: dict, names: dict, tnames: dict) -> list[pl.Expr]:
     refs = reference_columns(col("source"), col("_unit_task"), col("_unit_type"), col("unit_id"), col("camera"),
                              col("frame_indices"), col("answer"))
     exprs = {
-        "item_id": pl.concat_str([pl.lit(f"{rc['item_id_prefix']}_{split}_"),
+        "item_id": pl.concat_str([pl.lit(f"{rc.item_id_prefix}_{split}_"),
                                   pl.int_range(1, pl.len() + 1).cast(pl.String).str.zfill(6)]),
         "split": col("split"),
         "source": col("source").replace_strict(names, return_dtype=pl.String),
@@ -189,10 +194,10 @@ def _columns(split: str, rc: dict, names: dict, tnames: dict) -> list[pl.Expr]:
         **{c: refs[c] for c in ("visual_ref", "source_episode_ref", "reconstruction_key_json")},
         "task_meta_in_source": col("_meta_in_source"),
         "task_meta_public": pl.lit(False),
-        "split_version": pl.lit(rc["split_version"]),
+        "split_version": pl.lit(rc.split_version),
         "split_group_id": col("split_group_id"),
-        "builder_version": pl.lit(rc["builder_version"]),
-        "prompt_version": pl.lit(rc["prompt_version"]),
+        "builder_version": pl.lit(rc.builder_version),
+        "prompt_version": pl.lit(rc.prompt_version),
         "sft_target": refs["sft_target"],
         **{c: col(c) for c in ("licence", "render_spec_json", "image_hashes_json", "eval_level")},
     }
@@ -201,13 +206,13 @@ def _columns(split: str, rc: dict, names: dict, tnames: dict) -> list[pl.Expr]:
     return [e.alias(c) for c, e in exprs.items()]
 
 
-def release_tables(items: pl.DataFrame, units: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
+def release_tables(items: pl.DataFrame, units: pl.DataFrame, cfg: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(eval, sft) release tables in the schema of pipeline/schema.py, rows sorted and numbered (see module doc).
     Raises ValueError on any contract violation (unknown unit, bad answer, missing column, ...): nothing is dropped."""
     _check_columns(items, REQUIRED_ITEM_COLUMNS, "items")
     _check_columns(units, REQUIRED_UNIT_COLUMNS, "units")
-    rc = release_cfg(cfg)
-    names, tnames = source_names(cfg), task_names(cfg)
+    rc = cfg.release
+    names, tnames = source_names(cfg), cfg.task_names()
     rows = _joined(items, units, names)
     # A group id names one isolation group: it never spans splits.
     both = rows.group_by("split_group_id").agg(pl.col("split").n_unique().alias("n")).filter(pl.col("n") > 1)

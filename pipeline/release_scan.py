@@ -6,6 +6,8 @@ pool, each file read in pieces so that a worker never holds a whole file's text.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 import polars as pl
@@ -13,6 +15,9 @@ import polars as pl
 from pipeline import writers
 from pipeline.leaks import find_path_leaks
 from pipeline.pool import run_tasks
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 SCAN_ROWS = 4096  # parquet rows, ...
 SCAN_BYTES = 8 << 20  # ... or bytes of a text file, scanned at a time: a worker never holds a whole file's text
@@ -57,7 +62,7 @@ def _file_leaks(task: tuple[str, str]) -> tuple[str, list[str]]:
     return rel, [f"{rel}: {leak}" for leak in found]
 
 
-def release_leaks(release_dir: Path, cfg: dict, workers: int | None = 0, skip=frozenset()) -> list[str]:
+def release_leaks(release_dir: Path, cfg: Settings, workers: int | None = 0, skip=frozenset()) -> list[str]:
     """Absolute paths, this machine's folders and user / host names in any release file, in file order. The files
     are scanned side by side (`workers`: pool size, 0 = cores): the scan reads every byte of the release (but the
     files in `skip`: too large to read, which the validator reports by themselves)."""

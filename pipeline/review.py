@@ -17,6 +17,8 @@ items, each showing exactly the images and the prompt a model gets, for a person
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import html
 import json
 import shutil
@@ -27,13 +29,16 @@ from .prompts import format_prompt
 from .schema import CHOICE_LETTERS
 from .seeding import py_rng
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 VERDICTS_FORMAT = "processbench-review-verdicts"
 VERDICTS_VERSION = 1
 PAGE_COLUMNS = ("item_id", "source_slug", "task_id", "eval_level", "question", "num_choices",
                 *[f"choice_{c}" for c in CHOICE_LETTERS])
 
 
-def eval_rows(release: Path, cfg: dict) -> list[dict]:
+def eval_rows(release: Path, cfg: Settings) -> list[dict]:
     """Every eval row of the release (the L1 file and each level's file), in file order."""
     import polars as pl
 
@@ -85,13 +90,13 @@ def _page(cell: tuple[str, str], items: list[dict], release_id: str) -> str:
     return _TEMPLATE.replace("__TITLE__", title).replace("__DATA__", blob)
 
 
-def build_review(release: Path, images: Path, out: Path, cfg: dict, per_cell: int = 100,
+def build_review(release: Path, images: Path, out: Path, cfg: Settings, per_cell: int = 100,
                  seed: int | None = None) -> dict:
     """Write out/index.html, one page per (source, family) and out/images/; returns a summary."""
     release, images, out = Path(release), Path(images), Path(out)
-    seed = int(cfg["build"]["release_seed"] if seed is None else seed)
+    seed = int(cfg.build.release_seed if seed is None else seed)
     rows = eval_rows(release, cfg)
-    release_id = str(cfg["release"]["release_version"])
+    release_id = str(cfg.release.release_version)
     (out / "images").mkdir(parents=True, exist_ok=True)
     pages, missing = [], []
     for cell, rs in sample_cells(rows, per_cell, seed).items():
@@ -126,9 +131,9 @@ def build_review(release: Path, images: Path, out: Path, cfg: dict, per_cell: in
 
 
 def command(args) -> int:
-    from .config import load_config
+    from .config import load_settings
 
-    summary = build_review(Path(args.release), Path(args.images), Path(args.out), load_config(),
+    summary = build_review(Path(args.release), Path(args.images), Path(args.out), load_settings(),
                            per_cell=int(args.per_cell), seed=args.seed)
     for p in summary["pages"]:
         print(f"{Path(args.out) / p['page']}: {p['items']} items")

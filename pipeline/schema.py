@@ -18,6 +18,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.io import compact_json, compact_json_column
+from pipeline.settings import ReleaseFile
 from upstream_adapters import ADAPTERS
 
 CHOICE_LETTERS = "ABCDEF"
@@ -142,17 +143,17 @@ def reference_columns(slug: pl.Expr, task_id: pl.Expr, unit_type: pl.Expr, unit_
 # ---------------------------------------------------------------- schema.md
 
 
-def schema_markdown(release_cfg: dict, source_names: dict[str, str]) -> str:
+def schema_markdown(release: ReleaseFile, source_names: dict[str, str]) -> str:
     """metadata/schema.md, generated from COLUMNS and the release config (no hand-written copy exists)."""
-    files = release_cfg["files"]
+    files = release.files
     lines = [
         "# Release row schema",
         "",
-        f"Builder `{release_cfg['builder_version']}`, split `{release_cfg['split_version']}`, "
-        f"prompt `{release_cfg['prompt_version']}`, release `{release_cfg['release_version']}`.",
+        f"Builder `{release.builder_version}`, split `{release.split_version}`, "
+        f"prompt `{release.prompt_version}`, release `{release.release_version}`.",
         "",
-        f"`{files['eval_parquet']}` / `{files['eval_jsonl']}` (split `eval`) and "
-        f"`{files['sft_parquet']}` / `{files['sft_jsonl']}` (split `sft`) hold the same columns, in this order. "
+        f"`{files.eval_parquet}` / `{files.eval_jsonl}` (split `eval`) and "
+        f"`{files.sft_parquet}` / `{files.sft_jsonl}` (split `sft`) hold the same columns, in this order. "
         "Each parquet file and its jsonl mirror hold identical rows in identical order (sorted by `item_id`); "
         "jsonl has one compact JSON object per row with the keys in column order and nulls kept.",
         "",

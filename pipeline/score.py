@@ -16,6 +16,8 @@ gives the same value, the interval is not estimable: null with the reason, never
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import json
 import logging
@@ -28,10 +30,14 @@ import numpy as np
 import polars as pl
 
 from pipeline import io, writers
-from pipeline.exports.common import export_cfg, read_tables
+from pipeline.exports.common import read_tables
 from pipeline.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.score_bias import bias_free
 from pipeline.validity.baselines import options, pick
+
+if TYPE_CHECKING:
+    from pipeline.settings import ExportsScore
+    from pipeline.settings_root import Settings
 
 log = logging.getLogger(__name__)
 TAG = re.compile(r"<ANSWER>\s*([A-Za-z])\s*</ANSWER>", re.IGNORECASE)
@@ -103,7 +109,7 @@ def read_predictions(path: Path, field: str = "response") -> dict[str, object]:
     return preds
 
 
-def read_release(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame]:
+def read_release(release_dir: Path, cfg: Settings) -> dict[str, pl.DataFrame]:
     """{"eval": every eval level's rows (release_files.eval_level_files), "sft": the SFT rows}."""
     return read_tables(Path(release_dir), cfg, levels=True)
 
@@ -173,7 +179,7 @@ def _matrix(df: pl.DataFrame, cats: list) -> tuple[np.ndarray, np.ndarray, list[
     return correct, count, groups
 
 
-def _ci(df: pl.DataFrame, cats: list | None, sc: dict) -> tuple[list[float] | None, str | None]:
+def _ci(df: pl.DataFrame, cats: list | None, sc: ExportsScore) -> tuple[list[float] | None, str | None]:
     """Percentile bootstrap over split groups of the mean over categories of their accuracy (cats None: one
     category, the micro accuracy). Returns (interval, None) or (None, why it is not estimable)."""
     correct, count, _ = _matrix(df, cats if cats is not None else [0] * df.height)
@@ -202,7 +208,7 @@ def _with_ci(out: dict, name: str, ci: tuple) -> None:
         out[f"{name}_note"] = ci[1]
 
 
-def _block(df: pl.DataFrame, sc: dict, macro: tuple[str, ...] = ()) -> dict:
+def _block(df: pl.DataFrame, sc: ExportsScore, macro: tuple[str, ...] = ()) -> dict:
     base = {b: round(float(df[b].mean()), 4) for b in BASELINES}
     base["image_free_best"] = max(base.values())
     out = {"accuracy": round(float(df["correct"].mean()), 4), "balanced_accuracy": balanced_accuracy(df),
@@ -220,8 +226,8 @@ def _block(df: pl.DataFrame, sc: dict, macro: tuple[str, ...] = ()) -> dict:
     return out
 
 
-def metrics(items: pl.DataFrame, cfg: dict) -> dict:
-    sc = export_cfg(cfg)["score"]
+def metrics(items: pl.DataFrame, cfg: Settings) -> dict:
+    sc = cfg.exports.score
     out = {"overall": _block(items, sc, ("task_id", "source"))}
     for key, col in (("by_task", "task_id"), ("by_source", "source"), ("by_level", "level")):
         vals = sorted(items[col].unique().to_list(), key=writers.task_number if col == "task_id" else str)
@@ -312,7 +318,7 @@ OUTPUTS = ("metrics.json", "metrics.md", "per_item.jsonl", "accuracy_by_task.png
 STEP_OUTPUTS = ("per_step.jsonl",)  # with step predictions (the T13 step track, pipeline/steps/score.py)
 
 
-def _score_mcq(tables: dict, predictions: Path, cfg: dict, levels: list[str] | None) -> tuple[dict, pl.DataFrame]:
+def _score_mcq(tables: dict, predictions: Path, cfg: Settings, levels: list[str] | None) -> tuple[dict, pl.DataFrame]:
     ev = tables["eval"]
     preds = read_predictions(predictions)
     all_ids = set(ev["item_id"].to_list())
@@ -326,7 +332,7 @@ def _score_mcq(tables: dict, predictions: Path, cfg: dict, levels: list[str] | N
         log.warning("%d eval items have no prediction (scored wrong and invalid), e.g. %s", len(missing), missing[:3])
     if extra:
         log.warning("%d predictions name no eval item (ignored), e.g. %s", len(extra), extra[:3])
-    items = item_table(ev, tables["sft"], preds, bool(export_cfg(cfg)["score"].get("bare_letter_fallback", True)))
+    items = item_table(ev, tables["sft"], preds, bool(cfg.exports.score.bare_letter_fallback))
     m = metrics(items, cfg)
     m["bias_free"] = bias_free(ev, items, cfg)  # T5/T7/T8/T9 scores no answer habit can reach (pipeline/score_bias.py)
     m["predictions"] = {"file": Path(predictions).name, "levels": sorted(set(items["level"].to_list())),
@@ -344,7 +350,7 @@ def _check_levels(tables: list[pl.DataFrame], levels: list[str] | None) -> None:
         raise ValueError(f"--levels {','.join(unknown)}: the release has levels {', '.join(known_levels)}")
 
 
-def score(release_dir: Path, predictions: Path | None, out_dir: Path, cfg: dict, levels: list[str] | None = None,
+def score(release_dir: Path, predictions: Path | None, out_dir: Path, cfg: Settings, levels: list[str] | None = None,
           step_predictions: Path | None = None) -> dict:
     """Score `predictions` (multiple choice) and / or `step_predictions` (the T13 step track; its metrics under
     `steps`) against every eval level of the release (or only `levels`); writes OUTPUTS (the MCQ ones with
@@ -368,7 +374,7 @@ def score(release_dir: Path, predictions: Path | None, out_dir: Path, cfg: dict,
     md = markdown(m) if m else ""
     if step_tables is not None:
         m["steps"], per_step = step_score.score_steps(step_tables, read_predictions(step_predictions, "prediction"),
-                                                      Path(step_predictions).name, export_cfg(cfg)["score"], levels)
+                                                      Path(step_predictions).name, cfg.exports.score, levels)
         md = (md + "\n" if md else "") + step_score.markdown(m["steps"])
         written = (written or list(OUTPUTS[:2])) + list(STEP_OUTPUTS)
     out_dir = Path(out_dir)
@@ -405,7 +411,7 @@ def _print_summary(m: dict) -> None:
     print(f"written: {', '.join(m['outputs'])}")
 
 
-def main(argv: list[str] | None = None, cfg: dict | None = None) -> int:
+def main(argv: list[str] | None = None, cfg: Settings | None = None) -> int:
     p = argparse.ArgumentParser(prog="processbench score", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--release", required=True)
@@ -418,8 +424,8 @@ def main(argv: list[str] | None = None, cfg: dict | None = None) -> int:
     if args.predictions is None and args.step_predictions is None:
         p.error("give --predictions, --step-predictions or both")
     if cfg is None:
-        from pipeline.config import load_config
-        cfg = load_config()
+        from pipeline.config import load_settings
+        cfg = load_settings()
     levels = [x.strip() for x in args.levels.split(",") if x.strip()] if args.levels else None
     try:
         m = score(Path(args.release), Path(args.predictions) if args.predictions else None, Path(args.out), cfg,

@@ -23,6 +23,8 @@ bootstrap_samples, seed, ci), like the accuracy intervals.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from collections import defaultdict
 from typing import Callable
@@ -31,6 +33,9 @@ import numpy as np
 import polars as pl
 
 from pipeline.schema import CHOICE_LETTERS
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 STAGES = ("early", "middle", "late")
 
@@ -47,12 +52,12 @@ def _boot(groups: list[str], sums: np.ndarray, stat: Callable[[np.ndarray], floa
     out = {"value": None if value is None else round(float(value), 4), "groups": len(groups), "ci95": None}
     if value is None or len(groups) < 2:
         return out
-    rng = np.random.default_rng(int(sc["seed"]))
-    idx = rng.integers(0, len(groups), size=(int(sc["bootstrap_samples"]), len(groups)))
+    rng = np.random.default_rng(int(sc.seed))
+    idx = rng.integers(0, len(groups), size=(int(sc.bootstrap_samples), len(groups)))
     vals = [stat(s) for s in sums[idx].sum(axis=1)]
     vals = np.array([v for v in vals if v is not None], dtype=float)
     if vals.size:
-        a = (1 - float(sc["ci"])) / 2
+        a = (1 - float(sc.ci)) / 2
         out["ci95"] = [round(float(np.quantile(vals, a)), 4), round(float(np.quantile(vals, 1 - a)), 4)]
     return out
 
@@ -161,22 +166,22 @@ def _t7(rows: list[dict], sc: dict, success_texts: set[str]) -> dict:
             "success_rate_when_failure": _boot(g, s, _ratio(2, 3), sc)}
 
 
-def _label_texts(cfg: dict, task: str) -> list[dict]:
+def _label_texts(cfg: Settings, task: str) -> list[dict]:
     """The family's label texts per source in every variant of its template (a release may use either)."""
-    from pipeline.config import per_source, read_task
+    from pipeline.config import read_task
+    from pipeline.settings import TaskFile
 
     out = []
-    for t in (cfg["tasks"].get(task), read_task(task, variant="public")):
-        if t and t.get("labels"):
-            out.append({s: per_source(t["labels"], s) or {} for s in t["sources"]})
+    for t in (cfg.tasks.get(task), TaskFile.model_validate(read_task(task, variant="public"))):
+        if t and t.labels:
+            out.append({s: t.for_source(s).labels or {} for s in t.sources})
     return out
 
 
-def bias_free(eval_df: pl.DataFrame, items: pl.DataFrame, cfg: dict) -> dict:
+def bias_free(eval_df: pl.DataFrame, items: pl.DataFrame, cfg: Settings) -> dict:
     """The bias-free scores of T5, T7, T8, T9 (the families present in eval), per source and overall."""
-    from pipeline.exports.common import export_cfg
 
-    sc = export_cfg(cfg)["score"]
+    sc = cfg.exports.score
     pred = dict(zip(items["item_id"].to_list(), items["prediction"].to_list()))
     fams = {"T5", "T7", "T8", "T9"} & set(eval_df["task_id"].unique().to_list())
     rows_by: dict[str, list[dict]] = defaultdict(list)

@@ -8,11 +8,10 @@
     ReleaseFile   configs/release.yaml    (section `release`)
     TaskFile      configs/tasks/T<n>.yaml (one per task family)
 
-`pipeline.config.load_config()` validates each file with its model and hands the code the dumped dict (defaults
-filled), so code reads `cfg["labels"]["speed"]["gm100"]["span"]`. To add a key: add a field (with its type and
-default) to the model of its file below; a key nobody declared fails at load with the file, the key path and the
-keys that are allowed. Per-source maps are keyed by the slugs of the adapter registry (`upstream_adapters.ADAPTERS`)
-and, in task templates, `default`; a slug outside the registry is an error.
+`pipeline.config.load_settings()` validates each file with its model into one frozen `Settings` (settings_root.py):
+code reads `cfg.labels.speed.for_source("gm100").span`. To add a key: add a field (type and default) to the model
+of its file below; an undeclared key fails at load naming the file, the key path and the allowed keys. Per-source
+maps are keyed by the adapter registry's slugs (and `default` in templates); a model lists them in `by_source`.
 """
 
 from __future__ import annotations
@@ -103,6 +102,9 @@ class AdapterOptions(Strict):
     model_config = ConfigDict(extra="allow")
     omit_unset: ClassVar[frozenset[str]] = frozenset({"archive_limits"})
     archive_limits: Optional[ArchiveLimits] = None
+
+    def options(self) -> dict:  # the keyword options as the adapter's constructor takes them
+        return self.model_dump()
 
 
 class SourceEntry(Strict):
@@ -340,6 +342,8 @@ class Candidates(Strict):
     boundary_margin: Optional[OneOrPerSource(int)] = None
     cap_per_label: Optional[OneOrPerSource(int)] = None
     cap_per_unit: Optional[OneOrPerSource(int)] = None
+    by_source: ClassVar[frozenset[str]] = frozenset({"pool_factor", "stride", "boundary_margin", "cap_per_label",
+                                                     "cap_per_unit"})
 
 
 class Distractors(Strict):
@@ -403,6 +407,9 @@ class TaskFile(Strict):
     # T8/T9: every two frames of an item differ by at least this grey-thumbnail MAD (the frames stage's gate drops
     # the item otherwise: frames that look alike cannot be put in order); null = no minimum
     min_pixel_distance: Optional[OneOrPerSource(Optional[float])] = None
+    by_source: ClassVar[frozenset[str]] = frozenset({
+        "legacy_alias", "question", "labels", "frames", "min_gap", "balance_labels", "equal_per_unit", "window_in_run",
+        "eligible_arm_types", "per_arm", "step_name", "min_pixel_distance"})
 
 
 # ----------------------------------------------------------------------------------------- validity.yaml
@@ -433,6 +440,7 @@ class ValidityTemporal(Strict):
     families: list[TaskId] = ["T8", "T9"]
     min_median_gap_s: PerSource(float) = {"default": 0.0}
     min_median_visual_diff: float = Field(0.0, ge=0)
+    by_source: ClassVar[frozenset[str]] = frozenset({"min_median_gap_s"})
 
 
 class ValidityRowCountNull(Strict):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
@@ -54,6 +54,7 @@ class StepTaskFile(Strict):
     prompt_version: str
     prompt: StepPrompt
     variant: str = "default"
+    by_source: ClassVar[frozenset[str]] = frozenset({"goal", "step_kinds"})
 
     @model_validator(mode="after")
     def _covered(self):

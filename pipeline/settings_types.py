@@ -13,8 +13,27 @@ class Strict(BaseModel):
     """Base of every settings model: unknown keys are errors. Fields named in `omit_unset` are left out of the dump
     when the file does not set them (for sections whose code distinguishes "absent" from any value)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
     omit_unset: ClassVar[frozenset[str]] = frozenset()
+    by_source: ClassVar[frozenset[str]] = frozenset()  # fields typed PerSource / OneOrPerSource
+
+    def for_source(self, slug: str):
+        """This model with every per-source field (`by_source`, also in nested models) resolved for `slug`: the
+        slug's entry, else the map's `default` entry, else None; a plain value is the value itself."""
+        vals = {}
+        for name in type(self).model_fields:
+            v = getattr(self, name)
+            if name in self.by_source:
+                v = v.get(slug, v.get("default")) if isinstance(v, dict) else v
+            elif isinstance(v, Strict) and v._resolves_per_source():
+                v = v.for_source(slug)
+            vals[name] = v
+        return type(self).model_construct(_fields_set=set(self.model_fields_set), **vals)
+
+    @classmethod
+    def _resolves_per_source(cls) -> bool:
+        return bool(cls.by_source) or any(isinstance(f.annotation, type) and issubclass(f.annotation, Strict)
+                                          and f.annotation._resolves_per_source() for f in cls.model_fields.values())
 
     @model_serializer(mode="wrap")
     def _dump(self, handler):
@@ -52,6 +71,10 @@ class BySource(Strict):
     (`motion: {window: [...], gm100: {...}}`). Subclasses type `entries`; the dump puts them back at the top level."""
 
     entries: dict[Slug, Any] = {}
+
+    def for_source(self, slug: str):
+        """The source's entry (its rule), or None when the section has none."""
+        return self.entries.get(slug)
 
     @model_validator(mode="before")
     @classmethod

@@ -18,6 +18,8 @@ Work folder layout (configs/build.yaml `work_dir`):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import logging
 from pathlib import Path
@@ -31,7 +33,7 @@ from . import split as split_mod
 from . import work_tables
 from . import writers
 from .choices import assign_letters, deal_options, display_order
-from .config import path_in_repo, split_policy  # noqa: F401 - path_in_repo: tests resolve sample roots with it
+from .config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
 from .validity import REPORT_FILES, run_validity
 from .errors import ProjectError, SourceUnusable
@@ -54,11 +56,14 @@ from .release_scan import release_leaks
 from .steps.write import write_step_files
 from .validate import validate_release
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 log = logging.getLogger(__name__)
 
 
-def sources(cfg: dict) -> list[str]:
-    return list(cfg["build"]["sources"])
+def sources(cfg: Settings) -> list[str]:
+    return list(cfg.build.sources)
 
 
 # --------------------------------------------------------------------------------------------------- ingest
@@ -67,13 +72,13 @@ class MissingCorpus(FileNotFoundError, ProjectError):
     data to quarantine; the build stops before any stage runs on nothing."""
 
 
-def missing_corpus(cfg: dict, slug: str) -> str | None:
+def missing_corpus(cfg: Settings, slug: str) -> str | None:
     """What to tell the user when the source's root does not exist (None when it does)."""
-    root = Path(cfg["sources"][slug]["root"])
-    return None if root.exists() else source_help.missing_message(slug, root, cfg["build"]["scale"])
+    root = Path(cfg.sources[slug].root)
+    return None if root.exists() else source_help.missing_message(slug, root, cfg.build.scale)
 
 
-def stop_if_unusable(cfg: dict, slug: str, result) -> None:
+def stop_if_unusable(cfg: Settings, slug: str, result) -> None:
     """A source of which ingest kept no unit stops its chain here (SourceUnusable, one line saying what to do), instead
     of running its labels, candidates and items on nothing. Its IR (with the quarantine rows) is written first."""
     if result.units.height:
@@ -87,44 +92,44 @@ def stop_if_unusable(cfg: dict, slug: str, result) -> None:
         reason = f"none of its {units_lost(q)} unit(s) could be read (first: {q['unit_id'][0]}: {q['reason'][0]})"
     else:
         reason = "no unit found"
-    src = cfg["sources"][slug]
-    raise SourceUnusable(source_help.unusable_message(slug, src["root"], reason, src.get("adapter", {})))
+    src = cfg.sources[slug]
+    raise SourceUnusable(source_help.unusable_message(slug, src.root, reason, src.adapter.options()))
 
 
-def ingest_shards(cfg: dict, slug: str) -> int:
-    return int(cfg["sources"][slug]["ingest_shards"])
+def ingest_shards(cfg: Settings, slug: str) -> int:
+    return int(cfg.sources[slug].ingest_shards)
 
 
-def shard_dir(cfg: dict, slug: str, k: int) -> Path:
+def shard_dir(cfg: Settings, slug: str, k: int) -> Path:
     return work_dir(cfg) / "ir" / slug / "shards" / str(k)
 
 
-def run_ingest_shard(cfg: dict, slug: str, k: int) -> dict:
+def run_ingest_shard(cfg: Settings, slug: str, k: int) -> dict:
     """Shard k of a source's ingest (sources.<slug>.ingest_shards > 1): the units whose stable hash falls in it."""
     if problem := missing_corpus(cfg, slug):
         raise MissingCorpus(problem)
-    src = cfg["sources"][slug]
-    result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"],
+    src = cfg.sources[slug]
+    result = ingest_source(slug, src.root, src.adapter.options(), limits=cfg.build.ir_limits.model_dump(),
                            shard=(k, ingest_shards(cfg, slug)), state=shard_dir(cfg, slug, k))
     write_ir(result, shard_dir(cfg, slug, k))
     return {"units": result.units.height, "quarantined": units_lost(result.quarantine)}
 
 
-def run_ingest(cfg: dict, slug: str) -> dict:
+def run_ingest(cfg: Settings, slug: str) -> dict:
     """The source's IR: read through its adapter, or merged from its shards' IR when it is read in shards."""
     if problem := missing_corpus(cfg, slug):
         raise MissingCorpus(problem)
-    src = cfg["sources"][slug]
+    src = cfg.sources[slug]
     if ingest_shards(cfg, slug) > 1:
         result = merge_shards(slug, [read_ir(shard_dir(cfg, slug, k)) for k in range(ingest_shards(cfg, slug))])
     else:
-        result = ingest_source(slug, src["root"], src.get("adapter", {}), limits=cfg["build"]["ir_limits"],
+        result = ingest_source(slug, src.root, src.adapter.options(), limits=cfg.build.ir_limits.model_dump(),
                                state=work_dir(cfg) / "ir" / slug)
     write_ir(result, work_dir(cfg) / "ir" / slug)
     stop_if_unusable(cfg, slug, result)
     # the corpus's content fingerprint and origin (sample generator or user root), for the release's provenance
     write_json(work_dir(cfg) / "ir" / slug / "corpus.json",
-               provenance.corpus_record(slug, src["root"], src.get("adapter", {})))
+               provenance.corpus_record(slug, src.root, src.adapter.options()))
     log.info("%s", summary_text(slug, result))
     lost = units_lost(result.quarantine)
     return {"units": result.units.height, "quarantined": lost, "absent": result.absent.height,
@@ -133,12 +138,12 @@ def run_ingest(cfg: dict, slug: str) -> dict:
             "quarantine_share": lost / max(1, lost + result.units.height)}
 
 
-def load_ir(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
+def load_ir(cfg: Settings, slug: str) -> dict[str, pl.DataFrame]:
     return read_ir(work_dir(cfg) / "ir" / slug)
 
 
 # --------------------------------------------------------------------------------------------------- labels
-def run_labels(cfg: dict, slug: str) -> dict:
+def run_labels(cfg: Settings, slug: str) -> dict:
     # the IR read table by table when the rules ask for it: the labels step never holds every IR table at once
     tables, bad = compute_labels_isolated(slug, ParquetTables(work_dir(cfg) / "ir" / slug), cfg)
     out = work_dir(cfg) / "labels" / slug
@@ -150,12 +155,12 @@ def run_labels(cfg: dict, slug: str) -> dict:
     return {**{name: df.height for name, df in tables.items()}, "quarantined": len(bad)}
 
 
-def load_labels(cfg: dict, slug: str) -> dict[str, pl.DataFrame]:
+def load_labels(cfg: Settings, slug: str) -> dict[str, pl.DataFrame]:
     return {p.stem: pl.read_parquet(p) for p in sorted((work_dir(cfg) / "labels" / slug).glob("*.parquet"))}
 
 
 # --------------------------------------------------------------------------------------------------- candidates
-def family_keys(cfg: dict, slug: str, families: list[str]) -> dict[str, str]:
+def family_keys(cfg: Settings, slug: str, families: list[str]) -> dict[str, str]:
     """What one family's candidates of a source depend on: the code, the labels and build settings, the source's IR
     and label tables, and the family's own template. One key per family, so a template edit changes one key."""
     wd = work_dir(cfg)
@@ -163,10 +168,10 @@ def family_keys(cfg: dict, slug: str, families: list[str]) -> dict[str, str]:
               for d in (wd / "ir" / slug, wd / "labels" / slug) for p in sorted(d.glob("*.parquet"))}
     base = {"source": slug, "code": code_digest(("pipeline", "upstream_adapters")),
             "config": config_part(cfg, ("labels", "build")), "inputs": inputs}
-    return {t: digest({**base, "family": t, "template": cfg["tasks"][t]}) for t in families}
+    return {t: digest({**base, "family": t, "template": cfg.tasks[t].model_dump()}) for t in families}
 
 
-def run_candidates(cfg: dict, slug: str) -> dict:
+def run_candidates(cfg: Settings, slug: str) -> dict:
     """The candidate pool of one source. Each family's part is kept in candidates/<slug>/<task>.<key>.parquet (key:
     family_keys); a family whose key is unchanged is read back, the others are generated, so editing one template
     regenerates that family only. The pool is the parts merged (the same bytes either way)."""
@@ -207,7 +212,7 @@ def run_candidates(cfg: dict, slug: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- frames
-def selection_key(cfg: dict, slug: str, pool: pl.DataFrame, quotas: dict) -> str:
+def selection_key(cfg: Settings, slug: str, pool: pl.DataFrame, quotas: dict) -> str:
     """Everything the items step's selection, gate, frames and images depend on: the code, the candidate pool but for
     its question text, the quotas and selection settings (items.quotas), the build, frames and source settings, and
     the upstream corpus's content fingerprint. Equal keys give equal items but for the question column."""
@@ -217,7 +222,7 @@ def selection_key(cfg: dict, slug: str, pool: pl.DataFrame, quotas: dict) -> str
                    "config": config_part(cfg, ("build", "frames", f"sources.{slug}"))})
 
 
-def _items_files(cfg: dict, slug: str) -> dict[str, Path]:
+def _items_files(cfg: Settings, slug: str) -> dict[str, Path]:
     d = work_dir(cfg) / "items"
     return {"items": d / f"{slug}.parquet", "quarantine": d / f"{slug}_quarantine.parquet",
             "frames": d / f"{slug}_frames.parquet", "shortfall": d / f"{slug}_shortfall.json",
@@ -261,13 +266,13 @@ def _reuse_items(files: dict[str, Path], key: str, pool: pl.DataFrame, quotas: d
             "frame_cache_bad_entries": 0, "shortfall": short, "selection_reused": True}
 
 
-def run_frames(cfg: dict, slug: str, progress=None) -> dict:
+def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     """Select each family's quota, decode its frames, gate them, and ask for replacements until the quotas hold or the
     pool runs out; then fix the T8/T9 display order (pipeline/choices.py) and hash the images each item shows.
     Answer letters are the split's (run_split). When only question texts changed since the last run (same
     `selection_key`), the last items are kept with the new questions."""
-    seed = cfg["build"]["release_seed"]
-    gate_cfg = cfg["build"]["items"]
+    seed = cfg.build.release_seed
+    gate_cfg = cfg.build.items
     wd = work_dir(cfg)
     pool = pl.read_parquet(wd / "candidates" / f"{slug}.parquet")
     quotas = items_mod.quotas(cfg, slug)
@@ -282,11 +287,11 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
     survivors = None  # items that passed the gate so far, over all rounds
     quarantine_parts, frame_parts = [], []
     need = {t: q for t, q in quotas.items() if q}
-    for _ in range(int(gate_cfg["max_gate_rounds"])):
+    for _ in range(int(gate_cfg.max_gate_rounds)):
         if not need:
             break
-        batch = items_mod.select_candidates(pool, need, seed, exclude_keys=tried, extra=gate_cfg["gate_margin"],
-                                            cfg_tasks=cfg["tasks"], prior=survivors)
+        batch = items_mod.select_candidates(pool, need, seed, exclude_keys=tried, extra=gate_cfg.gate_margin,
+                                            cfg_tasks=cfg.tasks, prior=survivors)
         if not batch.height:
             break
         tried |= set(batch["candidate_key"].to_list())
@@ -300,14 +305,14 @@ def run_frames(cfg: dict, slug: str, progress=None) -> dict:
         need = {t: q - have.get(t, 0) for t, q in quotas.items() if q and q - have.get(t, 0) > 0}
     if survivors is not None:  # the survivors hold each quota plus a margin: select the quota again among them, so
         # the final set keeps the selection's spread, label balance and unit coverage (a plain cut by rank would not)
-        kept = items_mod.select_candidates(survivors, quotas, seed, cfg_tasks=cfg["tasks"]).drop("select_rank")
+        kept = items_mod.select_candidates(survivors, quotas, seed, cfg_tasks=cfg.tasks).drop("select_rank")
     else:
         kept = pool.clear()
     items = display_order(kept, seed)
     frame_table = pl.concat(frame_parts, how="vertical_relaxed") if frame_parts else None
     if frame_table is not None:
-        items = add_image_hashes(items, frame_table, cache, cfg["frames"]["image"], open_reader=readers,
-                                 workers=cfg["frames"]["workers"])
+        items = add_image_hashes(items, frame_table, cache, cfg.frames.image.model_dump(), open_reader=readers,
+                                 workers=cfg.frames.workers)
     frames = item_frames(items, frame_table if frame_table is not None else pl.DataFrame(schema=FRAME_TABLE_SCHEMA))
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
     short = items_mod.shortfall(items, quotas, source=slug)
@@ -327,14 +332,14 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(frames, how="diagonal_relaxed")
 
 
-def all_units(cfg: dict) -> pl.DataFrame:
+def all_units(cfg: Settings) -> pl.DataFrame:
     return _concat([pl.read_parquet(work_dir(cfg) / "ir" / s / "units.parquet") for s in sources(cfg)])
 
 
-def run_split(cfg: dict) -> dict:
+def run_split(cfg: Settings) -> dict:
     wd = work_dir(cfg)
     items = _concat([pl.read_parquet(wd / "items" / f"{s}.parquet") for s in sources(cfg)])
-    policy, seed = split_policy(cfg)
+    policy, seed = cfg.split.model_dump(), cfg.split_seed
     groups = split_mod.build_groups(items, all_units(cfg), policy)
     # the eval selection balances each family's answer labels (objective.balance_on: answer_text); only a policy
     # that balances letters needs letters before the split (they are dealt again per release file below)
@@ -344,7 +349,7 @@ def run_split(cfg: dict) -> dict:
     per_file = ("split", "eval_level") if "eval_level" in split_df.columns else ("split",)
     # options drawn uniformly from a source-wide pool are dealt again per release file, so that in each file every
     # label of an option set is the answer equally often; then the letters, balanced per file
-    uniform = {t for t, tpl in cfg["tasks"].items() if tpl["distractors"]["policy"] == "uniform"}
+    uniform = {t for t, tpl in cfg.tasks.items() if tpl.distractors.policy == "uniform"}
     split_df = deal_options(split_df, seed, uniform, within=per_file)
     split_df = assign_letters(split_df, seed, within=per_file).sort("source", "task_id", "candidate_key")
     for slug, s in summary["sources"].items():  # what the release finally holds, after the per-split letters
@@ -356,21 +361,21 @@ def run_split(cfg: dict) -> dict:
             "eval_groups": {s: v["eval_groups"] for s, v in sorted(summary["sources"].items())}}
 
 
-def _split_items(cfg: dict) -> pl.DataFrame:
+def _split_items(cfg: Settings) -> pl.DataFrame:
     return pl.read_parquet(work_dir(cfg) / "split" / "items.parquet")
 
 
-def _step_items(cfg: dict) -> tuple[pl.DataFrame, dict]:
+def _step_items(cfg: Settings) -> tuple[pl.DataFrame, dict]:
     folder = work_dir(cfg) / "steps"
     return pl.read_parquet(folder / "items.parquet"), json.loads((folder / "summary.json").read_text())
 
 
-def _split_summary(cfg: dict) -> dict:
+def _split_summary(cfg: Settings) -> dict:
     return json.loads((work_dir(cfg) / "split" / "summary.json").read_text())
 
 
 # --------------------------------------------------------------------------------------------------- release
-def run_release(cfg: dict) -> dict:
+def run_release(cfg: Settings) -> dict:
     eval_df, sft_df = writers.release_tables(_split_items(cfg), all_units(cfg), cfg)
     corpora = {s: json.loads((work_dir(cfg) / "ir" / s / "corpus.json").read_text(encoding="utf-8"))
                for s in sources(cfg)}
@@ -391,12 +396,12 @@ def run_release(cfg: dict) -> dict:
         "exports": {name: {"rows": r["rows"], "files": len(r["files"])} for name, r in exported.items()}}
 
 
-def _validity_part(cfg: dict) -> dict:
+def _validity_part(cfg: Settings) -> dict:
     return run_validity(cfg, checksums=False)
 
 
 # --------------------------------------------------------------------------------------------------- checks
-def quarantine_shares(cfg: dict, slug: str | None = None) -> dict[str, float]:
+def quarantine_shares(cfg: Settings, slug: str | None = None) -> dict[str, float]:
     """Share of each source's units (plus whole-source rows) that ingest quarantined, and the labels stage after it
     (once it has run); a row standing for several units (its `units` column) counts each of them."""
     out = {}
@@ -412,7 +417,7 @@ def quarantine_shares(cfg: dict, slug: str | None = None) -> dict[str, float]:
     return out
 
 
-def shortfall(cfg: dict, slug: str | None = None) -> list[dict]:
+def shortfall(cfg: Settings, slug: str | None = None) -> list[dict]:
     """Families below their quota, from the frames stage's reports (all sources when slug is None)."""
     out = []
     for s in ([slug] if slug else sources(cfg)):
@@ -422,34 +427,34 @@ def shortfall(cfg: dict, slug: str | None = None) -> list[dict]:
     return out
 
 
-def leaked_groups(cfg: dict) -> list[str]:
+def leaked_groups(cfg: Settings) -> list[str]:
     return split_mod.leaked_groups(_split_items(cfg))
 
 
-def eval_group_count_problems(cfg: dict) -> list[str]:
-    return split_mod.group_count_problems(_split_summary(cfg), split_policy(cfg)[0])
+def eval_group_count_problems(cfg: Settings) -> list[str]:
+    return split_mod.group_count_problems(_split_summary(cfg), cfg.split.model_dump())
 
 
-def split_isolation_problems(cfg: dict) -> list[str]:
+def split_isolation_problems(cfg: Settings) -> list[str]:
     """Isolation keys (composite ones too) and held-out OOD values that reach both sides, over the units' own fields
     (the split's groups table carries them)."""
     items = _split_items(cfg)
-    policy = split_policy(cfg)[0]
+    policy = cfg.split.model_dump()
     groups = pl.read_parquet(work_dir(cfg) / "split" / "groups.parquet")
     return split_mod.isolation_key_problems(items, groups, policy) + \
         split_mod.held_out_problems(items, groups, _split_summary(cfg))
 
 
-def eval_level_problems(cfg: dict) -> list[str]:
-    return split_mod.level_count_problems(_split_items(cfg), _split_summary(cfg), split_policy(cfg)[0])
+def eval_level_problems(cfg: Settings) -> list[str]:
+    return split_mod.level_count_problems(_split_items(cfg), _split_summary(cfg), cfg.split.model_dump())
 
 
-def eval_level_warnings(cfg: dict) -> list[str]:
+def eval_level_warnings(cfg: Settings) -> list[str]:
     """Eval levels the corpus cannot fill (a warning check; recorded in provenance.json and the card)."""
-    return split_mod.level_share_warnings(_split_summary(cfg), split_policy(cfg)[0])
+    return split_mod.level_share_warnings(_split_summary(cfg), cfg.split.model_dump())
 
 
-def validity_problems(cfg: dict) -> list[str]:
+def validity_problems(cfg: Settings) -> list[str]:
     """Families past the validity limits (configs/validity.yaml), as the release's validity report states them."""
     path = release_dir(cfg) / "metadata" / REPORT_FILES[0]
     if not path.is_file():
@@ -457,10 +462,10 @@ def validity_problems(cfg: dict) -> list[str]:
     return list(json.loads(path.read_text(encoding="utf-8"))["problems"])
 
 
-def release_problems(cfg: dict) -> list[str]:
+def release_problems(cfg: Settings) -> list[str]:
     """What `processbench validate` finds but the path scan, which is release_path_leaks' check."""
     return validate_release(release_dir(cfg), cfg, leaks=False)
 
 
-def release_path_leaks(cfg: dict) -> list[str]:
+def release_path_leaks(cfg: Settings) -> list[str]:
     return release_leaks(release_dir(cfg), cfg)

@@ -10,6 +10,8 @@ manifests, split_summary.json, task_distribution.csv, the group lists and checks
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import csv
 import json
 import re
@@ -40,6 +42,10 @@ from pipeline.schema import (
     source_episode_ref,
     visual_ref,
 )
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+    from pipeline.settings import ReleaseFile
 
 # ---------------------------------------------------------------- helpers
 
@@ -82,7 +88,7 @@ def _read_json(path: Path, report: _Report):
 # ---------------------------------------------------------------- checks
 
 
-def _check_checksums(root: Path, cfg: dict, report: _Report) -> None:
+def _check_checksums(root: Path, cfg: Settings, report: _Report) -> None:
     rel = writers.file_names(cfg)["checksums"]
     path = root / rel
     if not path.is_file():
@@ -112,7 +118,7 @@ def _check_checksums(root: Path, cfg: dict, report: _Report) -> None:
             report.add(f"{rel}: {name} is not covered by a checksum")
 
 
-def _read_split(root: Path, split: str, cfg: dict, report: _Report, rels: tuple[str, str] | None = None
+def _read_split(root: Path, split: str, cfg: Settings, report: _Report, rels: tuple[str, str] | None = None
                 ) -> pl.DataFrame | None:
     files = writers.file_names(cfg)
     pq_rel, jl_rel = rels or (files[f"{split}_parquet"], files[f"{split}_jsonl"])
@@ -154,15 +160,15 @@ def _read_split(root: Path, split: str, cfg: dict, report: _Report, rels: tuple[
     return df
 
 
-def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Report) -> None:
-    rc = writers.release_cfg(cfg)
+def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: Settings, report: _Report) -> None:
+    rc = cfg.release
     names = writers.source_names(cfg)
     try:
-        tnames = writers.task_names(cfg)
+        tnames = cfg.task_names()
     except ValueError as exc:
         report.add(str(exc))
         tnames = {}
-    id_re = re.compile(r"%s_%s_\d{6}" % (re.escape(rc["item_id_prefix"]), re.escape(split)))
+    id_re = re.compile(r"%s_%s_\d{6}" % (re.escape(rc.item_id_prefix), re.escape(split)))
     for col in NON_NULLABLE:
         n = df.get_column(col).null_count()
         if n:
@@ -172,20 +178,20 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: dict, report: _Re
         report.add(f"{where}: duplicate item_id values")
     if ids != sorted(i for i in ids if i is not None) and None not in ids:
         report.add(f"{where}: rows are not sorted by item_id")
-    versions = {"split_version": rc["split_version"], "builder_version": rc["builder_version"],
-                "prompt_version": rc["prompt_version"]}
+    versions = {"split_version": rc.split_version, "builder_version": rc.builder_version,
+                "prompt_version": rc.prompt_version}
     for r in df.iter_rows(named=True):
         bad = lambda check, iid=r["item_id"]: report.row(where, check, iid)
         _check_row_fields(r, split, id_re, rc, names, tnames, versions, bad)
         _check_row_frames(r, bad)
 
 
-def _check_row_fields(r: dict, split: str, id_re: re.Pattern, rc: dict, names: dict, tnames: dict, versions: dict,
+def _check_row_fields(r: dict, split: str, id_re: re.Pattern, rc: ReleaseFile, names: dict, tnames: dict, versions: dict,
                       bad) -> None:
     """One row's ids, names, versions, choices, answer and target."""
     iid = r["item_id"]
     if iid is None or not id_re.fullmatch(iid):
-        bad(f"item_id not of the form {rc['item_id_prefix']}_{split}_NNNNNN")
+        bad(f"item_id not of the form {rc.item_id_prefix}_{split}_NNNNNN")
     if r["split"] != split:
         bad(f"split is not {split!r}")
     slug = r["source_slug"]
@@ -272,9 +278,9 @@ def _check_row_frames(r: dict, bad) -> None:
         bad("eval_level is not of the form L<n>")
 
 
-def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report,
+def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, report: _Report,
                     levels: dict[str, pl.DataFrame], has_levels: bool) -> None:
-    rc = writers.release_cfg(cfg)
+    rc = cfg.release
     files = writers.file_names(cfg)
     ev, sf = tables.get("eval"), tables.get("sft")
     ev_all = pl.concat([ev, *levels.values()]) if ev is not None and levels else ev
@@ -332,7 +338,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, repo
             report.add(f"{rel}: differs from the schema generated from pipeline/schema.py")
 
 
-def _check_split_summary(root: Path, files: dict, ev_all: pl.DataFrame | None, sf: pl.DataFrame | None, cfg: dict,
+def _check_split_summary(root: Path, files: dict, ev_all: pl.DataFrame | None, sf: pl.DataFrame | None, cfg: Settings,
                          report: _Report) -> None:
     """split_summary.json against the one the rows and configs give."""
     rel = files["split_summary"]
@@ -362,7 +368,7 @@ def _check_split_summary(root: Path, files: dict, ev_all: pl.DataFrame | None, s
                 report.add(f"{rel}: machine-specific or wall-clock field {key}")
 
 
-def _check_task_distribution(root: Path, files: dict, ev: pl.DataFrame | None, cfg: dict, report: _Report) -> None:
+def _check_task_distribution(root: Path, files: dict, ev: pl.DataFrame | None, cfg: Settings, report: _Report) -> None:
     """task_distribution.csv against the eval rows."""
     rel = files["task_distribution"]
     if (root / rel).is_file() and ev is not None:
@@ -407,12 +413,12 @@ def not_a_release(root: Path, files: dict[str, str]) -> str | None:
             f"{names[1]}, ...); give the folder a build published (release/ by default)")
 
 
-def validate_release(release_dir: Path, cfg: dict | None = None, leaks: bool = True) -> list[str]:
+def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool = True) -> list[str]:
     """All problems found in the release folder (empty list = valid). leaks=False leaves out the path / identity
     scan of every file (`release_leaks`), which the build runs as a check of its own."""
     if cfg is None:
-        from pipeline.config import load_config
-        cfg = load_config()
+        from pipeline.config import load_settings
+        cfg = load_settings()
     root = Path(release_dir)
     report = _Report()
     if not root.is_dir():
@@ -455,7 +461,7 @@ def validate_release(release_dir: Path, cfg: dict | None = None, leaks: bool = T
     return problems + release_leaks(root, cfg, skip=too_big) if leaks else problems
 
 
-def _check_levels(root: Path, tables: dict[str, pl.DataFrame], cfg: dict, report: _Report
+def _check_levels(root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, report: _Report
                   ) -> tuple[bool, dict[str, pl.DataFrame]]:
     """The out-of-distribution eval level files split_summary.json lists (L2, L3, ...): rows, level column, manifest,
     group list, and isolation from SFT and from the other eval files. Returns (levels listed?, {level: rows})."""

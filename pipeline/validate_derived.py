@@ -8,6 +8,8 @@ validator before: the derived files were checked only for their checksums and th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 from pathlib import Path
 
@@ -15,6 +17,9 @@ import polars as pl
 
 from pipeline import writers
 from pipeline.io import strict_json
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 _ID = re.compile(r"[0-9a-f]{64}")
 
@@ -58,7 +63,7 @@ def _image_refs(rel: str, data: bytes):
                 yield from ((n, r) for r in refs)
 
 
-def as_built(root: Path, cfg: dict) -> dict:
+def as_built(root: Path, cfg: Settings) -> dict:
     """`cfg` with build.sources as provenance.json records them: the card and Croissant list the sources built, and
     a release of some sources is validated with the configuration of all (`processbench validate` loads the
     default one)."""
@@ -67,19 +72,17 @@ def as_built(root: Path, cfg: dict) -> dict:
         built = built.get("sources_built") if isinstance(built, dict) else None
     except (OSError, ValueError):
         built = None
-    if not (isinstance(built, list) and built and all(isinstance(b, str) and b in cfg["sources"] for b in built)):
+    if not (isinstance(built, list) and built and all(isinstance(b, str) and b in cfg.sources for b in built)):
         return cfg
-    return {**cfg, "build": {**(cfg.get("build") or {}), "sources": built}}
+    return cfg.with_values({"build.sources": built})
 
 
-def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
+def export_problems(root: Path, cfg: Settings, skip=frozenset()) -> list[str]:
     """Every export made again from the release's rows (pipeline.exports, as the release step makes them) and
     compared with the file on disk; every image reference a plain relative path. A release without exports (none
     of their files there) has nothing to compare."""
     from pipeline.exports import Run, common, export_outputs
 
-    if "exports" not in cfg:
-        return []
     cfg = as_built(root, cfg)
     xf = common.export_files(cfg)
     if not any((root / xf[k]).exists() for k in ("card", "croissant", "llamafactory_info")):
@@ -120,7 +123,7 @@ def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
             compare(made.rel, made.data)
     except Exception as exc:  # noqa: BLE001 - rows the exports cannot read: their defects are reported by the rows' checks
         return out + [f"exports: cannot be made again from the release rows ({type(exc).__name__}: {str(exc)[:120]})"]
-    folder = root / (common.export_cfg(cfg).get("dir") or "exports")
+    folder = root / cfg.exports.dir
     for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
         rel = path.relative_to(root).as_posix()
         if path.is_file() and not path.name.startswith(".") and rel not in seen:
@@ -128,7 +131,7 @@ def export_problems(root: Path, cfg: dict, skip=frozenset()) -> list[str]:
     return out
 
 
-def provenance_problems(root: Path, cfg: dict, tables: dict[str, pl.DataFrame], read_json) -> list[str]:
+def provenance_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFrame], read_json) -> list[str]:
     """metadata/provenance.json against the rows: its versions are the rows', every source of the rows is built and
     named as in the rows, lists at least the units the rows use, and its origin says what its other fields say."""
     rel = writers.file_names(cfg)["provenance"]
@@ -140,10 +143,10 @@ def provenance_problems(root: Path, cfg: dict, tables: dict[str, pl.DataFrame], 
     out: list[str] = []
     rows = pl.concat([df.select("source_slug", "source", "source_unit_id", "builder_version") for df in
                       tables.values()]) if tables else None
-    rc = writers.release_cfg(cfg)
+    rc = cfg.release
     bare = set(p) == {"builder_version"}  # a release written without an ingest record (tests' factories)
     for key in ("builder_version",) if bare else ("builder_version", "release_version"):
-        want = {rc[key]} | (set(rows["builder_version"].unique().to_list()) if key == "builder_version"
+        want = {getattr(rc, key)} | (set(rows["builder_version"].unique().to_list()) if key == "builder_version"
                             and rows is not None else set())
         if p.get(key) not in want or len(want) != 1:
             out.append(f"{rel}: {key} {p.get(key)!r}, the release's is {sorted(want)}")
@@ -206,7 +209,7 @@ def _cheap_cells(eval_rows: list[dict], sft_rows: list[dict]) -> dict[tuple, dic
     return out
 
 
-def validity_problems(root: Path, cfg: dict, tables: dict[str, pl.DataFrame], read_json) -> list[str]:
+def validity_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFrame], read_json) -> list[str]:
     """metadata/validity_report.json against the rows it audits: per cell, every baseline the rows give without a
     model fit (_cheap_cells; `blind` is max(memoriser, bag_of_words)), the cells those rows hold and no other; its
     problems and warnings against its cells (an edited metadata or bag-of-words baseline that changes them is caught);
@@ -215,7 +218,7 @@ def validity_problems(root: Path, cfg: dict, tables: dict[str, pl.DataFrame], re
     from pipeline.validity.report import render_markdown
 
     jrel, mrel = (f"metadata/{f}" for f in REPORT_FILES)
-    if "validity" not in cfg or not (root / jrel).is_file() or "eval" not in tables or "sft" not in tables:
+    if not (root / jrel).is_file() or "eval" not in tables or "sft" not in tables:
         return []
     rep = read_json(root / jrel)
     if not isinstance(rep, dict) or not isinstance(rep.get("cells"), list):
@@ -223,7 +226,7 @@ def validity_problems(root: Path, cfg: dict, tables: dict[str, pl.DataFrame], re
     out = []
     if (root / mrel).is_file() and (root / mrel).read_bytes() != render_markdown(rep).encode("utf-8"):
         out.append(f"{mrel}: is not the rendering of {jrel}")
-    vcfg = cfg["validity"]
+    vcfg = cfg.validity
     try:
         again = _cheap_cells(tables["eval"].to_dicts(), tables["sft"].to_dicts())
     except Exception as exc:  # noqa: BLE001 - rows the audit cannot read are reported by the table checks

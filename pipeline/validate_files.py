@@ -5,6 +5,8 @@ text file is decoded as UTF-8 one block at a time, never held whole."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import codecs
 import os
 from pathlib import Path
@@ -12,12 +14,14 @@ from pathlib import Path
 from pipeline.io import is_temp_file
 from pipeline.leaks import find_path_leaks
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 BLOCK = 8 << 20  # bytes decoded at a time
-DEFAULT_MAX_FILE_BYTES = 16 << 30  # configs/release.yaml max_file_bytes (a bare configuration: this default)
 
 
-def max_file_bytes(cfg: dict) -> int:
-    return int((cfg.get("release") or {}).get("max_file_bytes") or DEFAULT_MAX_FILE_BYTES)
+def max_file_bytes(cfg: Settings) -> int:
+    return int(cfg.release.max_file_bytes)
 
 
 def utf8_problem(path: Path) -> str | None:

@@ -12,6 +12,8 @@ host names, user names or absolute paths, and every file name comes from configs
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import csv
 import io as _stdio
 from collections import Counter
@@ -26,13 +28,16 @@ from pipeline.schema import COLUMN_NAMES, polars_schema, schema_markdown
 from pipeline.release_files import merge_checked as _merge
 from pipeline.release_files import plain_json as _plain
 from pipeline.release_files import (  # noqa: F401 - re-exported: writers.file_names etc. stay valid
-    file_names, level_file_names, release_cfg, release_files_on_disk, schema_source_names, sha256_file, source_names,
+    file_names, level_file_names, release_files_on_disk, schema_source_names, sha256_file, source_names,
     source_order,
-    FORBIDDEN_KEYS, task_names, task_number, write_checksums,
+    FORBIDDEN_KEYS, task_number, write_checksums,
 )
 from pipeline.release_rows import (  # noqa: F401 - re-exported: the tables these writers write
     HEX64, REQUIRED_ITEM_COLUMNS, REQUIRED_UNIT_COLUMNS, SPLITS, release_tables,
 )
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 
 # ---------------------------------------------------------------- derived metadata
@@ -72,11 +77,11 @@ TASK_DISTRIBUTION_HEADER = ("task_id", "task_name", "eval_n", "num_choices", "ra
                             "label_prior_acc", "label_prior_answer")
 
 
-def task_distribution_csv(eval_df: pl.DataFrame, cfg: dict) -> str:
+def task_distribution_csv(eval_df: pl.DataFrame, cfg: Settings) -> str:
     """metadata/task_distribution.csv: one row per task present in eval, in task order. num_choices is the single
     value of the task, or its distinct values joined by '|' when a task mixes them; floats with fixed decimals."""
-    dec = int(release_cfg(cfg)["float_decimals"])
-    tnames = task_names(cfg)
+    dec = int(cfg.release.float_decimals)
+    tnames = cfg.task_names()
     rnd, maj = random_baselines(eval_df, 12), majority_baselines(eval_df, 12)
     buf = _stdio.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -111,9 +116,9 @@ def _task_aliases(frames: list[pl.DataFrame]) -> dict:
     return out
 
 
-def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: dict) -> dict:
+def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: Settings) -> dict:
     """The public split_summary.json shape, computed from the tables, merged with the split stage's own summary."""
-    rc = release_cfg(cfg)
+    rc = cfg.release
     names = source_names(cfg)
     both = pl.concat([eval_df, sft_df])
     sources = {}
@@ -137,12 +142,12 @@ def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summa
         }
     total = both.height
     computed = {
-        "version": rc["split_version"],
-        "split_version": rc["split_version"],
-        "builder_version": rc["builder_version"],
-        "release_version": rc["release_version"],
+        "version": rc.split_version,
+        "split_version": rc.split_version,
+        "builder_version": rc.builder_version,
+        "release_version": rc.release_version,
         "task_aliases": _task_aliases([eval_df, sft_df]),
-        "hf_split_names": dict(rc["hf_split_names"]),
+        "hf_split_names": dict(rc.hf_split_names),
         "total_items": total,
         "eval_items": eval_df.height,
         "sft_items": sft_df.height,
@@ -154,29 +159,27 @@ def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summa
         "task_counts_sft": _task_sorted(_counts(sft_df, "task_id")),
         "sources": sources,
     }
-    split_cfg = cfg.get("split") or {}
     extra = _plain(split_summary or {})
     # Descriptive fields the split stage is the authority on: its words replace the generic ones derived here.
     for slug, src in (extra.get("sources") or {}).items():
         if isinstance(src, dict) and "group_unit" in src and slug in sources:
             del sources[slug]["group_unit"]
     if "seed" not in extra:
-        computed["seed"] = split_cfg.get("seed") if split_cfg.get("seed") is not None else \
-            cfg.get("build", {}).get("release_seed")
-    if "eval_ratio" not in extra and "eval_ratio" in split_cfg:
-        computed["eval_ratio"] = split_cfg["eval_ratio"]
+        computed["seed"] = cfg.split_seed
+    if "eval_ratio" not in extra:
+        computed["eval_ratio"] = cfg.split.eval_ratio
     if "split_policy" not in extra:
-        computed["split_policy"] = split_cfg.get("split_policy") or (
+        computed["split_policy"] = cfg.split.split_policy or (
             "strict isolation by split_group_id: every group (one isolation unit, or units merged by a stricter key) "
             "lies wholly in eval or in sft")
     return _merge(computed, extra)
 
 
-def build_manifest(split: str, df: pl.DataFrame, cfg: dict, level: str | None = None) -> dict:
+def build_manifest(split: str, df: pl.DataFrame, cfg: Settings, level: str | None = None) -> dict:
     """A split's manifest; with `level`, the manifest of that eval level's own files."""
-    rc = release_cfg(cfg)
+    rc = cfg.release
     files = file_names(cfg)
-    dec = int(rc["float_decimals"])
+    dec = int(rc.float_decimals)
     names = source_names(cfg)
     sources = {}
     for slug in names:
@@ -189,16 +192,16 @@ def build_manifest(split: str, df: pl.DataFrame, cfg: dict, level: str | None = 
                 "licences": sorted(set(sub.get_column("licence").to_list())),
                 "task_counts": _task_sorted(_counts(sub, "task_id")),
             }
-    tnames = task_names(cfg)
+    tnames = cfg.task_names()
     tasks = sorted(set(df.get_column("task_id").to_list()), key=task_number)
     manifest = {
         "split": split,
-        "hf_split": rc["hf_split_names"][split],
-        "release_version": rc["release_version"],
-        "builder_version": rc["builder_version"],
-        "split_version": rc["split_version"],
-        "prompt_version": rc["prompt_version"],
-        "item_id_prefix": rc["item_id_prefix"],
+        "hf_split": rc.hf_split_names[split],
+        "release_version": rc.release_version,
+        "builder_version": rc.builder_version,
+        "split_version": rc.split_version,
+        "prompt_version": rc.prompt_version,
+        "item_id_prefix": rc.item_id_prefix,
         "visual_inputs_redistributed": False,
         "reconstruction_required": True,
         "files": ({k: v for k, v in level_file_names(cfg, level).items() if k != "manifest"}
@@ -232,7 +235,7 @@ def eval_level_tables(eval_df: pl.DataFrame) -> dict[str | None, pl.DataFrame]:
     return {"L1": main, **{lv: eval_df.filter(pl.col("eval_level") == lv) for lv in levels if lv != "L1"}}
 
 
-def eval_levels_summary(tables: dict[str | None, pl.DataFrame], cfg: dict) -> dict:
+def eval_levels_summary(tables: dict[str | None, pl.DataFrame], cfg: Settings) -> dict:
     """split_summary.json `eval_levels`: per level its files, items, groups and per-source/family counts."""
     files = file_names(cfg)
     out = {}
@@ -258,20 +261,20 @@ def _check_table(df: pl.DataFrame, split: str) -> pl.DataFrame:
     return io.sorted_by(df, ["item_id"])  # as release_tables made it, in item_id order: no copy
 
 
-def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: dict, out_dir: Path,
+def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: Settings, out_dir: Path,
                   documents: dict[str, str], checksums: bool = True) -> dict:
     """Write the release folder. Every file is written atomically; checksums.sha256 is written last, so an interrupted
     run leaves a release that fails validation instead of one that looks complete (checksums=False: the caller writes
     it once after adding more files, as the release stage does). Returns
     {"files": [relpath, ...] (written here, sorted), "eval_items", "sft_items", "eval_groups", "sft_groups"}."""
     out_dir = Path(out_dir)
-    rc = release_cfg(cfg)
+    rc = cfg.release
     files = file_names(cfg)
     eval_df, sft_df = _check_table(eval_df, "eval"), _check_table(sft_df, "sft")
     both_groups = set(_groups(eval_df)) & set(_groups(sft_df))
     if both_groups:
         raise ValueError(f"{len(both_groups)} split groups in both splits, e.g. {sorted(both_groups)[:3]}")
-    wanted_docs = list(rc.get("documents") or [])
+    wanted_docs = list(rc.documents)
     unknown = sorted(set(documents) - set(wanted_docs))
     missing = [k for k in wanted_docs if k not in documents]
     if unknown or missing:

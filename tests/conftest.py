@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from factories import build_demo
-from pipeline.config import load_config
+from pipeline.config import load_settings
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
@@ -29,14 +29,14 @@ def demo_samples(tmp_path_factory) -> dict[str, Path]:
     from pipeline.provenance import write_sample_record
     from upstream_adapters import write_samples
 
-    cfg = load_config(scale="demo")
+    cfg = load_settings(scale="demo")
     root = tmp_path_factory.mktemp("samples")
     out = {}
-    for slug in cfg["build"]["sources"]:
-        write_samples(slug, root / slug, scale="demo", seed=cfg["build"]["samples"]["seed"])
+    for slug in cfg.build.sources:
+        write_samples(slug, root / slug, scale="demo", seed=cfg.build.samples.seed)
         # what `processbench samples` records: the release's provenance then says "samples", as the locked demo does
-        write_sample_record(slug, root / slug, "demo", cfg["build"]["samples"]["seed"],
-                            cfg["sources"][slug].get("adapter", {}))
+        write_sample_record(slug, root / slug, "demo", cfg.build.samples.seed,
+                            cfg.sources[slug].adapter.options())
         out[slug] = root / slug
     return out
 

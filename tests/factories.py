@@ -12,6 +12,8 @@ never imports another test file).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import hashlib
 import itertools
 import json
@@ -19,13 +21,15 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import yaml
 
 from pipeline import publish, writers
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.io import compact_json
 from upstream_adapters.ir import (FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA, UNITS_SCHEMA, UnitIR,
                                   to_table)
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 
 # ------------------------------------------------------------------------------------------ one IR unit
@@ -202,7 +206,7 @@ def synthetic_pool(source: str, n_units: int = 4, n_frames: int = 1200, cfg=None
     from pipeline.families import build_candidates
     from pipeline.labels import compute_labels
 
-    cfg = cfg or load_config()
+    cfg = cfg or load_settings()
     ir = synthetic_ir(source, n_units=n_units, n_frames=n_frames)
     labels = compute_labels(source, ir, cfg)
     return ir, labels, build_candidates(source, ir, labels, cfg)
@@ -218,16 +222,12 @@ TASK_NAMES = {"T1": "Phase Recognition", "T2": "Contact Detection", "T3": "Motio
               "T8": "Temporal Ordering", "T9": "Temporal Priority Prediction", "T10": "Current Primitive Recognition"}
 
 
-def make_cfg() -> dict:
-    release = yaml.safe_load((CONFIG_DIR / "release.yaml").read_text())["release"]
-    sources = yaml.safe_load((CONFIG_DIR / "sources.yaml").read_text())["sources"]
-    return {
-        "build": {"release_seed": 42, "sources": ["gm100", "rh20t", "reassemble", "aist"]},
-        "sources": {s: {"name": d["name"], "unit_type": d["unit_type"]} for s, d in sources.items()},
-        "release": release,
-        "tasks": {t: {"task_name": n} for t, n in TASK_NAMES.items()},
-        "split": {"eval_ratio": 0.15},
-    }
+def make_cfg():
+    """The repository's configs, with the release seed, sources and eval ratio these tests expect."""
+    from pipeline.config import load_settings
+
+    return load_settings().with_values({"build.release_seed": 42, "build.sources": ["gm100", "rh20t", "reassemble", "aist"],
+                                        "split.eval_ratio": 0.15, "split.seed": None})
 
 
 def make_units() -> pl.DataFrame:
@@ -335,10 +335,10 @@ def build_demo(samples: dict[str, Path], out: Path, executor: str = "in_process"
     configs of `config_dir` (default: the repository's), of `sources` (default: every source of build.sources)."""
     import dagster as dg
 
-    from assets.run import rebuild, settings_from
+    from assets.run import BuildSettings, rebuild
 
-    settings = settings_from(config_dir=config_dir, scale="demo", upstream={k: str(v) for k, v in samples.items()},
-                             work_dir=str(out / "work"), release_dir=str(out / "release"), sources=sources)
+    settings = BuildSettings(config_dir=config_dir, scale="demo", upstream={k: str(v) for k, v in samples.items()},
+                             work_dir=str(out / "work"), release_dir=str(out / "release"), sources=sources or [])
     (out / "dagster_home").mkdir(parents=True, exist_ok=True)
     with dg.DagsterInstance.local_temp(str(out / "dagster_home"), overrides={"telemetry": {"enabled": False}}) as instance:
         result = rebuild(settings, instance=instance, log=lambda m: None, executor=executor, **kw)
@@ -421,7 +421,7 @@ def synthetic_step_rows(n_items: int, *, split: str = "eval", seed: int = 0, wro
     return rows
 
 
-def write_step_files(release_dir: Path, cfg: dict, eval_rows: list[dict], sft_rows: list[dict]) -> dict[str, Path]:
+def write_step_files(release_dir: Path, cfg: Settings, eval_rows: list[dict], sft_rows: list[dict]) -> dict[str, Path]:
     """The step files of a release folder (names from configs/release.yaml `files`; one eval file per level)."""
     from pipeline.release_files import file_names, level_file_name
 

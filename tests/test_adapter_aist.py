@@ -241,9 +241,9 @@ def test_release_bouts_carry_stable_coordination_windows():
     with the generator's blocks, and every coordination state has a stable run longer than T4's 45-frame window
     (offsets -30..+15) in every episode."""
     from pipeline import labels as L
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
 
-    spec = load_config()["labels"]["activity"]["aist"]
+    spec = load_settings().labels.activity.for_source("aist").model_dump()
     tasks, episodes, frames, _ = samples.SCALES["release"]
     code = {"both": 0, "left": 1, "right": 2, "idle": 3}
     for tid in tasks:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from upstream_adapters import ADAPTERS, get_adapter
 from upstream_adapters.base import SourceAdapter
 from upstream_adapters.ir import UnitError, validate_unit
@@ -21,7 +21,7 @@ SLUGS = sorted(ADAPTERS)
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config(scale="demo")
+    return load_settings(scale="demo")
 
 
 @pytest.fixture(params=SLUGS)
@@ -31,7 +31,7 @@ def slug(request):
 
 @pytest.fixture
 def adapter(cfg, slug) -> SourceAdapter:
-    return get_adapter(slug, **cfg["sources"][slug].get("adapter", {}))
+    return get_adapter(slug, **cfg.sources[slug].adapter.options())
 
 
 @pytest.fixture
@@ -61,8 +61,8 @@ def first_good(adapter, root) -> tuple[str, dict]:
 def test_is_a_source_adapter_with_documented_options(adapter, cfg, slug):
     assert isinstance(adapter, SourceAdapter)
     assert adapter.slug == slug
-    assert adapter.name == cfg["sources"][slug]["name"]
-    assert adapter.unit_type == cfg["sources"][slug]["unit_type"]
+    assert adapter.name == cfg.sources[slug].name
+    assert adapter.unit_type == cfg.sources[slug].unit_type
     params = [p for p in inspect.signature(type(adapter).__init__).parameters if p != "self"]
     assert sorted(params) == sorted(adapter.options), "every constructor option is documented in `options`"
     assert all(isinstance(v, str) and v for v in adapter.options.values())
@@ -72,7 +72,7 @@ def test_discover_is_sorted_and_deterministic(adapter, cfg, slug, root):
     ids = adapter.discover(root)
     assert ids and ids == sorted(ids) and len(set(ids)) == len(ids)
     assert adapter.discover(root) == ids
-    assert get_adapter(slug, **cfg["sources"][slug].get("adapter", {})).discover(root) == ids
+    assert get_adapter(slug, **cfg.sources[slug].adapter.options()).discover(root) == ids
     assert isinstance(adapter.issues, list)
 
 
@@ -122,7 +122,7 @@ def test_fingerprint_is_stable_path_free_and_follows_content(adapter, cfg, slug,
     fp = adapter.fingerprint(root, good)
     assert isinstance(fp, str) and len(fp) >= 16
     assert adapter.fingerprint(root, good) == fp
-    assert get_adapter(slug, **cfg["sources"][slug].get("adapter", {})).fingerprint(copy, good) == fp
+    assert get_adapter(slug, **cfg.sources[slug].adapter.options()).fingerprint(copy, good) == fp
     others = [u for u in adapter.discover(root) if u != good]
     if others:
         try:
@@ -134,7 +134,7 @@ def test_fingerprint_is_stable_path_free_and_follows_content(adapter, cfg, slug,
     data = bytearray(Path(path).read_bytes())
     data[-1] ^= 0xFF
     Path(path).write_bytes(bytes(data))
-    fresh = get_adapter(slug, **cfg["sources"][slug].get("adapter", {}))
+    fresh = get_adapter(slug, **cfg.sources[slug].adapter.options())
     try:
         assert fresh.fingerprint(copy, good) != fp
     except UnitError:
@@ -168,7 +168,7 @@ def hf_snapshot(src: Path, cache: Path, repo: str = "datasets--org--corpus", rev
 def test_a_hugging_face_cache_snapshot_reads_exactly_like_a_plain_copy(adapter, cfg, slug, root, tmp_path):
     snap = hf_snapshot(root, tmp_path / "hub")
     assert all(p.is_symlink() for p in snap.rglob("*") if not p.is_dir())
-    fresh = get_adapter(slug, **cfg["sources"][slug].get("adapter", {}))
+    fresh = get_adapter(slug, **cfg.sources[slug].adapter.options())
     ids = adapter.discover(root)
     assert fresh.discover(snap) == ids
     good = None

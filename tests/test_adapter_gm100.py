@@ -580,7 +580,7 @@ def test_gripper_width_from_effector_position_feeds_contact_and_phase_when_confi
     opening in metres, 0 .. 0.066 on the real files) closes on a 3 cm object on frames 20..49 of the right arm. The
     IR carries the opening as gripper_width per arm; the GM-100 contact rule reads it only when configured
     (labels.contact.gm100.gripper.enabled, off by default), and the phases follow the contacts."""
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
     from pipeline.labels.contact import CONTACT_METHODS
     from pipeline.labels.phase import phase_from_contacts
 
@@ -605,7 +605,7 @@ def test_gripper_width_from_effector_position_feeds_contact_and_phase_when_confi
             for a in ("left", "right")}
     assert np.allclose(arms["right"]["gripper_width"], width[:, 1]) and np.allclose(arms["left"]["gripper_width"], 0)
 
-    spec = load_config()["labels"]["contact"]["gm100"]
+    spec = load_settings().labels.contact.for_source("gm100").model_dump()
     assert spec["gripper"]["enabled"] is False  # the default: the effort rule alone
     rule = CONTACT_METHODS[spec["method"]]
     unit = {"task_id": ir.unit["task_id"]}
@@ -616,7 +616,7 @@ def test_gripper_width_from_effector_position_feeds_contact_and_phase_when_confi
     assert on_events["right"] == [(20, 50)] and np.flatnonzero(on["right"]).tolist() == list(range(20, 50))
     assert on_events["left"] == []  # closed on nothing is no hold
     phases = phase_from_contacts(n, on_events["right"], arms["right"]["speed"],
-                                 **load_config()["labels"]["phase"]["gm100"])
+                                 **load_settings().labels.phase.for_source("gm100").model_dump())
     # before: pre-approach / approach; then contact; then hold and carry / transfer while the object is held
     assert set(phases[:20].tolist()) <= {0, 1} and phases[20] == 2 and set(phases[25:50].tolist()) <= {3, 4}
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bombs import tar_gz_bomb, zip_bomb
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.ingest import ingest_source, summary_text, units_lost, write_ir
 from pipeline.settings_errors import ConfigError
 from pipeline.stages import quarantine_shares
@@ -40,11 +40,11 @@ from pathlib import Path
 opened = []
 _tf = tempfile.TemporaryFile
 tempfile.TemporaryFile = lambda *a, **k: opened.append(1) or _tf(*a, **k)
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from upstream_adapters import get_adapter
 from upstream_adapters.ir import UnitError
 slug, root, bad, good = sys.argv[1:5]
-a = get_adapter(slug, **load_config()["sources"][slug]["adapter"])
+a = get_adapter(slug, **load_settings().sources[slug].adapter.options())
 out = {"ids": a.discover(Path(root))}
 try:
     a.read_unit(Path(root), bad)
@@ -148,12 +148,12 @@ def test_archive_limits_are_typed_settings(tmp_path):
     shutil.copytree(REPO / "configs", tmp_path / "configs")
     path = tmp_path / "configs" / "sources.yaml"
     data = yaml.safe_load(path.read_text())
-    assert load_config(tmp_path / "configs")["sources"]["aist"]["adapter"]["archive_limits"]["max_compression_ratio"]
+    assert load_settings(tmp_path / "configs").sources["aist"].adapter.archive_limits.max_compression_ratio
     for bad in ({"max_member_bytes": -1}, {"max_compression_ratio": 1}, {"max_total": 5}):
         data["sources"]["aist"]["adapter"]["archive_limits"] = bad
         path.write_text(yaml.safe_dump(data))
         with pytest.raises(ConfigError, match="archive_limits"):
-            load_config(tmp_path / "configs")
+            load_settings(tmp_path / "configs")
 
 
 # ------------------------------------------------------------------------------------------------ containers
@@ -214,7 +214,9 @@ def test_unmapped_task_row_counts_its_episodes_in_the_quarantine_share(tmp_path)
     assert row["units"] == 3 and "3 episodes not read" in row["reason"]
     assert units_lost(res.quarantine) == 3
     assert "2 units read, 3 quarantined" in summary_text("aist", res)
-    cfg = {"build": {"work_dir": str(tmp_path / "work"), "sources": ["aist"]}}
+    from pipeline.config import load_settings
+
+    cfg = load_settings().with_values({"build.work_dir": str(tmp_path / "work"), "build.sources": ["aist"]})
     write_ir(res, tmp_path / "work" / "ir" / "aist")
     assert quarantine_shares(cfg, "aist") == {"aist": round(3 / 5, 4)}  # 3 lost of 2 read + 3
 

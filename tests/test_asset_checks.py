@@ -10,16 +10,14 @@ import pytest
 
 from assets.checks import checks_for
 from assets.definitions import STEPS
-from pipeline.config import load_config
+from pipeline.config import load_settings
 
 SCHEMA_CHECKS = [(step, c) for step in STEPS for c in checks_for(step) if c.name == "schema"]
 BY_NAME = {(c.asset, c.name): c for step in STEPS for c in checks_for(step)}
 
 
 def _cfg(work, release):
-    cfg = load_config(scale="demo")
-    cfg["build"]["work_dir"], cfg["build"]["release_dir"] = str(work), str(release)
-    return cfg
+    return load_settings(scale="demo").with_values({"build.work_dir": str(work), "build.release_dir": str(release)})
 
 
 @pytest.fixture
@@ -187,17 +185,17 @@ def test_ui_metadata_has_column_descriptions_and_row_counts_of_text_tables(demo_
     import polars as pl
 
     from assets.checks import table_metadata
-    from assets.run import settings_from
+    from assets.run import BuildSettings
     from assets.tables import all_steps, tables_by_name
     from pipeline.schema import DESCRIPTIONS
 
-    cfg = settings_from(scale="demo", work_dir=str(demo_release.parent / "work"),
+    cfg = BuildSettings(scale="demo", work_dir=str(demo_release.parent / "work"),
                         release_dir=str(demo_release)).config()
     tables = tables_by_name(all_steps(cfg))
     meta = table_metadata(tables["release/eval_parquet"], cfg)
     cols = {c.name: c.description for c in meta["dagster/column_schema"].columns}
     assert cols["item_id"] == DESCRIPTIONS["item_id"] and cols["answer"] == DESCRIPTIONS["answer"]
-    files = cfg["release"]["files"]
+    files = cfg.release.files.model_dump()
     expect = {
         "eval_jsonl": pl.read_parquet(demo_release / files["eval_parquet"]).height,
         "sft_jsonl": pl.read_parquet(demo_release / files["sft_parquet"]).height,

@@ -74,10 +74,10 @@ def test_score_circular_on_the_demo_release(demo_release, tmp_path, capsys):
     import csv
 
     from assets.cli import main
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
     from pipeline.exports.common import export_files
 
-    tsv = demo_release / export_files(load_config(scale="demo"))["vlmevalkit_circular"]
+    tsv = demo_release / export_files(load_settings(scale="demo"))["vlmevalkit_circular"]
     with open(tsv, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     preds = tmp_path / "preds.jsonl"

@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 
 from assets.cli import main
-from pipeline.config import load_config
+from pipeline.config import load_settings
 
 
 def test_ingest_writes_ir_and_summary(demo_samples, tmp_path, capsys):
@@ -114,7 +114,7 @@ def test_an_unchanged_build_with_samples_writes_no_corpus_and_runs_no_step(demo_
     assert "nothing to run" in capsys.readouterr().out
     assert written == []  # the corpus was found up to date both times
     # planted: checked without its adapter options, the same corpus does not match its record (what re-wrote it)
-    seed = load_config(scale="demo")["build"]["samples"]["seed"]
+    seed = load_settings(scale="demo").build.samples.seed
     assert not provenance.sample_record_matches(slug, root, "demo", seed)
 
 

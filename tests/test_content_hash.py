@@ -195,7 +195,7 @@ def test_a_same_size_edit_inside_an_h5_video_reruns_and_ships_the_new_frames(dem
     import dagster as dg
     import polars as pl
 
-    from assets.run import plan, rebuild, settings_from
+    from assets.run import BuildSettings, plan, rebuild
     from pipeline import stages
 
     content_hash.use_store(None)  # the build's own store, in its work folder
@@ -205,7 +205,7 @@ def test_a_same_size_edit_inside_an_h5_video_reruns_and_ships_the_new_frames(dem
     shutil.copytree(demo_samples[slug], corpus)
     shutil.copytree(demo_release.parent / "work", work)
     shutil.copytree(demo_release, release)
-    settings = settings_from(scale="demo", upstream={**{k: str(v) for k, v in demo_samples.items()},
+    settings = BuildSettings(scale="demo", upstream={**{k: str(v) for k, v in demo_samples.items()},
                                                      slug: str(corpus)}, work_dir=str(work), release_dir=str(release))
     assert plan(settings) == []  # a copied corpus: every file read again, the same content, nothing to run
     frames_file = work / "items" / f"{slug}_frames.parquet"
@@ -221,7 +221,7 @@ def test_a_same_size_edit_inside_an_h5_video_reruns_and_ships_the_new_frames(dem
     cold_work = tmp_path / "cold"
     shutil.copytree(work, cold_work, ignore=shutil.ignore_patterns("frame_cache", "_content_hashes"))
     (cold_work / "items" / f"{slug}.selection_key").unlink()
-    cold_cfg = settings_from(scale="demo", upstream={slug: str(corpus)}, work_dir=str(cold_work),
+    cold_cfg = BuildSettings(scale="demo", upstream={slug: str(corpus)}, work_dir=str(cold_work),
                              release_dir=str(tmp_path / "cold_release")).config()
     stages.run_frames(cold_cfg, slug)
     assert pl.read_parquet(cold_work / "items" / f"{slug}_frames.parquet").equals(warm)

@@ -18,7 +18,7 @@ import polars as pl
 from assets.definitions import defs
 
 from assets.definitions import CHECKS, STEPS, TABLES, build_job
-from pipeline.config import load_config
+from pipeline.config import load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 SLUGS = ["gm100", "rh20t", "reassemble", "aist"]
@@ -30,7 +30,7 @@ def _deps(graph, name):
 
 def test_one_asset_per_table_with_the_lineage_the_code_reads():
     dg.Definitions.validate_loadable(defs)
-    cfg = load_config()
+    cfg = load_settings()
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     per_source = {f"ir/{s}/{t}" for s in SLUGS for t in ("units", "frames", "signals", "segments", "quarantine",
@@ -39,7 +39,7 @@ def test_one_asset_per_table_with_the_lineage_the_code_reads():
                    for layer in ("candidates", "items", "gate_quarantine", "shortfall", "item_frames")}
     assert per_source <= keys
     assert {f"labels/gm100/{t}" for t in ("units", "frames", "arms", "steps", "segments", "primitives")} <= keys
-    assert {"split/items", "split/summary"} | {f"release/{n}" for n in cfg["release"]["files"]} <= keys
+    assert {"split/items", "split/summary"} | {f"release/{n}" for n in cfg.release.files.model_dump()} <= keys
     # every table a stage reads is a declared dependency (split and release read the IR units; the release also the
     # corpus records, for its provenance, and the items' frame thumbnails, for its validity audit)
     assert _deps(graph, "split/items") == {f"items/{s}" for s in SLUGS} | {f"ir/{s}/units" for s in SLUGS}

@@ -7,22 +7,23 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.validate import validate_release
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def release_files(cfg) -> list[str]:
-    files = cfg["release"]["files"]
+    files = cfg.release.files.model_dump()
     return sorted(files.values()) if isinstance(files, dict) else sorted(files)
 
 
 def test_release_has_every_file(demo_release):
     from pipeline.steps.tables import absent_step_track
 
-    cfg = load_config()
-    optional = {cfg["release"]["files"][k] for k in absent_step_track(demo_release, cfg["release"]["files"])}
+    cfg = load_settings()
+    files = cfg.release.files.model_dump()
+    optional = {files[k] for k in absent_step_track(demo_release, files)}
     for name in release_files(cfg):  # the T13 step files all there or none (a release without the step track)
         assert name in optional or (demo_release / name).is_file(), name
     assert (demo_release / "checksums.sha256").is_file()
@@ -47,12 +48,12 @@ def test_counts_consistent_and_isolated(demo_release):
 
 
 def test_every_source_and_its_families(demo_release):
-    cfg = load_config()
+    cfg = load_settings()
     both = pl.concat([pl.read_parquet(demo_release / "splits" / f) for f in
                       ("processbench_eval.parquet", "processdata_sft.parquet")])
     got = {(r["source_slug"], r["task_id"]) for r in both.select("source_slug", "task_id").unique().iter_rows(named=True)}
-    for task_id, task in cfg["tasks"].items():
-        for slug, quota in (task.get("quota") or {}).items():
+    for task_id, task in cfg.tasks.items():
+        for slug, quota in task.quota.items():
             if quota:
                 assert (slug, task_id) in got, f"{slug} {task_id} missing from the demo release"
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pipeline import writers
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.steps.exports import (STEP_CONFIG, STEP_CONFIG_COLUMNS, STEP_RECONSTRUCTION_COLUMNS,
                                      STEP_RECONSTRUCTION_CONFIG, step_parts)
 from pipeline.exports import card, common, consumers, facing, lmms, run_exports, write_exports
@@ -23,7 +23,7 @@ from pipeline.validate import validate_release
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config(scale="demo")
+    return load_settings(scale="demo")
 
 
 @pytest.fixture(scope="module")

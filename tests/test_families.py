@@ -14,13 +14,13 @@ import pytest
 
 import public_release_pins as pins
 from factories import CAMERAS, synthetic_ir, synthetic_pool
-from pipeline.config import load_config, read_task, task_ids
+from pipeline.config import load_settings, read_task
 from pipeline.families import GENERATORS, build_candidates, enabled_families
 from pipeline.families.common import CANDIDATE_SCHEMA
 from pipeline.labels import compute_labels
 
-CFG = load_config()
-SOURCES = list(CFG["build"]["sources"])
+CFG = load_settings()
+SOURCES = list(CFG.build.sources)
 FAMILIES_BY_SOURCE = {s: enabled_families(CFG, s) for s in SOURCES}  # from the configs: a new family joins in
 # families the 4-unit hand-made IR cannot give: its RH20T units are each their own task, so no task has both
 # outcomes (T7 takes success and failure from the same tasks: test_t7_outcome uses more units), and its one RH20T
@@ -50,7 +50,7 @@ def _label_at(labels, table: str, unit: str, frame: int, col: str, arm: str | No
 def test_templates_quotas_and_verbatim_questions():
     """The templates of the public release's twelve families keep its names, option counts, aliases, question texts
     and quotas (tests/public_release_pins.py); every template has a generator."""
-    tasks = CFG["tasks"]
+    tasks = CFG.model_dump()["tasks"]  # the templates as their files spell them
     for source, qs in pins.QUOTAS.items():
         got = {t: tasks[t]["quota"][source] for t in pins.TASK_NAMES if source in tasks[t]["quota"]}
         assert got == qs, source
@@ -68,7 +68,7 @@ def test_templates_quotas_and_verbatim_questions():
 
 
 def test_frame_windows_match_reference():
-    t = CFG["tasks"]
+    t = CFG.model_dump()["tasks"]
     assert t["T3"]["frames"]["gm100"]["offsets"] == [-10, -5, 0, 5]
     assert t["T3"]["frames"]["rh20t"]["offsets"] == [-20, -10, 0, 10]
     assert t["T4"]["frames"]["gm100"]["offsets"] == [-6, -3, 0, 3]
@@ -78,8 +78,8 @@ def test_frame_windows_match_reference():
     assert t["T6"]["frames"]["reassemble"]["relative"] == [0.15, 0.325, 0.5, 0.675, 0.85]
     assert public["T7"]["frames"]["reassemble"]["relative"] == [0.10, 0.18, 0.26, 0.34]
     for s in ("gm100", "rh20t", "aist"):  # T3 windows are the label windows
-        assert t["T3"]["frames"][s]["offsets"] == CFG["labels"]["direction"][s]["offsets"]
-    assert t["T6"]["frames"]["default"]["offsets"] == CFG["labels"]["motion"]["window"]
+        assert t["T3"]["frames"][s]["offsets"] == CFG.labels.direction.for_source(s).offsets
+    assert t["T6"]["frames"]["default"]["offsets"] == CFG.labels.motion.window
 
 
 # ------------------------------------------------------------------------------------------ pool contract
@@ -96,14 +96,14 @@ def test_pool_contract(pools, source):
     nframes = dict(zip(ir["units"]["unit_id"], ir["units"]["num_frames"]))
     for r in pool.iter_rows(named=True):
         assert r["source"] == source and r["candidate_key"].startswith(f"{r['task_id']}|{source}|{r['unit_id']}|")
-        assert len(r["distractors"]) == r["num_choices"] - 1 == CFG["tasks"][r["task_id"]]["num_choices"] - 1
+        assert len(r["distractors"]) == r["num_choices"] - 1 == CFG.tasks[r["task_id"]].num_choices - 1
         assert r["answer_text"] not in r["distractors"] and len(set(r["distractors"])) == len(r["distractors"])
         assert all(0 <= f < nframes[r["unit_id"]] for f in r["frame_indices"])
         assert len(set(r["frame_indices"])) == len(r["frame_indices"])
         assert r["camera"] == CAMERAS[source]
         assert "do the task" not in r["question"] and "{" not in r["question"]  # no task language, filled template
         json.loads(r["label_meta_json"])
-        legacy = CFG["tasks"][r["task_id"]]["legacy_alias"]
+        legacy = CFG.tasks[r["task_id"]].legacy_alias
         assert r["task_type_legacy"] == (legacy.get(source, legacy["default"]) if isinstance(legacy, dict) else legacy)
         if r["task_id"] in ("T8", "T9"):
             assert r["display_labels"] == list("XYZ"[: len(r["frame_indices"])])
@@ -136,13 +136,13 @@ def test_t1_phase_matches_labels(pools):
     for source in ("gm100", "rh20t", "reassemble"):
         ir, labels, pool = pools[source]
         rows = _rows(pool, "T1")
-        assert rows and {r["answer_text"] for r in rows} <= set(CFG["labels"]["phases"])
+        assert rows and {r["answer_text"] for r in rows} <= set(CFG.labels.phases)
         for r in rows[:50]:
             assert r["frame_indices"] == [r["anchor_frame"]]
             assert _label_at(labels, "frames", r["unit_id"], r["anchor_frame"], "phase") == r["answer_text"]
             assert r["question"] == pins.QUESTIONS[("T1", "default")]
         # distractors are a uniform draw: not always the answer's neighbours in process order (that leaked it)
-        order = CFG["labels"]["phases"]
+        order = CFG.labels.phases
         spans = {max(order.index(x) for x in [r["answer_text"], *r["distractors"]])
                  - min(order.index(x) for x in [r["answer_text"], *r["distractors"]]) for r in rows}
         assert all(len(r["distractors"]) == 3 and r["answer_text"] not in r["distractors"] for r in rows)
@@ -168,7 +168,7 @@ def test_t3_direction(pools):
         ir, labels, pool = pools[source]
         rows = _rows(pool, "T3")
         assert rows, source
-        texts = CFG["tasks"]["T3"]["labels"].get(source, CFG["tasks"]["T3"]["labels"]["default"])
+        texts = CFG.tasks["T3"].labels.get(source, CFG.tasks["T3"].labels["default"])
         inv = {v: k for k, v in texts.items()}
         for r in rows:
             assert r["frame_indices"] == [r["anchor_frame"] + o for o in offs]
@@ -188,9 +188,7 @@ def test_t3_direction(pools):
 
 
 def test_t3_offsets_must_match_label_window():
-    import copy
-    cfg = copy.deepcopy(CFG)
-    cfg["tasks"]["T3"]["frames"]["rh20t"]["offsets"] = [-10, -5, 0, 5]
+    cfg = CFG.with_values({"tasks.T3.frames.rh20t.offsets": [-10, -5, 0, 5]})
     with pytest.raises(ValueError, match="label window"):
         synthetic_pool("rh20t", n_units=1, n_frames=300, cfg=cfg)
 
@@ -201,7 +199,7 @@ def test_t4_coordination(pools):
         rows = _rows(pool, "T4")
         assert rows, source
         types = dict(zip(labels["units"]["unit_id"], labels["units"]["arm_type"]))
-        texts = CFG["tasks"]["T4"]["labels"]["default"]
+        texts = CFG.tasks["T4"].labels["default"]
         inv = {v: k for k, v in texts.items()}
         for r in rows:
             assert r["frame_indices"] == [r["anchor_frame"] + o for o in offs]
@@ -217,7 +215,7 @@ def test_t4_coordination(pools):
 
 def test_t5_progress(pools):
     """Step view: frames 1-5 span the named step start -> end, the last frame (NOW) is the query inside it."""
-    texts = CFG["tasks"]["T5"]["labels"]["default"]
+    texts = CFG.tasks["T5"].labels["default"]
     for source in ("gm100", "rh20t", "reassemble"):
         ir, labels, pool = pools[source]
         rows = _rows(pool, "T5")
@@ -237,7 +235,7 @@ def test_t5_progress(pools):
 
 
 def test_t5_public_variant(pools):
-    cfg = {**CFG, "tasks": {**CFG["tasks"], "T5": read_task("T5", variant="public")}}
+    cfg = CFG.with_values({"tasks.T5": read_task("T5", variant="public")})
     ir, labels, _ = pools["gm100"]
     rows = build_candidates("gm100", ir, labels, cfg).filter(pl.col("task_id") == "T5").to_dicts()
     assert rows
@@ -252,7 +250,7 @@ def test_t5_public_variant(pools):
 def test_t6_motion(pools):
     ir, labels, pool = pools["aist"]
     rows = _rows(pool, "T6")
-    assert {r["answer_text"] for r in rows} == set(CFG["tasks"]["T6"]["labels"]["aist"].values())
+    assert {r["answer_text"] for r in rows} == set(CFG.tasks["T6"].labels["aist"].values())
     for r in rows:
         arm = json.loads(r["label_meta_json"])["arm"]
         assert r["question"] == f"Across these time-ordered frames, is the {arm} robot arm actively moving or stationary?"
@@ -283,7 +281,7 @@ def test_t7_outcome(pools):
         assert r["answer_text"] == {"success": "Yes — this episode succeeded",
                                     "failure": "No — this episode failed"}[units[r["unit_id"]]["outcome"]]
         assert r["frame_indices"][-1] == units[r["unit_id"]]["num_frames"] - 3  # the episode's end (min_margin 2)
-    want = CFG["tasks"]["T7"]["frames"]["rh20t"]["windows_per_unit"]
+    want = CFG.tasks["T7"].frames["rh20t"].windows_per_unit
     assert rows and set(per_unit.values()) == {want}
     by_task = {}
     for u in per_unit:
@@ -300,7 +298,7 @@ def test_t7_outcome(pools):
 
 
 def test_t7_public_variant(pools):
-    cfg = {**CFG, "tasks": {**CFG["tasks"], "T7": read_task("T7", variant="public")}}
+    cfg = CFG.with_values({"tasks.T7": read_task("T7", variant="public")})
     ir, labels, _ = pools["reassemble"]
     rows = build_candidates("reassemble", ir, labels, cfg).filter(pl.col("task_id") == "T7").to_dicts()
     segs = {(s["unit_id"], s["seg_index"]): s for s in labels["segments"].to_dicts()}
@@ -466,8 +464,8 @@ def test_pool_independent_of_hash_seed(tmp_path):
         "from factories import synthetic_pool\n"
         "from pipeline import items as I\n"
         "from pipeline.choices import assign_letters, display_order\n"
-        "from pipeline.config import load_config\n"
-        "cfg = load_config()\n"
+        "from pipeline.config import load_settings\n"
+        "cfg = load_settings()\n"
         "h = hashlib.sha256()\n"
         "for s in ('reassemble', 'gm100'):\n"
         "    p = synthetic_pool(s, n_units=2, n_frames=900)[2]\n"
@@ -499,5 +497,5 @@ def test_items_from_every_family(pools, reassemble_pool):
             assert r["choices"]["ABCDEF".index(r["answer"])] == r["answer_text"]
             assert sorted(r["choices"]) == sorted([r["answer_text"], *r["distractors"]])
             seen.add((source, r["task_id"]))
-    assert {t for _, t in seen} == set(task_ids(CFG))
+    assert {t for _, t in seen} == set(CFG.task_ids)
     assert seen == {(s, t) for s, ts in FAMILIES_BY_SOURCE.items() for t in ts} - ABSENT_IN_HAND_MADE

@@ -10,21 +10,21 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import apply_variant, load_config, read_task
+from pipeline.config import apply_variant, load_settings, read_task
 from pipeline.families.progress import step_skip_reason, strip_frames
 from pipeline.families.temporal import contact_runs
 from pipeline.frames import gate as gate_mod
 from pipeline.frames.render import render_item_images
 from pipeline.settings_errors import ConfigError
 
-CFG = load_config()
+CFG = load_settings()
 
 
 def test_variants_public_and_errors():
     for t in ("T5", "T7", "T8", "T9"):
-        assert CFG["tasks"][t]["variant"] == "default"
+        assert CFG.tasks[t].variant == "default"
         pub = read_task(t, variant="public")
-        assert pub["variant"] == "public" and pub["quota"] == CFG["tasks"][t]["quota"]
+        assert pub["variant"] == "public" and pub["quota"] == CFG.tasks[t].quota
     assert "strip" not in read_task("T5", variant="public")["frames"]["default"]
     assert read_task("T8", variant="public")["min_pixel_distance"] is None
     assert all("state_change" not in f for f in read_task("T9", variant="public")["frames"].values())
@@ -75,15 +75,14 @@ def test_gate_drops_order_items_whose_frames_look_alike():
     assert kept["candidate_key"].to_list() == ["far", "alike_T1"]  # other families keep their near-alike frames
     assert "too alike to order" in q["reason"][0] and q["reason"][0].startswith("alike:")
     # the public variant has no minimum: the same item passes
-    pub = {**CFG, "tasks": {**CFG["tasks"], "T9": read_task("T9", variant="public")}}
+    pub = CFG.with_values({"tasks.T9": read_task("T9", variant="public")})
     assert gate_mod.gate_items(items, ft, pub)[0].height == 3
 
 
 def test_wrist_cameras_give_no_order_items():
     from factories import synthetic_pool as _pool
 
-    cfg = {**CFG, "tasks": {**CFG["tasks"], **{t: {**CFG["tasks"][t], "exclude_cameras": ["camera_top"]}
-                                              for t in ("T8", "T9")}}}
+    cfg = CFG.with_values({f"tasks.{t}.exclude_cameras": ["camera_top"] for t in ("T8", "T9")})
     _, _, pool = _pool("gm100", n_units=2, n_frames=600, cfg=cfg)
     assert pool.height and not pool.filter(pl.col("task_id").is_in(["T8", "T9"])).height
     _, _, pool = _pool("gm100", n_units=2, n_frames=600)

@@ -17,7 +17,7 @@ import yaml
 import upstream_adapters
 from pipeline import stages
 from pipeline.steps.stage import run_steps
-from pipeline.config import CONFIG_DIR, load_config
+from pipeline.config import CONFIG_DIR, load_settings
 from pipeline.settings_errors import ConfigError
 from upstream_adapters.base import SourceAdapter
 from upstream_adapters.ir import FRAMES_SCHEMA, SIGNALS_SCHEMA, UnitError, UnitIR, validate_unit
@@ -151,7 +151,7 @@ def toy_registered():
 def test_fifth_source_builds_a_valid_release(tmp_path, toy_registered):
     corpus = tmp_path / "toy"
     write_toy_corpus(corpus)
-    cfg = load_config(toy_config(tmp_path, corpus))
+    cfg = load_settings(toy_config(tmp_path, corpus))
     assert stages.run_ingest(cfg, SLUG)["units"] == N_UNITS       # the IR validator accepts the registered slug
     stages.run_labels(cfg, SLUG)
     per_family = stages.run_candidates(cfg, SLUG)["per_family"]
@@ -177,18 +177,23 @@ def test_unregistered_slug_is_refused_by_the_ir_and_the_config(tmp_path):
     ir = ToyAdapter().read_unit(corpus, "toy_000")
     assert validate_unit(ir) == "unknown source 'toy'"
     with pytest.raises(ConfigError) as err:
-        load_config(toy_config(tmp_path, corpus))
+        load_settings(toy_config(tmp_path, corpus))
     assert err.value.key == "build.sources[0]" and "got 'toy'" in err.value.expected  # the first file read
 
 
 def test_per_source_values_resolve_for_a_registered_source(toy_registered):
-    from pipeline.config import per_source
+    import pydantic
 
+    from pipeline.config import load_settings
+
+    cfg = load_settings()
     template = {"gm100": "a", SLUG: "b", "default": "c"}
-    assert per_source(template, SLUG) == "b"
-    assert per_source({"gm100": "a", "default": "c"}, SLUG) == "c"
-    upstream_adapters.unregister(SLUG)   # unknown keys: not a per-source map, the value itself (never guessed)
-    assert per_source(template, SLUG) == template
+    assert cfg.with_values({"tasks.T1.question": template}).tasks["T1"].for_source(SLUG).question == "b"
+    other = cfg.with_values({"tasks.T1.question": {"gm100": "a", "default": "c"}}).tasks["T1"]
+    assert other.for_source(SLUG).question == "c"
+    upstream_adapters.unregister(SLUG)   # a per-source map is typed: a key that is no registered slug is an error
+    with pytest.raises(pydantic.ValidationError):
+        cfg.with_values({"tasks.T1.question": template})
 
 
 def test_register_rejects_bad_names_and_silent_overrides():

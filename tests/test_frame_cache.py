@@ -22,7 +22,7 @@ import pytest
 from assets.fingerprint import run_step
 from assets.tables import source_steps, tables_by_name
 from pipeline import stages
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.frames import memos
 from pipeline.frames.cache import BadEntry, FrameCache
 from pipeline.frames.pixels import encode_png, frame_stats, pixel_sha256
@@ -33,10 +33,9 @@ import packs
 
 
 def _cfg(samples: dict, work: Path) -> dict:
-    cfg = load_config(upstream={k: str(v) for k, v in samples.items()}, scale="demo")
-    cfg["build"]["work_dir"] = str(work)
-    cfg["frames"]["workers"] = 1  # in-process: small demo work, and the counters are this process's
-    return cfg
+    cfg = load_settings(upstream={k: str(v) for k, v in samples.items()}, scale="demo")
+    # in-process: small demo work, and the counters are this process's
+    return cfg.with_values({"build.work_dir": str(work), "frames.workers": 1})
 
 
 def _items(work: Path, slug: str) -> pl.DataFrame:
@@ -65,7 +64,7 @@ def test_changed_video_under_the_same_unit_id_gets_new_hashes(demo_samples, demo
     before = _items(work, "gm100")
     victim, camera = before.group_by("unit_id", "camera").len().sort("len", "unit_id", descending=True).row(0)[:2]
     cam = camera.removeprefix("observation.images.")
-    files = get_adapter("gm100", **cfg["sources"]["gm100"]["adapter"]).unit_files(samples["gm100"], victim)
+    files = get_adapter("gm100", **cfg.sources["gm100"].adapter.options()).unit_files(samples["gm100"], victim)
     vid = next(p for rel, p, _ in files if rel.endswith(".mp4") and cam in rel)
     _replace_video(vid)
 
@@ -189,7 +188,7 @@ def test_bad_cache_entries_are_detected_and_decoded_again(demo_samples, demo_rel
     # items' frames alone, so every planted defect lies on the path under test
     shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache"))
     cfg = _cfg(demo_samples, work)
-    slugs = cfg["build"]["sources"]
+    slugs = cfg.build.sources
     for slug in slugs:
         _select_again(work, slug)
         stages.run_frames(cfg, slug)

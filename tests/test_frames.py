@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.frames import gate as gate_mod
 from pipeline.frames.cache import FrameCache
 from pipeline.frames.extract import FRAME_TABLE_SCHEMA, DirectoryReaders, extract_frames, requests_from_items
@@ -389,11 +389,11 @@ def test_a_damaged_record_is_decoded_again_and_its_pack_rewritten(video_root, tm
 
 
 def test_gate_reasons_and_quarantine_schema():
-    cfg = load_config()
-    g = cfg["frames"]["gate"]
+    cfg = load_settings()
+    g = cfg.frames.gate
     ft = pl.DataFrame([
         _frow("u", 1), _frow("u", 2), _frow("u", 3),
-        _frow("u", 4, mean=g["black_max_mean"] - 1),
+        _frow("u", 4, mean=g.black_max_mean - 1),
         _frow("u", 5, std=0.5),
         _frow("u", 6, sha="same"), _frow("u", 7, sha="same"),
         _frow("u", 8, thumb="10101010"), _frow("u", 9, thumb="10101011"),
@@ -418,7 +418,7 @@ def test_gate_reasons_and_quarantine_schema():
     assert "unreadable frame 11 (not extracted)" in reasons["absent"]
     assert kept.columns == items.columns
     # an empty item table passes through
-    k0, q0 = gate_mod.gate_items(items.head(0), ft, cfg["frames"])
+    k0, q0 = gate_mod.gate_items(items.head(0), ft, cfg)
     assert k0.height == 0 and q0.height == 0
 
 

@@ -11,17 +11,14 @@ import polars as pl
 
 from pipeline import stages
 from assets.cli import main
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.frames.reconstruct import release_item_files
 from pipeline.steps.tables import step_files
 
 
 def _cfg(samples, work, release=None):
-    cfg = load_config(upstream={k: str(v) for k, v in samples.items()}, scale="demo")
-    cfg["build"]["work_dir"] = str(work)
-    if release:
-        cfg["build"]["release_dir"] = str(release)
-    return cfg
+    cfg = load_settings(upstream={k: str(v) for k, v in samples.items()}, scale="demo")
+    return cfg.with_values({"build.work_dir": str(work), **({"build.release_dir": str(release)} if release else {})})
 
 
 def test_rebuild_decodes_zero_frames(demo_samples, demo_release, tmp_path):
@@ -30,7 +27,7 @@ def test_rebuild_decodes_zero_frames(demo_samples, demo_release, tmp_path):
     cfg = _cfg(demo_samples, work)
     for key in (work / "items").glob("*.selection_key"):  # select again (not keep the last items): from the cache
         key.unlink()
-    for slug in cfg["build"]["sources"]:
+    for slug in cfg.build.sources:
         before = pl.read_parquet(work / "items" / f"{slug}.parquet")
         out = stages.run_frames(cfg, slug)
         assert out["frames_decoded"] == 0, slug
@@ -43,8 +40,7 @@ def test_gate_drops_black_frames_and_replaces_them(demo_samples, demo_release, t
 
     work = tmp_path / "work"
     shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache"))
-    cfg = _cfg(demo_samples, work)
-    cfg["frames"]["workers"] = 1  # in-process, so the patched adapter is the one that reads
+    cfg = _cfg(demo_samples, work).with_values({"frames.workers": 1})  # in-process, so the patched adapter is the one that reads
     (work / "items" / "gm100.selection_key").unlink()  # select and decode again
     before = pl.read_parquet(work / "items" / "gm100.parquet")
     victim = before["unit_id"].value_counts(sort=True)["unit_id"][0]
@@ -73,7 +69,7 @@ def test_reconstruct_from_upstream_matches_every_hash(demo_samples, demo_release
     for slug, root in demo_samples.items():
         args += ["--upstream", f"{slug}={root}"]
     assert main(args) == 0
-    cfg = load_config(scale="demo")
+    cfg = load_settings(scale="demo")
     files = release_item_files(demo_release, cfg)  # every eval level, then SFT
     assert len(files) == 4 and all((demo_release / f).is_file() for f in files)
     steps = step_files(demo_release, cfg)  # the T13 step items: their images are reconstructed too

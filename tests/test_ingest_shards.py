@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from assets.run import GraphMismatch, plan, settings_from
+from assets.run import GraphMismatch, plan, BuildSettings
 from assets.tables import all_steps
 from pipeline import stages
 from pipeline.ingest import IR_TABLES, merge_shards, read_ir, shard_of
@@ -26,9 +26,8 @@ def test_shard_of_is_stable_and_spreads_units():
 @pytest.mark.parametrize("slug", SLUGS)
 def test_sharded_ingest_merges_into_the_whole_ir(slug, demo_samples, demo_release, tmp_path):
     work = tmp_path / "work"
-    cfg = settings_from(scale="demo", upstream={k: str(v) for k, v in demo_samples.items()}, work_dir=str(work),
-                        release_dir=str(tmp_path / "release")).config()
-    cfg["sources"][slug]["ingest_shards"] = 3
+    cfg = BuildSettings(scale="demo", upstream={k: str(v) for k, v in demo_samples.items()}, work_dir=str(work),
+                        release_dir=str(tmp_path / "release")).config().with_values({f"sources.{slug}.ingest_shards": 3})
     units = [stages.run_ingest_shard(cfg, slug, k)["units"] for k in range(3)]
     assert sum(units) and all(units)  # every shard got units of its own
     summary = stages.run_ingest(cfg, slug)
@@ -54,10 +53,9 @@ def test_duplicates_across_shards_are_noted():
 
 
 def test_the_graph_has_a_step_per_shard_and_a_merge():
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
 
-    cfg = load_config(scale="demo")
-    cfg["sources"]["gm100"]["ingest_shards"] = 2
+    cfg = load_settings(scale="demo").with_values({"sources.gm100.ingest_shards": 2})
     steps = {s.name: s for s in all_steps(cfg)}
     assert {"ingest_gm100_0", "ingest_gm100_1", "ingest_gm100"} <= set(steps) and "ingest_aist_0" not in steps
     assert set(steps["ingest_gm100"].reads) == {t.name for k in (0, 1) for t in steps[f"ingest_gm100_{k}"].writes}
@@ -81,5 +79,5 @@ def test_a_config_dir_cannot_change_the_job_graph(tmp_path):
     sources = configs / "sources.yaml"
     sources.write_text(sources.read_text().replace("  gm100:\n", "  gm100:\n    ingest_shards: 2\n", 1))
     with pytest.raises(GraphMismatch, match="ingest_gm100_0"):
-        plan(settings_from(config_dir=str(configs), scale="demo", work_dir=str(tmp_path / "w"),
+        plan(BuildSettings(config_dir=str(configs), scale="demo", work_dir=str(tmp_path / "w"),
                            release_dir=str(tmp_path / "r")))

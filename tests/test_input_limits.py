@@ -18,7 +18,7 @@ import pytest
 import yaml
 from bombs import mp4_declaring
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.ingest import ingest_source
 from pipeline.settings_errors import ConfigError
 from upstream_adapters.base import load_json
@@ -38,11 +38,11 @@ REC_GOOD, REC_BAD = "2025-01-09-13-57-17", "2025-01-09-14-01-02"
 _PROBE = """
 import json, resource, sys
 from pathlib import Path
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from upstream_adapters import get_adapter
 from upstream_adapters.ir import UnitError
 slug, root, bad, good, over = sys.argv[1:6]
-opts = load_config()["sources"][slug]["adapter"]
+opts = load_settings().sources[slug].adapter.options()
 opts["input_limits"].update(json.loads(over))
 a = get_adapter(slug, **opts)
 ids = a.discover(Path(root))
@@ -219,7 +219,7 @@ def test_deep_json_is_a_reason_never_a_recursion_error(tmp_path):
     root = _rh20t_root(tmp_path)
     (root / "task_description.json").write_text('{"task_0001": ' + "[" * 100_000 + "]" * 100_000 + "}")
     _scene_file(root, BAD, "metadata.json").write_text('{"rating": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    res = ingest_source("rh20t", root, load_config()["sources"]["rh20t"]["adapter"])
+    res = ingest_source("rh20t", root, load_settings().sources["rh20t"].adapter.options())
     # the deep task table costs the language of the units it describes (a note), not the units
     assert res.units["unit_id"].to_list() == [GOOD.name]
     notes = res.notes.filter(res.notes["unit_id"] == GOOD.name)["note"].to_list()
@@ -240,7 +240,7 @@ def test_ten_thousand_empty_zip_members_are_cheap(tmp_path, monkeypatch):
     opened = []
     real = zipfile.ZipFile.__init__
     monkeypatch.setattr(zipfile.ZipFile, "__init__", lambda self, *a, **k: opened.append(1) or real(self, *a, **k))
-    res = ingest_source("aist", root, load_config()["sources"]["aist"]["adapter"])
+    res = ingest_source("aist", root, load_settings().sources["aist"].adapter.options())
     q = res.quarantine.filter(res.quarantine["unit_id"].str.starts_with("task_016"))
     assert q.height == 10_000 and all("is empty (0 bytes)" in r for r in q["reason"].to_list())
     assert res.units.height == 2
@@ -256,9 +256,9 @@ def test_input_limits_are_typed_settings(tmp_path):
     data["build"]["input_limits"]["max_video_samples"] = 0
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="max_video_samples"):
-        load_config(tmp_path / "configs")
-    cfg = load_config()
-    assert all(src["adapter"]["input_limits"] == cfg["build"]["input_limits"] for src in cfg["sources"].values())
+        load_settings(tmp_path / "configs")
+    cfg = load_settings()
+    assert all(src.adapter.input_limits == cfg.build.input_limits.model_dump() for src in cfg.sources.values())
 
 
 def test_input_limits_are_in_the_config_hash_and_the_ingest_fingerprint():
@@ -269,12 +269,10 @@ def test_input_limits_are_in_the_config_hash_and_the_ingest_fingerprint():
     from pipeline.provenance import config_hash
 
     assert all("input_limits" not in keys for keys in NO_OUTPUT_KEYS.values())
-    cfg = load_config()
-    other = json.loads(json.dumps(cfg, default=str))
-    base = json.loads(json.dumps(cfg, default=str))
-    other["build"]["input_limits"]["max_json_depth"] = 5
-    for src in other["sources"].values():
-        src["adapter"]["input_limits"]["max_json_depth"] = 5
+    cfg = load_settings()
+    base = cfg
+    other = cfg.with_values({"build.input_limits.max_json_depth": 5,
+                             **{f"sources.{s}.adapter.input_limits.max_json_depth": 5 for s in cfg.sources}})
     assert config_hash(other) != config_hash(base)
     assert digest(config_part(other, ("sources.gm100",))) != digest(config_part(base, ("sources.gm100",)))
 
@@ -284,7 +282,7 @@ def test_input_limits_are_in_the_config_hash_and_the_ingest_fingerprint():
 _KILLED = """
 import os, signal, sys
 from pathlib import Path
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.ingest import ingest_source
 from upstream_adapters.aist import AistAdapter
 root, state, victim = sys.argv[1:4]
@@ -294,7 +292,7 @@ def read_unit(self, r, unit_id):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, r, unit_id)
 AistAdapter.read_unit = read_unit
-ingest_source("aist", Path(root), load_config()["sources"]["aist"]["adapter"], state=Path(state))
+ingest_source("aist", Path(root), load_settings().sources["aist"].adapter.options(), state=Path(state))
 """
 
 
@@ -302,7 +300,7 @@ def test_a_reader_killed_on_a_unit_names_it_and_then_costs_only_that_unit(tmp_pa
     from pipeline.ingest_guard import held_note
 
     root, state, victim = _aist_root(tmp_path), tmp_path / "work" / "ir" / "aist", "task_004_episode_1"
-    opts = load_config()["sources"]["aist"]["adapter"]
+    opts = load_settings().sources["aist"].adapter.options()
     for death in (1, 2):
         res = subprocess.run([sys.executable, "-c", _KILLED, str(root), str(state), victim], cwd=REPO,
                              capture_output=True, text=True, timeout=300)
@@ -329,6 +327,6 @@ def test_one_death_then_a_good_read_is_forgotten(tmp_path):
     res = subprocess.run([sys.executable, "-c", _KILLED, str(root), str(state), victim], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == -9
-    opts = load_config()["sources"]["aist"]["adapter"]
+    opts = load_settings().sources["aist"].adapter.options()
     assert ingest_source("aist", root, opts, state=state).units.height == 2  # one death may be bad luck: read again
     assert not Path(f"{state}.died.json").exists() and not Path(f"{state}.reading").exists()

@@ -108,9 +108,9 @@ def test_clock_must_strictly_increase_and_fit_the_duration_limit():
 
 
 def test_configured_limits_are_the_ones_validate_uses():
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
 
-    limits = load_config()["build"]["ir_limits"]
+    limits = load_settings().build.ir_limits.model_dump()
     assert validate_unit(make_unit(), limits) is None
     ir = make_unit()
     ir.unit["fps"] = limits["fps"][1] * 2

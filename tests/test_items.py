@@ -3,7 +3,6 @@ exclusion, reserve margin, shortfall, balanced answer letters (per group too), T
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import math
@@ -15,11 +14,11 @@ import public_release_pins as pins
 from factories import synthetic_pool
 from pipeline import choices as C
 from pipeline import items as I
-from pipeline.config import load_config, task_ids
+from pipeline.config import load_settings
 from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
 from pipeline.seeding import stable_hash
 
-CFG = load_config()
+CFG = load_settings()
 
 
 def _lettered(pool: pl.DataFrame, seed: int) -> pl.DataFrame:
@@ -69,19 +68,17 @@ def test_quota_rounding():
 
 
 def test_quotas_per_source_and_scale():
-    rel = copy.deepcopy(CFG)
-    rel["build"]["scale"] = "release"
+    rel = CFG.with_values({"build.scale": "release"})
     q = I.quotas(rel, "reassemble")
-    assert list(q) == [t for t in task_ids(rel) if t in q]  # task order
+    assert list(q) == [t for t in rel.task_ids if t in q]  # task order
     assert {t: q[t] for t in pins.QUOTAS["reassemble"]} == pins.QUOTAS["reassemble"]  # the public release's quotas
     public = {s: {t: n for t, n in I.quotas(rel, s).items() if t in pins.TASK_NAMES} for s in pins.QUOTAS}
     assert sum(sum(q.values()) for q in public.values()) == pins.RELEASE_ITEMS
-    demo = copy.deepcopy(CFG)
-    demo["build"]["scale"] = "demo"
-    scale = demo["build"]["quota_scale"]["demo"]
+    demo = CFG.with_values({"build.scale": "demo"})
+    scale = demo.build.quota_scale["demo"]
     qd = I.quotas(demo, "aist")
     assert qd == {t: max(1, math.floor(v * scale + 0.5)) for t, v in I.quotas(rel, "aist").items()}
-    assert qd.settings["T3"] == {"min_gap": CFG["tasks"]["T3"]["min_gap"]["aist"], "balance_labels": True,
+    assert qd.settings["T3"] == {"min_gap": CFG.tasks["T3"].min_gap["aist"], "balance_labels": True,
                                  "equal_per_unit": False}
 
 
@@ -146,8 +143,8 @@ def test_select_balances_labels():
 
 def test_select_uses_template_settings_from_cfg_tasks():
     pool = _fake_pool(n_units=2, per_unit=40, gap=2)
-    sel = I.select_candidates(pool, {"T1": 100}, seed=0, cfg_tasks=CFG["tasks"])  # T1 gm100 min_gap
-    gap = CFG["tasks"]["T1"]["min_gap"]["gm100"]
+    sel = I.select_candidates(pool, {"T1": 100}, seed=0, cfg_tasks=CFG.tasks)  # T1 gm100 min_gap
+    gap = CFG.tasks["T1"].min_gap["gm100"]
     for _, g in sel.group_by("unit_id"):
         f = sorted(g["anchor_frame"].to_list())
         assert all(b - a >= gap for a, b in zip(f, f[1:]))
@@ -503,7 +500,7 @@ def test_equal_per_unit_fills_the_quota_when_a_multiple_fits():
 
 
 def test_equal_per_unit_from_the_template():
-    t = copy.deepcopy(CFG["tasks"]["T7"])
+    t = CFG.tasks["T7"]
     assert I._template_settings(t, "rh20t")[2] is True  # RH20T T7: a unit's windows share its outcome
     assert I._template_settings(t, "reassemble")[2] is False
     q = I.quotas(CFG, "rh20t")

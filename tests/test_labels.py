@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import polars as pl
@@ -10,12 +9,12 @@ import pytest
 
 from factories import synthetic_ir
 from pipeline import labels as L
-from pipeline.config import load_config
+from pipeline.config import load_settings
 
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config()
+    return load_settings()
 
 
 # ------------------------------------------------------------------------------------------ small rules
@@ -51,7 +50,7 @@ def _effort(n=120, drop=(40, 70), depth=0.5, seed=0):
 
 
 def test_effort_contact_detected_and_released(cfg):
-    spec = cfg["labels"]["contact"]["gm100"]
+    spec = cfg.labels.contact.for_source("gm100").model_dump()
     ev = L.detect_effort_contacts(_effort(), **spec)
     assert ev == [(40, 70)]
     m = L.events_to_mask(120, ev)
@@ -59,7 +58,7 @@ def test_effort_contact_detected_and_released(cfg):
 
 
 def test_effort_short_dip_is_not_contact(cfg):
-    spec = cfg["labels"]["contact"]["gm100"]
+    spec = cfg.labels.contact.for_source("gm100").model_dump()
     assert L.detect_effort_contacts(_effort(drop=(40, 43)), **spec) == []  # 3 < min_persist_frames (5)
     # two separate contacts
     e = _effort(n=200)
@@ -68,7 +67,7 @@ def test_effort_short_dip_is_not_contact(cfg):
 
 
 def test_effort_contact_never_released_lasts_to_end(cfg):
-    spec = cfg["labels"]["contact"]["gm100"]
+    spec = cfg.labels.contact.for_source("gm100").model_dump()
     e = np.r_[np.full(50, 1.0) + np.random.default_rng(1).normal(0, 0.01, 50), np.full(30, 0.3), np.full(20, 1.0)]
     e[60:] = 0.3  # the tail is the grasp level: the baseline must still be the idle (open) level
     assert L.detect_effort_contacts(e, **spec) == [(50, 100)]  # a grasp held to the end: contact to the end
@@ -78,11 +77,11 @@ def test_effort_contact_never_released_lasts_to_end(cfg):
 
 
 def test_flat_effort_gives_no_contact(cfg):
-    assert L.detect_effort_contacts(np.ones(50), **cfg["labels"]["contact"]["gm100"]) == []
+    assert L.detect_effort_contacts(np.ones(50), **cfg.labels.contact.for_source("gm100").model_dump()) == []
 
 
 def test_force_contact_with_hysteresis(cfg):
-    spec = cfg["labels"]["contact"]["rh20t"]
+    spec = cfg.labels.contact.for_source("rh20t").model_dump()
     f = np.r_[np.full(30, 0.2), np.full(30, 8.0), np.full(30, 0.2)]
     m, meta = L.force_contact_mask(f, **spec)
     assert m[45:62].all() and not m[:30].any() and not m[80:].any()  # EMA lag: on late, off late
@@ -93,14 +92,14 @@ def test_force_contact_with_hysteresis(cfg):
 
 
 def test_gripper_hold(cfg):
-    g = cfg["labels"]["contact"]["rh20t"]["gripper"]
+    g = cfg.labels.contact.for_source("rh20t").gripper.model_dump()
     w = np.r_[np.full(40, 90.0), np.full(30, 40.0), np.full(20, 90.0), np.full(10, 0.2)]  # 0.2 mm: closed
     m = L.gripper_hold_mask(w, **g)
     assert m[40:70].all() and not m[:40].any() and not m[90:].any()  # fully closed (empty) is not holding
 
 
 def test_primitive_contact(cfg):
-    nc = cfg["labels"]["contact"]["reassemble"]["no_contact_labels"]
+    nc = cfg.labels.contact.for_source("reassemble").no_contact_labels
     assert L.primitive_contact("Approach", nc) is False
     assert L.primitive_contact("Grasp", nc) is True
     assert L.primitive_contact("No action.", nc) is False
@@ -127,7 +126,7 @@ def test_phase_without_contacts_velocity_only():
 
 
 def test_phase_from_primitive(cfg):
-    mp = cfg["labels"]["phase"]["reassemble"]["map"]
+    mp = cfg.labels.phase.for_source("reassemble").map
     assert L.phase_from_primitive("Approach", "Pick round peg 1.", mp) == "approach"
     assert L.phase_from_primitive("Approach", "Insert USB.", mp) == "transfer"
     assert L.phase_from_primitive("Grasp", "Pick BNC.", mp) == "contact"
@@ -204,7 +203,7 @@ def test_activity_coordination_and_arm_type():
 
 
 def test_steps_from_contact_anchors(cfg):
-    spec = cfg["labels"]["steps"]["gm100"]
+    spec = cfg.labels.steps.for_source("gm100").model_dump()
     slow = np.zeros(300)
     # a regrasp 10 frames after the first contact (same gripper, slow in between) merges into one step
     steps = L.steps_from_contact_anchors({"left": [(20, 60), (70, 110)]}, slow, **spec)
@@ -228,13 +227,13 @@ def test_steps_from_runs():
 
 
 def test_progress_bins(cfg):
-    bins = cfg["labels"]["progress_bins"]
+    bins = cfg.labels.progress_bins
     u = L.progress_u(np.array([100, 110, 150, 135, 200]), 100, 200)
     assert L.progress_bin(u, bins).tolist() == ["early", "early", "middle", None, "late"]
 
 
 def test_outcome_from_rating(cfg):
-    spec = cfg["labels"]["outcome"]["rh20t"]
+    spec = cfg.labels.outcome.for_source("rh20t").model_dump()
     assert [L.outcome_from_rating(r, **spec) for r in (9, 2, 1, 0, -1, None)] == \
         ["success", "success", "failure", "failure", None, None]
 
@@ -259,7 +258,7 @@ def test_compute_labels_tables(cfg, source):
     n_units = ir["units"].height
     assert out["units"].height == n_units
     assert out["frames"].height == n_units * 600
-    assert set(out["frames"]["phase"].drop_nulls().unique()) <= set(cfg["labels"]["phases"])
+    assert set(out["frames"]["phase"].drop_nulls().unique()) <= set(cfg.labels.phases)
     again = L.compute_labels(source, ir, cfg)
     for name in out:
         assert out[name].equals(again[name]), name
@@ -301,8 +300,7 @@ def test_compute_labels_per_source_semantics(cfg):
 def test_thresholds_come_from_config(cfg):
     ir = synthetic_ir("rh20t", n_units=2, n_frames=400)
     base = L.compute_labels("rh20t", ir, cfg)["frames"]["motion"].value_counts().sort("motion")
-    c2 = copy.deepcopy(cfg)
-    c2["labels"]["motion"]["rh20t"] = {"mode": "absolute", "stationary": 1e9, "moving": 2e9}
+    c2 = cfg.with_values({"labels.motion.rh20t": {"mode": "absolute", "stationary": 1e9, "moving": 2e9}})
     m2 = L.compute_labels("rh20t", ir, c2)["frames"]["motion"]
     assert set(m2.drop_nulls()) == {"stationary"} and not base.equals(m2.value_counts().sort("motion"))
 
@@ -365,7 +363,7 @@ def test_compute_labels_right_arm_directions(cfg):
 
 def test_gm100_grasp_lasting_to_episode_end_is_contact(cfg):
     """A grasp still held at the last frame: the tail is the grasp level, so a tail-only baseline saw no drop."""
-    spec = cfg["labels"]["contact"]["gm100"]
+    spec = cfg.labels.contact.for_source("gm100").model_dump()
     e = np.r_[np.full(60, 1.0), np.full(40, 0.2)]
     e[:60] += np.random.default_rng(2).normal(0, 0.01, 60)
     assert L.detect_effort_contacts(e, **spec) == [(60, 100)]
@@ -374,7 +372,7 @@ def test_gm100_grasp_lasting_to_episode_end_is_contact(cfg):
 @pytest.mark.parametrize("lo, hi", [(0.4, 1.0), (1.0, 0.4)])
 def test_gm100_slow_effort_drift_is_not_contact(cfg, lo, hi):
     """Effort that drifts slowly over the episode (no step) is not a grasp, whichever way it drifts."""
-    spec = cfg["labels"]["contact"]["gm100"]
+    spec = cfg.labels.contact.for_source("gm100").model_dump()
     e = np.linspace(lo, hi, 300) + np.random.default_rng(4).normal(0, 0.005, 300)
     assert L.detect_effort_contacts(e, **spec) == []
     e[150:200] -= 0.4  # a real grasp on top of the drift is still found
@@ -385,9 +383,8 @@ def test_gm100_slow_effort_drift_is_not_contact(cfg, lo, hi):
 def test_gm100_tasks_without_gripper_motion_get_no_contact(cfg):
     """Per-task gate (public task annotation: has_gripper_motion False): such units carry no contact labels."""
     ir = synthetic_ir("gm100", n_units=3, n_frames=600)
-    c2 = copy.deepcopy(cfg)
     gated = ir["units"]["task_id"][0]
-    c2["labels"]["contact"]["gm100"]["no_gripper_motion_tasks"] = [gated]
+    c2 = cfg.with_values({"labels.contact.gm100.no_gripper_motion_tasks": [gated]})
     out = L.compute_labels("gm100", ir, c2)
     uids = ir["units"].filter(pl.col("task_id") == gated)["unit_id"].to_list()
     arms = out["arms"].filter(pl.col("unit_id").is_in(uids))
@@ -399,7 +396,7 @@ def test_gm100_tasks_without_gripper_motion_get_no_contact(cfg):
 def test_rh20t_gripper_hold_on_an_object(cfg):
     """RH20T gripper_info[0] is the width in mm (open ~85): a grasp stops the fingers at the object's width, far
     above fully closed, and the episode need not contain an empty close at all."""
-    g = cfg["labels"]["contact"]["rh20t"]["gripper"]
+    g = cfg.labels.contact.for_source("rh20t").gripper.model_dump()
     w = np.r_[np.full(40, 86.0), np.linspace(86, 40, 6), np.full(50, 40.0), np.full(40, 86.0)]
     w = w + np.random.default_rng(5).normal(0, 0.05, w.size)
     m = L.gripper_hold_mask(w, **g)
@@ -444,17 +441,16 @@ def test_t8_t9_frames_respect_the_minimum_gap(cfg, source):
     fps = dict(zip(ir["units"]["unit_id"], ir["units"]["fps"]))
     if source == "rh20t":  # the hand-made grasp (45 s) outlasts two of T8's largest gaps, so T8's contact rule
         from pipeline.config import read_task  # leaves no set: the gap rule is checked on the public frames there
-        cfg = {**cfg, "tasks": {**cfg["tasks"], "T8": read_task("T8", variant="public")}}
+        cfg = cfg.with_values({"tasks.T8": read_task("T8", variant="public")})
     pool = build_candidates(source, ir, labels, cfg)
     for task in ("T8", "T9"):
         rows = pool.filter(pl.col("task_id") == task).to_dicts()
-        sep = cfg["tasks"][task]["frames"][source]["min_sep_sec"]
+        sep = cfg.tasks[task].frames[source].min_sep_sec
         assert rows, (source, task)
         gaps = [(b - a) / fps[r["unit_id"]] for r in rows for a, b in zip(sorted(r["frame_indices"]),
                                                                            sorted(r["frame_indices"])[1:])]
         assert min(gaps) >= sep - 1e-9, (source, task, min(gaps))
-        c2 = copy.deepcopy(cfg)
-        c2["tasks"][task]["frames"][source]["min_sep_sec"] = min(gaps) + 0.5
+        c2 = cfg.with_values({f"tasks.{task}.frames.{source}.min_sep_sec": min(gaps) + 0.5})
         rows2 = build_candidates(source, ir, labels, c2).filter(pl.col("task_id") == task).to_dicts()
         gaps2 = [(b - a) / fps[r["unit_id"]] for r in rows2 for a, b in zip(sorted(r["frame_indices"]),
                                                                              sorted(r["frame_indices"])[1:])]
@@ -482,8 +478,7 @@ def test_gm100_phase_reads_the_full_velocity_norm(cfg):
     phase = dict(L.compute_labels("gm100", ir, cfg)["frames"].select("frame_index", "phase").iter_rows())
     assert phase[102] == "contact" and phase[150] == "hold and carry" and phase[170] == "hold and carry"
     assert phase[185] == "transfer" and phase[250] == "release"
-    c2 = copy.deepcopy(cfg)
-    c2["labels"]["phase"]["gm100"]["speed_channel"] = "speed"  # the old reading
+    c2 = cfg.with_values({"labels.phase.gm100.speed_channel": "speed"})  # the old reading
     old = dict(L.compute_labels("gm100", ir, c2)["frames"].select("frame_index", "phase").iter_rows())
     assert old[150] == "transfer"
 

@@ -13,7 +13,7 @@ import pytest
 
 from assets.definitions import CHECKS
 from pipeline import stages
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.validate import validate_release
 
 
@@ -26,8 +26,7 @@ def too_small_for_l3(demo_release, tmp_path):
     """The demo build's work folder as a corpus too small for RH20T's L3: its L3 items gone, its summary saying so."""
     work, release = tmp_path / "work", tmp_path / "release"
     shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("_fingerprints"))
-    cfg = load_config(scale="demo")
-    cfg["build"]["work_dir"], cfg["build"]["release_dir"] = str(work), str(release)
+    cfg = load_settings(scale="demo").with_values({"build.work_dir": str(work), "build.release_dir": str(release)})
     items = pl.read_parquet(work / "split" / "items.parquet")
     gone = (pl.col("source") == "rh20t") & (pl.col("eval_level") == "L3")
     assert items.filter(gone).height

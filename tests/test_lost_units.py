@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.ingest import ingest_source, units_lost, write_ir
 from pipeline.stages import quarantine_shares
 from upstream_adapters.samples import aist as A
 from upstream_adapters.storage.zipwindow import local_members
 
-LIMIT = load_config()["build"]["max_quarantine_share"]
+LIMIT = load_settings().build.max_quarantine_share
 GOOD = {"insert_usb_cable": "task_004", "close_cardboard_box": "task_089"}
 EPISODES = 4
 
@@ -40,7 +40,8 @@ def _root(tmp_path):
 
 def _share(tmp_path, res, slug):
     write_ir(res, tmp_path / "work" / "ir" / slug)
-    return quarantine_shares({"build": {"work_dir": str(tmp_path / "work"), "sources": [slug]}}, slug)[slug]
+    return quarantine_shares(load_settings().with_values({"build.work_dir": str(tmp_path / "work"),
+                                                     "build.sources": [slug]}), slug)[slug]
 
 
 @pytest.mark.parametrize("how", ["zero_length", "not_a_zip", "unreadable", "directory", "half_cut"])
@@ -104,7 +105,7 @@ def test_an_unreadable_gm100_task_folder_counts_the_episodes_it_held(tmp_path, m
 
     root = tmp_path / "gm100"
     G.write(root, scale="tiny", seed=0)
-    opts = load_config()["sources"]["gm100"]["adapter"]
+    opts = load_settings().sources["gm100"].adapter.options()
     before = ingest_source("gm100", root, opts)
     lost_task = sorted(before.units["task_id"].unique().to_list())[-1]
     for name in ("stat", "listdir"):  # the folder's listing and its meta/ (info.json, episodes.jsonl) refused

@@ -3,7 +3,7 @@ the unit it stood for is counted against the quarantine share."""
 
 from __future__ import annotations
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.ingest import ingest_source, units_lost
 from upstream_adapters.samples import reassemble as R
 
@@ -19,7 +19,7 @@ def test_a_non_utf8_line_of_the_reassemble_split_list_costs_one_recording(tmp_pa
     (root / "splits").mkdir()
     (root / "splits" / "test_split1.txt").write_bytes(
         "\n".join(RECS).encode() + b"\n2025-01-09-14-\xff9-00\n")
-    res = ingest_source("reassemble", root, load_config()["sources"]["reassemble"]["adapter"])
+    res = ingest_source("reassemble", root, load_settings().sources["reassemble"].adapter.options())
     assert sorted(res.units["unit_id"].to_list()) == RECS
     (row,) = res.quarantine.to_dicts()
     assert row["unit_id"] == "*" and row["file"] == "splits/test_split1.txt"
@@ -34,7 +34,7 @@ def test_a_bad_line_of_gm100_jsonl_costs_only_itself(tmp_path):
 
     root = tmp_path / "gm100"
     G.write(root, scale="tiny", seed=0)
-    opts = load_config()["sources"]["gm100"]["adapter"]
+    opts = load_settings().sources["gm100"].adapter.options()
     before = ingest_source("gm100", root, opts)
     for name in ("episodes.jsonl", "tasks.jsonl"):
         path = root / "task_00001" / "meta" / name
@@ -56,7 +56,7 @@ def test_unit_ids_with_control_or_invisible_characters_are_refused_at_ingest(tmp
         R.write_recording(root / "data" / f"{rec}.h5", R.RecSpec(RECS[seed % 2]), "tiny", seed=seed)
     (root / "splits").mkdir()
     (root / "splits" / "test_split1.txt").write_text("\n".join([RECS[0], *bad]) + "\n")
-    res = ingest_source("reassemble", root, load_config()["sources"]["reassemble"]["adapter"])
+    res = ingest_source("reassemble", root, load_settings().sources["reassemble"].adapter.options())
     assert res.units["unit_id"].to_list() == [RECS[0]]
     reasons = sorted(res.quarantine["reason"].to_list())
     assert len(reasons) == 3 and units_lost(res.quarantine) == 3
@@ -76,7 +76,7 @@ def test_malformed_lines_of_gm100_episodes_jsonl_cost_no_good_episode(tmp_path):
 
     base = tmp_path / "base"
     G.write(base, scale="tiny", seed=0)
-    opts = load_config()["sources"]["gm100"]["adapter"]
+    opts = load_settings().sources["gm100"].adapter.options()
     before = ingest_source("gm100", base, opts)
     lines = [b'{"episode_index": 3,', b'{"episode_index": "3"}', b'{"episode_index": true}', b"[1,2]",
              b'{"episode_index": -1}', b'{"episode_index": NaN}', b'{"episode_index": 1.5}', b"\x00\x00",

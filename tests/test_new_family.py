@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from factories import build_demo
-from pipeline import families, prompts
-from pipeline.config import CONFIG_DIR, load_config, task_ids
+from pipeline import families
+from pipeline.config import CONFIG_DIR, load_settings
 from pipeline.items import quotas
 from pipeline.validate import validate_release
 
@@ -36,16 +36,15 @@ def test_a_thirteenth_family_builds_a_release(demo_samples, tmp_path, monkeypatc
     configs = tmp_path / "configs"
     shutil.copytree(CONFIG_DIR, configs)
     template = _thirteenth_family(configs)
-    cfg = load_config(configs)
-    assert task_ids(cfg)[-2:] == ["T12", NEW]
+    cfg = load_settings(configs)
+    assert cfg.task_ids[-2:] == ["T12", NEW]
     # without its registry line the family cannot make candidates, and says which family lacks a generator
     with pytest.raises(KeyError, match=NEW):
         families.family_candidates(NEW, "aist", SimpleNamespace(cfg=cfg))
     monkeypatch.setitem(families.GENERATORS, NEW, families.GENERATORS["T6"])  # the registry line
 
     release = build_demo(demo_samples, tmp_path / "build", config_dir=str(configs), sources=["aist"])
-    built = load_config(configs)
-    built["build"]["sources"] = ["aist"]  # what the build's settings chose
+    built = load_settings(configs).with_values({"build.sources": ["aist"]})  # what the build's settings chose
     assert validate_release(release, built) == []  # (validated against the configs it was built with)
     rows = pl.concat([pl.read_parquet(f) for f in sorted((release / "splits").glob("*.parquet"))
                       if "_steps_" not in f.name])  # sft, eval levels (not the T13 step files)
@@ -54,6 +53,6 @@ def test_a_thirteenth_family_builds_a_release(demo_samples, tmp_path, monkeypatc
     assert new.height == quotas(built, "aist")[NEW] == 8, (new.height, shortfall, rows["task_id"].value_counts())
     assert set(new["task_name"]) == {template["task_name"]}
     assert new["question"].str.starts_with("Over these time-ordered frames, is the").all()
-    assert set(rows["task_id"]) == {t for t in task_ids(cfg) if "aist" in cfg["tasks"][t]["sources"]}
-    assert prompts.task_names(cfg)[NEW] == template["task_name"]
+    assert set(rows["task_id"]) == {t for t in cfg.task_ids if "aist" in cfg.tasks[t].sources}
+    assert cfg.task_names()[NEW] == template["task_name"]
     assert NEW in (release / "metadata" / "prompt_templates.md").read_text()

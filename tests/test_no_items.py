@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from pipeline import stages
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.families.no_items import units_without_items
 from pipeline.ingest import ingest_source, write_ir
 from upstream_adapters.samples import rh20t as S
@@ -32,8 +32,7 @@ def _only(df: pl.DataFrame, col: str, value) -> pl.DataFrame:
 def test_stage_reports_a_unit_without_items_and_why(ingested, tmp_path, monkeypatch):
     res = replace(ingested, frames=_only(ingested.frames, "t_sec", 0.0),  # a clock that never advances
                   signals=_only(ingested.signals, "t_sec", 0.0))
-    cfg = load_config()
-    cfg["build"]["work_dir"] = str(tmp_path / "work")
+    cfg = load_settings().with_values({"build.work_dir": str(tmp_path / "work")})
     write_ir(res, tmp_path / "work" / "ir" / "rh20t")
     stages.run_labels(cfg, "rh20t")
     real = stages.merge_candidates

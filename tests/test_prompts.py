@@ -7,9 +7,9 @@ import pytest
 
 import public_release_pins as pins
 from pipeline import prompts as P
-from pipeline.config import load_config, task_ids
+from pipeline.config import load_settings
 
-CFG = load_config()
+CFG = load_settings()
 
 TAIL = ("Choose exactly one option label.\n\nOutput protocol:\n"
         "- You may include brief reasoning before the final answer.\n"
@@ -64,8 +64,8 @@ def test_too_few_options_rejected():
 
 
 def test_task_vocabulary():
-    names = P.task_names(CFG)
-    assert list(names) == task_ids(CFG) and all(names.values())  # every family of the configs, in task order
+    names = CFG.task_names()
+    assert list(names) == CFG.task_ids and all(names.values())  # every family of the configs, in task order
     assert {t: names[t] for t in pins.TASK_NAMES} == pins.TASK_NAMES
     assert P.legacy_aliases(CFG) == {"T5": ["T_progress"], "T8": ["T_temporal"], "T9": ["T_binary", "T9"]}
     assert P.legacy_alias(CFG, "T9", "aist") == "T9" and P.legacy_alias(CFG, "T9", "gm100") == "T_binary"
@@ -75,16 +75,16 @@ def test_task_vocabulary():
                      ("Phase Recognition", "T1"), ("T11", "T11")):
         assert P.resolve_task_id(alias, CFG) == t
     with pytest.raises(KeyError):
-        P.resolve_task_id(f"T{len(task_ids(CFG)) + 1}", CFG)  # a family the configs do not have
+        P.resolve_task_id(f"T{len(CFG.task_ids) + 1}", CFG)  # a family the configs do not have
 
 
 def test_prompt_templates_markdown():
     md = P.prompt_templates_markdown(CFG)
-    assert md == P.prompt_templates_markdown(load_config())  # deterministic
+    assert md == P.prompt_templates_markdown(load_settings())  # deterministic
     assert md.endswith("\n") and not md.endswith("\n\n")
-    for t, tc in CFG["tasks"].items():
-        assert f"## {t} — {tc['task_name']}" in md
-        for q in (tc["question"].values() if isinstance(tc["question"], dict) else [tc["question"]]):
+    for t, tc in CFG.tasks.items():
+        assert f"## {t} — {tc.task_name}" in md
+        for q in (tc.question.values() if isinstance(tc.question, dict) else [tc.question]):
             assert q in md, (t, q)
     assert "toward the left side of the scene" in md and "Yes — contact established" in md
     assert "XYZ, XZY, YXZ, YZX, ZXY, ZYX" in md
@@ -105,12 +105,12 @@ def test_no_prompt_shows_a_valid_option_as_the_protocol_example():
     assert example not in CHOICE_LETTERS and example.upper() not in CHOICE_LETTERS
     assert parse_answer(P.PROTOCOL_EXAMPLE, len(CHOICE_LETTERS)) is None
     seen = 0
-    for t, tc in CFG["tasks"].items():
-        for s in tc["sources"]:
+    for t, tc in CFG.tasks.items():
+        for s in tc.sources:
             row = P._example_row(CFG, t, s)
             text = P.format_prompt(row, CFG)
             tags = re.findall(r"<ANSWER>(.*?)</ANSWER>", text)
             assert tags == [example], (t, s, tags)  # the protocol's one example, nothing else
             assert example not in row["choices"] and example not in CHOICE_LETTERS[: len(row["choices"])]
             seen += 1
-    assert seen >= len(CFG["tasks"])
+    assert seen >= len(CFG.tasks)

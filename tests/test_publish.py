@@ -19,10 +19,16 @@ import pytest
 
 from factories import hold_build_lock
 from pipeline import io, provenance, publish
+from pipeline.config import load_settings
+from pipeline.settings_root import Settings
 
 
-def _cfg(tmp_path: Path) -> dict:
-    return {"build": {"work_dir": str(tmp_path / "work"), "release_dir": str(tmp_path / "out" / "release")}}
+def _folders(tmp_path: Path) -> dict:
+    return {"build.work_dir": str(tmp_path / "work"), "build.release_dir": str(tmp_path / "out" / "release")}
+
+
+def _cfg(tmp_path: Path) -> Settings:
+    return load_settings().with_values(_folders(tmp_path))
 
 
 # ------------------------------------------------------------------------------------------ modes and temp files
@@ -50,7 +56,7 @@ def test_clean_temp_files_removes_only_leftovers_of_atomic_writes(tmp_path):
 
 # ------------------------------------------------------------------------------------------ the lock
 @contextmanager
-def _held(cfg: dict, token: str = "first"):
+def _held(cfg: Settings, token: str = "first"):
     """Another process holds the build lock of `cfg` for the body."""
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
@@ -88,9 +94,11 @@ def test_a_second_build_gets_a_lock_error_naming_the_holder(tmp_path):
 def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path):
     cfg = _cfg(tmp_path)
     code = ("import sys, time, json; sys.path.insert(0, %r); from pipeline import publish; "
-            "cfg = json.loads(sys.argv[1]); cm = publish.build_lock(cfg, 'dead'); cm.__enter__(); "
+            "from pipeline.config import load_settings; cfg = load_settings().with_values(json.loads(sys.argv[1])); "
+            "cm = publish.build_lock(cfg, 'dead'); cm.__enter__(); "
             "print('held', flush=True); time.sleep(60)" % str(Path(__file__).resolve().parent.parent))
-    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(cfg)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(_folders(tmp_path))], stdout=subprocess.PIPE,
+                            text=True)
     assert proc.stdout.readline().strip() == "held"
     proc.kill()  # kill -9: no cleanup runs
     proc.wait()
@@ -101,7 +109,7 @@ def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path):
 
 def test_one_lock_per_release_folder_even_with_another_work_folder(tmp_path):
     cfg = _cfg(tmp_path)
-    other = {"build": {**cfg["build"], "work_dir": str(tmp_path / "work2")}}
+    other = cfg.with_values({"build.work_dir": str(tmp_path / "work2")})
     with _held(cfg):
         with pytest.raises(publish.LockError, match=r"\.release\.lock"):
             with publish.build_lock(other, "second"):
@@ -118,8 +126,8 @@ def test_publish_swaps_the_staging_folder_in(tmp_path):
     cfg = _cfg(tmp_path)
     _release(publish.release_dir(cfg), "old")
     staged = publish.staging_config(cfg)
-    assert Path(staged["build"]["release_dir"]).name == ".release.staging"
-    assert cfg["build"]["release_dir"].endswith("release")  # the original is untouched
+    assert Path(staged.build.release_dir).name == ".release.staging"
+    assert cfg.build.release_dir.endswith("release")  # the original is untouched
     _release(publish.staging_dir(cfg), "new")
     publish.publish(cfg)
     assert (publish.release_dir(cfg) / "a.txt").read_text() == "new"
@@ -133,15 +141,15 @@ def test_a_crash_mid_swap_gives_back_the_last_good_release(tmp_path):
     _release(publish.staging_dir(cfg), "new")
     os.rename(publish.release_dir(cfg), publish.previous_dir(cfg))  # killed between the two renames
     (publish.release_dir(cfg).parent / "x").mkdir()
-    (Path(cfg["build"]["work_dir"]) / "ir").mkdir(parents=True)
-    (Path(cfg["build"]["work_dir"]) / "ir" / ".units.parquet.abc.tmp").write_bytes(b"")
+    (Path(cfg.build.work_dir) / "ir").mkdir(parents=True)
+    (Path(cfg.build.work_dir) / "ir" / ".units.parquet.abc.tmp").write_bytes(b"")
     with publish.build_lock(cfg, "next") as cleaned:
         assert any("restored the last good release" in c for c in cleaned)
         assert any("unpublished .release.staging" in c for c in cleaned)
         assert any(".units.parquet.abc.tmp" in c for c in cleaned)
     assert (publish.release_dir(cfg) / "a.txt").read_text() == "good"
     assert not publish.staging_dir(cfg).exists() and not publish.previous_dir(cfg).exists()
-    assert not list(Path(cfg["build"]["work_dir"]).rglob("*.tmp"))
+    assert not list(Path(cfg.build.work_dir).rglob("*.tmp"))
 
 
 def test_publish_is_one_rename_of_a_link_and_keeps_one_version_back(tmp_path):
@@ -213,7 +221,7 @@ def test_release_folders_that_cannot_be_published_are_refused_up_front(tmp_path)
         with publish.build_lock(cfg, "a"):
             pass
     assert (target / "a.txt").read_text() == "served" and rel.is_symlink()
-    root_cfg = {"build": {"work_dir": str(tmp_path / "work"), "release_dir": "/proc"}}  # a mount point
+    root_cfg = cfg.with_values({"build.release_dir": "/proc"})  # a mount point
     with pytest.raises(publish.ReleaseFolderError, match="is a mount point"):
         publish.check_release_folder(root_cfg)
 
@@ -257,10 +265,10 @@ def test_a_missing_corpus_stops_the_build_before_it_starts(tmp_path, capsys):
 
 def test_a_mistyped_path_names_the_nearest_folder_and_the_closest_names(tmp_path):
     from pipeline import stages
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
 
     (tmp_path / "data" / "gm100-lerobot").mkdir(parents=True)
-    cfg = load_config(scale="demo", upstream={"gm100": str(tmp_path / "data" / "gm100-lerbot" / "x")})
+    cfg = load_settings(scale="demo", upstream={"gm100": str(tmp_path / "data" / "gm100-lerbot" / "x")})
     msg = stages.missing_corpus(cfg, "gm100")
     assert f"nearest existing folder is {tmp_path / 'data'}," in msg
     assert f"did you mean {tmp_path / 'data' / 'gm100-lerobot'}?" in msg and "task_XXXXX" in msg
@@ -274,8 +282,8 @@ def test_make_rebuild_takes_the_lock_before_it_touches_the_samples(tmp_path, mon
     cfg = _cfg(tmp_path)
     monkeypatch.setenv("PROCESSBENCH_ROOT_AIST", str(tmp_path / "samples" / "aist"))
     with _held(cfg):
-        rc = main(["build", "--samples", "--sources", "aist", "--work-dir", cfg["build"]["work_dir"],
-                   "--release-dir", cfg["build"]["release_dir"]])
+        rc = main(["build", "--samples", "--sources", "aist", "--work-dir", cfg.build.work_dir,
+                   "--release-dir", cfg.build.release_dir])
     assert rc == 3 and "another build is running" in capsys.readouterr().err
     assert not (tmp_path / "samples").exists()
 
@@ -284,26 +292,26 @@ def test_make_rebuild_reuses_a_reassemble_corpus_it_wrote(tmp_path, monkeypatch)
     """`build --samples` regenerated REASSEMBLE's corpus on every run: the record was written with the adapter's
     options (only_split) and compared without them. Now a corpus the generator wrote is reused."""
     from assets import cli
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
 
-    cfg = load_config(scale="demo")
-    src, root = cfg["sources"]["reassemble"], tmp_path / "reassemble"
+    cfg = load_settings(scale="demo")
+    src, root = cfg.sources["reassemble"], tmp_path / "reassemble"
     limits = cli._encoder_limits(cfg)
-    cli._write_samples("reassemble", root, "demo", 7, src["adapter"], limits)
+    cli._write_samples("reassemble", root, "demo", 7, src.adapter.options(), limits)
     monkeypatch.setattr(cli, "_write_samples", lambda *a, **k: pytest.fail("the corpus was written again"))
     cli._ensure_samples("reassemble", root, "demo", 7, src, limits)
 
 
 def test_the_ingest_step_fails_early_on_a_missing_corpus_and_says_what_to_do():
     from pipeline import stages
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
 
-    cfg = load_config(scale="demo", upstream={"gm100": "/nonexistent/gm100"})
+    cfg = load_settings(scale="demo", upstream={"gm100": "/nonexistent/gm100"})
     with pytest.raises(stages.MissingCorpus, match=r"no folder at /nonexistent/gm100 .*--upstream gm100=PATH") as exc:
         stages.run_ingest(cfg, "gm100")
     assert "samples" not in str(exc.value)  # a user's path: nothing is written beside it
-    cfg = load_config(scale="demo")
-    cfg["sources"]["gm100"]["root"] = stages.path_in_repo("build/samples/nowhere/gm100")
+    cfg = load_settings(scale="demo").with_values(
+        {"sources.gm100.root": stages.path_in_repo("build/samples/nowhere/gm100")})
     with pytest.raises(stages.MissingCorpus, match=r"no corpus at build/samples/nowhere/gm100 .*make rebuild"):
         stages.run_ingest(cfg, "gm100")
 
@@ -330,21 +338,21 @@ def test_provenance_tells_sample_from_user_corpora_by_content(demo_samples, tmp_
 
 
 def test_provenance_is_path_free_and_deterministic():
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
     from pipeline.leaks import find_path_leaks
 
-    a = load_config(scale="demo")
-    b = load_config(scale="demo", upstream={"gm100": "/data/elsewhere/gm100"})
-    b["build"]["release_dir"], b["build"]["work_dir"] = "/tmp/r", "/tmp/w"
-    b["build"]["executor"]["engine"], b["sources"]["gm100"]["ingest_shards"] = "dask", 8  # nor how it runs
+    a = load_settings(scale="demo")
+    b = load_settings(scale="demo", upstream={"gm100": "/data/elsewhere/gm100"})
+    b = b.with_values({"build.release_dir": "/tmp/r", "build.work_dir": "/tmp/w",
+                       "build.executor.engine": "dask", "sources.gm100.ingest_shards": 8})  # nor how it runs
     corpora = {"gm100": {"origin": "user", "corpus_fingerprint": "f" * 64, "units_listed": 3, "samples": None}}
     text = provenance.provenance_json(a, corpora)
     assert text == provenance.provenance_json(b, corpora)  # where things lie changes nothing
     assert not find_path_leaks(text)
     doc = json.loads(text)
-    assert doc["sources_built"] == a["build"]["sources"] and doc["scale"] == "demo"
+    assert doc["sources_built"] == a.build.sources and doc["scale"] == "demo"
     assert doc["sources"]["gm100"]["origin"] == "user" and doc["sources"]["aist"]["origin"] == "unknown"
-    c = load_config(scale="release")
+    c = load_settings(scale="release")
     assert json.loads(provenance.provenance_json(c, corpora))["config_sha256"] != doc["config_sha256"]
 
 

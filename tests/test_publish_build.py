@@ -72,9 +72,9 @@ def test_a_release_that_fails_its_checks_is_never_published(built, tmp_path):
 
     # the same bad config from the UI: a run of the job without the CLI (no lock tag; the executor takes the lock)
     from assets.definitions import ASSETS, build_job
-    from assets.run import settings_from
+    from assets.run import BuildSettings
 
-    settings = settings_from(config_dir=str(planted), scale="demo", upstream={"aist": args[6].split("=", 1)[1]},
+    settings = BuildSettings(config_dir=str(planted), scale="demo", upstream={"aist": args[6].split("=", 1)[1]},
                              work_dir=args[args.index("--work-dir") + 1], release_dir=str(release), sources=["aist"])
     keys = [k for a in ASSETS if a.op.name == "release" for k in a.keys]
     with dg.execute_job(dg.reconstructable(build_job), instance=dg.DagsterInstance.get(), asset_selection=keys,
@@ -93,15 +93,16 @@ def test_a_release_that_fails_its_checks_is_never_published(built, tmp_path):
 
 def test_an_upstream_error_check_blocks_publishing(built):
     from assets.checks import publish_problems
-    from assets.run import settings_from
+    from assets.run import BuildSettings
     from assets.tables import all_steps
 
     args, release = built
-    cfg = settings_from(scale="demo", work_dir=args[args.index("--work-dir") + 1], release_dir=str(release),
+    cfg = BuildSettings(scale="demo", work_dir=args[args.index("--work-dir") + 1], release_dir=str(release),
                         sources=["aist"]).config()
     steps = [s for s in all_steps(cfg) if not s.publishes]
     assert publish_problems(cfg, steps) == []
-    cfg["build"]["max_quarantine_share"] = -1.0  # every source now quarantines "too much"
+    cfg = cfg.model_copy(update={"build": cfg.build.model_copy(update={"max_quarantine_share": -1.0})})  # out of
+    # range for the loader (0..1), so set past validation: every source now quarantines "too much"
     # the share is checked after ingest and again after labels (which may quarantine more units)
     assert publish_problems(cfg, steps) == ["ir/aist/quarantine:quarantine_share",
                                             "labels/aist/quarantine:quarantine_share"]
@@ -109,7 +110,10 @@ def test_an_upstream_error_check_blocks_publishing(built):
 
 def test_a_second_build_is_refused_while_one_holds_the_folders(built, capsys):
     args, release = built
-    cfg = {"build": {"work_dir": args[args.index("--work-dir") + 1], "release_dir": str(release)}}
+    from pipeline.config import load_settings
+
+    cfg = load_settings().with_values({"build.work_dir": args[args.index("--work-dir") + 1],
+                                       "build.release_dir": str(release)})
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
     holder = ctx.Process(target=hold_build_lock, args=(cfg, "other", ready, stop))

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import shutil
 
-from assets.run import plan, settings_from
+from assets.run import BuildSettings, plan
 
 SLUGS = ["gm100", "rh20t", "reassemble", "aist"]
 
 
 def _settings(samples, work, release, config_dir=""):
-    return settings_from(config_dir=str(config_dir), scale="demo", upstream={k: str(v) for k, v in samples.items()},
+    return BuildSettings(config_dir=str(config_dir), scale="demo", upstream={k: str(v) for k, v in samples.items()},
                          work_dir=str(work), release_dir=str(release))
 
 
@@ -29,9 +29,9 @@ def test_one_template_change_recomputes_only_candidates_onward(demo_samples, dem
     t5.write_text(t5.read_text().replace("is the NOW frame?", "is the NOW image?"))
     steps = plan(_settings(demo_samples, demo_release.parent / "work", demo_release, configs))
     assert not [s for s in steps if s.startswith(("ingest_", "labels_"))]
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
 
-    fed = load_config(configs)["tasks"]["T5"]["sources"]  # a source T5 does not list keeps its chain
+    fed = load_settings(configs).tasks["T5"].sources  # a source T5 does not list keeps its chain
     assert set(fed) < set(SLUGS)
     assert {f"candidates_{s}" for s in fed} | {f"items_{s}" for s in fed} | {"split", "steps", "release"} == set(steps)
 
@@ -95,7 +95,7 @@ def test_one_template_edit_generates_only_that_family(demo_samples, demo_release
 
     # planted: a labels threshold feeds every family, so a key without it would reuse stale parts
     calls.clear()
-    cfg5["labels"]["speed"][slug]["span"] += 2
+    cfg5 = cfg5.with_values({f"labels.speed.{slug}.span": cfg5.labels.speed.for_source(slug).span + 2})
     assert stages.run_candidates(cfg5, slug)["families_generated"] == families.enabled_families(cfg5, slug)
     assert calls == families.enabled_families(cfg5, slug)
 
@@ -129,7 +129,7 @@ def test_a_question_edit_keeps_the_items_selection(demo_samples, demo_release, t
     assert t5_items.height and t5_items["question"].str.contains("is the NOW image?", literal=True).all()
 
     # planted: a quota is part of what the selection depends on
-    cfg5["tasks"]["T5"]["quota"][slug] += 500
+    cfg5 = cfg5.with_values({f"tasks.T5.quota.{slug}": cfg5.tasks["T5"].quota[slug] + 500})
     assert stages.run_frames(cfg5, slug)["selection_reused"] is False
 
 
@@ -150,29 +150,30 @@ def test_the_release_step_writes_its_checksums_once(demo_samples, demo_release, 
     assert tree(release) == tree(demo_release)
 
 
+OTHER_VALUE = {"work_dir": "edited", "release_dir": "edited", "executor": {"engine": "dask", "max_concurrent": 3},
+               "root": "/edited", "ingest_shards": 7, "workers": 5,
+               "max_file_bytes": 1 << 20}  # a valid value of each NO_OUTPUT_KEYS key
+
+
 def test_keys_that_change_no_output_change_no_fingerprint_and_no_config_hash():
     """One list (pipeline/digests.py NO_OUTPUT_KEYS) for the steps' fingerprints and the release's config hash: each
     of its keys edited leaves both as they were; a key that changes output (planted: the release seed) changes both."""
-    import copy
-
     from assets.tables import all_steps
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
     from pipeline.digests import NO_OUTPUT_KEYS, config_part, digest
     from pipeline.provenance import config_hash
 
-    cfg = load_config(scale="demo")
+    cfg = load_settings(scale="demo")
     steps = all_steps(cfg)
     # the config part of each step's fingerprint (assets/fingerprint.py; a root's content is listed apart from it)
     prints = lambda c: {s.name: digest(config_part(c, s.config)) for s in steps}
     base = prints(cfg), config_hash(cfg)
     for section, keys in NO_OUTPUT_KEYS.items():
         for key in keys:
-            edited = copy.deepcopy(cfg)
-            for entry in edited[section].values() if section == "sources" else [edited[section]]:
-                entry[key] = "edited"
+            paths = [f"sources.{s}.{key}" for s in cfg.sources] if section == "sources" else [f"{section}.{key}"]
+            edited = cfg.with_values({p: OTHER_VALUE[key] for p in paths})
             assert (prints(edited), config_hash(edited)) == base, f"{section}.{key}"
-    planted = copy.deepcopy(cfg)
-    planted["build"]["release_seed"] += 1
+    planted = cfg.with_values({"build.release_seed": cfg.build.release_seed + 1})
     assert config_hash(planted) != base[1]
     assert [n for n, fp in prints(planted).items() if fp == base[0][n]] == [s.name for s in steps
                                                                           if s.name.startswith("ingest_")]
@@ -191,5 +192,5 @@ def test_a_max_concurrent_edit_plans_no_step(demo_samples, demo_release, tmp_pat
     build.write_text(text.replace("max_concurrent: 0 ", "max_concurrent: 3 ").replace("engine: multiprocess ",
                                                                                        "engine: in_process "))
     edited = _settings(demo_samples, demo_release.parent / "work", demo_release, configs)
-    assert edited.config()["build"]["executor"]["max_concurrent"] == 3
+    assert edited.config().build.executor.max_concurrent == 3
     assert plan(edited) == []

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import upstream_adapters
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.frames.cache import FrameCache
 from pipeline.frames.extract import extract_frames, requests_from_items
 from pipeline.frames.pixels import decode_png, pixel_sha256
@@ -70,10 +70,9 @@ def setup(tmp_path, monkeypatch):
     upstream = tmp_path / "upstream"
     for unit, codec in [("ep1", "h264"), ("ep2", "hevc"), ("ep3", "h264")]:
         _write_unit(upstream, unit, codec)
-    cfg = load_config()
-    cfg["sources"] = {"fake": {"name": "Fake", "unit_type": "episode", "root": upstream, "adapter": {}}}
-    cfg["build"]["sources"] = ["fake"]
-    cfg["frames"]["workers"] = 1
+    cfg = load_settings()
+    cfg = cfg.with_values({"sources": {"fake": {"name": "Fake", "unit_type": "episode", "root": upstream,
+                                                "adapter": {}}}, "build.sources": ["fake"], "frames.workers": 1})
     items = pl.DataFrame({
         "item_id": ["pb_v1_eval_000001", "pb_v1_eval_000002", "pb_v1_sft_000001", "pb_v1_sft_000002",
                     "pb_v1_sft_000003"],
@@ -85,13 +84,13 @@ def setup(tmp_path, monkeypatch):
     cache = FrameCache(tmp_path / "cache")
     table = extract_frames(requests_from_items(items), AdapterReaders.from_config(cfg), cache, workers=1)
     assert set(table["status"]) == {"ok"}
-    items = add_image_hashes(items, table, cache, cfg["frames"]["image"])
+    items = add_image_hashes(items, table, cache, cfg.frames.image.model_dump())
     release = tmp_path / "release"
     rows = items.select(
         "item_id", pl.lit("fake").alias("source_slug"), pl.col("unit_id").alias("source_unit_id"), "camera",
         pl.Series("frame_indices_json", [compact_json(v) for v in items["frame_indices"].to_list()]),
         pl.lit(None, pl.String).alias("display_labels_json"), "render_spec_json", "image_hashes_json")
-    files = cfg["release"]["files"]
+    files = cfg.release.files.model_dump()
     write_parquet(release / files["eval_parquet"], rows.filter(pl.col("item_id").str.contains("eval")))
     write_parquet(release / files["sft_parquet"], rows.filter(pl.col("item_id").str.contains("sft")))
     shutil.rmtree(tmp_path / "cache")  # reconstruction must not need the build's cache
@@ -134,10 +133,10 @@ def test_sources_without_root_are_missing(setup, tmp_path):
 
 
 def test_reconstruction_markdown_is_path_free():
-    cfg = load_config()
+    cfg = load_settings()
     text = reconstruction_markdown(cfg)
     assert "processbench reconstruct --release DIR --upstream gm100=PATH" in text
-    for slug in cfg["build"]["sources"]:
+    for slug in cfg.build.sources:
         assert f"`{slug}`" in text
     assert "sha256" in text and "render_spec_json" in text and "HERSHEY" in text
     assert str(Path.cwd()) not in text and "/work/" not in text and "/tmp/" not in text
@@ -152,7 +151,7 @@ def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, ca
     from pipeline.release_files import level_file_name
 
     cfg, upstream, release, _ = setup
-    files = cfg["release"]["files"]
+    files = cfg.release.files.model_dump()
     l2 = level_file_name(files["eval_parquet"], "L2")
     main = pl.read_parquet(release / files["eval_parquet"])
     write_parquet(release / files["eval_parquet"], main.head(1))  # L1 keeps one item, L2 gets the other
@@ -173,7 +172,7 @@ def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, ca
     monkeypatch.setattr("pipeline.frames.reconstruct.reconstruct", lambda *a, **k: (report, k)[0]
                         if k.get("progress") is True else pytest.fail("progress bar not switched on"))
     monkeypatch.setitem(upstream_adapters.ADAPTERS, "fake", f"{__name__}:FakeAdapter")
-    monkeypatch.setattr(cli, "load_config", lambda **kw: cfg)
+    monkeypatch.setattr(cli, "load_settings", lambda **kw: cfg)
     monkeypatch.setattr(cli, "_upstream", lambda pairs: {"fake": str(upstream)})
     assert cli.main(["reconstruct", "--release", str(release), "--upstream", f"fake={upstream}",
                      "--out", str(out)]) == 0

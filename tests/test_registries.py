@@ -16,13 +16,13 @@ import pytest
 from assets.checks import checks_for
 from assets.tables import Table, TableCheck, all_steps, export_metadata, export_tables
 from pipeline import exports
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.exports import EXPORTERS, Exporter, Output, common, write_exports
 
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config(scale="demo")
+    return load_settings(scale="demo")
 
 
 def rows_on_disk(root, rel: str) -> int:
@@ -35,7 +35,7 @@ def rows_on_disk(root, rel: str) -> int:
         return sum(1 for _ in csv.reader(io.StringIO(path.read_text(encoding="utf-8")), delimiter="\t")) - 1
     if rel.endswith(".parquet"):
         return pl.read_parquet(path).height
-    if rel == common.export_files(load_config(scale="demo"))["croissant"]:
+    if rel == common.export_files(load_settings(scale="demo"))["croissant"]:
         doc = json.loads(path.read_text(encoding="utf-8"))
         return sum(pl.read_parquet(root / d["contentUrl"]).height for d in doc["distribution"])
     return 0
@@ -89,8 +89,7 @@ def test_an_exporter_is_one_registry_line(cfg, tmp_path, monkeypatch):
 def test_every_tables_checks_exist_and_run(demo_release, cfg):
     """Every check declared with a table is an asset check of the step that writes it, and runs on the demo build
     (passes, but a WARN check may warn); the checks of one table have distinct names."""
-    cfg = dict(cfg, build=dict(cfg["build"], work_dir=str(demo_release.parent / "work"),
-                               release_dir=str(demo_release)))
+    cfg = cfg.with_values({"build.work_dir": str(demo_release.parent / "work"), "build.release_dir": str(demo_release)})
     steps = all_steps(cfg)
     declared = [(t.name, c) for s in steps for t in s.writes for c in t.checks]
     assert {"quarantine_share", "quotas_met", "no_group_in_both_splits", "release_valid", "validity_limits"} <= \

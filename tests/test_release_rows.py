@@ -153,7 +153,7 @@ def test_sound_items_pass():
     ("image_hashes_json", '["abc"]', "sha256"),
     ("image_hashes_json", "[]", "sha256"),
     ("image_hashes_json", "not json", "sha256"),
-    ("task_id", "T7", "no public task name configured for T7"),
+    ("task_id", "T99", "no public task name configured for T99"),
     ("task_type_legacy", "", "empty task_type_legacy"),
     ("split_group_id", "", "empty split_group_id"),
     ("question", "", "empty question"),

@@ -12,14 +12,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.frames.pixels import encode_png
 from pipeline.prompts import format_prompt
 from pipeline.release_files import file_names
 from pipeline.review import build_review, sample_cells
 from pipeline.validity.human import human_report, load_verdicts
 
-CFG = load_config()
+CFG = load_settings()
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run", "--disable-sync"]
@@ -70,14 +70,14 @@ def test_human_report_accuracy_agreement_and_decidable():
         # T9: a coin flip (alternating answers), the second annotator also says "cannot tell" on 10 items
         v += [{"annotator": who, "item_id": f"b{i}", "answer": None if (who == "ann2" and i < 10) else "AB"[i % 2],
                "cannot_tell": who == "ann2" and i < 10} for i in range(40)]
-    rep = human_report(v, key, CFG["validity"]["human"])
+    rep = human_report(v, key, CFG.validity.human)
     cells = {c["family"]: c for c in rep["cells"]}
     assert cells["T2"]["accuracy"] == 1.0 and cells["T2"]["decidable"] and cells["T2"]["agreement"]["agreement"] == 1.0
     assert cells["T9"]["accuracy"] == pytest.approx(35 / 80) and not cells["T9"]["decidable"]
     assert cells["T9"]["cannot_tell"] == pytest.approx(10 / 80) and cells["T9"]["agreement"]["agreement"] == 0.75
     assert rep["not_decidable"] == ["gm100/T9"]
     # too few judgments: never called decidable, even at 100 %
-    few = human_report([x for x in v if x["item_id"] in ("a1", "a2")], key, CFG["validity"]["human"])
+    few = human_report([x for x in v if x["item_id"] in ("a1", "a2")], key, CFG.validity.human)
     assert few["cells"][0]["accuracy"] == 1.0 and not few["cells"][0]["decidable"]
 
 

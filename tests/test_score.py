@@ -10,12 +10,12 @@ import pytest
 
 from assets import cli
 from pipeline import score
-from pipeline.config import load_config
+from pipeline.config import load_settings
 
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config(scale="demo")
+    return load_settings(scale="demo")
 
 
 def _write(path, rows):
@@ -217,7 +217,7 @@ def test_bad_predictions_file_is_a_clear_error(demo_release, tmp_path, cfg, caps
 
 
 def test_cli_score_and_determinism(demo_release, tmp_path):
-    cfg = load_config()
+    cfg = load_settings()
     ev = score.read_release(demo_release, cfg)["eval"]
     preds = _write(tmp_path / "p.jsonl", [{"item_id": i, "response": "A"} for i in ev["item_id"]])
     outs = []

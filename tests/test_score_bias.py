@@ -9,13 +9,13 @@ import json
 import polars as pl
 import pytest
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.score_bias import bias_free
 
-CFG = load_config()
+CFG = load_settings()
 PERMS = ["".join(p) for p in itertools.permutations("XYZ")]
-T5 = CFG["tasks"]["T5"]["labels"]["default"]
-T7 = CFG["tasks"]["T7"]["labels"]["rh20t"]
+T5 = CFG.tasks["T5"].labels["default"]
+T7 = CFG.tasks["T7"].labels["rh20t"]
 
 
 def _row(i, task, answer_text, choices, group, **kw):
@@ -89,10 +89,10 @@ def test_t7_success_minus_failure_and_sources():
     rows = [_row(i, "T7", T7["success" if i % 2 else "failure"], list(T7.values()), i // 4,
                  source="rh20t" if i < 40 else "reassemble") for i in range(80)]
     rows = [r if r["source_slug"] == "rh20t" else {**r, **{f"choice_{c}": v for c, v in zip(
-        "AB", CFG["tasks"]["T7"]["labels"]["reassemble"].values())},
-        "answer_text": CFG["tasks"]["T7"]["labels"]["reassemble"]["success" if int(r["item_id"][-4:]) % 2 else
+        "AB", CFG.tasks["T7"].labels["reassemble"].values())},
+        "answer_text": CFG.tasks["T7"].labels["reassemble"]["success" if int(r["item_id"][-4:]) % 2 else
                                                                   "failure"]} for r in rows]
-    succ = {T7["success"], CFG["tasks"]["T7"]["labels"]["reassemble"]["success"]}
+    succ = {T7["success"], CFG.tasks["T7"].labels["reassemble"]["success"]}
     always = _score(rows, lambda r: next(t for t in (r["choice_A"], r["choice_B"]) if t in succ))["T7"]
     assert always["all"]["success_minus_failure"]["value"] == 0.0
     right = _score(rows, lambda r: r["answer_text"])["T7"]

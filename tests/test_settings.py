@@ -10,8 +10,7 @@ import pytest
 import yaml
 
 import public_release_pins as pins
-from pipeline.config import (CONFIG_DIR, load_config, load_split_policy, per_source, read_settings, read_task,
-                             split_policy, task_ids, task_names)
+from pipeline.config import CONFIG_DIR, load_settings, load_split_policy, read_settings, read_task
 from pipeline.labels.driver import source_spec
 from pipeline.settings_errors import ConfigError
 
@@ -31,7 +30,7 @@ def _replace(path: Path, old: str, new: str) -> None:
 
 def _error(cfg_dir) -> ConfigError:
     with pytest.raises(ConfigError) as err:
-        load_config(cfg_dir)
+        load_settings(cfg_dir)
     return err.value
 
 
@@ -112,7 +111,7 @@ def test_the_priority_source_s_steps_carry_dagster_s_priority_tag():
     """configs/build.yaml gives GM-100 (the longest chain) priority: each of its steps is tagged, the others not."""
     from assets.definitions import ASSETS, CFG
 
-    assert CFG["build"]["executor"]["priority"] == {"gm100": 1}
+    assert CFG.build.executor.priority == {"gm100": 1}
     tags = {a.op.name: a.op.tags for a in ASSETS}
     assert {n for n, t in tags.items() if t.get("dagster/priority") == "1"} == \
         {"ingest_gm100", "labels_gm100", "candidates_gm100", "items_gm100"}
@@ -151,7 +150,7 @@ def test_wrong_enum_value_and_out_of_range_number(cfg_dir):
 
 def test_cross_file_checks(cfg_dir):
     _replace(cfg_dir / "build.yaml", "sources: [gm100, rh20t, reassemble, aist]", "sources: [gm100, rh20t]")
-    load_config(cfg_dir)  # a subset is fine
+    load_settings(cfg_dir)  # a subset is fine
     _replace(cfg_dir / "sources.yaml", "  aist:\n", "  aist_off:\n")
     e = _error(cfg_dir)
     assert e.file == "configs/sources.yaml" and "got 'aist_off'" in e.expected
@@ -221,30 +220,32 @@ def test_every_yaml_value_reaches_the_code_unchanged():
 def test_defaults_are_filled_for_omitted_keys(cfg_dir):
     _replace(cfg_dir / "frames.yaml", "  in_flight_per_worker: 2", "")
     _replace(cfg_dir / "tasks" / "T1.yaml", "balance_labels: true", "")
-    cfg = load_config(cfg_dir)
-    assert cfg["frames"]["in_flight_per_worker"] == 2
-    assert cfg["tasks"]["T1"]["balance_labels"] is False
-    assert cfg["tasks"]["T10"]["distractors"]["exclude_current"] is True
-    assert "centers" not in cfg["tasks"]["T1"]["frames"]["default"]   # a window keeps exactly its keys
+    cfg = load_settings(cfg_dir)
+    assert cfg.frames.in_flight_per_worker == 2
+    assert cfg.tasks["T1"].balance_labels is False
+    assert cfg.tasks["T10"].distractors.exclude_current is True
+    assert "centers" not in cfg.tasks["T1"].frames["default"].model_dump()   # a window keeps exactly its keys
 
 
 def test_shared_readers():
-    cfg = load_config()
-    ids = task_ids(cfg)  # every multiple-choice template of configs/tasks/, in task order (T2 before T10)
-    assert sorted(ids + list(cfg["step_tasks"])) == sorted(p.stem for p in (CONFIG_DIR / "tasks").glob("T*.yaml"))
-    assert list(cfg["step_tasks"]) == ["T13"]  # the step track (track: steps) is not a multiple-choice family
+    cfg = load_settings()
+    ids = cfg.task_ids  # every multiple-choice template of configs/tasks/, in task order (T2 before T10)
+    assert sorted(ids + list(cfg.step_tasks)) == sorted(p.stem for p in (CONFIG_DIR / "tasks").glob("T*.yaml"))
+    assert list(cfg.step_tasks) == ["T13"]  # the step track (track: steps) is not a multiple-choice family
     assert [int(t[1:]) for t in ids] == sorted(int(t[1:]) for t in ids)
     assert ids[:len(pins.TASK_NAMES)] == list(pins.TASK_NAMES)
-    assert task_names(cfg)["T7"] == "Operation Outcome Prediction"
-    assert per_source({"gm100": 1, "default": 2}, "gm100") == 1
-    assert per_source({"gm100": 1, "default": 2}, "aist") == 2
-    assert per_source({"contact": "x"}, "gm100") == {"contact": "x"}     # not keyed by sources: the value itself
-    assert per_source(None, "gm100", 5) == 5
-    assert source_spec(cfg["labels"], "speed", "rh20t") == {"smooth": "ema", "span": 9}
-    assert source_spec(cfg["labels"], "activity", "rh20t") == {"mode": "none"}
+    assert cfg.task_names()["T7"] == "Operation Outcome Prediction"
+    # a per-source value resolves by its declared type: the source's entry, else `default`; a plain value is itself
+    t1 = cfg.with_values({"tasks.T1.min_gap": {"gm100": 1, "default": 2}, "tasks.T1.balance_labels": True}).tasks["T1"]
+    assert (t1.for_source("gm100").min_gap, t1.for_source("aist").min_gap) == (1, 2)
+    assert t1.for_source("gm100").balance_labels is True and t1.balance_labels is True
+    assert t1.for_source("gm100").frames == t1.frames.get("gm100", t1.frames.get("default"))
+    assert cfg.labels.speed.for_source("rh20t").model_dump() == {"smooth": "ema", "span": 9}
+    assert cfg.labels.activity.for_source("rh20t").mode == "none"
+    assert source_spec(cfg.labels.model_dump(), "speed", "rh20t") == {"smooth": "ema", "span": 9}
     with pytest.raises(KeyError, match=r"labels\.activity\.rh20t is missing"):
         source_spec({"activity": {"gm100": {"mode": "none"}}}, "activity", "rh20t")
-    assert split_policy(cfg)[1] == cfg["build"]["release_seed"]
+    assert cfg.split_seed == cfg.build.release_seed
 
 
 def test_load_split_policy_merges_and_validates_an_override(tmp_path):
@@ -258,3 +259,21 @@ def test_load_split_policy_merges_and_validates_an_override(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_split_policy(over)
     assert (err.value.file, err.value.key) == ("pol.yaml", "split.rulez")
+
+
+def test_the_step_track_template_is_typed_and_resolves_per_source():
+    """configs/tasks/T13.yaml (`track: steps`) is a StepTaskFile in `cfg.step_tasks`: its per-source keys resolve like
+    a family's, and a changed copy is validated like a loaded one."""
+    from pydantic import ValidationError
+
+    from pipeline.settings_steps import StepTaskFile
+
+    cfg = load_settings()
+    t13 = cfg.step_tasks["T13"]
+    assert isinstance(t13, StepTaskFile) and "T13" not in cfg.tasks
+    assert t13.for_source("reassemble").step_kinds == ["primitive", "action_outcome"]
+    assert t13.for_source("gm100").goal == t13.goal["gm100"]
+    one = cfg.with_values({"step_tasks.T13.goal": "One goal."}).step_tasks["T13"]
+    assert one.for_source("aist").goal == "One goal."
+    with pytest.raises(ValidationError):
+        cfg.with_values({"step_tasks.T13.cap_per_unit": 0})

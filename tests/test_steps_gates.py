@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from factories import step_table, synthetic_step_rows
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.steps.gates import GATES, gate_markdown, gate_problems, step_gates
 from pipeline.validity import problems
 from pipeline.validity.report import render_markdown
@@ -14,7 +14,7 @@ from pipeline.validity.report import render_markdown
 
 @pytest.fixture(scope="module")
 def vcfg():
-    return load_config()["validity"]
+    return load_settings().validity
 
 
 def _tables(giveaway=None, n_eval=300, n_sft=1200):
@@ -24,16 +24,16 @@ def _tables(giveaway=None, n_eval=300, n_sft=1200):
 
 
 def test_a_clean_track_passes_every_gate(vcfg):
-    rep = step_gates(*_tables(), vcfg["steps"])
+    rep = step_gates(*_tables(), vcfg.steps)
     (cell,) = rep["cells"]
-    assert cell["checked"] and cell["eval_steps"] >= vcfg["steps"]["min_steps"]
+    assert cell["checked"] and cell["eval_steps"] >= vcfg.steps.min_steps
     assert all(cell[g] is not None for g in GATES)
-    assert gate_problems(rep, vcfg["steps"]) == [], cell
+    assert gate_problems(rep, vcfg.steps) == [], cell
 
 
 def test_a_word_only_in_wrong_steps_fails_the_text_gates(vcfg):
-    rep = step_gates(*_tables(giveaway="suddenly"), vcfg["steps"])
-    found = gate_problems(rep, vcfg["steps"])
+    rep = step_gates(*_tables(giveaway="suddenly"), vcfg.steps)
+    found = gate_problems(rep, vcfg.steps)
     assert any("text_classifier" in p and p.startswith("reassemble/T13/L1") for p in found), found
     assert any("ngram" in p for p in found), found  # the wrong step's sentence is a new token in the chain
     (cell,) = rep["cells"]
@@ -45,7 +45,7 @@ def test_a_word_only_in_wrong_steps_fails_the_text_gates(vcfg):
 
 
 def test_a_cell_below_min_steps_is_reported_not_checked(vcfg):
-    scfg = {**vcfg["steps"], "min_steps": 10**6}
+    scfg = vcfg.steps.model_copy(update={"min_steps": 10**6})
     rep = step_gates(*_tables(giveaway="suddenly", n_eval=40, n_sft=200), scfg)
     assert not rep["cells"][0]["checked"] and gate_problems(rep, scfg) == []
     assert any("| no |" in line for line in gate_markdown(rep))

@@ -10,7 +10,7 @@ import json
 import polars as pl
 import pytest
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.steps import items, perturb
 from pipeline.steps.rows import STEP_MODEL_FACING, row_problems, step_rows
 from pipeline.steps.stage import group_sides
@@ -20,12 +20,12 @@ SEED = 7
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config(scale="demo")
+    return load_settings(scale="demo")
 
 
 @pytest.fixture(scope="module")
 def tpl(cfg):
-    return cfg["step_tasks"]["T13"]
+    return cfg.step_tasks["T13"]
 
 
 def _runs(spec: list[tuple], n: int) -> list:
@@ -182,7 +182,7 @@ def test_inject_keeps_a_share_clean_and_spreads_kinds(tpl):
         drafts.append(d)
     report = perturb.inject(drafts, tpl, SEED, "rh20t")
     clean = report["clean_or_natural_only"] / len(drafts)
-    assert abs(clean - tpl["share_clean"]) < 0.2
+    assert abs(clean - tpl.share_clean) < 0.2
     used = report["injected"]
     assert used["substituted_chain"] == 0 and min(used[k] for k in ("swapped_frames", "contact_flipped")) >= 5
     assert min(used[k] for k in ("outcome_flipped", "truncated_complete")) >= 1
@@ -234,7 +234,7 @@ def test_wording_variants_are_dealt_in_turn(cfg, tpl):
     rows = _rows(cfg, tpl, drafts)
     texts = [s for r in rows["response"].to_list() for s in r["steps"]]
     pos = [t for t in texts if t.startswith("The gripper is") and "not" not in t and "nothing" not in t]
-    variants = {v.format(arm="The gripper") for v in tpl["sentences"]["contact"]["positive"]}
+    variants = {v.format(arm="The gripper") for v in tpl.sentences["contact"]["positive"]}
     assert {t for t in pos} == variants and abs(sum(t == sorted(variants)[0] for t in pos) * 2 - len(pos)) <= 1
 
 

@@ -9,7 +9,7 @@ import shutil
 
 import polars as pl
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.steps.items import STEP_ERROR_KINDS
 from pipeline.steps.rows import row_problems
 from pipeline.steps.write import step_problems, step_tables
@@ -27,9 +27,9 @@ def _mcq_sides(release) -> dict[str, set[str]]:
 
 
 def test_step_files_keep_the_contract_and_the_isolation(demo_release):
-    cfg = load_config(scale="demo")
+    cfg = load_settings(scale="demo")
     tables = step_tables(demo_release, cfg)
-    files = cfg["release"]["files"]
+    files = cfg.release.files.model_dump()
     assert files["steps_eval_parquet"] in tables and files["steps_sft_parquet"] in tables
     levels = json.loads((demo_release / files["split_summary"]).read_text()).get("eval_levels") or {}
     rows = pl.concat(list(tables.values()))
@@ -37,7 +37,7 @@ def test_step_files_keep_the_contract_and_the_isolation(demo_release):
     assert held <= set(levels) | {"L1"}
     for lv in held:  # a step file for every level holding step items (a level of other sources' units has none)
         assert any(lv in rel for rel in tables) or lv == "L1", (lv, sorted(tables))
-    built = set(cfg["build"]["sources"]) & set(cfg["step_tasks"]["T13"]["sources"])
+    built = set(cfg.build.sources) & set(cfg.step_tasks["T13"].sources)
     assert rows.height and set(rows["source_slug"]) == built
     for r in rows.iter_rows(named=True):
         assert row_problems(r) == []
@@ -47,17 +47,17 @@ def test_step_files_keep_the_contract_and_the_isolation(demo_release):
     assert not steps["eval"] & steps["sft"]
     assert not steps["eval"] & mcq["sft"] and not steps["sft"] & mcq["eval"]  # one side for both tracks
     assert step_problems(demo_release, cfg, mcq) == []
-    vpb = demo_release / cfg["exports"]["files"]["visualprocessbench_eval"]
+    vpb = demo_release / cfg.exports.files.visualprocessbench_eval
     first = json.loads(vpb.read_text().splitlines()[0])
     assert set(first) == {"id", "image", "question", "answer", "response", "policy_model", "data_source"}
     assert first["image"][0].startswith("images/") and set(first["response"]) == {"steps", "process_correctness"}
 
 
 def test_a_group_moved_across_the_tracks_is_found(demo_release, tmp_path):
-    cfg = load_config(scale="demo")
+    cfg = load_settings(scale="demo")
     release = tmp_path / "release"
     shutil.copytree(demo_release, release)
-    rel = cfg["release"]["files"]["steps_eval_parquet"]
+    rel = cfg.release.files.steps_eval_parquet
     df = pl.read_parquet(release / rel)
     sft_group = sorted(_mcq_sides(release)["sft"])[0]
     df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(sft_group))

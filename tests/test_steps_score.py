@@ -11,12 +11,13 @@ import pytest
 
 from factories import build, make_cfg, make_step_row, step_table, synthetic_step_rows, write_step_files
 from pipeline import score
-from pipeline.config import load_config
+from pipeline.config import load_settings
+from pipeline.settings import ExportsScore
 from pipeline.steps import baselines
 from pipeline.steps.score import first_error_score, macro_f1, score_table, step_metrics
 from pipeline.steps.tables import step_rows
 
-SC = {"bootstrap_samples": 200, "seed": 7, "ci": 0.95, "min_ci_groups": 5}
+SC = ExportsScore(bootstrap_samples=200, seed=7, ci=0.95, min_ci_groups=5)
 
 
 def _hand():
@@ -123,13 +124,13 @@ def test_score_cli_reports_steps_beside_the_mcq_scores(tmp_path):
     build(rel, cfg)
     ev, rows = _synthetic(30)
     write_step_files(rel, cfg, rows, synthetic_step_rows(60, split="sft", seed=5, start=500))
-    mcq = pl.read_parquet(rel / cfg["release"]["files"]["eval_parquet"])
+    mcq = pl.read_parquet(rel / cfg.release.files.eval_parquet)
     preds = _write(tmp_path / "p.jsonl", [{"item_id": i, "response": "<ANSWER>A</ANSWER>"} for i in mcq["item_id"]])
     steps = _write(tmp_path / "s.jsonl", [{"item_id": r["item_id"], "prediction": r["answer"]} for r in rows[:-1]]
                    + [{"item_id": "nope", "prediction": [1]}])
     out = tmp_path / "out"
     assert score.main(["--release", str(rel), "--predictions", str(preds), "--step-predictions", str(steps),
-                       "--out", str(out)], load_config()) == 0
+                       "--out", str(out)], load_settings()) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert "overall" in m and m["steps"]["predictions"]["missing"] == 1 and m["steps"]["predictions"]["extra"] == 1
     assert m["steps"]["overall"]["invalid_rate"] == round(1 / 30, 4)
@@ -141,7 +142,7 @@ def test_score_cli_reports_steps_beside_the_mcq_scores(tmp_path):
     # steps alone; a level selection reaches the step files too
     only = tmp_path / "only"
     assert score.main(["--release", str(rel), "--step-predictions", str(steps), "--out", str(only),
-                       "--levels", "L2"], load_config()) == 0
+                       "--levels", "L2"], load_settings()) == 0
     m = json.loads((only / "metrics.json").read_text())
     assert list(m) == ["steps"] and set(m["steps"]["by_level"]) == {"L2"}
     assert not (only / "per_item.jsonl").exists()
@@ -151,18 +152,18 @@ def test_a_release_without_step_files_has_no_step_track(tmp_path):
     cfg = make_cfg()
     rel = tmp_path / "rel"
     build(rel, cfg)
-    mcq = pl.read_parquet(rel / cfg["release"]["files"]["eval_parquet"])
+    mcq = pl.read_parquet(rel / cfg.release.files.eval_parquet)
     preds = _write(tmp_path / "p.jsonl", [{"item_id": i, "response": "A"} for i in mcq["item_id"]])
-    assert score.main(["--release", str(rel), "--predictions", str(preds), "--out", str(tmp_path / "o")], load_config()) == 0
+    assert score.main(["--release", str(rel), "--predictions", str(preds), "--out", str(tmp_path / "o")], load_settings()) == 0
     m = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert "steps" not in m and "Step track" not in (tmp_path / "o" / "metrics.md").read_text()
     steps = _write(tmp_path / "s.jsonl", [{"item_id": "x", "prediction": [1]}])
     assert score.main(["--release", str(rel), "--step-predictions", str(steps), "--out", str(tmp_path / "o2")],
-                      load_config()) == 2  # a clear error: the release has no step files
+                      load_settings()) == 2  # a clear error: the release has no step files
 
 
 def test_step_files_are_named_by_the_release_config():
-    files = load_config()["release"]["files"]
+    files = load_settings().release.files.model_dump()
     assert files["steps_eval_parquet"] == "splits/processbench_steps_eval.parquet"
     assert files["steps_sft_parquet"] == "splits/processdata_steps_sft.parquet"
 

@@ -12,7 +12,7 @@ from factories import build, make_cfg
 from pipeline import io, writers
 from pipeline.validate import find_path_leaks, validate_release
 
-FILES = make_cfg()["release"]["files"]
+FILES = make_cfg().release.files.model_dump()
 
 
 @pytest.fixture()

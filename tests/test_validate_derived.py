@@ -4,6 +4,8 @@ checksums.sha256 re-written to match) and sees it caught."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import shutil
 from pathlib import Path
@@ -12,16 +14,19 @@ import pytest
 
 from factories import build, make_cfg
 from pipeline import io, writers
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.exports import common
 from pipeline.validate import validate_release
 from pipeline.validate_derived import ref_problem
 from pipeline.validate_files import utf8_problem
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config(scale="demo")
+    return load_settings(scale="demo")
 
 
 @pytest.fixture()
@@ -31,7 +36,7 @@ def copy(demo_release, tmp_path) -> Path:
     return out
 
 
-def _reseal(root: Path, cfg: dict) -> None:
+def _reseal(root: Path, cfg: Settings) -> None:
     writers.write_checksums(root, cfg)
 
 
@@ -84,7 +89,7 @@ def test_a_path_like_image_reference_is_refused(copy, cfg):
 
 
 def test_an_export_the_rows_do_not_give_is_caught(copy, cfg):
-    extra = copy / common.export_cfg(cfg).get("dir", "exports") / "grpo" / "extra.jsonl"
+    extra = copy / cfg.exports.dir / "grpo" / "extra.jsonl"
     extra.write_text('{"images": []}\n', encoding="utf-8")
     (copy / common.export_files(cfg)["swift_sft"]).unlink()
     _reseal(copy, cfg)
@@ -137,7 +142,7 @@ def test_a_30gb_sparse_file_is_reported_without_reading_it(tmp_path, where):
     release.max_file_bytes is named with its size and never read, and every other file is read a block at a time."""
     build(tmp_path)
     cfg = make_cfg()
-    rel = "metadata/huge.txt" if where == "stray" else cfg["release"]["files"]["schema"]
+    rel = "metadata/huge.txt" if where == "stray" else writers.file_names(cfg)["schema"]
     path = tmp_path / rel
     path.unlink(missing_ok=True)
     with open(path, "wb") as fh:
@@ -165,7 +170,7 @@ def test_a_deeply_nested_cell_is_a_problem_not_a_recursion_error(tmp_path):
 
     build(tmp_path)
     cfg = make_cfg()
-    files = cfg["release"]["files"]
+    files = cfg.release.files.model_dump()
     df = pl.read_parquet(tmp_path / files["sft_parquet"])
     deep = "[" * 100_000 + "]" * 100_000
     df = df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(deep)).otherwise(pl.col(c)).alias(c)

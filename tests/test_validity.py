@@ -3,7 +3,6 @@ gaps, and the checks that fail when a family passes its configured limit (each p
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from collections import Counter, defaultdict
@@ -11,13 +10,19 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from pipeline.config import load_config
+from pipeline.config import load_settings
 from pipeline.families.common import Spec, order_distractors
 from pipeline.validity import audit, problems, write_report
 from pipeline.validity.baselines import cell_baselines, options
 from pipeline.validity.images import near_matches, phash_of_thumb
 
-VCFG = load_config()["validity"]
+CFG = load_settings()
+VCFG = CFG.validity
+
+
+def _vcfg(values: dict):
+    """configs/validity.yaml with `values` set (dotted key paths under `validity`), validated."""
+    return CFG.with_values({f"validity.{k}": v for k, v in values.items()}).validity
 PHASES = ["pre-approach", "approach", "contact", "hold and carry", "transfer", "release"]
 
 
@@ -37,8 +42,9 @@ def _row(i, split, answer, distractors, *, source="gm100", task="T1", question="
 
 def _t1_rows(n, split, policy, seed=0):
     """Balanced answers; distractors from the real order_distractors under `policy`."""
-    cfg = {"build": {"release_seed": 7}, "tasks": {"T1": {"task_id": "T1", "num_choices": 4, "labels": {p: p for p in PHASES},
-                                                 "distractors": {"policy": policy, "order": PHASES}}}}
+    cfg = CFG.with_values({"build.release_seed": 7, "tasks.T1.num_choices": 4,
+                           "tasks.T1.labels": {"default": {p: p for p in PHASES}},
+                           "tasks.T1.distractors": {"policy": policy, "order": PHASES}})
     spec = Spec(cfg, "T1", "gm100")
     rows = []
     for i in range(n):
@@ -100,8 +106,7 @@ def test_unbalanced_labels_are_checked_against_the_label_prior():
     c = _cell(rep, "gm100", "T7")
     assert c["label_prior"] == 0.9 and c["eval_label_share"] == 0.9 and c["blind"] == 0.9
     assert problems(rep, VCFG) == []  # reported, and blind stays within 3 points of the prior
-    strict = copy.deepcopy(VCFG)
-    strict["balance_tolerance"] = 0.5  # were the labels called balanced, the prior would count as a leak
+    strict = _vcfg({"balance_tolerance": 0.5})  # were the labels called balanced, the prior would count as a leak
     assert any("blind text-only" in p for p in problems(rep, strict))
 
 
@@ -119,7 +124,7 @@ def test_prior_below_random_is_not_the_reference():
 
     rep = audit(rows(420, "eval", 0, "a"), rows(1400, "sft", 1000, "d"), VCFG)
     c = _cell(rep, "gm100", "T3")
-    assert c["eval_label_share"] > c["random"] + VCFG["balance_tolerance"] and c["label_prior"] < c["random"]
+    assert c["eval_label_share"] > c["random"] + VCFG.balance_tolerance and c["label_prior"] < c["random"]
     assert c["label_prior"] + 0.03 < c["blind"] <= c["random"] + 0.03
     assert problems(rep, VCFG) == []
 
@@ -155,8 +160,7 @@ def test_shared_images_fail_the_image_check():
     ev[0]["image_hashes_json"] = sf[0]["image_hashes_json"]  # a pixel-identical image in both splits
     thumbs[ev[1]["source_unit_id"]] = thumbs[sf[1]["source_unit_id"]]  # and a near duplicate
     lookup = (lambda source, unit, camera, index: thumbs.get(unit))
-    cfg = copy.deepcopy(VCFG)
-    cfg["limits"].update(exact_shared_fraction=0.0, near_shared_fraction=0.0)
+    cfg = _vcfg({"limits.exact_shared_fraction": 0.0, "limits.near_shared_fraction": 0.0})
     rep = audit(ev, sf, cfg, thumbs=lookup)
     img = _cell(rep, "gm100", "T1")["images"]
     assert img["exact_shared"] == 1 and img["near_shared"] >= 1 and img["frames_without_thumb"] == 0
@@ -175,8 +179,7 @@ def test_too_small_temporal_gap_fails():
 
     thumbs = (lambda source, unit, camera, index: _thumb(index).tobytes().hex())
     fps = (lambda source, unit: 10.0)
-    cfg = copy.deepcopy(VCFG)
-    cfg["temporal"]["min_median_gap_s"] = {"default": 2.0}
+    cfg = _vcfg({"temporal.min_median_gap_s": {"default": 2.0}})
     close = audit(rows(5, "eval", 0), rows(5, "sft", 100), cfg, thumbs=thumbs, fps_of=fps)
     t = _cell(close, "gm100", "T8")["temporal"]
     assert t["median_gap_s"] == 0.5 and t["n"] == 80 and t["median_visual_diff"] > 0
@@ -214,7 +217,7 @@ def test_run_validity_writes_the_report_into_the_release(tmp_path):
     import polars as pl
 
     from assets.cli import main
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
     from pipeline.validity import run_validity
 
     rel, wd = tmp_path / "rel", tmp_path / "work"
@@ -222,14 +225,14 @@ def test_run_validity_writes_the_report_into_the_release(tmp_path):
     ev, sf = _t1_rows(60, "eval", "neighbours"), _t1_rows(600, "sft", "neighbours", 5000)
     pl.DataFrame(ev).write_parquet(rel / "splits" / "processbench_eval.parquet")
     pl.DataFrame(sf).write_parquet(rel / "splits" / "processdata_sft.parquet")
-    summary = run_validity(load_config(), release_dir=rel, work_dir=wd)
+    summary = run_validity(load_settings(), release_dir=rel, work_dir=wd)
     assert any("gm100/T1: option-set-only" in p for p in summary["problems"])
     rep = json.loads((rel / "metadata" / "validity_report.json").read_text())
     assert rep["cells"][0]["images"]["frames_without_thumb"] == 660  # no frame cache: counted, never silent
     assert "## Problems" in (rel / "metadata" / "validity_report.md").read_text()
     assert main(["validity", "--release", str(rel), "--work-dir", str(wd)]) == 1
     (rel / "checksums.sha256").write_text("")
-    run_validity(load_config(), release_dir=rel, work_dir=wd)
+    run_validity(load_settings(), release_dir=rel, work_dir=wd)
     sums = (rel / "checksums.sha256").read_text()
     assert "  metadata/validity_report.json\n" in sums and "  metadata/validity_report.md\n" in sums
 
@@ -272,10 +275,9 @@ def _t12_cells(template: dict, n_rec: int = 90, per_label: int = 200):
     from pipeline.families.primitives import t12_chain
     from pipeline.items import select_candidates
 
-    cfg = copy.deepcopy(load_config())
-    cfg["tasks"]["T12"] = template
+    cfg = load_settings().with_values({"tasks.T12": template})
     pool = t12_chain(Spec(cfg, "T12", "reassemble"), _ChainContext(n_rec))
-    sel = select_candidates(pool, {"reassemble": {"T12": per_label * 6}}, 3, cfg_tasks=cfg["tasks"])
+    sel = select_candidates(pool, {"reassemble": {"T12": per_label * 6}}, 3, cfg_tasks=cfg.tasks)
     ev, sf = [], []
     for i, r in enumerate(sel.sort("candidate_key").to_dicts()):
         split = "eval" if int(r["unit_id"][3:]) % 3 == 0 else "sft"
@@ -285,7 +287,7 @@ def _t12_cells(template: dict, n_rec: int = 90, per_label: int = 200):
 
 
 def test_t12_options_are_equally_likely_given_the_text():
-    pool, ev, sf = _t12_cells(load_config()["tasks"]["T12"])
+    pool, ev, sf = _t12_cells(load_settings().tasks["T12"])
     assert pool["question"].n_unique() == 1  # the text names neither the high-level action nor the neighbours
     mids = {"Align", "Grasp", "Push", "Pull", "Nudge", "Twist"}  # the labels masked somewhere in the grammar
     assert set(pool["answer_text"]) == mids
@@ -299,13 +301,13 @@ def test_t12_options_are_equally_likely_given_the_text():
     assert all(abs(right[o] / offered[o] - 0.25) < 0.03 for o in mids), {o: right[o] / offered[o] for o in mids}
     c = _cell(audit(ev, sf, VCFG), "reassemble", "T12")
     assert c["eval_n"] >= 300 and c["random"] == 0.25
-    assert c["blind"] - 0.25 <= VCFG["limits"]["blind_over_random"]
-    assert abs(c["option_only"] - 0.25) <= VCFG["limits"]["option_only_over_reference"]
+    assert c["blind"] - 0.25 <= VCFG.limits.blind_over_random
+    assert abs(c["option_only"] - 0.25) <= VCFG.limits.option_only_over_reference
 
 
 def test_public_t12_is_answerable_from_its_text_and_fails_the_check():
     # the public template: high-level action and both neighbours named, the options from the item's own chain
-    public = copy.deepcopy(load_config()["tasks"]["T12"])
+    public = load_settings().tasks["T12"].model_dump()
     public.update(question={"default": "Within the high-level action '{high_action}', which action best fills [MASK] "
                                        "in this local chain: {prev} > [MASK] > {next}?"},
                   distractors={**public["distractors"], "policy": "context", "exclude_neighbours": True},
@@ -372,7 +374,7 @@ def test_a_units_row_count_that_tells_the_outcome_blocks():
     """Every window of a failing take, four of a succeeding one: the row count answers T7."""
     ev, sf = _t7_rows(20, "eval", 0), _t7_rows(200, "sft", 10**6)
     rep = audit(ev, sf, VCFG)
-    on = {**VCFG, "limits": {**VCFG["limits"], "row_count_over_reference": 0.03}}
+    on = _vcfg({"limits.row_count_over_reference": 0.03})
     assert _cell(rep, "gm100", "T7")["metadata"]["row_count"] == 1.0
     assert any("gm100/T7: a unit's row count alone scores 1.000" in p for p in problems(rep, on))
 
@@ -387,7 +389,7 @@ def test_every_level_is_audited_with_its_own_limits():
     got = problems(rep, VCFG)
     assert any(p.startswith("gm100/T1/L1: option-set-only") for p in got)
     assert any(p.startswith("gm100/T1/L2: option-set-only") for p in got)
-    lenient = {**VCFG, "level_limits": {"L2": {"option_only_over_reference": 1.0}}}
+    lenient = _vcfg({"level_limits": {"L2": {"option_only_over_reference": 1.0}}})
     assert not any(p.startswith("gm100/T1/L2: option-set-only") for p in problems(rep, lenient))
 
 
@@ -397,13 +399,13 @@ def test_row_count_limit_can_be_reported_only():
     from pipeline.validity.report import render_markdown
 
     rep = audit(_t7_rows(20, "eval", 0), _t7_rows(200, "sft", 10**6), VCFG)
-    off = {**VCFG, "limits": {**VCFG["limits"], "row_count_over_reference": None}}
+    off = _vcfg({"limits.row_count_over_reference": None})
     assert _cell(rep, "gm100", "T7")["metadata"]["row_count"] == 1.0 and problems(rep, off) == []
     rep["warnings"] = warnings(rep, off)
     assert rep["warnings"] == ["gm100/T7: a unit's row count alone scores 1.000, +0.250 over 0.750 (model-facing "
                                "files show it) (not blocking: its limit is null)"]
     assert "## Warnings (reported, not blocking)" in render_markdown(rep)
-    on = {**VCFG, "limits": {**VCFG["limits"], "row_count_over_reference": 0.03}}
+    on = _vcfg({"limits.row_count_over_reference": 0.03})
     assert warnings(rep, on) == [] and len(problems(rep, on)) == 1
 
 
@@ -431,10 +433,10 @@ def test_run_validity_gates_the_step_track_when_the_release_has_step_files(tmp_p
     import polars as pl
 
     from factories import synthetic_step_rows, write_step_files
-    from pipeline.config import load_config
+    from pipeline.config import load_settings
     from pipeline.validity import run_validity
 
-    cfg = load_config()
+    cfg = load_settings()
     rel, wd = tmp_path / "rel", tmp_path / "work"
     (rel / "splits").mkdir(parents=True)
     pl.DataFrame(_t1_rows(60, "eval", "uniform")).write_parquet(rel / "splits" / "processbench_eval.parquet")
@@ -483,7 +485,7 @@ def _selected_t7_rows(equal: bool) -> tuple[list[dict], list[dict]]:
 def test_an_unequal_selection_fails_the_configured_row_count_limit():
     """The configured limit blocks (configs/validity.yaml): a selection taking a failing unit's 12 windows and a
     succeeding one's 4 lets the row count answer; equal_per_unit gives every unit the same count and passes."""
-    assert VCFG["limits"]["row_count_over_reference"] is not None
+    assert VCFG.limits.row_count_over_reference is not None
     ev, sf = _selected_t7_rows(equal=False)
     rep = audit(ev, sf, VCFG)
     assert _cell(rep, "rh20t", "T7")["metadata"]["row_count"] == 1.0
@@ -512,7 +514,7 @@ def _chance_count_rows(n_groups, split, seed):
 def test_row_counts_that_vary_by_chance_are_judged_against_their_null():
     """Twelve held-out groups of 2-6 items, labels independent of the group size: the row count memoriser clears the
     label prior by more than the limit in many draws (chance over few groups), never past its own null."""
-    fixed = {**VCFG, "row_count_null": {"permutations": 0, "quantile": 0.99}}
+    fixed = CFG.with_values({"validity.row_count_null": {"permutations": 0, "quantile": 0.99}}).validity
     alarms_fixed = alarms_null = 0
     for seed in range(15, 27):
         ev, sf = _chance_count_rows(12, "eval", seed), _chance_count_rows(150, "sft", 1000 + seed)

@@ -10,13 +10,13 @@ import shutil
 import polars as pl
 import pytest
 
-from assets.run import plan, settings_from
+from assets.run import BuildSettings, plan
 from pipeline import stages, work_tables
 from pipeline.io import write_parquet
 
 
 def _settings(samples, work, release):
-    return settings_from(scale="demo", upstream={k: str(v) for k, v in samples.items()}, work_dir=str(work),
+    return BuildSettings(scale="demo", upstream={k: str(v) for k, v in samples.items()}, work_dir=str(work),
                          release_dir=str(release))
 
 

@@ -79,7 +79,7 @@ def test_release_tables_rows():
     assert first["task_meta_in_source"] is False  # episode 0 has no language
     assert first["sft_target"] == f"<ANSWER>{first['answer']}</ANSWER>"
     assert first["choice_E"] is None and first["choice_F"] is None and first["num_frames"] == 1
-    assert first["builder_version"] == cfg["release"]["builder_version"]
+    assert first["builder_version"] == cfg.release.builder_version
     assert first["eval_level"] is None
     t8 = ev.filter(pl.col("task_id") == "T8").row(0, named=True)
     assert t8["num_choices"] == 6 and t8["choice_F"] is not None and t8["display_labels_json"] == '["X","Y","Z"]'
@@ -106,24 +106,24 @@ def test_eval_level_is_carried():
 
 
 def test_task_names_one_place():
-    cfg = make_cfg()
-    cfg["tasks"] = {"T1": {"task_name": "Phase Recognition"}, "T2": {}}
-    cfg["release"]["task_names"] = {"T2": "Contact Detection"}  # fallback for a task file without a name
-    assert writers.task_names(cfg) == {"T1": "Phase Recognition", "T2": "Contact Detection"}
-    cfg["release"]["task_names"]["T1"] = "Phase Classification"
+    cfg = make_cfg().with_values({"tasks.T1.task_name": "Phase Recognition", "tasks.T2.task_name": None,
+                                  "release.task_names": {"T2": "Contact Detection"}})  # T2: the fallback
+    assert {t: n for t, n in cfg.task_names().items() if t in ("T1", "T2")} == {"T1": "Phase Recognition",
+                                                                               "T2": "Contact Detection"}
+    cfg = cfg.with_values({"release.task_names": {"T2": "Contact Detection", "T1": "Phase Classification"}})
     with pytest.raises(ValueError, match="keep one"):
-        writers.task_names(cfg)
+        cfg.task_names()
 
 
 def test_real_configs_name_every_task():
     import public_release_pins as pins
-    from pipeline.config import load_config, task_ids
+    from pipeline.config import load_settings
 
-    cfg = load_config()
-    names = writers.task_names(cfg)
-    assert list(names) == task_ids(cfg) and all(names.values())
+    cfg = load_settings()
+    names = cfg.task_names()
+    assert list(names) == cfg.task_ids and all(names.values())
     assert {t: names[t] for t in pins.TASK_NAMES} == pins.TASK_NAMES
-    assert writers.file_names(cfg) == make_cfg()["release"]["files"]
+    assert writers.file_names(cfg) == make_cfg().release.files.model_dump()
 
 
 @pytest.mark.parametrize("mutate, match", [
@@ -153,7 +153,7 @@ def test_write_release_layout_and_deterministic_bytes(tmp_path):
     a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
     assert a == b
     # every configured file but the T13 step files (no step items here: a release without the step track)
-    assert sorted(a) == sorted(v for k, v in cfg["release"]["files"].items() if k not in STEP_FILE_KEYS)
+    assert sorted(a) == sorted(v for k, v in cfg.release.files.model_dump().items() if k not in STEP_FILE_KEYS)
     build(tmp_path / "a")  # rewriting in place changes nothing
     assert _tree(tmp_path / "a") == a
     assert result["eval_items"] == 10 and result["sft_items"] == 25
@@ -175,7 +175,7 @@ def test_checksums_can_be_left_to_the_caller(tmp_path):
 
 def test_parquet_and_jsonl_hold_identical_rows(tmp_path):
     ev, sft, _ = build(tmp_path)
-    files = make_cfg()["release"]["files"]
+    files = make_cfg().release.files.model_dump()
     for split, df in (("eval", ev), ("sft", sft)):
         pq_df = pl.read_parquet(tmp_path / files[f"{split}_parquet"])
         jl_df = pl.read_ndjson(tmp_path / files[f"{split}_jsonl"], schema=schema.polars_schema())
@@ -201,7 +201,7 @@ def test_split_summary_and_manifests(tmp_path):
         "gm100": {"objective": 0.25, "group_unit": "(task_id, episode_id)"}, "rh20t": {"eval": 5}}})
     meta = tmp_path / "metadata"
     s = json.loads((meta / "split_summary.json").read_text())
-    assert s["version"] == s["split_version"] == cfg["release"]["split_version"]
+    assert s["version"] == s["split_version"] == cfg.release.split_version
     assert s["seed"] == 42 and s["eval_ratio"] == 0.15 and s["restarts"] == 8
     assert s["eval_items"] == 10 and s["sft_items"] == 25 and s["total_items"] == 35
     assert s["task_aliases"] == {"T8": "T_temporal", "T9": "T_binary"}
@@ -213,8 +213,8 @@ def test_split_summary_and_manifests(tmp_path):
     assert "split_policy" in s and "created_at" not in s
     m = json.loads((meta / "eval_manifest.json").read_text())
     assert m["visual_inputs_redistributed"] is False and m["reconstruction_required"] is True
-    assert m["files"]["parquet"] == cfg["release"]["files"]["eval_parquet"]
-    assert m["release_files"] == cfg["release"]["files"] and m["hf_split"] == "test"
+    assert m["files"]["parquet"] == cfg.release.files.eval_parquet
+    assert m["release_files"] == cfg.release.files.model_dump() and m["hf_split"] == "test"
     assert m["sources"]["rh20t"] == {"name": "RH20T", "num_items": 5, "num_groups": 1, "licences": ["CC BY-SA 4.0"],
                                      "task_counts": {"T1": 2, "T2": 1, "T8": 1, "T9": 1}}
     assert m["random_baselines"] == {"T1": 0.25, "T2": 0.5, "T8": 0.1667, "T9": 0.5}

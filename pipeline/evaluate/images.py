@@ -9,6 +9,8 @@ code (pipeline/frames/reconstruct.py) for the run's items only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import base64
 from pathlib import Path
 
@@ -16,6 +18,9 @@ from pipeline.frames.pixels import decode_png, encode_png
 from pipeline.frames.render import apply_size_policy, image_hashes
 
 from .items import EvalItem
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 
 class ImageError(Exception):
@@ -52,7 +57,7 @@ def load_item_images(item: EvalItem, images_dir: Path, max_side: int | None = No
     return urls
 
 
-def reconstruct_for(items: list[EvalItem], release_dir: Path, upstream: dict[str, Path], cfg: dict,
+def reconstruct_for(items: list[EvalItem], release_dir: Path, upstream: dict[str, Path], cfg: Settings,
                     out_dir: Path, progress=None) -> tuple[Path, dict]:
     """Reconstruct (and hash-verify) the images of `items` from the upstream folders into `out_dir`, by the code of
     `processbench reconstruct`. Returns (the images folder to read, the reconstruction report). Items of sources not

@@ -4,6 +4,8 @@ release row is built), in item-id order."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +16,9 @@ from pipeline.circular import circular_rows
 from pipeline.exports.common import model_rows
 from pipeline.prompts import resolve_task_id
 from pipeline.release_files import eval_level_files
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,7 @@ def _split_list(arg: str | None) -> list[str]:
     return [x.strip() for x in (arg or "").split(",") if x.strip()]
 
 
-def load_items(release_dir: Path, cfg: dict, levels: str | None = None, families: str | None = None,
+def load_items(release_dir: Path, cfg: Settings, levels: str | None = None, families: str | None = None,
                sources: str | None = None, limit: int | None = None, circular: bool = False) -> list[EvalItem]:
     """The selected eval items, sorted by item id (`limit`: the first N of them). Unknown levels, families or sources
     are errors (ValueError naming what exists), never an empty run."""
@@ -81,10 +86,10 @@ def load_items(release_dir: Path, cfg: dict, levels: str | None = None, families
     return out
 
 
-def check_prompt_version(items: list[EvalItem], cfg: dict) -> None:
+def check_prompt_version(items: list[EvalItem], cfg: Settings) -> None:
     """The prompts are built by this code from the release rows; a release made under another prompt protocol would
     be asked with prompts it never showed: refuse."""
-    ours = cfg["release"]["prompt_version"]
+    ours = cfg.release.prompt_version
     theirs = sorted({it.prompt_version for it in items})
     if theirs and theirs != [ours]:
         raise ValueError(f"the release's prompt_version is {theirs}, this code builds prompts of {ours!r}: use the "

@@ -12,6 +12,8 @@ own entry point (pipeline/score.py `main`), so the report equals what `processbe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import hashlib
 import logging
@@ -31,6 +33,9 @@ from .images import ImageError, load_item_images, reconstruct_for
 from .items import EvalItem, check_prompt_version, load_items
 from .options import ClientOptions
 from .store import ResponseStore, prediction_row, request_hash, write_predictions
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 log = logging.getLogger(__name__)
 SUMMARY_FILE = "run_summary.json"
@@ -137,7 +142,7 @@ def _percentiles(values: list[float]) -> dict:
     return {f"p{q}": round(float(np.percentile(arr, q)), 3) for q in (50, 90, 99)}
 
 
-def run_eval(opts: EvalOptions, cfg: dict) -> dict:
+def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
     """Run (or resume) the eval; returns the summary (also written to <out>/run_summary.json). `complete` is False
     when an item has no answer (failed for good, or the run was interrupted)."""
     t0 = time.perf_counter()

@@ -17,12 +17,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from pipeline import io, writers
 from pipeline.exports import card, common, consumers, croissant, facing, lmms
 from pipeline.leaks import find_path_leaks
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ class PartRows:
     """One part's rows with their prompts (`common.model_rows`, built once for every export of the part)."""
     part: common.Part
     rows: list[common.ModelRow]
-    cfg: dict
+    cfg: Settings
 
     @cached_property
     def messages(self) -> str:  # LLaMA-Factory (sharegpt with OpenAI role tags) and ms-swift read the same rows
@@ -53,7 +57,7 @@ class Run:
     tables: dict[str, pl.DataFrame]
     parts: list[common.Part]
     release_dir: Path
-    cfg: dict
+    cfg: Settings
     eval_parts: list[tuple[common.Part, list[common.ModelRow]]] = field(default_factory=list)
     leaks: dict[str, list[str]] = field(default_factory=dict)  # texts refused (not written), by file
 
@@ -65,13 +69,13 @@ class Run:
 @dataclass(frozen=True)
 class Exporter:
     description: str
-    main: Callable[[dict], str]  # cfg -> the release-relative file the asset points at
+    main: Callable[[Settings], str]  # cfg -> the release-relative file the asset points at
     part: Callable[[PartRows], Iterator[Output]] | None = None
     end: Callable[[Run], Iterator[Output]] | None = None
     reads_release: bool = False  # `end` reads release files: runs only when no export text was refused
 
 
-def _file(key: str) -> Callable[[dict], str]:
+def _file(key: str) -> Callable[[Settings], str]:
     return lambda cfg: common.export_files(cfg)[key]
 
 
@@ -173,7 +177,7 @@ def export_outputs(run: Run) -> Iterator[tuple[str, Output]]:
             yield from ((name, out) for out in ex.end(run))
 
 
-def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame, cfg: dict,
+def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame, cfg: Settings,
                   checksums: bool = True) -> dict[str, dict]:
     """Write every export into the release folder (and re-write checksums.sha256); returns {export: {"files",
     "rows"}}. A text with a path or identity leak is not written, and the call raises once the others are (the
@@ -205,7 +209,7 @@ def files_written(report: dict[str, dict]) -> list[str]:
     return sorted(f for r in report.values() for f in r["files"])
 
 
-def run_exports(cfg: dict, release_dir: Path, checksums: bool = True) -> dict[str, dict]:
+def run_exports(cfg: Settings, release_dir: Path, checksums: bool = True) -> dict[str, dict]:
     """Exports of the release already written in release_dir."""
     tables = common.read_tables(release_dir, cfg, levels=True)
     return write_exports(release_dir, tables["eval"], tables["sft"], cfg, checksums=checksums)

@@ -10,6 +10,8 @@ exactly those files."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import io as _io
 
 import polars as pl
@@ -19,6 +21,9 @@ import yaml
 
 from pipeline import writers
 from pipeline.exports import common
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 _DTYPES = {pl.Utf8: "string", pl.String: "string", pl.Int64: "int64", pl.Int32: "int32", pl.Boolean: "bool",
            pl.Float64: "float64", pl.Float32: "float32", pl.Int8: "int8", pl.Int16: "int16"}
@@ -63,10 +68,10 @@ def num_bytes(df: pl.DataFrame) -> int:
     return int(pq.read_table(buf).cast(pa.schema(fields)).nbytes)
 
 
-def config_tables(tables: dict[str, pl.DataFrame], cfg: dict) -> dict[str, dict[str, tuple[str, pl.DataFrame]]]:
+def config_tables(tables: dict[str, pl.DataFrame], cfg: Settings) -> dict[str, dict[str, tuple[str, pl.DataFrame]]]:
     """{config_name: {hf_split: (release-relative parquet path, rows)}}: `default`, one config per family, one per
     source (model-facing rows), then `reconstruction`; a split with no rows is left out."""
-    hf_dir = common.export_cfg(cfg)["dir"] + "/hf"
+    hf_dir = cfg.exports.dir + "/hf"
     parts = common.parts(tables, cfg)
     facing = {p.name: common.model_facing_table(p.df, cfg) for p in parts}
     configs: dict[str, dict] = {"default": {p.name: (f"{hf_dir}/default/{p.name}.parquet", facing[p.name])
@@ -95,8 +100,8 @@ def model_facing_configs(configs: dict) -> list[str]:
     return [name for name in configs if name not in (RECONSTRUCTION_CONFIG, STEP_RECONSTRUCTION_CONFIG)]
 
 
-def front_matter(configs: dict, cfg: dict) -> dict:
-    ec = common.export_cfg(cfg)
+def front_matter(configs: dict, cfg: Settings) -> dict:
+    ec = cfg.exports
     n = sum(df.height for _, df in configs["default"].values())
     size = next(c for lim, c in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
                                  (1_000_000, "100K<n<1M")) if n < lim) if n < 1_000_000 else "n>1M"
@@ -107,10 +112,10 @@ def front_matter(configs: dict, cfg: dict) -> dict:
         info.append({"config_name": name, "features": features(next(iter(splits.values()))[1]),
                      "splits": splits_info, "dataset_size": sum(s["num_bytes"] for s in splits_info)})
     return {
-        "pretty_name": ec["pretty_name"],
+        "pretty_name": ec.pretty_name,
         "license": "other",
         "license_name": "per-source-terms",
-        "license_details": " ".join(ec["licences"][s] for s in writers.source_order(cfg) if s in ec["licences"]),
+        "license_details": " ".join(ec.licences[s] for s in writers.source_order(cfg) if s in ec.licences),
         "language": ["en"],
         "task_categories": ["visual-question-answering"],
         "tags": ["robotics", "manipulation", "multiple-choice", "benchmark"],
@@ -128,17 +133,17 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict, configs: dict | None = None, warnings=()) -> str:
+def card_markdown(tables: dict[str, pl.DataFrame], cfg: Settings, configs: dict | None = None, warnings=()) -> str:
     """The card; `configs`: config_tables(tables, cfg) when the caller has them already; `warnings`: what the build
     recorded in provenance.json (an eval level the corpus cannot fill), a section of their own when there are any."""
     from pipeline.score import METRIC_DEFINITIONS  # the one place each metric is defined
     from pipeline.steps.exports import step_section
 
-    ec = common.export_cfg(cfg)
+    ec = cfg.exports
     configs = config_tables(tables, cfg) if configs is None else configs
-    files, xf = writers.file_names(cfg), ec["files"]
+    files, xf = writers.file_names(cfg), common.export_files(cfg)
     parts = common.parts(tables, cfg)
-    tnames = writers.task_names(cfg)
+    tnames = cfg.task_names()
     both = pl.concat([tables[s] for s in writers.SPLITS])
     tasks = sorted(set(both["task_id"].to_list()), key=writers.task_number)
     snames = writers.source_names(cfg)
@@ -151,21 +156,21 @@ def card_markdown(tables: dict[str, pl.DataFrame], cfg: dict, configs: dict | No
                   ", ".join(snames[s] for s in writers.source_order(cfg)
                             if both.filter((pl.col("task_id") == t) & (pl.col("source_slug") == s)).height)]
                  for t in tasks]
-    src_rows = [[snames[s], *(count(p.df, "source_slug", s) for p in parts), ec["licences"].get(s, "")]
+    src_rows = [[snames[s], *(count(p.df, "source_slug", s) for p in parts), ec.licences.get(s, "")]
                 for s in writers.source_order(cfg)]
     split_lines = "\n".join(
         f"- `{p.name}` ({p.df.height} items, `{p.file(files[f'{p.split}_parquet'])}`): "
         + ("fine-tuning" if p.split == "sft" else _LEVEL_TEXT.get(p.level or "", "evaluation"))
         for p in parts)
     xfile = {k: ", ".join(f"`{p.file(xf[k])}`" for p in parts if p.split == "eval") for k in xf}
-    frames = ec.get("images_prefix", "images")
+    frames = ec.images_prefix
     head = yaml.safe_dump(front_matter(configs, cfg), sort_keys=False, allow_unicode=True, width=1000)
     warning_text = ("\n## Build warnings\n\nStatistics this corpus could not meet (recorded in "
                     "`metadata/provenance.json`; what the release holds is right):\n\n"
                     + "".join(f"- {w}\n" for w in warnings)) if warnings else ""
-    body = f"""# {ec['pretty_name']}
+    body = f"""# {ec.pretty_name}
 
-{ec['intended_use']}
+{ec.intended_use}
 
 Splits (every config has them):
 
@@ -180,8 +185,8 @@ key, render spec, display labels, image hashes) and the release bookkeeping: nev
 indices alone give the temporal families away). The canonical files under `splits/` carry every column.
 
     from datasets import load_dataset
-    bench = load_dataset("{ec['hub_repo']}")          # {", ".join(names)}
-    keys = load_dataset("{ec['hub_repo']}", "{RECONSTRUCTION_CONFIG}")  # join on item_id
+    bench = load_dataset("{ec.hub_repo}")          # {", ".join(names)}
+    keys = load_dataset("{ec.hub_repo}", "{RECONSTRUCTION_CONFIG}")  # join on item_id
 
 ## Tasks
 
@@ -260,14 +265,14 @@ Definitions (`metrics.json` `definitions`, per cell = source × family × eval l
 
 ## Limitations and biases
 
-{ec['limitations']}
+{ec.limitations}
 
-{ec['biases']}
+{ec.biases}
 {warning_text}
 ## Citation
 
 ```bibtex
-{ec['citation'].rstrip()}
+{ec.citation.rstrip()}
 ```
 """
     return f"---\n{head}---\n\n{body}"

@@ -4,6 +4,8 @@ indices, render specs, reconstruction keys and display mappings out of model-fac
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import re
 from dataclasses import dataclass
@@ -17,6 +19,9 @@ from pipeline.prompts import format_prompt
 from pipeline.release_files import eval_level_files, level_file_name
 from pipeline.schema import CHOICE_LETTERS, COLUMN_NAMES, MODEL_FACING_COLUMNS
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 IMAGE_TAG = "<image>"
 # Columns that locate or render frames: never in model-facing text.
 HIDDEN_COLUMNS = ("frame_indices_json", "display_labels_json", "render_spec_json", "reconstruction_key_json",
@@ -25,21 +30,15 @@ LEAK_TOKENS = ("frame_indices", "frame_index", "render_spec", "reconstruction_ke
                "frames[", "image_hashes")
 
 
-def export_cfg(cfg: dict) -> dict:
-    if "exports" not in cfg:
-        raise KeyError("configs/exports.yaml: missing `exports` section")
-    return cfg["exports"]
+def export_files(cfg: Settings) -> dict[str, str]:
+    return cfg.exports.files.model_dump()
 
 
-def export_files(cfg: dict) -> dict[str, str]:
-    return dict(export_cfg(cfg)["files"])
+def hf_split(cfg: Settings, split: str) -> str:
+    return cfg.release.hf_split_names[split]
 
 
-def hf_split(cfg: dict, split: str) -> str:
-    return writers.release_cfg(cfg)["hf_split_names"][split]
-
-
-def read_tables(release_dir: Path, cfg: dict, levels: bool = False) -> dict[str, pl.DataFrame]:
+def read_tables(release_dir: Path, cfg: Settings, levels: bool = False) -> dict[str, pl.DataFrame]:
     """The two release tables, by split column value (eval, sft). levels=True: `eval` holds every eval level (the
     main eval file, L1, then each level file split_summary.json lists, in level order), as the exports read it."""
     files = writers.file_names(cfg)
@@ -54,7 +53,7 @@ def read_tables(release_dir: Path, cfg: dict, levels: bool = False) -> dict[str,
     return out
 
 
-def recorded_warnings(release_dir: Path, cfg: dict) -> list[str]:
+def recorded_warnings(release_dir: Path, cfg: Settings) -> list[str]:
     """The warnings the build recorded in the release's provenance.json (the card repeats them); [] when none."""
     try:
         doc = json.loads((Path(release_dir) / writers.file_names(cfg)["provenance"]).read_text(encoding="utf-8"))
@@ -84,7 +83,7 @@ class Part:
         return level_file_name(rel, self.level) if self.split == "eval" else rel
 
 
-def parts(tables: dict[str, pl.DataFrame], cfg: dict) -> list[Part]:
+def parts(tables: dict[str, pl.DataFrame], cfg: Settings) -> list[Part]:
     """The eval levels in order (or the one eval split without levels), then SFT; a part with no rows is left out."""
     out = [Part("eval", lv, lv or hf_split(cfg, "eval"), df)
            for lv, df in writers.eval_level_tables(tables["eval"]).items()]
@@ -92,7 +91,7 @@ def parts(tables: dict[str, pl.DataFrame], cfg: dict) -> list[Part]:
     return [p for p in out if p.df.height]
 
 
-def model_facing_table(df: pl.DataFrame, cfg: dict) -> pl.DataFrame:
+def model_facing_table(df: pl.DataFrame, cfg: Settings) -> pl.DataFrame:
     """What a model may be shown of a release table: MODEL_FACING_COLUMNS and the image references."""
     images = [image_refs(r, cfg) for r in df.select("item_id", "num_frames", "image_hashes_json").iter_rows(named=True)]
     return df.select(MODEL_FACING_COLUMNS).with_columns(pl.Series(IMAGES_COLUMN, images, dtype=pl.List(pl.String)))
@@ -111,12 +110,12 @@ def num_images(row: dict) -> int:
     return int(row["num_frames"])
 
 
-def image_refs(row: dict, cfg: dict) -> list[str]:
-    prefix = export_cfg(cfg).get("images_prefix", "images")
+def image_refs(row: dict, cfg: Settings) -> list[str]:
+    prefix = cfg.exports.images_prefix
     return [f"{prefix}/{image_filename(row['item_id'], k)}" for k in range(num_images(row))]
 
 
-def prompt(row: dict, cfg: dict) -> str:
+def prompt(row: dict, cfg: Settings) -> str:
     """The user prompt of the public protocol (question, options, output protocol), without image tags."""
     return format_prompt(row, cfg)
 
@@ -169,7 +168,7 @@ class ModelRow:
         return IMAGE_TAG * len(self.images) + "\n" + self.prompt
 
 
-def model_rows(df: pl.DataFrame, cfg: dict) -> list[ModelRow]:
+def model_rows(df: pl.DataFrame, cfg: Settings) -> list[ModelRow]:
     """The table's rows, each prompt built and checked once for all the exports: the user turn (the prompt with its
     image tags) and the SFT target must carry no hidden frame data. A text inside the user turn (the prompt the GRPO
     and lmms-eval rows show) carries nothing the user turn does not, so it needs no check of its own."""

@@ -8,12 +8,17 @@ besides the tool's own keys."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import csv
 import io as _io
 
 from pipeline.circular import INDEX_STRIDE, rotate
 from pipeline.exports import common
 from pipeline.schema import CHOICE_LETTERS
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 
 def messages_rows(rows: list[common.ModelRow]) -> list[dict]:
@@ -23,11 +28,11 @@ def messages_rows(rows: list[common.ModelRow]) -> list[dict]:
              "images": m.images} for m in rows]
 
 
-def llamafactory_info(parts: list[common.Part], cfg: dict) -> dict:
+def llamafactory_info(parts: list[common.Part], cfg: Settings) -> dict:
     """dataset_info.json entries, one per part (`processbench_L1`, ..., `processbench_train`); file_name is relative
     to this folder (LLaMA-Factory's dataset_dir)."""
     files = common.export_files(cfg)
-    name = common.safe_name(common.export_cfg(cfg)["dataset_name"])
+    name = common.safe_name(cfg.exports.dataset_name)
     info = {}
     for part in parts:
         rel = part.file(files[f"llamafactory_{part.split}"]).rsplit("/", 1)[-1]
@@ -44,13 +49,14 @@ TSV_COLUMNS = ("index", "image_path", "question", *CHOICE_LETTERS, "answer", "ca
                "item_id", "split_group_id")
 
 
-def _question(r: dict, cfg: dict) -> str:
+def _question(r: dict, cfg: Settings) -> str:
     """The plain question (T8/T9 with their header lines): VLMEvalKit adds the options and its own instruction."""
-    header = list(((cfg["tasks"].get(r["task_id"]) or {}).get("prompt") or {}).get("header") or [])
+    t = cfg.tasks.get(r["task_id"])
+    header = list(t.prompt.header) if t is not None and t.prompt is not None else []
     return "\n".join(header + [r["question"]]) if header else r["question"]
 
 
-def vlmevalkit_tsv(rows: list[common.ModelRow], cfg: dict, circular: bool = False) -> str:
+def vlmevalkit_tsv(rows: list[common.ModelRow], cfg: Settings, circular: bool = False) -> str:
     """VLMEvalKit custom MCQ: `question` is the plain question, options in A..F (empty past num_choices), multi-image
     rows give image_path as a Python list literal. circular=True: every item once per
     rotation of its options (pipeline/circular.py), copy k at index item + k x 1e6, as VLMEvalKit's circular files."""

@@ -5,12 +5,17 @@ mlcroissant in the tests, so the build itself does not need mlcroissant."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 import polars as pl
 
 from pipeline import writers
 from pipeline.exports import common
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 _CONTEXT = {
     "@language": "en", "@vocab": "https://schema.org/", "sc": "https://schema.org/",
@@ -58,8 +63,8 @@ def _record_set(part: common.Part, file_id: str) -> dict:
             "key": [{"@id": f"{rs}/split_group_id"}, {"@id": f"{rs}/item_id"}], "field": fields}
 
 
-def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: dict) -> dict:
-    ec = common.export_cfg(cfg)
+def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: Settings) -> dict:
+    ec = cfg.exports
     files = writers.file_names(cfg)
     snames = writers.source_names(cfg)
     order = writers.source_order(cfg)
@@ -76,30 +81,30 @@ def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: dict) -> 
     step_files, step_sets = step_record_sets(release_dir, cfg, _record_set)  # the T13 step track
     distribution += step_files
     record_sets += step_sets
-    licences = " ".join(ec["licences"][s] for s in order if s in ec["licences"])
+    licences = " ".join(ec.licences[s] for s in order if s in ec.licences)
     return {
         "@context": _CONTEXT,
         "@type": "sc:Dataset",
         "conformsTo": "http://mlcommons.org/croissant/1.0",
-        "name": ec["dataset_name"],
-        "description": ec["intended_use"],
-        "version": ec["version"],
+        "name": ec.dataset_name,
+        "description": ec.intended_use,
+        "version": ec.version,
         "license": licences,
-        "url": f"https://huggingface.co/datasets/{ec['hub_repo']}",
-        "citeAs": ec["citation"].strip(),
+        "url": f"https://huggingface.co/datasets/{ec.hub_repo}",
+        "citeAs": ec.citation.strip(),
         "keywords": ["robotics", "manipulation", "visual question answering", "multiple choice", "benchmark"],
         "isLiveDataset": False,
         "distribution": distribution,
         "recordSet": record_sets,
-        "rai:dataUseCases": ec["intended_use"],
-        "rai:dataLimitations": ec["limitations"],
-        "rai:dataBiases": ec["biases"],
-        "rai:dataCollection": " ".join(f"{snames[s]}: {ec['provenance'][s]}" for s in order if s in ec["provenance"]),
+        "rai:dataUseCases": ec.intended_use,
+        "rai:dataLimitations": ec.limitations,
+        "rai:dataBiases": ec.biases,
+        "rai:dataCollection": " ".join(f"{snames[s]}: {ec.provenance[s]}" for s in order if s in ec.provenance),
         "rai:dataCollectionType": "Derived from existing robot-manipulation datasets (no new recordings).",
         "rai:personalSensitiveInformation": "None added: the release carries no pixels or participant data; "
                                             "frames are rebuilt from the sources under their terms.",
-        "rai:dataReleaseMaintenancePlan": f"Versioned releases ({writers.release_cfg(cfg)['release_version']}); "
+        "rai:dataReleaseMaintenancePlan": f"Versioned releases ({cfg.release.release_version}); "
                                           "every file is covered by checksums.sha256.",
-        "prov:wasDerivedFrom": [{"@type": "sc:Dataset", "name": snames[s], "license": ec["licences"].get(s, ""),
-                                 "description": ec["provenance"].get(s, "")} for s in order],
+        "prov:wasDerivedFrom": [{"@type": "sc:Dataset", "name": snames[s], "license": ec.licences.get(s, ""),
+                                 "description": ec.provenance.get(s, "")} for s in order],
     }

@@ -9,6 +9,8 @@ files on disk (`release_problems`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,21 +18,24 @@ import pyarrow.parquet as pq
 from pipeline.exports import common
 from pipeline.schema import MODEL_FACING_COLUMNS
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 _TABLE_COLUMNS = frozenset(MODEL_FACING_COLUMNS) | {common.IMAGES_COLUMN}
 _HIDDEN = frozenset(common.RECONSTRUCTION_ONLY)
 _MODEL_FACING_SUFFIXES = (".jsonl", ".tsv")
 
 
-def _exports_dir(cfg: dict) -> str:
+def _exports_dir(cfg: Settings) -> str:
     """The exports folder (a configuration without an exports section, as a bare release check uses: the default)."""
-    return (cfg.get("exports") or {}).get("dir", "exports")
+    return cfg.exports.dir
 
 
-def _is_model_facing_text(rel: str, cfg: dict) -> bool:
+def _is_model_facing_text(rel: str, cfg: Settings) -> bool:
     return rel.startswith(_exports_dir(cfg) + "/") and rel.endswith(_MODEL_FACING_SUFFIXES)
 
 
-def text_problems(rel: str, text: str, cfg: dict) -> list[str]:
+def text_problems(rel: str, text: str, cfg: Settings) -> list[str]:
     """A model-facing export text's columns that a model may not see (empty for any other file): a TSV's header, a
     jsonl's keys at any depth (in compact JSON an unescaped `"name":` is a key, never text inside a string)."""
     if not _is_model_facing_text(rel, cfg):
@@ -54,7 +59,7 @@ def check_table(rel: str, df) -> None:
         raise ValueError(f"model-facing config file carries columns a model may not see: {problems}")
 
 
-def release_problems(release_dir: Path, cfg: dict, skip=frozenset()) -> list[str]:
+def release_problems(release_dir: Path, cfg: Settings, skip=frozenset()) -> list[str]:
     """Every model-facing file of a release folder that carries a column a model may not see (the files in `skip`,
     too large to read, left out: the validator reports them by themselves)."""
     from pipeline.exports.card import RECONSTRUCTION_CONFIG

@@ -9,12 +9,17 @@ which `cluster_key` names, so lmms-eval's clustered standard errors treat one ep
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 from pipeline.circular import copy_id, rotate
 from pipeline.exports import common
 from pipeline.schema import CHOICE_LETTERS
 from pipeline.writers import task_number
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 TEMPLATE = "_default_template_yaml"
 _METRIC = ("metric_list:\n  - metric: accuracy\n    aggregation: !function utils.aggregate_accuracy\n"
@@ -59,18 +64,18 @@ def _task(name: str, folder: str, data: str, extra: str = "") -> str:
             + extra)
 
 
-def _circular_prompt(m: common.ModelRow, options: list[str], cfg: dict) -> str:
+def _circular_prompt(m: common.ModelRow, options: list[str], cfg: Settings) -> str:
     """The item's prompt with its options in the rotated order (the one prompt builder, pipeline/prompts.py)."""
     row = dict(m.row)
     row.update({f"choice_{c}": (options[j] if j < len(options) else None) for j, c in enumerate(CHOICE_LETTERS)})
     return common.prompt(row, cfg)
 
 
-def lmms_eval_files(eval_parts: list[tuple[common.Part, list[common.ModelRow]]], cfg: dict) -> dict[str, str]:
+def lmms_eval_files(eval_parts: list[tuple[common.Part, list[common.ModelRow]]], cfg: Settings) -> dict[str, str]:
     """{file name in the task folder: text} for the eval parts (level, rows with prompts)."""
-    ec = common.export_cfg(cfg)
-    folder = ec["files"]["lmms_eval_dir"]
-    base = common.safe_name(ec["dataset_name"])
+    ec = cfg.exports
+    folder = ec.files.lmms_eval_dir
+    base = common.safe_name(ec.dataset_name)
     files: dict[str, str] = {TEMPLATE: _template()}
     groups = []
     circular = []

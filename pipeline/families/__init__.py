@@ -17,9 +17,10 @@ The selection (pipeline.items) picks the quota from the pool; nothing here is ra
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from pipeline.config import per_source, task_ids
 
 from .common import CANDIDATE_SCHEMA, Spec, empty_candidates
 from .context import Context
@@ -29,6 +30,9 @@ from .progress import t5_progress
 from .primitives import t10_current, t11_next, t12_chain
 from .temporal import answer_for, canonical_choices, t8_ordering, t9_priority
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 GENERATORS = {
     "T1": t1_phase, "T2": t2_contact, "T3": t3_direction, "T4": t4_coordination, "T5": t5_progress,
     "T6": t6_motion, "T7": t7_outcome, "T8": t8_ordering, "T9": t9_priority, "T10": t10_current,
@@ -36,13 +40,13 @@ GENERATORS = {
 }
 
 __all__ = ["build_candidates", "family_candidates", "merge_candidates", "enabled_families", "Context",
-           "GENERATORS", "CANDIDATE_SCHEMA", "Spec", "per_source", "answer_for",
+           "GENERATORS", "CANDIDATE_SCHEMA", "Spec", "answer_for",
            "canonical_choices", "empty_candidates"]
 
 
-def enabled_families(cfg: dict, source: str) -> list[str]:
+def enabled_families(cfg: Settings, source: str) -> list[str]:
     """The families whose template lists the source (with a quota), in task order."""
-    return [t for t in task_ids(cfg) if Spec(cfg, t, source).enabled]
+    return [t for t in cfg.task_ids if Spec(cfg, t, source).enabled]
 
 
 def family_candidates(task_id: str, source: str, ctx: Context) -> pl.DataFrame:
@@ -65,7 +69,7 @@ def merge_candidates(source: str, parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def build_candidates(source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame],
-                     cfg: dict) -> pl.DataFrame:
+                     cfg: Settings) -> pl.DataFrame:
     """The full candidate pool of one source: every family whose template lists the source (with a quota)."""
     ctx = Context(source, ir, labels, cfg)
     return merge_candidates(source, [family_candidates(t, source, ctx) for t in enabled_families(cfg, source)])

@@ -3,6 +3,8 @@ frame-window helpers, distractor policies, render specs, and the candidate accum
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import itertools
 import json
 import math
@@ -12,9 +14,12 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.config import per_source
 from pipeline.io import compact_json, key_runs, sorted_by
 from pipeline.seeding import py_rng, stable_hash
+
+if TYPE_CHECKING:
+    from pipeline.settings import Distractors
+    from pipeline.settings_root import Settings
 
 CANDIDATE_SCHEMA = {
     "candidate_key": pl.String, "source": pl.String, "unit_id": pl.String, "task_id": pl.String,
@@ -39,20 +44,22 @@ def scale_quota(q: int, scale: float) -> int:
 class Spec:
     """One family's template resolved for one source."""
 
-    def __init__(self, cfg: dict, task_id: str, source: str):
+    def __init__(self, cfg: Settings, task_id: str, source: str):
         self.cfg = cfg
         self.task_id = task_id
         self.source = source
-        self.t = cfg["tasks"][task_id]
-        self.seed = int(cfg["build"]["release_seed"])
+        self.t = cfg.tasks[task_id]
+        self.r = self.t.for_source(source)  # every per-source value resolved for this source
+        self.seed = int(cfg.build.release_seed)
 
     def get(self, key: str, default=None):
-        """The template key resolved for this source (pipeline.config.per_source); `default` where it resolves to
-        None (the loader fills every key the model declares)."""
-        return per_source(self.t[key], self.source, default)
+        """The template key resolved for this source; `default` where it resolves to None."""
+        v = getattr(self.r, key)
+        return default if v is None else v
 
     def cand(self, key: str, default=None):
-        return per_source(self.t["candidates"][key], self.source, default)
+        v = getattr(self.r.candidates, key)
+        return default if v is None else v
 
     @property
     def num_choices(self) -> int:
@@ -72,25 +79,27 @@ class Spec:
 
     @cached_property
     def frames(self) -> dict:
-        return dict(self.get("frames") or {})
+        """The source's window: the keys its file sets (the families test which keys a window has)."""
+        w = self.r.frames
+        return w.model_dump() if w is not None else {}
 
     @cached_property
-    def distractor_cfg(self) -> dict:
-        return dict(self.t["distractors"])
+    def distractor_cfg(self) -> Distractors:
+        return self.t.distractors
 
     def question(self, **fields) -> str:
         return str(self.get("question")).format(**fields)
 
     @property
     def enabled(self) -> bool:
-        return self.source in self.t["sources"] and self.source in self.t["quota"]
+        return self.source in self.t.sources and self.source in self.t.quota
 
     @cached_property
     def quota(self) -> int:
         """This family's quota for the source at the configured build scale."""
-        build = self.cfg["build"]
-        scale = float(build["quota_scale"][build["scale"]])
-        return scale_quota(int(self.t["quota"].get(self.source, 0)), scale)
+        build = self.cfg.build
+        scale = float(build.quota_scale[build.scale])
+        return scale_quota(int(self.t.quota.get(self.source, 0)), scale)
 
     def cap(self, key: str, n_units: int, n_labels: int = 1) -> int | None:
         """Per-unit (per-label) cap on candidates: the template's `key` as a floor, raised so that the pool can hold
@@ -246,7 +255,7 @@ def order_distractors(spec: Spec, answer: str, key: str, *, context: list[str] |
                    label): with balanced answers every label of an option set is then equally likely the answer
       permutations the other permutations of the display labels, fewest swaps away first"""
     d = spec.distractor_cfg
-    policy = d.get("policy", "all")
+    policy = d.policy
     k = spec.num_choices - 1
     exclude = set(exclude or ()) | {answer}
     if policy == "permutations":
@@ -257,12 +266,12 @@ def order_distractors(spec: Spec, answer: str, key: str, *, context: list[str] |
     labels = spec.label_list
     pool = [x for x in labels if x not in exclude]
     if policy == "neighbours":
-        order = list(d.get("order") or labels)
+        order = list(d.order or labels)
         ia = order.index(answer)
         coin = _tiebreak(key) & 1
         pool.sort(key=lambda x: (abs(order.index(x) - ia), (order.index(x) < ia) == bool(coin)))
     elif policy == "pairs":
-        hard = list((d.get("hard") or {}).get(answer, []))
+        hard = list((d.hard or {}).get(answer, []))
         pool.sort(key=lambda x: (0, hard.index(x)) if x in hard else (1, labels.index(x)))
     elif policy == "uniform":
         plausible = pool if context is None else sorted(set(context) & set(pool), key=labels.index)
@@ -281,13 +290,13 @@ def order_distractors(spec: Spec, answer: str, key: str, *, context: list[str] |
 
 
 def render_spec(spec: Spec, frames: list[int], labels: list[str]) -> str | None:
-    r = spec.t["render"]
+    r = spec.t.render
     if not r:
         return None
-    out = {"version": 1, "kind": r["kind"], "labels": list(labels), "frame_indices": [int(f) for f in frames],
-           "size": r["size"], "label": dict(r["label"])}
-    if r["kind"] == "panels":
-        out["gap"] = int(r["gap"])
+    out = {"version": 1, "kind": r.kind, "labels": list(labels), "frame_indices": [int(f) for f in frames],
+           "size": r.size, "label": r.label.model_dump()}
+    if r.kind == "panels":
+        out["gap"] = int(r.gap)
     return compact_json(out)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from functools import cached_property
 
 import numpy as np
@@ -9,9 +11,12 @@ import polars as pl
 
 from .common import arms_by_unit, by_unit
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 
 class Context:
-    def __init__(self, source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame], cfg: dict):
+    def __init__(self, source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame], cfg: Settings):
         self.source = source
         self.ir = ir
         self.labels = labels

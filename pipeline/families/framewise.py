@@ -80,7 +80,7 @@ def _check_offsets(spec: Spec, want, what: str) -> None:
 def t3_direction(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     offsets, stride, margin, cap = _params(spec, ctx)
-    _check_offsets(spec, L.source_spec(ctx.cfg["labels"], "direction", spec.source)["offsets"],
+    _check_offsets(spec, ctx.cfg.labels.direction.for_source(spec.source).offsets,
                    f"labels.direction.{spec.source}.offsets")
     for uid in ctx.unit_ids:
         for arm, d in sorted((ctx.arms.get(uid) or {}).items()):
@@ -126,7 +126,7 @@ def t6_motion(spec: Spec, ctx: Context):
     if "relative" in fcfg:
         return _t6_segments(spec, ctx, pool)
     offsets, stride, margin, cap = _params(spec, ctx)
-    _check_offsets(spec, ctx.cfg["labels"]["motion"].get("window"), "labels.motion.window")
+    _check_offsets(spec, ctx.cfg.labels.motion.window, "labels.motion.window")
     per_arm = bool(spec.get("per_arm", False))
     for uid in ctx.unit_ids:
         if per_arm:

@@ -44,7 +44,7 @@ def _source_stats(ctx: Context) -> tuple[set[str], set[str], set[str]]:
 
 
 def _uniform(spec: Spec) -> bool:
-    return (spec.t.get("distractors") or {}).get("policy") == "uniform"
+    return spec.t.distractors.policy == "uniform"
 
 
 def _chains(ctx: Context, uid: str) -> dict[int, list[str]]:
@@ -83,7 +83,7 @@ def t11_next(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     offsets, centers, mr, mm = _params(spec)
     vocab = set(spec.label_texts)
-    excl_cur = bool((spec.t.get("distractors") or {}).get("exclude_current", True))
+    excl_cur = bool(spec.t.distractors.exclude_current)
     nexts = _source_stats(ctx)[1] if _uniform(spec) else None
     for uid in ctx.unit_ids:
         prims = ctx.primitives.get(uid, [])
@@ -108,7 +108,7 @@ def t12_chain(spec: Spec, ctx: Context):
     offsets, centers, mr, mm = _params(spec)
     nb_fracs = [float(x) for x in spec.frames.get("relative") or []]
     vocab = set(spec.label_texts)
-    excl_nb = bool((spec.t.get("distractors") or {}).get("exclude_neighbours", True))
+    excl_nb = bool(spec.t.distractors.exclude_neighbours)
     mids = sorted(_source_stats(ctx)[2]) if _uniform(spec) else None
     for uid in ctx.unit_ids:
         rec = _recording_vocab(ctx.primitives.get(uid, []))

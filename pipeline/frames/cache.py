@@ -51,6 +51,8 @@ beyond its call (real packs hold tens of MB). This module is imported by pool wo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import hashlib
 import json
 import logging
@@ -66,6 +68,9 @@ from upstream_adapters import video
 from . import pack
 from .memos import RenderMemos
 from .pixels import decode_png, encode_png, pixel_sha256
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 log = logging.getLogger(__name__)
 
@@ -138,17 +143,17 @@ class FrameCache:
         self._render_memos: RenderMemos | None = None
 
     @classmethod
-    def from_config(cls, cfg: dict, root: Path | str | None = None) -> "FrameCache":
-        """From the merged config (or its `frames` section); `root` defaults to <build.work_dir>/<frames.cache.dir>."""
-        fr = cfg["frames"] if "frames" in cfg else cfg
+    def from_config(cls, cfg: Settings, root: Path | str | None = None) -> "FrameCache":
+        """From the config; `root` defaults to <build.work_dir>/<frames.cache.dir>."""
+        fr = cfg.frames
         if root is None:
             from ..config import path_in_repo
 
-            root = path_in_repo(cfg["build"]["work_dir"]) / fr["cache"]["dir"]
-        c = fr["cache"]
-        return cls(root, png_compression=c["png_compression"], png_filter=c["png_filter"],
-                   version=fr["version"], decoder=fr["decoder"], decoder_threads=fr["decoder_threads"],
-                   thumb_size=fr["stats"]["thumb_size"], check_pixels=c["check_pixels_on_lookup"])
+            root = path_in_repo(cfg.build.work_dir) / fr.cache.dir
+        c = fr.cache
+        return cls(root, png_compression=c.png_compression, png_filter=c.png_filter,
+                   version=fr.version, decoder=fr.decoder, decoder_threads=fr.decoder_threads,
+                   thumb_size=fr.stats.thumb_size, check_pixels=c.check_pixels_on_lookup)
 
     # -------------------------------------------------------------------------------------------- keys, paths
     def key(self, source: str, unit_id: str, camera: str, frame_index: int, reader_id: str, fingerprint: str) -> str:

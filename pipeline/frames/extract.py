@@ -18,6 +18,8 @@ that decoded but could not be written into the cache is not an error row: `extra
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from typing import Callable
 
 import polars as pl
@@ -26,6 +28,9 @@ from .cache import FrameCache
 from ..pool import resolve_workers, run_tasks
 from .readers import AdapterReaders, DirectoryReaders, reader_id, unit_fingerprint  # noqa: F401 - re-exported
 from .worker import VideoTask, error_result, raise_cache_errors, run_video
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 FRAME_TABLE_SCHEMA = {
     "source": pl.String, "unit_id": pl.String, "camera": pl.String, "frame_index": pl.Int64,
@@ -168,8 +173,8 @@ def item_frames(items: pl.DataFrame, frame_table: pl.DataFrame) -> pl.DataFrame:
         .cast(ITEM_FRAMES_SCHEMA).sort([*VIDEO_KEY, "frame_index"])
 
 
-def extract_from_config(requests: pl.DataFrame, open_reader, cache: FrameCache, cfg: dict, progress=None) -> pl.DataFrame:
+def extract_from_config(requests: pl.DataFrame, open_reader, cache: FrameCache, cfg: Settings, progress=None) -> pl.DataFrame:
     """extract_frames with workers / mp_context / in-flight bound from configs/frames.yaml."""
-    fr = cfg["frames"] if "frames" in cfg else cfg
-    return extract_frames(requests, open_reader, cache, workers=fr["workers"], progress=progress,
-                          mp_context=fr["mp_context"], in_flight_per_worker=fr["in_flight_per_worker"])
+    fr = cfg.frames
+    return extract_frames(requests, open_reader, cache, workers=fr.workers, progress=progress,
+                          mp_context=fr.mp_context, in_flight_per_worker=fr.in_flight_per_worker)

@@ -16,45 +16,40 @@ with stage "frames", file null, and a reason that starts with the item's candida
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import itertools
 
 import polars as pl
 
-from pipeline.config import per_source
 from upstream_adapters.ir import QUARANTINE_SCHEMA
 
 from .pixels import thumb_mad
 from .render import frame_indices_of
 
+if TYPE_CHECKING:
+    from pipeline.settings import FramesGate
+    from pipeline.settings_root import Settings
+
 QUARANTINE_PL_SCHEMA = pl.from_arrow(QUARANTINE_SCHEMA.empty_table()).schema
-
-
-def gate_config(cfg: dict) -> dict:
-    """Accept the merged config, its `frames` section, or the `gate` section itself."""
-    if "frames" in cfg:
-        return cfg["frames"]["gate"]
-    if "gate" in cfg:
-        return cfg["gate"]
-    return cfg
 
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
-def min_pixel_distances(cfg: dict) -> dict[tuple[str, str], float]:
-    """(task_id, source) -> the template's min_pixel_distance, for every family and source that sets one (a config
-    without `tasks`, e.g. the frames section alone, sets none)."""
+def min_pixel_distances(cfg: Settings) -> dict[tuple[str, str], float]:
+    """(task_id, source) -> the template's min_pixel_distance, for every family and source that sets one."""
     out = {}
-    for tid, t in (cfg.get("tasks") or {}).items():
-        for src in t.get("sources") or []:
-            v = per_source(t.get("min_pixel_distance"), src)
+    for tid, t in cfg.tasks.items():
+        for src in t.sources:
+            v = t.for_source(src).min_pixel_distance
             if v is not None:
                 out[(tid, src)] = float(v)
     return out
 
 
-def item_problems(item: dict, frames: dict, g: dict, min_dist_of: dict | None = None) -> list[str]:
+def item_problems(item: dict, frames: dict, g: FramesGate, min_dist_of: dict | None = None) -> list[str]:
     """Why `item` fails the gate (empty list = it passes). frames: (source, unit, camera, index) -> frame row;
     min_dist_of: min_pixel_distances(cfg)."""
     vk = (item["source"], item["unit_id"], item["camera"])
@@ -76,18 +71,18 @@ def item_problems(item: dict, frames: dict, g: dict, min_dist_of: dict | None = 
             rows[i] = r
     if problems:
         return problems
-    black, flat = g["black_max_mean"], g["flat_max_std"]
+    black, flat = g.black_max_mean, g.flat_max_std
     for i, r in rows.items():
         if black is not None and r["mean"] is not None and r["mean"] <= black:
             problems.append(f"black frame {i} (mean {_fmt(r['mean'])} <= {black})")
         elif flat is not None and r["std"] is not None and r["std"] <= flat:
             problems.append(f"flat frame {i} (std {_fmt(r['std'])} <= {flat})")
-    mad_max = g["near_identical_max_mad"]
-    if item.get("task_id") in set(g["near_identical_exempt_tasks"]):
+    mad_max = g.near_identical_max_mad
+    if item.get("task_id") in set(g.near_identical_exempt_tasks):
         mad_max = None
     min_dist = (min_dist_of or {}).get((item.get("task_id"), item.get("source")))
     for (i, a), (j, b) in itertools.combinations(rows.items(), 2):
-        if g["identical"] and a["pixel_sha256"] == b["pixel_sha256"]:
+        if g.identical and a["pixel_sha256"] == b["pixel_sha256"]:
             problems.append(f"identical frames {i} and {j} (frozen video)")
         elif (mad_max is not None or min_dist is not None) and a["thumb"] and b["thumb"]:
             mad = thumb_mad(a["thumb"], b["thumb"])
@@ -98,9 +93,9 @@ def item_problems(item: dict, frames: dict, g: dict, min_dist_of: dict | None = 
     return problems
 
 
-def gate_items(items: pl.DataFrame, frame_table: pl.DataFrame, cfg: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Split `items` into (kept, quarantine). `frame_table` is extract_frames' output; cfg as in gate_config."""
-    g = gate_config(cfg)
+def gate_items(items: pl.DataFrame, frame_table: pl.DataFrame, cfg: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split `items` into (kept, quarantine). `frame_table` is extract_frames' output."""
+    g = cfg.frames.gate
     min_dist_of = min_pixel_distances(cfg)
     frames = {(r["source"], r["unit_id"], r["camera"], int(r["frame_index"])): r
               for r in frame_table.select("source", "unit_id", "camera", "frame_index", "status", "reason",

@@ -15,6 +15,8 @@ entry point; a factory without one cannot use the cache.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -22,6 +24,9 @@ import numpy as np
 
 from upstream_adapters import get_adapter, video
 from upstream_adapters.base import SourceAdapter, file_digest
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 Reader = Callable[[str, str, Sequence[int]], dict[int, np.ndarray]]
 
@@ -38,12 +43,12 @@ class AdapterReaders:
         self.threads = int(threads)
 
     @classmethod
-    def from_config(cls, cfg: dict, roots: dict[str, str | Path] | None = None) -> "AdapterReaders":
-        """Every source of cfg["sources"]; `roots` (slug -> path) overrides the configured roots."""
+    def from_config(cls, cfg: Settings, roots: dict[str, str | Path] | None = None) -> "AdapterReaders":
+        """Every source of cfg.sources; `roots` (slug -> path) overrides the configured roots."""
         roots = roots or {}
-        fr = cfg["frames"]
-        return cls({slug: (src["adapter"], roots.get(slug, src["root"])) for slug, src in cfg["sources"].items()},
-                   decoder=fr["decoder"], threads=int(fr["decoder_threads"]))
+        fr = cfg.frames
+        return cls({slug: (src.adapter.options(), roots.get(slug, src.root)) for slug, src in cfg.sources.items()},
+                   decoder=fr.decoder, threads=int(fr.decoder_threads))
 
     def reader_id(self, source: str) -> str:
         """Part of the frame-cache key."""

@@ -13,6 +13,8 @@ The full per-item list of problems goes to <out_dir>/reconstruction_report.json.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,11 @@ from ..release_files import eval_level_files
 from .readers import AdapterReaders
 from .render import RENDER_VERSION, frame_indices_of, image_hashes, render_item_images, render_spec_of, write_item_images
 from .worker import read_with_fallback
+
+from pipeline.settings import ReconstructionSource
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 COLUMNS = ["item_id", "source_slug", "source_unit_id", "camera", "frame_indices_json", "render_spec_json",
            "image_hashes_json"]
@@ -115,13 +122,13 @@ def run_recon(task: ReconTask) -> list[dict]:
     return out
 
 
-def release_item_files(release_dir: Path, cfg: dict) -> list[str]:
+def release_item_files(release_dir: Path, cfg: Settings) -> list[str]:
     """Every release table, release-relative: the eval file (L1), each eval level file split_summary.json lists (L2,
     L3, ...), then SFT."""
-    return [*eval_level_files(Path(release_dir), cfg).values(), cfg["release"]["files"]["sft_parquet"]]
+    return [*eval_level_files(Path(release_dir), cfg).values(), cfg.release.files.sft_parquet]
 
 
-def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:
+def read_release_items(release_dir: Path, cfg: Settings) -> pl.DataFrame:
     """The reconstruction columns of every release table, with `file` (the table's release-relative name) and
     `first_image` (0; a step item has one row per step, pipeline/steps/write.py step_recon_rows)."""
     from ..steps.write import step_recon_rows
@@ -141,7 +148,7 @@ def read_release_items(release_dir: Path, cfg: dict) -> pl.DataFrame:
     return pl.concat(frames).sort("item_id", "first_image")
 
 
-def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir: Path, sources=None,
+def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: Settings, out_dir: Path, sources=None,
                 workers: int | None = None, progress=None, item_ids=None) -> dict:
     """Rebuild and verify the images of every item of `sources` (default: the slugs in `upstream`); `item_ids`: only
     these items (what `processbench eval --upstream` asks about).
@@ -151,19 +158,19 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
     "problems": [{item_id, source, unit_id, camera, status, reason}, ...]} and writes it (path-free) to
     <out_dir>/<frames.reconstruction.report_file>.
     """
-    fr = cfg["frames"]
-    rc = fr["reconstruction"]
+    fr = cfg.frames
+    rc = fr.reconstruction
     out_dir = Path(out_dir)
-    images_dir = out_dir / rc["images_dir"]
+    images_dir = out_dir / rc.images_dir
     items = read_release_items(Path(release_dir), cfg)
     present = set(items["file"].to_list())
     selected = sorted(sources) if sources is not None else sorted(upstream)
     items = items.filter(pl.col("source_slug").is_in(selected))
     if item_ids is not None:
         items = items.filter(pl.col("item_id").is_in(sorted(item_ids)))
-    readers = AdapterReaders({s: (cfg["sources"][s]["adapter"] if s in cfg["sources"] else {}, upstream[s])
+    readers = AdapterReaders({s: (cfg.sources[s].adapter.options() if s in cfg.sources else {}, upstream[s])
                               for s in selected if s in upstream},
-                             decoder=fr["decoder"], threads=int(fr["decoder_threads"]))
+                             decoder=fr.decoder, threads=int(fr.decoder_threads))
     tasks = []
     results: list[dict] = []
     grouped = (items.group_by(["source_slug", "source_unit_id", "camera"])
@@ -173,8 +180,8 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
         task = ReconTask(readers, slug, unit_id, camera,
                          tuple((r["item_id"], r["frame_indices_json"], r["render_spec_json"], r["image_hashes_json"],
                                 r["first_image"]) for r in rows),
-                         str(images_dir), fr["image"], int(fr["cache"]["png_compression"]),
-                         fr["decoder"], int(fr["decoder_threads"]))
+                         str(images_dir), fr.image.model_dump(), int(fr.cache.png_compression),
+                         fr.decoder, int(fr.decoder_threads))
         if slug not in upstream:
             results.extend(_fail(task, f"no upstream root given for {slug}"))
         else:
@@ -196,9 +203,9 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
         results.extend(res)
         step()
 
-    run_tasks(run_recon, tasks, fr["workers"] if workers is None else workers, on_result,
-              lambda t, reason: _fail(t, reason), mp_context=fr["mp_context"],
-              in_flight_per_worker=fr["in_flight_per_worker"])
+    run_tasks(run_recon, tasks, fr.workers if workers is None else workers, on_result,
+              lambda t, reason: _fail(t, reason), mp_context=fr.mp_context,
+              in_flight_per_worker=fr.in_flight_per_worker)
     if bar is not None:
         bar.close()
     results = _one_per_item(results)
@@ -217,7 +224,7 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: dict, out_dir
                        for r in results if r["status"] != "ok"), key=lambda r: r["item_id"])
     report = {"sources": per_source, "files": per_file, "images_written": sum(r["images"] for r in results),
               "problems": problems}
-    write_json(out_dir / rc["report_file"], report)
+    write_json(out_dir / rc.report_file, report)
     return report
 
 
@@ -237,22 +244,22 @@ def _one_per_item(results: list[dict]) -> list[dict]:
 
 
 def _size_policy_text(fr: dict) -> str:
-    max_side = fr["image"]["max_side"]
+    max_side = fr.image.max_side
     if not max_side:
         return "shown at their native decoded size"
     return (f"downscaled with OpenCV INTER_AREA so that the longer side is at most {max_side} px (aspect ratio kept, "
             f"sizes rounded to the nearest pixel, never upscaled)")
 
 
-def reconstruction_markdown(cfg: dict) -> str:
+def reconstruction_markdown(cfg: Settings) -> str:
     """metadata/reconstruction.md: generated from the configs, path-free, deterministic."""
-    fr = cfg["frames"]
-    rc = fr["reconstruction"]
-    srcs = cfg["sources"]
-    slugs = list(cfg["build"]["sources"] or sorted(srcs))
-    files = cfg["release"]["files"]
-    images_dir = rc["images_dir"]
-    report_file = rc["report_file"]
+    fr = cfg.frames
+    rc = fr.reconstruction
+    srcs = cfg.sources
+    slugs = list(cfg.build.sources or sorted(srcs))
+    files = cfg.release.files
+    images_dir = rc.images_dir
+    report_file = rc.report_file
     lines = [
         "# Reconstructing the images behind each item",
         "",
@@ -283,9 +290,9 @@ def reconstruction_markdown(cfg: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for slug in slugs:
-        info = rc["sources"].get(slug, {"dataset": "", "root": "", "frames": ""})
-        name = srcs[slug]["name"] if slug in srcs else slug
-        lines.append(f"| `{slug}` | {name} | {info['dataset']} | {info['root']} | {info['frames']} |")
+        info = rc.sources.get(slug, ReconstructionSource())
+        name = srcs[slug].name if slug in srcs else slug
+        lines.append(f"| `{slug}` | {name} | {info.dataset} | {info.root} | {info.frames} |")
     example = " ".join(f"--upstream {s}=PATH" for s in slugs)
     lines += [
         "",
@@ -295,8 +302,8 @@ def reconstruction_markdown(cfg: dict) -> str:
         f"processbench reconstruct --release DIR {example} [--out DIR]",
         "```",
         "",
-        "`DIR` is this release folder: it reads every release table (`" + files["eval_parquet"] + "`, each eval",
-        "level's file listed in `" + files["split_summary"] + "` `eval_levels`, and `" + files["sft_parquet"] + "`) and",
+        "`DIR` is this release folder: it reads every release table (`" + files.eval_parquet + "`, each eval",
+        "level's file listed in `" + files.split_summary + "` `eval_levels`, and `" + files.sft_parquet + "`) and",
         "prints per table how many items it rebuilt, verified and wrote, and the folder the images went to.",
         "Give only the sources you hold; items of the others are skipped. For each video (source, unit, camera) the",
         "tool decodes exactly the referenced frames once, through the same source adapter the build used, renders",
@@ -342,9 +349,9 @@ def reconstruction_markdown(cfg: dict) -> str:
     return "\n".join(lines)
 
 
-def reconstruct_summary(report: dict, out: Path, cfg: dict) -> str:
+def reconstruct_summary(report: dict, out: Path, cfg: Settings) -> str:
     """What `reconstruct` wrote, per release file and per source, where the images went and where the report is."""
-    rc = cfg["frames"]["reconstruction"]
+    rc = cfg.frames.reconstruction
 
     def counts(r: dict) -> str:
         extra = ", ".join(f"{r[k]} {k}" for k in ("missing", "differs", "unverified") if r.get(k))
@@ -354,8 +361,8 @@ def reconstruct_summary(report: dict, out: Path, cfg: dict) -> str:
     lines = ["reconstructed, per release file:"]
     lines += [f"  {f:<{width}}  {counts(r)}; {r['images']} images written" for f, r in report["files"].items()]
     lines += ["per source:"] + [f"  {s}: {counts(r)}" for s, r in sorted(report["sources"].items())]
-    lines += [f"{report['images_written']} images in {out / rc['images_dir']}",
-              f"per-item report: {out / rc['report_file']}"]
+    lines += [f"{report['images_written']} images in {out / rc.images_dir}",
+              f"per-item report: {out / rc.report_file}"]
     if report["problems"]:
         lines.append(f"{len(report['problems'])} item(s) not rebuilt or not verified: see the report's `problems`")
     return "\n".join(lines)

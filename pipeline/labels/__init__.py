@@ -1,6 +1,6 @@
 """Process labels: small source-agnostic rules that turn the episode IR into per-frame process labels.
 
-Every threshold comes from configs/labels.yaml (`cfg["labels"]`, one entry per source in every section). Each label
+Every threshold comes from configs/labels.yaml (`cfg.labels`, one entry per source in every section). Each label
 dimension is one module with its own table of methods (labels.<section>.<source>.method -> function): contact,
 phase, motion, direction, coordination, steps (local steps / progress), outcome, segments (primitive chains). The
 rule functions take plain numpy arrays and explicit parameters so that each can be tested on hand-made signals.

@@ -8,9 +8,14 @@ the GM-100 right arm's +-x)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .signals import _f64
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 DIRECTIONS = ("left", "right", "up", "down")
 
@@ -87,27 +92,27 @@ def direction_labels(pos: dict, offsets, mapping: dict, *, min_delta: float, pur
     return labels, mag, pur
 
 
-def direction_mapping(cfg: dict, source: str, camera: str, arm: str) -> dict:
+def direction_mapping(cfg: Settings, source: str, camera: str, arm: str) -> dict:
     """The (source, camera, arm) image-direction mapping of configs/labels.yaml ({} when the arm has none)."""
-    spec = cfg["labels"]["direction"][source]
+    spec = cfg.labels.direction.for_source(source).model_dump()
     if spec["method"] == "none":
         return {}
     return dict(spec["mapping"].get(camera, {}).get(arm) or {})
 
 
 def direction_label(source: str, camera: str, arm: str, dx: float, dy: float, dz: float | None = None, *,
-                    cfg: dict) -> str | None:
+                    cfg: Settings) -> str | None:
     """Image direction of one net displacement (dx, dy, dz along pos_x, pos_y, pos_z) of `arm` seen by `camera`,
     under the configured mapping, min_delta and purity (no window: no consistency check); None when the motion is
     too small, not pure, or dominated by an axis or sign the mapping does not name (dz None: no third axis)."""
-    spec = cfg["labels"]["direction"][source]
+    spec = cfg.labels.direction.for_source(source)
     mp = direction_mapping(cfg, source, camera, arm)
     if not mp:
         return None
-    axes = list(spec["axes"])
+    axes = list(spec.axes)
     val = {"pos_x": dx, "pos_y": dy, "pos_z": dz}
     d = np.array([[np.nan if val[a] is None else float(val[a])] for a in axes])
-    labels, *_ = _classify(d, axes, mp, float(spec["min_delta"]), float(cfg["labels"]["direction"]["purity_ratio"]))
+    labels, *_ = _classify(d, axes, mp, float(spec.min_delta), float(cfg.labels.direction.purity_ratio))
     return labels[0]
 
 

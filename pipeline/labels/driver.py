@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import math
 
@@ -18,6 +20,9 @@ from .segments import segment_pass
 from .signals import derive_speed, smooth, window_mean
 from .steps import STEP_METHODS, progress_bin, progress_u
 from .tables import TABLE_SCHEMAS, _Cols, _codes_to_str, _segments_by_unit, _unit_signal_arrays
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 _KEYS = {"units": ["unit_id"], "frames": ["unit_id", "frame_index"], "arms": ["unit_id", "arm", "frame_index"],
          "steps": ["unit_id", "step_id"], "segments": ["unit_id", "seg_index"],
@@ -49,9 +54,9 @@ def _arm_type(u: dict, spec: dict, active: dict, arm_names: list, bimanual: bool
     return None, ("both" if bimanual else (arm_names[0] if arm_names else None))
 
 
-def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[str, pl.DataFrame]:
+def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: Settings) -> dict[str, pl.DataFrame]:
     """Apply the label rules to one source partition of the IR (see the package docstring for the tables)."""
-    L = cfg["labels"]
+    L = cfg.labels.model_dump()  # the label rules read their section as plain values (one place: here)
     phases = list(L["phases"])
     bins = L["progress_bins"]
     speed_spec = source_spec(L, "speed", source)
@@ -195,7 +200,7 @@ def compute_labels(source: str, ir: dict[str, pl.DataFrame], cfg: dict) -> dict[
     return {name: T[name].frame(_KEYS[name]) for name in TABLE_SCHEMAS}
 
 
-def compute_labels_isolated(source: str, ir: dict[str, pl.DataFrame], cfg: dict
+def compute_labels_isolated(source: str, ir: dict[str, pl.DataFrame], cfg: Settings
                             ) -> tuple[dict[str, pl.DataFrame], list[dict]]:
     """compute_labels, where a unit whose signals make a rule raise becomes that unit's quarantine row (stage
     `labels`) instead of failing the whole source. The source is labelled at once; only when that raises is each unit

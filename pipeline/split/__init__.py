@@ -1,7 +1,7 @@
 """The split stage: isolation groups, the stratified eval selection, optional out-of-distribution eval levels.
 
-Pure functions over tables (no Dagster), configured by the merged config's `cfg["split"]` (configs/split.yaml, here
-called `policy`; policy_and_seed(cfg) gives it with its seed: split.seed, else build.release_seed). Modules:
+Pure functions over tables (no Dagster), configured by the merged config's `cfg.split` (configs/split.yaml, here
+called `policy`: `cfg.split.model_dump()`, its seed `cfg.split_seed`: split.seed, else build.release_seed). Modules:
 policy (config lookups), groups (union-find over isolation keys), objective (the pool and J), public (the public
 rule), ours (our rule), report, assign (split_items, OOD levels), levels (which values an OOD level holds out: the
 label-balanced choice), checks, pool_file (`processbench split`).
@@ -49,7 +49,7 @@ from .checks import (group_count_problems, group_lists, held_out_problems, isola
 from .groups import GROUPS_SCHEMA, build_groups
 from .objective import Selection, SplitPool, make_pool
 from .ours import our_rule
-from .policy import UNIT_KEYS, family_sort_key, load_policy, n_eval_groups, policy_and_seed
+from .policy import UNIT_KEYS, family_sort_key, load_policy, n_eval_groups
 from .pool_file import split_pool_file
 from .public import public_rule
 from .report import eval_letter_report
@@ -57,4 +57,4 @@ from .report import eval_letter_report
 __all__ = ["GROUPS_SCHEMA", "UNIT_KEYS", "Selection", "SplitPool", "build_groups", "eval_letter_report", "family_sort_key",
            "group_count_problems", "group_lists", "held_out_problems", "isolation_key_problems", "leaked_groups",
            "level_count_problems", "level_share_warnings", "load_policy", "make_pool", "n_eval_groups",
-           "our_rule", "policy_and_seed", "public_rule", "split_items", "split_pool_file"]
+           "our_rule", "public_rule", "split_items", "split_pool_file"]

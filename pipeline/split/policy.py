@@ -1,19 +1,23 @@
-"""The split policy: `cfg["split"]` of the merged config (configs/split.yaml), its seed, and per-source lookups."""
+"""The split policy: `cfg.split` of the merged config (configs/split.yaml), its seed, and per-source lookups."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import re
 from pathlib import Path
 
 from ..config import load_split_policy
-from ..config import split_policy as policy_and_seed  # noqa: F401  (the split's name for it)
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 # unit fields an isolation key may name (alone or in a tuple): columns of the IR units table. content_hash (set by
 # ingest from a unit's clock and signals) is equal for the same recording stored under two unit ids.
 UNIT_KEYS = ("task_id", "operator_id", "scene_id", "config_id", "taxonomy", "content_hash")
 
 
-def load_policy(config_file: Path | None = None, cfg: dict | None = None) -> tuple[dict, int]:
+def load_policy(config_file: Path | None = None, cfg: Settings | None = None) -> tuple[dict, int]:
     """The policy and seed of the merged config (`cfg`, else configs/), with `config_file` merged over the policy and
     validated like configs/split.yaml (pipeline.config.load_split_policy)."""
     return load_split_policy(config_file, cfg=cfg)

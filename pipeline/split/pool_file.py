@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from pathlib import Path
 
@@ -13,6 +15,9 @@ from .assign import split_items
 from .groups import build_groups
 from .policy import UNIT_KEYS, load_policy
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 
 def _row_sort_key(row: dict) -> tuple:
     ident = next((str(row[k]) for k in ("item_key", "item_id", "candidate_key") if row.get(k) is not None), "")
@@ -20,7 +25,7 @@ def _row_sort_key(row: dict) -> tuple:
 
 
 def split_pool_file(items_jsonl: Path, out_dir: Path, config_file: Path | None = None,
-                    cfg: dict | None = None) -> dict:
+                    cfg: Settings | None = None) -> dict:
     """Split any item pool: rows need source, task_id, split_group_id (everything else passes through; `answer` letters
     enable the letter term). Writes out_dir/eval.jsonl, sft.jsonl (rows + split, sorted, canonical compact JSON) and
     split_summary.json; returns the summary."""

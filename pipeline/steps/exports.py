@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 import polars as pl
@@ -18,6 +20,9 @@ from ..release_files import level_file_name
 from .rows import STEP_MODEL_FACING, STEP_SCHEMA
 from .write import step_tables
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+
 STEP_CONFIG = "process_steps"
 STEP_RECONSTRUCTION_CONFIG = "process_steps_reconstruction"
 # the card's model-facing step config: what a model is shown, and the gold labels (as VisualProcessBench carries them)
@@ -26,7 +31,7 @@ STEP_RECONSTRUCTION_COLUMNS = ("item_id", *(c for c in STEP_SCHEMA if c not in S
 POLICY_MODEL = "robot_records"  # VisualProcessBench's `policy_model`: here the steps come from the sources' records
 
 
-def step_parts(release_dir: Path, cfg: dict) -> list[tuple[str, str | None, str, pl.DataFrame]]:
+def step_parts(release_dir: Path, cfg: Settings) -> list[tuple[str, str | None, str, pl.DataFrame]]:
     """(Hugging Face split name, eval level or None, release-relative parquet, rows) per step file with rows: eval
     levels in order (named L1, L2, ... as the MCQ parts), then SFT (`train`)."""
     out = []
@@ -41,8 +46,8 @@ def step_parts(release_dir: Path, cfg: dict) -> list[tuple[str, str | None, str,
     return sorted(out, key=lambda p: (p[1] is None and p[0] == common.hf_split(cfg, "sft"), p[0]))
 
 
-def step_configs(release_dir: Path, cfg: dict) -> dict[str, dict[str, tuple[str, pl.DataFrame]]]:
-    hf_dir = common.export_cfg(cfg)["dir"] + "/hf"
+def step_configs(release_dir: Path, cfg: Settings) -> dict[str, dict[str, tuple[str, pl.DataFrame]]]:
+    hf_dir = cfg.exports.dir + "/hf"
     parts = step_parts(release_dir, cfg)
     if not parts:
         return {}
@@ -61,7 +66,7 @@ def visualprocessbench_rows(df: pl.DataFrame) -> list[dict]:
             for r in df.select("item_id", "image", "question", "answer", "response", "source").iter_rows(named=True)]
 
 
-def visualprocessbench_texts(release_dir: Path, cfg: dict) -> list[tuple[str, str]]:
+def visualprocessbench_texts(release_dir: Path, cfg: Settings) -> list[tuple[str, str]]:
     xf = common.export_files(cfg)
     out = []
     for _, level, _, df in step_parts(release_dir, cfg):
@@ -72,7 +77,7 @@ def visualprocessbench_texts(release_dir: Path, cfg: dict) -> list[tuple[str, st
     return out
 
 
-def step_record_sets(release_dir: Path, cfg: dict, record_set) -> tuple[list[dict], list[dict]]:
+def step_record_sets(release_dir: Path, cfg: Settings, record_set) -> tuple[list[dict], list[dict]]:
     """Croissant file objects and record sets of the step files (`record_set(part, file_id)` is Croissant's own)."""
     files, sets = [], []
     for name, level, rel, df in step_parts(release_dir, cfg):
@@ -85,7 +90,7 @@ def step_record_sets(release_dir: Path, cfg: dict, record_set) -> tuple[list[dic
     return files, sets
 
 
-def step_section(configs: dict, cfg: dict) -> str:
+def step_section(configs: dict, cfg: Settings) -> str:
     """The card's section on the step track (empty when the release has none)."""
     if STEP_CONFIG not in configs:
         return ""

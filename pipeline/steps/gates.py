@@ -13,22 +13,27 @@ ignores the step reaches, 0.5; the all-correct and coin-flip gates never pass it
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from pipeline.steps import baselines
 from pipeline.steps.score import coin_counts, confusion, macro_f1
 from pipeline.steps.tables import step_rows
 
+if TYPE_CHECKING:
+    from pipeline.settings_step_gates import ValiditySteps
+
 GATES = ("all_correct", "coin_flip", "position_prior", "ngram", "text_classifier")
 
 
-def _predict(sft: list[dict], ev: list[dict], scfg: dict) -> dict[str, list[int]]:
-    ng, tc = scfg.get("ngram") or {}, scfg.get("text_classifier") or {}
+def _predict(sft: list[dict], ev: list[dict], scfg: ValiditySteps) -> dict[str, list[int]]:
+    ng, tc = scfg.ngram, scfg.text_classifier
     return {"all_correct": baselines.all_correct(ev),
             "position_prior": baselines.position_prior(sft, ev),
-            "ngram": baselines.ngram(sft, ev, int(ng.get("order", 2)), float(ng.get("alpha", 1.0))),
-            "text_classifier": baselines.text_classifier(sft, ev, float(tc.get("C", 1.0)),
-                                                         int(tc.get("max_iter", 200)))}
+            "ngram": baselines.ngram(sft, ev, int(ng.order), float(ng.alpha)),
+            "text_classifier": baselines.text_classifier(sft, ev, float(tc.C),
+                                                         int(tc.max_iter))}
 
 
 def _f1(gold: list[int], pred: list[int]) -> float | None:
@@ -48,7 +53,7 @@ def rate_guess(gold: list[int]) -> float | None:
     return round(float(macro_f1([[n1 * (1 - q), n1 * q, n0 * (1 - q), n0 * q]])[0]), 4)
 
 
-def step_gates(eval_df, sft_df, scfg: dict) -> dict:
+def step_gates(eval_df, sft_df, scfg: ValiditySteps) -> dict:
     """Per (source, level): scored eval steps, items, and each gate's step macro-F1 (`random`: rate_guess)."""
     ev, sf = step_rows(eval_df), step_rows(sft_df)
     cells = []
@@ -66,15 +71,15 @@ def step_gates(eval_df, sft_df, scfg: dict) -> dict:
             for name, p in preds.items():
                 cell[name] = _f1(gold, [p[i] for i in idx])
             cell["random"] = rate_guess(gold)
-            cell["checked"] = len(idx) >= int(scfg["min_steps"])
+            cell["checked"] = len(idx) >= int(scfg.min_steps)
             cells.append(cell)
-    return {"min_steps": int(scfg["min_steps"]), "max_over_random": float(scfg["max_over_random"]),
+    return {"min_steps": int(scfg.min_steps), "max_over_random": float(scfg.max_over_random),
             "eval_items": eval_df.height, "sft_items": sft_df.height, "gates": list(GATES), "cells": cells}
 
 
-def gate_problems(report: dict, scfg: dict) -> list[str]:
+def gate_problems(report: dict, scfg: ValiditySteps) -> list[str]:
     """Every checked cell where a gate's macro-F1 exceeds `random` by more than `max_over_random`."""
-    lim = float(scfg["max_over_random"])
+    lim = float(scfg.max_over_random)
     out = []
     for c in report["cells"]:
         if not c["checked"] or c["random"] is None:

@@ -17,10 +17,15 @@ Injected errors are pipeline/steps/perturb.py's; the release rows pipeline/steps
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from ..families.common import label_runs
 from ..seeding import rng as rng_for
+
+if TYPE_CHECKING:
+    from pipeline.settings_steps import StepTaskFile
 
 NATURAL = ("natural_primitive_failure", "natural_action_failure", "natural_outcome")
 INJECTED = ("swapped_frames", "substituted_chain", "contact_flipped", "outcome_flipped", "truncated_complete")
@@ -28,11 +33,11 @@ STEP_ERROR_KINDS = NATURAL + INJECTED
 TRUE_FALSE_KINDS = ("action_outcome", "contact", "outcome", "activity")
 
 
-def step_frames(window: tuple[int, int], tpl: dict) -> list[int]:
+def step_frames(window: tuple[int, int], tpl: StepTaskFile) -> list[int]:
     """1 frame (the window's middle) or 2 (at 1/3 and 2/3) when the window holds `two_frames_from` frames."""
     s, e = int(window[0]), int(window[1])
     n = e - s + 1
-    if tpl["frames_per_step"]["max"] >= 2 and n >= tpl["two_frames_from"]:
+    if tpl.frames_per_step.max >= 2 and n >= tpl.two_frames_from:
         return [s + n // 3, s + (2 * n) // 3]
     return [s + (n - 1) // 2]
 
@@ -42,13 +47,13 @@ def near_change(frames: list[int], window: tuple[int, int], margin: int) -> bool
     return any(f - window[0] < margin or window[1] - f < margin for f in frames)
 
 
-def make_step(kind: str, window: tuple[int, int], tpl: dict, *, fields: dict | None = None, truth=None,
+def make_step(kind: str, window: tuple[int, int], tpl: StepTaskFile, *, fields: dict | None = None, truth=None,
               unit_id: str, camera: str, idle: bool = False, natural: str | None = None, **extra) -> dict:
     frames = step_frames(window, tpl)
     step = {"kind": kind, "fields": dict(fields or {}), "truth": truth, "claim": truth, "unit_id": unit_id,
             "camera": camera, "window": (int(window[0]), int(window[1])), "frames": frames, "label": 1,
             "error": None, **extra}
-    if idle or near_change(frames, step["window"], int(tpl["neutral_margin"])):
+    if idle or near_change(frames, step["window"], int(tpl.neutral_margin)):
         step["label"] = 0
     elif natural is not None:
         step["label"], step["error"] = -1, natural
@@ -78,12 +83,12 @@ def _frame_runs(frames: pl.DataFrame, col: str, min_len: int) -> list[tuple]:
     return [(v, idx[a], idx[b - 1]) for a, b, v in label_runs(frames[col].to_list()) if b - a >= min_len]
 
 
-def timeline_steps(slug: str, uid: str, camera: str, lab: dict, tpl: dict, kinds: list[str]) -> list[dict]:
+def timeline_steps(slug: str, uid: str, camera: str, lab: dict, tpl: StepTaskFile, kinds: list[str]) -> list[dict]:
     """Runs of the per-frame labels as steps in time order (phase, contact and activity per arm, coordination)."""
-    m = int(tpl["min_run_frames"])
+    m = int(tpl.min_run_frames)
     fr = lab["frames"].filter(pl.col("unit_id") == uid).sort("frame_index")
     arms = lab["arms"].filter(pl.col("unit_id") == uid).sort("arm", "frame_index")
-    idle_phases = set(tpl["idle_phases"])
+    idle_phases = set(tpl.idle_phases)
     out = []
     if "phase" in kinds:
         for v, s, e in _frame_runs(fr, "phase", m):
@@ -91,7 +96,7 @@ def timeline_steps(slug: str, uid: str, camera: str, lab: dict, tpl: dict, kinds
                                  idle=v in idle_phases, value=v))
     if "coordination" in kinds:
         for v, s, e in _frame_runs(fr, "coord", m):
-            out.append(make_step("coordination", (s, e), tpl, fields={"coord": tpl["coordination_text"][v]},
+            out.append(make_step("coordination", (s, e), tpl, fields={"coord": tpl.coordination_text[v]},
                                  unit_id=uid, camera=camera, idle=v == "both_idle", value=v))
     for kind, col in (("contact", "contact"), ("activity", "active")):
         if kind not in kinds:
@@ -105,12 +110,12 @@ def timeline_steps(slug: str, uid: str, camera: str, lab: dict, tpl: dict, kinds
     return sorted(out, key=lambda st: (st["window"][0], order[st["kind"]], st["fields"].get("arm", "")))
 
 
-def outcome_step(uid: str, camera: str, num_frames: int, outcome: str | None, tpl: dict, at: int | None = None
+def outcome_step(uid: str, camera: str, num_frames: int, outcome: str | None, tpl: StepTaskFile, at: int | None = None
                  ) -> dict | None:
     """The closing step: the recorded outcome, shown by the unit's last frames (or those from frame `at`)."""
     if outcome not in ("success", "failure"):
         return None
-    w = int(tpl["two_frames_from"])
+    w = int(tpl.two_frames_from)
     s = max(0, num_frames - w) if at is None else int(at)
     e = min(num_frames - 1, s + w - 1)
     step = make_step("outcome", (s, e), tpl, truth=outcome == "success", unit_id=uid, camera=camera)
@@ -118,7 +123,7 @@ def outcome_step(uid: str, camera: str, num_frames: int, outcome: str | None, tp
     return step
 
 
-def reassemble_actions(uid: str, camera: str, lab: dict, ir: dict, tpl: dict) -> list[list[dict]]:
+def reassemble_actions(uid: str, camera: str, lab: dict, ir: dict, tpl: StepTaskFile) -> list[list[dict]]:
     """One list of steps per high-level action of a REASSEMBLE unit: its low-level chain (each primitive with its
     own `success`), then the action's outcome step (its `success`), shown by the action's last frames."""
     prims = lab["primitives"].filter(pl.col("unit_id") == uid).sort("parent_index", "seg_index")
@@ -138,7 +143,7 @@ def reassemble_actions(uid: str, camera: str, lab: dict, ir: dict, tpl: dict) ->
                                    idle=p["text"].lower().startswith("no action"),
                                    natural=None if good is not False else "natural_primitive_failure",
                                    value=p["text"], action=int(h["seg_index"])))
-        w = int(tpl["two_frames_from"])
+        w = int(tpl.two_frames_from)
         he = int(h["end_frame"])
         end = make_step("action_outcome", (max(int(h["start_frame"]), he - w + 1), he), tpl,
                         fields={"action": h["text"]}, truth=h["success"] is not False, unit_id=uid, camera=camera,
@@ -160,10 +165,10 @@ def _windows(n: int, lo: int, hi: int, stride: int) -> list[tuple[int, int]]:
     return out
 
 
-def unit_drafts(slug: str, unit: dict, lab: dict, ir: dict, tpl: dict, kinds: list[str]) -> list[dict]:
+def unit_drafts(slug: str, unit: dict, lab: dict, ir: dict, tpl: StepTaskFile, kinds: list[str]) -> list[dict]:
     """Every candidate item of one unit (before the per-unit cap)."""
     uid, camera = unit["unit_id"], unit["camera"]
-    lo, hi = int(tpl["steps"]["min"]), int(tpl["steps"]["max"])
+    lo, hi = int(tpl.steps.min), int(tpl.steps.max)
     base = {"source": slug, "unit_id": uid, "camera": camera}
     out = []
     if "primitive" in kinds:
@@ -186,16 +191,16 @@ def unit_drafts(slug: str, unit: dict, lab: dict, ir: dict, tpl: dict, kinds: li
     return out
 
 
-def build_drafts(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: dict, quota: int, seed: int) -> list[dict]:
+def build_drafts(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: StepTaskFile, quota: int, seed: int) -> list[dict]:
     """A source's draft items: every unit's candidates, at most `cap_per_unit` per unit (seeded), then `quota` items
     dealt over the units in turn (seeded order), so as many units as possible are covered. `units` carries unit_id,
     camera, num_frames, outcome (labels units table) and the unit's split columns."""
-    kinds = tpl["step_kinds"].get(slug, tpl["step_kinds"].get("default", []))
+    kinds = tpl.for_source(slug).step_kinds or []
     per_unit = []
     for unit in units.sort("unit_id").iter_rows(named=True):
         cands = unit_drafts(slug, unit, lab, ir, tpl, kinds)
         rng = rng_for(seed, "steps_select", f"{slug}/{unit['unit_id']}")
-        picked = [cands[i] for i in sorted(rng.permutation(len(cands))[: int(tpl["cap_per_unit"])])] if cands else []
+        picked = [cands[i] for i in sorted(rng.permutation(len(cands))[: int(tpl.cap_per_unit)])] if cands else []
         for d in picked:
             d.update({k: unit[k] for k in ("split", "eval_level", "split_group_id", "unit_type", "task_id",
                                            "licence") if k in unit})
@@ -210,11 +215,11 @@ def build_drafts(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: dict,
     return sorted(out, key=lambda d: d["key"])
 
 
-def set_outcome_wording(drafts: list[dict], tpl: dict, seed: int, slug: str) -> None:
+def set_outcome_wording(drafts: list[dict], tpl: StepTaskFile, seed: int, slug: str) -> None:
     """A recorded failure is stated as a failure (label 1) `outcome_failure_wording` of the time, else as a success
     (the natural error): so the failure wording is not only ever an injected error."""
     rng = rng_for(seed, "steps_outcome_wording", slug)
-    share = float(tpl["outcome_failure_wording"])
+    share = float(tpl.outcome_failure_wording)
     for d in drafts:
         for st in d["steps"]:
             if st["kind"] in ("outcome", "action_outcome") and st["truth"] is False:

@@ -17,8 +17,13 @@ in a file name says which step was touched (docs/steps.md).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..seeding import rng as rng_for
 from .items import make_step, set_claim
+
+if TYPE_CHECKING:
+    from pipeline.settings_steps import StepTaskFile
 
 NEAR_FRACTIONS = 10  # target positions are dealt over this many equal fractions of an item's length
 
@@ -92,8 +97,8 @@ def truncated_complete(d: dict, target: int, ctx: dict) -> bool:
         return False
     if last["kind"] == "outcome" and target != len(steps) - 1:
         return False  # the closing step takes an error only where the dealt position is the last
-    w = int(tpl["two_frames_from"])
-    lo = int(tpl["steps"]["min"])
+    w = int(tpl.two_frames_from)
+    lo = int(tpl.steps.min)
     body = steps[:-1]
     cands = []
     # a process closed by an outcome step keeps its length: the closing claim moves to the frames right after the
@@ -168,16 +173,16 @@ def donors_of(chains: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def inject(drafts: list[dict], tpl: dict, seed: int, slug: str, donors: dict | None = None) -> dict:
+def inject(drafts: list[dict], tpl: StepTaskFile, seed: int, slug: str, donors: dict | None = None) -> dict:
     """Inject errors into `drafts` (in place, in their order); returns the counts per kind and the targets missed."""
     rng = rng_for(seed, "steps_inject", slug)
-    kinds = [k for k in tpl["injected"] if k in KINDS]
+    kinds = [k for k in tpl.injected if k in KINDS]
     used = {k: 0 for k in kinds}
     ctx = {"tpl": tpl, "donors": donors or {}}
     dealt = 0
     for d in drafts:
         d["injected"] = None
-        if rng.random() < float(tpl["share_clean"]):
+        if rng.random() < float(tpl.share_clean):
             continue
         frac = ((dealt * 7) % NEAR_FRACTIONS + 0.5) / NEAR_FRACTIONS  # 7 is coprime to 10: every fraction in turn
         dealt += 1

@@ -10,14 +10,20 @@ source_unit_id, draft key).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 
 import polars as pl
 
 from ..frames.render import image_filename
 from ..io import compact_json
-from ..release_files import release_cfg, source_names, source_order
+from ..release_files import source_names, source_order
 from .items import STEP_ERROR_KINDS
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+    from pipeline.settings_steps import StepTaskFile
 
 IMAGE_TAG = "<image>"
 RESPONSE_TYPE = pl.Struct({"steps": pl.List(pl.String), "process_correctness": pl.List(pl.Int64)})
@@ -38,11 +44,11 @@ STEP_MODEL_FACING = ("item_id", "source", "task_id", "task_name", "eval_level", 
 class Sentences:
     """Deals each (source, kind, claim)'s wording variants in turn."""
 
-    def __init__(self, tpl: dict):
+    def __init__(self, tpl: StepTaskFile):
         self.tpl, self.used = tpl, {}
 
     def __call__(self, slug: str, st: dict) -> str:
-        spec = self.tpl["sentences"][st["kind"]]
+        spec = self.tpl.sentences[st["kind"]]
         if isinstance(spec, dict):
             polarity = "positive" if st["claim"] else "negative"
             variants = spec[polarity]
@@ -54,17 +60,16 @@ class Sentences:
         return variants[n % len(variants)].format(**st["fields"])
 
 
-def goal(tpl: dict, slug: str) -> str:
-    g = tpl["goal"]
-    return g if isinstance(g, str) else g.get(slug, g.get("default"))
+def goal(tpl: StepTaskFile, slug: str) -> str:
+    return tpl.for_source(slug).goal
 
 
-def prompt_text(tpl: dict, question: str, sentences: list[str], images_per_step: list[int]) -> str:
-    p = tpl["prompt"]
-    lines = [p["intro"].format(goal=question)]
+def prompt_text(tpl: StepTaskFile, question: str, sentences: list[str], images_per_step: list[int]) -> str:
+    p = tpl.prompt
+    lines = [p.intro.format(goal=question)]
     for n, (s, k) in enumerate(zip(sentences, images_per_step), start=1):
-        lines.append(p["step"].format(n=n, images=IMAGE_TAG * k, sentence=s))
-    lines.append(p["answer"].format(num_steps=len(sentences)))
+        lines.append(p.step.format(n=n, images=IMAGE_TAG * k, sentence=s))
+    lines.append(p.answer.format(num_steps=len(sentences)))
     return "\n".join(lines)
 
 
@@ -79,21 +84,21 @@ def recon_key(slug: str, st: dict, units: dict) -> dict:
             "source_task_id": u["task_id"], "source_unit_id": st["unit_id"], "source_unit_type": u["unit_type"]}
 
 
-def step_rows(drafts: list[dict], units: dict, hashes: dict, tpl: dict, cfg: dict) -> pl.DataFrame:
+def step_rows(drafts: list[dict], units: dict, hashes: dict, tpl: StepTaskFile, cfg: Settings) -> pl.DataFrame:
     """Release rows of every source's drafts. `units`: (slug, unit_id) -> {task_id, unit_type, licence};
     `hashes`: (slug, unit_id, camera, frame) -> the shown image's sha256 (a draft with a frame missing here is
     dropped by the caller first)."""
-    rel = release_cfg(cfg)
+    rel = cfg.release
     names = source_names(cfg)
     order = {s: i for i, s in enumerate(source_order(cfg))}
-    images_prefix = cfg["exports"]["images_prefix"]
+    images_prefix = cfg.exports.images_prefix
     sentences = Sentences(tpl)
     drafts = sorted(drafts, key=lambda d: (order.get(d["source"], len(order)), d["unit_id"], d["key"]))
     rows, counters = [], {}
     for d in drafts:
         slug, split = d["source"], d["split"]
         counters[split] = counters.get(split, 0) + 1
-        item_id = f"{rel['item_id_prefix']}_steps_{split}_{counters[split]:06d}"
+        item_id = f"{rel.item_id_prefix}_steps_{split}_{counters[split]:06d}"
         texts = [sentences(slug, st) for st in d["steps"]]
         labels = [int(st["label"]) for st in d["steps"]]
         errors = [st["error"] if st["label"] == -1 else None for st in d["steps"]]
@@ -108,7 +113,7 @@ def step_rows(drafts: list[dict], units: dict, hashes: dict, tpl: dict, cfg: dic
         rows.append({
             "item_id": item_id, "split": split, "source": names[slug], "source_slug": slug,
             "source_task_id": u["task_id"], "source_unit_type": u["unit_type"], "source_unit_id": d["unit_id"],
-            "task_id": tpl["task_id"], "task_name": tpl["task_name"], "eval_level": d.get("eval_level"),
+            "task_id": tpl.task_id, "task_name": tpl.task_name, "eval_level": d.get("eval_level"),
             "split_group_id": d["split_group_id"],
             "image": [f"{images_prefix}/{image_filename(item_id, i)}" for i in range(k)],
             "question": question, "response": {"steps": texts, "process_correctness": labels},
@@ -119,8 +124,8 @@ def step_rows(drafts: list[dict], units: dict, hashes: dict, tpl: dict, cfg: dic
             "step_error_kinds_json": compact_json(errors),
             "step_reconstruction_keys_json": compact_json([recon_key(slug, st, units) for st in d["steps"]]),
             "image_hashes_json": compact_json(image_hashes), "licence": u["licence"],
-            "split_version": rel["split_version"], "builder_version": rel["builder_version"],
-            "prompt_version": tpl["prompt_version"],
+            "split_version": rel.split_version, "builder_version": rel.builder_version,
+            "prompt_version": tpl.prompt_version,
         })
     return pl.DataFrame(rows, schema=STEP_SCHEMA)
 

@@ -13,6 +13,8 @@ predictions file (jsonl rows {"item_id", "prediction"}, pipeline/score.py read_p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 
 import numpy as np
 import polars as pl
@@ -21,6 +23,9 @@ from pipeline.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.steps import baselines
 from pipeline.steps.parse import parse_steps
 from pipeline.steps.tables import kind_class, step_rows
+
+if TYPE_CHECKING:
+    from pipeline.settings import ExportsScore
 
 STEP_METRIC_DEFINITIONS = {
     "macro_f1": "step macro-F1 (the headline; VisualProcessBench): over the slice's scored steps (gold 1 or -1; "
@@ -159,7 +164,7 @@ def _value(fn, tot: np.ndarray):
     return None if np.isnan(v) else round(v, 4)
 
 
-def _metric(df: pl.DataFrame, col: str, fn, sc: dict, name: str) -> dict:
+def _metric(df: pl.DataFrame, col: str, fn, sc: ExportsScore, name: str) -> dict:
     out = {name: _value(fn, _sums(df, col))}
     ci, note = (None, "not estimable: no rows") if not df.height else group_bootstrap(_group_sums(df, col), fn, sc)
     out[f"{name}_ci95"] = ci
@@ -172,7 +177,7 @@ def _recall(tot: np.ndarray) -> np.ndarray:
     return tot[:, 0] / tot[:, 1]
 
 
-def _recalls(steps: pl.DataFrame, col: str, sc: dict) -> dict:
+def _recalls(steps: pl.DataFrame, col: str, sc: ExportsScore) -> dict:
     """Recall of -1 per value of `col` (error kind, natural / injected) with its interval."""
     out = {}
     wrong = steps.filter(pl.col(col).is_not_null()) if steps.height else steps
@@ -187,7 +192,7 @@ def _recalls(steps: pl.DataFrame, col: str, sc: dict) -> dict:
     return out
 
 
-def block(steps: pl.DataFrame, items: pl.DataFrame, sc: dict) -> dict:
+def block(steps: pl.DataFrame, items: pl.DataFrame, sc: ExportsScore) -> dict:
     """Every step metric of one slice (its scored steps and its items)."""
     out = {"n_items": items.height, "n_steps": steps.height,
            "n_groups": int(items["split_group_id"].n_unique()) if items.height else 0,
@@ -206,7 +211,7 @@ def block(steps: pl.DataFrame, items: pl.DataFrame, sc: dict) -> dict:
     return out
 
 
-def step_metrics(steps: pl.DataFrame, items: pl.DataFrame, sc: dict) -> dict:
+def step_metrics(steps: pl.DataFrame, items: pl.DataFrame, sc: ExportsScore) -> dict:
     out = {"overall": block(steps, items, sc)}
     for key, col in (("by_source", "source"), ("by_level", "level")):
         out[key] = {v: block(steps.filter(pl.col(col) == v), items.filter(pl.col(col) == v), sc)
@@ -244,7 +249,7 @@ def markdown(m: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def score_steps(tables: dict[str, pl.DataFrame], preds: dict, file_name: str, sc: dict,
+def score_steps(tables: dict[str, pl.DataFrame], preds: dict, file_name: str, sc: ExportsScore,
                 levels: list[str] | None = None) -> tuple[dict, pl.DataFrame]:
     """The step metrics of predictions ({item_id: prediction}, from the file `file_name`) against the step tables
     ({"eval", "sft"}; `levels` selects eval levels), with the per-step rows. Missing predictions are invalid; extra

@@ -10,6 +10,8 @@ the step track never puts a group, a held-out scene or a held-out task on a side
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import logging
 
@@ -24,6 +26,10 @@ from ..publish import work_dir
 from . import BUILDERS, perturb
 from .items import reassemble_actions, set_outcome_wording
 from .rows import STEP_SCHEMA, step_rows
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
+    from pipeline.settings_steps import StepTaskFile
 
 log = logging.getLogger(__name__)
 LEVEL_ORDER = {"L1": 1, "L2": 2, "L3": 3}
@@ -46,7 +52,7 @@ def group_sides(split_items: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame
                                                                       how="inner")
 
 
-def _source_tables(cfg: dict, slug: str) -> tuple[dict, dict]:
+def _source_tables(cfg: Settings, slug: str) -> tuple[dict, dict]:
     wd = work_dir(cfg)
     ir = {t: pl.read_parquet(wd / "ir" / slug / f"{t}.parquet") for t in ("units", "segments")}
     lab = {t: pl.read_parquet(wd / "labels" / slug / f"{t}.parquet")
@@ -54,7 +60,7 @@ def _source_tables(cfg: dict, slug: str) -> tuple[dict, dict]:
     return ir, lab
 
 
-def _donor_chains(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: dict) -> list[dict]:
+def _donor_chains(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: StepTaskFile) -> list[dict]:
     out = []
     for u in units.iter_rows(named=True):
         for steps in reassemble_actions(u["unit_id"], u["camera"], lab, ir, tpl):
@@ -64,9 +70,9 @@ def _donor_chains(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: dict
     return out
 
 
-def source_drafts(cfg: dict, slug: str, tid: str, sides: pl.DataFrame) -> tuple[list[dict], dict]:
-    tpl = cfg["step_tasks"][tid]
-    seed = int(cfg["build"]["release_seed"])
+def source_drafts(cfg: Settings, slug: str, tid: str, sides: pl.DataFrame) -> tuple[list[dict], dict]:
+    tpl = cfg.step_tasks[tid]
+    seed = int(cfg.build.release_seed)
     ir, lab = _source_tables(cfg, slug)
     outcome = lab["units"].select("unit_id", "outcome")
     units = (ir["units"].select("unit_id", "camera", "num_frames", "unit_type", "task_id", "licence")
@@ -74,17 +80,17 @@ def source_drafts(cfg: dict, slug: str, tid: str, sides: pl.DataFrame) -> tuple[
              .join(sides.filter(pl.col("source") == slug).drop("source"), on="unit_id", how="left"))
     no_side = units.filter(pl.col("split").is_null())
     units = units.filter(pl.col("split").is_not_null())
-    scale = float(cfg["build"]["quota_scale"][cfg["build"]["scale"]])
-    quota = max(1, round(int(tpl["quota"][slug]) * scale))
+    scale = float(cfg.build.quota_scale[cfg.build.scale])
+    quota = max(1, round(int(tpl.quota[slug]) * scale))
     drafts = BUILDERS[tid](slug, units, lab, ir, tpl, quota, seed)
     set_outcome_wording(drafts, tpl, seed, slug)
-    kinds = tpl["step_kinds"].get(slug, tpl["step_kinds"].get("default", []))
+    kinds = tpl.for_source(slug).step_kinds or []
     donors = perturb.donors_of(_donor_chains(slug, units, lab, ir, tpl)) if "primitive" in kinds else {}
     injected = perturb.inject(drafts, tpl, seed, slug, donors)
     return drafts, {"units_without_side": no_side.height, "quota": quota, **injected}
 
 
-def _hashes(cfg: dict, drafts: list[dict]) -> tuple[dict, list[str]]:
+def _hashes(cfg: Settings, drafts: list[dict]) -> tuple[dict, list[str]]:
     """(slug, unit_id, camera, frame) -> image sha256 of every shown frame (decoded into the frame cache as the
     items stage does, the same size policy); the frames that could not be read, worded."""
     wanted = sorted({(d["source"], st["unit_id"], st["camera"], int(f)) for d in drafts for st in d["steps"]
@@ -100,8 +106,8 @@ def _hashes(cfg: dict, drafts: list[dict]) -> tuple[dict, list[str]]:
     readers = AdapterReaders.from_config(cfg)
     requests = req.select("source", "unit_id", "camera", pl.col("frame_indices").list.first().alias("frame_index"))
     table = extract_from_config(requests, readers, cache, cfg)
-    hashed = add_image_hashes(req, table, cache, cfg["frames"]["image"], open_reader=readers,
-                              workers=cfg["frames"]["workers"])
+    hashed = add_image_hashes(req, table, cache, cfg.frames.image.model_dump(), open_reader=readers,
+                              workers=cfg.frames.workers)
     out, bad = {}, []
     for w, h in zip(wanted, hashed["image_hashes_json"].to_list()):
         if h is None:
@@ -111,15 +117,15 @@ def _hashes(cfg: dict, drafts: list[dict]) -> tuple[dict, list[str]]:
     return out, bad
 
 
-def build_step_rows(cfg: dict) -> tuple[pl.DataFrame, dict]:
+def build_step_rows(cfg: Settings) -> tuple[pl.DataFrame, dict]:
     wd = work_dir(cfg)
     sides = group_sides(pl.read_parquet(wd / "split" / "items.parquet"),
                         pl.read_parquet(wd / "split" / "groups.parquet"))
     frames, summary = [], {"sources": {}}
-    built = list(cfg["build"]["sources"])
-    for tid, tpl in cfg["step_tasks"].items():
+    built = list(cfg.build.sources)
+    for tid, tpl in cfg.step_tasks.items():
         drafts, units = [], {}
-        for slug in [s for s in built if s in tpl["sources"]]:
+        for slug in [s for s in built if s in tpl.sources]:
             d, s = source_drafts(cfg, slug, tid, sides)
             drafts += d
             summary["sources"][slug] = s
@@ -155,7 +161,7 @@ def step_counts(rows: pl.DataFrame) -> dict:
     return out
 
 
-def run_steps(cfg: dict) -> dict:
+def run_steps(cfg: Settings) -> dict:
     rows, summary = build_step_rows(cfg)
     wd = work_dir(cfg)
     write_parquet(wd / "steps" / "items.parquet", rows)

@@ -10,12 +10,17 @@ every caller skips the track.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from pathlib import Path
 
 import polars as pl
 
 from pipeline.release_files import file_names, level_file_name
+
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
 LEVELS = ("L1", "L2", "L3")
 STEP_FILE_KEYS = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl", "steps_manifest")
@@ -29,7 +34,7 @@ def absent_step_track(root: Path, files: dict[str, str]) -> set[str]:
 NATURAL_PREFIX = "natural_"  # error kinds starting with it come from the sources' own failure annotations
 
 
-def step_files(release_dir: Path, cfg: dict) -> dict | None:
+def step_files(release_dir: Path, cfg: Settings) -> dict | None:
     """The step files present in a written release: the main eval file (L1) and each level's own file that exists,
     and the SFT file. None when the configuration names no step files or the main eval file is absent."""
     files = file_names(cfg)
@@ -47,7 +52,7 @@ SCORE_COLUMNS = ("item_id", "source", "source_slug", "eval_level", "split_group_
                  "step_error_kinds_json")
 
 
-def read_step_tables(release_dir: Path, cfg: dict, columns=SCORE_COLUMNS) -> dict[str, pl.DataFrame] | None:
+def read_step_tables(release_dir: Path, cfg: Settings, columns=SCORE_COLUMNS) -> dict[str, pl.DataFrame] | None:
     """Every eval level's step rows (L1 first) and the SFT step rows (empty when the SFT file is absent), `columns`
     of them (None: all); None without step files."""
     found = step_files(release_dir, cfg)

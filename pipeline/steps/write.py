@@ -7,6 +7,8 @@ L2/L3 as `_L2`/`_L3`, as the MCQ eval files) and SFT, parquet + jsonl with the s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from pathlib import Path
 
@@ -17,8 +19,11 @@ from ..leaks import find_path_leaks
 from ..release_files import file_names, level_file_name
 from .rows import STEP_SCHEMA, row_problems
 
+if TYPE_CHECKING:
+    from pipeline.settings_root import Settings
 
-def step_files(rows: pl.DataFrame, cfg: dict) -> dict[str, tuple[str, pl.DataFrame]]:
+
+def step_files(rows: pl.DataFrame, cfg: Settings) -> dict[str, tuple[str, pl.DataFrame]]:
     """{parquet name: (jsonl name, rows)}: one entry per eval level present (L1 always) and SFT."""
     files = file_names(cfg)
     ev = rows.filter(pl.col("split") == "eval")
@@ -33,7 +38,7 @@ def step_files(rows: pl.DataFrame, cfg: dict) -> dict[str, tuple[str, pl.DataFra
     return out
 
 
-def manifest(tables: dict, summary: dict, cfg: dict) -> dict:
+def manifest(tables: dict, summary: dict, cfg: Settings) -> dict:
     return {"task_id": "T13", "files": {pq: {"jsonl": jl, "items": df.height,
                                              "steps": int(df["num_steps"].sum() or 0),
                                              "split_groups": df["split_group_id"].n_unique()}
@@ -41,7 +46,7 @@ def manifest(tables: dict, summary: dict, cfg: dict) -> dict:
             "sources": summary.get("counts", {})}
 
 
-def write_step_files(rows: pl.DataFrame, summary: dict, cfg: dict, out_dir: Path) -> list[str]:
+def write_step_files(rows: pl.DataFrame, summary: dict, cfg: Settings, out_dir: Path) -> list[str]:
     """Check every row against the contract (rows.row_problems) and the isolation (no group on both sides), scan
     the text for path leaks, then write the files atomically."""
     if list(rows.schema.items()) != list(STEP_SCHEMA.items()):
@@ -65,7 +70,7 @@ def write_step_files(rows: pl.DataFrame, summary: dict, cfg: dict, out_dir: Path
     return sorted([*tables, *(jl for jl, _ in tables.values()), file_names(cfg)["steps_manifest"]])
 
 
-def step_tables(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame]:
+def step_tables(release_dir: Path, cfg: Settings) -> dict[str, pl.DataFrame]:
     """Every step file of a written release (its manifest names them), read back."""
     path = Path(release_dir) / file_names(cfg)["steps_manifest"]
     if not path.is_file():
@@ -74,7 +79,7 @@ def step_tables(release_dir: Path, cfg: dict) -> dict[str, pl.DataFrame]:
     return {rel: pl.read_parquet(Path(release_dir) / rel) for rel in names if (Path(release_dir) / rel).is_file()}
 
 
-def step_problems(release_dir: Path, cfg: dict, mcq_groups: dict[str, set[str]]) -> list[str]:
+def step_problems(release_dir: Path, cfg: Settings, mcq_groups: dict[str, set[str]]) -> list[str]:
     """What the validator finds in the step files: a file the manifest lists missing, a schema other than the step
     schema, a row against the contract, a jsonl mirror that differs from its parquet, a row in the wrong file, a split
     group on both sides (within the step track, or across the two tracks: `mcq_groups` = {split: groups})."""
@@ -112,7 +117,7 @@ def step_problems(release_dir: Path, cfg: dict, mcq_groups: dict[str, set[str]])
     return out
 
 
-def step_recon_rows(release_dir: Path, cfg: dict) -> pl.DataFrame:
+def step_recon_rows(release_dir: Path, cfg: Settings) -> pl.DataFrame:
     """What `processbench reconstruct` needs of the step items: one row per (item, step) with the step's unit,
     camera, frames and image hashes, `first_image` = the index of the step's first image in the item (the image
     files are <item_id>_<k>.png, as the rows' `image` list names them), and `file`."""

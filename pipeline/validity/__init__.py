@@ -18,11 +18,12 @@ prior is lower).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from collections import defaultdict
 from pathlib import Path
 
-from ..config import per_source
 from ..schema import CHOICE_COLUMNS
 from .baselines import cell_baselines
 from ..seeding import py_rng
@@ -30,6 +31,10 @@ from .metadata import (column_accuracy, metadata_problems, predictor_columns, ro
                        row_counts)
 from .images import FrameThumbs, shared_images, temporal_gaps
 from .report import render_markdown
+
+if TYPE_CHECKING:
+    from pipeline.settings import ValidityFile
+    from pipeline.settings_root import Settings
 
 __all__ = ["audit", "problems", "run_validity"]
 
@@ -59,7 +64,7 @@ def _own_values(rows: list[dict]):
     return lambda col: [r.get(col) for r in rows]
 
 
-def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: dict, thumbs=None, fps_of=None,
+def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: ValidityFile, thumbs=None, fps_of=None,
           column_values=None) -> dict:
     """Per (source, family, eval level): baselines against the (source, family)'s SFT rows, metadata baselines,
     shared images (needs `thumbs`), T8/T9 gaps (needs `fps_of`). `column_values(col) -> (eval values, sft values)`
@@ -69,8 +74,8 @@ def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: dict, thumbs=None, 
     sf: dict[tuple, list[int]] = defaultdict(list)
     for i, r in enumerate(sft_rows):
         sf[(r["source_slug"], r["task_id"])].append(i)
-    k = int(vcfg["near_duplicate"]["hamming"])
-    tfam = set(vcfg["temporal"]["families"])
+    k = int(vcfg.near_duplicate.hamming)
+    tfam = set(vcfg.temporal.families)
     keys = sorted(set(ev) | {(s, t, None) for s, t in sf if not any(c[:2] == (s, t) for c in ev)},
                   key=lambda c: (c[0], _family_order(c[1]), str(c[2] or "")))
     present = set().union(*(r.keys() for r in eval_rows[:1] + sft_rows[:1])) if (eval_rows or sft_rows) else set()
@@ -90,21 +95,21 @@ def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: dict, thumbs=None, 
                     meta[key][col] = column_accuracy([sf_vals[i] for i in s], [sft_rows[i] for i in s],
                                                      [ev_vals[i] for i in e], [eval_rows[i] for i in e])
         e_cnt, s_cnt = row_counts(eval_rows, _level), row_counts(sft_rows, lambda r: None)
-        rc_null = vcfg.get("row_count_null") or {}
+        rc_null = vcfg.row_count_null
         for key in keys:
             e, s = ev.get(key, []), sf.get(key[:2], [])
             if e:
                 args = ([s_cnt[i] for i in s], [sft_rows[i] for i in s], [e_cnt[i] for i in e],
                         [eval_rows[i] for i in e])
                 meta[key]["row_count"] = row_count_accuracy(*args)
-                null[key] = row_count_null(*args, int(rc_null.get("permutations", 0)),
-                                           float(rc_null.get("quantile", 0.99)),
+                null[key] = row_count_null(*args, int(rc_null.permutations),
+                                           float(rc_null.quantile),
                                            py_rng(0, "validity.row_count_null", *map(str, key)))
     cells = []
     for source, task, level in keys:
         e = [eval_rows[i] for i in ev.get((source, task, level), [])]
         s = [sft_rows[i] for i in sf.get((source, task), [])]
-        cell = {"source": source, "family": task, "level": level, **cell_baselines(s, e, vcfg.get("bag_of_words"))}
+        cell = {"source": source, "family": task, "level": level, **cell_baselines(s, e, vcfg.bag_of_words)}
         cell["metadata"] = dict(sorted(meta.get((source, task, level), {}).items()))
         if null.get((source, task, level)) is not None:
             cell["row_count_null"] = null[(source, task, level)]
@@ -117,9 +122,9 @@ def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: dict, thumbs=None, 
             "near_duplicate_hamming": k, "cells": cells}
 
 
-def limits_of(vcfg: dict, level) -> dict:
+def limits_of(vcfg: ValidityFile, level) -> dict:
     """The limits of one eval level: `limits`, with `level_limits[level]` over them."""
-    return {**vcfg["limits"], **((vcfg.get("level_limits") or {}).get(level) or {})}
+    return {**vcfg.limits.model_dump(), **(vcfg.level_limits.get(level) or {})}  # limit name -> bound
 
 
 def _reference(c: dict, tol: float, prior_levels=()) -> tuple[bool, float, str]:
@@ -135,24 +140,24 @@ def _reference(c: dict, tol: float, prior_levels=()) -> tuple[bool, float, str]:
     return balanced, ref, name
 
 
-def warnings(report: dict, vcfg: dict) -> list[str]:
+def warnings(report: dict, vcfg: ValidityFile) -> list[str]:
     """Model-facing metadata leaks whose limit is null (reported, not blocking), judged by metadata_over_reference."""
     out = []
     for c in report["cells"]:
-        if c["eval_n"] < int(vcfg["min_eval_items"]) or c["blind"] is None:
+        if c["eval_n"] < int(vcfg.min_eval_items) or c["blind"] is None:
             continue
         lim = limits_of(vcfg, c.get("level"))
         where = f"{c['source']}/{c['family']}" + (f"/{c['level']}" if c.get("level") else "")
-        ref = _reference(c, float(vcfg["balance_tolerance"]), vcfg.get("prior_reference_levels") or ())[1]
+        ref = _reference(c, float(vcfg.balance_tolerance), vcfg.prior_reference_levels)[1]
         out += [f"{where}: {m} (not blocking: its limit is null)" for m in metadata_problems(c, ref, lim, True)]
     return out
 
 
-def problems(report: dict, vcfg: dict) -> list[str]:
+def problems(report: dict, vcfg: ValidityFile) -> list[str]:
     """Every (source, family, level) past a configured limit, as 'source/family[/level]: reason'."""
     out = []
-    tol, min_n = float(vcfg["balance_tolerance"]), int(vcfg["min_eval_items"])
-    tcfg = vcfg["temporal"]
+    tol, min_n = float(vcfg.balance_tolerance), int(vcfg.min_eval_items)
+    tcfg = vcfg.temporal
     for c in report["cells"]:
         lim = limits_of(vcfg, c.get("level"))
         where = f"{c['source']}/{c['family']}" + (f"/{c['level']}" if c.get("level") else "")
@@ -165,15 +170,15 @@ def problems(report: dict, vcfg: dict) -> list[str]:
                 out.append(f"{where}: {near:.3f} of eval items have a near-duplicate SFT image")
         t = c.get("temporal")
         if t and t["median_gap_s"] is not None:
-            need = float(per_source(tcfg["min_median_gap_s"], c["source"], 0.0))
+            need = float(tcfg.for_source(c["source"]).min_median_gap_s or 0.0)
             if t["median_gap_s"] < need:
                 out.append(f"{where}: median frame gap {t['median_gap_s']} s < {need} s")
-            vd = float(tcfg.get("min_median_visual_diff", 0.0))
+            vd = float(tcfg.min_median_visual_diff)
             if t["median_visual_diff"] is not None and t["median_visual_diff"] < vd:
                 out.append(f"{where}: median visual difference {t['median_visual_diff']} < {vd}")
         if c["eval_n"] < min_n or c["blind"] is None:
             continue
-        balanced, ref, ref_name = _reference(c, tol, vcfg.get("prior_reference_levels") or ())
+        balanced, ref, ref_name = _reference(c, tol, vcfg.prior_reference_levels)
         blind_lim = float(lim["blind_over_random"] if balanced else lim["blind_over_prior"])
         if c["blind"] - ref > blind_lim + 1e-9:
             out.append(f"{where}: blind text-only {c['blind']:.3f} exceeds {ref_name} {ref:.3f} by more than "
@@ -185,7 +190,7 @@ def problems(report: dict, vcfg: dict) -> list[str]:
     if report.get("steps"):  # the T13 step track's blind gates (pipeline/steps/gates.py)
         from ..steps.gates import gate_problems
 
-        out += gate_problems(report["steps"], vcfg["steps"])
+        out += gate_problems(report["steps"], vcfg.steps)
     return out
 
 
@@ -201,7 +206,7 @@ def _fps_table(wd: Path, sources: list[str]):
     return lambda source, unit_id: fps.get((source, unit_id))
 
 
-def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | None = None,
+def run_validity(cfg: Settings, release_dir: Path | None = None, work_dir: Path | None = None,
                  checksums: bool = True) -> dict:
     """The stage: audit the written release splits (+ the items' frame thumbnails, the IR's fps), write
     metadata/validity_report.json and .md, re-write checksums.sha256 to cover them (when the release has one and
@@ -210,9 +215,9 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
 
     from ..config import path_in_repo
 
-    vcfg = cfg["validity"]  # configs/validity.yaml, validated by pipeline.settings.ValidityFile
-    rel = Path(release_dir or path_in_repo(cfg["build"]["release_dir"]))
-    wd = Path(work_dir or path_in_repo(cfg["build"]["work_dir"]))
+    vcfg = cfg.validity  # configs/validity.yaml, validated by pipeline.settings.ValidityFile
+    rel = Path(release_dir or path_in_repo(cfg.build.release_dir))
+    wd = Path(work_dir or path_in_repo(cfg.build.work_dir))
     from ..release_files import eval_level_files
     from ..writers import file_names, write_checksums
 
@@ -238,7 +243,7 @@ def run_validity(cfg: dict, release_dir: Path | None = None, work_dir: Path | No
 
     steps = read_step_tables(rel, cfg)  # None without step files: the report is as before the step track
     if steps is not None:
-        report["steps"] = step_gates(steps["eval"], steps["sft"], vcfg["steps"])
+        report["steps"] = step_gates(steps["eval"], steps["sft"], vcfg.steps)
     report["problems"] = problems(report, vcfg)
     report["warnings"] = warnings(report, vcfg)
     write_report(report, rel / "metadata")
@@ -254,7 +259,7 @@ def write_report(report: dict, metadata_dir: Path) -> None:
     atomic_write_bytes(metadata_dir / REPORT_FILES[1], render_markdown(report).encode())
 
 
-def merge_human(cfg: dict, release_dir: Path, files: list[Path]) -> dict:
+def merge_human(cfg: Settings, release_dir: Path, files: list[Path]) -> dict:
     """Add the human check (verdict files of pipeline/review.py pages) to the release's validity report as its
     `human` section (json + md; checksums re-written when the release has them); returns that section."""
     from ..writers import file_names, write_checksums
@@ -265,7 +270,7 @@ def merge_human(cfg: dict, release_dir: Path, files: list[Path]) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no validity report to merge into (run the audit first: --work-dir)")
     report = json.loads(path.read_text(encoding="utf-8"))
-    report["human"] = human_report(load_verdicts(files), answer_key(rel, cfg), cfg["validity"]["human"])
+    report["human"] = human_report(load_verdicts(files), answer_key(rel, cfg), cfg.validity.human)
     write_report(report, rel / "metadata")
     if (rel / file_names(cfg)["checksums"]).exists():
         write_checksums(rel, cfg)
@@ -275,9 +280,9 @@ def merge_human(cfg: dict, release_dir: Path, files: list[Path]) -> dict:
 def command(args) -> int:
     """`processbench validity --release DIR [--work-dir DIR] [--human FILE ...]`: audit a written release (with
     --work-dir), merge human verdicts into its report (with --human), print its problems."""
-    from ..config import load_config
+    from ..config import load_settings
 
-    cfg = load_config()
+    cfg = load_settings()
     if not args.work_dir and not args.human:
         print("processbench validity: give --work-dir (the audit), --human FILE ... (merge verdicts), or both")
         return 2

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from ..schema import CHOICE_LETTERS as LETTERS
+from ..settings import ValidityBagOfWords
 
 
 def options(row: dict) -> list[str]:
@@ -126,8 +127,8 @@ def bag_of_words_acc(sft_rows: list[dict], eval_rows: list[dict], C: float = 1.0
     return _acc(hits)
 
 
-def cell_baselines(sft_rows: list[dict], eval_rows: list[dict], bow: dict | None = None) -> dict:
-    bow = bow or {}
+def cell_baselines(sft_rows: list[dict], eval_rows: list[dict], bow: ValidityBagOfWords | None = None) -> dict:
+    bow = bow or ValidityBagOfWords()
     out = {
         "eval_n": len(eval_rows), "sft_n": len(sft_rows),
         "random": random_acc(eval_rows),
@@ -135,8 +136,8 @@ def cell_baselines(sft_rows: list[dict], eval_rows: list[dict], bow: dict | None
         "eval_label_share": eval_label_share(eval_rows),
         "majority_letter": majority_letter_acc(sft_rows, eval_rows),
         "memoriser": memoriser_acc(sft_rows, eval_rows),
-        "bag_of_words": bag_of_words_acc(sft_rows, eval_rows, float(bow.get("C", 1.0)),
-                                         int(bow.get("max_iter", 200))) if sft_rows else None,
+        "bag_of_words": bag_of_words_acc(sft_rows, eval_rows, float(bow.C),
+                                         int(bow.max_iter)) if sft_rows else None,
         "option_only": option_only_acc(sft_rows, eval_rows),
     }
     blind = [v for v in (out["memoriser"], out["bag_of_words"]) if v is not None]

@@ -1,7 +1,7 @@
 """The human check's verdicts (pipeline/review.py pages) merged into the validity report.
 
     verdicts = load_verdicts([Path("verdicts_gm100_T5_ann1.json"), ...])   # ValueError naming the file and reason
-    human = human_report(verdicts, key, vcfg["human"])    # key: item_id -> (source, family, answer, num_choices)
+    human = human_report(verdicts, key, vcfg.human)    # key: item_id -> (source, family, answer, num_choices)
 
 Per (source, family): judgments, items, annotators, human accuracy against the key ("cannot tell" counts as not
 correct, and its share is reported), chance (1 / num_choices), a Wilson interval over the judgments, and whether
@@ -12,6 +12,8 @@ the share of equal verdicts ("cannot tell" is a verdict) and Cohen's kappa, aver
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import math
 from collections import defaultdict
@@ -20,6 +22,10 @@ from pathlib import Path
 
 from ..review import VERDICTS_FORMAT, VERDICTS_VERSION
 from ..schema import CHOICE_LETTERS
+
+if TYPE_CHECKING:
+    from pipeline.settings import ValidityHuman
+    from pipeline.settings_root import Settings
 
 
 def load_verdicts(files: list[Path]) -> list[dict]:
@@ -82,10 +88,10 @@ def _agreement(judged: dict[str, dict[str, str]]) -> dict:
             "kappa": round(sum(kap) / len(kap), 4) if kap else None}
 
 
-def human_report(verdicts: list[dict], key: dict[str, tuple], hcfg: dict) -> dict:
+def human_report(verdicts: list[dict], key: dict[str, tuple], hcfg: ValidityHuman) -> dict:
     """The report's `human` section. key: item_id -> (source, family, answer letter, num_choices)."""
-    z = _z(float(hcfg["ci"]))
-    min_n = int(hcfg["min_judgments"])
+    z = _z(float(hcfg.ci))
+    min_n = int(hcfg.min_judgments)
     unknown = sorted({v["item_id"] for v in verdicts if v["item_id"] not in key})
     cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for v in verdicts:
@@ -107,7 +113,7 @@ def human_report(verdicts: list[dict], key: dict[str, tuple], hcfg: dict) -> dic
                     "chance": round(chance, 4), "ci": [round(lo, 4), round(hi, 4)],
                     "decidable": bool(len(vs) >= min_n and lo > chance),
                     "agreement": _agreement(judged)})
-    return {"ci": float(hcfg["ci"]), "min_judgments": min_n, "annotators": sorted({v["annotator"] for v in verdicts}),
+    return {"ci": float(hcfg.ci), "min_judgments": min_n, "annotators": sorted({v["annotator"] for v in verdicts}),
             "unknown_items": unknown, "cells": out,
             "not_decidable": [f"{c['source']}/{c['family']}" for c in out if not c["decidable"]]}
 
@@ -118,7 +124,7 @@ def _z(ci: float) -> float:
     return NormalDist().inv_cdf(0.5 + ci / 2)
 
 
-def answer_key(release: Path, cfg: dict) -> dict[str, tuple]:
+def answer_key(release: Path, cfg: Settings) -> dict[str, tuple]:
     """item_id -> (source, family, answer letter, num_choices) over every eval file of the release."""
     import polars as pl
 
