@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
@@ -17,6 +17,13 @@ class StepRange(Strict):
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) <= max ({self.max})")
         return self
+
+
+class StepBalance(Strict):
+    """pipeline/steps/balance.py: items are dropped until step labels are independent of the blind gates' features."""
+    max_chi2: float = Field(gt=0)                 # stop once every feature value's chi-square (1 dof) is at most this
+    min_support: int = Field(ge=1)                # feature values with fewer scored steps are not weighed
+    keep_at_least: float = Field(ge=0, le=1)      # never keep fewer than this share of the source's items
 
 
 class StepPrompt(Strict):
@@ -47,14 +54,17 @@ class StepTaskFile(Strict):
     two_frames_from: int = Field(12, ge=2)
     neutral_margin: int = Field(2, ge=0)
     idle_phases: list[str] = []
-    cap_per_unit: int = Field(6, ge=1)
+    cap_per_unit: OneOrPerSource(Annotated[int, Field(ge=1)]) = 6
+    balance: OneOrPerSource(StepBalance) | None = None   # sources not named: no thinning
     share_clean: float = Field(0.3, ge=0, le=1)
     injected: list[Literal[INJECTED_KINDS]]
     outcome_failure_wording: float = Field(0.5, ge=0, le=1)
+    failure_claims_wrong_share: OneOrPerSource(float) | None = None  # outcome_flipped budget (perturb.FailureClaims)
     prompt_version: str
     prompt: StepPrompt
     variant: str = "default"
-    by_source: ClassVar[frozenset[str]] = frozenset({"goal", "step_kinds"})
+    by_source: ClassVar[frozenset[str]] = frozenset({"goal", "step_kinds", "failure_claims_wrong_share",
+                                                   "cap_per_unit", "balance"})
 
     @model_validator(mode="after")
     def _covered(self):

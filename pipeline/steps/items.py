@@ -191,16 +191,26 @@ def unit_drafts(slug: str, unit: dict, lab: dict, ir: dict, tpl: StepTaskFile, k
     return out
 
 
+def holds_failure(draft: dict) -> bool:
+    """A draft with a step the source records as failed (a natural error, or an outcome whose record is failure)."""
+    return any(st["error"] is not None or st["truth"] is False and st["kind"] in ("outcome", "action_outcome")
+               for st in draft["steps"])
+
+
 def build_drafts(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: StepTaskFile, quota: int, seed: int) -> list[dict]:
     """A source's draft items: every unit's candidates, at most `cap_per_unit` per unit (seeded), then `quota` items
     dealt over the units in turn (seeded order), so as many units as possible are covered. `units` carries unit_id,
     camera, num_frames, outcome (labels units table) and the unit's split columns."""
     kinds = tpl.for_source(slug).step_kinds or []
+    cap = int(tpl.for_source(slug).cap_per_unit)
     per_unit = []
     for unit in units.sort("unit_id").iter_rows(named=True):
         cands = unit_drafts(slug, unit, lab, ir, tpl, kinds)
         rng = rng_for(seed, "steps_select", f"{slug}/{unit['unit_id']}")
-        picked = [cands[i] for i in sorted(rng.permutation(len(cands))[: int(tpl.cap_per_unit)])] if cands else []
+        # candidates holding a recorded failure first (a stable sort of the seeded order), so the sources' own
+        # failures reach the items instead of being left out by the cap
+        order = sorted(rng.permutation(len(cands)).tolist(), key=lambda i: not holds_failure(cands[i]))
+        picked = [cands[i] for i in sorted(order[:cap])]
         for d in picked:
             d.update({k: unit[k] for k in ("split", "eval_level", "split_group_id", "unit_type", "task_id",
                                            "licence") if k in unit})

@@ -2,7 +2,9 @@
 is worded: the sentences come from the same templates as correct steps, and nothing in a row's model-facing text or
 in a file name says which step was touched (docs/steps.md).
 
-    swapped_frames      two steps of one kind whose contents differ swap their frames: both become false
+    swapped_frames      two steps of one kind whose contents differ swap their frames: both become false (two
+                        primitives, two phases, a gripper's contact and no-contact runs, the ends of two different
+                        high-level actions)
     substituted_chain   REASSEMBLE: the frames of a high-level action's low-level chain are replaced by the chain of
                         the same action in another recording on the same split side and level (positions whose
                         primitive differs become false)
@@ -39,6 +41,8 @@ def _nearest(cands: list, target: int, pos=lambda c: c):
 def _content(st: dict):
     if st["kind"] in ("contact", "activity"):
         return st["fields"]["arm"], st["truth"]
+    if st["kind"] == "action_outcome":  # the ends of two different high-level actions
+        return st["fields"]["action"], st["claim"]
     return st.get("value")
 
 
@@ -46,7 +50,7 @@ def swapped_frames(d: dict, target: int, ctx: dict) -> bool:
     steps = d["steps"]
     pairs = [(i, j) for i in range(len(steps)) for j in range(i + 1, len(steps))
              if _free(steps[i]) and _free(steps[j]) and steps[i]["kind"] == steps[j]["kind"]
-             and steps[i]["kind"] not in ("outcome", "action_outcome") and _content(steps[i]) != _content(steps[j])
+             and steps[i]["kind"] != "outcome" and _content(steps[i]) != _content(steps[j])
              and (steps[i]["kind"] not in ("contact", "activity")
                   or steps[i]["fields"]["arm"] == steps[j]["fields"]["arm"])]
     pair = _nearest(pairs, target, lambda p: p[0])
@@ -79,13 +83,17 @@ def contact_flipped(d: dict, target: int, ctx: dict) -> bool:
 
 
 def outcome_flipped(d: dict, target: int, ctx: dict) -> bool:
-    cands = [i for i, st in enumerate(d["steps"])
-             if st["kind"] in ("outcome", "action_outcome") and st["truth"] is True and _free(st)
-             and (st["kind"] != "outcome" or i == target)]
-    i = _nearest(cands, target)
-    if i is None:
+    """Only the step at the dealt target (an outcome step is then wrong as often as any position), and only while
+    the source's failure claims stay wrong at most `failure_claims_wrong_share` of the time (ctx `claims`)."""
+    st = d["steps"][target] if 0 <= target < len(d["steps"]) else None
+    if st is None or st["kind"] not in ("outcome", "action_outcome") or st["truth"] is not True or not _free(st):
         return False
-    set_claim(d["steps"][i], False, "outcome_flipped")
+    claims = ctx.get("claims")
+    if claims is not None and not claims.room():
+        return False
+    set_claim(st, False, "outcome_flipped")
+    if claims is not None:
+        claims.wrong += 1
     return True
 
 
@@ -95,16 +103,15 @@ def truncated_complete(d: dict, target: int, ctx: dict) -> bool:
     last = steps[-1]
     if last["kind"] not in ("outcome", "action_outcome") or last["truth"] is not True or not _free(last):
         return False
-    if last["kind"] == "outcome" and target != len(steps) - 1:
+    if target != len(steps) - 1:
         return False  # the closing step takes an error only where the dealt position is the last
     w = int(tpl.two_frames_from)
-    lo = int(tpl.steps.min)
     body = steps[:-1]
     cands = []
-    # a process closed by an outcome step keeps its length: the closing claim moves to the frames right after the
-    # last kept step (so the item's length does not tell a truncated process)
-    ks = range(len(body), len(body) + 1) if last["kind"] == "outcome" else range(max(1, lo - 1), len(body))
-    for k in ks:
+    # a truncated process keeps its length: the closing claim moves to the frames right after the last kept step,
+    # before the closing window (so the item's length does not tell a truncated process). A REASSEMBLE action's last
+    # primitive ends where the action does, so its chain leaves no such room and it never takes this kind.
+    for k in range(len(body), len(body) + 1):
         prev = body[k - 1]
         if last["kind"] == "action_outcome" and (prev["kind"] != "primitive" or prev["action"] != last["action"]):
             continue
@@ -161,6 +168,26 @@ def substituted_chain(d: dict, target: int, ctx: dict) -> bool:
     return True
 
 
+class FailureClaims:
+    """The budget of `outcome_flipped`: a failure claim is a wrong step (flipped) at most `share` of the time, the
+    rest being recorded failures stated as failures (`correct`), so the failure wording does not tell a wrong step."""
+
+    def __init__(self, share: float, correct: int):
+        self.share, self.correct, self.wrong = float(share), int(correct), 0
+
+    def room(self) -> bool:
+        return self.wrong + 1 <= self.share * (self.wrong + 1 + self.correct) + 1e-9
+
+
+def failure_claims(drafts: list[dict], share: float | None) -> FailureClaims | None:
+    """The budget over a source's drafts (None: no limit), counting the failure claims that are true."""
+    if share is None:
+        return None
+    correct = sum(1 for d in drafts for st in d["steps"] if st["kind"] in ("outcome", "action_outcome")
+                  and st["claim"] is False and st["truth"] is False and st["label"] == 1)
+    return FailureClaims(share, correct)
+
+
 KINDS = {"swapped_frames": swapped_frames, "substituted_chain": substituted_chain, "contact_flipped": contact_flipped,
          "outcome_flipped": outcome_flipped, "truncated_complete": truncated_complete}
 
@@ -178,7 +205,8 @@ def inject(drafts: list[dict], tpl: StepTaskFile, seed: int, slug: str, donors: 
     rng = rng_for(seed, "steps_inject", slug)
     kinds = [k for k in tpl.injected if k in KINDS]
     used = {k: 0 for k in kinds}
-    ctx = {"tpl": tpl, "donors": donors or {}}
+    ctx = {"tpl": tpl, "donors": donors or {},
+           "claims": failure_claims(drafts, tpl.for_source(slug).failure_claims_wrong_share)}
     dealt = 0
     for d in drafts:
         d["injected"] = None

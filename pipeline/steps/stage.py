@@ -24,6 +24,7 @@ from ..frames.render import add_image_hashes
 from ..io import compact_json, write_json, write_parquet
 from ..publish import work_dir
 from . import BUILDERS, perturb
+from .balance import balance
 from .items import reassemble_actions, set_outcome_wording
 from .rows import STEP_SCHEMA, step_rows
 
@@ -87,7 +88,9 @@ def source_drafts(cfg: Settings, slug: str, tid: str, sides: pl.DataFrame) -> tu
     kinds = tpl.for_source(slug).step_kinds or []
     donors = perturb.donors_of(_donor_chains(slug, units, lab, ir, tpl)) if "primitive" in kinds else {}
     injected = perturb.inject(drafts, tpl, seed, slug, donors)
-    return drafts, {"units_without_side": no_side.height, "quota": quota, **injected}
+    kept = balance(drafts, tpl.for_source(slug).balance)
+    return kept, {"units_without_side": no_side.height, "quota": quota, **injected,
+                  "dropped_by_balance": len(drafts) - len(kept)}
 
 
 def _hashes(cfg: Settings, drafts: list[dict]) -> tuple[dict, list[str]]:
