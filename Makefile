@@ -1,6 +1,8 @@
 # ProcessBench build. Every target creates the virtualenv and installs the pinned set when missing.
 #   make rebuild [SCALE=demo|release]   generate the sample corpora and materialize every asset through Dagster
-#   make test [TESTS=tests/test_x.py]   ruff check, then the test suite (or a part of it)
+#   make test [TESTS=tests/test_x.py]   ruff check, then the test suite (or a part of it); builds lmms-eval's venv first
+#   make lmms-venv                      lmms-eval 0.7.3 in a virtualenv of its own (.venv-lmms, requirements-lmms.lock,
+#                                       Python 3.11: the lock's CPU torch is a cp311 wheel), for tests/test_lmms_eval.py
 #   make test-fast                      ruff check, then the tests but the end-to-end builds (-m "not slow")
 #   make lint                           ruff check . (the rules: pyproject.toml [tool.ruff])
 #   make format                         ruff format . (not yet run over the tree)
@@ -26,7 +28,15 @@ PORT   ?= 3000
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export PYTHONHASHSEED := 0
 
-.PHONY: venv rebuild test test-fast lint format dev check-regen regen-lock bench validate clean distclean
+# lmms-eval's own virtualenv: its dependencies (torch, transformers, av<16, ...) conflict with the project's, so it
+# lives beside .venv; `make test` builds it once (kept until requirements-lmms.lock changes) and names its interpreter
+# to the tests in PROCESSBENCH_LMMS_EVAL_PYTHON. LMMS_PYTHON=... picks the interpreter (default: python3.11 on the
+# PATH, else a pyenv-installed 3.11).
+LMMS_VENV   := .venv-lmms
+LMMS_PYTHON ?= $(shell for p in python3.11 "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.11.*/bin/python3.11; do \
+	  "$$p" -c '' 2>/dev/null && { echo "$$p"; break; }; done)
+
+.PHONY: venv lmms-venv rebuild test test-fast lint format dev check-regen regen-lock bench validate clean distclean
 
 venv: $(VENV)/.installed .dagster_home/dagster.yaml
 
@@ -40,6 +50,15 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
+lmms-venv: $(LMMS_VENV)/.installed
+
+$(LMMS_VENV)/.installed: requirements-lmms.lock
+	@test -x $(LMMS_VENV)/bin/python || test -n "$(LMMS_PYTHON)" || { echo "lmms-eval's virtualenv needs Python 3.11 \
+	(none found as python3.11 on the PATH or under pyenv): name one with make LMMS_PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@test -x $(LMMS_VENV)/bin/python || "$(LMMS_PYTHON)" -m venv $(LMMS_VENV)
+	$(LMMS_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-lmms.lock
+	@touch $@
+
 .dagster_home/dagster.yaml:
 	@mkdir -p .dagster_home
 	@printf 'telemetry:\n  enabled: false\npython_logs:\n  python_log_level: INFO\n' > $@
@@ -48,9 +67,9 @@ rebuild: venv
 	$(BIN)/processbench build --samples --scale $(SCALE)
 	$(BIN)/processbench validate release
 
-test: venv
+test: venv lmms-venv
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(TESTS)
+	PROCESSBENCH_LMMS_EVAL_PYTHON="$(CURDIR)/$(LMMS_VENV)/bin/python" $(BIN)/python -m pytest -q -p no:cacheprovider $(TESTS)
 
 test-fast: venv
 	$(BIN)/python -m ruff check .
@@ -81,4 +100,4 @@ clean:
 	rm -rf build release .release.staging .release.previous .release.lock .pytest_cache bench/results
 
 distclean: clean
-	rm -rf $(VENV) "$(DAGSTER_HOME)"
+	rm -rf $(VENV) $(LMMS_VENV) "$(DAGSTER_HOME)"
