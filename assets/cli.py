@@ -43,6 +43,17 @@ class UsageError(SystemExit):
         super().__init__(2)
 
 
+def _variants(pairs: list[str] | None) -> dict[str, str]:
+    """--variant TASK=NAME pairs (the names are checked when the templates are read: pipeline.config)."""
+    out = {}
+    for pair in pairs or []:
+        task, sep, name = pair.partition("=")
+        if not sep or not task or not name:
+            raise UsageError(f"--variant expects TASK=NAME (e.g. T7=public), got {pair!r}")
+        out[task] = name
+    return out
+
+
 def _upstream(pairs: list[str] | None) -> dict[str, str]:
     """--upstream SLUG=PATH pairs; an unknown slug is an error (never silently ignored: the build would fall back
     to the sample corpus)."""
@@ -93,7 +104,9 @@ def cmd_build(args) -> int:
     from .run import BuildFailed, BuildSettings, GraphMismatch, rebuild  # Dagster is the orchestration shell
 
     upstream = _upstream(args.upstream)
-    cfg = load_settings(Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale)
+    variants = _variants(args.variant)
+    cfg = load_settings(Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale,
+                        variants=variants)
     chosen = _sources(args.sources, cfg)
     unused = sorted(set(upstream) - set(chosen))
     if unused:
@@ -105,7 +118,8 @@ def cmd_build(args) -> int:
             print(f"processbench: error: {m}", file=sys.stderr)
         return 2
     settings = BuildSettings(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream or {},
-                             release_dir=args.release_dir or "", work_dir=args.work_dir or "", sources=chosen or [])
+                             release_dir=args.release_dir or "", work_dir=args.work_dir or "", sources=chosen or [],
+                             variants=variants)
     release = settings.config().build.release_dir
     before = publish.current_version(settings.config())  # what the CLI says comes from what happened to the link
     use_repo_dagster_home()
@@ -369,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-concurrent", type=int, help="steps at a time (multiprocess) / local Dask workers; 0 = cores")
     b.add_argument("--dask-address", help="scheduler address of an existing Dask cluster (default: a local one)")
     b.add_argument("--config-dir", help="read the configuration from this folder instead of configs/")
+    b.add_argument("--variant", action="append", metavar="TASK=NAME",
+                   help="build TASK from its template's variant NAME (a key of its `variants`, or default) instead "
+                        "of the one the file names, e.g. T7=public (repeatable)")
     b.add_argument("--force", action="store_true", help="run every step even when its inputs are unchanged")
     b.add_argument("--verify", action="store_true",
                    help="read every upstream file again instead of trusting its cached content hash")

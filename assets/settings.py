@@ -18,9 +18,11 @@ class BuildSettings(dg.ConfigurableResource):
     work_dir: str = ""
     release_dir: str = ""
     sources: list[str] = []  # a subset of build.sources; empty = all
+    variants: dict[str, str] = {}  # {"T7": "public", ...}: template variants overriding the files' `variant`
 
     def config(self) -> Settings:
-        cfg = load_settings(self.config_dir or None, upstream=dict(self.upstream), scale=self.scale or None)
+        cfg = load_settings(self.config_dir or None, upstream=dict(self.upstream), scale=self.scale or None,
+                            variants=dict(self.variants) or None)
         over = {k: v for k, v in (("build.work_dir", self.work_dir), ("build.release_dir", self.release_dir)) if v}
         if self.sources:
             over["build.sources"] = [s for s in cfg.build.sources if s in self.sources]

@@ -61,8 +61,10 @@ def _rel(path: Path, config_dir: Path) -> str:
         return path.name
 
 
-def read_settings(config_dir: Path | None = None) -> dict:
-    """Every file of `config_dir` validated and dumped (defaults filled), before roots and scale are applied."""
+def read_settings(config_dir: Path | None = None, variants: dict[str, str] | None = None) -> dict:
+    """Every file of `config_dir` validated and dumped (defaults filled), before roots and scale are applied.
+    `variants` = {task_id: variant name}: those templates are read with that variant instead of the one their file
+    names (`processbench build --variant T7=public`); a task id without a template is a ConfigError."""
     from .settings import FILE_MODELS
 
     config_dir = Path(config_dir or CONFIG_DIR)
@@ -76,7 +78,13 @@ def read_settings(config_dir: Path | None = None) -> dict:
     missing = sorted(set(FILE_MODELS) - set(cfg))
     if missing:
         raise ConfigError(f"configs/{missing[0]}.yaml", "", "the file to exist (every config file is required)")
-    tasks = {path.stem: read_task(path.stem, config_dir) for path in sorted((config_dir / "tasks").glob("*.yaml"))}
+    chosen = dict(variants or {})
+    paths = sorted((config_dir / "tasks").glob("*.yaml"))
+    unknown = sorted(set(chosen) - {p.stem for p in paths})
+    if unknown:
+        raise ConfigError(f"configs/tasks/{unknown[0]}.yaml", "variant", "an existing task template (a variant was "
+                          f"asked for {', '.join(unknown)})")
+    tasks = {path.stem: read_task(path.stem, config_dir, chosen.get(path.stem)) for path in paths}
     # a `track: steps` template (T13 process verification) is not a multiple-choice family: kept apart
     cfg["tasks"] = dict(sorted(((k, t) for k, t in tasks.items() if t.get("track") != "steps"),
                                key=lambda kv: int(kv[0][1:])))
@@ -185,9 +193,9 @@ def _template_covers_its_sources(tid: str, t: dict) -> None:
 
 
 def _load_dict(config_dir: Path | None = None, upstream: dict[str, str] | None = None,
-               scale: str | None = None) -> dict:
+               scale: str | None = None, variants: dict[str, str] | None = None) -> dict:
     """The validated configs as a plain dict, roots resolved and scale applied (what `Settings` is built from)."""
-    cfg = copy.deepcopy(read_settings(config_dir))
+    cfg = copy.deepcopy(read_settings(config_dir, variants))
     build = cfg["build"]
     if scale:
         if scale not in build["quota_scale"]:
@@ -205,12 +213,13 @@ def _load_dict(config_dir: Path | None = None, upstream: dict[str, str] | None =
 
 
 def load_settings(config_dir: Path | None = None, upstream: dict[str, str] | None = None,
-                  scale: str | None = None) -> Settings:
+                  scale: str | None = None, variants: dict[str, str] | None = None) -> Settings:
     """The validated configs as one frozen `Settings`. `upstream` maps slug -> root path (overrides sources.yaml and
-    the PROCESSBENCH_ROOT_<SLUG> environment variables); `scale` overrides build.scale (demo | release)."""
+    the PROCESSBENCH_ROOT_<SLUG> environment variables); `scale` overrides build.scale (demo | release); `variants`
+    ({task_id: name}) overrides the templates' `variant` (read_settings)."""
     from .settings_root import Settings
 
-    return Settings.model_validate(_load_dict(config_dir, upstream, scale))
+    return Settings.model_validate(_load_dict(config_dir, upstream, scale, variants))
 
 
 

@@ -326,7 +326,7 @@ class Window(Strict):
     # T7 recognition: `relative` fractions of [start, decisive moment] (RH20T: the episode end)
     until_decisive: Optional[bool] = None
     windows_per_unit: Optional[int] = Field(None, ge=1)  # every unit used gives exactly this many windows
-    same_task_pools: Optional[bool] = None               # success and failure units in equal numbers per task
+    same_task_pools: Optional[bool] = None               # T7: success and failure in equal numbers per task and scene
     # T8/T9: consecutive frames must lie in different contact runs (before grasp / held / after release)
     state_change: Optional[Literal["contact", "pixels"]] = None
     # the families test which keys a window has: a key the file leaves out stays out

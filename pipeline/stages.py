@@ -315,7 +315,7 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
                                  workers=cfg.frames.workers)
     frames = item_frames(items, frame_table if frame_table is not None else pl.DataFrame(schema=FRAME_TABLE_SCHEMA))
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
-    short = items_mod.shortfall(items, quotas, source=slug)
+    short = items_mod.shortfall(items, quotas, source=slug, pool=pool)
     write_parquet(files["items"], items)
     write_parquet(files["quarantine"], quarantine)
     write_parquet(files["frames"], frames)

@@ -10,7 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 
+from factories import synthetic_pool
+from pipeline import items as items_mod
 from pipeline.config import apply_variant, load_settings, read_task
+from pipeline.families.outcome import same_task_segments
 from pipeline.families.progress import step_skip_reason, strip_frames
 from pipeline.families.temporal import contact_runs
 from pipeline.frames import gate as gate_mod
@@ -32,6 +35,84 @@ def test_variants_public_and_errors():
         apply_variant({"task_id": "T5", "variants": {"public": {}}}, "configs/tasks/T5.yaml", "nope")
     with pytest.raises(ConfigError, match="variants.public"):
         apply_variant({"task_id": "T5", "variants": {"public": {"task_id": "T6"}}}, "T5.yaml", "public")
+
+
+def test_variant_chosen_per_template_without_editing_the_files():
+    """`load_settings(variants=...)` (processbench build --variant T7=public) reads the named templates with that
+    variant and leaves the others as their files say; an unknown template or variant name is a ConfigError."""
+    cfg = load_settings(variants={"T7": "public", "T9": "public"})
+    assert cfg.tasks["T7"].variant == "public" and cfg.tasks["T9"].variant == "public"
+    assert cfg.tasks["T7"].model_dump() == read_task("T7", variant="public")
+    assert cfg.tasks["T5"].variant == "default" and cfg.tasks["T8"] == CFG.tasks["T8"]
+    assert load_settings(variants={"T7": "default"}).tasks["T7"] == CFG.tasks["T7"]
+    with pytest.raises(ConfigError, match="T99"):
+        load_settings(variants={"T99": "public"})
+    with pytest.raises(ConfigError, match="variant"):
+        load_settings(variants={"T7": "nope"})
+
+
+def test_variant_flag_reaches_the_build_settings(capsys):
+    from assets.cli import UsageError, _variants
+    from assets.settings import BuildSettings
+
+    assert _variants(["T7=public", "T8=public"]) == {"T7": "public", "T8": "public"}
+    with pytest.raises(UsageError):
+        _variants(["T7"])
+    assert "--variant expects TASK=NAME" in capsys.readouterr().err
+    assert BuildSettings(variants={"T7": "public"}).config().tasks["T7"].variant == "public"
+    assert BuildSettings().config().tasks["T7"].variant == "default"
+
+
+def test_t7_segment_pairs_same_task_then_scene():
+    rows = [  # (unit, segment, task, label): success-heavy, like REASSEMBLE
+        ("u1", 1, "Insert BNC", "success"), ("u1", 2, "Insert BNC", "failure"), ("u1", 5, "Insert BNC", "success"),
+        ("u1", 3, "Pick gear", "success"),
+        ("u2", 1, "Insert BNC", "success"), ("u2", 4, "Place USB", "failure"), ("u2", 6, "Pick gear", "success"),
+        ("u3", 2, "Place USB", "success"), ("u3", 3, "Remove bolt", "failure"), ("u3", 7, "Pick gear", "success"),
+        ("u4", 1, "Remove peg", "failure"),  # no success of its task or in its scene: left out
+    ]
+    keep = same_task_segments(rows)
+    # same task and scene, the closest segment (u1/1, not u1/5); same task in another scene (u3/2); same scene (u3/7)
+    assert keep == {("u1", 2), ("u1", 1), ("u2", 4), ("u3", 2), ("u3", 3), ("u3", 7)}
+    # the scarcer label may be either: every success kept, each with its closest failure
+    assert same_task_segments([("a", 1, "t", "failure"), ("a", 2, "t", "failure"), ("a", 3, "t", "success")]) == \
+        {("a", 2), ("a", 3)}
+    assert same_task_segments([("a", 1, "t", "success"), ("b", 1, "t", "success")]) == set()
+    assert same_task_segments(list(reversed(rows))) == keep  # order-free
+
+
+def _t7_selection(cfg, quota: int):
+    """REASSEMBLE T7 on 6 hand-made recordings (about 9 actions each, one failed in every other recording): the pool,
+    the selection of `quota` items and its shortfall, as the items step makes them."""
+    _, _, pool = synthetic_pool("reassemble", n_units=6, cfg=cfg)
+    pool = pool.filter(pl.col("task_id") == "T7")
+    q = items_mod.Quotas({"T7": quota}, {"T7": {"min_gap": 0, "balance_labels": True, "equal_per_unit": False}})
+    sel = items_mod.select_candidates(pool, q, seed=0, cfg_tasks=cfg.tasks)
+    return pool, sel, items_mod.shortfall(sel, q, source="reassemble", pool=pool)
+
+
+def test_t7_reassemble_balanced_from_a_success_heavy_pool_and_the_shortfall_reported():
+    yes, no = "Yes — this operation succeeded", "No — this operation failed"
+    pool, sel, short = _t7_selection(CFG, 20)
+    counts = dict(sel.group_by("answer_text").len().iter_rows())
+    assert counts == {yes: 3, no: 3}  # three failed segments, each with a success of the same task or scene
+    segs = synthetic_pool("reassemble", n_units=6)[1]["segments"]
+    text = {(r["unit_id"], r["seg_index"]): r["text"] for r in segs.to_dicts()}
+    tasks = {ans: sorted(text[(r["unit_id"], json.loads(r["label_meta_json"])["segment"])]
+                         for r in sel.to_dicts() if r["answer_text"] == ans) for ans in (yes, no)}
+    assert tasks[yes] == tasks[no]  # the hand-made failures' tasks all have a success elsewhere: same task pools
+    assert short == [{"source": "reassemble", "task_id": "T7", "quota": 20, "selected": 6, "missing": 14, "pool": 6,
+                      "pool_labels": {no: 3, yes: 3}, "selected_labels": {no: 3, yes: 3}}]
+    # the planted defect: without the pairing the pool is success-heavy and the quota fills with successes
+    frames = CFG.tasks["T7"].frames["reassemble"].model_dump(exclude_none=True)
+    off = CFG.with_values({"tasks.T7.frames.reassemble": {**frames, "same_task_pools": False}})
+    _, sel_off, short_off = _t7_selection(off, 20)
+    c_off = dict(sel_off.group_by("answer_text").len().iter_rows())
+    assert c_off[yes] > 2 * c_off[no] and not short_off
+    # the public forecast keeps the public pools (every labelled segment): reported against its prior
+    pub = CFG.with_values({"tasks.T7": read_task("T7", variant="public")})
+    pool_pub = _t7_selection(pub, 20)[0]
+    assert pool_pub.filter(pl.col("answer_text").str.starts_with("Yes")).height > 3 * 3
 
 
 def test_t5_strip_covers_the_step_and_uncertain_steps_are_skipped():

@@ -11,8 +11,13 @@ Two variants (configs/tasks/T7.yaml):
 - public forecast (`variant: public`): early fractions only (the public release's frames end by 42 % of the scene).
 
 `windows_per_unit` (RH20T): every unit used gives exactly that many windows (a unit that cannot is left out), so a
-unit's row count cannot carry its label; `same_task_pools`: per source task, as many success as failure units are used
-(the first of each, in unit order), so the two labels come from the same tasks and scenes."""
+unit's row count cannot carry its label. `same_task_pools`: success and failure come in equal numbers from the same
+tasks and scenes, so neither the task nor the scene shown gives the answer; the rest is left out, and the selection
+reports the family's quota shortfall (a warning with the figures) rather than fill the quota with the common label:
+- RH20T (unit outcomes): per source task, as many success as failure units (the first of each, in unit order);
+- REASSEMBLE (segment outcomes; 92.5 % of the release-scale sample's segments succeed): each failed segment is paired
+  with one successful segment of the same task (the segment's text) in the same scene (the recording), else of the
+  same task in another scene, else of another task in the same scene (`same_task_segments`)."""
 
 from __future__ import annotations
 
@@ -39,53 +44,102 @@ def same_task_units(outcome: dict[str, str | None], task: dict[str, str], unit_i
     return sorted(keep)
 
 
+def same_task_segments(rows: list[tuple[str, int, str, str]]) -> set[tuple[str, int]]:
+    """Success/failure pairs over segments [(unit, seg_index, task, label)]: the (unit, seg_index) of the segments
+    kept, as many "success" as "failure". Pairs are matched at (task, unit), then task, then unit; within a group each
+    row of the scarcer label (in (unit, seg_index) order) takes the other label's row closest in segment order in its
+    own unit, else the first in (unit, seg_index) order. Deterministic; other labels are left out."""
+    free = {lab: sorted((u, i, t) for u, i, t, lab_ in rows if lab_ == lab) for lab in ("success", "failure")}
+    keep: set[tuple[str, int]] = set()
+    for key in (lambda u, t: (t, u), lambda u, t: t, lambda u, t: u):
+        groups: dict = defaultdict(lambda: {"success": [], "failure": []})
+        for lab, lst in free.items():
+            for u, i, t in lst:
+                groups[key(u, t)][lab].append((u, i))
+        for g in sorted(groups, key=str):
+            s, f = groups[g]["success"], groups[g]["failure"]
+            few, many = (s, f) if len(s) <= len(f) else (f, s)
+            for u, i in few:  # never more than `many`
+                j = min(range(len(many)), key=lambda k, u=u, i=i: (many[k][0] != u, abs(many[k][1] - i), k))
+                keep |= {(u, i), many.pop(j)}
+        free = {lab: [r for r in lst if r[:2] not in keep] for lab, lst in free.items()}
+    return keep
+
+
+def _segment_rows(segs: list[dict], n: int, fracs, margin_ratio, min_margin, min_step) -> dict[str, list]:
+    """{label: [(key, label, frames, meta)]} of one unit's labelled action segments (REASSEMBLE)."""
+    found: dict[str, list] = {}
+    for s in segs:
+        if s["no_action"] or s["success"] is None:
+            continue
+        f = relative_frames(int(s["start_frame"]), int(s["end_frame"]), fracs, margin_ratio, min_margin, min_step)
+        if f is None or f[-1] >= n:
+            continue
+        lab = _LABEL[bool(s["success"])]
+        found.setdefault(lab, []).append((f"h{s['seg_index']}", lab, f, {"segment": int(s["seg_index"])}))
+    return found
+
+
+def _window_rows(unit: dict, n: int, shifts, decisive: bool, fracs, margin_ratio, min_margin,
+                 min_step) -> dict[str, list]:
+    """{outcome: [(key, outcome, frames, meta)]} of one unit's shifted windows (RH20T: the unit's outcome)."""
+    outcome = unit.get("outcome")
+    found: dict[str, list] = {}
+    if outcome not in ("success", "failure"):
+        return found  # excluded ratings (-1, missing) never make T7 items
+    for k, sh in enumerate(shifts):
+        moved = [p + float(sh) for p in fracs]
+        if decisive:  # the last frame stays on the decisive moment; the shift moves the others
+            moved[-1] = fracs[-1]
+        f = relative_frames(0, n - 1, moved, margin_ratio, min_margin, min_step)
+        if f is None or f[-1] >= n:
+            continue
+        found.setdefault(outcome, []).append((f"w{k}", outcome, f, {"window": k, "rating": unit.get("rating")}))
+    return found
+
+
+def _paired_segments(ctx: Context, per: list[tuple[str, list, bool]]) -> list[tuple[str, list, bool]]:
+    """`per` with only the segments that `same_task_segments` pairs (rows of whole units kept)."""
+    text = {(s["unit_id"], int(s["seg_index"])): str(s["text"]) for segs in ctx.segments.values() for s in segs}
+    seg_rows = [(uid, meta["segment"], text[(uid, meta["segment"])], lab)
+                for uid, rows, _ in per for _, lab, _, meta in rows if "segment" in meta]
+    keep = same_task_segments(seg_rows)
+    return [(uid, [x for x in rows if "segment" not in x[3] or (uid, x[3]["segment"]) in keep], first)
+            for uid, rows, first in per]
+
+
 def t7_outcome(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     fcfg = spec.frames
-    fracs = [float(x) for x in fcfg["relative"]]
-    margin_ratio, min_margin = float(fcfg.get("margin_ratio", 0.0)), int(fcfg.get("min_margin", 0))
-    min_step = int(fcfg.get("min_step", 1))
+    geom = ([float(x) for x in fcfg["relative"]], float(fcfg.get("margin_ratio", 0.0)),
+            int(fcfg.get("min_margin", 0)), int(fcfg.get("min_step", 1)))
     per_unit = fcfg.get("windows_per_unit")
-    decisive = bool(fcfg.get("until_decisive"))
     cap = spec.cap("cap_per_label", len(ctx.unit_ids), len(spec.label_texts))
+    same = bool(fcfg.get("same_task_pools"))
     unit_ids = ctx.unit_ids
-    if fcfg.get("same_task_pools"):
+    if same:  # whole units (RH20T): paired per task here; segments (REASSEMBLE): paired below
+        whole = [u for u in unit_ids if not ctx.segments.get(u)]
         task = dict(zip(ctx.ir["units"]["unit_id"].to_list(), ctx.ir["units"]["task_id"].to_list()))
-        unit_ids = same_task_units({u: ctx.units[u].get("outcome") for u in unit_ids}, task, unit_ids)
+        kept = set(same_task_units({u: ctx.units[u].get("outcome") for u in whole}, task, whole))
+        unit_ids = [u for u in unit_ids if ctx.segments.get(u) or u in kept]
+    per: list[tuple[str, list, bool]] = []  # (unit, rows, anchor on the first frame) in unit order
     for uid in unit_ids:
         n = ctx.n(uid)
-        found: dict[str, list] = {}
         if ctx.segments.get(uid):
-            for s in ctx.segments[uid]:
-                if s["no_action"] or s["success"] is None:
-                    continue
-                f = relative_frames(int(s["start_frame"]), int(s["end_frame"]), fracs, margin_ratio, min_margin,
-                                    min_step)
-                if f is None or f[-1] >= n:
-                    continue
-                lab = _LABEL[bool(s["success"])]
-                found.setdefault(lab, []).append((f"h{s['seg_index']}", lab, f, {"segment": int(s["seg_index"])}))
+            found = _segment_rows(ctx.segments[uid], n, *geom)
         elif fcfg.get("shifts") is not None:
-            outcome = ctx.units[uid].get("outcome")
-            if outcome not in ("success", "failure"):
-                continue  # excluded ratings (-1, missing) never make T7 items
-            for k, sh in enumerate(fcfg["shifts"]):
-                moved = [p + float(sh) for p in fracs]
-                if decisive:  # the last frame stays on the decisive moment; the shift moves the others
-                    moved[-1] = fracs[-1]
-                f = relative_frames(0, n - 1, moved, margin_ratio, min_margin, min_step)
-                if f is None or f[-1] >= n:
-                    continue
-                found.setdefault(outcome, []).append((f"w{k}", outcome, f, {"window": k,
-                                                                             "rating": ctx.units[uid].get("rating")}))
+            found = _window_rows(ctx.units[uid], n, fcfg["shifts"], bool(fcfg.get("until_decisive")), *geom)
+        else:
+            continue
         if per_unit is not None:
             rows = [x for lab in sorted(found) for x in found[lab]]
-            if len(rows) < int(per_unit):
-                continue  # fewer windows than every unit gives: left out, not short
-            for key, lab_, f, meta in evenly(rows, int(per_unit)):
-                pool.add(uid, key, lab_, f, f[0], meta=meta)
-            continue
-        for lab in sorted(found):
-            for key, lab_, f, meta in evenly(found[lab], cap):
-                pool.add(uid, key, lab_, f, f[len(f) // 2], meta=meta)
+            if len(rows) >= int(per_unit):  # fewer windows than every unit gives: left out, not short
+                per.append((uid, evenly(rows, int(per_unit)), True))
+        else:
+            per.append((uid, [x for lab in sorted(found) for x in evenly(found[lab], cap)], False))
+    if same:
+        per = _paired_segments(ctx, per)
+    for uid, rows, first in per:
+        for key, lab, f, meta in rows:
+            pool.add(uid, key, lab, f, f[0] if first else f[len(f) // 2], meta=meta)
     return pool.frame()
