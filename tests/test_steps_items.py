@@ -35,11 +35,16 @@ def _runs(spec: list[tuple], n: int) -> list:
     return out
 
 
-def timeline_tables(uid: str = "u1", n: int = 300, outcome: str = "success") -> tuple[dict, dict, dict]:
-    """An RH20T-like unit: phases and one arm's contact in runs, a rated outcome."""
+CONTACT_RUNS = [(False, 0, 69), (True, 70, 219), (False, 220, 299)]
+
+
+def timeline_tables(uid: str = "u1", n: int = 300, outcome: str = "success", contact_runs=None
+                    ) -> tuple[dict, dict, dict]:
+    """An RH20T-like unit: phases and one arm's contact in runs (`contact_runs`: (state, first, last)), a rated
+    outcome."""
     phases = _runs([("pre-approach", 0, 29), ("approach", 30, 69), ("contact", 70, 109), ("hold and carry", 110, 169),
                     ("transfer", 170, 219), ("release", 220, 299)], n)
-    contact = _runs([(False, 0, 69), (True, 70, 219), (False, 220, 299)], n)
+    contact = _runs(contact_runs or CONTACT_RUNS, n)
     frames = pl.DataFrame({"unit_id": [uid] * n, "frame_index": list(range(n)), "phase": phases,
                            "coord": [None] * n}, schema_overrides={"coord": pl.String})
     arms = pl.DataFrame({"unit_id": [uid] * n, "arm": ["single"] * n, "frame_index": list(range(n)),
@@ -114,8 +119,8 @@ def test_natural_errors_come_from_the_records(tpl):
 
 
 # ------------------------------------------------------------------------------------------- injected errors
-def _timeline_draft(tpl) -> dict:
-    lab, ir, unit = timeline_tables()
+def _timeline_draft(tpl, contact_runs=None) -> dict:
+    lab, ir, unit = timeline_tables(contact_runs=contact_runs)
     drafts = items.unit_drafts("rh20t", unit, lab, ir, tpl, ["phase", "contact", "outcome"])
     d = max(drafts, key=lambda d: len(d["steps"]))
     d.update(split="eval", eval_level="L1", split_group_id="g1")
@@ -148,6 +153,59 @@ def test_a_planted_error_is_labelled_where_it_was_planted(tpl, kind):
             assert (b["label"], b["error"]) == (-1, kind), (i, b)
         else:
             assert (a["label"], a["error"]) == (b["label"], b["error"])
+
+
+def _shared_frames(steps: list[dict]) -> set:
+    seen, shared = set(), set()
+    for st in steps:
+        for key in {(st["unit_id"], f) for f in st["frames"]}:
+            (shared if key in seen else seen).add(key)
+    return shared
+
+
+# contact runs that share no window with a phase run: no two steps of the drafted item show the same frame
+DISJOINT_CONTACT = [(False, 0, 58), (True, 59, 224), (False, 225, 299)]
+
+
+@pytest.mark.parametrize("kind", ["swapped_frames", "contact_flipped", "outcome_flipped", "truncated_complete"])
+def test_no_error_kind_makes_two_steps_show_the_same_frame(tpl, kind):
+    d = _timeline_draft(tpl, DISJOINT_CONTACT)
+    # and windows that end before the record does
+    drafts = [d, *({**d, "steps": d["steps"][:k] + d["steps"][-1:]} for k in (4, 5))]
+    assert not any(_shared_frames(x["steps"]) for x in drafts)
+    applied = 0
+    for x in drafts:
+        for target in range(len(x["steps"])):
+            y = copy.deepcopy(x)
+            if perturb.KINDS[kind](y, target, {"tpl": tpl, "donors": {}}):
+                applied += 1
+                assert not _shared_frames(y["steps"]), (kind, target, _shared_frames(y["steps"]))
+    assert applied
+    if kind == "truncated_complete":  # the frames right after step 4 (110, ...) hold 114, which step 3 shows
+        assert drafts[2]["steps"][3]["window"] == (59, 224) and 114 in drafts[2]["steps"][3]["frames"]
+        assert not perturb.truncated_complete(copy.deepcopy(drafts[2]), 5, {"tpl": tpl, "donors": {}})
+
+
+def test_a_flipped_contact_shows_other_frames_of_the_opposite_run(tpl):
+    d = _timeline_draft(tpl, DISJOINT_CONTACT)
+    before = copy.deepcopy(d["steps"])
+    assert perturb.contact_flipped(d, 2, {"tpl": tpl, "donors": {}})
+    (i,) = _diff(before, d["steps"])
+    st = d["steps"][i]
+    runs = [o for o in before if o["kind"] == "contact" and o["truth"] != st["truth"]]
+    run = next(o for o in runs if o["window"] == st["window"])  # a run of the opposite state ...
+    lo, hi = run["window"][0] + tpl.neutral_margin, run["window"][1] - tpl.neutral_margin
+    assert all(lo <= f <= hi for f in st["frames"]) and len(st["frames"]) == len(run["frames"])
+    assert not set(st["frames"]) & set(run["frames"])  # ... but not the frames its own step shows
+    # opposite runs too short to hold frames no step shows (5 frames: the middle one is the only one not neutral, and
+    # its own step shows it): the item does not take the kind
+    short = _timeline_draft(tpl, [(False, 60, 64), (True, 65, 69)])
+    contact = [s for s in short["steps"] if s["kind"] == "contact"]
+    assert [(s["window"], s["label"]) for s in contact] == [((60, 64), 1), ((65, 69), 1)]
+    assert not any(perturb.contact_flipped(copy.deepcopy(short), t, {"tpl": tpl, "donors": {}})
+                   for t in range(len(short["steps"])))
+    longer = _timeline_draft(tpl, [(False, 60, 65), (True, 66, 71)])  # 6 frames: one more frame that is not neutral
+    assert perturb.contact_flipped(longer, 0, {"tpl": tpl, "donors": {}})
 
 
 def test_a_substituted_chain_is_labelled_where_the_primitives_differ(tpl):

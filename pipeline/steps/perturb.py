@@ -8,10 +8,11 @@ in a file name says which step was touched (docs/steps.md).
     substituted_chain   REASSEMBLE: the frames of a high-level action's low-level chain are replaced by the chain of
                         the same action in another recording on the same split side and level (positions whose
                         primitive differs become false)
-    contact_flipped     a contact sentence states the opposite of the derived contact state
+    contact_flipped     a contact sentence states the opposite of the derived contact state: it keeps its sentence
+                        and is shown by frames of the same gripper's opposite-state run that no other step shows
     outcome_flipped     an outcome sentence states failure where the record says success
     truncated_complete  the process is cut short and closes with the success claim, shown by the frames right after
-                        the last kept step (the task is not complete there)
+                        the last kept step (the task is not complete there; none a kept step shows)
 
 `inject` deals a kind to each item that is not kept clean (`share_clean`): the applicable kind used least so far
 (config order breaks ties), placed as near as the item allows to a target step index dealt evenly over positions.
@@ -22,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..seeding import rng as rng_for
-from .items import make_step, set_claim
+from .items import make_step, set_claim, step_frames
 
 if TYPE_CHECKING:
     from pipeline.settings_steps import StepTaskFile
@@ -64,22 +65,48 @@ def swapped_frames(d: dict, target: int, ctx: dict) -> bool:
     return True
 
 
+def _shown(steps: list[dict], skip: int | None = None) -> set[tuple[str, int]]:
+    """(unit, frame) of every frame the item's steps show, but step `skip`'s."""
+    return {(st["unit_id"], f) for j, st in enumerate(steps) if j != skip for f in st["frames"]}
+
+
+def _unshown_frames(run: dict, count: int, taken: set[tuple[str, int]], margin: int) -> list[int] | None:
+    """`count` frames inside `run`'s window (at least `margin` frames from its ends, so not neutral) that no frame of
+    `taken` is: each the one farthest from the taken frames and from those picked before (ties: the earlier).
+    None when there are not that many."""
+    uid, (s, e) = run["unit_id"], run["window"]
+    lo, hi = s + margin, e - margin
+    busy = [f for u, f in taken if u == uid and lo - 1 <= f <= hi + 1] + [lo - 1, hi + 1]
+    picked: list[int] = []
+    for _ in range(count):
+        cands = [f for f in range(lo, hi + 1) if (uid, f) not in taken and f not in picked]
+        if not cands:
+            return None
+        picked.append(max(cands, key=lambda f: (min(abs(f - a) for a in busy + picked), -f)))
+    return sorted(picked)
+
+
 def contact_flipped(d: dict, target: int, ctx: dict) -> bool:
-    """A contact step keeps its sentence but is shown by the frames of a run of the same gripper in the opposite
-    contact state (another step of the item), so its claim states the opposite of what its frames show. The claim
-    chain stays the alternating one of the derived runs: the text alone does not tell the step."""
+    """A contact step keeps its sentence but is shown by other frames of a run of the same gripper in the opposite
+    contact state (another step of the item), frames no other step of the item shows: so its claim states the
+    opposite of what its frames show, and no two steps show the same image. The claim chain stays the alternating
+    one of the derived runs: the text alone does not tell the step. An item whose opposite runs have no such frames
+    does not take the kind."""
     steps = d["steps"]
+    margin = int(ctx["tpl"].neutral_margin)
     cands = [(i, j) for i, st in enumerate(steps) if st["kind"] == "contact" and _free(st)
              for j, o in enumerate(steps) if j != i and o["kind"] == "contact" and o["label"] == 1
              and o["fields"]["arm"] == st["fields"]["arm"] and o["truth"] != st["truth"]]
-    pick = _nearest(cands, target, lambda c: c[0])
-    if pick is None:
-        return False
-    st, other = steps[pick[0]], steps[pick[1]]
-    for k in ("frames", "window", "unit_id"):
-        st[k] = other[k]
-    st["label"], st["error"] = -1, "contact_flipped"
-    return True
+    for i, j in sorted(cands, key=lambda c: (abs(c[0] - target), c[0], abs(c[1] - c[0]), c[1])):
+        other = steps[j]
+        frames = _unshown_frames(other, len(other["frames"]), _shown(steps, skip=i), margin)
+        if frames is None:
+            continue
+        st = steps[i]
+        st["frames"], st["window"], st["unit_id"] = frames, other["window"], other["unit_id"]
+        st["label"], st["error"] = -1, "contact_flipped"
+        return True
+    return False
 
 
 def outcome_flipped(d: dict, target: int, ctx: dict) -> bool:
@@ -116,7 +143,9 @@ def truncated_complete(d: dict, target: int, ctx: dict) -> bool:
         if last["kind"] == "action_outcome" and (prev["kind"] != "primitive" or prev["action"] != last["action"]):
             continue
         start = prev["window"][1] + 1
-        if prev["unit_id"] == d["unit_id"] and start + w - 1 < last["window"][0]:
+        shown = _shown(body[:k])  # the closing frames are none a kept step shows
+        if prev["unit_id"] == d["unit_id"] and start + w - 1 < last["window"][0] and not any(
+                (d["unit_id"], f) in shown for f in step_frames((start, start + w - 1), tpl)):
             cands.append((k, start))
     pick = _nearest(cands, target, lambda c: c[0])
     if pick is None:
