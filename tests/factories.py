@@ -423,16 +423,16 @@ def synthetic_step_rows(n_items: int, *, split: str = "eval", seed: int = 0, wro
 
 def write_step_files(release_dir: Path, cfg: Settings, eval_rows: list[dict], sft_rows: list[dict]) -> dict[str, Path]:
     """The step files of a release folder (names from configs/release.yaml `files`; one eval file per level)."""
-    from pipeline.release_files import file_names, level_file_name
+    from pipeline.steps.tables import step_files
 
-    files = file_names(cfg)
+    names = step_files(cfg)
     out = {}
     for level in sorted({r["eval_level"] for r in eval_rows}):
-        p = Path(release_dir) / level_file_name(files["steps_eval_parquet"], level)
+        p = Path(release_dir) / names[level][0]
         p.parent.mkdir(parents=True, exist_ok=True)
         step_table([r for r in eval_rows if r["eval_level"] == level]).write_parquet(p)
         out[level] = p
-    p = Path(release_dir) / files["steps_sft_parquet"]
+    p = Path(release_dir) / names["sft"][0]
     step_table(sft_rows).write_parquet(p)
     out["sft"] = p
     return out

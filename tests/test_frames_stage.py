@@ -72,8 +72,8 @@ def test_reconstruct_from_upstream_matches_every_hash(demo_samples, demo_release
     cfg = load_settings(scale="demo")
     files = release_item_files(demo_release, cfg)  # every eval level, then SFT
     assert len(files) == 4 and all((demo_release / f).is_file() for f in files)
-    steps = step_files(demo_release, cfg)  # the T13 step items: their images are reconstructed too
-    files += [*steps["eval"].values(), steps["sft"]]
+    steps = step_files(cfg, demo_release)  # the T13 step items: their images are reconstructed too
+    files += [pq for pq, _ in steps.values()]
     tables = {f: pl.read_parquet(demo_release / f) for f in files}
     rows = pl.concat([df.select("source_slug", "image_hashes_json") for df in tables.values()])
     saved = json.loads((tmp_path / "recon" / "reconstruction_report.json").read_text())

@@ -162,10 +162,32 @@ def test_a_release_without_step_files_has_no_step_track(tmp_path):
                       load_settings()) == 2  # a clear error: the release has no step files
 
 
-def test_step_files_are_named_by_the_release_config():
-    files = load_settings().release.files.model_dump()
+def test_step_files_are_named_by_the_release_config(tmp_path):
+    from pipeline.steps.tables import step_files
+
+    cfg = load_settings()
+    files = cfg.release.files.model_dump()
     assert files["steps_eval_parquet"] == "splits/processbench_steps_eval.parquet"
     assert files["steps_sft_parquet"] == "splits/processdata_steps_sft.parquet"
+    names = step_files(cfg)  # the one place the writer and the readers take the names from
+    assert names == {"L1": ("splits/processbench_steps_eval.parquet", "splits/processbench_steps_eval.jsonl"),
+                     "L2": ("splits/processbench_steps_eval_L2.parquet", "splits/processbench_steps_eval_L2.jsonl"),
+                     "L3": ("splits/processbench_steps_eval_L3.parquet", "splits/processbench_steps_eval_L3.jsonl"),
+                     "sft": ("splits/processdata_steps_sft.parquet", "splits/processdata_steps_sft.jsonl")}
+    # in a written release: only the parts that are there, none without the main eval file
+    assert step_files(cfg, tmp_path) == {}
+    write_step_files(tmp_path, cfg, synthetic_step_rows(20, seed=1, levels=("L2",)), [])
+    assert step_files(cfg, tmp_path) == {}
+    write_step_files(tmp_path, cfg, synthetic_step_rows(20, seed=1, levels=("L1",)), [])
+    assert step_files(cfg, tmp_path) == {k: names[k] for k in ("L1", "L2", "sft")}
+    # the writer puts every row in a file of its level, L1 always, and refuses a level without a step file
+    from pipeline.steps.write import _file_tables
+
+    rows = pl.DataFrame({"item_id": ["a", "b", "c"], "split": ["eval", "eval", "sft"], "eval_level": [None, "L3", None]})
+    assert {pq: df["item_id"].to_list() for pq, (_, df) in _file_tables(rows, cfg).items()} == {
+        names["L1"][0]: ["a"], names["L3"][0]: ["b"], names["sft"][0]: ["c"]}
+    with pytest.raises(ValueError, match="L4"):
+        _file_tables(rows.with_columns(pl.lit("L4").alias("eval_level")), cfg)
 
 
 def test_step_metric_definitions_are_the_documented_ones():

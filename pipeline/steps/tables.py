@@ -1,8 +1,8 @@
 """The release's step files (configs/release.yaml `files`: steps_eval_parquet, steps_sft_parquet, ...) and their
-reader. A release without them, or a configuration without the keys, has no step track: `step_files` gives None and
+reader. A release without them, or a configuration without the keys, has no step track: `step_files` gives {} and
 every caller skips the track.
 
-    step_files(release_dir, cfg) -> {"eval": {level: rel}, "sft": rel} | None
+    step_files(cfg[, release_dir]) -> {part: (parquet, jsonl)}: L1 / L2 / L3 / sft (those in release_dir)
     absent_step_track(root, files) -> the step file keys the validator does not require (all, when none is there)
     read_step_tables(release_dir, cfg) -> {"eval": every level's rows, "sft": the SFT rows} | None
     step_rows(df) -> one row per step: item, cell, split group, position, gold label, error kind
@@ -34,17 +34,25 @@ def absent_step_track(root: Path, files: dict[str, str]) -> set[str]:
 NATURAL_PREFIX = "natural_"  # error kinds starting with it come from the sources' own failure annotations
 
 
-def step_files(release_dir: Path, cfg: Settings) -> dict | None:
-    """The step files present in a written release: the main eval file (L1) and each level's own file that exists,
-    and the SFT file. None when the configuration names no step files or the main eval file is absent."""
+def step_files(cfg: Settings, release_dir: Path | None = None) -> dict[str, tuple[str, str]]:
+    """The step files by part, {part: (parquet, jsonl)} (release-relative, configs/release.yaml `files.steps_*`): each
+    eval level (L1 under the plain names, L2 / L3 with `_L2` / `_L3` after `eval`, as the MCQ eval files), then "sft".
+    Empty when the configuration names no step files. With `release_dir`: only the parts whose parquet is there, and
+    none when the main eval file (L1) is not (a release without the step track). The writer and every reader take
+    the names from here."""
     files = file_names(cfg)
-    ev, sf = files.get("steps_eval_parquet"), files.get("steps_sft_parquet")
+    keys = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl")
+    if not all(files.get(k) for k in keys):
+        return {}
+    out = {lv: (level_file_name(files["steps_eval_parquet"], lv), level_file_name(files["steps_eval_jsonl"], lv))
+           for lv in LEVELS}
+    out["sft"] = (files["steps_sft_parquet"], files["steps_sft_jsonl"])
+    if release_dir is None:
+        return out
     root = Path(release_dir)
-    if not ev or not sf or not (root / ev).is_file():
-        return None
-    levels = {lv: level_file_name(ev, lv) for lv in LEVELS}
-    return {"eval": {lv: rel for lv, rel in levels.items() if (root / rel).is_file()},
-            "sft": sf if (root / sf).is_file() else None}
+    if not (root / out["L1"][0]).is_file():
+        return {}
+    return {part: names for part, names in out.items() if (root / names[0]).is_file()}
 
 
 # what the scorer and the gates read of a step row (step_rows): the rest (prompts, images, keys) only costs memory
@@ -55,14 +63,14 @@ SCORE_COLUMNS = ("item_id", "source", "source_slug", "eval_level", "split_group_
 def read_step_tables(release_dir: Path, cfg: Settings, columns=SCORE_COLUMNS) -> dict[str, pl.DataFrame] | None:
     """Every eval level's step rows (L1 first) and the SFT step rows (empty when the SFT file is absent), `columns`
     of them (None: all); None without step files."""
-    found = step_files(release_dir, cfg)
-    if found is None:
+    found = step_files(cfg, release_dir)
+    if not found:
         return None
     root = Path(release_dir)
     cols = list(columns) if columns is not None else None
-    ev = pl.concat([pl.read_parquet(root / rel, columns=cols) for rel in found["eval"].values()],
+    ev = pl.concat([pl.read_parquet(root / pq, columns=cols) for part, (pq, _) in found.items() if part != "sft"],
                    how="vertical_relaxed")
-    sf = pl.read_parquet(root / found["sft"], columns=cols) if found["sft"] else ev.clear()
+    sf = pl.read_parquet(root / found["sft"][0], columns=cols) if "sft" in found else ev.clear()
     return {"eval": ev, "sft": sf}
 
 

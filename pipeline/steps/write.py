@@ -16,25 +16,29 @@ import polars as pl
 
 from .. import io
 from ..leaks import find_path_leaks
-from ..release_files import file_names, level_file_name
+from ..release_files import file_names
 from .rows import STEP_SCHEMA, row_problems
+from .tables import LEVELS, step_files
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings
 
 
-def step_files(rows: pl.DataFrame, cfg: Settings) -> dict[str, tuple[str, pl.DataFrame]]:
-    """{parquet name: (jsonl name, rows)}: one entry per eval level present (L1 always) and SFT."""
-    files = file_names(cfg)
+def _file_tables(rows: pl.DataFrame, cfg: Settings) -> dict[str, tuple[str, pl.DataFrame]]:
+    """{parquet name: (jsonl name, rows)} (names from tables.step_files): the main eval file (L1, and rows without a
+    level) always, each other level's file that has rows, and SFT."""
+    names = step_files(cfg)
     ev = rows.filter(pl.col("split") == "eval")
-    levels = sorted(set(ev["eval_level"].drop_nulls().to_list()) | {"L1"})
+    unknown = sorted(set(ev["eval_level"].drop_nulls().to_list()) - set(LEVELS))
+    if unknown:
+        raise ValueError(f"step rows of eval levels without a step file: {unknown} (pipeline/steps/tables.py LEVELS)")
     out = {}
-    for lv in levels:
-        part = ev.filter(pl.col("eval_level") == lv) if lv != "L1" else \
-            ev.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") == "L1"))
-        out[level_file_name(files["steps_eval_parquet"], lv)] = (level_file_name(files["steps_eval_jsonl"], lv),
-                                                                  part.sort("item_id"))
-    out[files["steps_sft_parquet"]] = (files["steps_sft_jsonl"], rows.filter(pl.col("split") == "sft").sort("item_id"))
+    for lv in LEVELS:
+        part = ev.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") == lv)) if lv == "L1" else \
+            ev.filter(pl.col("eval_level") == lv)
+        if lv == "L1" or part.height:
+            out[names[lv][0]] = (names[lv][1], part.sort("item_id"))
+    out[names["sft"][0]] = (names["sft"][1], rows.filter(pl.col("split") == "sft").sort("item_id"))
     return out
 
 
@@ -57,7 +61,7 @@ def write_step_files(rows: pl.DataFrame, summary: dict, cfg: Settings, out_dir: 
     sides = rows.group_by("split_group_id").agg(pl.col("split").n_unique().alias("n")).filter(pl.col("n") > 1)
     if sides.height:
         raise ValueError(f"step split groups on both sides: {sides['split_group_id'].to_list()[:5]}")
-    tables = step_files(rows, cfg)
+    tables = _file_tables(rows, cfg)
     mirrors = {jl: io.jsonl_bytes(df) for jl, df in tables.values()}
     text = io.dumps_json(manifest(tables, summary, cfg))
     leaks = {rel: f for rel, b in mirrors.items() if (f := find_path_leaks(b.decode("utf-8")))}
