@@ -30,7 +30,7 @@ from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
 from pipeline.schema import RELEASE_SCHEMA
 from pipeline.split import GROUPS_SCHEMA
 from pipeline.steps.rows import STEP_SCHEMA
-from pipeline.steps.stage import run_steps
+from pipeline.steps.stage import run_steps, step_shortfall
 from upstream_adapters.ir import QUARANTINE_SCHEMA, TABLES as IR_SCHEMAS
 
 if TYPE_CHECKING:
@@ -263,7 +263,10 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
                    "T13 step items (process verification) with their split side, labels and image hashes",
                    dict(STEP_SCHEMA)),
              Table(("steps", "summary"), "steps/summary.json",
-                   "Per-source step item and step counts, natural-error share, injected kinds"))
+                   "Per-source step item and step counts, natural-error share, injected kinds",
+                   checks=(problems_check("quotas_met", "Every source reaches its T13 step item quota (a shortfall is "
+                                          "reported with its figures, never padded; it warns: a source with few "
+                                          "units may hold fewer candidate windows).", step_shortfall, warn=True),)))
     step_reads = ("split/items", "split/groups") + units + tuple(
         f"{layer}/{s}/{t}" for s in slugs for layer, t in
         (("ir", "segments"), *(("labels", t) for t in ("units", "frames", "arms", "primitives", "segments")))) + \

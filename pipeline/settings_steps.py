@@ -56,6 +56,7 @@ class StepTaskFile(Strict):
     idle_phases: list[str] = []
     cap_per_unit: OneOrPerSource(Annotated[int, Field(ge=1)]) = 6
     balance: OneOrPerSource(StepBalance) | None = None   # sources not named: no thinning
+    window_shift: float = Field(0.5, gt=0, le=1)  # a unit's item windows start this share of the longest one apart
     share_clean: float = Field(0.3, ge=0, le=1)
     injected: list[Literal[INJECTED_KINDS]]
     outcome_failure_wording: float = Field(0.5, ge=0, le=1)

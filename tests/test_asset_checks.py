@@ -82,6 +82,24 @@ def test_quotas_met_warns_on_a_shortfall(copy):
     assert check.evaluate(cfg).passed
 
 
+def test_step_quotas_met_warns_with_the_figures_on_a_shortfall(copy):
+    cfg, work, _ = copy
+    check = BY_NAME[("steps/summary", "quotas_met")]
+    path = work / "steps" / "summary.json"
+    summary = json.loads(path.read_text())
+    for s in summary["sources"].values():  # met: the quota is what was built
+        s["quota"] = s["items"]
+    path.write_text(json.dumps(summary))
+    assert check.evaluate(cfg).passed
+    slug = sorted(summary["sources"])[0]
+    summary["sources"][slug]["quota"] = summary["sources"][slug]["items"] + 7  # planted: 7 short
+    path.write_text(json.dumps(summary))
+    res = check.evaluate(cfg)
+    assert not res.passed and res.severity.value == "WARN"
+    (problem,) = res.metadata["problems"].value
+    assert problem.startswith(f"{slug}: {summary['sources'][slug]['items']} step items") and "(7 short)" in problem
+
+
 def test_no_group_in_both_splits_fails_on_a_leaked_group(copy):
     cfg, work, _ = copy
     check = next(c for c in BY_NAME.values() if c.name == "no_group_in_both_splits")

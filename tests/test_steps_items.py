@@ -103,6 +103,16 @@ def test_a_step_near_a_label_change_is_neutral(tpl):
     assert short["label"] == 0 and long["label"] == 1 and len(long["frames"]) == 2
 
 
+def test_a_smaller_window_shift_gives_a_unit_more_items(tpl):
+    lab, ir, unit = timeline_tables()
+    kinds = ["phase", "contact", "outcome"]
+    starts = {shift: [d["key"] for d in items.unit_drafts("rh20t", unit, lab, ir, tpl.model_copy(
+        update={"window_shift": shift}), kinds)] for shift in (0.5, 0.2, 1.0)}
+    # 9 timeline steps, windows of 3-9 of them (the closing outcome step makes 4-10): int(9 x shift) apart
+    assert starts[1.0] == ["u1/0000"] and starts[0.5] == ["u1/0000", "u1/0004"]
+    assert starts[0.2] == [f"u1/{a:04d}" for a in range(7)]
+
+
 def test_natural_errors_come_from_the_records(tpl):
     lab, ir = reassemble_tables(success_low={("r1", 0, 1)})
     acts = items.reassemble_actions("r1", "cam", lab, ir, tpl)

@@ -185,7 +185,8 @@ def unit_drafts(slug: str, unit: dict, lab: dict, ir: dict, tpl: StepTaskFile, k
     outcome = unit.get("outcome") if "outcome" in kinds else None
     closing = outcome_step(uid, camera, int(unit["num_frames"]), outcome, tpl)
     room = hi - (1 if closing else 0)
-    for a, b in _windows(len(tl), max(1, lo - (1 if closing else 0)), room, max(1, room // 2)):
+    shift = max(1, int(room * float(tpl.window_shift)))
+    for a, b in _windows(len(tl), max(1, lo - (1 if closing else 0)), room, shift):
         steps = [dict(s) for s in tl[a:b]] + ([dict(closing)] if closing else [])
         out.append({**base, "key": f"{uid}/{a:04d}", "steps": steps, "outcome": outcome})
     return out

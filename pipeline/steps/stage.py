@@ -89,8 +89,30 @@ def source_drafts(cfg: Settings, slug: str, tid: str, sides: pl.DataFrame) -> tu
     donors = perturb.donors_of(_donor_chains(slug, units, lab, ir, tpl)) if "primitive" in kinds else {}
     injected = perturb.inject(drafts, tpl, seed, slug, donors)
     kept = balance(drafts, tpl.for_source(slug).balance)
-    return kept, {"units_without_side": no_side.height, "quota": quota, **injected,
-                  "dropped_by_balance": len(drafts) - len(kept)}
+    short = {"quota": quota, "items": len(kept), "units": units.height,
+             "units_with_items": len({d["unit_id"] for d in kept}), "dropped_by_balance": len(drafts) - len(kept)}
+    if len(kept) < quota:  # every candidate window of every unit is taken (or thinned): the pool limits
+        log.warning("step items: %s", shortfall_text(slug, short))
+    return kept, {"units_without_side": no_side.height, **short, **injected}
+
+
+def shortfall_text(slug: str, s: dict) -> str:
+    text = (f"{slug}: {s['items']} step items of a quota of {s['quota']} ({s['quota'] - s['items']} short): its "
+            f"{s['units']} units with a split side hold no more candidate windows (steps.max, window_shift, "
+            f"cap_per_unit in configs/tasks/T13.yaml)")
+    if s.get("dropped_by_balance"):
+        text += f"; {s['dropped_by_balance']} candidates were left out by `balance` (the blind gates' thinning)"
+    return text
+
+
+def step_shortfall(cfg: Settings) -> list[str]:
+    """Sources whose step items fall short of their quota, worded with the figures (steps/summary.json; a warning
+    check, like the multiple-choice families' `quotas_met`: never padded)."""
+    path = work_dir(cfg) / "steps" / "summary.json"
+    if not path.is_file():
+        return ["steps/summary.json: missing"]
+    srcs = json.loads(path.read_text(encoding="utf-8"))["sources"]
+    return [shortfall_text(slug, s) for slug, s in sorted(srcs.items()) if s.get("items", 0) < s.get("quota", 0)]
 
 
 def _hashes(cfg: Settings, drafts: list[dict]) -> tuple[dict, list[str]]:
