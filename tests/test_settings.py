@@ -277,3 +277,6 @@ def test_the_step_track_template_is_typed_and_resolves_per_source():
     assert one.for_source("aist").goal == "One goal."
     with pytest.raises(ValidationError):
         cfg.with_values({"step_tasks.T13.cap_per_unit": 0})
+    for shift in (0, 1.5):  # windows a share of the longest window apart: in (0, 1]
+        with pytest.raises(ValidationError):
+            cfg.with_values({"step_tasks.T13.window_shift": shift})
