@@ -7,17 +7,91 @@ are combined arithmetically (zlib's crc32_combine), never computed over the GiBs
                                                        headers may declare a smaller size: a member that lies)
     mp4_declaring(data, n)                             an MP4 (from a small one) whose track declares n one-byte
                                                        samples, written head first, the rest of the file sparse
+    probe(slug, root, bad, good, ...)                  read a bomb's unit and a good one in a fresh process under a
+                                                       memory limit; what happened and the peak RSS
+
+Every bomb is read under the same limit: HEADROOM of address space (RLIMIT_AS) above what the probe process holds
+after its imports, and its peak RSS must stay under PEAK_LIMIT_KB (1 GiB). With PROCESSBENCH_BOMB_LOG set to a file,
+each probe appends one JSON line (test, slug, outcome, peak): bench/fault_campaign.py prints them as its bomb table.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import os
 import struct
+import subprocess
+import sys
 import tarfile
 import zlib
 from pathlib import Path
 
 MIB = 1 << 20
+REPO = Path(__file__).resolve().parents[1]
+HEADROOM = 1 << 30  # address space a probe may take above its baseline after imports
+PEAK_LIMIT_KB = 1 << 20  # 1 GiB: every bomb's peak RSS stays under it
+LOG_ENV = "PROCESSBENCH_BOMB_LOG"
+
+# Reads the bad unit (and, with frames, one frame of it) and the good unit (and one frame) in a fresh process whose
+# address space is capped at HEADROOM above what the imports took, with the configured adapter options (input
+# limits overridden by `over`); prints what happened, the peak RSS and how many temp files were opened as JSON.
+_PROBE = """
+import json, resource, sys, tempfile
+from pathlib import Path
+opened = []
+_tf = tempfile.TemporaryFile
+tempfile.TemporaryFile = lambda *a, **k: opened.append(1) or _tf(*a, **k)
+from pipeline.config import load_settings
+from upstream_adapters import get_adapter
+from upstream_adapters.ir import UnitError
+slug, root, bad, good, over, headroom, frames = sys.argv[1:8]
+opts = load_settings().sources[slug].adapter.options()
+opts["input_limits"].update(json.loads(over))
+a = get_adapter(slug, **opts)
+out = {"ids": a.discover(Path(root))}
+status = open("/proc/self/status").read().splitlines()
+vm = int(next(l for l in status if l.startswith("VmSize")).split()[1]) * 1024
+out["baseline_rss_kb"] = int(next(l for l in status if l.startswith("VmRSS")).split()[1])
+resource.setrlimit(resource.RLIMIT_AS, (vm + int(headroom), resource.RLIM_INFINITY))
+calls = [("bad", lambda: a.read_unit(Path(root), bad))]
+calls += [("bad_frames", lambda: a.read_frames(Path(root), bad, a.camera, [0]))] if frames == "1" else []
+for what, call in calls:
+    try:
+        call()
+        out[what] = None
+    except UnitError as e:
+        out[what], out[what + "_file"] = e.reason, e.file
+    except MemoryError:
+        out[what] = "MemoryError"
+    except Exception as e:  # what an unbounded read dies of (OpenCV's failed allocation, ...)
+        out[what] = f"{type(e).__name__}: {e}"[-300:]
+out["good_frames"] = a.read_unit(Path(root), good).unit["num_frames"]
+out["good_decoded"] = len(a.read_frames(Path(root), good, a.camera, [0]))
+out["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out["temp_files"] = len(opened)
+print(json.dumps(out))
+"""
+
+
+def probe(slug: str, root: Path, bad: str, good: str, *, frames: bool = True, lifted: bool = False,
+          **over) -> dict:
+    """Read unit `bad` (a bomb) and unit `good` of `root` in a fresh process under the memory limit; returns what
+    happened: `bad` (the UnitError's reason, "MemoryError", or None if it read), `bad_file`, `bad_frames` (with
+    frames), `good_frames` / `good_decoded`, `maxrss_kb` (the process's peak RSS), `temp_files`. `over` overrides
+    input limits; `lifted=True` says a bound was lifted to reproduce the fault (its peak is not held to the limit)."""
+    res = subprocess.run([sys.executable, "-c", _PROBE, slug, str(root), bad, good, json.dumps(over), str(HEADROOM),
+                          "1" if frames else "0"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, f"exit {res.returncode}: {res.stderr[-2000:]}"
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    if os.environ.get(LOG_ENV):
+        with open(os.environ[LOG_ENV], "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], "slug": slug,
+                                 "lifted": lifted, "bad": got.get("bad"), "maxrss_kb": got["maxrss_kb"],
+                                 "baseline_rss_kb": got["baseline_rss_kb"], "headroom": HEADROOM}) + "\n")
+    if not lifted:
+        assert got["maxrss_kb"] < PEAK_LIMIT_KB, f"peak RSS {got['maxrss_kb']} kB"
+    return got
 
 
 def _gf2_times(mat: list[int], vec: int) -> int:

@@ -8,6 +8,8 @@ never imports another test file).
     build(out_dir, cfg, items, summary)         a release folder written from those
     hold_build_lock(cfg, token, ready, stop)    a process body holding the build lock until `stop` is set
     build_demo(samples, out, ...)               one demo build through Dagster into out/{work,release}
+    aist_root_with_bad_zip(tmp, how, setattr_)  an AIST root of two good task zips and one damaged `how`
+                                                (ZIP_DAMAGE; also bench/fault_inputs_containers.py's cases)
 """
 
 from __future__ import annotations
@@ -436,3 +438,73 @@ def write_step_files(release_dir: Path, cfg: Settings, eval_rows: list[dict], sf
     step_table(sft_rows).write_parquet(p)
     out["sft"] = p
     return out
+
+
+# ------------------------------------------------------------------------------------------ broken upstream containers
+AIST_GOOD = {"insert_usb_cable": "task_004", "close_cardboard_box": "task_089"}
+AIST_BAD = ("insert_rod_board", "task_016")
+AIST_EPISODES = 4
+# how a task zip is lost: not there as bytes, not a zip, refused by the OS, a folder in its place, cut half-way
+ZIP_DAMAGE = ("zero_length", "not_a_zip", "unreadable", "directory", "half_cut")
+
+
+def aist_episode(tid: str, name: str, i: int) -> bytes:
+    """One small AIST episode file (12 frames of 32x24) of task `tid`."""
+    from upstream_adapters.samples import aist as A
+
+    _, _, taxonomy, prompt = next(t for t in A.TASKS if t[0] == tid)
+    return A.episode_bytes(tid, name, taxonomy, prompt, i, 12, (32, 24), seed=0)
+
+
+def aist_task_zip(path: Path, name: str, tid: str, episodes: int = AIST_EPISODES) -> None:
+    from upstream_adapters.samples import aist as A
+
+    A.write_task_zip(path, {f"{name}/episode_{i}.hdf5": aist_episode(tid, name, i) for i in range(episodes)})
+
+
+def aist_root_with_bad_zip(tmp: Path, how: str | None, setattr_) -> tuple[Path, Path]:
+    """(root, bad zip): an AIST root of the AIST_GOOD task zips (AIST_EPISODES episodes each) and AIST_BAD's zip
+    damaged `how` (one of ZIP_DAMAGE; None: left whole). `setattr_(obj, name, value)` patches what "unreadable" needs
+    (pytest's monkeypatch.setattr, or a setter that records how to undo it)."""
+    from upstream_adapters.samples import aist as A
+
+    root = tmp / "aist"
+    root.mkdir(parents=True)
+    A.write_manifest(root)
+    for name, tid in AIST_GOOD.items():
+        aist_task_zip(root / f"{name}.zip", name, tid)
+    bad = root / f"{AIST_BAD[0]}.zip"
+    aist_task_zip(bad, *AIST_BAD)
+    if how is not None:
+        break_zip(bad, how, setattr_)
+    return root, bad
+
+
+def break_zip(bad: Path, how: str, setattr_) -> None:
+    """Damage the zip `bad` as ZIP_DAMAGE names."""
+    import builtins
+    import io
+    import os
+
+    if how == "zero_length":
+        bad.write_bytes(b"")
+    elif how == "not_a_zip":
+        bad.write_bytes(b"<html>Dropbox: this link has expired</html>")
+    elif how == "unreadable":
+        real = builtins.open
+
+        def deny(file, *a, **kw):
+            if isinstance(file, (str, os.PathLike)) and os.fspath(file) == os.fspath(bad):
+                raise PermissionError(13, "Permission denied", os.fspath(file))
+            return real(file, *a, **kw)
+
+        setattr_(builtins, "open", deny)
+        setattr_(io, "open", deny)  # zipfile opens with io.open
+    elif how == "directory":
+        bad.unlink()
+        bad.mkdir()
+    elif how == "half_cut":
+        data = bad.read_bytes()
+        bad.write_bytes(data[: len(data) // 2])
+    else:
+        raise ValueError(f"unknown zip damage {how!r}: one of {ZIP_DAMAGE}")

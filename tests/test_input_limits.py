@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from bombs import mp4_declaring
+from bombs import REPO, mp4_declaring, probe
 
 from pipeline.config import load_settings
 from pipeline.ingest import ingest_source
@@ -27,50 +27,10 @@ from upstream_adapters.samples import aist as A
 from upstream_adapters.samples import reassemble as R
 from upstream_adapters.samples import rh20t as S
 
-REPO = Path(__file__).resolve().parents[1]
-HEADROOM = 1 << 30  # the bound of every bomb: 1 GiB of address space above the baseline after imports
 SIZE = (64, 36)
 GOOD, BAD = S.SceneSpec(1, 1, 1, rating=5, n_frames=30), S.SceneSpec(1, 2, 2, rating=6, n_frames=30)
 REC_GOOD, REC_BAD = "2025-01-09-13-57-17", "2025-01-09-14-01-02"
-
-# Reads the bad and the good unit (and one frame of each) in a fresh process whose address space is capped at
-# HEADROOM above what the imports took; prints what happened as JSON. The adapter gets the configured options.
-_PROBE = """
-import json, resource, sys
-from pathlib import Path
-from pipeline.config import load_settings
-from upstream_adapters import get_adapter
-from upstream_adapters.ir import UnitError
-slug, root, bad, good, over = sys.argv[1:6]
-opts = load_settings().sources[slug].adapter.options()
-opts["input_limits"].update(json.loads(over))
-a = get_adapter(slug, **opts)
-ids = a.discover(Path(root))
-vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
-resource.setrlimit(resource.RLIMIT_AS, (vm + int(sys.argv[6]), resource.RLIM_INFINITY))
-out = {"ids": ids}
-for what, call in (("bad", lambda: a.read_unit(Path(root), bad)),
-                   ("bad_frames", lambda: a.read_frames(Path(root), bad, a.camera, [0]))):
-    try:
-        call()
-        out[what] = None
-    except UnitError as e:
-        out[what], out[what + "_file"] = e.reason, e.file
-    except MemoryError:
-        out[what] = "MemoryError"
-    except Exception as e:  # what an unbounded read dies of (OpenCV's failed allocation, ...)
-        out[what] = f"{type(e).__name__}: {e}"[-300:]
-out["good_frames"] = a.read_unit(Path(root), good).unit["num_frames"]
-out["good_decoded"] = len(a.read_frames(Path(root), good, a.camera, [0]))
-print(json.dumps(out))
-"""
-
-
-def _probe(slug: str, root: Path, bad: str, good: str, **over) -> dict:
-    res = subprocess.run([sys.executable, "-c", _PROBE, slug, str(root), bad, good, json.dumps(over), str(HEADROOM)],
-                         cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, f"exit {res.returncode}: {res.stderr[-2000:]}"
-    return json.loads(res.stdout.strip().splitlines()[-1])
+_probe = probe
 
 
 def _rh20t_root(tmp_path: Path) -> Path:
@@ -101,7 +61,7 @@ def test_mp4_declaring_2e8_samples_is_refused_under_1gib(tmp_path):
     assert got["bad_file"].endswith(f"{BAD.name}/cam_{S.PRIMARY}/color.mp4")
     assert "input_limits.max_video_samples" in got["bad_frames"], got
     assert got["good_frames"] == 30 and got["good_decoded"] == 1
-    unbounded = _probe("rh20t", root, BAD.name, GOOD.name, max_video_samples=10**12)  # the fault, reproduced
+    unbounded = _probe("rh20t", root, BAD.name, GOOD.name, lifted=True, max_video_samples=10**12)  # the fault, reproduced
     assert unbounded["bad"] == "MemoryError" and unbounded["good_frames"] == 30
 
 
@@ -135,7 +95,7 @@ def test_hdf5_declaring_14gb_is_refused_under_1gib(tmp_path):
     assert "'/robot_state/pose' declares 14000000000 bytes" in got["bad"], got
     assert "input_limits.max_hdf5_dataset_bytes" in got["bad"] and got["bad_file"] == f"data/{REC_BAD}.h5"
     assert got["good_decoded"] == 1
-    unbounded = _probe("reassemble", root, REC_BAD, REC_GOOD, max_hdf5_dataset_bytes=10**15)  # the fault
+    unbounded = _probe("reassemble", root, REC_BAD, REC_GOOD, lifted=True, max_hdf5_dataset_bytes=10**15)  # the fault
     assert unbounded["bad"] == "MemoryError"
 
 
@@ -169,7 +129,8 @@ def test_jpeg_declaring_30000_squared_is_refused_under_1gib(tmp_path):
     assert got["bad_file"] == "insert_usb_cable/episode_1.hdf5"
     assert "input_limits.max_image_pixels" in got["bad_frames"]
     assert got["good_frames"] == 20 and got["good_decoded"] == 1
-    unbounded = _probe("aist", root, "task_004_episode_1", "task_004_episode_0", max_image_pixels=10**12)
+    unbounded = _probe("aist", root, "task_004_episode_1", "task_004_episode_0", lifted=True,
+                       max_image_pixels=10**12)
     assert "Failed to allocate 2700000000 bytes" in unbounded["bad"]  # the fault: OpenCV asks for 2.7 GB
 
 

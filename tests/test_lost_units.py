@@ -5,37 +5,21 @@ Before, each was one row counted as one unit: 28.6-33 % of a source lost was pub
 
 from __future__ import annotations
 
-import builtins
-import io
 import os
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from factories import AIST_EPISODES as EPISODES
+from factories import AIST_GOOD as GOOD
+from factories import ZIP_DAMAGE, aist_root_with_bad_zip, aist_task_zip
 from pipeline.config import load_settings
 from pipeline.ingest import ingest_source, units_lost, write_ir
 from pipeline.stages import quarantine_shares
-from upstream_adapters.samples import aist as A
 from upstream_adapters.storage.zipwindow import local_members
 
 LIMIT = load_settings().build.max_quarantine_share
-GOOD = {"insert_usb_cable": "task_004", "close_cardboard_box": "task_089"}
-EPISODES = 4
-
-
-def _ep(tid: str, name: str, i: int) -> bytes:
-    _, _, taxonomy, prompt = next(t for t in A.TASKS if t[0] == tid)
-    return A.episode_bytes(tid, name, taxonomy, prompt, i, 12, (32, 24), seed=0)
-
-
-def _root(tmp_path):
-    root = tmp_path / "aist"
-    root.mkdir()
-    A.write_manifest(root)
-    for name, tid in GOOD.items():
-        A.write_task_zip(root / f"{name}.zip", {f"{name}/episode_{i}.hdf5": _ep(tid, name, i) for i in range(EPISODES)})
-    return root
 
 
 def _share(tmp_path, res, slug):
@@ -44,33 +28,11 @@ def _share(tmp_path, res, slug):
                                                      "build.sources": [slug]}), slug)[slug]
 
 
-@pytest.mark.parametrize("how", ["zero_length", "not_a_zip", "unreadable", "directory", "half_cut"])
+@pytest.mark.parametrize("how", ZIP_DAMAGE)
 def test_a_lost_aist_zip_counts_the_episodes_it_held(tmp_path, monkeypatch, how):
-    root = _root(tmp_path)
-    bad = root / "insert_rod_board.zip"  # task_016
-    members = {f"insert_rod_board/episode_{i}.hdf5": _ep("task_016", "insert_rod_board", i) for i in range(EPISODES)}
-    A.write_task_zip(bad, members)
+    root, bad = aist_root_with_bad_zip(tmp_path, how, monkeypatch.setattr)
     named = 0
-    if how == "zero_length":
-        bad.write_bytes(b"")
-    elif how == "not_a_zip":
-        bad.write_bytes(b"<html>Dropbox: this link has expired</html>")
-    elif how == "unreadable":
-        real = builtins.open
-
-        def deny(file, *a, **kw):
-            if os.fspath(file) == os.fspath(bad):
-                raise PermissionError(13, "Permission denied", os.fspath(file))
-            return real(file, *a, **kw)
-
-        monkeypatch.setattr(builtins, "open", deny)
-        monkeypatch.setattr(io, "open", deny)  # zipfile opens with io.open
-    elif how == "directory":
-        bad.unlink()
-        bad.mkdir()
-    else:
-        data = bad.read_bytes()
-        bad.write_bytes(data[: len(data) // 2])
+    if how == "half_cut":
         names, complete = local_members(bad)
         named = len(names)
         assert 0 < named < EPISODES and not complete
@@ -87,10 +49,8 @@ def test_a_lost_aist_zip_counts_the_episodes_it_held(tmp_path, monkeypatch, how)
 
 def test_a_zip_that_lost_only_its_central_directory_counts_what_it_names(tmp_path):
     """A zip cut inside its central directory still names every member in its local headers: no estimate."""
-    root = _root(tmp_path)
-    bad = root / "insert_rod_board.zip"
-    A.write_task_zip(bad, {f"insert_rod_board/episode_{i}.hdf5": _ep("task_016", "insert_rod_board", i)
-                           for i in range(2)})
+    root, bad = aist_root_with_bad_zip(tmp_path, None, None)
+    aist_task_zip(bad, "insert_rod_board", "task_016", episodes=2)
     with zipfile.ZipFile(bad) as zf:
         start = zf.infolist()[-1].header_offset + 30 + len(zf.infolist()[-1].filename) + zf.infolist()[-1].compress_size
     bad.write_bytes(bad.read_bytes()[: start + 10])
