@@ -413,3 +413,70 @@ def test_stopping_the_ui_stops_what_it_started(tmp_path):
         if alive():  # this test's own leftover, by its pid
             os.kill(left, signal.SIGKILL)
 
+
+
+# ------------------------------------------------------------------------------------------ what the CLI says
+@pytest.mark.parametrize("publishes", [True, False])
+def test_the_cli_says_whether_a_failed_build_published(tmp_path, monkeypatch, capsys, publishes):
+    """A build that fails says what happened to the release link: "published ... before the build failed" when the
+    release step had swapped a new version in (the CLI once said "is unchanged" after a publish), "NOT published ...
+    is unchanged (version N)" otherwise. The words come from the link's version before and after, not a guess."""
+    from assets import run
+    from assets.cli import main
+    from factories import aist_root_with_bad_zip
+
+    root, _ = aist_root_with_bad_zip(tmp_path / "up", None, None)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    cfg = _cfg(tmp_path)
+    _release(publish.staging_dir(cfg), "v1")
+    publish.publish(cfg)  # version 1 is served before the build
+
+    def failing_rebuild(settings, **kw):
+        if publishes:  # the release step published, then a later step of the run failed
+            _release(publish.staging_dir(cfg), "v2")
+            publish.publish(cfg)
+        raise run.BuildFailed("step 'after_release' failed")
+
+    monkeypatch.setattr(run, "rebuild", failing_rebuild)
+    rc = main(["build", "--sources", "aist", "--upstream", f"aist={root}", "--executor", "in_process",
+               "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "out" / "release")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "build failed: step 'after_release' failed" in err
+    rel = publish.release_dir(cfg).absolute()
+    if publishes:
+        assert f"release published -> {rel} (version 2) before the build failed" in err and "NOT" not in err
+        assert (rel / "a.txt").read_text() == "v2"
+    else:
+        assert f"release NOT published: {rel} is unchanged (version 1)" in err and "published ->" not in err
+        assert (rel / "a.txt").read_text() == "v1"
+
+
+def test_a_ui_run_beside_a_locked_terminal_build_is_refused(tmp_path, monkeypatch):
+    """A run the UI launches (the build job with no CLI lock tag) while `processbench build` holds the folders' lock
+    fails at its start, naming the holder, and touches neither folder (before, it was not refused)."""
+    import dagster as dg
+
+    from assets.definitions import build_job
+    from assets.run import BuildSettings
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    cfg = _cfg(tmp_path)
+    _release(publish.staging_dir(cfg), "served")
+    publish.publish(cfg)
+
+    def beside() -> list[str]:
+        return sorted(p.name for p in publish.release_dir(cfg).parent.iterdir() if p.suffix != ".lock")
+
+    served = beside()
+    settings = BuildSettings(scale="demo", sources=["aist"], work_dir=cfg.build.work_dir,
+                             release_dir=cfg.build.release_dir)
+    with _held(cfg, "terminal") as holder, dg.DagsterInstance.ephemeral() as instance:
+        res = dg.execute_job(dg.reconstructable(build_job), instance=instance, raise_on_error=False,
+                             run_config={"resources": {"build": {"config": settings.model_dump()}},
+                                         "execution": {"config": {"in_process": {}}}})
+        assert not res.success
+        text = " ".join(str(e.event_specific_data) for e in res.all_events if e.is_failure or e.is_run_failure)
+        assert f"pid {holder.pid}" in text, text[:2000]
+        assert not res.get_step_success_events()
+    assert beside() == served  # no staging or version folder added: the run stopped before any step
+    assert (publish.release_dir(cfg) / "a.txt").read_text() == "served"
