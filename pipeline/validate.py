@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from pipeline import writers
 from pipeline.io import strict_json
 from pipeline.exports.facing import release_problems as model_facing_problems
+from pipeline.ingest import unit_id_problem
 from pipeline.io import compact_json
 from pipeline.leaks import find_path_leaks
 from pipeline.steps.write import step_problems
@@ -246,6 +247,8 @@ def _check_row_frames(r: dict, bad) -> None:
         except (ValueError, AssertionError):
             bad("display_labels_json is not a JSON list with one label per frame")
     key = (slug, r["source_unit_type"], r["source_unit_id"])
+    if why := unit_id_problem(r["source_unit_id"]):  # what ingest refuses never reaches a release
+        bad(f"source_unit_id {ascii(r['source_unit_id'])}: {why.split(':')[0]}")
     if r["visual_ref"] != visual_ref(*key, r["camera"], frames):
         bad("visual_ref does not match source/unit/camera/frames")
     if r["source_episode_ref"] != source_episode_ref(*key):

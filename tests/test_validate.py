@@ -324,3 +324,26 @@ def test_a_deeply_nested_metadata_file_is_a_problem_not_a_crash(release):
     path.write_text("[" * 100_000 + "]" * 100_000)
     _refresh(release)
     assert _has(validate_release(release, make_cfg()), "unreadable JSON", "nested too deep")
+
+
+@pytest.mark.parametrize("char", ["\x1b[2J", "\u200b", "e\u0301"])
+def test_a_released_unit_id_with_control_characters_is_refused(release, char):
+    """Ingest refuses unit ids with control or invisible characters or not in NFC; one edited into a release, with
+    every reference made from it again (so nothing else disagrees), is refused by the validator, naming the id
+    escaped."""
+    from pipeline.schema import reconstruction_key_json, source_episode_ref, visual_ref
+
+    ev = pl.read_parquet(release / FILES["eval_parquet"])
+    rows = ev.to_dicts()
+    r = rows[0]
+    r["source_unit_id"] += char
+    frames = json.loads(r["frame_indices_json"])
+    key = (r["source_slug"], r["source_unit_type"], r["source_unit_id"])
+    r["visual_ref"] = visual_ref(*key, r["camera"], frames)
+    r["source_episode_ref"] = source_episode_ref(*key)
+    r["reconstruction_key_json"] = reconstruction_key_json(r["source_slug"], r["source_task_id"], *key[1:],
+                                                           r["camera"], frames)
+    _rewrite_split(release, "eval", pl.DataFrame(rows, schema=ev.schema))
+    problems = validate_release(release, make_cfg())
+    assert _has(problems, "processbench_eval.parquet", "source_unit_id", ascii(r["source_unit_id"])), problems
+    assert not _has(problems, "visual_ref") and not _has(problems, "source_episode_ref")
