@@ -18,7 +18,9 @@ import json
 import os
 from pathlib import Path
 
-from pipeline import stages
+import polars as pl
+
+from pipeline import stages, work_tables
 from pipeline.digests import REPO, code_digest, config_part, digest, file_digest  # noqa: F401 (REPO: for tests)
 from pipeline.errors import ProjectError
 from pipeline.io import write_json
@@ -107,19 +109,31 @@ def forget(step: Step, cfg: Settings) -> None:
 
 
 def damaged_inputs(step: Step, cfg: Settings, tables: dict) -> dict[str, str]:
-    """{table file: the step that wrote it} of the tables `step` reads whose bytes are not those their step recorded
-    (a table cut or edited after it was written; a step the build ran first always matches its record)."""
+    """{table file: the step that wrote it, and how the table differs from its record} of the tables `step` reads
+    whose bytes are not those their step recorded (a table cut or edited after it was written; a step the build ran
+    first always matches its record). The record's row count says how many rows the table had."""
     wanted = {name for name in step.reads if name in tables}
     out = {}
     for path in sorted((stages.work_dir(cfg) / "_fingerprints").glob("*.json")):
         try:
-            outputs = json.loads(path.read_text(encoding="utf-8")).get("outputs") or {}
+            rec = json.loads(path.read_text(encoding="utf-8"))
+            outputs = rec.get("outputs") or {}
         except (OSError, ValueError, AttributeError):
             continue
+        rows = rec.get("rows") or {}
         for name in wanted & set(outputs):
             if file_digest(tables[name].file(cfg)) != outputs[name]:
-                out[tables[name].path] = path.stem
+                why = work_tables.check(tables[name].file(cfg), {"sha256": outputs[name], "rows": rows.get(name)})
+                out[tables[name].path] = f"{path.stem}" + (f": {why}" if name in rows else "")
     return out
+
+
+def _rows(path: Path) -> int | None:
+    """The row count of a parquet table just written (None when there is no readable table)."""
+    try:
+        return int(pl.scan_parquet(path).select(pl.len()).collect().item())
+    except Exception:  # noqa: BLE001 - a table the step did not write (optional output): no count to record
+        return None
 
 
 def run_step(step: Step, cfg: Settings, tables: dict) -> tuple[dict, bool, str]:
@@ -130,15 +144,17 @@ def run_step(step: Step, cfg: Settings, tables: dict) -> tuple[dict, bool, str]:
         return recorded(cfg, step)["summary"], True, fp
     _record_path(cfg, step).unlink(missing_ok=True)  # a crash mid-step leaves no stale record
     if damaged := damaged_inputs(step, cfg, tables):
-        for writer in set(damaged.values()):
+        for writer in {w.split(":")[0] for w in damaged.values()}:
             (stages.work_dir(cfg) / "_fingerprints" / f"{writer}.json").unlink(missing_ok=True)
         raise DamagedInput(f"{step.name}: work table(s) changed since their step wrote them: "
-                           f"{', '.join(f'{t} ({w})' for t, w in sorted(damaged.items()))}; not read. Their steps "
+                           f"{'; '.join(f'{t} ({w})' for t, w in sorted(damaged.items()))}; not read. Their steps "
                            "run again in the next build (processbench build, or materialize them in the UI)")
     summary = step.run(cfg)
     content_hash.flush()  # what the step hashed (the frames stage's unit fingerprints)
     outputs = {t.name: file_digest(t.file(cfg)) for t in step.writes}
-    write_json(_record_path(cfg, step), {"fingerprint": fp, "summary": summary, "outputs": outputs})
+    rows = {t.name: _rows(t.file(cfg)) for t in step.writes if t.schema is not None}  # parquet tables
+    write_json(_record_path(cfg, step), {"fingerprint": fp, "summary": summary, "outputs": outputs,
+                                         "rows": {k: v for k, v in rows.items() if v is not None}})
     return summary, False, fp
 
 

@@ -121,6 +121,30 @@ def test_a_step_never_reads_a_table_changed_since_its_step_wrote_it(demo_samples
     arms = work / "labels" / "aist" / "arms.parquet"
     df = pl.read_parquet(arms)
     write_parquet(arms, df.head(df.height - 1))  # readable, one row gone
-    with pytest.raises(DamagedInput, match=r"labels/aist/arms\.parquet \(labels_aist\)"):
+    with pytest.raises(DamagedInput, match=rf"labels/aist/arms\.parquet \(labels_aist: edited: {df.height - 1} rows "
+                                           rf"where {df.height} were written"):
         run_step(candidates, cfg, tables_by_name(steps))
     assert plan(settings)[:2] == ["labels_aist", "candidates_aist"]
+
+
+def test_a_step_record_holds_row_counts_and_a_cut_table_is_refused(tmp_path):
+    """A step's record (work/_fingerprints/<step>.json) holds the sha256 and the row count of every table it wrote;
+    a reader of a table cut after its step wrote it is refused, naming the table, its writer and the rows it lost."""
+    from assets.fingerprint import DamagedInput, recorded, run_step
+    from assets.tables import Step, Table
+    from pipeline.config import load_settings
+
+    cfg = load_settings().with_values({"build.work_dir": str(tmp_path / "work")})
+    table = Table(key=("t", "a"), path="t/a.parquet", description="a test table", schema={"a": pl.Int64})
+    write = Step(name="writer", group="g", run=lambda c: write_parquet(table.file(c), pl.DataFrame(
+        {"a": list(range(50))})) or {}, writes=(table,), reads=(), config=(), description="writes t/a")
+    read = Step(name="reader", group="g", run=lambda c: {"rows": pl.read_parquet(table.file(c)).height}, writes=(),
+                reads=(table.name,), config=(), description="reads t/a")
+    tables = {table.name: table}
+    run_step(write, cfg, tables)
+    assert recorded(cfg, write)["rows"] == {"t/a": 50}
+    assert run_step(read, cfg, tables)[0] == {"rows": 50}
+    write_parquet(table.file(cfg), pl.DataFrame({"a": list(range(40))}))  # readable, ten rows gone
+    with pytest.raises(DamagedInput, match=r"t/a\.parquet \(writer: edited: 40 rows where 50 were written"):
+        run_step(read, cfg, tables)
+    assert recorded(cfg, write) is None  # the writer runs again in the next build
