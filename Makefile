@@ -13,6 +13,10 @@
 #                                       frame-extraction, split and build benchmarks (cold build, rebuild with nothing
 #                                       changed, rebuild after one template edit) and the eval runner's overhead per
 #                                       item against a local server (numbers, not pass/fail)
+#   make faults [FAULT_ARGS="--publish-kills 4"]
+#                                       the fault campaign: every kind of bench/fault_kinds.yaml planted and counted
+#                                       (faults survived, bad inputs handled, tampers caught, bombs under 1 GiB);
+#                                       tampers use release/ when there is one (docs/faults.md)
 #   make clean                          remove build outputs (keeps the virtualenv)
 
 # The interpreter: PYTHON=... when given, else the newest of python3.13, python3.12, python3.11 (then python3) on the
@@ -36,7 +40,7 @@ LMMS_VENV   := .venv-lmms
 LMMS_PYTHON ?= $(shell for p in python3.11 "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.11.*/bin/python3.11; do \
 	  "$$p" -c '' 2>/dev/null && { echo "$$p"; break; }; done)
 
-.PHONY: venv lmms-venv rebuild test test-fast lint format dev check-regen regen-lock bench validate clean distclean
+.PHONY: venv lmms-venv rebuild test test-fast lint format dev check-regen regen-lock bench faults validate clean distclean
 
 venv: $(VENV)/.installed .dagster_home/dagster.yaml
 
@@ -95,6 +99,9 @@ bench: venv
 	$(BIN)/python bench/bench_split.py
 	$(BIN)/python bench/bench_build.py --scale $(SCALE) $(BENCH_UPSTREAM)
 	$(BIN)/python bench/bench_eval.py
+
+faults: venv
+	$(BIN)/python bench/fault_campaign.py $(FAULT_ARGS)
 
 clean:
 	rm -rf build release .release.staging .release.previous .release.lock .pytest_cache bench/results
