@@ -379,10 +379,11 @@ def run_release(cfg: Settings) -> dict:
     eval_df, sft_df = writers.release_tables(_split_items(cfg), all_units(cfg), cfg)
     corpora = {s: json.loads((work_dir(cfg) / "ir" / s / "corpus.json").read_text(encoding="utf-8"))
                for s in sources(cfg)}
+    warnings = eval_level_warnings(cfg)
     documents = {"prompt_templates": prompt_templates_markdown(cfg), "reconstruction": reconstruction_markdown(cfg),
-                 "provenance": provenance.provenance_json(cfg, corpora, eval_level_warnings(cfg))}
+                 "provenance": provenance.provenance_json(cfg, corpora, warnings)}
     out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents,
-                                checksums=False)
+                                checksums=False, warnings=warnings)
     out["files"] += write_step_files(*_step_items(cfg), cfg, release_dir(cfg))  # the T13 step track
     del eval_df, sft_df  # the exports read the files back (the main eval file holds L1 only): free these first
     # card, Croissant, trainer/harness files here, and the validity audit's report in a worker: each reads the files

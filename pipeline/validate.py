@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from pipeline import writers
 from pipeline.io import strict_json
 from pipeline.exports.facing import release_problems as model_facing_problems
+from pipeline.exports.common import recorded_warnings
 from pipeline.ingest import unit_id_problem
 from pipeline.io import compact_json
 from pipeline.leaks import find_path_leaks
@@ -321,7 +322,8 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, 
         m = _read_json(root / rel, report)
         if not isinstance(m, dict):
             continue
-        want = writers.build_manifest(split, df, cfg, "L1" if split == "eval" and has_levels else None)
+        want = writers.build_manifest(split, df, cfg, "L1" if split == "eval" and has_levels else None,
+                                      recorded_warnings(root, cfg))
         for key in sorted(set(m) - set(want)):
             report.add(f"{rel}: unknown key {key!r} (the build writes none)")
         for key in sorted(want):
@@ -491,7 +493,7 @@ def _check_levels(root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, re
         _eq(report, f"split_summary eval_levels.{level}.items", listed[level].get("items"), df.height)
         if (root / lf["manifest"]).is_file():
             m = _read_json(root / lf["manifest"], report)
-            want = writers.build_manifest("eval", df, cfg, level)
+            want = writers.build_manifest("eval", df, cfg, level, recorded_warnings(root, cfg))
             if isinstance(m, dict) and m != want:
                 diff = sorted(k for k in set(m) | set(want) if m.get(k) != want.get(k))
                 report.add(f"{lf['manifest']}: differs from its rows in {diff[:5]}")

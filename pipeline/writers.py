@@ -175,8 +175,9 @@ def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summa
     return _merge(computed, extra)
 
 
-def build_manifest(split: str, df: pl.DataFrame, cfg: Settings, level: str | None = None) -> dict:
-    """A split's manifest; with `level`, the manifest of that eval level's own files."""
+def build_manifest(split: str, df: pl.DataFrame, cfg: Settings, level: str | None = None, warnings=()) -> dict:
+    """A split's manifest; with `level`, the manifest of that eval level's own files. `warnings`: what the build
+    recorded in provenance.json (an eval level the corpus could not fill), repeated in every eval manifest."""
     rc = cfg.release
     files = file_names(cfg)
     dec = int(rc.float_decimals)
@@ -222,6 +223,8 @@ def build_manifest(split: str, df: pl.DataFrame, cfg: Settings, level: str | Non
         manifest["majority_baselines"] = majority_baselines(df, dec)
     if level is not None:
         manifest["eval_level"] = level
+    if split == "eval" and warnings:
+        manifest["warnings"] = list(warnings)
     return manifest
 
 
@@ -262,11 +265,12 @@ def _check_table(df: pl.DataFrame, split: str) -> pl.DataFrame:
 
 
 def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: Settings, out_dir: Path,
-                  documents: dict[str, str], checksums: bool = True) -> dict:
+                  documents: dict[str, str], checksums: bool = True, warnings=()) -> dict:
     """Write the release folder. Every file is written atomically; checksums.sha256 is written last, so an interrupted
     run leaves a release that fails validation instead of one that looks complete (checksums=False: the caller writes
     it once after adding more files, as the release stage does). Returns
-    {"files": [relpath, ...] (written here, sorted), "eval_items", "sft_items", "eval_groups", "sft_groups"}."""
+    {"files": [relpath, ...] (written here, sorted), "eval_items", "sft_items", "eval_groups", "sft_groups"}.
+    `warnings`: the build's recorded warnings (provenance.json's), repeated in the eval manifests."""
     out_dir = Path(out_dir)
     rc = cfg.release
     files = file_names(cfg)
@@ -288,7 +292,7 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
         summary["eval_levels"] = eval_levels_summary(levels, cfg)
     texts[files["split_summary"]] = io.dumps_json(summary)
     for split, df, lv in (("eval", main_eval, next(iter(levels))), ("sft", sft_df, None)):
-        texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg, lv))
+        texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg, lv, warnings))
         texts[files[f"split_groups_{split}"]] = "".join(g + "\n" for g in _groups(df))
     tables = [(files["eval_parquet"], files["eval_jsonl"], main_eval),
               (files["sft_parquet"], files["sft_jsonl"], sft_df)]
@@ -296,7 +300,7 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
         if lv in (None, "L1"):
             continue
         lf = level_file_names(cfg, lv)
-        texts[lf["manifest"]] = io.dumps_json(build_manifest("eval", df, cfg, lv))
+        texts[lf["manifest"]] = io.dumps_json(build_manifest("eval", df, cfg, lv, warnings))
         texts[lf["split_groups"]] = "".join(g + "\n" for g in _groups(df))
         tables.append((lf["parquet"], lf["jsonl"], df))
     texts[files["task_distribution"]] = task_distribution_csv(main_eval, cfg)

@@ -58,10 +58,21 @@ def test_an_unfilled_level_warns_and_the_release_records_it(small):
     assert prov["warnings"] == [warning]
     card = (release / "README.md").read_text()
     assert "## Build warnings" in card and f"- {warning}\n" in card
+    manifests = sorted((release / "metadata").glob("eval*manifest.json"))
+    assert len(manifests) >= 2 and all(json.loads(m.read_text())["warnings"] == [warning] for m in manifests)
+    assert "warnings" not in json.loads((release / "metadata" / "sft_manifest.json").read_text())
     assert validate_release(release, cfg, leaks=False) == []
-    # the card's record must agree with provenance.json's: a card that drops it is caught
-    (release / "README.md").write_text(card.replace(f"- {warning}\n", ""))
+    # the eval manifest's record must agree with provenance.json's: one that drops it is caught
+    from pipeline import io as pio
     from pipeline import writers
 
+    path = release / "metadata" / "eval_manifest.json"
+    kept = path.read_text()
+    pio.write_json(path, {k: v for k, v in json.loads(kept).items() if k != "warnings"})
+    writers.write_checksums(release, cfg)
+    assert any("eval_manifest.json: lacks warnings" in p for p in validate_release(release, cfg, leaks=False))
+    path.write_text(kept)
+    # the card's record must agree with provenance.json's: a card that drops it is caught
+    (release / "README.md").write_text(card.replace(f"- {warning}\n", ""))
     writers.write_checksums(release, cfg)
     assert any("README.md: differs from the export" in p for p in validate_release(release, cfg, leaks=False))
