@@ -13,7 +13,7 @@
 #                                       frame-extraction, split and build benchmarks (cold build, rebuild with nothing
 #                                       changed, rebuild after one template edit) and the eval runner's overhead per
 #                                       item against a local server (numbers, not pass/fail)
-#   make faults [FAULT_ARGS="--publish-kills 4"]
+#   make faults [FAULT_ARGS="--publish-kills 3"]
 #                                       the fault campaign: every kind of bench/fault_kinds.yaml planted and counted
 #                                       (faults survived, bad inputs handled, tampers caught, bombs under 1 GiB);
 #                                       tampers use release/ when there is one (docs/faults.md)

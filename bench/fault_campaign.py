@@ -17,7 +17,8 @@ What runs:
 - the tests the inventory names, in one pytest run (unless --no-tests): a kind counts as handled when its campaign
   cases and all its tests pass. Bombs are read by tests/bombs.py `probe` in a fresh process under a memory limit
   (1 GiB of address space above its baseline); their peak RSS, logged by the probe, must stay under 1 GiB;
-- --publish-kills N adds bench/fault_publish.py's kill -9 faults (N kill points and a concurrent build).
+- --publish-kills N adds bench/fault_publish.py's kill -9 faults (N kill points over a build, N more within its
+  release step, and a concurrent build).
 
 Prints one line per case and per kind, then the table of counts per group. Exit 1 when the inventory is not in step
 with the cases and tests, or a kind is not handled.
@@ -316,7 +317,8 @@ def judge(kinds: list[dict], cases: dict[str, bool], outcomes: dict[str, str] | 
 
 def publish_kills(points: int) -> tuple[int, int, str]:
     """bench/fault_publish.py's kill -9 faults: (tried, survived, its last line)."""
-    res = subprocess.run([sys.executable, str(Path(__file__).with_name("fault_publish.py")), "--points", str(points)],
+    res = subprocess.run([sys.executable, str(Path(__file__).with_name("fault_publish.py")), "--points", str(points),
+                          "--in-release", str(points)],
                          cwd=REPO, capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="0"))
     m = re.search(r"faults tried (\d+), survived (\d+)", res.stdout)
     return (int(m[1]), int(m[2]), m[0]) if m else (1, 0, f"fault_publish.py exit {res.returncode}")
@@ -362,7 +364,7 @@ def main() -> int:
     ap.add_argument("--release", help="a built release to tamper with (a copy); default release/, else a demo build")
     ap.add_argument("--no-tests", action="store_true", help="run the campaign cases only; count the tests' kinds")
     ap.add_argument("--publish-kills", type=int, default=0, metavar="N",
-                    help="also run bench/fault_publish.py with N kill points (a few minutes per point)")
+                    help="also run bench/fault_publish.py: N kill points over a build and N within its release step")
     a = ap.parse_args()
     logging.disable(logging.WARNING)
     kinds = load_inventory()
