@@ -23,7 +23,7 @@ import polars as pl
 from pipeline import stages, work_tables
 from pipeline.digests import REPO, code_digest, config_part, digest, file_digest  # noqa: F401 (REPO: for tests)
 from pipeline.errors import ProjectError
-from pipeline.io import write_json
+from pipeline.core.io import write_json
 from upstream_adapters import content_hash
 
 from .tables import Step, tables_by_name

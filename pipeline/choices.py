@@ -29,7 +29,7 @@ import polars as pl
 
 from pipeline.families.common import kendall, list_column
 from pipeline.families.temporal import answer_for, canonical_choices
-from pipeline.io import compact_json
+from pipeline.core.io import compact_json
 from pipeline.schema import CHOICE_LETTERS
 from pipeline.seeding import py_rng, rng, stable_hash
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import io
+from pipeline.core import io
 from pipeline.schema import CHOICE_COLUMNS, CHOICE_LETTERS
 
 COPY_SEP = ".c"

@@ -47,7 +47,7 @@ from upstream_adapters.ir import (
 )
 
 from .ingest_guard import UnitGuard
-from .io import write_parquet
+from pipeline.core.io import write_parquet
 from .leaks import find_path_leaks, redact_paths
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from .io import atomic_write_text
+from pipeline.core.io import atomic_write_text
 
 DEATHS = 2  # deaths in a row on the same files before a unit is refused unread
 REASON = ("the ingest process died while reading this unit in {n} earlier runs (killed: out of memory, or a crash "

@@ -23,7 +23,7 @@ from .digests import without_no_output_keys
 
 if TYPE_CHECKING:
     from .settings_root import Settings
-from .io import dumps_json, write_json
+from pipeline.core.io import dumps_json, write_json
 
 
 def corpus_fingerprint(slug: str, root: Path, options: dict | None = None) -> dict:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .config import path_in_repo
-from .io import clean_temp_files
+from pipeline.core.io import clean_temp_files
 
 if TYPE_CHECKING:
     from .settings_root import Settings

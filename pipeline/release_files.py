@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import io
+from pipeline.core import io
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings

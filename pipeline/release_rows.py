@@ -9,7 +9,7 @@ Row order and item ids. Within each split, rows are sorted by
 and numbered from 1: item_id = f"{item_id_prefix}_{split}_{n:06d}".
 
 The tables are built column by column in polars (a Python dict per row cost seconds at release scale); the JSON and
-reference columns come from `pipeline/io.py` `compact_json_column` and `pipeline/schema.py` `reference_columns`,
+reference columns come from `pipeline/core/io.py` `compact_json_column` and `pipeline/schema.py` `reference_columns`,
 which give the same text as their one-value counterparts.
 
 Checks. `row_problem` states the per-row contract in plain Python and words every error. Only the rows `_suspects`
@@ -27,7 +27,7 @@ import re
 
 import polars as pl
 
-from pipeline import io
+from pipeline.core import io
 from pipeline.release_files import source_names, task_number
 from pipeline.schema import CHOICE_COLUMNS, CHOICE_LETTERS, COLUMN_NAMES, MAX_CHOICES, polars_schema, reference_columns
 

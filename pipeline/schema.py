@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from pipeline.io import compact_json, compact_json_column
+from pipeline.core.io import compact_json, compact_json_column
 from pipeline.settings import ReleaseFile
 from upstream_adapters import ADAPTERS
 

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline import io, writers
+from pipeline import writers
+from pipeline.core import io
 from pipeline.exports.common import read_tables
 from pipeline.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.score_bias import bias_free

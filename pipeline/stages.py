@@ -48,7 +48,7 @@ from .frames.readers import AdapterReaders
 from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
 from .ingest import ingest_source, merge_shards, quarantine_frame, read_ir, summary_text, units_lost, write_ir
-from .io import ParquetTables, atomic_write_bytes, write_json, write_parquet
+from pipeline.core.io import ParquetTables, atomic_write_bytes, write_json, write_parquet
 from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown
 from .publish import release_dir, work_dir

@@ -22,11 +22,11 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline import writers
-from pipeline.io import strict_json
+from pipeline.core.io import strict_json
 from pipeline.exports.facing import release_problems as model_facing_problems
 from pipeline.exports.common import recorded_warnings
 from pipeline.ingest import unit_id_problem
-from pipeline.io import compact_json
+from pipeline.core.io import compact_json
 from pipeline.leaks import find_path_leaks
 from pipeline.steps.write import step_problems
 from pipeline.release_scan import release_leaks

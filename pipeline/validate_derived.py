@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline import writers
-from pipeline.io import strict_json
+from pipeline.core.io import strict_json
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings

@@ -11,7 +11,7 @@ import codecs
 import os
 from pathlib import Path
 
-from pipeline.io import is_temp_file
+from pipeline.core.io import is_temp_file
 from pipeline.leaks import find_path_leaks
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .io import atomic_write_text, write_parquet
+from pipeline.core.io import atomic_write_text, write_parquet
 from .digests import file_digest
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import io
+from pipeline.core import io
 from pipeline.leaks import find_path_leaks
 from pipeline.schema import CHOICE_LETTERS  # noqa: F401 - re-exported (pipeline/score.py reads writers.CHOICE_LETTERS)
 from pipeline.schema import COLUMN_NAMES, polars_schema, schema_markdown

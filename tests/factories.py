@@ -26,7 +26,7 @@ import polars as pl
 
 from pipeline import publish, writers
 from pipeline.config import load_settings
-from pipeline.io import compact_json
+from pipeline.core.io import compact_json
 from upstream_adapters.ir import (FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA, UNITS_SCHEMA, UnitIR,
                                   to_table)
 

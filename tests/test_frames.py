@@ -19,7 +19,7 @@ from pipeline.frames.extract import FRAME_TABLE_SCHEMA, DirectoryReaders, extrac
 from pipeline.frames.pixels import frame_stats, pixel_sha256
 from pipeline.frames.render import add_image_hashes, image_hashes, render_item_images
 from pipeline.frames.worker import CacheWriteError
-from pipeline.io import compact_json
+from pipeline.core.io import compact_json
 import packs
 from upstream_adapters.ir import QUARANTINE_SCHEMA
 from upstream_adapters.samples.common import decode_frame_index, encode_video, render_frame

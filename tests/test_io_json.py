@@ -1,4 +1,4 @@
-"""JSON text computed by polars (pipeline/io.py `compact_json_column`, `jsonl_bytes`) is the text json.dumps gives: the
+"""JSON text computed by polars (pipeline/core/io.py `compact_json_column`, `jsonl_bytes`) is the text json.dumps gives: the
 release's JSON cells and jsonl mirrors are built that way and must not change by a byte."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import polars as pl
 
-from pipeline import io
+from pipeline.core import io
 
 # every code point but the surrogates, cut into strings of 300 (the control characters, quotes, backslashes, DEL,
 # U+2028/2029 and the astral planes among them)

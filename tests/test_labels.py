@@ -529,7 +529,7 @@ def test_labels_read_a_lazy_ir_and_any_row_order_alike(cfg, tmp_path, monkeypatc
     """The labels step reads the IR table by table from its folder (ParquetTables) and may find the signals in any
     row order: the labels are the same as from the whole IR in memory, and a unit whose rule raises is still the only
     one quarantined."""
-    from pipeline.io import ParquetTables, write_parquet
+    from pipeline.core.io import ParquetTables, write_parquet
     from pipeline.labels import driver
 
     ir = synthetic_ir("rh20t", n_units=3, n_frames=240)
@@ -558,7 +558,7 @@ def test_labels_read_a_lazy_ir_and_any_row_order_alike(cfg, tmp_path, monkeypatc
 
 
 def test_key_runs_and_sorted_by():
-    from pipeline.io import key_runs, sorted_by
+    from pipeline.core.io import key_runs, sorted_by
 
     df = pl.DataFrame({"u": ["a", "a", "b", "b", "b", "c"], "arm": ["l", "r", "l", "l", "r", "r"], "i": [0, 0, 0, 1, 0, 0]})
     assert key_runs(df, ["u", "arm"]) == [("a", "l", 0, 1), ("a", "r", 1, 2), ("b", "l", 2, 4), ("b", "r", 4, 5),

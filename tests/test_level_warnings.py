@@ -63,7 +63,7 @@ def test_an_unfilled_level_warns_and_the_release_records_it(small):
     assert "warnings" not in json.loads((release / "metadata" / "sft_manifest.json").read_text())
     assert validate_release(release, cfg, leaks=False) == []
     # the eval manifest's record must agree with provenance.json's: one that drops it is caught
-    from pipeline import io as pio
+    from pipeline.core import io as pio
     from pipeline import writers
 
     path = release / "metadata" / "eval_manifest.json"

@@ -18,7 +18,8 @@ import polars as pl
 import pytest
 
 from factories import hold_build_lock
-from pipeline import io, provenance, publish
+from pipeline import provenance, publish
+from pipeline.core import io
 from pipeline.config import load_settings
 from pipeline.settings_root import Settings
 

@@ -18,7 +18,7 @@ from pipeline.frames.pixels import decode_png, pixel_sha256
 from pipeline.frames.readers import AdapterReaders
 from pipeline.frames.reconstruct import reconstruct, reconstruct_summary, reconstruction_markdown
 from pipeline.frames.render import add_image_hashes
-from pipeline.io import compact_json, write_parquet
+from pipeline.core.io import compact_json, write_parquet
 from upstream_adapters import video
 from upstream_adapters.base import file_digest
 from upstream_adapters.ir import UnitError
@@ -147,7 +147,7 @@ def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, ca
     """An eval level's own file (split_summary.json `eval_levels`) is rebuilt like the main eval and SFT files, and
     `processbench reconstruct` prints per file what it wrote and where the images went."""
     from assets import cli
-    from pipeline.io import write_json
+    from pipeline.core.io import write_json
     from pipeline.release_files import level_file_name
 
     cfg, upstream, release, _ = setup

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from factories import build, make_cfg
-from pipeline import io, writers
+from pipeline import writers
+from pipeline.core import io
 from pipeline.config import load_settings
 from pipeline.exports import common
 from pipeline.validate import validate_release

@@ -12,7 +12,7 @@ import pytest
 
 from assets.run import BuildSettings, plan
 from pipeline import stages, work_tables
-from pipeline.io import write_parquet
+from pipeline.core.io import write_parquet
 
 
 def _settings(samples, work, release):

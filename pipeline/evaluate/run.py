@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from pipeline import io
+from pipeline.core import io
 
 from .client import Outcome, Stats, ask, build_payload, completions_url, preflight_reason
 from .images import ImageError, load_item_images, reconstruct_for

@@ -20,7 +20,7 @@ import logging
 import os
 from pathlib import Path
 
-from pipeline import io
+from pipeline.core import io
 
 log = logging.getLogger(__name__)
 STORE_FILE = "responses.jsonl"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import io, writers
+from pipeline import writers
+from pipeline.core import io
 from pipeline.frames.render import image_filename
 from pipeline.prompts import format_prompt
 from pipeline.release_files import eval_level_files, level_file_name

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.io import compact_json, key_runs, sorted_by
+from pipeline.core.io import compact_json, key_runs, sorted_by
 from pipeline.seeding import py_rng, stable_hash
 
 if TYPE_CHECKING:

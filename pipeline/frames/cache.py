@@ -85,7 +85,7 @@ _MADE_DIRS: set[str] = set()  # folders this process already created (skips a mk
 
 
 def _temp_file(parent: str, name: str) -> tuple[int, str]:
-    """A new `.<name>.<random>.tmp` in `parent` (the name pipeline.io's leftover cleaner knows), created 0666 so
+    """A new `.<name>.<random>.tmp` in `parent` (the name pipeline.core.io's leftover cleaner knows), created 0666 so
     the umask applies as for a plain open() (mkstemp's 0600 would keep a shared cache from other users)."""
     while True:
         tmp = f"{parent}{os.sep}.{name}.{secrets.token_hex(4)}.tmp"

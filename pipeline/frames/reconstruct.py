@@ -24,7 +24,7 @@ import polars as pl
 
 from upstream_adapters import video
 
-from ..io import write_json
+from pipeline.core.io import write_json
 from ..pool import run_tasks
 from ..release_files import eval_level_files
 from .readers import AdapterReaders

@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 import polars as pl
 
-from ..io import atomic_write_bytes, compact_json
+from pipeline.core.io import atomic_write_bytes, compact_json
 from .cache import BadEntry, FrameCache
 from .pixels import as_rgb, encode_png, pixel_sha256
 from ..pool import resolve_workers

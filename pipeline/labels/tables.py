@@ -7,7 +7,7 @@ import math
 import numpy as np
 import polars as pl
 
-from ..io import key_runs, sorted_by
+from pipeline.core.io import key_runs, sorted_by
 
 
 _UNITS_SCHEMA = {"source": pl.String, "unit_id": pl.String, "camera": pl.String, "fps": pl.Float64,

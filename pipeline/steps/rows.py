@@ -17,7 +17,7 @@ import json
 import polars as pl
 
 from ..frames.render import image_filename
-from ..io import compact_json
+from pipeline.core.io import compact_json
 from ..release_files import source_names, source_order
 from .items import STEP_ERROR_KINDS
 

@@ -21,7 +21,7 @@ from ..frames.cache import FrameCache
 from ..frames.extract import extract_from_config
 from ..frames.readers import AdapterReaders
 from ..frames.render import add_image_hashes
-from ..io import compact_json, write_json, write_parquet
+from pipeline.core.io import compact_json, write_json, write_parquet
 from ..publish import work_dir
 from . import BUILDERS, perturb
 from .balance import balance

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import io
+from pipeline.core import io
 from ..leaks import find_path_leaks
 from ..release_files import file_names
 from .rows import STEP_SCHEMA, row_problems

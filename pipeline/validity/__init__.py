@@ -253,7 +253,7 @@ def run_validity(cfg: Settings, release_dir: Path | None = None, work_dir: Path 
 
 
 def write_report(report: dict, metadata_dir: Path) -> None:
-    from ..io import atomic_write_bytes
+    from pipeline.core.io import atomic_write_bytes
 
     atomic_write_bytes(metadata_dir / REPORT_FILES[0], (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
     atomic_write_bytes(metadata_dir / REPORT_FILES[1], render_markdown(report).encode())
