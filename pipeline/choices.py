@@ -31,7 +31,7 @@ from pipeline.families.common import kendall, list_column
 from pipeline.families.temporal import answer_for, canonical_choices
 from pipeline.core.io import compact_json
 from pipeline.schema import CHOICE_LETTERS
-from pipeline.seeding import py_rng, rng, stable_hash
+from pipeline.core.seeding import py_rng, rng, stable_hash
 
 LETTER_COLUMNS = {"choices": pl.List(pl.String), "answer": pl.String}
 _ROW = "__row"

@@ -52,7 +52,7 @@ from collections import defaultdict, deque
 import polars as pl
 
 from pipeline.families.common import scale_quota
-from pipeline.seeding import py_rng
+from pipeline.core.seeding import py_rng
 
 if TYPE_CHECKING:
     from pipeline.settings import TaskFile

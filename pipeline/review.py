@@ -4,7 +4,7 @@ items, each showing exactly the images and the prompt a model gets, for a person
     processbench review --release DIR --images DIR --out DIR [--per-cell 100] [--seed N]
 
 - Items: every eval file of the release (L1 and the out-of-distribution levels), sampled per (source, family) with a
-  seeded shuffle (pipeline.seeding, stage "review"): at most `per_cell` items, the same sample for the same release.
+  seeded shuffle (pipeline.core.seeding, stage "review"): at most `per_cell` items, the same sample for the same release.
 - Images: the files `processbench reconstruct` wrote (`<images>/<item_id>_<k>.png`, k = 0, 1, ...); the sampled
   items' images are copied next to the pages (`images/`), referenced relatively, so the folder opens from disk
   (file://) with no server. An item whose images are missing is left out and listed in `index.html`.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .prompts import format_prompt
 from .schema import CHOICE_LETTERS
-from .seeding import py_rng
+from pipeline.core.seeding import py_rng
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings

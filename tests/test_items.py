@@ -16,7 +16,7 @@ from pipeline import choices as C
 from pipeline import items as I
 from pipeline.config import load_settings
 from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
-from pipeline.seeding import stable_hash
+from pipeline.core.seeding import stable_hash
 
 CFG = load_settings()
 
@@ -435,7 +435,7 @@ def test_dealt_options_make_every_label_of_an_option_set_the_answer_equally_ofte
     from collections import Counter, defaultdict
 
     from pipeline.choices import deal_options
-    from pipeline.seeding import py_rng
+    from pipeline.core.seeding import py_rng
 
     labels = ["pre-approach", "approach", "contact", "hold and carry", "transfer", "release"]
     r = py_rng(3, "test")

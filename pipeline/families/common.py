@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.core.io import compact_json, key_runs, sorted_by
-from pipeline.seeding import py_rng, stable_hash
+from pipeline.core.seeding import py_rng, stable_hash
 
 if TYPE_CHECKING:
     from pipeline.settings import Distractors

@@ -21,7 +21,7 @@ import itertools
 
 import numpy as np
 
-from pipeline.seeding import py_rng
+from pipeline.core.seeding import py_rng
 
 from .common import Pool, Spec, evenly, order_distractors, permutations_of
 from .context import Context

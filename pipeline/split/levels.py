@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..seeding import rng as np_rng
+from pipeline.core.seeding import rng as np_rng
 from ..settings import OodBalance
 from .objective import make_pool
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..seeding import rng as np_rng
+from pipeline.core.seeding import rng as np_rng
 from .objective import _Q, Selection, SplitPool
 from .public import public_rule
 

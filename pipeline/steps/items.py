@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ..families.common import label_runs
-from ..seeding import rng as rng_for
+from pipeline.core.seeding import rng as rng_for
 
 if TYPE_CHECKING:
     from pipeline.settings_steps import StepTaskFile

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..seeding import rng as rng_for
+from pipeline.core.seeding import rng as rng_for
 from .items import make_step, set_claim, step_frames
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..schema import CHOICE_COLUMNS
 from .baselines import cell_baselines
-from ..seeding import py_rng
+from pipeline.core.seeding import py_rng
 from .metadata import (column_accuracy, metadata_problems, predictor_columns, row_count_accuracy, row_count_null,
                        row_counts)
 from .images import FrameThumbs, shared_images, temporal_gaps
