@@ -152,7 +152,7 @@ class Step:
     run: Callable[[dict], dict]  # cfg -> summary
     writes: tuple[Table, ...]
     reads: tuple[str, ...]  # table names (Table.name) of other steps
-    config: tuple[str, ...]  # configs/ sections that change what the step computes (pipeline.digests.config_part)
+    config: tuple[str, ...]  # configs/ sections that change what the step computes (pipeline.core.digests.config_part)
     description: str
     source: str | None = None
     external: Callable[[dict], Path] | None = field(default=None)  # an input outside the work folder

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .digests import without_no_output_keys
+from pipeline.core.digests import without_no_output_keys
 
 if TYPE_CHECKING:
     from .settings_root import Settings
@@ -94,7 +94,7 @@ def corpus_record(slug: str, root: Path, options: dict | None = None) -> dict:
 
 def config_hash(cfg: Settings) -> str:
     """sha256 of the merged, validated configuration without the keys that change no output (the one list:
-    pipeline/digests.py NO_OUTPUT_KEYS, which the steps' fingerprints leave out too)."""
+    pipeline/core/digests.py NO_OUTPUT_KEYS, which the steps' fingerprints leave out too)."""
     doc = {k: without_no_output_keys(k, v) for k, v in sorted(cfg.model_dump().items())}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 

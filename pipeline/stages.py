@@ -37,7 +37,7 @@ from .config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sam
 from .exports import files_written, run_exports
 from .validity import REPORT_FILES, run_validity
 from .errors import ProjectError, SourceUnusable
-from .digests import code_digest, config_part, digest, file_digest, table_digest
+from pipeline.core.digests import code_digest, config_part, digest, file_digest, table_digest
 from .families import Context, enabled_families, family_candidates, merge_candidates
 from .families.no_items import units_without_items
 from .frames.cache import FrameCache

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.core.io import atomic_write_text, write_parquet
-from .digests import file_digest
+from pipeline.core.digests import file_digest
 
 log = logging.getLogger(__name__)
 

@@ -224,9 +224,9 @@ def test_input_limits_are_typed_settings(tmp_path):
 
 def test_input_limits_are_in_the_config_hash_and_the_ingest_fingerprint():
     """The bounds decide which units are refused, so they can change the release: they are not among the keys that
-    change no output (pipeline/digests.py NO_OUTPUT_KEYS, the one list), and editing them changes provenance.json's
+    change no output (pipeline/core/digests.py NO_OUTPUT_KEYS, the one list), and editing them changes provenance.json's
     config hash and re-runs ingest."""
-    from pipeline.digests import NO_OUTPUT_KEYS, config_part, digest
+    from pipeline.core.digests import NO_OUTPUT_KEYS, config_part, digest
     from pipeline.provenance import config_hash
 
     assert all("input_limits" not in keys for keys in NO_OUTPUT_KEYS.values())

@@ -156,11 +156,11 @@ OTHER_VALUE = {"work_dir": "edited", "release_dir": "edited", "executor": {"engi
 
 
 def test_keys_that_change_no_output_change_no_fingerprint_and_no_config_hash():
-    """One list (pipeline/digests.py NO_OUTPUT_KEYS) for the steps' fingerprints and the release's config hash: each
+    """One list (pipeline/core/digests.py NO_OUTPUT_KEYS) for the steps' fingerprints and the release's config hash: each
     of its keys edited leaves both as they were; a key that changes output (planted: the release seed) changes both."""
     from assets.tables import all_steps
     from pipeline.config import load_settings
-    from pipeline.digests import NO_OUTPUT_KEYS, config_part, digest
+    from pipeline.core.digests import NO_OUTPUT_KEYS, config_part, digest
     from pipeline.provenance import config_hash
 
     cfg = load_settings(scale="demo")

@@ -9,7 +9,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 
 # The config keys that change no byte the build writes, per configs/ section: where things lie on this machine (the
 # work and release folders, a source's root: its content is fingerprinted on its own) and how the build spreads over
