@@ -22,7 +22,7 @@ import dagster as dg
 from pipeline import publish
 from pipeline.config import load_settings
 from pipeline.errors import EXPLAINED
-from pipeline.pool import limit_native_threads
+from pipeline.core.pool import limit_native_threads
 
 from . import fingerprint
 from .checks import checks_for, publish_problems, table_metadata

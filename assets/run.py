@@ -18,7 +18,7 @@ import uuid
 import dagster as dg
 
 from pipeline import publish
-from pipeline.pool import limit_native_threads
+from pipeline.core.pool import limit_native_threads
 
 from . import fingerprint
 from .definitions import STEPS, build_job

@@ -238,7 +238,7 @@ def main() -> int:
     import av
     import cv2
 
-    from pipeline.pool import resolve_workers
+    from pipeline.core.pool import resolve_workers
     from upstream_adapters import video
 
     repeat = 2 if args.quick else 3

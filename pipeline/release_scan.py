@@ -14,7 +14,7 @@ import polars as pl
 
 from pipeline import writers
 from pipeline.leaks import find_path_leaks
-from pipeline.pool import run_tasks
+from pipeline.core.pool import run_tasks
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings

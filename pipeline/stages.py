@@ -43,7 +43,7 @@ from .families.no_items import units_without_items
 from .frames.cache import FrameCache
 from .frames.extract import FRAME_TABLE_SCHEMA, extract_from_config, item_frames, requests_from_items
 from .frames.gate import gate_items
-from .pool import run_beside
+from pipeline.core.pool import run_beside
 from .frames.readers import AdapterReaders
 from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes

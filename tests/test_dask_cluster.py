@@ -1,7 +1,7 @@
 """A Dask cluster started the way its users start one (issue 31): `dask scheduler` and `dask worker ADDRESS
 --nworkers 2` with their defaults, so each worker is a daemonic process under a nanny and may not start children.
 The build's in-step pools (frame decoding, the split's searches, the release path scan, the validity audit beside the
-exports) then run on threads (pipeline/pool.py `children_allowed`); the release equals the committed lock."""
+exports) then run on threads (pipeline/core/pool.py `children_allowed`); the release equals the committed lock."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _square(x):
 
 
 def _in_daemon(queue):
-    from pipeline.pool import children_allowed, run_beside, run_tasks
+    from pipeline.core.pool import children_allowed, run_beside, run_tasks
 
     got = []
     run_tasks(_square, range(6), 3, got.append, lambda t, r: {"x": t, "failed": r})

@@ -1,4 +1,4 @@
-"""pipeline/pool.py: pool workers (and the fork server) die with the process that started the pool, even when
+"""pipeline/core/pool.py: pool workers (and the fork server) die with the process that started the pool, even when
 it is killed with SIGKILL (issue 14: orphaned forkserver and workers after kill -9 of the build)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ TASKS = textwrap.dedent("""
 
 BUILD = textwrap.dedent("""
     import sys
-    from pipeline.pool import run_tasks
+    from pipeline.core.pool import run_tasks
     import lifetime_tasks
 
     out, ctx = sys.argv[1], sys.argv[2]
@@ -87,7 +87,7 @@ def test_run_beside_returns_both_results_and_raises_the_workers_error():
     a failure in the worker is raised, never turned into a result."""
     import math
 
-    from pipeline.pool import run_beside
+    from pipeline.core.pool import run_beside
 
     assert run_beside(math.sqrt, 16.0, lambda: "here") == ("here", 4.0)
     with pytest.raises(ValueError):
@@ -99,7 +99,7 @@ NATIVE = textwrap.dedent("""
     os.environ["OPENBLAS_NUM_THREADS"] = "2"  # a machine where BLAS would start a thread per core
     import numpy  # noqa: F401 - loads OpenBLAS with 2 threads
     from threadpoolctl import threadpool_info
-    from pipeline.pool import limit_native_threads
+    from pipeline.core.pool import limit_native_threads
 
     def blas_threads():
         return sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})

@@ -25,7 +25,7 @@ from typing import Callable
 import polars as pl
 
 from .cache import FrameCache
-from ..pool import resolve_workers, run_tasks
+from pipeline.core.pool import resolve_workers, run_tasks
 from .readers import AdapterReaders, DirectoryReaders, reader_id, unit_fingerprint  # noqa: F401 - re-exported
 from .worker import VideoTask, error_result, raise_cache_errors, run_video
 

@@ -30,7 +30,7 @@ import polars as pl
 from pipeline.core.io import atomic_write_bytes, compact_json
 from .cache import BadEntry, FrameCache
 from .pixels import as_rgb, encode_png, pixel_sha256
-from ..pool import resolve_workers
+from pipeline.core.pool import resolve_workers
 
 RENDER_VERSION = 1
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import json
 
 import polars as pl
 
-from ..pool import run_tasks
+from pipeline.core.pool import run_tasks
 from .ours import our_rule
 from .levels import choose_values
 from .objective import make_pool
