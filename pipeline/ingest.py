@@ -2,7 +2,7 @@
 
 A unit that cannot be read (any exception while reading it), whose IR violates the schema or the sane ranges of
 `build.ir_limits`, or whose text fields (licence, language, segment texts, ...) hold a path or this machine's name
-(what the release's leak scanner, pipeline/leaks.py, would refuse) becomes a quarantine row (unit, stage, reason,
+(what the release's leak scanner, pipeline/core/leaks.py, would refuse) becomes a quarantine row (unit, stage, reason,
 file) and the rest of the source goes on. A source whose root is unusable, or whose discovery fails, becomes one
 quarantine row with unit "*". Reasons, notes and files are made path-free here, the one place every adapter's
 messages pass (absolute paths under the root become relative, any other absolute path `<path>`).
@@ -48,7 +48,7 @@ from upstream_adapters.ir import (
 
 from .ingest_guard import UnitGuard
 from pipeline.core.io import write_parquet
-from .leaks import find_path_leaks, redact_paths
+from pipeline.core.leaks import find_path_leaks, redact_paths
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ TEXT_FIELDS = ("task_id", "operator_id", "scene_id", "config_id", "taxonomy", "o
 
 
 def text_field_problem(ir) -> str | None:
-    """The first text field of a unit (units row, cameras, segment texts) that pipeline/leaks.py would refuse in a
+    """The first text field of a unit (units row, cameras, segment texts) that pipeline/core/leaks.py would refuse in a
     release file, named with what it looks like (never the text itself, which is the leak); None when clean."""
     fields = [(f"units.{k}", ir.unit.get(k)) for k in TEXT_FIELDS]
     fields.append(("units.cameras", " ".join(map(str, ir.unit.get("cameras") or []))))

@@ -1,4 +1,4 @@
-"""Every file of a written release scanned for path / identity leaks (pipeline/leaks.py), side by side on a process
+"""Every file of a written release scanned for path / identity leaks (pipeline/core/leaks.py), side by side on a process
 pool, each file read in pieces so that a worker never holds a whole file's text.
 
     release_leaks(Path("release"), cfg)      # ["splits/x.jsonl: absolute path '/home/alice/x'", ...]
@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline import writers
-from pipeline.leaks import find_path_leaks
+from pipeline.core.leaks import find_path_leaks
 from pipeline.core.pool import run_tasks
 
 if TYPE_CHECKING:

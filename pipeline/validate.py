@@ -1,4 +1,4 @@
-"""The release validator (`processbench validate DIR`); the path-leak scanner is pipeline/leaks.py, its scan of every
+"""The release validator (`processbench validate DIR`); the path-leak scanner is pipeline/core/leaks.py, its scan of every
 release file pipeline/release_scan.py.
 
     problems = validate_release(Path("release"))      # [] when the release is valid
@@ -27,7 +27,7 @@ from pipeline.exports.facing import release_problems as model_facing_problems
 from pipeline.exports.common import recorded_warnings
 from pipeline.ingest import unit_id_problem
 from pipeline.core.io import compact_json
-from pipeline.leaks import find_path_leaks
+from pipeline.core.leaks import find_path_leaks
 from pipeline.steps.write import step_problems
 from pipeline.release_scan import release_leaks
 from pipeline.validate_derived import export_problems, provenance_problems, validity_problems

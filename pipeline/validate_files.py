@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from pipeline.core.io import is_temp_file
-from pipeline.leaks import find_path_leaks
+from pipeline.core.leaks import find_path_leaks
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.core import io
-from pipeline.leaks import find_path_leaks
+from pipeline.core.leaks import find_path_leaks
 from pipeline.schema import CHOICE_LETTERS  # noqa: F401 - re-exported (pipeline/score.py reads writers.CHOICE_LETTERS)
 from pipeline.schema import COLUMN_NAMES, polars_schema, schema_markdown
 from pipeline.release_files import merge_checked as _merge

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.ingest import ingest_source
-from pipeline.leaks import find_path_leaks
+from pipeline.core.leaks import find_path_leaks
 from upstream_adapters.gm100 import Gm100Adapter
 from upstream_adapters.ir import UnitError
 from upstream_adapters.reassemble import ReassembleAdapter
@@ -440,7 +440,7 @@ def test_frame_errors_name_the_file_relative_to_the_root(bases, tmp_path):
 
 
 def test_redact_paths_makes_root_paths_relative_and_hides_others():
-    from pipeline.leaks import redact_paths
+    from pipeline.core.leaks import redact_paths
 
     text = ("cannot open '/data/gm100/task_00001/x.mp4' (also /home/alice/y.h5, C:\\Users\\bob\\z, "
             "file:///mnt/q, ~/w.txt)")

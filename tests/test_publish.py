@@ -340,7 +340,7 @@ def test_provenance_tells_sample_from_user_corpora_by_content(demo_samples, tmp_
 
 def test_provenance_is_path_free_and_deterministic():
     from pipeline.config import load_settings
-    from pipeline.leaks import find_path_leaks
+    from pipeline.core.leaks import find_path_leaks
 
     a = load_settings(scale="demo")
     b = load_settings(scale="demo", upstream={"gm100": "/data/elsewhere/gm100"})

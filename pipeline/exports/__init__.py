@@ -24,7 +24,7 @@ import polars as pl
 from pipeline import writers
 from pipeline.core import io
 from pipeline.exports import card, common, consumers, croissant, facing, lmms
-from pipeline.leaks import find_path_leaks
+from pipeline.core.leaks import find_path_leaks
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings

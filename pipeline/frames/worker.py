@@ -14,7 +14,7 @@ import resource
 import sys
 from dataclasses import dataclass
 
-from ..leaks import redact_paths
+from pipeline.core.leaks import redact_paths
 from .cache import FrameCache
 from .pixels import as_rgb, frame_stats
 

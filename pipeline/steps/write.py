@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.core import io
-from ..leaks import find_path_leaks
+from pipeline.core.leaks import find_path_leaks
 from ..release_files import file_names
 from .rows import STEP_SCHEMA, row_problems
 from .tables import LEVELS, step_files

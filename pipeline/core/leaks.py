@@ -46,7 +46,7 @@ def _identity_tokens() -> list[str]:
     return sorted(t for t in tokens if t and len(t) >= 4 and t.lower() not in _GENERIC_NAMES)
 
 
-_REPO = str(Path(__file__).resolve().parent.parent)
+_REPO = str(Path(__file__).resolve().parent.parent.parent)
 
 
 def _local_dirs() -> list[str]:
