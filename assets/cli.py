@@ -501,7 +501,7 @@ def _add_eval_parser(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    from pipeline.errors import EXPLAINED
+    from pipeline.core.errors import EXPLAINED
 
     try:
         return args.func(args)

@@ -21,7 +21,7 @@ import dagster as dg
 
 from pipeline import publish
 from pipeline.config import load_settings
-from pipeline.errors import EXPLAINED
+from pipeline.core.errors import EXPLAINED
 from pipeline.core.pool import limit_native_threads
 
 from . import fingerprint
@@ -98,7 +98,7 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
 
 @contextmanager
 def project_failure():
-    """A failure the project explains itself (pipeline/errors.py ProjectError) fails the step with its one line as the
+    """A failure the project explains itself (pipeline/core/errors.py ProjectError) fails the step with its one line as the
     failure description, which the UI shows and `processbench build` prints, without a trace."""
     try:
         yield

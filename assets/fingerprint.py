@@ -22,7 +22,7 @@ import polars as pl
 
 from pipeline import stages, work_tables
 from pipeline.core.digests import REPO, code_digest, config_part, digest, file_digest  # noqa: F401 (REPO: for tests)
-from pipeline.errors import ProjectError
+from pipeline.core.errors import ProjectError
 from pipeline.core.io import write_json
 from upstream_adapters import content_hash
 

@@ -3,7 +3,7 @@ time since the build started and the step's own duration, read from the run's ev
 shows, so it works whatever the executor: in_process, multiprocess, Dask workers elsewhere writing to the shared
 instance). Dagster's own console logger is turned down for these runs (assets/run.py), so no DEBUG lines.
 
-A step that failed with a failure the project explains (pipeline/errors.py, raised as `dg.Failure` by
+A step that failed with a failure the project explains (pipeline/core/errors.py, raised as `dg.Failure` by
 assets/definitions.py) is one line with that explanation; any other failure (a bug) is shown with its trace."""
 
 from __future__ import annotations

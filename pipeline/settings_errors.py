@@ -8,7 +8,7 @@ from types import UnionType
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .errors import ProjectError
+from pipeline.core.errors import ProjectError
 
 
 class ConfigError(ValueError, ProjectError):

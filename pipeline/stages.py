@@ -36,7 +36,7 @@ from .choices import assign_letters, deal_options, display_order
 from .config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
 from .validity import REPORT_FILES, run_validity
-from .errors import ProjectError, SourceUnusable
+from pipeline.core.errors import ProjectError, SourceUnusable
 from pipeline.core.digests import code_digest, config_part, digest, file_digest, table_digest
 from .families import Context, enabled_families, family_candidates, merge_candidates
 from .families.no_items import units_without_items
