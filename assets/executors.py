@@ -23,7 +23,7 @@ from dagster_dask import dask_executor
 
 from pipeline import publish
 
-from pipeline.settings import BuildExecutor
+from pipeline.settings.models import BuildExecutor
 
 from .settings import BuildSettings
 

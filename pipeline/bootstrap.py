@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from pipeline.settings import ExportsScore
+    from pipeline.settings.models import ExportsScore
 
 
 def group_bootstrap(sums: np.ndarray, statistic, sc: ExportsScore, what: str = "split groups"

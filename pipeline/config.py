@@ -1,4 +1,4 @@
-"""Load the build configuration: every YAML file under configs/, validated by its typed model (pipeline/settings.py),
+"""Load the build configuration: every YAML file under configs/, validated by its typed model (pipeline/settings/models.py),
 as one frozen `Settings` object (pipeline/settings_root.py) with the defaults filled.
 
     cfg = load_settings()                  # configs/ of this repository
@@ -65,7 +65,7 @@ def read_settings(config_dir: Path | None = None, variants: dict[str, str] | Non
     """Every file of `config_dir` validated and dumped (defaults filled), before roots and scale are applied.
     `variants` = {task_id: variant name}: those templates are read with that variant instead of the one their file
     names (`processbench build --variant T7=public`); a task id without a template is a ConfigError."""
-    from .settings import FILE_MODELS
+    from pipeline.settings.models import FILE_MODELS
 
     config_dir = Path(config_dir or CONFIG_DIR)
     cfg: dict = {}
@@ -73,7 +73,7 @@ def read_settings(config_dir: Path | None = None, variants: dict[str, str] | Non
         name = _rel(path, config_dir)
         if path.stem not in FILE_MODELS:
             raise ConfigError(name, "", f"a known config file ({', '.join(f'{k}.yaml' for k in FILE_MODELS)}); "
-                              "a new file needs its model in pipeline/settings.py")
+                              "a new file needs its model in pipeline/settings/models.py")
         cfg[path.stem] = validate_file(FILE_MODELS[path.stem], _section(path, _read(path)), name, path.stem)
     missing = sorted(set(FILE_MODELS) - set(cfg))
     if missing:
@@ -96,7 +96,7 @@ def read_settings(config_dir: Path | None = None, variants: dict[str, str] | Non
 
 def read_task(task_id: str, config_dir: Path | None = None, variant: str | None = None) -> dict:
     """One task template (configs/tasks/<task_id>.yaml) validated, with its `variant` (or the one given) applied."""
-    from .settings import StepTaskFile, TaskFile
+    from pipeline.settings.models import StepTaskFile, TaskFile
 
     config_dir = Path(config_dir or CONFIG_DIR)
     path = config_dir / "tasks" / f"{task_id}.yaml"
@@ -237,7 +237,7 @@ def load_split_policy(config_file: Path | None = None, config_dir: Path | None =
     build.release_seed), of `cfg` (else the configs of `config_dir`), with `config_file` (YAML shaped like
     configs/split.yaml, with or without the top-level `split:` key; may be partial) merged over the split section and
     validated like it."""
-    from .settings import SplitFile
+    from pipeline.settings.models import SplitFile
 
     cfg = cfg if cfg is not None else load_settings(config_dir)
     policy = cfg.split.model_dump()

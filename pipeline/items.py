@@ -55,7 +55,7 @@ from pipeline.families.common import scale_quota
 from pipeline.core.seeding import py_rng
 
 if TYPE_CHECKING:
-    from pipeline.settings import TaskFile
+    from pipeline.settings.models import TaskFile
     from pipeline.settings_root import Settings
 
 

@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.core.io import compact_json, compact_json_column
-from pipeline.settings import ReleaseFile
+from pipeline.settings.models import ReleaseFile
 from upstream_adapters import ADAPTERS
 
 CHOICE_LETTERS = "ABCDEF"

@@ -37,7 +37,7 @@ from pipeline.score_bias import bias_free
 from pipeline.validity.baselines import options, pick
 
 if TYPE_CHECKING:
-    from pipeline.settings import ExportsScore
+    from pipeline.settings.models import ExportsScore
     from pipeline.settings_root import Settings
 
 log = logging.getLogger(__name__)

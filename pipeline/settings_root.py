@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.settings import (BuildFile, ExportsFile, FramesFile, ReleaseFile, SourceEntry, SplitFile, TaskFile,
+from pipeline.settings.models import (BuildFile, ExportsFile, FramesFile, ReleaseFile, SourceEntry, SplitFile, TaskFile,
                                ValidityFile)
 from pipeline.settings_errors import ConfigError
 from pipeline.settings_labels import LabelsFile

@@ -1,5 +1,5 @@
 """The model of the T13 step track's settings: configs/validity.yaml `validity.steps` (the blind gates,
-pipeline/steps/gates.py). Its own file beside pipeline/settings.py, which holds the section it belongs to."""
+pipeline/steps/gates.py). Its own file beside pipeline/settings/models.py, which holds the section it belongs to."""
 
 from __future__ import annotations
 

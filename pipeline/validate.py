@@ -47,7 +47,7 @@ from pipeline.schema import (
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings
-    from pipeline.settings import ReleaseFile
+    from pipeline.settings.models import ReleaseFile
 
 # ---------------------------------------------------------------- helpers
 

@@ -6,7 +6,7 @@ YAML template (configs/tasks/T<n>.yaml), emitting an over-complete pool of candi
     pool = merge_candidates("gm100", parts)                # the pool from its parts (pipeline/stages.py keeps them)
 
 Template keys read here (per source where a mapping is keyed by source slugs and/or `default`; the model of a
-template, with every key and its type, is pipeline/settings.py TaskFile):
+template, with every key and its type, is pipeline/settings/models.py TaskFile):
     task_id, task_name, name_aliases, legacy_alias, input_type, num_choices, sources, quota, question, labels
     (closed label set: label -> choice text), frames (offsets / relative / centers / grid / segment_midpoints),
     candidates (stride, boundary_margin, cap_per_label, cap_per_unit), min_gap, balance_labels, distractors

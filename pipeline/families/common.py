@@ -18,7 +18,7 @@ from pipeline.core.io import compact_json, key_runs, sorted_by
 from pipeline.core.seeding import py_rng, stable_hash
 
 if TYPE_CHECKING:
-    from pipeline.settings import Distractors
+    from pipeline.settings.models import Distractors
     from pipeline.settings_root import Settings
 
 CANDIDATE_SCHEMA = {

@@ -28,7 +28,7 @@ from .pixels import thumb_mad
 from .render import frame_indices_of
 
 if TYPE_CHECKING:
-    from pipeline.settings import FramesGate
+    from pipeline.settings.models import FramesGate
     from pipeline.settings_root import Settings
 
 QUARANTINE_PL_SCHEMA = pl.from_arrow(QUARANTINE_SCHEMA.empty_table()).schema

@@ -31,7 +31,7 @@ from .readers import AdapterReaders
 from .render import RENDER_VERSION, frame_indices_of, image_hashes, render_item_images, render_spec_of, write_item_images
 from .worker import read_with_fallback
 
-from pipeline.settings import ReconstructionSource
+from pipeline.settings.models import ReconstructionSource
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings

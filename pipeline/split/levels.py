@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.core.seeding import rng as np_rng
-from ..settings import OodBalance
+from pipeline.settings.models import OodBalance
 from .objective import make_pool
 
 _Q = 10  # decimals objective comparisons are quantised to

@@ -25,7 +25,7 @@ from pipeline.steps.parse import parse_steps
 from pipeline.steps.tables import kind_class, step_rows
 
 if TYPE_CHECKING:
-    from pipeline.settings import ExportsScore
+    from pipeline.settings.models import ExportsScore
 
 STEP_METRIC_DEFINITIONS = {
     "macro_f1": "step macro-F1 (the headline; VisualProcessBench): over the slice's scored steps (gold 1 or -1; "

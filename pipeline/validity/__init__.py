@@ -33,7 +33,7 @@ from .images import FrameThumbs, shared_images, temporal_gaps
 from .report import render_markdown
 
 if TYPE_CHECKING:
-    from pipeline.settings import ValidityFile
+    from pipeline.settings.models import ValidityFile
     from pipeline.settings_root import Settings
 
 __all__ = ["audit", "problems", "run_validity"]
@@ -215,7 +215,7 @@ def run_validity(cfg: Settings, release_dir: Path | None = None, work_dir: Path 
 
     from ..config import path_in_repo
 
-    vcfg = cfg.validity  # configs/validity.yaml, validated by pipeline.settings.ValidityFile
+    vcfg = cfg.validity  # configs/validity.yaml, validated by pipeline.settings.models.ValidityFile
     rel = Path(release_dir or path_in_repo(cfg.build.release_dir))
     wd = Path(work_dir or path_in_repo(cfg.build.work_dir))
     from ..release_files import eval_level_files

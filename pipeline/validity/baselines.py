@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from ..schema import CHOICE_LETTERS as LETTERS
-from ..settings import ValidityBagOfWords
+from pipeline.settings.models import ValidityBagOfWords
 
 
 def options(row: dict) -> list[str]:

@@ -24,7 +24,7 @@ from ..review import VERDICTS_FORMAT, VERDICTS_VERSION
 from ..schema import CHOICE_LETTERS
 
 if TYPE_CHECKING:
-    from pipeline.settings import ValidityHuman
+    from pipeline.settings.models import ValidityHuman
     from pipeline.settings_root import Settings
 
 

@@ -2,7 +2,7 @@
 one archive may expand to. A member past a bound is refused before it is inflated, so a zip or gzip bomb costs
 neither RAM nor temporary disk; the refusal is the reason of that unit's quarantine row.
 
-The values come from the adapter option `archive_limits` (configs/sources.yaml, typed by pipeline/settings.py
+The values come from the adapter option `archive_limits` (configs/sources.yaml, typed by pipeline/settings/models.py
 `ArchiveLimits`); the defaults below only serve an adapter constructed without configs.
 """
 
@@ -47,7 +47,7 @@ MIB = 1 << 20
 class InputLimits:
     """Bounds on what one upstream file may declare, checked against the declared sizes before anything is allocated
     (a few KB of header can declare GBs): a file past a bound costs its unit, quarantined with the file and the bound
-    named. The values come from `build.input_limits` (configs/build.yaml, typed by pipeline/settings.py
+    named. The values come from `build.input_limits` (configs/build.yaml, typed by pipeline/settings/models.py
     `InputLimits`); every adapter gets them as `adapter.input_limits` (upstream_adapters.get_adapter)."""
     max_video_samples: int = 5_000_000  # samples (frames) one video track declares: MP4 sample table / fragments
     max_hdf5_dataset_bytes: int = 2 << 30  # declared size (shape x item size) of one HDF5 dataset read whole
