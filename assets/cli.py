@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pipeline.config import load_settings, path_in_repo
+from pipeline.settings.config import load_settings, path_in_repo
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings, Source
@@ -44,7 +44,7 @@ class UsageError(SystemExit):
 
 
 def _variants(pairs: list[str] | None) -> dict[str, str]:
-    """--variant TASK=NAME pairs (the names are checked when the templates are read: pipeline.config)."""
+    """--variant TASK=NAME pairs (the names are checked when the templates are read: pipeline.settings.config)."""
     out = {}
     for pair in pairs or []:
         task, sep, name = pair.partition("=")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.settings_root import Settings
 
 

@@ -45,7 +45,7 @@ def best(fn, reps: int) -> float:
 def main(argv: list[str]) -> None:
     from assets.fingerprint import tree_listing
     from assets.run import BuildSettings, plan
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
     from upstream_adapters import content_hash
 
     reps = int(argv[0]) if argv else 3

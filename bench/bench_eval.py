@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 RESULTS = REPO / "bench" / "results" / "eval.json"
 
-from pipeline.config import load_settings  # noqa: E402
+from pipeline.settings.config import load_settings  # noqa: E402
 
 
 def _serve(release: str, conn) -> None:

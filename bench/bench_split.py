@@ -23,7 +23,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.core.seeding import rng as np_rng
 from pipeline.schema import CHOICE_LETTERS as LETTERS
 from pipeline.split import (family_sort_key, leaked_groups, load_policy, make_pool,

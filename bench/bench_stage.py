@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pipeline import stages  # noqa: E402 - after sys.path names the repository
-from pipeline.config import load_settings  # noqa: E402 - after sys.path names the repository
+from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
 
 PER_SOURCE = {"ingest", "labels", "candidates", "frames"}
 STAGES = PER_SOURCE | {"split", "release"}

@@ -16,7 +16,7 @@ import time
 
 def main(argv: list[str]) -> None:
     from pipeline import stages
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings()
     if "--header-only" in argv:

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.frames.pixels import thumb_mad, thumbnail
 from upstream_adapters.samples.common import encode_video
 

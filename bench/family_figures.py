@@ -21,7 +21,7 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.families.common import scale_quota
 from pipeline.validity import _reference
 

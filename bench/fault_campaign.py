@@ -48,7 +48,7 @@ import yaml  # noqa: E402 - after sys.path names the repository
 
 from pipeline import writers  # noqa: E402 - after sys.path names the repository
 from pipeline.core import io as pio  # noqa: E402 - after sys.path names the repository
-from pipeline.config import load_settings  # noqa: E402 - after sys.path names the repository
+from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
 from pipeline.ingest import ingest_source, units_lost  # noqa: E402 - after sys.path names the repository
 from pipeline.validate import validate_release  # noqa: E402 - after sys.path names the repository
 

@@ -121,7 +121,7 @@ def circular_markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """processbench score --circular: predictions for the circular copies -> <out>/circular.json and circular.md."""
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
     from pipeline.exports.common import read_tables
     from pipeline.score import read_predictions
 

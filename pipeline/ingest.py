@@ -193,7 +193,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     files that name the unit being read, so a unit that killed its reader is refused next time
     (pipeline/ingest_guard.py)."""
     if limits is None:
-        from .config import load_settings
+        from pipeline.settings.config import load_settings
 
         limits = load_settings().build.ir_limits.model_dump()
     adapter = get_adapter(slug, **(adapter_options or {}))
@@ -409,7 +409,7 @@ def command(args) -> int:
     """`processbench ingest`: 0 when the source was read, 1 when it is unusable, 2 for bad arguments."""
     import sys
 
-    from .config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings()
     if args.source not in cfg.sources:

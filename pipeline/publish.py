@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import path_in_repo
+from pipeline.settings.config import path_in_repo
 from pipeline.core.io import clean_temp_files
 
 if TYPE_CHECKING:

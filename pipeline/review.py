@@ -131,7 +131,7 @@ def build_review(release: Path, images: Path, out: Path, cfg: Settings, per_cell
 
 
 def command(args) -> int:
-    from .config import load_settings
+    from pipeline.settings.config import load_settings
 
     summary = build_review(Path(args.release), Path(args.images), Path(args.out), load_settings(),
                            per_cell=int(args.per_cell), seed=args.seed)

@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None, cfg: Settings | None = None) -> int:
     if args.predictions is None and args.step_predictions is None:
         p.error("give --predictions, --step-predictions or both")
     if cfg is None:
-        from pipeline.config import load_settings
+        from pipeline.settings.config import load_settings
         cfg = load_settings()
     levels = [x.strip() for x in args.levels.split(",") if x.strip()] if args.levels else None
     try:

@@ -168,7 +168,7 @@ def _t7(rows: list[dict], sc: dict, success_texts: set[str]) -> dict:
 
 def _label_texts(cfg: Settings, task: str) -> list[dict]:
     """The family's label texts per source in every variant of its template (a release may use either)."""
-    from pipeline.config import read_task
+    from pipeline.settings.config import read_task
     from pipeline.settings.models import TaskFile
 
     out = []

@@ -1,4 +1,4 @@
-"""`Settings`: the whole build configuration as one frozen, typed object (pipeline.config.load_settings builds it).
+"""`Settings`: the whole build configuration as one frozen, typed object (pipeline.settings.config.load_settings builds it).
 
     cfg.build.release_seed                    # configs/build.yaml (BuildFile)
     cfg.sources["gm100"].root                 # configs/sources.yaml, the root resolved to an absolute Path

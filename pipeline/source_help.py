@@ -15,7 +15,7 @@ from pathlib import Path
 
 from upstream_adapters import get_adapter
 
-from .config import path_in_repo
+from pipeline.settings.config import path_in_repo
 
 DEPTH = 3  # subfolder levels searched below the root
 MAX_DIRS = 200  # folders tried at most (a big wrong folder is not crawled)

@@ -33,7 +33,7 @@ from . import split as split_mod
 from . import work_tables
 from . import writers
 from .choices import assign_letters, deal_options, display_order
-from .config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
+from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
 from .validity import REPORT_FILES, run_validity
 from pipeline.core.errors import ProjectError, SourceUnusable

@@ -422,7 +422,7 @@ def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool
     """All problems found in the release folder (empty list = valid). leaks=False leaves out the path / identity
     scan of every file (`release_leaks`), which the build runs as a check of its own."""
     if cfg is None:
-        from pipeline.config import load_settings
+        from pipeline.settings.config import load_settings
         cfg = load_settings()
     root = Path(release_dir)
     report = _Report()

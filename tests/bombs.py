@@ -42,7 +42,7 @@ from pathlib import Path
 opened = []
 _tf = tempfile.TemporaryFile
 tempfile.TemporaryFile = lambda *a, **k: opened.append(1) or _tf(*a, **k)
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from upstream_adapters import get_adapter
 from upstream_adapters.ir import UnitError
 slug, root, bad, good, over, headroom, frames = sys.argv[1:8]

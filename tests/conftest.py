@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from factories import build_demo
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
 

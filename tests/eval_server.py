@@ -47,7 +47,7 @@ def release_expectations(release: Path) -> dict[tuple, dict]:
     the hashes and answers of the eval tables, the prompts of the lmms-eval export. That export holds the main (L1)
     eval file only; the L2/L3 items' prompts are made by the function the exports made it with
     (pipeline/exports/common.py `prompt`), which must give the export's text for every L1 item."""
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
     from pipeline.exports.common import prompt as release_prompt
 
     cfg = load_settings()

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import publish, writers
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.core.io import compact_json
 from upstream_adapters.ir import (FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA, UNITS_SCHEMA, UnitIR,
                                   to_table)
@@ -226,7 +226,7 @@ TASK_NAMES = {"T1": "Phase Recognition", "T2": "Contact Detection", "T3": "Motio
 
 def make_cfg():
     """The repository's configs, with the release seed, sources and eval ratio these tests expect."""
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     return load_settings().with_values({"build.release_seed": 42, "build.sources": ["gm100", "rh20t", "reassemble", "aist"],
                                         "split.eval_ratio": 0.15, "split.seed": None})

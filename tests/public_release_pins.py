@@ -3,7 +3,7 @@ this build reproduces (docs/release-format.md): the public task names, option co
 and the per-source quotas at release scale.
 
 Tests compare the configs with these pins for the pinned families only. A family added later (T13, ...) is not
-pinned here, and a test that enumerates families reads them from the configs (`pipeline.config.task_ids`), so adding
+pinned here, and a test that enumerates families reads them from the configs (`pipeline.settings.config.task_ids`), so adding
 one is a YAML template and a registry line (tests/test_new_family.py), with no other test to edit.
 """
 

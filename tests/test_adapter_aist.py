@@ -241,7 +241,7 @@ def test_release_bouts_carry_stable_coordination_windows():
     with the generator's blocks, and every coordination state has a stable run longer than T4's 45-frame window
     (offsets -30..+15) in every episode."""
     from pipeline import labels as L
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     spec = load_settings().labels.activity.for_source("aist").model_dump()
     tasks, episodes, frames, _ = samples.SCALES["release"]

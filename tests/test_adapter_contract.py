@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from upstream_adapters import ADAPTERS, get_adapter
 from upstream_adapters.base import SourceAdapter
 from upstream_adapters.ir import UnitError, validate_unit

@@ -580,7 +580,7 @@ def test_gripper_width_from_effector_position_feeds_contact_and_phase_when_confi
     opening in metres, 0 .. 0.066 on the real files) closes on a 3 cm object on frames 20..49 of the right arm. The
     IR carries the opening as gripper_width per arm; the GM-100 contact rule reads it only when configured
     (labels.contact.gm100.gripper.enabled, off by default), and the phases follow the contacts."""
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
     from pipeline.labels.contact import CONTACT_METHODS
     from pipeline.labels.phase import phase_from_contacts
 

@@ -14,7 +14,7 @@ import yaml
 
 from bombs import PEAK_LIMIT_KB as RSS_LIMIT_KB
 from bombs import REPO, probe, tar_gz_bomb, zip_bomb
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.ingest import ingest_source, summary_text, units_lost, write_ir
 from pipeline.settings_errors import ConfigError
 from pipeline.stages import quarantine_shares
@@ -184,7 +184,7 @@ def test_unmapped_task_row_counts_its_episodes_in_the_quarantine_share(tmp_path)
     assert row["units"] == 3 and "3 episodes not read" in row["reason"]
     assert units_lost(res.quarantine) == 3
     assert "2 units read, 3 quarantined" in summary_text("aist", res)
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings().with_values({"build.work_dir": str(tmp_path / "work"), "build.sources": ["aist"]})
     write_ir(res, tmp_path / "work" / "ir" / "aist")

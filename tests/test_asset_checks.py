@@ -10,7 +10,7 @@ import pytest
 
 from assets.checks import checks_for
 from assets.definitions import STEPS
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 
 SCHEMA_CHECKS = [(step, c) for step in STEPS for c in checks_for(step) if c.name == "schema"]
 BY_NAME = {(c.asset, c.name): c for step in STEPS for c in checks_for(step)}

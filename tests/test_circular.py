@@ -74,7 +74,7 @@ def test_score_circular_on_the_demo_release(demo_release, tmp_path, capsys):
     import csv
 
     from assets.cli import main
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
     from pipeline.exports.common import export_files
 
     tsv = demo_release / export_files(load_settings(scale="demo"))["vlmevalkit_circular"]

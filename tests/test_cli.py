@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 
 from assets.cli import main
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 
 
 def test_ingest_writes_ir_and_summary(demo_samples, tmp_path, capsys):

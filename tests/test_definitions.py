@@ -18,7 +18,7 @@ import polars as pl
 from assets.definitions import defs
 
 from assets.definitions import CHECKS, STEPS, TABLES, build_job
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 SLUGS = ["gm100", "rh20t", "reassemble", "aist"]

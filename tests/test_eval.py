@@ -17,7 +17,7 @@ import pytest
 from eval_server import FakeOpenAI
 
 from assets.cli import main as cli
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.evaluate.items import load_items
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pipeline import writers
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.steps.exports import (STEP_CONFIG, STEP_CONFIG_COLUMNS, STEP_RECONSTRUCTION_COLUMNS,
                                      STEP_RECONSTRUCTION_CONFIG, step_parts)
 from pipeline.exports import card, common, consumers, facing, lmms, run_exports, write_exports

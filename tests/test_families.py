@@ -14,7 +14,7 @@ import pytest
 
 import public_release_pins as pins
 from factories import CAMERAS, synthetic_ir, synthetic_pool
-from pipeline.config import load_settings, read_task
+from pipeline.settings.config import load_settings, read_task
 from pipeline.families import GENERATORS, build_candidates, enabled_families
 from pipeline.families.common import CANDIDATE_SCHEMA
 from pipeline.labels import compute_labels
@@ -464,7 +464,7 @@ def test_pool_independent_of_hash_seed(tmp_path):
         "from factories import synthetic_pool\n"
         "from pipeline import items as I\n"
         "from pipeline.choices import assign_letters, display_order\n"
-        "from pipeline.config import load_settings\n"
+        "from pipeline.settings.config import load_settings\n"
         "cfg = load_settings()\n"
         "h = hashlib.sha256()\n"
         "for s in ('reassemble', 'gm100'):\n"

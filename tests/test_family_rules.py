@@ -12,7 +12,7 @@ import pytest
 
 from factories import synthetic_pool
 from pipeline import items as items_mod
-from pipeline.config import apply_variant, load_settings, read_task
+from pipeline.settings.config import apply_variant, load_settings, read_task
 from pipeline.families.outcome import same_task_segments
 from pipeline.families.progress import step_skip_reason, strip_frames
 from pipeline.families.temporal import contact_runs

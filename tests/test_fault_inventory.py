@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 

@@ -17,7 +17,7 @@ import yaml
 import upstream_adapters
 from pipeline import stages
 from pipeline.steps.stage import run_steps
-from pipeline.config import CONFIG_DIR, load_settings
+from pipeline.settings.config import CONFIG_DIR, load_settings
 from pipeline.settings_errors import ConfigError
 from upstream_adapters.base import SourceAdapter
 from upstream_adapters.ir import FRAMES_SCHEMA, SIGNALS_SCHEMA, UnitError, UnitIR, validate_unit
@@ -184,7 +184,7 @@ def test_unregistered_slug_is_refused_by_the_ir_and_the_config(tmp_path):
 def test_per_source_values_resolve_for_a_registered_source(toy_registered):
     import pydantic
 
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings()
     template = {"gm100": "a", SLUG: "b", "default": "c"}

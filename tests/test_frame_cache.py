@@ -22,7 +22,7 @@ import pytest
 from assets.fingerprint import run_step
 from assets.tables import source_steps, tables_by_name
 from pipeline import stages
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.frames import memos
 from pipeline.frames.cache import BadEntry, FrameCache
 from pipeline.frames.pixels import encode_png, frame_stats, pixel_sha256

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.frames import gate as gate_mod
 from pipeline.frames.cache import FrameCache
 from pipeline.frames.extract import FRAME_TABLE_SCHEMA, DirectoryReaders, extract_frames, requests_from_items

@@ -53,7 +53,7 @@ def test_duplicates_across_shards_are_noted():
 
 
 def test_the_graph_has_a_step_per_shard_and_a_merge():
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings(scale="demo").with_values({"sources.gm100.ingest_shards": 2})
     steps = {s.name: s for s in all_steps(cfg)}
@@ -72,7 +72,7 @@ def test_a_config_dir_cannot_change_the_job_graph(tmp_path):
     shard steps the job lacks is refused, never run without them."""
     import shutil
 
-    from pipeline.config import CONFIG_DIR
+    from pipeline.settings.config import CONFIG_DIR
 
     configs = tmp_path / "configs"
     shutil.copytree(CONFIG_DIR, configs)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from bombs import REPO, mp4_declaring, probe
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.ingest import ingest_source
 from pipeline.settings_errors import ConfigError
 from upstream_adapters.base import load_json
@@ -243,7 +243,7 @@ def test_input_limits_are_in_the_config_hash_and_the_ingest_fingerprint():
 _KILLED = """
 import os, signal, sys
 from pathlib import Path
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.ingest import ingest_source
 from upstream_adapters.aist import AistAdapter
 root, state, victim = sys.argv[1:4]

@@ -108,7 +108,7 @@ def test_clock_must_strictly_increase_and_fit_the_duration_limit():
 
 
 def test_configured_limits_are_the_ones_validate_uses():
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     limits = load_settings().build.ir_limits.model_dump()
     assert validate_unit(make_unit(), limits) is None

@@ -14,7 +14,7 @@ import public_release_pins as pins
 from factories import synthetic_pool
 from pipeline import choices as C
 from pipeline import items as I
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
 from pipeline.core.seeding import stable_hash
 

@@ -9,7 +9,7 @@ import pytest
 
 from factories import synthetic_ir
 from pipeline import labels as L
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 
 
 @pytest.fixture(scope="module")
@@ -440,7 +440,7 @@ def test_t8_t9_frames_respect_the_minimum_gap(cfg, source):
     labels = L.compute_labels(source, ir, cfg)
     fps = dict(zip(ir["units"]["unit_id"], ir["units"]["fps"]))
     if source == "rh20t":  # the hand-made grasp (45 s) outlasts two of T8's largest gaps, so T8's contact rule
-        from pipeline.config import read_task  # leaves no set: the gap rule is checked on the public frames there
+        from pipeline.settings.config import read_task  # leaves no set: the gap rule is checked on the public frames there
         cfg = cfg.with_values({"tasks.T8": read_task("T8", variant="public")})
     pool = build_candidates(source, ir, labels, cfg)
     for task in ("T8", "T9"):

@@ -13,7 +13,7 @@ import pytest
 
 from assets.definitions import CHECKS
 from pipeline import stages
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.validate import validate_release
 
 

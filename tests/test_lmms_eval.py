@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from pipeline.circular import COPY_SEP, circular_rows
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.exports import common
 from pipeline.exports.lmms import TEMPLATE
 from pipeline.schema import CHOICE_LETTERS

@@ -3,7 +3,7 @@ the unit it stood for is counted against the quarantine share."""
 
 from __future__ import annotations
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.ingest import ingest_source, units_lost
 from upstream_adapters.samples import reassemble as R
 

@@ -13,7 +13,7 @@ import yaml
 
 from factories import build_demo
 from pipeline import families
-from pipeline.config import CONFIG_DIR, load_settings
+from pipeline.settings.config import CONFIG_DIR, load_settings
 from pipeline.items import quotas
 from pipeline.validate import validate_release
 

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from pipeline import stages
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.families.no_items import units_without_items
 from pipeline.ingest import ingest_source, write_ir
 from upstream_adapters.samples import rh20t as S

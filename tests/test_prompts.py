@@ -7,7 +7,7 @@ import pytest
 
 import public_release_pins as pins
 from pipeline import prompts as P
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 
 CFG = load_settings()
 

@@ -20,7 +20,7 @@ import pytest
 from factories import hold_build_lock
 from pipeline import provenance, publish
 from pipeline.core import io
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.settings_root import Settings
 
 
@@ -95,7 +95,7 @@ def test_a_second_build_gets_a_lock_error_naming_the_holder(tmp_path):
 def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path):
     cfg = _cfg(tmp_path)
     code = ("import sys, time, json; sys.path.insert(0, %r); from pipeline import publish; "
-            "from pipeline.config import load_settings; cfg = load_settings().with_values(json.loads(sys.argv[1])); "
+            "from pipeline.settings.config import load_settings; cfg = load_settings().with_values(json.loads(sys.argv[1])); "
             "cm = publish.build_lock(cfg, 'dead'); cm.__enter__(); "
             "print('held', flush=True); time.sleep(60)" % str(Path(__file__).resolve().parent.parent))
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(_folders(tmp_path))], stdout=subprocess.PIPE,
@@ -266,7 +266,7 @@ def test_a_missing_corpus_stops_the_build_before_it_starts(tmp_path, capsys):
 
 def test_a_mistyped_path_names_the_nearest_folder_and_the_closest_names(tmp_path):
     from pipeline import stages
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     (tmp_path / "data" / "gm100-lerobot").mkdir(parents=True)
     cfg = load_settings(scale="demo", upstream={"gm100": str(tmp_path / "data" / "gm100-lerbot" / "x")})
@@ -293,7 +293,7 @@ def test_make_rebuild_reuses_a_reassemble_corpus_it_wrote(tmp_path, monkeypatch)
     """`build --samples` regenerated REASSEMBLE's corpus on every run: the record was written with the adapter's
     options (only_split) and compared without them. Now a corpus the generator wrote is reused."""
     from assets import cli
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings(scale="demo")
     src, root = cfg.sources["reassemble"], tmp_path / "reassemble"
@@ -305,7 +305,7 @@ def test_make_rebuild_reuses_a_reassemble_corpus_it_wrote(tmp_path, monkeypatch)
 
 def test_the_ingest_step_fails_early_on_a_missing_corpus_and_says_what_to_do():
     from pipeline import stages
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings(scale="demo", upstream={"gm100": "/nonexistent/gm100"})
     with pytest.raises(stages.MissingCorpus, match=r"no folder at /nonexistent/gm100 .*--upstream gm100=PATH") as exc:
@@ -339,7 +339,7 @@ def test_provenance_tells_sample_from_user_corpora_by_content(demo_samples, tmp_
 
 
 def test_provenance_is_path_free_and_deterministic():
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
     from pipeline.core.leaks import find_path_leaks
 
     a = load_settings(scale="demo")

@@ -18,7 +18,7 @@ import yaml
 from assets.cli import main
 from factories import hold_build_lock
 from pipeline import publish
-from pipeline.config import path_in_repo
+from pipeline.settings.config import path_in_repo
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_an_upstream_error_check_blocks_publishing(built):
 
 def test_a_second_build_is_refused_while_one_holds_the_folders(built, capsys):
     args, release = built
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings().with_values({"build.work_dir": args[args.index("--work-dir") + 1],
                                        "build.release_dir": str(release)})

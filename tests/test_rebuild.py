@@ -29,7 +29,7 @@ def test_one_template_change_recomputes_only_candidates_onward(demo_samples, dem
     t5.write_text(t5.read_text().replace("is the NOW frame?", "is the NOW image?"))
     steps = plan(_settings(demo_samples, demo_release.parent / "work", demo_release, configs))
     assert not [s for s in steps if s.startswith(("ingest_", "labels_"))]
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     fed = load_settings(configs).tasks["T5"].sources  # a source T5 does not list keeps its chain
     assert set(fed) < set(SLUGS)
@@ -159,7 +159,7 @@ def test_keys_that_change_no_output_change_no_fingerprint_and_no_config_hash():
     """One list (pipeline/core/digests.py NO_OUTPUT_KEYS) for the steps' fingerprints and the release's config hash: each
     of its keys edited leaves both as they were; a key that changes output (planted: the release seed) changes both."""
     from assets.tables import all_steps
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
     from pipeline.core.digests import NO_OUTPUT_KEYS, config_part, digest
     from pipeline.provenance import config_hash
 

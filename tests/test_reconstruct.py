@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import upstream_adapters
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.frames.cache import FrameCache
 from pipeline.frames.extract import extract_frames, requests_from_items
 from pipeline.frames.pixels import decode_png, pixel_sha256

@@ -16,7 +16,7 @@ import pytest
 from assets.checks import checks_for
 from assets.tables import Table, TableCheck, all_steps, export_metadata, export_tables
 from pipeline import exports
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.exports import EXPORTERS, Exporter, Output, common, write_exports
 
 

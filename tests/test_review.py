@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.frames.pixels import encode_png
 from pipeline.prompts import format_prompt
 from pipeline.release_files import file_names

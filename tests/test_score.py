@@ -10,7 +10,7 @@ import pytest
 
 from assets import cli
 from pipeline import score
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import json
 import polars as pl
 import pytest
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.score_bias import bias_free
 
 CFG = load_settings()

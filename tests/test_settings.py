@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import public_release_pins as pins
-from pipeline.config import CONFIG_DIR, load_settings, load_split_policy, read_settings, read_task
+from pipeline.settings.config import CONFIG_DIR, load_settings, load_split_policy, read_settings, read_task
 from pipeline.labels.driver import source_spec
 from pipeline.settings_errors import ConfigError
 

@@ -11,7 +11,7 @@ import copy
 import numpy as np
 import pytest
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.settings_steps import StepBalance
 from pipeline.steps import gates, items, perturb
 from pipeline.steps.balance import balance, step_features

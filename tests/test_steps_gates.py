@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from factories import step_table, synthetic_step_rows
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.steps.gates import GATES, gate_markdown, gate_problems, step_gates
 from pipeline.validity import problems
 from pipeline.validity.report import render_markdown

@@ -10,7 +10,7 @@ import json
 import polars as pl
 import pytest
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.steps import items, perturb
 from pipeline.steps.rows import STEP_MODEL_FACING, row_problems, step_rows
 from pipeline.steps.stage import group_sides

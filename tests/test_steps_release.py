@@ -9,7 +9,7 @@ import shutil
 
 import polars as pl
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.steps.items import STEP_ERROR_KINDS
 from pipeline.steps.rows import row_problems
 from pipeline.steps.write import step_problems, step_tables

@@ -11,7 +11,7 @@ import pytest
 
 from factories import build, make_cfg, make_step_row, step_table, synthetic_step_rows, write_step_files
 from pipeline import score
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.settings.models import ExportsScore
 from pipeline.steps import baselines
 from pipeline.steps.score import first_error_score, macro_f1, score_table, step_metrics

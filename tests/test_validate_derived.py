@@ -15,7 +15,7 @@ import pytest
 from factories import build, make_cfg
 from pipeline import writers
 from pipeline.core import io
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.exports import common
 from pipeline.validate import validate_release
 from pipeline.validate_derived import ref_problem

@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from pipeline.config import load_settings
+from pipeline.settings.config import load_settings
 from pipeline.families.common import Spec, order_distractors
 from pipeline.validity import audit, problems, write_report
 from pipeline.validity.baselines import cell_baselines, options
@@ -217,7 +217,7 @@ def test_run_validity_writes_the_report_into_the_release(tmp_path):
     import polars as pl
 
     from assets.cli import main
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
     from pipeline.validity import run_validity
 
     rel, wd = tmp_path / "rel", tmp_path / "work"
@@ -433,7 +433,7 @@ def test_run_validity_gates_the_step_track_when_the_release_has_step_files(tmp_p
     import polars as pl
 
     from factories import synthetic_step_rows, write_step_files
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
     from pipeline.validity import run_validity
 
     cfg = load_settings()

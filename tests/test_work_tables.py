@@ -132,7 +132,7 @@ def test_a_step_record_holds_row_counts_and_a_cut_table_is_refused(tmp_path):
     a reader of a table cut after its step wrote it is refused, naming the table, its writer and the rows it lost."""
     from assets.fingerprint import DamagedInput, recorded, run_step
     from assets.tables import Step, Table
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings().with_values({"build.work_dir": str(tmp_path / "work")})
     table = Table(key=("t", "a"), path="t/a.parquet", description="a test table", schema={"a": pl.Int64})

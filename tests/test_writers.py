@@ -117,7 +117,7 @@ def test_task_names_one_place():
 
 def test_real_configs_name_every_task():
     import public_release_pins as pins
-    from pipeline.config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings()
     names = cfg.task_names()

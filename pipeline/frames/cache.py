@@ -147,7 +147,7 @@ class FrameCache:
         """From the config; `root` defaults to <build.work_dir>/<frames.cache.dir>."""
         fr = cfg.frames
         if root is None:
-            from ..config import path_in_repo
+            from pipeline.settings.config import path_in_repo
 
             root = path_in_repo(cfg.build.work_dir) / fr.cache.dir
         c = fr.cache

@@ -8,7 +8,7 @@
     ReleaseFile   configs/release.yaml    (section `release`)
     TaskFile      configs/tasks/T<n>.yaml (one per task family)
 
-`pipeline.config.load_settings()` validates each file with its model into one frozen `Settings` (settings_root.py):
+`pipeline.settings.config.load_settings()` validates each file with its model into one frozen `Settings` (settings_root.py):
 code reads `cfg.labels.speed.for_source("gm100").span`. To add a key: add a field (type and default) to the model
 of its file below; an undeclared key fails at load naming the file, the key path and the allowed keys. Per-source
 maps are keyed by the adapter registry's slugs (and `default` in templates); a model lists them in `by_source`.
@@ -401,7 +401,7 @@ class TaskFile(Strict):
     eligible_arm_types: Optional[PerSource(list[str])] = None   # T4
     per_arm: Optional[PerSource(bool)] = None            # T6
     question_changed_from_public: Optional[str] = None   # why the question differs from the public one (prompt docs)
-    variant: str = "default"                      # a key of `variants` (pipeline.config.apply_variant) or default
+    variant: str = "default"                      # a key of `variants` (pipeline.settings.config.apply_variant) or default
     step_name: Optional[OneOrPerSource(str)] = None     # T5: how the question names the step ({text}, {arm_pattern})
     exclude_cameras: list[str] = []               # cameras (wrist views) a family never shows
     # T8/T9: every two frames of an item differ by at least this grey-thumbnail MAD (the frames stage's gate drops

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import re
 from pathlib import Path
 
-from ..config import load_split_policy
+from pipeline.settings.config import load_split_policy
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings
@@ -19,7 +19,7 @@ UNIT_KEYS = ("task_id", "operator_id", "scene_id", "config_id", "taxonomy", "con
 
 def load_policy(config_file: Path | None = None, cfg: Settings | None = None) -> tuple[dict, int]:
     """The policy and seed of the merged config (`cfg`, else configs/), with `config_file` merged over the policy and
-    validated like configs/split.yaml (pipeline.config.load_split_policy)."""
+    validated like configs/split.yaml (pipeline.settings.config.load_split_policy)."""
     return load_split_policy(config_file, cfg=cfg)
 
 

@@ -213,7 +213,7 @@ def run_validity(cfg: Settings, release_dir: Path | None = None, work_dir: Path 
     `checksums`; the release stage writes it once at its end), and return {"problems": [...], "cells": n}."""
     import polars as pl
 
-    from ..config import path_in_repo
+    from pipeline.settings.config import path_in_repo
 
     vcfg = cfg.validity  # configs/validity.yaml, validated by pipeline.settings.models.ValidityFile
     rel = Path(release_dir or path_in_repo(cfg.build.release_dir))
@@ -280,7 +280,7 @@ def merge_human(cfg: Settings, release_dir: Path, files: list[Path]) -> dict:
 def command(args) -> int:
     """`processbench validity --release DIR [--work-dir DIR] [--human FILE ...]`: audit a written release (with
     --work-dir), merge human verdicts into its report (with --human), print its problems."""
-    from ..config import load_settings
+    from pipeline.settings.config import load_settings
 
     cfg = load_settings()
     if not args.work_dir and not args.human:

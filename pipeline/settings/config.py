@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from .settings_errors import ConfigError, validate_file
+from pipeline.settings_errors import ConfigError, validate_file
 
 if TYPE_CHECKING:
-    from .settings_root import Settings
+    from pipeline.settings_root import Settings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: ~20x faster, same values
 CONFIG_DIR = REPO_ROOT / "configs"
 
@@ -161,8 +161,8 @@ def _cross_checks(cfg: dict) -> None:
 def _labels_cover_the_built_sources(cfg: dict) -> None:
     """Every per-source section of configs/labels.yaml has an entry for every source the build reads (a source
     without a rule says so: `method: none`, or `mode: none` in motion and activity)."""
-    from .settings_labels import LabelsFile
-    from .settings_types import BySource
+    from pipeline.settings_labels import LabelsFile
+    from pipeline.settings_types import BySource
 
     for section, field in LabelsFile.model_fields.items():
         model = field.annotation
@@ -217,7 +217,7 @@ def load_settings(config_dir: Path | None = None, upstream: dict[str, str] | Non
     """The validated configs as one frozen `Settings`. `upstream` maps slug -> root path (overrides sources.yaml and
     the PROCESSBENCH_ROOT_<SLUG> environment variables); `scale` overrides build.scale (demo | release); `variants`
     ({task_id: name}) overrides the templates' `variant` (read_settings)."""
-    from .settings_root import Settings
+    from pipeline.settings_root import Settings
 
     return Settings.model_validate(_load_dict(config_dir, upstream, scale, variants))
 
