@@ -16,7 +16,7 @@ from bombs import PEAK_LIMIT_KB as RSS_LIMIT_KB
 from bombs import REPO, probe, tar_gz_bomb, zip_bomb
 from pipeline.settings.config import load_settings
 from pipeline.ingest import ingest_source, summary_text, units_lost, write_ir
-from pipeline.settings_errors import ConfigError
+from pipeline.settings.errors import ConfigError
 from pipeline.stages import quarantine_shares
 from upstream_adapters.aist import AistAdapter
 from upstream_adapters.ir import UnitError, validate_unit

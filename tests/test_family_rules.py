@@ -18,7 +18,7 @@ from pipeline.families.progress import step_skip_reason, strip_frames
 from pipeline.families.temporal import contact_runs
 from pipeline.frames import gate as gate_mod
 from pipeline.frames.render import render_item_images
-from pipeline.settings_errors import ConfigError
+from pipeline.settings.errors import ConfigError
 
 CFG = load_settings()
 

@@ -18,7 +18,7 @@ import upstream_adapters
 from pipeline import stages
 from pipeline.steps.stage import run_steps
 from pipeline.settings.config import CONFIG_DIR, load_settings
-from pipeline.settings_errors import ConfigError
+from pipeline.settings.errors import ConfigError
 from upstream_adapters.base import SourceAdapter
 from upstream_adapters.ir import FRAMES_SCHEMA, SIGNALS_SCHEMA, UnitError, UnitIR, validate_unit
 

@@ -20,7 +20,7 @@ from bombs import REPO, mp4_declaring, probe
 
 from pipeline.settings.config import load_settings
 from pipeline.ingest import ingest_source
-from pipeline.settings_errors import ConfigError
+from pipeline.settings.errors import ConfigError
 from upstream_adapters.base import load_json
 from upstream_adapters.ir import UnitError
 from upstream_adapters.samples import aist as A

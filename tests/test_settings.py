@@ -12,7 +12,7 @@ import yaml
 import public_release_pins as pins
 from pipeline.settings.config import CONFIG_DIR, load_settings, load_split_policy, read_settings, read_task
 from pipeline.labels.driver import source_spec
-from pipeline.settings_errors import ConfigError
+from pipeline.settings.errors import ConfigError
 
 
 @pytest.fixture

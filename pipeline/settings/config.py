@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from pipeline.settings_errors import ConfigError, validate_file
+from pipeline.settings.errors import ConfigError, validate_file
 
 if TYPE_CHECKING:
     from pipeline.settings_root import Settings
