@@ -18,7 +18,7 @@ from pathlib import Path
 from pipeline.settings.models import (BuildFile, ExportsFile, FramesFile, ReleaseFile, SourceEntry, SplitFile, TaskFile,
                                ValidityFile)
 from pipeline.settings.errors import ConfigError
-from pipeline.settings_labels import LabelsFile
+from pipeline.settings.labels import LabelsFile
 from pipeline.settings_steps import StepTaskFile
 from pipeline.settings_types import Slug, Strict, TaskId
 

@@ -1,4 +1,4 @@
-"""The building blocks of the settings models (pipeline/settings/models.py, pipeline/settings_labels.py): the strict base
+"""The building blocks of the settings models (pipeline/settings/models.py, pipeline/settings/labels.py): the strict base
 model, source-slug and task-id types, per-source values and sections."""
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def _cross_checks(cfg: dict) -> None:
 def _labels_cover_the_built_sources(cfg: dict) -> None:
     """Every per-source section of configs/labels.yaml has an entry for every source the build reads (a source
     without a rule says so: `method: none`, or `mode: none` in motion and activity)."""
-    from pipeline.settings_labels import LabelsFile
+    from pipeline.settings.labels import LabelsFile
     from pipeline.settings_types import BySource
 
     for section, field in LabelsFile.model_fields.items():

@@ -2,7 +2,7 @@
 
     BuildFile     configs/build.yaml      (section `build`)
     SourcesFile   configs/sources.yaml    (section `sources`: slug -> SourceEntry)
-    LabelsFile    configs/labels.yaml     (section `labels`)   — models in pipeline/settings_labels.py
+    LabelsFile    configs/labels.yaml     (section `labels`)   — models in pipeline/settings/labels.py
     SplitFile     configs/split.yaml      (section `split`)
     FramesFile    configs/frames.yaml     (section `frames`)
     ReleaseFile   configs/release.yaml    (section `release`)
@@ -510,7 +510,7 @@ class ExportsFile(Strict):
     score: ExportsScore = ExportsScore()
 
 
-from pipeline.settings_labels import LabelsFile  # noqa: E402  (its own file: the largest model)
+from pipeline.settings.labels import LabelsFile  # noqa: E402  (its own file: the largest model)
 from pipeline.settings_steps import StepTaskFile  # noqa: E402,F401  (configs/tasks/T13.yaml, the step track)
 
 FILE_MODELS: dict[str, Any] = {"build": BuildFile, "sources": SourcesFile, "labels": LabelsFile, "split": SplitFile,
