@@ -20,7 +20,7 @@ from pipeline.settings.models import (BuildFile, ExportsFile, FramesFile, Releas
 from pipeline.settings.errors import ConfigError
 from pipeline.settings.labels import LabelsFile
 from pipeline.settings_steps import StepTaskFile
-from pipeline.settings_types import Slug, Strict, TaskId
+from pipeline.settings.types import Slug, Strict, TaskId
 
 
 class Source(SourceEntry):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from pipeline.settings_types import Strict
+from pipeline.settings.types import Strict
 
 
 class ValidityStepsNgram(Strict):

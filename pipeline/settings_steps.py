@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
-from pipeline.settings_types import OneOrPerSource, PerSource, Slug, Strict, TaskId
+from pipeline.settings.types import OneOrPerSource, PerSource, Slug, Strict, TaskId
 
 class StepRange(Strict):
     min: int = Field(ge=1)

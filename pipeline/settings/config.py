@@ -162,7 +162,7 @@ def _labels_cover_the_built_sources(cfg: dict) -> None:
     """Every per-source section of configs/labels.yaml has an entry for every source the build reads (a source
     without a rule says so: `method: none`, or `mode: none` in motion and activity)."""
     from pipeline.settings.labels import LabelsFile
-    from pipeline.settings_types import BySource
+    from pipeline.settings.types import BySource
 
     for section, field in LabelsFile.model_fields.items():
         model = field.annotation

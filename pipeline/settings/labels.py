@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field
 
-from pipeline.settings_types import BySource, Slug, Strict
+from pipeline.settings.types import BySource, Slug, Strict
 
 Smooth = Literal["none", "ema", "box"]
 

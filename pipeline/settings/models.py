@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field
 
 
 from pipeline.settings_step_gates import ValiditySteps
-from pipeline.settings_types import (BySource, OneOrPerSource, PerSource, Slug, SlugOrDefault, Strict,  # noqa: F401 - re-exported
+from pipeline.settings.types import (BySource, OneOrPerSource, PerSource, Slug, SlugOrDefault, Strict,  # noqa: F401 - re-exported
                                      TaskId)
 
 
