@@ -18,7 +18,7 @@ from pipeline.schema import DESCRIPTIONS
 
 from .tables import Step, Table, TableCheck
 
-from pipeline.settings_root import Settings
+from pipeline.settings.root import Settings
 
 PREVIEW_ROWS = 5
 PREVIEW_CELL = 40

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from pipeline.settings.config import load_settings, path_in_repo
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings, Source
+    from pipeline.settings.root import Settings, Source
 
 
 class UsageError(SystemExit):

@@ -30,7 +30,7 @@ from .executors import build_executor, watch_the_build
 from .settings import BuildSettings
 from .tables import Step, all_steps, export_metadata, tables_by_name
 
-from pipeline.settings_root import Settings
+from pipeline.settings.root import Settings
 
 CFG = load_settings()
 STEPS = all_steps(CFG)

@@ -29,7 +29,7 @@ from upstream_adapters import content_hash
 from .tables import Step, tables_by_name
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 CODE_PACKAGES = ("pipeline", "upstream_adapters", "assets")
 

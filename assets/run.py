@@ -28,7 +28,7 @@ from .settings import BuildSettings
 from .tables import all_steps
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 class BuildFailed(RuntimeError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dagster as dg
 
 from pipeline.settings.config import load_settings
-from pipeline.settings_root import Settings
+from pipeline.settings.root import Settings
 
 
 class BuildSettings(dg.ConfigurableResource):

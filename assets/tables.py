@@ -34,7 +34,7 @@ from pipeline.steps.stage import run_steps, step_shortfall
 from upstream_adapters.ir import QUARANTINE_SCHEMA, TABLES as IR_SCHEMAS
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 # What the frames stage adds to a candidate row (pipeline.stages.run_frames): the selected, gated item (no letter:
 # the split assigns the letters, pipeline/choices.py).

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from pipeline import publish  # noqa: E402 - after sys.path names the repository
 from pipeline.validate import validate_release  # noqa: E402 - after sys.path names the repository
 from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
-from pipeline.settings_root import Settings  # noqa: E402 - after sys.path names the repository
+from pipeline.settings.root import Settings  # noqa: E402 - after sys.path names the repository
 
 
 def _stray(cfg: Settings) -> list[str]:

@@ -56,7 +56,7 @@ from pipeline.core.seeding import py_rng
 
 if TYPE_CHECKING:
     from pipeline.settings.models import TaskFile
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 def _task_order(task_id: str) -> int:

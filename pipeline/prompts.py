@@ -21,7 +21,7 @@ import upstream_adapters
 from pipeline.schema import CHOICE_LETTERS as LETTERS
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 # The answer line's example: a placeholder that is no option label, so the example steers no model to an option
 # (an example `<ANSWER>A</ANSWER>` drew T8's option A in 51-79 % of strong models' replies on the public items).

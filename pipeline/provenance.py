@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from pipeline.core.digests import without_no_output_keys
 
 if TYPE_CHECKING:
-    from .settings_root import Settings
+    from pipeline.settings.root import Settings
 from pipeline.core.io import dumps_json, write_json
 
 

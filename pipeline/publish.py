@@ -41,7 +41,7 @@ from pipeline.settings.config import path_in_repo
 from pipeline.core.io import clean_temp_files
 
 if TYPE_CHECKING:
-    from .settings_root import Settings
+    from pipeline.settings.root import Settings
 
 WORK_LOCK = ".build.lock"
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import numpy as np
 from pipeline.core import io
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 # Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers
 # (docs/release-format.md, "Determinism").

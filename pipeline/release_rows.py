@@ -32,7 +32,7 @@ from pipeline.release_files import source_names, task_number
 from pipeline.schema import CHOICE_COLUMNS, CHOICE_LETTERS, COLUMN_NAMES, MAX_CHOICES, polars_schema, reference_columns
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 SPLITS = ("eval", "sft")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")

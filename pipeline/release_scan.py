@@ -17,7 +17,7 @@ from pipeline.core.leaks import find_path_leaks
 from pipeline.core.pool import run_tasks
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 SCAN_ROWS = 4096  # parquet rows, ...
 SCAN_BYTES = 8 << 20  # ... or bytes of a text file, scanned at a time: a worker never holds a whole file's text

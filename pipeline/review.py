@@ -30,7 +30,7 @@ from .schema import CHOICE_LETTERS
 from pipeline.core.seeding import py_rng
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 VERDICTS_FORMAT = "processbench-review-verdicts"
 VERDICTS_VERSION = 1

@@ -38,7 +38,7 @@ from pipeline.validity.baselines import options, pick
 
 if TYPE_CHECKING:
     from pipeline.settings.models import ExportsScore
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 log = logging.getLogger(__name__)
 TAG = re.compile(r"<ANSWER>\s*([A-Za-z])\s*</ANSWER>", re.IGNORECASE)

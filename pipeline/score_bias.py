@@ -35,7 +35,7 @@ import polars as pl
 from pipeline.schema import CHOICE_LETTERS
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 STAGES = ("early", "middle", "late")
 

@@ -57,7 +57,7 @@ from .steps.write import write_step_files
 from .validate import validate_release
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 log = logging.getLogger(__name__)
 

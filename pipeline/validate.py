@@ -46,7 +46,7 @@ from pipeline.schema import (
 )
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
     from pipeline.settings.models import ReleaseFile
 
 # ---------------------------------------------------------------- helpers

@@ -19,7 +19,7 @@ from pipeline import writers
 from pipeline.core.io import strict_json
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 _ID = re.compile(r"[0-9a-f]{64}")
 

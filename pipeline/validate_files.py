@@ -15,7 +15,7 @@ from pipeline.core.io import is_temp_file
 from pipeline.core.leaks import find_path_leaks
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 BLOCK = 8 << 20  # bytes decoded at a time
 

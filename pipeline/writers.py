@@ -37,7 +37,7 @@ from pipeline.release_rows import (  # noqa: F401 - re-exported: the tables thes
 )
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 # ---------------------------------------------------------------- derived metadata

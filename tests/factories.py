@@ -31,7 +31,7 @@ from upstream_adapters.ir import (FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA
                                   to_table)
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 # ------------------------------------------------------------------------------------------ one IR unit

@@ -21,7 +21,7 @@ from factories import hold_build_lock
 from pipeline import provenance, publish
 from pipeline.core import io
 from pipeline.settings.config import load_settings
-from pipeline.settings_root import Settings
+from pipeline.settings.root import Settings
 
 
 def _folders(tmp_path: Path) -> dict:

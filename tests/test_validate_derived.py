@@ -22,7 +22,7 @@ from pipeline.validate_derived import ref_problem
 from pipeline.validate_files import utf8_problem
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 @pytest.fixture(scope="module")

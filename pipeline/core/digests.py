@@ -56,7 +56,7 @@ def file_digest(path: Path) -> str | None:
 
 
 def config_part(settings, sections: tuple[str, ...]) -> dict:
-    """The config sections a computation reads (of a pipeline.settings_root.Settings): `labels`, `sources.<slug>`
+    """The config sections a computation reads (of a pipeline.settings.root.Settings): `labels`, `sources.<slug>`
     (one source's entry), `tasks.<slug>` (the templates that list the source), `*` = all; the NO_OUTPUT_KEYS left
     out."""
     cfg = settings.model_dump()

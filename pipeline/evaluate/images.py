@@ -20,7 +20,7 @@ from pipeline.frames.render import apply_size_policy, image_hashes
 from .items import EvalItem
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 class ImageError(Exception):

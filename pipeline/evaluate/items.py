@@ -18,7 +18,7 @@ from pipeline.prompts import resolve_task_id
 from pipeline.release_files import eval_level_files
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from .options import ClientOptions
 from .store import ResponseStore, prediction_row, request_hash, write_predictions
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 log = logging.getLogger(__name__)
 SUMMARY_FILE = "run_summary.json"

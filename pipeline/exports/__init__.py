@@ -27,7 +27,7 @@ from pipeline.exports import card, common, consumers, croissant, facing, lmms
 from pipeline.core.leaks import find_path_leaks
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pipeline import writers
 from pipeline.exports import common
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 _DTYPES = {pl.Utf8: "string", pl.String: "string", pl.Int64: "int64", pl.Int32: "int32", pl.Boolean: "bool",
            pl.Float64: "float64", pl.Float32: "float32", pl.Int8: "int8", pl.Int16: "int16"}

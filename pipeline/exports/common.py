@@ -21,7 +21,7 @@ from pipeline.release_files import eval_level_files, level_file_name
 from pipeline.schema import CHOICE_LETTERS, COLUMN_NAMES, MODEL_FACING_COLUMNS
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 IMAGE_TAG = "<image>"
 # Columns that locate or render frames: never in model-facing text.

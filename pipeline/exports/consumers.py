@@ -18,7 +18,7 @@ from pipeline.exports import common
 from pipeline.schema import CHOICE_LETTERS
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 def messages_rows(rows: list[common.ModelRow]) -> list[dict]:

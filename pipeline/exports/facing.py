@@ -19,7 +19,7 @@ from pipeline.exports import common
 from pipeline.schema import MODEL_FACING_COLUMNS
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 _TABLE_COLUMNS = frozenset(MODEL_FACING_COLUMNS) | {common.IMAGES_COLUMN}
 _HIDDEN = frozenset(common.RECONSTRUCTION_ONLY)

@@ -19,7 +19,7 @@ from pipeline.schema import CHOICE_LETTERS
 from pipeline.writers import task_number
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 TEMPLATE = "_default_template_yaml"
 _METRIC = ("metric_list:\n  - metric: accuracy\n    aggregation: !function utils.aggregate_accuracy\n"

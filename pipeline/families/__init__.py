@@ -31,7 +31,7 @@ from .primitives import t10_current, t11_next, t12_chain
 from .temporal import answer_for, canonical_choices, t8_ordering, t9_priority
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 GENERATORS = {
     "T1": t1_phase, "T2": t2_contact, "T3": t3_direction, "T4": t4_coordination, "T5": t5_progress,

@@ -19,7 +19,7 @@ from pipeline.core.seeding import py_rng, stable_hash
 
 if TYPE_CHECKING:
     from pipeline.settings.models import Distractors
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 CANDIDATE_SCHEMA = {
     "candidate_key": pl.String, "source": pl.String, "unit_id": pl.String, "task_id": pl.String,

@@ -12,7 +12,7 @@ import polars as pl
 from .common import arms_by_unit, by_unit
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 class Context:

@@ -70,7 +70,7 @@ from .memos import RenderMemos
 from .pixels import decode_png, encode_png, pixel_sha256
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from .readers import AdapterReaders, DirectoryReaders, reader_id, unit_fingerpri
 from .worker import VideoTask, error_result, raise_cache_errors, run_video
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 FRAME_TABLE_SCHEMA = {
     "source": pl.String, "unit_id": pl.String, "camera": pl.String, "frame_index": pl.Int64,

@@ -29,7 +29,7 @@ from .render import frame_indices_of
 
 if TYPE_CHECKING:
     from pipeline.settings.models import FramesGate
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 QUARANTINE_PL_SCHEMA = pl.from_arrow(QUARANTINE_SCHEMA.empty_table()).schema
 

@@ -26,7 +26,7 @@ from upstream_adapters import get_adapter, video
 from upstream_adapters.base import SourceAdapter, file_digest
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 Reader = Callable[[str, str, Sequence[int]], dict[int, np.ndarray]]
 

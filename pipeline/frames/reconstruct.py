@@ -34,7 +34,7 @@ from .worker import read_with_fallback
 from pipeline.settings.models import ReconstructionSource
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 COLUMNS = ["item_id", "source_slug", "source_unit_id", "camera", "frame_indices_json", "render_spec_json",
            "image_hashes_json"]

@@ -15,7 +15,7 @@ import numpy as np
 from .signals import _f64
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 DIRECTIONS = ("left", "right", "up", "down")
 

@@ -22,7 +22,7 @@ from .steps import STEP_METHODS, progress_bin, progress_u
 from .tables import TABLE_SCHEMAS, _Cols, _codes_to_str, _segments_by_unit, _unit_signal_arrays
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 _KEYS = {"units": ["unit_id"], "frames": ["unit_id", "frame_index"], "arms": ["unit_id", "arm", "frame_index"],
          "steps": ["unit_id", "step_id"], "segments": ["unit_id", "seg_index"],

@@ -1,5 +1,5 @@
 """Load the build configuration: every YAML file under configs/, validated by its typed model (pipeline/settings/models.py),
-as one frozen `Settings` object (pipeline/settings_root.py) with the defaults filled.
+as one frozen `Settings` object (pipeline/settings/root.py) with the defaults filled.
 
     cfg = load_settings()                  # configs/ of this repository
     cfg.build.release_seed                 # configs/build.yaml
@@ -24,7 +24,7 @@ import yaml
 from pipeline.settings.errors import ConfigError, validate_file
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: ~20x faster, same values
@@ -217,7 +217,7 @@ def load_settings(config_dir: Path | None = None, upstream: dict[str, str] | Non
     """The validated configs as one frozen `Settings`. `upstream` maps slug -> root path (overrides sources.yaml and
     the PROCESSBENCH_ROOT_<SLUG> environment variables); `scale` overrides build.scale (demo | release); `variants`
     ({task_id: name}) overrides the templates' `variant` (read_settings)."""
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
     return Settings.model_validate(_load_dict(config_dir, upstream, scale, variants))
 

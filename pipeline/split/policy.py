@@ -10,7 +10,7 @@ from pathlib import Path
 from pipeline.settings.config import load_split_policy
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 # unit fields an isolation key may name (alone or in a tuple): columns of the IR units table. content_hash (set by
 # ingest from a unit's clock and signals) is equal for the same recording stored under two unit ids.

@@ -16,7 +16,7 @@ from .groups import build_groups
 from .policy import UNIT_KEYS, load_policy
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 def _row_sort_key(row: dict) -> tuple:

@@ -21,7 +21,7 @@ from .rows import STEP_MODEL_FACING, STEP_SCHEMA
 from .write import step_tables
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 STEP_CONFIG = "process_steps"
 STEP_RECONSTRUCTION_CONFIG = "process_steps_reconstruction"

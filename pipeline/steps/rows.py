@@ -22,7 +22,7 @@ from ..release_files import source_names, source_order
 from .items import STEP_ERROR_KINDS
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
     from pipeline.settings_steps import StepTaskFile
 
 IMAGE_TAG = "<image>"

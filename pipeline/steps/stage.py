@@ -29,7 +29,7 @@ from .items import reassemble_actions, set_outcome_wording
 from .rows import STEP_SCHEMA, step_rows
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
     from pipeline.settings_steps import StepTaskFile
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import polars as pl
 from pipeline.release_files import file_names, level_file_name
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 LEVELS = ("L1", "L2", "L3")
 STEP_FILE_KEYS = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl", "steps_manifest")

@@ -21,7 +21,7 @@ from .rows import STEP_SCHEMA, row_problems
 from .tables import LEVELS, step_files
 
 if TYPE_CHECKING:
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 def _file_tables(rows: pl.DataFrame, cfg: Settings) -> dict[str, tuple[str, pl.DataFrame]]:

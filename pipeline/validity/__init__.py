@@ -34,7 +34,7 @@ from .report import render_markdown
 
 if TYPE_CHECKING:
     from pipeline.settings.models import ValidityFile
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 __all__ = ["audit", "problems", "run_validity"]
 

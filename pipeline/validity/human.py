@@ -25,7 +25,7 @@ from ..schema import CHOICE_LETTERS
 
 if TYPE_CHECKING:
     from pipeline.settings.models import ValidityHuman
-    from pipeline.settings_root import Settings
+    from pipeline.settings.root import Settings
 
 
 def load_verdicts(files: list[Path]) -> list[dict]:
