@@ -266,7 +266,7 @@ def test_the_step_track_template_is_typed_and_resolves_per_source():
     a family's, and a changed copy is validated like a loaded one."""
     from pydantic import ValidationError
 
-    from pipeline.settings_steps import StepTaskFile
+    from pipeline.settings.steps import StepTaskFile
 
     cfg = load_settings()
     t13 = cfg.step_tasks["T13"]

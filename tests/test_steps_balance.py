@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.settings.config import load_settings
-from pipeline.settings_steps import StepBalance
+from pipeline.settings.steps import StepBalance
 from pipeline.steps import gates, items, perturb
 from pipeline.steps.balance import balance, step_features
 from pipeline.steps.rows import step_rows

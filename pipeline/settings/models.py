@@ -511,7 +511,7 @@ class ExportsFile(Strict):
 
 
 from pipeline.settings.labels import LabelsFile  # noqa: E402  (its own file: the largest model)
-from pipeline.settings_steps import StepTaskFile  # noqa: E402,F401  (configs/tasks/T13.yaml, the step track)
+from pipeline.settings.steps import StepTaskFile  # noqa: E402,F401  (configs/tasks/T13.yaml, the step track)
 
 FILE_MODELS: dict[str, Any] = {"build": BuildFile, "sources": SourcesFile, "labels": LabelsFile, "split": SplitFile,
                                "frames": FramesFile, "release": ReleaseFile, "validity": ValidityFile,

@@ -19,7 +19,7 @@ from pipeline.settings.models import (BuildFile, ExportsFile, FramesFile, Releas
                                ValidityFile)
 from pipeline.settings.errors import ConfigError
 from pipeline.settings.labels import LabelsFile
-from pipeline.settings_steps import StepTaskFile
+from pipeline.settings.steps import StepTaskFile
 from pipeline.settings.types import Slug, Strict, TaskId
 
 

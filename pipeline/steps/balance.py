@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from pipeline.settings_steps import StepBalance
+    from pipeline.settings.steps import StepBalance
 
 
 def step_features(st: dict, position: int, num_steps: int) -> list[str]:

@@ -25,7 +25,7 @@ from ..families.common import label_runs
 from pipeline.core.seeding import rng as rng_for
 
 if TYPE_CHECKING:
-    from pipeline.settings_steps import StepTaskFile
+    from pipeline.settings.steps import StepTaskFile
 
 NATURAL = ("natural_primitive_failure", "natural_action_failure", "natural_outcome")
 INJECTED = ("swapped_frames", "substituted_chain", "contact_flipped", "outcome_flipped", "truncated_complete")

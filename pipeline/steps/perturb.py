@@ -26,7 +26,7 @@ from pipeline.core.seeding import rng as rng_for
 from .items import make_step, set_claim, step_frames
 
 if TYPE_CHECKING:
-    from pipeline.settings_steps import StepTaskFile
+    from pipeline.settings.steps import StepTaskFile
 
 NEAR_FRACTIONS = 10  # target positions are dealt over this many equal fractions of an item's length
 

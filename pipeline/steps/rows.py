@@ -23,7 +23,7 @@ from .items import STEP_ERROR_KINDS
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
-    from pipeline.settings_steps import StepTaskFile
+    from pipeline.settings.steps import StepTaskFile
 
 IMAGE_TAG = "<image>"
 RESPONSE_TYPE = pl.Struct({"steps": pl.List(pl.String), "process_correctness": pl.List(pl.Int64)})

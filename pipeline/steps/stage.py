@@ -30,7 +30,7 @@ from .rows import STEP_SCHEMA, step_rows
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
-    from pipeline.settings_steps import StepTaskFile
+    from pipeline.settings.steps import StepTaskFile
 
 log = logging.getLogger(__name__)
 LEVEL_ORDER = {"L1": 1, "L2": 2, "L3": 3}
