@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal, Optional, Union
 from pydantic import ConfigDict, Field
 
 
-from pipeline.settings_step_gates import ValiditySteps
+from pipeline.settings.step_gates import ValiditySteps
 from pipeline.settings.types import (BySource, OneOrPerSource, PerSource, Slug, SlugOrDefault, Strict,  # noqa: F401 - re-exported
                                      TaskId)
 

@@ -22,7 +22,7 @@ from pipeline.steps.score import coin_counts, confusion, macro_f1
 from pipeline.steps.tables import step_rows
 
 if TYPE_CHECKING:
-    from pipeline.settings_step_gates import ValiditySteps
+    from pipeline.settings.step_gates import ValiditySteps
 
 GATES = ("all_correct", "coin_flip", "position_prior", "ngram", "text_classifier")
 
