@@ -20,7 +20,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import stages, work_tables
+from pipeline import stages
+from pipeline.core import work_tables
 from pipeline.core.digests import REPO, code_digest, config_part, digest, file_digest  # noqa: F401 (REPO: for tests)
 from pipeline.core.errors import ProjectError
 from pipeline.core.io import write_json

@@ -30,7 +30,7 @@ from . import items as items_mod
 from . import provenance
 from . import source_help
 from . import split as split_mod
-from . import work_tables
+from pipeline.core import work_tables
 from . import writers
 from .choices import assign_letters, deal_options, display_order
 from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it

@@ -1,4 +1,4 @@
-"""Work tables that prove themselves (pipeline/work_tables.py): a table a step keeps for a later run is checked against
+"""Work tables that prove themselves (pipeline/core/work_tables.py): a table a step keeps for a later run is checked against
 the sha256 and row count recorded when it was written. A cut or edited per-family candidates table, or an edited
 items table of the last selection, is built again (never trusted, never fatal); a no-op build checks the published
 release against its checksums and publishes it again when a file was damaged."""
@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 
 from assets.run import BuildSettings, plan
-from pipeline import stages, work_tables
+from pipeline import stages
+from pipeline.core import work_tables
 from pipeline.core.io import write_parquet
 
 
