@@ -238,7 +238,7 @@ def use_repo_dagster_home() -> Path:
 
 
 def cmd_ingest(args) -> int:
-    from pipeline.ingest import command
+    from pipeline.ingest.run import command
 
     args.progress = lambda it: tqdm(it, desc=f"ingest {args.source}", unit="unit")
     return command(args)
@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="generator seed (default: configs/build.yaml build.samples.seed)")
     s.set_defaults(func=cmd_samples)
 
-    from pipeline.ingest import OPTIONS_HELP, IngestHelpFormatter
+    from pipeline.ingest.run import OPTIONS_HELP, IngestHelpFormatter
 
     i = sub.add_parser("ingest", help="run one adapter over a root and write the IR tables + quarantine",
                        epilog=OPTIONS_HELP, formatter_class=IngestHelpFormatter)

@@ -177,7 +177,7 @@ def _ir(slug: str, shard: int | None = None) -> tuple[Table, ...]:
 
 def ingest_steps(slug: str, shards: int, ir: tuple[Table, ...], corpus: Table) -> list[Step]:
     """One ingest step, or (sources.<slug>.ingest_shards > 1) one per shard of the units (a stable hash of the unit
-    id: pipeline/ingest.py shard_of) and the step merging their IR: a big source read by many workers at once."""
+    id: pipeline/ingest/run.py shard_of) and the step merging their IR: a big source read by many workers at once."""
     root = lambda cfg: Path(cfg.sources[slug].root)
     what = f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units."
     if shards == 1:

@@ -49,7 +49,7 @@ import yaml  # noqa: E402 - after sys.path names the repository
 from pipeline import writers  # noqa: E402 - after sys.path names the repository
 from pipeline.core import io as pio  # noqa: E402 - after sys.path names the repository
 from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
-from pipeline.ingest import ingest_source, units_lost  # noqa: E402 - after sys.path names the repository
+from pipeline.ingest.run import ingest_source, units_lost  # noqa: E402 - after sys.path names the repository
 from pipeline.validate import validate_release  # noqa: E402 - after sys.path names the repository
 
 def bad_inputs(tmp: Path) -> list[tuple[str, bool, str]]:

@@ -47,7 +47,7 @@ from pipeline.core.pool import run_beside
 from .frames.readers import AdapterReaders
 from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
-from .ingest import ingest_source, merge_shards, quarantine_frame, read_ir, summary_text, units_lost, write_ir
+from pipeline.ingest.run import ingest_source, merge_shards, quarantine_frame, read_ir, summary_text, units_lost, write_ir
 from pipeline.core.io import ParquetTables, atomic_write_bytes, write_json, write_parquet
 from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown

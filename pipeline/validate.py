@@ -25,7 +25,7 @@ from pipeline import writers
 from pipeline.core.io import strict_json
 from pipeline.exports.facing import release_problems as model_facing_problems
 from pipeline.exports.common import recorded_warnings
-from pipeline.ingest import unit_id_problem
+from pipeline.ingest.run import unit_id_problem
 from pipeline.core.io import compact_json
 from pipeline.core.leaks import find_path_leaks
 from pipeline.steps.write import step_problems

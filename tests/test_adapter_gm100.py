@@ -260,7 +260,7 @@ def test_longer_gap_is_quarantined(corpus, adapter):
 
 
 def test_partial_download_videos_for_some_episodes_is_absent_not_broken(corpus, tmp_path):
-    from pipeline.ingest import ingest_source, summary_text
+    from pipeline.ingest.run import ingest_source, summary_text
 
     for unit_id in TINY_IDS[:2]:  # all parquet files, but the videos of two episodes never downloaded
         for cam in ("camera_top", "camera_wrist_left", "camera_wrist_right"):
@@ -560,7 +560,7 @@ def test_independent_lerobot_v21_corpus_good_broken_absent(tmp_path):
     data = (vids / "episode_000001.mp4").read_bytes()
     (vids / "episode_000001.mp4").write_bytes(data[: len(data) // 3])  # truncated download
     # episode 2: parquet only, its video never downloaded
-    from pipeline.ingest import ingest_source
+    from pipeline.ingest.run import ingest_source
 
     res = ingest_source("gm100", root, {"camera": "camera_top"})
     ids = [f"task_00005__episode_00000{e}" for e in range(3)]

@@ -15,7 +15,7 @@ import yaml
 from bombs import PEAK_LIMIT_KB as RSS_LIMIT_KB
 from bombs import REPO, probe, tar_gz_bomb, zip_bomb
 from pipeline.settings.config import load_settings
-from pipeline.ingest import ingest_source, summary_text, units_lost, write_ir
+from pipeline.ingest.run import ingest_source, summary_text, units_lost, write_ir
 from pipeline.settings.errors import ConfigError
 from pipeline.stages import quarantine_shares
 from upstream_adapters.aist import AistAdapter

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.ingest import ingest_source
+from pipeline.ingest.run import ingest_source
 from pipeline.core.leaks import find_path_leaks
 from upstream_adapters.gm100 import Gm100Adapter
 from upstream_adapters.ir import UnitError

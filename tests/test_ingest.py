@@ -9,7 +9,7 @@ import pytest
 
 from factories import make_unit
 import upstream_adapters
-from pipeline.ingest import ingest_source, summary_text
+from pipeline.ingest.run import ingest_source, summary_text
 from upstream_adapters.ir import SourceError, UnitError
 
 
@@ -71,7 +71,7 @@ def _args(**kw):
 
 
 def test_ingest_command_exit_codes_and_options(demo_samples, tmp_path, capsys):
-    from pipeline.ingest import command
+    from pipeline.ingest.run import command
 
     root = demo_samples["reassemble"]
     assert command(_args(source="reassemble", root=str(root), out=str(tmp_path / "a"))) == 0
@@ -98,7 +98,7 @@ def test_ingest_command_exit_codes_and_options(demo_samples, tmp_path, capsys):
 
 
 def test_ingest_help_lists_every_source_and_option():
-    from pipeline.ingest import options_help
+    from pipeline.ingest.run import options_help
     from upstream_adapters import ADAPTERS, get_adapter
 
     text = options_help()

@@ -10,7 +10,7 @@ import pytest
 from assets.run import GraphMismatch, plan, BuildSettings
 from assets.tables import all_steps
 from pipeline import stages
-from pipeline.ingest import IR_TABLES, merge_shards, read_ir, shard_of
+from pipeline.ingest.run import IR_TABLES, merge_shards, read_ir, shard_of
 
 SLUGS = ["gm100", "rh20t", "reassemble", "aist"]
 

@@ -19,7 +19,7 @@ import yaml
 from bombs import REPO, mp4_declaring, probe
 
 from pipeline.settings.config import load_settings
-from pipeline.ingest import ingest_source
+from pipeline.ingest.run import ingest_source
 from pipeline.settings.errors import ConfigError
 from upstream_adapters.base import load_json
 from upstream_adapters.ir import UnitError
@@ -244,7 +244,7 @@ _KILLED = """
 import os, signal, sys
 from pathlib import Path
 from pipeline.settings.config import load_settings
-from pipeline.ingest import ingest_source
+from pipeline.ingest.run import ingest_source
 from upstream_adapters.aist import AistAdapter
 root, state, victim = sys.argv[1:4]
 real = AistAdapter.read_unit

@@ -15,7 +15,7 @@ from factories import AIST_EPISODES as EPISODES
 from factories import AIST_GOOD as GOOD
 from factories import ZIP_DAMAGE, aist_root_with_bad_zip, aist_task_zip
 from pipeline.settings.config import load_settings
-from pipeline.ingest import ingest_source, units_lost, write_ir
+from pipeline.ingest.run import ingest_source, units_lost, write_ir
 from pipeline.stages import quarantine_shares
 from upstream_adapters.storage.zipwindow import local_members
 

@@ -4,7 +4,7 @@ the unit it stood for is counted against the quarantine share."""
 from __future__ import annotations
 
 from pipeline.settings.config import load_settings
-from pipeline.ingest import ingest_source, units_lost
+from pipeline.ingest.run import ingest_source, units_lost
 from upstream_adapters.samples import reassemble as R
 
 RECS = ["2025-01-09-13-57-17", "2025-01-09-14-01-02"]
@@ -48,7 +48,7 @@ def test_a_bad_line_of_gm100_jsonl_costs_only_itself(tmp_path):
 def test_unit_ids_with_control_or_invisible_characters_are_refused_at_ingest(tmp_path):
     """A REASSEMBLE recording named with a zero-width space or an ANSI escape reached the released unit ids; now each
     is refused at ingest (one counted row, the id escaped) and the clean recordings are read."""
-    from pipeline.ingest import unit_id_problem
+    from pipeline.ingest.run import unit_id_problem
 
     root = tmp_path / "reassemble"
     bad = [f"{RECS[1]}\u200b", f"{RECS[1]}\x1b[2J", f"{RECS[1]}e\u0301"]

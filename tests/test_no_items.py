@@ -10,7 +10,7 @@ import pytest
 from pipeline import stages
 from pipeline.settings.config import load_settings
 from pipeline.families.no_items import units_without_items
-from pipeline.ingest import ingest_source, write_ir
+from pipeline.ingest.run import ingest_source, write_ir
 from upstream_adapters.samples import rh20t as S
 
 SPECS = [S.SceneSpec(1, 1, 1, rating=5, n_frames=60), S.SceneSpec(1, 2, 2, rating=6, n_frames=60)]

@@ -46,7 +46,7 @@ from upstream_adapters.ir import (
     validate_unit,
 )
 
-from .ingest_guard import UnitGuard
+from pipeline.ingest_guard import UnitGuard
 from pipeline.core.io import write_parquet
 from pipeline.core.leaks import find_path_leaks, redact_paths
 
@@ -429,7 +429,7 @@ def command(args) -> int:
     print(f"tables written to {args.out}: units, frames, signals, segments, quarantine, notes, absent (.parquet)")
     unusable = result.quarantine.filter(pl.col("unit_id") == "*")
     if result.units.height == 0:
-        from .source_help import unusable_message
+        from pipeline.source_help import unusable_message
 
         reasons = "; ".join(unusable["reason"].to_list()) or "no unit could be read"
         print(unusable_message(args.source, Path(args.root), reasons, options), file=sys.stderr)
