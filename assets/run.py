@@ -126,9 +126,9 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
 
 
 def _held_units(cfg: Settings) -> list[str]:
-    """The units ingest processes held when they died (pipeline/ingest_guard.py): a step killed while reading one
+    """The units ingest processes held when they died (pipeline/ingest/guard.py): a step killed while reading one
     names it instead of a bare crash."""
-    from pipeline.ingest_guard import held_note
+    from pipeline.ingest.guard import held_note
     from pipeline.stages import work_dir
 
     ir = work_dir(cfg) / "ir"

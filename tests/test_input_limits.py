@@ -258,7 +258,7 @@ ingest_source("aist", Path(root), load_settings().sources["aist"].adapter.option
 
 
 def test_a_reader_killed_on_a_unit_names_it_and_then_costs_only_that_unit(tmp_path):
-    from pipeline.ingest_guard import held_note
+    from pipeline.ingest.guard import held_note
 
     root, state, victim = _aist_root(tmp_path), tmp_path / "work" / "ir" / "aist", "task_004_episode_1"
     opts = load_settings().sources["aist"].adapter.options()

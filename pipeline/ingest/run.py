@@ -46,7 +46,7 @@ from upstream_adapters.ir import (
     validate_unit,
 )
 
-from pipeline.ingest_guard import UnitGuard
+from pipeline.ingest.guard import UnitGuard
 from pipeline.core.io import write_parquet
 from pipeline.core.leaks import find_path_leaks, redact_paths
 
@@ -191,7 +191,7 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     `limits`: `build.ir_limits` (default: from configs/build.yaml). `shard` (k, n): only the units of shard k of n
     (`shard_of`); `merge_shards` makes the source's IR of the n results. `state`: the path prefix of the
     files that name the unit being read, so a unit that killed its reader is refused next time
-    (pipeline/ingest_guard.py)."""
+    (pipeline/ingest/guard.py)."""
     if limits is None:
         from pipeline.settings.config import load_settings
 
