@@ -323,7 +323,7 @@ def cmd_score(args) -> int:
     if args.circular:  # predictions for the rotated copies: pipeline/circular.py
         from pipeline.circular import main as circular_main
         return circular_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
-    from pipeline.score import main as score_main  # logic lives in pipeline/score.py
+    from pipeline.scoring.mcq import main as score_main  # logic lives in pipeline/scoring/mcq.py
     return score_main(["--release", args.release, "--out", args.out,
                        *(["--predictions", args.predictions] if args.predictions else []),
                        *(["--step-predictions", args.step_predictions] if args.step_predictions else []),

@@ -73,7 +73,7 @@ def _share(flags: list[bool]) -> float | None:
 
 def circular_scores(eval_df: pl.DataFrame, predictions: dict[str, object], bare_fallback: bool = True) -> dict:
     """Plain accuracy (copy 0), circular accuracy and position consistency, overall, per level and per family."""
-    from pipeline.score import parse_answer  # the one answer parser
+    from pipeline.scoring.mcq import parse_answer  # the one answer parser
 
     copies = circular_rows(eval_df)
     per_item: dict[str, dict] = {}
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     """processbench score --circular: predictions for the circular copies -> <out>/circular.json and circular.md."""
     from pipeline.settings.config import load_settings
     from pipeline.exports.common import read_tables
-    from pipeline.score import read_predictions
+    from pipeline.scoring.mcq import read_predictions
 
     ap = argparse.ArgumentParser(prog="processbench score --circular")
     ap.add_argument("--release", required=True)

@@ -23,7 +23,7 @@ import polars as pl
 
 from pipeline.core import io
 from pipeline.core.leaks import find_path_leaks
-from pipeline.schema import CHOICE_LETTERS  # noqa: F401 - re-exported (pipeline/score.py reads writers.CHOICE_LETTERS)
+from pipeline.schema import CHOICE_LETTERS  # noqa: F401 - re-exported (pipeline/scoring/mcq.py reads writers.CHOICE_LETTERS)
 from pipeline.schema import COLUMN_NAMES, polars_schema, schema_markdown
 from pipeline.release_files import merge_checked as _merge
 from pipeline.release_files import plain_json as _plain

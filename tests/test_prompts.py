@@ -95,11 +95,11 @@ def test_prompt_templates_markdown():
 
 def test_no_prompt_shows_a_valid_option_as_the_protocol_example():
     """The answer line's example is a placeholder: not an option label of any item, nor an option text, and the
-    one answer parser (pipeline/score.py) reads it as no answer at all."""
+    one answer parser (pipeline/scoring/mcq.py) reads it as no answer at all."""
     import re
 
     from pipeline.schema import CHOICE_LETTERS
-    from pipeline.score import parse_answer
+    from pipeline.scoring.mcq import parse_answer
 
     example = re.fullmatch(r"<ANSWER>(.*)</ANSWER>", P.PROTOCOL_EXAMPLE).group(1)
     assert example not in CHOICE_LETTERS and example.upper() not in CHOICE_LETTERS

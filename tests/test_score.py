@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from assets import cli
-from pipeline import score
+from pipeline.scoring import mcq as score
 from pipeline.settings.config import load_settings
 
 
@@ -194,7 +194,7 @@ def test_missing_and_extra_ids_are_reported(demo_release, tmp_path, cfg, caplog)
     ids = ev["item_id"].to_list()
     responses = {i: f"<ANSWER>{a}</ANSWER>" for i, a in zip(ids[2:], ev["answer"].to_list()[2:])}
     responses["pb_v2_eval_999999"] = "A"
-    with caplog.at_level(logging.WARNING, logger="pipeline.score"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.scoring.mcq"):
         m, _ = _run(demo_release, tmp_path, cfg, responses)
     assert m["predictions"]["missing"] == 2 and m["predictions"]["extra"] == 1
     assert m["predictions"]["extra_examples"] == ["pb_v2_eval_999999"]

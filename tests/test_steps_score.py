@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from factories import build, make_cfg, make_step_row, step_table, synthetic_step_rows, write_step_files
-from pipeline import score
+from pipeline.scoring import mcq as score
 from pipeline.settings.config import load_settings
 from pipeline.settings.models import ExportsScore
 from pipeline.steps import baselines

@@ -7,7 +7,7 @@ sent alone, it must come back answered before any other is sent (else the run st
 `concurrency` workers each take the next item, build its request (images read, verified and encoded in a thread) and
 send it: at most `concurrency` requests are in flight. Every answer is stored as it arrives. At the end (or after a
 Ctrl-C, with what was answered) predictions.jsonl is written in item-id order and scored by `processbench score`'s
-own entry point (pipeline/score.py `main`), so the report equals what `processbench score` makes of that file.
+own entry point (pipeline/scoring/mcq.py `main`), so the report equals what `processbench score` makes of that file.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
         if opts.circular:  # the entry point `processbench score --circular` calls
             from pipeline.circular import main as score_main
         else:  # the entry point `processbench score` calls
-            from pipeline.score import main as score_main
+            from pipeline.scoring.mcq import main as score_main
 
         rc = score_main(["--release", str(opts.release), "--predictions", str(pred_path), "--out", str(out)])
         summary["scored"] = rc == 0

@@ -136,7 +136,7 @@ def _table(header: list[str], rows: list[list]) -> str:
 def card_markdown(tables: dict[str, pl.DataFrame], cfg: Settings, configs: dict | None = None, warnings=()) -> str:
     """The card; `configs`: config_tables(tables, cfg) when the caller has them already; `warnings`: what the build
     recorded in provenance.json (an eval level the corpus cannot fill), a section of their own when there are any."""
-    from pipeline.score import METRIC_DEFINITIONS  # the one place each metric is defined
+    from pipeline.scoring.mcq import METRIC_DEFINITIONS  # the one place each metric is defined
     from pipeline.steps.exports import step_section
 
     ec = cfg.exports

@@ -8,7 +8,7 @@ pipeline/steps/parse.py) against the release's step eval files.
 Every metric and baseline is defined by formula in STEP_METRIC_DEFINITIONS (the one place: docs/release-format.md
 and the dataset card quote it). Intervals resample split groups with the MCQ scorer's bootstrap
 (pipeline/bootstrap.py group_bootstrap: same seed, same minimum-groups rule). `processbench score` reads the
-predictions file (jsonl rows {"item_id", "prediction"}, pipeline/score.py read_predictions) and calls score_steps.
+predictions file (jsonl rows {"item_id", "prediction"}, pipeline/scoring/mcq.py read_predictions) and calls score_steps.
 """
 
 from __future__ import annotations
