@@ -1,4 +1,4 @@
-"""Bias-free scores (pipeline/score_bias.py) on hand-made eval tables: every answer habit scores 0 (T9, T7, T8 tau)
+"""Bias-free scores (pipeline/scoring/bias.py) on hand-made eval tables: every answer habit scores 0 (T9, T7, T8 tau)
 or 0.5 (concordances), a model that follows the images scores 1, and the intervals resample split groups."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from pipeline.settings.config import load_settings
-from pipeline.score_bias import bias_free
+from pipeline.scoring.bias import bias_free
 
 CFG = load_settings()
 PERMS = ["".join(p) for p in itertools.permutations("XYZ")]

@@ -33,7 +33,7 @@ from pipeline import writers
 from pipeline.core import io
 from pipeline.exports.common import read_tables
 from pipeline.bootstrap import ci_text, fmt, group_bootstrap
-from pipeline.score_bias import bias_free
+from pipeline.scoring.bias import bias_free
 from pipeline.validity.baselines import options, pick
 
 if TYPE_CHECKING:
@@ -335,7 +335,7 @@ def _score_mcq(tables: dict, predictions: Path, cfg: Settings, levels: list[str]
         log.warning("%d predictions name no eval item (ignored), e.g. %s", len(extra), extra[:3])
     items = item_table(ev, tables["sft"], preds, bool(cfg.exports.score.bare_letter_fallback))
     m = metrics(items, cfg)
-    m["bias_free"] = bias_free(ev, items, cfg)  # T5/T7/T8/T9 scores no answer habit can reach (pipeline/score_bias.py)
+    m["bias_free"] = bias_free(ev, items, cfg)  # T5/T7/T8/T9 scores no answer habit can reach (pipeline/scoring/bias.py)
     m["predictions"] = {"file": Path(predictions).name, "levels": sorted(set(items["level"].to_list())),
                         "missing": len(missing), "extra": len(extra), "other_levels": other,
                         "missing_examples": missing[:10], "extra_examples": extra[:10]}
