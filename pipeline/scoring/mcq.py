@@ -32,7 +32,7 @@ import polars as pl
 from pipeline import writers
 from pipeline.core import io
 from pipeline.exports.common import read_tables
-from pipeline.bootstrap import ci_text, fmt, group_bootstrap
+from pipeline.scoring.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.scoring.bias import bias_free
 from pipeline.validity.baselines import options, pick
 

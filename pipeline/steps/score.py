@@ -7,7 +7,7 @@ pipeline/steps/parse.py) against the release's step eval files.
 
 Every metric and baseline is defined by formula in STEP_METRIC_DEFINITIONS (the one place: docs/release-format.md
 and the dataset card quote it). Intervals resample split groups with the MCQ scorer's bootstrap
-(pipeline/bootstrap.py group_bootstrap: same seed, same minimum-groups rule). `processbench score` reads the
+(pipeline/scoring/bootstrap.py group_bootstrap: same seed, same minimum-groups rule). `processbench score` reads the
 predictions file (jsonl rows {"item_id", "prediction"}, pipeline/scoring/mcq.py read_predictions) and calls score_steps.
 """
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from pipeline.bootstrap import ci_text, fmt, group_bootstrap
+from pipeline.scoring.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.steps import baselines
 from pipeline.steps.parse import parse_steps
 from pipeline.steps.tables import kind_class, step_rows
