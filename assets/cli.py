@@ -320,8 +320,8 @@ def cmd_score(args) -> int:
     if not args.predictions and (args.circular or not args.step_predictions):
         raise UsageError("--circular needs --predictions" if args.circular else
                          "give --predictions (multiple choice), --step-predictions (T13 steps) or both")
-    if args.circular:  # predictions for the rotated copies: pipeline/circular.py
-        from pipeline.circular import main as circular_main
+    if args.circular:  # predictions for the rotated copies: pipeline/scoring/circular.py
+        from pipeline.scoring.circular import main as circular_main
         return circular_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
     from pipeline.scoring.mcq import main as score_main  # logic lives in pipeline/scoring/mcq.py
     return score_main(["--release", args.release, "--out", args.out,

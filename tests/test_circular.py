@@ -1,4 +1,4 @@
-"""pipeline/circular.py: rotated copies, circular accuracy and position consistency, and `score --circular`."""
+"""pipeline/scoring/circular.py: rotated copies, circular accuracy and position consistency, and `score --circular`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from pipeline import circular as C
+from pipeline.scoring import circular as C
 
 
 def _eval():

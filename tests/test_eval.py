@@ -291,7 +291,7 @@ def test_circular_asks_every_rotation_and_scores_it_as_score_circular(demo_relea
     """`eval --circular`: one request per option rotation of each item (ids <item_id>.c<k>, the item's images, the
     rotated options in the prompt), then `score --circular`'s report. The server answers A to everything: an answer
     habit that CircularEval must expose (circular accuracy 0, the same option text never chosen twice)."""
-    from pipeline.circular import COPY_SEP, circular_rows
+    from pipeline.scoring.circular import COPY_SEP, circular_rows
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     out = tmp_path / "circ"

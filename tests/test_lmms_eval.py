@@ -5,7 +5,7 @@ the card tells a user to run it.
 
 The model is lmms-eval's own `from_log` model, which replays responses from log files: here `<ANSWER>X</ANSWER>` with
 X the release's answer (the canonical eval tables; for the circular task, the answer after rotation,
-pipeline/circular.py). Gold must score 1.0 in every task, level group, the `processbench` group and the circular
+pipeline/scoring/circular.py). Gold must score 1.0 in every task, level group, the `processbench` group and the circular
 task, with lmms-eval's `doc_to_target` giving the same letter for every document. A planted wrong answer in one task's
 jsonl and a planted wrong `doc_to_target` in another task's YAML are each found, and nothing else."""
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.circular import COPY_SEP, circular_rows
+from pipeline.scoring.circular import COPY_SEP, circular_rows
 from pipeline.settings.config import load_settings
 from pipeline.exports import common
 from pipeline.exports.lmms import TEMPLATE

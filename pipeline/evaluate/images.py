@@ -64,7 +64,7 @@ def reconstruct_for(items: list[EvalItem], release_dir: Path, upstream: dict[str
     given, or whose frames cannot be rebuilt, have no images there: the run records them as failed with the reason."""
     from pipeline.frames.reconstruct import reconstruct
 
-    from pipeline.circular import base_id
+    from pipeline.scoring.circular import base_id
 
     ids = {base_id(it.item_id) for it in items}  # a CircularEval copy shows its item's images
     sources = sorted({it.source for it in items} & set(upstream))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.circular import circular_rows
+from pipeline.scoring.circular import circular_rows
 from pipeline.exports.common import model_rows
 from pipeline.prompts import resolve_task_id
 from pipeline.release_files import eval_level_files

@@ -192,7 +192,7 @@ def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
     }
     if opts.score and not interrupted:
         if opts.circular:  # the entry point `processbench score --circular` calls
-            from pipeline.circular import main as score_main
+            from pipeline.scoring.circular import main as score_main
         else:  # the entry point `processbench score` calls
             from pipeline.scoring.mcq import main as score_main
 

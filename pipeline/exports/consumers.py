@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import csv
 import io as _io
 
-from pipeline.circular import INDEX_STRIDE, rotate
+from pipeline.scoring.circular import INDEX_STRIDE, rotate
 from pipeline.exports import common
 from pipeline.schema import CHOICE_LETTERS
 
@@ -59,7 +59,7 @@ def _question(r: dict, cfg: Settings) -> str:
 def vlmevalkit_tsv(rows: list[common.ModelRow], cfg: Settings, circular: bool = False) -> str:
     """VLMEvalKit custom MCQ: `question` is the plain question, options in A..F (empty past num_choices), multi-image
     rows give image_path as a Python list literal. circular=True: every item once per
-    rotation of its options (pipeline/circular.py), copy k at index item + k x 1e6, as VLMEvalKit's circular files."""
+    rotation of its options (pipeline/scoring/circular.py), copy k at index item + k x 1e6, as VLMEvalKit's circular files."""
     buf = _io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
     w.writerow(TSV_COLUMNS)

@@ -1,5 +1,5 @@
 """The lmms-eval task folder: one task per (eval level, family), a group per level with its aggregate, the group
-`processbench` over every level, and the CircularEval task `processbench_circular` (pipeline/circular.py).
+`processbench` over every level, and the CircularEval task `processbench_circular` (pipeline/scoring/circular.py).
 
 Each task reads its own jsonl (model-facing columns, the prompt and the image references). lmms-eval resolves
 `data_files` from the working directory, so the YAMLs name them relative to the release folder (run lmms-eval from
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pathlib import Path
 
-from pipeline.circular import copy_id, rotate
+from pipeline.scoring.circular import copy_id, rotate
 from pipeline.exports import common
 from pipeline.schema import CHOICE_LETTERS
 from pipeline.writers import task_number
