@@ -31,6 +31,7 @@ from .settings import BuildSettings
 from .tables import Step, all_steps, export_metadata, tables_by_name
 
 from pipeline.settings.root import Settings
+from pipeline.core import paths
 
 CFG = load_settings()
 STEPS = all_steps(CFG)
@@ -131,10 +132,10 @@ def _publish_step(context, step: Step, cfg: Settings, live: list[Step], checks):
         yield from results
         raise dg.Failure(description=f"release not published: {len(problems)} check(s) failed: "
                                      f"{', '.join(problems[:10])}; the previous release in "
-                                     f"{publish.release_dir(cfg).name}/ is unchanged",
+                                     f"{paths.release_dir(cfg).name}/ is unchanged",
                          metadata={"failed_checks": dg.MetadataValue.json(problems)})
     publish.publish(cfg)
-    context.log.info(f"release published to {publish.release_dir(cfg).name}/")
+    context.log.info(f"release published to {paths.release_dir(cfg).name}/")
     for t in step.writes:
         yield dg.MaterializeResult(asset_key=_key(t.name), data_version=dg.DataVersion(fp[:16]),
                                    metadata={**table_metadata(t, cfg), **_summary_meta(summary),

@@ -31,17 +31,18 @@ from pipeline import publish  # noqa: E402 - after sys.path names the repository
 from pipeline.validate import validate_release  # noqa: E402 - after sys.path names the repository
 from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
 from pipeline.settings.root import Settings  # noqa: E402 - after sys.path names the repository
+from pipeline.core import paths  # noqa: E402 - after sys.path names the repository
 
 
 def _stray(cfg: Settings) -> list[str]:
-    rel = publish.release_dir(cfg)
+    rel = paths.release_dir(cfg)
     kept = (rel.name, f".{rel.name}.lock", publish.versions_dir(cfg).name)  # the link, its lock, its versions
     out = [p.name for p in rel.parent.iterdir() if p.name not in kept]
     versions, current = publish.versions_dir(cfg), publish.current_version(cfg)
     if versions.is_dir():  # the version served and the one before it are kept; any other is left over
         keep = {current, str(int(current) - 1)} if current and current.isdigit() else {current}
         out += [f"{versions.name}/{v.name}" for v in versions.iterdir() if v.name not in keep]
-    for root in (publish.work_dir(cfg), rel):
+    for root in (paths.work_dir(cfg), rel):
         out += [str(p.relative_to(root.parent)) for p in root.rglob("*.tmp")] if root.is_dir() else []
     return sorted(out)
 

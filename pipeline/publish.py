@@ -37,8 +37,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.settings.config import path_in_repo
 from pipeline.core.io import clean_temp_files
+from pipeline.core.paths import release_dir, work_dir
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -53,14 +53,6 @@ class LockError(RuntimeError):
 
 class ReleaseFolderError(RuntimeError):
     """The release folder cannot be published to (a mount point, a foreign symbolic link, an unwritable parent)."""
-
-
-def release_dir(cfg: Settings) -> Path:
-    return path_in_repo(cfg.build.release_dir)
-
-
-def work_dir(cfg: Settings) -> Path:
-    return path_in_repo(cfg.build.work_dir)
 
 
 def _beside(release: Path, what: str) -> Path:

@@ -51,7 +51,7 @@ from pipeline.ingest.run import ingest_source, merge_shards, quarantine_frame, r
 from pipeline.core.io import ParquetTables, atomic_write_bytes, write_json, write_parquet
 from .labels import compute_labels_isolated
 from .prompts import prompt_templates_markdown
-from .publish import release_dir, work_dir
+from pipeline.core.paths import release_dir, work_dir
 from .release_scan import release_leaks
 from .steps.write import write_step_files
 from .validate import validate_release

@@ -22,6 +22,7 @@ from pipeline import provenance, publish
 from pipeline.core import io
 from pipeline.settings.config import load_settings
 from pipeline.settings.root import Settings
+from pipeline.core import paths
 
 
 def _folders(tmp_path: Path) -> dict:
@@ -125,30 +126,30 @@ def _release(root: Path, text: str) -> None:
 
 def test_publish_swaps_the_staging_folder_in(tmp_path):
     cfg = _cfg(tmp_path)
-    _release(publish.release_dir(cfg), "old")
+    _release(paths.release_dir(cfg), "old")
     staged = publish.staging_config(cfg)
     assert Path(staged.build.release_dir).name == ".release.staging"
     assert cfg.build.release_dir.endswith("release")  # the original is untouched
     _release(publish.staging_dir(cfg), "new")
     publish.publish(cfg)
-    assert (publish.release_dir(cfg) / "a.txt").read_text() == "new"
-    assert sorted(p.name for p in publish.release_dir(cfg).parent.iterdir()) == [".release.versions", "release"]
-    assert os.readlink(publish.release_dir(cfg)) == ".release.versions/1" and publish.current_version(cfg) == "1"
+    assert (paths.release_dir(cfg) / "a.txt").read_text() == "new"
+    assert sorted(p.name for p in paths.release_dir(cfg).parent.iterdir()) == [".release.versions", "release"]
+    assert os.readlink(paths.release_dir(cfg)) == ".release.versions/1" and publish.current_version(cfg) == "1"
 
 
 def test_a_crash_mid_swap_gives_back_the_last_good_release(tmp_path):
     cfg = _cfg(tmp_path)
-    _release(publish.release_dir(cfg), "good")
+    _release(paths.release_dir(cfg), "good")
     _release(publish.staging_dir(cfg), "new")
-    os.rename(publish.release_dir(cfg), publish.previous_dir(cfg))  # killed between the two renames
-    (publish.release_dir(cfg).parent / "x").mkdir()
+    os.rename(paths.release_dir(cfg), publish.previous_dir(cfg))  # killed between the two renames
+    (paths.release_dir(cfg).parent / "x").mkdir()
     (Path(cfg.build.work_dir) / "ir").mkdir(parents=True)
     (Path(cfg.build.work_dir) / "ir" / ".units.parquet.abc.tmp").write_bytes(b"")
     with publish.build_lock(cfg, "next") as cleaned:
         assert any("restored the last good release" in c for c in cleaned)
         assert any("unpublished .release.staging" in c for c in cleaned)
         assert any(".units.parquet.abc.tmp" in c for c in cleaned)
-    assert (publish.release_dir(cfg) / "a.txt").read_text() == "good"
+    assert (paths.release_dir(cfg) / "a.txt").read_text() == "good"
     assert not publish.staging_dir(cfg).exists() and not publish.previous_dir(cfg).exists()
     assert not list(Path(cfg.build.work_dir).rglob("*.tmp"))
 
@@ -157,7 +158,7 @@ def test_publish_is_one_rename_of_a_link_and_keeps_one_version_back(tmp_path):
     """Each publish is a new immutable version folder and one rename of the release link over the old one: a reader
     that resolved the old link finishes on the old version (kept), and at no moment is there no release."""
     cfg = _cfg(tmp_path)
-    rel = publish.release_dir(cfg)
+    rel = paths.release_dir(cfg)
     for n, text in enumerate(["v1", "v2", "v3"], start=1):
         _release(publish.staging_dir(cfg), text)
         publish.publish(cfg)
@@ -191,7 +192,7 @@ def _watch(path: str, stop, out: str) -> None:
 
 def test_a_real_release_folder_from_before_versions_is_exchanged_in_one_step(tmp_path):
     cfg = _cfg(tmp_path)
-    rel = publish.release_dir(cfg)
+    rel = paths.release_dir(cfg)
     _release(rel, "old")  # a real folder, as published before versions
     os.chmod(rel / "a.txt", 0o444)
     os.chmod(rel, 0o555)  # read-only: the second build used to crash on it
@@ -212,7 +213,7 @@ def test_a_real_release_folder_from_before_versions_is_exchanged_in_one_step(tmp
 
 def test_release_folders_that_cannot_be_published_are_refused_up_front(tmp_path):
     cfg = _cfg(tmp_path)
-    rel = publish.release_dir(cfg)
+    rel = paths.release_dir(cfg)
     target = tmp_path / "served" / "bench"
     _release(target, "served")
     rel.parent.mkdir(parents=True)
@@ -230,13 +231,13 @@ def test_release_folders_that_cannot_be_published_are_refused_up_front(tmp_path)
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
 def test_an_unwritable_parent_is_refused_up_front(tmp_path):
     cfg = _cfg(tmp_path)
-    publish.release_dir(cfg).parent.mkdir(parents=True)
-    os.chmod(publish.release_dir(cfg).parent, 0o555)
+    paths.release_dir(cfg).parent.mkdir(parents=True)
+    os.chmod(paths.release_dir(cfg).parent, 0o555)
     try:
         with pytest.raises(publish.ReleaseFolderError, match="is not writable"):
             publish.check_release_folder(cfg)
     finally:
-        os.chmod(publish.release_dir(cfg).parent, 0o755)
+        os.chmod(paths.release_dir(cfg).parent, 0o755)
 
 
 # ------------------------------------------------------------------------------------------ the CLI
@@ -443,7 +444,7 @@ def test_the_cli_says_whether_a_failed_build_published(tmp_path, monkeypatch, ca
                "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "out" / "release")])
     err = capsys.readouterr().err
     assert rc == 1 and "build failed: step 'after_release' failed" in err
-    rel = publish.release_dir(cfg).absolute()
+    rel = paths.release_dir(cfg).absolute()
     if publishes:
         assert f"release published -> {rel} (version 2) before the build failed" in err and "NOT" not in err
         assert (rel / "a.txt").read_text() == "v2"
@@ -466,7 +467,7 @@ def test_a_ui_run_beside_a_locked_terminal_build_is_refused(tmp_path, monkeypatc
     publish.publish(cfg)
 
     def beside() -> list[str]:
-        return sorted(p.name for p in publish.release_dir(cfg).parent.iterdir() if p.suffix != ".lock")
+        return sorted(p.name for p in paths.release_dir(cfg).parent.iterdir() if p.suffix != ".lock")
 
     served = beside()
     settings = BuildSettings(scale="demo", sources=["aist"], work_dir=cfg.build.work_dir,
@@ -480,4 +481,4 @@ def test_a_ui_run_beside_a_locked_terminal_build_is_refused(tmp_path, monkeypatc
         assert f"pid {holder.pid}" in text, text[:2000]
         assert not res.get_step_success_events()
     assert beside() == served  # no staging or version folder added: the run stopped before any step
-    assert (publish.release_dir(cfg) / "a.txt").read_text() == "served"
+    assert (paths.release_dir(cfg) / "a.txt").read_text() == "served"

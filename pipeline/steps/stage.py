@@ -22,7 +22,7 @@ from ..frames.extract import extract_from_config
 from ..frames.readers import AdapterReaders
 from ..frames.render import add_image_hashes
 from pipeline.core.io import compact_json, write_json, write_parquet
-from ..publish import work_dir
+from pipeline.core.paths import work_dir
 from . import BUILDERS, perturb
 from .balance import balance
 from .items import reassemble_actions, set_outcome_wording
