@@ -26,7 +26,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import items as items_mod
+from pipeline.items import selection as items_mod
 from . import provenance
 from . import source_help
 from . import split as split_mod

@@ -462,7 +462,7 @@ def test_pool_independent_of_hash_seed(tmp_path):
     script = (
         "import sys, hashlib; sys.path.insert(0, 'tests')\n"
         "from factories import synthetic_pool\n"
-        "from pipeline import items as I\n"
+        "from pipeline.items import selection as I\n"
         "from pipeline.choices import assign_letters, display_order\n"
         "from pipeline.settings.config import load_settings\n"
         "cfg = load_settings()\n"

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from factories import synthetic_pool
-from pipeline import items as items_mod
+from pipeline.items import selection as items_mod
 from pipeline.settings.config import apply_variant, load_settings, read_task
 from pipeline.families.outcome import same_task_segments
 from pipeline.families.progress import step_skip_reason, strip_frames

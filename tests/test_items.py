@@ -13,7 +13,7 @@ import pytest
 import public_release_pins as pins
 from factories import synthetic_pool
 from pipeline import choices as C
-from pipeline import items as I
+from pipeline.items import selection as I
 from pipeline.settings.config import load_settings
 from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
 from pipeline.core.seeding import stable_hash
@@ -386,7 +386,7 @@ def test_coverage_selection_is_independent_of_pythonhashseed(tmp_path):
     script = (
         "import sys; sys.path.insert(0, 'tests')\n"
         "import hashlib\n"
-        "from pipeline import items as I\n"
+        "from pipeline.items import selection as I\n"
         "from test_items import _two_family_pool\n"
         "pool, q = _two_family_pool()\n"
         "s = I.select_candidates(pool, q, 11, extra=0.3)\n"

@@ -273,7 +273,7 @@ def _t12_cells(template: dict, n_rec: int = 90, per_label: int = 200):
     makes it, the option order of the release, and an eval / SFT split by recording (every third one eval)."""
     from pipeline.families.common import Spec
     from pipeline.families.primitives import t12_chain
-    from pipeline.items import select_candidates
+    from pipeline.items.selection import select_candidates
 
     cfg = load_settings().with_values({"tasks.T12": template})
     pool = t12_chain(Spec(cfg, "T12", "reassemble"), _ChainContext(n_rec))
@@ -454,8 +454,8 @@ def test_run_validity_gates_the_step_track_when_the_release_has_step_files(tmp_p
 
 def _selected_t7_rows(equal: bool) -> tuple[list[dict], list[dict]]:
     """RH20T-T7-like pool (a failing unit offers 12 windows, a succeeding one 4, every window carries its unit's
-    outcome) selected by pipeline.items with or without equal_per_unit; units alternate between eval and SFT."""
-    from pipeline import items as I
+    outcome) selected by pipeline.items.selection with or without equal_per_unit; units alternate between eval and SFT."""
+    from pipeline.items import selection as I
     from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
 
     cols = {c: [] for c in CANDIDATE_SCHEMA}

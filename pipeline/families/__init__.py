@@ -11,7 +11,7 @@ template, with every key and its type, is pipeline/settings/models.py TaskFile):
     (closed label set: label -> choice text), frames (offsets / relative / centers / grid / segment_midpoints),
     candidates (stride, boundary_margin, cap_per_label, cap_per_unit), min_gap, balance_labels, distractors
     (policy all | neighbours | pairs | context | permutations), display_labels, choice_order, render, prompt.
-The selection (pipeline.items) picks the quota from the pool; nothing here is random except seeded choices
+The selection (pipeline.items.selection) picks the quota from the pool; nothing here is random except seeded choices
 (display order of T8/T9, ties among distractors), keyed by the candidate key, so the pool is deterministic.
 """
 

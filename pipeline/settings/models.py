@@ -390,7 +390,7 @@ class TaskFile(Strict):
     candidates: Candidates = Candidates()
     min_gap: OneOrPerSource(int) = 0
     balance_labels: OneOrPerSource(bool) = False
-    equal_per_unit: OneOrPerSource(bool) = False   # every unit used gives the same number of items (pipeline/items.py)
+    equal_per_unit: OneOrPerSource(bool) = False   # every unit used gives the same number of items (pipeline/items/selection.py)
     distractors: Distractors = Distractors()
     display_labels: Optional[list[str]] = None
     choice_order: Optional[Literal["canonical"]] = None
