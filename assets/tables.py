@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline import stages
-from pipeline.choices import LETTER_COLUMNS
+from pipeline.items.choices import LETTER_COLUMNS
 from pipeline.exports import EXPORTERS
 from pipeline.release_files import file_names
 from pipeline.families.common import CANDIDATE_SCHEMA
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
 # What the frames stage adds to a candidate row (pipeline.stages.run_frames): the selected, gated item (no letter:
-# the split assigns the letters, pipeline/choices.py).
+# the split assigns the letters, pipeline/items/choices.py).
 ITEM_COLUMNS = {"item_key": pl.String, "image_hashes_json": pl.String}
 NOTES_SCHEMA = {"source": pl.String, "unit_id": pl.String, "note": pl.String}
 IR_TABLES = (*IR_SCHEMAS, "quarantine", "notes")

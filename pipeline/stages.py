@@ -32,7 +32,7 @@ from . import source_help
 from . import split as split_mod
 from pipeline.core import work_tables
 from . import writers
-from .choices import assign_letters, deal_options, display_order
+from pipeline.items.choices import assign_letters, deal_options, display_order
 from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
 from .validity import REPORT_FILES, run_validity
@@ -268,7 +268,7 @@ def _reuse_items(files: dict[str, Path], key: str, pool: pl.DataFrame, quotas: d
 
 def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     """Select each family's quota, decode its frames, gate them, and ask for replacements until the quotas hold or the
-    pool runs out; then fix the T8/T9 display order (pipeline/choices.py) and hash the images each item shows.
+    pool runs out; then fix the T8/T9 display order (pipeline/items/choices.py) and hash the images each item shows.
     Answer letters are the split's (run_split). When only question texts changed since the last run (same
     `selection_key`), the last items are kept with the new questions."""
     seed = cfg.build.release_seed

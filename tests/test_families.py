@@ -463,7 +463,7 @@ def test_pool_independent_of_hash_seed(tmp_path):
         "import sys, hashlib; sys.path.insert(0, 'tests')\n"
         "from factories import synthetic_pool\n"
         "from pipeline.items import selection as I\n"
-        "from pipeline.choices import assign_letters, display_order\n"
+        "from pipeline.items.choices import assign_letters, display_order\n"
         "from pipeline.settings.config import load_settings\n"
         "cfg = load_settings()\n"
         "h = hashlib.sha256()\n"
@@ -485,7 +485,7 @@ def test_pool_independent_of_hash_seed(tmp_path):
 
 def test_items_from_every_family(pools, reassemble_pool):
     """Every family, every source: candidates -> items with a consistent option set and answer letter."""
-    from pipeline.choices import assign_letters, display_order
+    from pipeline.items.choices import assign_letters, display_order
 
     seen = set()
     for source, (_, _, pool) in list(pools.items()) + [("reassemble", reassemble_pool)]:

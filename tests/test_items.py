@@ -12,7 +12,7 @@ import pytest
 
 import public_release_pins as pins
 from factories import synthetic_pool
-from pipeline import choices as C
+from pipeline.items import choices as C
 from pipeline.items import selection as I
 from pipeline.settings.config import load_settings
 from pipeline.families.common import CANDIDATE_SCHEMA, columns_frame
@@ -434,7 +434,7 @@ def test_dealt_options_make_every_label_of_an_option_set_the_answer_equally_ofte
     of a set is its answer equally often, to one item, so such a guesser scores 1/k up to rounding."""
     from collections import Counter, defaultdict
 
-    from pipeline.choices import deal_options
+    from pipeline.items.choices import deal_options
     from pipeline.core.seeding import py_rng
 
     labels = ["pre-approach", "approach", "contact", "hold and carry", "transfer", "release"]

@@ -13,7 +13,7 @@ labels gives no set), never inside one interval; `state_change: pixels` leaves i
 
 The display order is a seeded shuffle of the chronological order; the display labels (X, Y[, Z]) are fixed in
 display order, so the answer is the permutation of labels in time order (T8) or the label of the earlier panel (T9).
-pipeline.choices.display_order later re-orders the frames to balance the true option (`choice_order: canonical`)."""
+pipeline.items.choices.display_order later re-orders the frames to balance the true option (`choice_order: canonical`)."""
 
 from __future__ import annotations
 

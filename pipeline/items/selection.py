@@ -38,7 +38,7 @@ allows it; the split groups by unit):
      from its reserve picks takes the donor's rank. Family counts, label counts (primary and reserve) and min_gap are
      unchanged; a unit that no such swap can reach stays uncovered.
 
-Answer options and letters: pipeline/choices.py (the frames stage orders T8/T9 frames, the split assigns letters).
+Answer options and letters: pipeline/items/choices.py (the frames stage orders T8/T9 frames, the split assigns letters).
 """
 
 from __future__ import annotations
