@@ -14,7 +14,7 @@ import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.schema import DESCRIPTIONS
+from pipeline.release.schema import DESCRIPTIONS
 
 from .tables import Step, Table, TableCheck
 
@@ -73,7 +73,7 @@ def table_metadata(table: Table, cfg: Settings) -> dict:
         return meta
     # from the parquet footer and the first rows: a step's tables can hold millions of rows (IR signals)
     meta["dagster/row_count"] = pq.ParquetFile(path).metadata.num_rows
-    # the release schema's column descriptions (pipeline/schema.py), shown in the UI's column list
+    # the release schema's column descriptions (pipeline/release/schema.py), shown in the UI's column list
     meta["dagster/column_schema"] = dg.TableSchema(
         columns=[dg.TableColumn(name=c, type=str(t), description=DESCRIPTIONS.get(c) if table.root == "release"
                                 else None) for c, t in pl.read_parquet_schema(path).items()])

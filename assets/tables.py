@@ -6,7 +6,7 @@ each of which is an asset key in the graph (`ir/<slug>/units`, `labels/<slug>/fr
 `items/<slug>`, `split/items`, `release/<file>`...). `reads` lists every table the step's function reads, so the
 graph's lineage is what the code does. Schemas come from the registries that already exist: the IR schemas
 (upstream_adapters/ir.py), the label tables (pipeline/labels.py), the candidate schema (pipeline/families/common.py)
-and the release schema (pipeline/schema.py).
+and the release schema (pipeline/release/schema.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pipeline.release_files import file_names
 from pipeline.families.common import CANDIDATE_SCHEMA
 from pipeline.frames.extract import ITEM_FRAMES_SCHEMA
 from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
-from pipeline.schema import RELEASE_SCHEMA
+from pipeline.release.schema import RELEASE_SCHEMA
 from pipeline.split import GROUPS_SCHEMA
 from pipeline.steps.rows import STEP_SCHEMA
 from pipeline.steps.stage import run_steps, step_shortfall

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.settings.config import load_settings
 from pipeline.core.seeding import rng as np_rng
-from pipeline.schema import CHOICE_LETTERS as LETTERS
+from pipeline.release.schema import CHOICE_LETTERS as LETTERS
 from pipeline.split import (family_sort_key, leaked_groups, load_policy, make_pool,
                             our_rule, public_rule, split_items)
 

@@ -131,7 +131,7 @@ def _tampers(cfg) -> dict:
 
     def unit_id(char):
         def run(root):  # the id and every reference made from it, consistently (nothing else disagrees)
-            from pipeline.schema import reconstruction_key_json, source_episode_ref, visual_ref
+            from pipeline.release.schema import reconstruction_key_json, source_episode_ref, visual_ref
 
             df = pl.read_parquet(root / files["eval_parquet"])
             rows = df.to_dicts()

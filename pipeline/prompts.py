@@ -18,7 +18,7 @@ import json
 
 import upstream_adapters
 
-from pipeline.schema import CHOICE_LETTERS as LETTERS
+from pipeline.release.schema import CHOICE_LETTERS as LETTERS
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

@@ -1,5 +1,5 @@
 """The release rows: ITEMS (after the split) + IR units -> the eval/SFT tables in the public row schema
-(pipeline/schema.py); `pipeline/writers.py` writes them.
+(pipeline/release/schema.py); `pipeline/writers.py` writes them.
 
     eval_df, sft_df = release_tables(items, units, cfg)
 
@@ -9,7 +9,7 @@ Row order and item ids. Within each split, rows are sorted by
 and numbered from 1: item_id = f"{item_id_prefix}_{split}_{n:06d}".
 
 The tables are built column by column in polars (a Python dict per row cost seconds at release scale); the JSON and
-reference columns come from `pipeline/core/io.py` `compact_json_column` and `pipeline/schema.py` `reference_columns`,
+reference columns come from `pipeline/core/io.py` `compact_json_column` and `pipeline/release/schema.py` `reference_columns`,
 which give the same text as their one-value counterparts.
 
 Checks. `row_problem` states the per-row contract in plain Python and words every error. Only the rows `_suspects`
@@ -29,7 +29,7 @@ import polars as pl
 
 from pipeline.core import io
 from pipeline.release_files import source_names, task_number
-from pipeline.schema import CHOICE_COLUMNS, CHOICE_LETTERS, COLUMN_NAMES, MAX_CHOICES, polars_schema, reference_columns
+from pipeline.release.schema import CHOICE_COLUMNS, CHOICE_LETTERS, COLUMN_NAMES, MAX_CHOICES, polars_schema, reference_columns
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -202,12 +202,12 @@ def _columns(split: str, rc: dict, names: dict, tnames: dict) -> list[pl.Expr]:
         **{c: col(c) for c in ("licence", "render_spec_json", "image_hashes_json", "eval_level")},
     }
     if list(exprs) != list(COLUMN_NAMES):
-        raise AssertionError(f"release columns out of step with pipeline/schema.py: {list(exprs)}")
+        raise AssertionError(f"release columns out of step with pipeline/release/schema.py: {list(exprs)}")
     return [e.alias(c) for c, e in exprs.items()]
 
 
 def release_tables(items: pl.DataFrame, units: pl.DataFrame, cfg: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(eval, sft) release tables in the schema of pipeline/schema.py, rows sorted and numbered (see module doc).
+    """(eval, sft) release tables in the schema of pipeline/release/schema.py, rows sorted and numbered (see module doc).
     Raises ValueError on any contract violation (unknown unit, bad answer, missing column, ...): nothing is dropped."""
     _check_columns(items, REQUIRED_ITEM_COLUMNS, "items")
     _check_columns(units, REQUIRED_UNIT_COLUMNS, "units")

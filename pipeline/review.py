@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .prompts import format_prompt
-from .schema import CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_LETTERS
 from pipeline.core.seeding import py_rng
 
 if TYPE_CHECKING:

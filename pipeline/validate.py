@@ -32,7 +32,7 @@ from pipeline.steps.write import step_problems
 from pipeline.release_scan import release_leaks
 from pipeline.validate_derived import export_problems, provenance_problems, validity_problems
 from pipeline.validate_files import check_files, max_file_bytes
-from pipeline.schema import (
+from pipeline.release.schema import (
     CHOICE_COLUMNS,
     CHOICE_LETTERS,
     COLUMN_NAMES,
@@ -134,7 +134,7 @@ def _read_split(root: Path, split: str, cfg: Settings, report: _Report, rels: tu
         got, want = list(df.schema.items()), list(polars_schema().items())
         if got != want:
             diff = [f"{a}!={b}" for a, b in zip(got, want) if a != b][:3]
-            report.add(f"{pq_rel}: schema differs from pipeline/schema.py "
+            report.add(f"{pq_rel}: schema differs from pipeline/release/schema.py "
                        f"({len(got)} vs {len(want)} columns; first differences {diff})")
             return None
         meta = pq.read_metadata(root / pq_rel).metadata or {}
@@ -340,7 +340,7 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, 
     rel = files["schema"]
     if (root / rel).is_file():
         if report.text(root / rel) != schema_markdown(rc, writers.schema_source_names(cfg)):
-            report.add(f"{rel}: differs from the schema generated from pipeline/schema.py")
+            report.add(f"{rel}: differs from the schema generated from pipeline/release/schema.py")
 
 
 def _check_split_summary(root: Path, files: dict, ev_all: pl.DataFrame | None, sf: pl.DataFrame | None, cfg: Settings,

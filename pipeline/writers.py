@@ -23,8 +23,8 @@ import polars as pl
 
 from pipeline.core import io
 from pipeline.core.leaks import find_path_leaks
-from pipeline.schema import CHOICE_LETTERS  # noqa: F401 - re-exported (pipeline/scoring/mcq.py reads writers.CHOICE_LETTERS)
-from pipeline.schema import COLUMN_NAMES, polars_schema, schema_markdown
+from pipeline.release.schema import CHOICE_LETTERS  # noqa: F401 - re-exported (pipeline/scoring/mcq.py reads writers.CHOICE_LETTERS)
+from pipeline.release.schema import COLUMN_NAMES, polars_schema, schema_markdown
 from pipeline.release_files import merge_checked as _merge
 from pipeline.release_files import plain_json as _plain
 from pipeline.release_files import (  # noqa: F401 - re-exported: writers.file_names etc. stay valid
@@ -258,7 +258,7 @@ def eval_levels_summary(tables: dict[str | None, pl.DataFrame], cfg: Settings) -
 
 def _check_table(df: pl.DataFrame, split: str) -> pl.DataFrame:
     if list(df.schema.items()) != list(polars_schema().items()):
-        raise ValueError(f"{split} table does not have the release schema (pipeline/schema.py)")
+        raise ValueError(f"{split} table does not have the release schema (pipeline/release/schema.py)")
     if df.height and set(df.get_column("split").to_list()) != {split}:
         raise ValueError(f"{split} table holds rows of another split")
     return io.sorted_by(df, ["item_id"])  # as release_tables made it, in item_id order: no copy

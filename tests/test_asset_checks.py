@@ -198,14 +198,14 @@ def test_validity_limits_fail_on_a_reported_problem_and_a_missing_report(copy):
 
 
 def test_ui_metadata_has_column_descriptions_and_row_counts_of_text_tables(demo_release):
-    """Issue 31: the UI's column descriptions were empty although pipeline/schema.py has them, and the release's
+    """Issue 31: the UI's column descriptions were empty although pipeline/release/schema.py has them, and the release's
     jsonl / txt / csv tables had no row count."""
     import polars as pl
 
     from assets.checks import table_metadata
     from assets.run import BuildSettings
     from assets.tables import all_steps, tables_by_name
-    from pipeline.schema import DESCRIPTIONS
+    from pipeline.release.schema import DESCRIPTIONS
 
     cfg = BuildSettings(scale="demo", work_dir=str(demo_release.parent / "work"),
                         release_dir=str(demo_release)).config()

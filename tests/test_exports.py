@@ -17,7 +17,7 @@ from pipeline.settings.config import load_settings
 from pipeline.steps.exports import (STEP_CONFIG, STEP_CONFIG_COLUMNS, STEP_RECONSTRUCTION_COLUMNS,
                                      STEP_RECONSTRUCTION_CONFIG, step_parts)
 from pipeline.exports import card, common, consumers, facing, lmms, run_exports, write_exports
-from pipeline.schema import CHOICE_LETTERS, MODEL_FACING_COLUMNS
+from pipeline.release.schema import CHOICE_LETTERS, MODEL_FACING_COLUMNS
 from pipeline.validate import validate_release
 
 

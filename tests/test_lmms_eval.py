@@ -24,7 +24,7 @@ from pipeline.scoring.circular import COPY_SEP, circular_rows
 from pipeline.settings.config import load_settings
 from pipeline.exports import common
 from pipeline.exports.lmms import TEMPLATE
-from pipeline.schema import CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_LETTERS
 
 PYTHON_ENV = "PROCESSBENCH_LMMS_EVAL_PYTHON"
 PLANTED = "planted"

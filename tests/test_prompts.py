@@ -98,7 +98,7 @@ def test_no_prompt_shows_a_valid_option_as_the_protocol_example():
     one answer parser (pipeline/scoring/mcq.py) reads it as no answer at all."""
     import re
 
-    from pipeline.schema import CHOICE_LETTERS
+    from pipeline.release.schema import CHOICE_LETTERS
     from pipeline.scoring.mcq import parse_answer
 
     example = re.fullmatch(r"<ANSWER>(.*)</ANSWER>", P.PROTOCOL_EXAMPLE).group(1)

@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 
 from factories import fake_hash, make_cfg, make_items, make_units
-from pipeline import schema, writers
+from pipeline import writers
+from pipeline.release import schema
 from pipeline.core import io
 
 

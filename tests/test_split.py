@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.schema import CHOICE_LETTERS as LETTERS
+from pipeline.release.schema import CHOICE_LETTERS as LETTERS
 from pipeline.split import (
     SplitPool,
     build_groups,

@@ -332,7 +332,7 @@ def test_a_released_unit_id_with_control_characters_is_refused(release, char):
     """Ingest refuses unit ids with control or invisible characters or not in NFC; one edited into a release, with
     every reference made from it again (so nothing else disagrees), is refused by the validator, naming the id
     escaped."""
-    from pipeline.schema import reconstruction_key_json, source_episode_ref, visual_ref
+    from pipeline.release.schema import reconstruction_key_json, source_episode_ref, visual_ref
 
     ev = pl.read_parquet(release / FILES["eval_parquet"])
     rows = ev.to_dicts()

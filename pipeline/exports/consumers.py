@@ -15,7 +15,7 @@ import io as _io
 
 from pipeline.scoring.circular import INDEX_STRIDE, rotate
 from pipeline.exports import common
-from pipeline.schema import CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_LETTERS
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from pipeline.exports import common
-from pipeline.schema import MODEL_FACING_COLUMNS
+from pipeline.release.schema import MODEL_FACING_COLUMNS
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

@@ -30,7 +30,7 @@ import polars as pl
 from pipeline.families.common import kendall, list_column
 from pipeline.families.temporal import answer_for, canonical_choices
 from pipeline.core.io import compact_json
-from pipeline.schema import CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_LETTERS
 from pipeline.core.seeding import py_rng, rng, stable_hash
 
 LETTER_COLUMNS = {"choices": pl.List(pl.String), "answer": pl.String}

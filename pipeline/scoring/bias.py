@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 import polars as pl
 
-from pipeline.schema import CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_LETTERS
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

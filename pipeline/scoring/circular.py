@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.core import io
-from pipeline.schema import CHOICE_COLUMNS, CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_COLUMNS, CHOICE_LETTERS
 
 COPY_SEP = ".c"
 INDEX_STRIDE = 1_000_000  # VLMEvalKit: copy k of item i has index i + k * 1e6

@@ -381,7 +381,7 @@ class TaskFile(Strict):
     name_aliases: list[str] = []
     legacy_alias: Optional[OneOrPerSource(str)] = None   # null = the task id
     input_type: Literal["single_frame", "frame_sequence", "labelled_frames", "panel_composite"]
-    num_choices: int = Field(ge=2, le=6)          # at most len(pipeline.schema.CHOICE_LETTERS)
+    num_choices: int = Field(ge=2, le=6)          # at most len(pipeline.release.schema.CHOICE_LETTERS)
     sources: list[Slug]
     quota: dict[Slug, int]                        # release-scale quota per source
     question: OneOrPerSource(str)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..schema import CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_LETTERS
 from .policy import family_sort_key, n_eval_groups, source_policy
 
 _EPS = 1e-12

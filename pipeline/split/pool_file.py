@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.core.io import atomic_write_text, compact_json, write_json
-from ..schema import CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_LETTERS
 from .assign import split_items
 from .groups import build_groups
 from .policy import UNIT_KEYS, load_policy

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..schema import CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_LETTERS
 from .objective import Selection, SplitPool, make_pool
 
 _SUMMARY_DECIMALS = 6

@@ -24,7 +24,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from ..schema import CHOICE_COLUMNS
+from pipeline.release.schema import CHOICE_COLUMNS
 from .baselines import cell_baselines
 from pipeline.core.seeding import py_rng
 from .metadata import (column_accuracy, metadata_problems, predictor_columns, row_count_accuracy, row_count_null,

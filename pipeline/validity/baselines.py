@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from ..schema import CHOICE_LETTERS as LETTERS
+from pipeline.release.schema import CHOICE_LETTERS as LETTERS
 from pipeline.settings.models import ValidityBagOfWords
 
 

@@ -21,7 +21,7 @@ from itertools import combinations
 from pathlib import Path
 
 from ..review import VERDICTS_FORMAT, VERDICTS_VERSION
-from ..schema import CHOICE_LETTERS
+from pipeline.release.schema import CHOICE_LETTERS
 
 if TYPE_CHECKING:
     from pipeline.settings.models import ValidityHuman

@@ -1,7 +1,7 @@
 """Metadata baselines: what one column of a release row, alone, tells about the answer, and what a unit's row count
 tells (per (source, family, level) cell, trained on SFT rows and scored on eval rows like the text baselines).
 
-For each public column (pipeline/schema.py; the answer columns and the question / options, which the text baselines
+For each public column (pipeline/release/schema.py; the answer columns and the question / options, which the text baselines
 cover, aside) two memorisers, each picking among the item's own options the answer text most frequent among SFT
 items with the same key (the label prior for a key SFT never shows):
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
-from ..schema import CHOICE_COLUMNS, COLUMN_NAMES, MODEL_FACING_COLUMNS
+from pipeline.release.schema import CHOICE_COLUMNS, COLUMN_NAMES, MODEL_FACING_COLUMNS
 from .baselines import credit, keyed_acc, label_prior, options
 
 # the answer itself (gold is in every file), the question and options (text baselines), the split (one value per file)
