@@ -1,10 +1,10 @@
-"""The release writers: the eval/SFT tables (built by `pipeline/release_rows.py` from ITEMS after the split and the IR
+"""The release writers: the eval/SFT tables (built by `pipeline/release/rows.py` from ITEMS after the split and the IR
 units) -> the release folder (parquet + jsonl mirrors, metadata, checksums), deterministic to the byte.
 
     eval_df, sft_df = release_tables(items, units, cfg)
     written = write_release(eval_df, sft_df, split_summary, cfg, Path("release"), documents)
 
-Row order and item ids: see pipeline/release_rows.py. Files keep that order (= sorted by item_id).
+Row order and item ids: see pipeline/release/rows.py. Files keep that order (= sorted by item_id).
 
 Everything written comes from the two tables, the configs and the inputs handed in; there are no timestamps,
 host names, user names or absolute paths, and every file name comes from configs/release.yaml `files`.
@@ -32,7 +32,7 @@ from pipeline.release_files import (  # noqa: F401 - re-exported: writers.file_n
     source_order,
     FORBIDDEN_KEYS, task_number, write_checksums,
 )
-from pipeline.release_rows import (  # noqa: F401 - re-exported: the tables these writers write
+from pipeline.release.rows import (  # noqa: F401 - re-exported: the tables these writers write
     HEX64, REQUIRED_ITEM_COLUMNS, REQUIRED_UNIT_COLUMNS, SPLITS, release_tables,
 )
 

@@ -1,4 +1,4 @@
-"""The release rows built column-wise (pipeline/release_rows.py): the bytes the per-row build gave, and every contract
+"""The release rows built column-wise (pipeline/release/rows.py): the bytes the per-row build gave, and every contract
 rule refusing a planted defect even though only the rows a polars filter flags are checked one by one."""
 
 from __future__ import annotations
