@@ -98,7 +98,7 @@ def is_fresh(step: Step, cfg: Settings, tables: dict, fp: str | None = None) -> 
 def release_damage(cfg: Settings) -> list[str]:
     """How the published release differs from its checksums.sha256 ([] when intact or when there is none)."""
     from pipeline.core.paths import release_dir
-    from pipeline.release_files import release_damage as damage
+    from pipeline.release.files import release_damage as damage
 
     root = release_dir(cfg)
     return damage(root, cfg) if root.is_dir() else []

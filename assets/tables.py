@@ -23,7 +23,7 @@ import pyarrow as pa
 from pipeline import stages
 from pipeline.items.choices import LETTER_COLUMNS
 from pipeline.exports import EXPORTERS
-from pipeline.release_files import file_names
+from pipeline.release.files import file_names
 from pipeline.families.common import CANDIDATE_SCHEMA
 from pipeline.frames.extract import ITEM_FRAMES_SCHEMA
 from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS

@@ -20,7 +20,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.settings.config import load_settings
-from pipeline.release_files import eval_level_files
+from pipeline.release.files import eval_level_files
 
 
 def cells(release: Path) -> list[dict]:

@@ -42,7 +42,7 @@ def eval_rows(release: Path, cfg: Settings) -> list[dict]:
     """Every eval row of the release (the L1 file and each level's file), in file order."""
     import polars as pl
 
-    from .release_files import file_names, level_file_names
+    from pipeline.release.files import file_names, level_file_names
 
     names = file_names(cfg)
     paths = [release / names["eval_parquet"]]

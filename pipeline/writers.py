@@ -25,9 +25,9 @@ from pipeline.core import io
 from pipeline.core.leaks import find_path_leaks
 from pipeline.release.schema import CHOICE_LETTERS  # noqa: F401 - re-exported (pipeline/scoring/mcq.py reads writers.CHOICE_LETTERS)
 from pipeline.release.schema import COLUMN_NAMES, polars_schema, schema_markdown
-from pipeline.release_files import merge_checked as _merge
-from pipeline.release_files import plain_json as _plain
-from pipeline.release_files import (  # noqa: F401 - re-exported: writers.file_names etc. stay valid
+from pipeline.release.files import merge_checked as _merge
+from pipeline.release.files import plain_json as _plain
+from pipeline.release.files import (  # noqa: F401 - re-exported: writers.file_names etc. stay valid
     file_names, level_file_names, release_files_on_disk, schema_source_names, sha256_file, source_names,
     source_order,
     FORBIDDEN_KEYS, task_number, write_checksums,

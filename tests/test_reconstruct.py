@@ -148,7 +148,7 @@ def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, ca
     `processbench reconstruct` prints per file what it wrote and where the images went."""
     from assets import cli
     from pipeline.core.io import write_json
-    from pipeline.release_files import level_file_name
+    from pipeline.release.files import level_file_name
 
     cfg, upstream, release, _ = setup
     files = cfg.release.files.model_dump()

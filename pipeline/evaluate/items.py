@@ -15,7 +15,7 @@ import polars as pl
 from pipeline.scoring.circular import circular_rows
 from pipeline.exports.common import model_rows
 from pipeline.prompts import resolve_task_id
-from pipeline.release_files import eval_level_files
+from pipeline.release.files import eval_level_files
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

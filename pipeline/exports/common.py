@@ -17,7 +17,7 @@ from pipeline import writers
 from pipeline.core import io
 from pipeline.frames.render import image_filename
 from pipeline.prompts import format_prompt
-from pipeline.release_files import eval_level_files, level_file_name
+from pipeline.release.files import eval_level_files, level_file_name
 from pipeline.release.schema import CHOICE_LETTERS, COLUMN_NAMES, MODEL_FACING_COLUMNS
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from upstream_adapters import video
 
 from pipeline.core.io import write_json
 from pipeline.core.pool import run_tasks
-from ..release_files import eval_level_files
+from pipeline.release.files import eval_level_files
 from .readers import AdapterReaders
 from .render import RENDER_VERSION, frame_indices_of, image_hashes, render_item_images, render_spec_of, write_item_images
 from .worker import read_with_fallback

@@ -28,7 +28,7 @@ import re
 import polars as pl
 
 from pipeline.core import io
-from pipeline.release_files import source_names, task_number
+from pipeline.release.files import source_names, task_number
 from pipeline.release.schema import CHOICE_COLUMNS, CHOICE_LETTERS, COLUMN_NAMES, MAX_CHOICES, polars_schema, reference_columns
 
 if TYPE_CHECKING:

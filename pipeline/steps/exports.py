@@ -16,7 +16,7 @@ import polars as pl
 
 from .. import writers
 from ..exports import common
-from ..release_files import level_file_name
+from pipeline.release.files import level_file_name
 from .rows import STEP_MODEL_FACING, STEP_SCHEMA
 from .write import step_tables
 

@@ -18,7 +18,7 @@ import polars as pl
 
 from ..frames.render import image_filename
 from pipeline.core.io import compact_json
-from ..release_files import source_names, source_order
+from pipeline.release.files import source_names, source_order
 from .items import STEP_ERROR_KINDS
 
 if TYPE_CHECKING:

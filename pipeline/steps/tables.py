@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.release_files import file_names, level_file_name
+from pipeline.release.files import file_names, level_file_name
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

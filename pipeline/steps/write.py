@@ -16,7 +16,7 @@ import polars as pl
 
 from pipeline.core import io
 from pipeline.core.leaks import find_path_leaks
-from ..release_files import file_names
+from pipeline.release.files import file_names
 from .rows import STEP_SCHEMA, row_problems
 from .tables import LEVELS, step_files
 

@@ -218,7 +218,7 @@ def run_validity(cfg: Settings, release_dir: Path | None = None, work_dir: Path 
     vcfg = cfg.validity  # configs/validity.yaml, validated by pipeline.settings.models.ValidityFile
     rel = Path(release_dir or path_in_repo(cfg.build.release_dir))
     wd = Path(work_dir or path_in_repo(cfg.build.work_dir))
-    from ..release_files import eval_level_files
+    from pipeline.release.files import eval_level_files
     from ..writers import file_names, write_checksums
 
     names = file_names(cfg)

@@ -128,7 +128,7 @@ def answer_key(release: Path, cfg: Settings) -> dict[str, tuple]:
     """item_id -> (source, family, answer letter, num_choices) over every eval file of the release."""
     import polars as pl
 
-    from ..release_files import file_names, level_file_names
+    from pipeline.release.files import file_names, level_file_names
 
     paths = [release / file_names(cfg)["eval_parquet"]] + [release / level_file_names(cfg, lv)["parquet"]
                                                             for lv in ("L2", "L3")]
