@@ -256,7 +256,7 @@ def cmd_split(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from pipeline import writers
+    from pipeline.release import writers
     from pipeline.validate import not_a_release, validate_release
 
     root = Path(args.dir)

@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 import polars as pl  # noqa: E402 - after sys.path names the repository
 import yaml  # noqa: E402 - after sys.path names the repository
 
-from pipeline import writers  # noqa: E402 - after sys.path names the repository
+from pipeline.release import writers  # noqa: E402 - after sys.path names the repository
 from pipeline.core import io as pio  # noqa: E402 - after sys.path names the repository
 from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
 from pipeline.ingest.run import ingest_source, units_lost  # noqa: E402 - after sys.path names the repository

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.core.leaks import find_path_leaks
 from pipeline.core.pool import run_tasks
 

@@ -31,7 +31,7 @@ from . import provenance
 from . import source_help
 from . import split as split_mod
 from pipeline.core import work_tables
-from . import writers
+from pipeline.release import writers
 from pipeline.items.choices import assign_letters, deal_options, display_order
 from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports

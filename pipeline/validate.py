@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.core.io import strict_json
 from pipeline.exports.facing import release_problems as model_facing_problems
 from pipeline.exports.common import recorded_warnings

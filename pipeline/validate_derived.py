@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.core.io import strict_json
 
 if TYPE_CHECKING:

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline import publish, writers
+from pipeline import publish
+from pipeline.release import writers
 from pipeline.settings.config import load_settings
 from pipeline.core.io import compact_json
 from upstream_adapters.ir import (FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA, UNITS_SCHEMA, UnitIR,

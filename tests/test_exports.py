@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 import yaml
 
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.settings.config import load_settings
 from pipeline.steps.exports import (STEP_CONFIG, STEP_CONFIG_COLUMNS, STEP_RECONSTRUCTION_COLUMNS,
                                      STEP_RECONSTRUCTION_CONFIG, step_parts)

@@ -64,7 +64,7 @@ def test_an_unfilled_level_warns_and_the_release_records_it(small):
     assert validate_release(release, cfg, leaks=False) == []
     # the eval manifest's record must agree with provenance.json's: one that drops it is caught
     from pipeline.core import io as pio
-    from pipeline import writers
+    from pipeline.release import writers
 
     path = release / "metadata" / "eval_manifest.json"
     kept = path.read_text()

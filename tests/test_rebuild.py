@@ -136,7 +136,8 @@ def test_a_question_edit_keeps_the_items_selection(demo_samples, demo_release, t
 def test_the_release_step_writes_its_checksums_once(demo_samples, demo_release, tmp_path, monkeypatch):
     """Writers, exports and the validity report all land before checksums.sha256, which is written once, last; the
     rerun gives the demo release's bytes."""
-    from pipeline import stages, writers
+    from pipeline import stages
+    from pipeline.release import writers
 
     release = tmp_path / "release"
     shutil.copytree(demo_release, release)

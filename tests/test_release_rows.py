@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from factories import fake_hash, make_cfg, make_items, make_units
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.release import schema
 from pipeline.core import io
 

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from factories import build, make_cfg
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.core import io
 from pipeline.validate import find_path_leaks, validate_release
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from factories import build, make_cfg
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.core import io
 from pipeline.settings.config import load_settings
 from pipeline.exports import common

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from factories import DOCUMENTS, build, make_cfg, make_items, make_units
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.release import schema
 from pipeline.steps.tables import STEP_FILE_KEYS
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.core import io
 from pipeline.exports import card, common, consumers, croissant, facing, lmms
 from pipeline.core.leaks import find_path_leaks

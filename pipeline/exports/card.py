@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.exports import common
 
 if TYPE_CHECKING:

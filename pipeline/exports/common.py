@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.core import io
 from pipeline.frames.render import image_filename
 from pipeline.prompts import format_prompt

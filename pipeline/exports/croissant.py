@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.exports import common
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pathlib import Path
 from pipeline.scoring.circular import copy_id, rotate
 from pipeline.exports import common
 from pipeline.release.schema import CHOICE_LETTERS
-from pipeline.writers import task_number
+from pipeline.release.writers import task_number
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

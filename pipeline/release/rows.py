@@ -1,5 +1,5 @@
 """The release rows: ITEMS (after the split) + IR units -> the eval/SFT tables in the public row schema
-(pipeline/release/schema.py); `pipeline/writers.py` writes them.
+(pipeline/release/schema.py); `pipeline/release/writers.py` writes them.
 
     eval_df, sft_df = release_tables(items, units, cfg)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline import writers
+from pipeline.release import writers
 from pipeline.core import io
 from pipeline.exports.common import read_tables
 from pipeline.scoring.bootstrap import ci_text, fmt, group_bootstrap

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import writers
+from pipeline.release import writers
 from ..exports import common
 from pipeline.release.files import level_file_name
 from .rows import STEP_MODEL_FACING, STEP_SCHEMA

@@ -219,7 +219,7 @@ def run_validity(cfg: Settings, release_dir: Path | None = None, work_dir: Path 
     rel = Path(release_dir or path_in_repo(cfg.build.release_dir))
     wd = Path(work_dir or path_in_repo(cfg.build.work_dir))
     from pipeline.release.files import eval_level_files
-    from ..writers import file_names, write_checksums
+    from pipeline.release.writers import file_names, write_checksums
 
     names = file_names(cfg)
     paths = {"eval": [rel / f for f in eval_level_files(rel, cfg).values()], "sft": [rel / names["sft_parquet"]]}
@@ -262,7 +262,7 @@ def write_report(report: dict, metadata_dir: Path) -> None:
 def merge_human(cfg: Settings, release_dir: Path, files: list[Path]) -> dict:
     """Add the human check (verdict files of pipeline/review.py pages) to the release's validity report as its
     `human` section (json + md; checksums re-written when the release has them); returns that section."""
-    from ..writers import file_names, write_checksums
+    from pipeline.release.writers import file_names, write_checksums
     from .human import answer_key, human_report, load_verdicts
 
     rel = Path(release_dir)
