@@ -8,7 +8,7 @@ items, each showing exactly the images and the prompt a model gets, for a person
 - Images: the files `processbench reconstruct` wrote (`<images>/<item_id>_<k>.png`, k = 0, 1, ...); the sampled
   items' images are copied next to the pages (`images/`), referenced relatively, so the folder opens from disk
   (file://) with no server. An item whose images are missing is left out and listed in `index.html`.
-- Prompt: pipeline.prompts.format_prompt, the text every model and export gets.
+- Prompt: pipeline.release.prompts.format_prompt, the text every model and export gets.
 - The page: buttons for each option letter and "cannot tell"; keys A-F (or 1-6) answer, 0 or ? cannot tell,
   arrows / J K move; the answers are kept in the browser (localStorage, per page) and exported with "Export
   verdicts" as a JSON file (format VERDICTS_FORMAT) that `processbench validity --human FILE ...` merges. The page
@@ -25,7 +25,7 @@ import shutil
 from collections import defaultdict
 from pathlib import Path
 
-from .prompts import format_prompt
+from pipeline.release.prompts import format_prompt
 from pipeline.release.schema import CHOICE_LETTERS
 from pipeline.core.seeding import py_rng
 

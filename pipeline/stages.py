@@ -50,7 +50,7 @@ from .frames.render import add_image_hashes
 from pipeline.ingest.run import ingest_source, merge_shards, quarantine_frame, read_ir, summary_text, units_lost, write_ir
 from pipeline.core.io import ParquetTables, atomic_write_bytes, write_json, write_parquet
 from .labels import compute_labels_isolated
-from .prompts import prompt_templates_markdown
+from pipeline.release.prompts import prompt_templates_markdown
 from pipeline.core.paths import release_dir, work_dir
 from .release_scan import release_leaks
 from .steps.write import write_step_files

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import public_release_pins as pins
-from pipeline import prompts as P
+from pipeline.release import prompts as P
 from pipeline.settings.config import load_settings
 
 CFG = load_settings()

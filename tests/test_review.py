@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.settings.config import load_settings
 from pipeline.frames.pixels import encode_png
-from pipeline.prompts import format_prompt
+from pipeline.release.prompts import format_prompt
 from pipeline.release.files import file_names
 from pipeline.review import build_review, sample_cells
 from pipeline.validity.human import human_report, load_verdicts

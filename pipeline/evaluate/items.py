@@ -14,7 +14,7 @@ import polars as pl
 
 from pipeline.scoring.circular import circular_rows
 from pipeline.exports.common import model_rows
-from pipeline.prompts import resolve_task_id
+from pipeline.release.prompts import resolve_task_id
 from pipeline.release.files import eval_level_files
 
 if TYPE_CHECKING:

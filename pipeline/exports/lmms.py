@@ -65,7 +65,7 @@ def _task(name: str, folder: str, data: str, extra: str = "") -> str:
 
 
 def _circular_prompt(m: common.ModelRow, options: list[str], cfg: Settings) -> str:
-    """The item's prompt with its options in the rotated order (the one prompt builder, pipeline/prompts.py)."""
+    """The item's prompt with its options in the rotated order (the one prompt builder, pipeline/release/prompts.py)."""
     row = dict(m.row)
     row.update({f"choice_{c}": (options[j] if j < len(options) else None) for j, c in enumerate(CHOICE_LETTERS)})
     return common.prompt(row, cfg)
