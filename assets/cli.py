@@ -185,10 +185,10 @@ def _report(release: Path, result: dict, seconds: float, roots: dict[str, str]) 
 
 def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: Source, limits: dict) -> None:
     """Write the sample corpus of `slug` unless the one there is the generator's own output for this seed and code
-    (its record beside the corpus names them and the corpus's content fingerprint: pipeline/provenance.py). The
+    (its record beside the corpus names them and the corpus's content fingerprint: pipeline/release/provenance.py). The
     fingerprint is computed with the adapter options the record was written with (`_write_samples`): without them
     an adapter that filters units (REASSEMBLE's only_split) lists other units, and its corpus is written again."""
-    from pipeline import provenance
+    from pipeline.release import provenance
 
     options = src_cfg.adapter.options()
     if provenance.sample_record_matches(slug, root, scale, seed, options):
@@ -199,7 +199,7 @@ def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: Sourc
 def _write_samples(slug: str, root: Path, scale: str, seed: int, options: dict, limits: dict) -> None:
     """(Re)write a corpus from scratch (a half-written one is never reused) and record what wrote it. `limits`: the
     encoder's timeout and attempts (build.samples)."""
-    from pipeline import provenance
+    from pipeline.release import provenance
     from upstream_adapters import write_samples
 
     provenance.forget_sample_record(slug, root)

@@ -27,7 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.items import selection as items_mod
-from . import provenance
+from pipeline.release import provenance
 from . import source_help
 from . import split as split_mod
 from pipeline.core import work_tables

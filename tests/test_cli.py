@@ -96,7 +96,7 @@ def test_an_unchanged_build_with_samples_writes_no_corpus_and_runs_no_step(demo_
     runs no step."""
     import shutil
 
-    from pipeline import provenance
+    from pipeline.release import provenance
 
     slug = "reassemble"
     root = tmp_path / "samples" / slug

@@ -18,7 +18,8 @@ import polars as pl
 import pytest
 
 from factories import hold_build_lock
-from pipeline import provenance, publish
+from pipeline import publish
+from pipeline.release import provenance
 from pipeline.core import io
 from pipeline.settings.config import load_settings
 from pipeline.settings.root import Settings
