@@ -257,7 +257,7 @@ def cmd_split(args) -> int:
 
 def cmd_validate(args) -> int:
     from pipeline.release import writers
-    from pipeline.validate import not_a_release, validate_release
+    from pipeline.release.validate import not_a_release, validate_release
 
     root = Path(args.dir)
     if problem := (not_a_release(root, writers.file_names(load_settings())) if root.is_dir() else

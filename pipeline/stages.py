@@ -54,7 +54,7 @@ from pipeline.release.prompts import prompt_templates_markdown
 from pipeline.core.paths import release_dir, work_dir
 from .release_scan import release_leaks
 from .steps.write import write_step_files
-from .validate import validate_release
+from pipeline.release.validate import validate_release
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

@@ -18,7 +18,7 @@ from pipeline.steps.exports import (STEP_CONFIG, STEP_CONFIG_COLUMNS, STEP_RECON
                                      STEP_RECONSTRUCTION_CONFIG, step_parts)
 from pipeline.exports import card, common, consumers, facing, lmms, run_exports, write_exports
 from pipeline.release.schema import CHOICE_LETTERS, MODEL_FACING_COLUMNS
-from pipeline.validate import validate_release
+from pipeline.release.validate import validate_release
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pipeline.settings.config import load_settings
 from pipeline.steps.items import STEP_ERROR_KINDS
 from pipeline.steps.rows import row_problems
 from pipeline.steps.write import step_problems, step_tables
-from pipeline.validate import validate_release
+from pipeline.release.validate import validate_release
 
 
 def _mcq_sides(release) -> dict[str, set[str]]:

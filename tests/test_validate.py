@@ -11,7 +11,7 @@ import pytest
 from factories import build, make_cfg
 from pipeline.release import writers
 from pipeline.core import io
-from pipeline.validate import find_path_leaks, validate_release
+from pipeline.release.validate import find_path_leaks, validate_release
 
 FILES = make_cfg().release.files.model_dump()
 

@@ -17,7 +17,7 @@ from pipeline.release import writers
 from pipeline.core import io
 from pipeline.settings.config import load_settings
 from pipeline.exports import common
-from pipeline.validate import validate_release
+from pipeline.release.validate import validate_release
 from pipeline.validate_derived import ref_problem
 from pipeline.validate_files import utf8_problem
 
