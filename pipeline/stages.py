@@ -52,7 +52,7 @@ from pipeline.core.io import ParquetTables, atomic_write_bytes, write_json, writ
 from .labels import compute_labels_isolated
 from pipeline.release.prompts import prompt_templates_markdown
 from pipeline.core.paths import release_dir, work_dir
-from .release_scan import release_leaks
+from pipeline.release.scan import release_leaks
 from .steps.write import write_step_files
 from pipeline.release.validate import validate_release
 

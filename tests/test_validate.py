@@ -277,7 +277,7 @@ def test_file_name_naming_this_machine_is_invalid(release):
 def test_path_scan_reads_every_piece_of_a_file(tmp_path, monkeypatch):
     """The path scan reads a file in pieces cut at line ends: a path in any piece, of a text file or of a parquet
     file's rows, is found, and one found in several pieces is reported once."""
-    from pipeline import release_scan
+    from pipeline.release import scan as release_scan
 
     monkeypatch.setattr(release_scan, "SCAN_BYTES", 64)
     monkeypatch.setattr(release_scan, "SCAN_ROWS", 3)

@@ -1,5 +1,5 @@
 """The release validator (`processbench validate DIR`); the path-leak scanner is pipeline/core/leaks.py, its scan of every
-release file pipeline/release_scan.py.
+release file pipeline/release/scan.py.
 
     problems = validate_release(Path("release"))      # [] when the release is valid
 
@@ -29,7 +29,7 @@ from pipeline.ingest.run import unit_id_problem
 from pipeline.core.io import compact_json
 from pipeline.core.leaks import find_path_leaks
 from pipeline.steps.write import step_problems
-from pipeline.release_scan import release_leaks
+from pipeline.release.scan import release_leaks
 from pipeline.validate_derived import export_problems, provenance_problems, validity_problems
 from pipeline.validate_files import check_files, max_file_bytes
 from pipeline.release.schema import (
