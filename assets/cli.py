@@ -96,8 +96,8 @@ def cmd_samples(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from pipeline import publish
-    from pipeline.publish import LockError
+    from pipeline.release import publish
+    from pipeline.release.publish import LockError
     from pipeline.stages import missing_corpus
 
     from .fingerprint import use_hash_store

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
-from pipeline import publish
+from pipeline.release import publish
 from pipeline.settings.config import load_settings
 from pipeline.core.errors import EXPLAINED
 from pipeline.core.pool import limit_native_threads

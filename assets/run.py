@@ -4,7 +4,7 @@ Only the steps that are stale (assets/fingerprint.py: code, config or inputs cha
 is downstream of them are selected; nothing stale means no run at all. The run goes to the instance of DAGSTER_HOME
 (the CLI sets the repository's .dagster_home when unset); multiprocess and Dask need such a persistent instance.
 
-The whole build, planning included, holds the build lock of its work and release folders (pipeline/publish.py); the
+The whole build, planning included, holds the build lock of its work and release folders (pipeline/release/publish.py); the
 run's tags name the lock so that the run's executor (assets/executors.py) knows its launcher holds it. The release
 step publishes the release only when every check passes; a failed run leaves the published release as it was.
 """
@@ -17,7 +17,7 @@ import uuid
 
 import dagster as dg
 
-from pipeline import publish
+from pipeline.release import publish
 from pipeline.core.pool import limit_native_threads
 
 from . import fingerprint
