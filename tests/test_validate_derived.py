@@ -18,7 +18,7 @@ from pipeline.core import io
 from pipeline.settings.config import load_settings
 from pipeline.exports import common
 from pipeline.release.validate import validate_release
-from pipeline.validate_derived import ref_problem
+from pipeline.release.validate_derived import ref_problem
 from pipeline.validate_files import utf8_problem
 
 if TYPE_CHECKING:
