@@ -19,7 +19,7 @@ from pipeline.settings.config import load_settings
 from pipeline.exports import common
 from pipeline.release.validate import validate_release
 from pipeline.release.validate_derived import ref_problem
-from pipeline.validate_files import utf8_problem
+from pipeline.release.validate_files import utf8_problem
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -155,7 +155,7 @@ def test_a_30gb_sparse_file_is_reported_without_reading_it(tmp_path, where):
 
 
 def test_text_files_are_decoded_a_block_at_a_time(tmp_path, monkeypatch):
-    import pipeline.validate_files as vf
+    import pipeline.release.validate_files as vf
 
     monkeypatch.setattr(vf, "BLOCK", 4)
     p = tmp_path / "t.txt"

@@ -31,7 +31,7 @@ from pipeline.core.leaks import find_path_leaks
 from pipeline.steps.write import step_problems
 from pipeline.release.scan import release_leaks
 from pipeline.release.validate_derived import export_problems, provenance_problems, validity_problems
-from pipeline.validate_files import check_files, max_file_bytes
+from pipeline.release.validate_files import check_files, max_file_bytes
 from pipeline.release.schema import (
     CHOICE_COLUMNS,
     CHOICE_LETTERS,
