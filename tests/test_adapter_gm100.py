@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from upstream_adapters import get_adapter
-from upstream_adapters.gm100 import Gm100Adapter
+from upstream_adapters.gm100.adapter import Gm100Adapter
 from upstream_adapters.ir import SourceError, UnitError, validate_unit
 from upstream_adapters.samples import gm100 as samples
 from upstream_adapters.samples.common import decode_frame_index

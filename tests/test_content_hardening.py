@@ -21,7 +21,7 @@ import pytest
 
 from pipeline.ingest.run import ingest_source
 from pipeline.core.leaks import find_path_leaks
-from upstream_adapters.gm100 import Gm100Adapter
+from upstream_adapters.gm100.adapter import Gm100Adapter
 from upstream_adapters.ir import UnitError
 from upstream_adapters.reassemble import ReassembleAdapter
 from upstream_adapters.rh20t import Rh20tAdapter

@@ -36,7 +36,7 @@ def test_rebuild_decodes_zero_frames(demo_samples, demo_release, tmp_path):
 
 
 def test_gate_drops_black_frames_and_replaces_them(demo_samples, demo_release, tmp_path, monkeypatch):
-    from upstream_adapters.gm100 import Gm100Adapter
+    from upstream_adapters.gm100.adapter import Gm100Adapter
 
     work = tmp_path / "work"
     shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache"))

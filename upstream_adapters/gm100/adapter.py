@@ -49,12 +49,12 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from . import video
-from .base import (SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join,
+from upstream_adapters import video
+from upstream_adapters.base import (SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join,
                    typical_units)
-from .gm100_signals import COL_GRIP, signals_table
-from .storage import lerobot_v3 as v3
-from .storage.lerobot import (
+from upstream_adapters.gm100_signals import COL_GRIP, signals_table
+from upstream_adapters.storage import lerobot_v3 as v3
+from upstream_adapters.storage.lerobot import (
     card_licence as _card_licence,
     fill as _fill,
     is_v3 as _is_v3,
@@ -67,7 +67,7 @@ from .storage.lerobot import (
     parse_info,
     VIDEO_PREFIX,
 )
-from .ir import (
+from upstream_adapters.ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
     SourceError,

@@ -1,0 +1,1 @@
+"""GM-100: the adapter and its parsers."""
