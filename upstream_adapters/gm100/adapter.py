@@ -52,7 +52,7 @@ import pyarrow as pa
 from upstream_adapters import video
 from upstream_adapters.base import (SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join,
                    typical_units)
-from upstream_adapters.gm100_signals import COL_GRIP, signals_table
+from upstream_adapters.gm100.signals import COL_GRIP, signals_table
 from upstream_adapters.storage import lerobot_v3 as v3
 from upstream_adapters.storage.lerobot import (
     card_licence as _card_licence,

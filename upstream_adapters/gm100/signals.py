@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .ir import SIGNALS_SCHEMA
-from .storage.lerobot import arm_slices as _arm_slices, matrix as _matrix, names_swapped as _names_swapped
+from upstream_adapters.ir import SIGNALS_SCHEMA
+from upstream_adapters.storage.lerobot import arm_slices as _arm_slices, matrix as _matrix, names_swapped as _names_swapped
 
 COL_POS = "observation.state.arm.position"
 COL_VEL = "observation.state.arm.velocity"
