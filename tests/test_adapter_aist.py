@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from upstream_adapters import get_adapter
-from upstream_adapters.aist import MANIFEST, AistAdapter
+from upstream_adapters.aist.adapter import MANIFEST, AistAdapter
 from upstream_adapters.ir import SourceError, UnitError, validate_unit
 from upstream_adapters.samples import aist as samples
 from upstream_adapters.samples.common import decode_frame_index

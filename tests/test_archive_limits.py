@@ -18,7 +18,7 @@ from pipeline.settings.config import load_settings
 from pipeline.ingest.run import ingest_source, summary_text, units_lost, write_ir
 from pipeline.settings.errors import ConfigError
 from pipeline.stages import quarantine_shares
-from upstream_adapters.aist import AistAdapter
+from upstream_adapters.aist.adapter import AistAdapter
 from upstream_adapters.ir import UnitError, validate_unit
 from upstream_adapters.rh20t import Rh20tAdapter
 from upstream_adapters.samples import aist as A

@@ -245,7 +245,7 @@ import os, signal, sys
 from pathlib import Path
 from pipeline.settings.config import load_settings
 from pipeline.ingest.run import ingest_source
-from upstream_adapters.aist import AistAdapter
+from upstream_adapters.aist.adapter import AistAdapter
 root, state, victim = sys.argv[1:4]
 real = AistAdapter.read_unit
 def read_unit(self, r, unit_id):

@@ -11,7 +11,7 @@ ADAPTERS = {
     "gm100": "upstream_adapters.gm100.adapter:Gm100Adapter",
     "rh20t": "upstream_adapters.rh20t:Rh20tAdapter",
     "reassemble": "upstream_adapters.reassemble:ReassembleAdapter",
-    "aist": "upstream_adapters.aist:AistAdapter",
+    "aist": "upstream_adapters.aist.adapter:AistAdapter",
 }
 
 # slug -> "module" of the sample-data generator, each exposing write(out_dir, scale, seed).

@@ -1,0 +1,1 @@
+"""AIST-Bimanual: the adapter and its parsers."""
