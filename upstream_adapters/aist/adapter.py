@@ -61,7 +61,7 @@ import warnings
 import cv2
 from PIL import Image
 
-from upstream_adapters.aist_layout import MANIFEST, AistLayout, _Episode, _Task  # noqa: F401 - MANIFEST: the adapter's public name
+from upstream_adapters.aist.layout import MANIFEST, AistLayout, _Episode, _Task  # noqa: F401 - MANIFEST: the adapter's public name
 from upstream_adapters.base import SourceAdapter, check_unit_id, hdf5_check, refuse_hdf5_links, safe_join
 from upstream_adapters.storage.limits import ArchiveLimits
 from upstream_adapters.storage.zipwindow import Window as _Window

@@ -12,9 +12,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import read_metadata, require_root, safe_join, typical_units
-from .ir import SourceError, UnitAbsent, UnitError
-from .storage.zipwindow import is_symlink, local_members, unsafe_member as _unsafe_member
+from upstream_adapters.base import read_metadata, require_root, safe_join, typical_units
+from upstream_adapters.ir import SourceError, UnitAbsent, UnitError
+from upstream_adapters.storage.zipwindow import is_symlink, local_members, unsafe_member as _unsafe_member
 
 SLUG = "aist"
 MANIFEST = "aist_bimanual_manifest.csv"
@@ -53,7 +53,7 @@ class _Task:
 
 
 # The public AIST-Bimanual task table (task id, task name, taxonomy) as shipped with this repository.
-TASK_TABLE = Path(__file__).resolve().parents[1] / "configs" / "aist_tasks.csv"
+TASK_TABLE = Path(__file__).resolve().parents[2] / "configs" / "aist_tasks.csv"
 
 
 def read_task_table(path: Path, what: str) -> dict[str, tuple[str, str | None]]:
