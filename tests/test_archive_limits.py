@@ -20,7 +20,7 @@ from pipeline.settings.errors import ConfigError
 from pipeline.stages import quarantine_shares
 from upstream_adapters.aist.adapter import AistAdapter
 from upstream_adapters.ir import UnitError, validate_unit
-from upstream_adapters.rh20t import Rh20tAdapter
+from upstream_adapters.rh20t.adapter import Rh20tAdapter
 from upstream_adapters.samples import aist as A
 from upstream_adapters.samples import rh20t as S
 

@@ -24,7 +24,7 @@ from pipeline.core.leaks import find_path_leaks
 from upstream_adapters.gm100.adapter import Gm100Adapter
 from upstream_adapters.ir import UnitError
 from upstream_adapters.reassemble import ReassembleAdapter
-from upstream_adapters.rh20t import Rh20tAdapter
+from upstream_adapters.rh20t.adapter import Rh20tAdapter
 from upstream_adapters.samples import aist as aist_samples
 from upstream_adapters.samples import gm100 as gm_samples
 from upstream_adapters.samples import reassemble as re_samples

@@ -9,7 +9,7 @@ import re
 # slug -> "module:Class". Imported lazily so that one adapter's heavy dependency never slows the others.
 ADAPTERS = {
     "gm100": "upstream_adapters.gm100.adapter:Gm100Adapter",
-    "rh20t": "upstream_adapters.rh20t:Rh20tAdapter",
+    "rh20t": "upstream_adapters.rh20t.adapter:Rh20tAdapter",
     "reassemble": "upstream_adapters.reassemble:ReassembleAdapter",
     "aist": "upstream_adapters.aist.adapter:AistAdapter",
 }

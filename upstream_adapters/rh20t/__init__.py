@@ -1,0 +1,1 @@
+"""RH20T: the adapter and its parsers."""
