@@ -294,7 +294,7 @@ def test_signal_samples_read_in_one_block_match_sample_by_sample():
     """transformed/ values are taken as one numpy block when they convert at once; a NaN leading value, a missing
     field, a short or ragged vector or a non-dict sample must give the same rows as reading sample by sample:
     NaN rows where a sample has no usable vector, the width of the longest usable one."""
-    from upstream_adapters.rh20t_parse import _as_float, _samples
+    from upstream_adapters.rh20t.parse import _as_float, _samples
 
     def by_sample(items, n):  # the per-sample rule, written out
         vals = [_as_float(e.get("tcp"), n) if isinstance(e, dict) else None for _, e in items]

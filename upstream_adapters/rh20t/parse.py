@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .ir import UnitError
+from upstream_adapters.ir import UnitError
 
 
 
