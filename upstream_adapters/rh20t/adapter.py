@@ -52,7 +52,7 @@ import pyarrow as pa
 
 from upstream_adapters import video
 from upstream_adapters.base import SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join
-from upstream_adapters.rh20t_scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
+from upstream_adapters.rh20t.scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
 from upstream_adapters.rh20t.parse import _col, _int_ms, _nearest, _samples, _serial_entry
 from upstream_adapters.storage.limits import ArchiveLimits
 from upstream_adapters.storage.pickles import load_npy

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .base import safe_join
-from .ir import UnitError
-from .storage.limits import ArchiveLimits
-from .storage.targz import ArchiveDamaged, Member as _Member, MemberRefused, TarGzIndex
+from upstream_adapters.base import safe_join
+from upstream_adapters.ir import UnitError
+from upstream_adapters.storage.limits import ArchiveLimits
+from upstream_adapters.storage.targz import ArchiveDamaged, Member as _Member, MemberRefused, TarGzIndex
 
 SCENE_RE = re.compile(r"task_(\d+)_user_(\d+)_scene_(\d+)_cfg_(\d+)")
 HUMAN_RE = re.compile(r"task_\d+_user_\d+_scene_\d+_cfg_\d+_human(?:_\d+)?")
