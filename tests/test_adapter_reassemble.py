@@ -14,7 +14,7 @@ import pytest
 
 from upstream_adapters import get_adapter
 from upstream_adapters.ir import SourceError, UnitError, validate_unit
-from upstream_adapters.reassemble import ReassembleAdapter
+from upstream_adapters.reassemble.adapter import ReassembleAdapter
 from upstream_adapters.samples import reassemble as gen
 from upstream_adapters.samples.common import decode_frame_index
 

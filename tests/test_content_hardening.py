@@ -23,7 +23,7 @@ from pipeline.ingest.run import ingest_source
 from pipeline.core.leaks import find_path_leaks
 from upstream_adapters.gm100.adapter import Gm100Adapter
 from upstream_adapters.ir import UnitError
-from upstream_adapters.reassemble import ReassembleAdapter
+from upstream_adapters.reassemble.adapter import ReassembleAdapter
 from upstream_adapters.rh20t.adapter import Rh20tAdapter
 from upstream_adapters.samples import aist as aist_samples
 from upstream_adapters.samples import gm100 as gm_samples

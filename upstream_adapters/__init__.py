@@ -10,7 +10,7 @@ import re
 ADAPTERS = {
     "gm100": "upstream_adapters.gm100.adapter:Gm100Adapter",
     "rh20t": "upstream_adapters.rh20t.adapter:Rh20tAdapter",
-    "reassemble": "upstream_adapters.reassemble:ReassembleAdapter",
+    "reassemble": "upstream_adapters.reassemble.adapter:ReassembleAdapter",
     "aist": "upstream_adapters.aist.adapter:AistAdapter",
 }
 

@@ -63,10 +63,10 @@ import h5py
 import numpy as np
 import pyarrow as pa
 
-from . import video
-from .base import (SourceAdapter, check_unit_id, hdf5_read, read_metadata_bytes, refuse_hdf5_links, require_root,
+from upstream_adapters import video
+from upstream_adapters.base import (SourceAdapter, check_unit_id, hdf5_read, read_metadata_bytes, refuse_hdf5_links, require_root,
                    safe_join)
-from .ir import (
+from upstream_adapters.ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
     SIGNALS_SCHEMA,
@@ -77,7 +77,7 @@ from .ir import (
     float_column,
     to_table,
 )
-from .reassemble_segments import segment_rows
+from upstream_adapters.reassemble_segments import segment_rows
 
 SLUG = "reassemble"
 LICENCE = "CC BY 4.0"

@@ -1,0 +1,1 @@
+"""REASSEMBLE: the adapter and its parsers."""
