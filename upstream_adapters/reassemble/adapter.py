@@ -77,7 +77,7 @@ from upstream_adapters.ir import (
     float_column,
     to_table,
 )
-from upstream_adapters.reassemble_segments import segment_rows
+from upstream_adapters.reassemble.segments import segment_rows
 
 SLUG = "reassemble"
 LICENCE = "CC BY 4.0"

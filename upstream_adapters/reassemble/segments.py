@@ -20,9 +20,9 @@ import h5py
 import numpy as np
 from h5py import h5d, h5g, h5o, h5s, h5t
 
-from .base import hdf5_read
-from .ir import UnitError
-from .storage.limits import InputLimits
+from upstream_adapters.base import hdf5_read
+from upstream_adapters.ir import UnitError
+from upstream_adapters.storage.limits import InputLimits
 
 _INDEX_NAME = re.compile(r"\d+")
 
