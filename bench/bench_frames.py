@@ -209,7 +209,7 @@ def memory_probe(root: str, n_units: int, workers: int) -> None:
 
     from pipeline.frames import extract  # noqa: F401 - loaded before tracemalloc starts, as polars is
     from pipeline.frames.worker import peak_rss_mb
-    from upstream_adapters import video
+    from upstream_adapters.media import video
 
     root_p = Path(root)
     units = [f"unit_{k:03d}" for k in range(n_units)]
@@ -239,7 +239,7 @@ def main() -> int:
     import cv2
 
     from pipeline.core.pool import resolve_workers
-    from upstream_adapters import video
+    from upstream_adapters.media import video
 
     repeat = 2 if args.quick else 3
     cores = resolve_workers(0)

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from upstream_adapters import get_adapter, video
+from upstream_adapters import get_adapter
+from upstream_adapters.media import video
 from upstream_adapters.ir import SourceError, UnitError, validate_unit
 from upstream_adapters.rh20t.adapter import Rh20tAdapter, _Archive, licence_for_scene, load_npy
 from upstream_adapters.samples import rh20t as S

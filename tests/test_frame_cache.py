@@ -26,7 +26,8 @@ from pipeline.settings.config import load_settings
 from pipeline.frames import memos
 from pipeline.frames.cache import BadEntry, FrameCache
 from pipeline.frames.pixels import encode_png, frame_stats, pixel_sha256
-from upstream_adapters import get_adapter, video
+from upstream_adapters import get_adapter
+from upstream_adapters.media import video
 from upstream_adapters.samples.common import encode_video
 
 import packs

@@ -9,7 +9,8 @@ import struct
 
 import pytest
 
-from upstream_adapters import mp4_index, video
+from upstream_adapters import mp4_index
+from upstream_adapters.media import video
 from upstream_adapters.samples.common import decode_frame_index, encode_video, render_frame
 
 N = 60

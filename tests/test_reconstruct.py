@@ -19,7 +19,7 @@ from pipeline.frames.readers import AdapterReaders
 from pipeline.frames.reconstruct import reconstruct, reconstruct_summary, reconstruction_markdown
 from pipeline.frames.render import add_image_hashes
 from pipeline.core.io import compact_json, write_parquet
-from upstream_adapters import video
+from upstream_adapters.media import video
 from upstream_adapters.base import file_digest
 from upstream_adapters.ir import UnitError
 from upstream_adapters.samples.common import encode_video, render_frame

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from upstream_adapters import video
+from upstream_adapters.media import video
 from upstream_adapters.samples import common
 from upstream_adapters.samples.common import EncodeError, decode_frame_index, encode_video, encoder_limits, render_frame
 

@@ -1,4 +1,4 @@
-"""upstream_adapters/video.py: frame i decodes as i on every codec, from a path and from bytes, whatever the
+"""upstream_adapters/media/video.py: frame i decodes as i on every codec, from a path and from bytes, whatever the
 selection pattern, including the open-GOP HEVC frames decord gets wrong and AV1 that decord cannot open."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from upstream_adapters import video
+from upstream_adapters.media import video
 from upstream_adapters.samples.common import decode_frame_index, encode_video, render_frame
 
 N = 90

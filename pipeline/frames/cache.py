@@ -6,7 +6,7 @@ A decoded frame is stored under a key that names what it is, never where it came
     digest = sha256(compact JSON ["pbframe", cache version, decoder id, reader id, source, unit_id,
                                   upstream fingerprint, camera])
 
-(decoder id = upstream_adapters.video.decoder_id(decoder setting): decoder logic version + PyAV/decord versions;
+(decoder id = upstream_adapters.media.video.decoder_id(decoder setting): decoder logic version + PyAV/decord versions;
 reader id = how the frames of that source are opened, e.g. "adapter:gm100"; upstream fingerprint = the adapter's
 `fingerprint(root, unit_id)`: sizes and full-content sha256 of the unit's upstream files, no path, no mtime, so a
 video replaced or edited under the same unit id gets a new digest). Upstream roots are not part of the key, so the cache moves with
@@ -63,7 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
-from upstream_adapters import video
+from upstream_adapters.media import video
 
 from . import pack
 from .memos import RenderMemos

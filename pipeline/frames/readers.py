@@ -22,7 +22,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from upstream_adapters import get_adapter, video
+from upstream_adapters import get_adapter
+from upstream_adapters.media import video
 from upstream_adapters.base import SourceAdapter, file_digest
 
 if TYPE_CHECKING:

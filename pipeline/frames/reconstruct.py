@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from upstream_adapters import video
+from upstream_adapters.media import video
 
 from pipeline.core.io import write_json
 from pipeline.core.pool import run_tasks

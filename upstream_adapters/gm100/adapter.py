@@ -49,7 +49,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from upstream_adapters import video
+from upstream_adapters.media import video
 from upstream_adapters.base import (SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join,
                    typical_units)
 from upstream_adapters.gm100.signals import COL_GRIP, signals_table

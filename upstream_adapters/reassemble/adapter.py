@@ -63,7 +63,7 @@ import h5py
 import numpy as np
 import pyarrow as pa
 
-from upstream_adapters import video
+from upstream_adapters.media import video
 from upstream_adapters.base import (SourceAdapter, check_unit_id, hdf5_read, read_metadata_bytes, refuse_hdf5_links, require_root,
                    safe_join)
 from upstream_adapters.ir import (

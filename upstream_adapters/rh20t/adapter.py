@@ -50,7 +50,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from upstream_adapters import video
+from upstream_adapters.media import video
 from upstream_adapters.base import SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join
 from upstream_adapters.rh20t.scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
 from upstream_adapters.rh20t.parse import _col, _int_ms, _nearest, _samples, _serial_entry

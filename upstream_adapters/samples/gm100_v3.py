@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from upstream_adapters import video
+from upstream_adapters.media import video
 
 from .common import encode_video
 
