@@ -66,7 +66,7 @@ def test_mp4_declaring_2e8_samples_is_refused_under_1gib(tmp_path):
 
 
 def test_mp4_fragments_count_towards_the_bound(tmp_path):
-    from upstream_adapters.mp4_index import declared_samples
+    from upstream_adapters.media.mp4_index import declared_samples
 
     trun = (28).to_bytes(4, "big") + b"trun" + bytes(4) + (3_000_000).to_bytes(4, "big") + bytes(12)
     traf = (8 + len(trun)).to_bytes(4, "big") + b"traf" + trun

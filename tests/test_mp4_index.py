@@ -1,4 +1,4 @@
-"""upstream_adapters/mp4_index.py, video.count_frames' fast path: the frame count read from an MP4's sample table is
+"""upstream_adapters/media/mp4_index.py, video.count_frames' fast path: the frame count read from an MP4's sample table is
 the count PyAV's demuxer gives, on every codec, and a file the table cannot vouch for (cut short, damaged header,
 an edit list FFmpeg cuts) gets exactly what the demuxer says, an error included."""
 
@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from upstream_adapters import mp4_index
+from upstream_adapters.media import mp4_index
 from upstream_adapters.media import video
 from upstream_adapters.samples.common import decode_frame_index, encode_video, render_frame
 

@@ -39,7 +39,7 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from upstream_adapters import mp4_index
+from upstream_adapters.media import mp4_index
 
 VideoSource = Union[str, Path, bytes, bytearray, memoryview, BinaryIO]
 
