@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.settings.config import path_in_repo
+
+if TYPE_CHECKING:
+    from pipeline.settings.root import Settings
 
 
 def release_dir(cfg: Settings) -> Path:

@@ -8,7 +8,7 @@
     ReleaseFile   configs/release.yaml    (section `release`)
     TaskFile      configs/tasks/T<n>.yaml (one per task family)
 
-`pipeline.settings.config.load_settings()` validates each file with its model into one frozen `Settings` (settings_root.py):
+`pipeline.settings.config.load_settings()` validates each file with its model into one frozen `Settings` (root.py):
 code reads `cfg.labels.speed.for_source("gm100").span`. To add a key: add a field (type and default) to the model
 of its file below; an undeclared key fails at load naming the file, the key path and the allowed keys. Per-source
 maps are keyed by the adapter registry's slugs (and `default` in templates); a model lists them in `by_source`.
