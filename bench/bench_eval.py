@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 RESULTS = REPO / "bench" / "results" / "eval.json"
 
-from pipeline.settings.config import load_settings  # noqa: E402
+from pipeline.settings.config import load_settings  # noqa: E402 - after the sys.path lines above (bench scripts run from a checkout)
 
 
 def _serve(release: str, conn) -> None:

@@ -142,7 +142,7 @@ class FakeOpenAI:
                 return None, f"image {k}: not a PNG data URL"
             try:
                 rgb = np.asarray(Image.open(io.BytesIO(base64.b64decode(b64, validate=True))).convert("RGB"))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - any decoder failure is the client's bad image, answered as such
                 return None, f"image {k}: cannot be decoded ({exc})"
             hashes.append(pixel_sha256(rgb))
         item = self.by_hashes.get(tuple(hashes))
