@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import psutil
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,11 +85,15 @@ def _what(p: psutil.Process) -> str:
 
 
 def edit_one_template(config_dir: Path) -> str:
-    """Change one task template's question text (T5): only that configuration's dependants should recompute."""
+    """Change one task template's question text (T5): only that configuration's dependants should recompute.
+    The edit goes through the parsed YAML, so a reworded question can never turn it into a silent no-op."""
     path = config_dir / "tasks" / "T5.yaml"
-    text = path.read_text()
-    path.write_text(text.replace("how far along is the current manipulation step?",
-                                 "how far along is the manipulation step now?"))
+    tpl = yaml.safe_load(path.read_text())
+    before = tpl["question"]["default"]
+    tpl["question"]["default"] = before.rstrip() + " Answer for the NOW frame."
+    path.write_text(yaml.safe_dump(tpl, sort_keys=False, allow_unicode=True))
+    if yaml.safe_load(path.read_text())["question"]["default"] == before:
+        raise SystemExit(f"{path}: the template edit changed nothing")
     return path.name
 
 
