@@ -1,11 +1,11 @@
 # ProcessBench build. Every target creates the virtualenv and installs the pinned set when missing.
 #   make rebuild [SCALE=demo|release]   generate the sample corpora and materialize every asset through Dagster
-#   make test [TESTS=tests/test_x.py]   ruff check, then the test suite (or a part of it); builds lmms-eval's venv first
+#   make test [TESTS=tests/test_x.py]   lint (below), then the test suite (or a part of it); builds lmms-eval's venv first
 #   make lmms-venv                      lmms-eval 0.7.3 in a virtualenv of its own (.venv-lmms, requirements-lmms.lock,
 #                                       Python 3.11: the lock's CPU torch is a cp311 wheel), for tests/test_lmms_eval.py
-#   make test-fast                      ruff check, then the tests but the end-to-end builds (-m "not slow")
-#   make lint                           ruff check . (the rules: pyproject.toml [tool.ruff])
-#   make format                         ruff format . (not yet run over the tree)
+#   make test-fast                      lint (below), then the tests but the end-to-end builds (-m "not slow")
+#   make lint                           ruff check . and ruff format --check . (pyproject.toml [tool.ruff])
+#   make format                         ruff format . (the tree is formatted; make lint checks it)
 #   make dev                            the Dagster UI on 127.0.0.1:$(PORT) (Ctrl-C, SIGTERM to it or to make stops it)
 #   make check-regen                    rebuild the demo release and compare its checksums with tests/regen/demo.sha256
 #   make regen-lock                     update that lock after a deliberate change (commit it with the change)
@@ -73,14 +73,17 @@ rebuild: venv
 
 test: venv lmms-venv
 	$(BIN)/python -m ruff check .
+	$(BIN)/python -m ruff format --check .
 	PROCESSBENCH_LMMS_EVAL_PYTHON="$(CURDIR)/$(LMMS_VENV)/bin/python" $(BIN)/python -m pytest -q -p no:cacheprovider $(TESTS)
 
 test-fast: venv
 	$(BIN)/python -m ruff check .
+	$(BIN)/python -m ruff format --check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 lint: venv
 	$(BIN)/python -m ruff check .
+	$(BIN)/python -m ruff format --check .
 
 format: venv
 	$(BIN)/python -m ruff format .

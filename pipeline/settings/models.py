@@ -22,8 +22,8 @@ from pydantic import ConfigDict, Field
 
 
 from pipeline.settings.step_gates import ValiditySteps
-from pipeline.settings.types import (BySource, OneOrPerSource, PerSource, Slug, SlugOrDefault, Strict,  # noqa: F401 - re-exported
-                                     TaskId)
+from pipeline.settings.types import BySource, SlugOrDefault  # noqa: F401 - re-exported
+from pipeline.settings.types import OneOrPerSource, PerSource, Slug, Strict, TaskId
 
 
 # ================================================================================================ configs/build.yaml
