@@ -6,7 +6,6 @@ isolation and counts, release validity and path-freedom) and are declared next t
 (`Table.checks`). The check functions are plain functions of cfg, evaluated inside the step that writes their asset.
 """
 
-
 from dataclasses import dataclass
 from typing import Callable
 
@@ -34,8 +33,11 @@ def schema_problems(table: Table, cfg: Settings) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - an unreadable file is the defect to report
         return [f"{table.path}: unreadable parquet ({type(exc).__name__}: {exc})"]
     out = [f"{table.path}: column {c!r} missing" for c in table.schema if c not in got]
-    out += [f"{table.path}: column {c!r} is {got[c]}, expected {t}" for c, t in table.schema.items()
-            if c in got and got[c] != t]
+    out += [
+        f"{table.path}: column {c!r} is {got[c]}, expected {t}"
+        for c, t in table.schema.items()
+        if c in got and got[c] != t
+    ]
     if table.exact:
         out += [f"{table.path}: unexpected column {c!r}" for c in got if c not in table.schema]
     return out
@@ -43,7 +45,7 @@ def schema_problems(table: Table, cfg: Settings) -> list[str]:
 
 def _cell(v) -> str:
     text = str(v).replace("|", "\\|").replace("\n", " ")
-    return text if len(text) <= PREVIEW_CELL else text[:PREVIEW_CELL - 1] + "…"
+    return text if len(text) <= PREVIEW_CELL else text[: PREVIEW_CELL - 1] + "…"
 
 
 def preview_markdown(df: pl.DataFrame) -> str:
@@ -75,8 +77,11 @@ def table_metadata(table: Table, cfg: Settings) -> dict:
     meta["dagster/row_count"] = pq.ParquetFile(path).metadata.num_rows
     # the release schema's column descriptions (pipeline/release/schema.py), shown in the UI's column list
     meta["dagster/column_schema"] = dg.TableSchema(
-        columns=[dg.TableColumn(name=c, type=str(t), description=DESCRIPTIONS.get(c) if table.root == "release"
-                                else None) for c, t in pl.read_parquet_schema(path).items()])
+        columns=[
+            dg.TableColumn(name=c, type=str(t), description=DESCRIPTIONS.get(c) if table.root == "release" else None)
+            for c, t in pl.read_parquet_schema(path).items()
+        ]
+    )
     meta["preview"] = dg.MetadataValue.md(preview_markdown(pl.read_parquet(path, n_rows=PREVIEW_ROWS)))
     return meta
 
@@ -96,34 +101,52 @@ class Check:
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
 
     def spec(self) -> dg.AssetCheckSpec:
-        return dg.AssetCheckSpec(self.name, asset=dg.AssetKey(self.asset.split("/")), description=self.description,
-                                 blocking=self.blocking)
+        return dg.AssetCheckSpec(
+            self.name, asset=dg.AssetKey(self.asset.split("/")), description=self.description, blocking=self.blocking
+        )
 
     def evaluate(self, cfg: Settings) -> dg.AssetCheckResult:
         passed, meta = self.run(cfg)
         meta = {k: (v if isinstance(v, (int, float, str)) else dg.MetadataValue.json(v)) for k, v in meta.items()}
-        return dg.AssetCheckResult(asset_key=dg.AssetKey(self.asset.split("/")), check_name=self.name,
-                                   passed=bool(passed), severity=self.severity, metadata=meta)
+        return dg.AssetCheckResult(
+            asset_key=dg.AssetKey(self.asset.split("/")),
+            check_name=self.name,
+            passed=bool(passed),
+            severity=self.severity,
+            metadata=meta,
+        )
 
 
 def _schema_check(table: Table) -> Check:
     def run(cfg):
         problems = schema_problems(table, cfg)
         return not problems, {"problems": problems[:50]}
-    return Check(table.name, "schema", f"{table.path} has the registered columns and dtypes"
-                 f"{' (and no others)' if table.exact else ''}.", run)
+
+    return Check(
+        table.name,
+        "schema",
+        f"{table.path} has the registered columns and dtypes{' (and no others)' if table.exact else ''}.",
+        run,
+    )
 
 
 def _declared(table: Table, check: TableCheck) -> Check:
-    return Check(table.name, check.name, check.description, check.run, blocking=check.blocking,
-                 severity=dg.AssetCheckSeverity.WARN if check.warn else dg.AssetCheckSeverity.ERROR)
+    return Check(
+        table.name,
+        check.name,
+        check.description,
+        check.run,
+        blocking=check.blocking,
+        severity=dg.AssetCheckSeverity.WARN if check.warn else dg.AssetCheckSeverity.ERROR,
+    )
 
 
 def checks_for(step: Step) -> list[Check]:
     """The checks of the tables a step writes: generated schema checks, then those declared with each table
     (assets/tables.py `Table.checks`)."""
-    return ([_schema_check(t) for t in step.writes if t.schema is not None]
-            + [_declared(t, c) for t in step.writes for c in t.checks])
+    return [_schema_check(t) for t in step.writes if t.schema is not None] + [
+        _declared(t, c) for t in step.writes for c in t.checks
+    ]
 
 
 def publish_problems(cfg: Settings, steps: list[Step]) -> list[str]:

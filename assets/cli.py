@@ -1,18 +1,18 @@
 """`processbench` — the jobs a user runs without the Dagster UI.
 
-    processbench build [--scale demo|release] [--upstream gm100=PATH ...] [--sources gm100,aist]
-                       [--executor in_process|multiprocess|dask] [--dask-address tcp://HOST:8786] [--force]
-                       [--verify]
-    processbench samples --scale demo|release --out DIR [--sources ...] [--seed N]
-    processbench ingest --source SLUG --root PATH --out DIR
-    processbench split --items POOL.jsonl --out DIR [--config FILE]
-    processbench validate DIR
-    processbench validity --release DIR [--work-dir DIR] [--human FILE ...]
-    processbench review --release DIR --images DIR --out DIR [--per-cell 100]
-    processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
-    processbench eval --release DIR (--images DIR | --upstream gm100=PATH ...) --base-url URL --model NAME --out DIR
-    processbench score --release DIR --predictions FILE [--step-predictions FILE] --out DIR
-    processbench dev [--host 127.0.0.1] [--port 3000]
+processbench build [--scale demo|release] [--upstream gm100=PATH ...] [--sources gm100,aist]
+                   [--executor in_process|multiprocess|dask] [--dask-address tcp://HOST:8786] [--force]
+                   [--verify]
+processbench samples --scale demo|release --out DIR [--sources ...] [--seed N]
+processbench ingest --source SLUG --root PATH --out DIR
+processbench split --items POOL.jsonl --out DIR [--config FILE]
+processbench validate DIR
+processbench validity --release DIR [--work-dir DIR] [--human FILE ...]
+processbench review --release DIR --images DIR --out DIR [--per-cell 100]
+processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
+processbench eval --release DIR (--images DIR | --upstream gm100=PATH ...) --base-url URL --model NAME --out DIR
+processbench score --release DIR --predictions FILE [--step-predictions FILE] --out DIR
+processbench dev [--host 127.0.0.1] [--port 3000]
 """
 
 from __future__ import annotations
@@ -89,8 +89,7 @@ def cmd_samples(args) -> int:
     seed = cfg.build.samples.seed if args.seed is None else args.seed
     for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({args.scale})", unit="source"):
         t = time.time()
-        _write_samples(slug, out / slug, args.scale, seed, cfg.sources[slug].adapter.options(),
-                       _encoder_limits(cfg))
+        _write_samples(slug, out / slug, args.scale, seed, cfg.sources[slug].adapter.options(), _encoder_limits(cfg))
         tqdm.write(f"{slug}: written to {out / slug} in {time.time() - t:.1f}s")
     return 0
 
@@ -105,21 +104,29 @@ def cmd_build(args) -> int:
 
     upstream = _upstream(args.upstream)
     variants = _variants(args.variant)
-    cfg = load_settings(Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale,
-                        variants=variants)
+    cfg = load_settings(
+        Path(args.config_dir) if args.config_dir else None, upstream=upstream, scale=args.scale, variants=variants
+    )
     chosen = _sources(args.sources, cfg)
     unused = sorted(set(upstream) - set(chosen))
     if unused:
-        raise UsageError(f"--upstream names source(s) {unused} that this build does not read (--sources "
-                         f"{','.join(chosen)})")
+        raise UsageError(
+            f"--upstream names source(s) {unused} that this build does not read (--sources {','.join(chosen)})"
+        )
     missing = [m for slug in chosen if (not args.samples or slug in upstream) and (m := missing_corpus(cfg, slug))]
     if missing:  # said before any folder is made
         for m in missing:
             print(f"processbench: error: {m}", file=sys.stderr)
         return 2
-    settings = BuildSettings(config_dir=args.config_dir or "", scale=args.scale or "", upstream=upstream or {},
-                             release_dir=args.release_dir or "", work_dir=args.work_dir or "", sources=chosen or [],
-                             variants=variants)
+    settings = BuildSettings(
+        config_dir=args.config_dir or "",
+        scale=args.scale or "",
+        upstream=upstream or {},
+        release_dir=args.release_dir or "",
+        work_dir=args.work_dir or "",
+        sources=chosen or [],
+        variants=variants,
+    )
     release = settings.config().build.release_dir
     before = publish.current_version(settings.config())  # what the CLI says comes from what happened to the link
     use_repo_dagster_home()
@@ -136,16 +143,24 @@ def cmd_build(args) -> int:
                 scale, seed = cfg.build.scale, cfg.build.samples.seed
                 for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
                     if slug not in upstream:
-                        _ensure_samples(slug, cfg.sources[slug].root, scale, seed, cfg.sources[slug],
-                                        _encoder_limits(cfg))
+                        _ensure_samples(
+                            slug, cfg.sources[slug].root, scale, seed, cfg.sources[slug], _encoder_limits(cfg)
+                        )
             missing = [m for slug in chosen if (m := missing_corpus(cfg, slug))]
             if missing:
                 for m in missing:
                     print(f"processbench: error: {m}", file=sys.stderr)
                 return 2
-            result = rebuild(settings, log=lambda m: tqdm.write(m), executor=args.executor, token=token,
-                             max_concurrent=args.max_concurrent, dask_address=args.dask_address, force=args.force,
-                             verify=args.verify)
+            result = rebuild(
+                settings,
+                log=lambda m: tqdm.write(m),
+                executor=args.executor,
+                token=token,
+                max_concurrent=args.max_concurrent,
+                dask_address=args.dask_address,
+                force=args.force,
+                verify=args.verify,
+            )
     except (LockError, publish.ReleaseFolderError) as exc:
         print(f"build not started: {exc}", file=sys.stderr)
         return 3
@@ -156,8 +171,10 @@ def cmd_build(args) -> int:
         print(f"build failed: {exc}", file=sys.stderr)
         after = publish.current_version(settings.config())
         if after != before:
-            print(f"release published -> {Path(release).absolute()} (version {after}) before the build failed",
-                  file=sys.stderr)
+            print(
+                f"release published -> {Path(release).absolute()} (version {after}) before the build failed",
+                file=sys.stderr,
+            )
         else:
             held = f"version {after}" if after else "the last good release, if any"
             print(f"release NOT published: {Path(release).absolute()} is unchanged ({held})", file=sys.stderr)
@@ -166,8 +183,7 @@ def cmd_build(args) -> int:
         print(f"check warning: {warning}", file=sys.stderr)
     for failed in result["failed_checks"]:
         print(f"check failed: {failed}", file=sys.stderr)
-    _report(Path(release).absolute(), result, time.time() - t,
-            {slug: str(cfg.sources[slug].root) for slug in chosen})
+    _report(Path(release).absolute(), result, time.time() - t, {slug: str(cfg.sources[slug].root) for slug in chosen})
     return 1 if result["failed_checks"] else 0
 
 
@@ -249,8 +265,10 @@ def cmd_split(args) -> int:
 
     summary = split_pool_file(Path(args.items), Path(args.out), Path(args.config) if args.config else None)
     for slug, s in sorted(summary.get("sources", {}).items()):
-        print(f"{slug}: {s.get('eval_groups')} eval / {s.get('sft_groups')} sft groups, "
-              f"{s.get('eval')} eval / {s.get('sft')} sft items")
+        print(
+            f"{slug}: {s.get('eval_groups')} eval / {s.get('sft_groups')} sft groups, "
+            f"{s.get('eval')} eval / {s.get('sft')} sft items"
+        )
     print(f"written: {args.out}/eval.jsonl, sft.jsonl, split_summary.json")
     return 0
 
@@ -260,8 +278,11 @@ def cmd_validate(args) -> int:
     from pipeline.release.validate import not_a_release, validate_release
 
     root = Path(args.dir)
-    if problem := (not_a_release(root, writers.file_names(load_settings())) if root.is_dir() else
-                   f"{root.absolute()} is not a folder"):
+    if problem := (
+        not_a_release(root, writers.file_names(load_settings()))
+        if root.is_dir()
+        else f"{root.absolute()} is not a folder"
+    ):
         print(f"processbench: error: {problem}", file=sys.stderr)
         return 2
     problems = validate_release(root)
@@ -279,8 +300,14 @@ def cmd_reconstruct(args) -> int:
         raise SystemExit("give at least one --upstream SLUG=PATH")
     cfg = load_settings(upstream=upstream)
     out = Path(args.out).resolve()
-    report = reconstruct(Path(args.release), {s: cfg.sources[s].root for s in upstream}, cfg, out,
-                         sources=sorted(upstream), progress=True)
+    report = reconstruct(
+        Path(args.release),
+        {s: cfg.sources[s].root for s in upstream},
+        cfg,
+        out,
+        sources=sorted(upstream),
+        progress=True,
+    )
     print(reconstruct_summary(report, out, cfg))
     bad = sum(int(r["missing"]) + int(r["differs"]) for r in report["sources"].values())
     return 1 if bad else 0
@@ -318,16 +345,28 @@ def cmd_review(args) -> int:
 
 def cmd_score(args) -> int:
     if not args.predictions and (args.circular or not args.step_predictions):
-        raise UsageError("--circular needs --predictions" if args.circular else
-                         "give --predictions (multiple choice), --step-predictions (T13 steps) or both")
+        raise UsageError(
+            "--circular needs --predictions"
+            if args.circular
+            else "give --predictions (multiple choice), --step-predictions (T13 steps) or both"
+        )
     if args.circular:  # predictions for the rotated copies: pipeline/scoring/circular.py
         from pipeline.scoring.circular import main as circular_main
+
         return circular_main(["--release", args.release, "--predictions", args.predictions, "--out", args.out])
     from pipeline.scoring.mcq import main as score_main  # logic lives in pipeline/scoring/mcq.py
-    return score_main(["--release", args.release, "--out", args.out,
-                       *(["--predictions", args.predictions] if args.predictions else []),
-                       *(["--step-predictions", args.step_predictions] if args.step_predictions else []),
-                       *(["--levels", args.levels] if args.levels else [])])
+
+    return score_main(
+        [
+            "--release",
+            args.release,
+            "--out",
+            args.out,
+            *(["--predictions", args.predictions] if args.predictions else []),
+            *(["--step-predictions", args.step_predictions] if args.step_predictions else []),
+            *(["--levels", args.levels] if args.levels else []),
+        ]
+    )
 
 
 def cmd_eval(args) -> int:
@@ -342,15 +381,32 @@ def cmd_eval(args) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number")
     upstream = _upstream(args.upstream)
     cfg = load_settings(upstream=upstream)
-    client = ClientOptions(base_url=args.base_url, model=args.model, max_tokens=args.max_tokens,
-                           temperature=args.temperature, seed=args.seed, timeout_s=args.timeout,
-                           retries=args.retries, concurrency=args.concurrency, backoff_s=args.backoff)
-    opts = EvalOptions(release=Path(args.release), out=Path(args.out), client=client,
-                       images=Path(args.images) if args.images else None,
-                       upstream={s: cfg.sources[s].root for s in upstream}, levels=args.levels,
-                       families=args.families, sources=args.sources, limit=args.limit,
-                       image_max_side=args.image_max_side, api_key_env=args.api_key_env,
-                       progress=not args.no_progress, circular=args.circular)
+    client = ClientOptions(
+        base_url=args.base_url,
+        model=args.model,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        timeout_s=args.timeout,
+        retries=args.retries,
+        concurrency=args.concurrency,
+        backoff_s=args.backoff,
+    )
+    opts = EvalOptions(
+        release=Path(args.release),
+        out=Path(args.out),
+        client=client,
+        images=Path(args.images) if args.images else None,
+        upstream={s: cfg.sources[s].root for s in upstream},
+        levels=args.levels,
+        families=args.families,
+        sources=args.sources,
+        limit=args.limit,
+        image_max_side=args.image_max_side,
+        api_key_env=args.api_key_env,
+        progress=not args.no_progress,
+        circular=args.circular,
+    )
     try:
         summary = run_eval(opts, cfg)
     except PreflightError as exc:
@@ -360,40 +416,61 @@ def cmd_eval(args) -> int:
         print(f"processbench eval: error: {exc}", file=sys.stderr)
         return 2
     print(summary_text(summary))
-    print(f"report: {Path(args.out) / 'metrics.md'} (metrics.json, per_item.jsonl, accuracy_by_task.png, "
-          f"predictions.jsonl, run_summary.json)")
+    print(
+        f"report: {Path(args.out) / 'metrics.md'} (metrics.json, per_item.jsonl, accuracy_by_task.png, "
+        f"predictions.jsonl, run_summary.json)"
+    )
     return 0 if summary["complete"] else 130 if summary["interrupted"] else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand and option, each with its help text (tests/test_cli.py checks that none lacks one)."""
-    p = argparse.ArgumentParser(prog="processbench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="processbench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
 
     b = sub.add_parser("build", help="materialize every asset through Dagster and write the release")
-    b.add_argument("--scale", choices=["demo", "release"],
-                   help="demo (small, minutes) or release (the real unit counts and quotas); default: configs/build.yaml")
+    b.add_argument(
+        "--scale",
+        choices=["demo", "release"],
+        help="demo (small, minutes) or release (the real unit counts and quotas); default: configs/build.yaml",
+    )
     b.add_argument("--upstream", action="append", metavar="SLUG=PATH", help="read this source from PATH (repeatable)")
     b.add_argument("--sources", help="comma-separated subset of sources")
     b.add_argument("--samples", action="store_true", help="generate the sample corpora first when missing")
     b.add_argument("--release-dir", help="where the release is published (default: release/)")
     b.add_argument("--work-dir", help="intermediate tables and the frame cache (default: build/work/)")
-    b.add_argument("--executor", choices=["in_process", "multiprocess", "dask"],
-                   help="the engine of the one run (default: configs/build.yaml executor.engine)")
+    b.add_argument(
+        "--executor",
+        choices=["in_process", "multiprocess", "dask"],
+        help="the engine of the one run (default: configs/build.yaml executor.engine)",
+    )
     b.add_argument("--max-concurrent", type=int, help="steps at a time (multiprocess) / local Dask workers; 0 = cores")
     b.add_argument("--dask-address", help="scheduler address of an existing Dask cluster (default: a local one)")
     b.add_argument("--config-dir", help="read the configuration from this folder instead of configs/")
-    b.add_argument("--variant", action="append", metavar="TASK=NAME",
-                   help="build TASK from its template's variant NAME (a key of its `variants`, or default) instead "
-                        "of the one the file names, e.g. T7=public (repeatable)")
+    b.add_argument(
+        "--variant",
+        action="append",
+        metavar="TASK=NAME",
+        help="build TASK from its template's variant NAME (a key of its `variants`, or default) instead "
+        "of the one the file names, e.g. T7=public (repeatable)",
+    )
     b.add_argument("--force", action="store_true", help="run every step even when its inputs are unchanged")
-    b.add_argument("--verify", action="store_true",
-                   help="read every upstream file again instead of trusting its cached content hash")
+    b.add_argument(
+        "--verify",
+        action="store_true",
+        help="read every upstream file again instead of trusting its cached content hash",
+    )
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("samples", help="write the sample upstream corpora, one folder per source slug")
-    s.add_argument("--scale", choices=["demo", "release"], default="demo",
-                   help="demo (a few units per source) or release (the real unit counts); default demo")
+    s.add_argument(
+        "--scale",
+        choices=["demo", "release"],
+        default="demo",
+        help="demo (a few units per source) or release (the real unit counts); default demo",
+    )
     s.add_argument("--out", required=True, help="folder that gets one sub-folder per source (created)")
     s.add_argument("--sources", help="comma-separated subset of sources (default: every source of the build)")
     s.add_argument("--seed", type=int, help="generator seed (default: configs/build.yaml build.samples.seed)")
@@ -401,11 +478,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     from pipeline.ingest.run import OPTIONS_HELP, IngestHelpFormatter
 
-    i = sub.add_parser("ingest", help="run one adapter over a root and write the IR tables + quarantine",
-                       epilog=OPTIONS_HELP, formatter_class=IngestHelpFormatter)
+    i = sub.add_parser(
+        "ingest",
+        help="run one adapter over a root and write the IR tables + quarantine",
+        epilog=OPTIONS_HELP,
+        formatter_class=IngestHelpFormatter,
+    )
     i.add_argument("--source", required=True, help="source slug (a key of configs/sources.yaml)")
-    i.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="adapter option (repeatable; YAML value), over the build's configured options")
+    i.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="adapter option (repeatable; YAML value), over the build's configured options",
+    )
     i.add_argument("--root", required=True, help="the source's root folder (its real layout: docs/upstream-formats.md)")
     i.add_argument("--out", required=True, help="folder for the IR tables and the quarantine (parquet)")
     i.set_defaults(func=cmd_ingest)
@@ -423,8 +508,12 @@ def build_parser() -> argparse.ArgumentParser:
     va = sub.add_parser("validity", help="audit a release: text-only baselines, shared images, T8/T9 gaps")
     va.add_argument("--release", required=True, help="the release folder")
     va.add_argument("--work-dir", help="the build's work folder (frame cache, IR): run the audit")
-    va.add_argument("--human", nargs="+", metavar="FILE",
-                    help="verdict files exported from `processbench review` pages: merged into the report")
+    va.add_argument(
+        "--human",
+        nargs="+",
+        metavar="FILE",
+        help="verdict files exported from `processbench review` pages: merged into the report",
+    )
     va.set_defaults(func=cmd_validity)
 
     rv = sub.add_parser("review", help="human check: one HTML page per source and family with sampled eval items")
@@ -437,21 +526,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("reconstruct", help="rebuild and verify every item's frames from upstream data")
     r.add_argument("--release", required=True, help="the release folder whose items' images are rebuilt")
-    r.add_argument("--upstream", action="append", metavar="SLUG=PATH",
-                   help="your copy of a source (repeatable; at least one)")
+    r.add_argument(
+        "--upstream", action="append", metavar="SLUG=PATH", help="your copy of a source (repeatable; at least one)"
+    )
     r.add_argument("--out", default="build/reconstructed", help="where the images go (default build/reconstructed)")
     r.set_defaults(func=cmd_reconstruct)
 
     sc = sub.add_parser("score", help="score predictions (jsonl item_id, response) against every eval level")
-    for opt, what in (("--release", "the release folder"),
-                      ("--out", "folder for the report (metrics, plot)")):
+    for opt, what in (("--release", "the release folder"), ("--out", "folder for the report (metrics, plot)")):
         sc.add_argument(opt, required=True, help=what)
     sc.add_argument("--predictions", help="jsonl with item_id and response per eval item")
-    sc.add_argument("--step-predictions", help="jsonl with item_id and prediction (a list of 1 / -1, or the model's "
-                    "text with <STEPS>+,-,...</STEPS>) per step eval item (the T13 step track)")
-    sc.add_argument("--circular", action="store_true",
-                    help="the predictions answer the CircularEval copies (item_id.c<k>): report circular accuracy "
-                         "and position consistency beside plain accuracy")
+    sc.add_argument(
+        "--step-predictions",
+        help="jsonl with item_id and prediction (a list of 1 / -1, or the model's "
+        "text with <STEPS>+,-,...</STEPS>) per step eval item (the T13 step track)",
+    )
+    sc.add_argument(
+        "--circular",
+        action="store_true",
+        help="the predictions answer the CircularEval copies (item_id.c<k>): report circular accuracy "
+        "and position consistency beside plain accuracy",
+    )
     sc.add_argument("--levels", help="comma-separated eval levels to score, e.g. L2,L3 (default: every level)")
     sc.set_defaults(func=cmd_score)
 
@@ -469,12 +564,17 @@ def _add_eval_parser(sub) -> None:
     from pipeline.evaluate.options import ClientOptions
 
     dflt = ClientOptions()
-    e = sub.add_parser("eval", help="ask an OpenAI-compatible endpoint every eval item, store, score "
-                                    "(docs/evaluation.md)")
+    e = sub.add_parser(
+        "eval", help="ask an OpenAI-compatible endpoint every eval item, store, score (docs/evaluation.md)"
+    )
     e.add_argument("--release", required=True, help="the release folder whose eval items are asked")
     e.add_argument("--images", help="the folder `processbench reconstruct --out` wrote")
-    e.add_argument("--upstream", action="append", metavar="SLUG=PATH",
-                   help="instead of --images: reconstruct (and hash-verify) the frames on the fly (repeatable)")
+    e.add_argument(
+        "--upstream",
+        action="append",
+        metavar="SLUG=PATH",
+        help="instead of --images: reconstruct (and hash-verify) the frames on the fly (repeatable)",
+    )
     e.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang, LMDeploy)")
     e.add_argument("--model", required=True, help="the model name the endpoint serves")
     e.add_argument("--out", required=True, help="responses, predictions.jsonl and the report land here")
@@ -492,9 +592,12 @@ def _add_eval_parser(sub) -> None:
     e.add_argument("--image-max-side", type=int, help="downscale images whose longer side exceeds PX")
     e.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
-    e.add_argument("--circular", action="store_true",
-                   help="ask every option rotation of each item (MMBench CircularEval, ids <item_id>.c<k>) and "
-                        "report circular accuracy and position consistency (as `score --circular`)")
+    e.add_argument(
+        "--circular",
+        action="store_true",
+        help="ask every option rotation of each item (MMBench CircularEval, ids <item_id>.c<k>) and "
+        "report circular accuracy and position consistency (as `score --circular`)",
+    )
     e.set_defaults(func=cmd_eval)
 
 

@@ -43,15 +43,18 @@ def _key(name: str) -> dg.AssetKey:
 
 
 def _summary_meta(summary: dict) -> dict:
-    return {f"summary/{k}": (v if isinstance(v, (int, float, str)) else dg.MetadataValue.json(v))
-            for k, v in summary.items()}
+    return {
+        f"summary/{k}": (v if isinstance(v, (int, float, str)) else dg.MetadataValue.json(v))
+        for k, v in summary.items()
+    }
 
 
 def _peak_rss_mb() -> int:
     """The largest resident set of this process or one of its finished children (the decode pool): what a step needs
     (in the in_process engine: the whole build's process so far)."""
-    return round(max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-                 / 1024)
+    return round(
+        max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
+    )
 
 
 def _op_tags(step: Step) -> dict[str, str]:
@@ -62,15 +65,28 @@ def _op_tags(step: Step) -> dict[str, str]:
 
 
 def step_asset(step: Step) -> dg.AssetsDefinition:
-    specs = [dg.AssetSpec(_key(t.name), deps=[_key(r) for r in step.reads], description=t.description,
-                          group_name=t.group or step.group, kinds={"parquet" if t.schema is not None else "file"},
-                          tags={"source": step.source} if step.source else None)
-             for t in step.writes]
+    specs = [
+        dg.AssetSpec(
+            _key(t.name),
+            deps=[_key(r) for r in step.reads],
+            description=t.description,
+            group_name=t.group or step.group,
+            kinds={"parquet" if t.schema is not None else "file"},
+            tags={"source": step.source} if step.source else None,
+        )
+        for t in step.writes
+    ]
 
     checks = checks_for(step)
 
-    @dg.multi_asset(name=step.name, specs=specs, check_specs=[c.spec() for c in checks],
-                    description=step.description, can_subset=False, op_tags=_op_tags(step))
+    @dg.multi_asset(
+        name=step.name,
+        specs=specs,
+        check_specs=[c.spec() for c in checks],
+        description=step.description,
+        can_subset=False,
+        op_tags=_op_tags(step),
+    )
     def _asset(context: dg.AssetExecutionContext, build: BuildSettings):
         watch_the_build()
         cfg = build.config()
@@ -89,11 +105,20 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
         context.log.info(f"{step.name}: {'unchanged, skipped' if skipped else 'computed'} ({fp[:12]})")
         cost = {"step/seconds": round(time.monotonic() - t0, 1), "step/peak_rss_mb": _peak_rss_mb()}
         for t in step.writes:
-            yield dg.MaterializeResult(asset_key=_key(t.name), data_version=dg.DataVersion(fp[:16]),
-                                       metadata={**table_metadata(t, cfg), **_summary_meta(summary),
-                                                 **export_metadata(t, summary), "skipped": skipped, **cost})
+            yield dg.MaterializeResult(
+                asset_key=_key(t.name),
+                data_version=dg.DataVersion(fp[:16]),
+                metadata={
+                    **table_metadata(t, cfg),
+                    **_summary_meta(summary),
+                    **export_metadata(t, summary),
+                    "skipped": skipped,
+                    **cost,
+                },
+            )
         for check in checks:
             yield check.evaluate(cfg)
+
     return _asset
 
 
@@ -123,31 +148,48 @@ def _publish_step(context, step: Step, cfg: Settings, live: list[Step], checks):
     except BaseException:  # a release step that raised leaves nothing beside the release (a killed one: the next
         publish.clear_staging(cfg)  # build's lock cleans up)
         raise
-    problems = [f"{r.asset_key.to_user_string()}:{r.check_name}" for r in results
-                if not r.passed and r.severity == dg.AssetCheckSeverity.ERROR]
+    problems = [
+        f"{r.asset_key.to_user_string()}:{r.check_name}"
+        for r in results
+        if not r.passed and r.severity == dg.AssetCheckSeverity.ERROR
+    ]
     problems += publish_problems(cfg, [s for s in live if s.name != step.name])
     if problems:
         fingerprint.forget(step, cfg)  # the next build runs the release again
         publish.clear_staging(cfg)
         yield from results
-        raise dg.Failure(description=f"release not published: {len(problems)} check(s) failed: "
-                                     f"{', '.join(problems[:10])}; the previous release in "
-                                     f"{paths.release_dir(cfg).name}/ is unchanged",
-                         metadata={"failed_checks": dg.MetadataValue.json(problems)})
+        raise dg.Failure(
+            description=f"release not published: {len(problems)} check(s) failed: "
+            f"{', '.join(problems[:10])}; the previous release in "
+            f"{paths.release_dir(cfg).name}/ is unchanged",
+            metadata={"failed_checks": dg.MetadataValue.json(problems)},
+        )
     publish.publish(cfg)
     context.log.info(f"release published to {paths.release_dir(cfg).name}/")
     for t in step.writes:
-        yield dg.MaterializeResult(asset_key=_key(t.name), data_version=dg.DataVersion(fp[:16]),
-                                   metadata={**table_metadata(t, cfg), **_summary_meta(summary),
-                                             **export_metadata(t, summary), "skipped": False, "published": True})
+        yield dg.MaterializeResult(
+            asset_key=_key(t.name),
+            data_version=dg.DataVersion(fp[:16]),
+            metadata={
+                **table_metadata(t, cfg),
+                **_summary_meta(summary),
+                **export_metadata(t, summary),
+                "skipped": False,
+                "published": True,
+            },
+        )
     yield from results
 
 
 ASSETS = [step_asset(s) for s in STEPS]
 CHECKS = {s.name: checks_for(s) for s in STEPS}
-BUILD_JOB = dg.define_asset_job("build", selection=dg.AssetSelection.all(), executor_def=build_executor,
-                                description="The whole build in one run: the four sources' chains in parallel, then "
-                                            "split and release; checks run with their assets.")
+BUILD_JOB = dg.define_asset_job(
+    "build",
+    selection=dg.AssetSelection.all(),
+    executor_def=build_executor,
+    description="The whole build in one run: the four sources' chains in parallel, then "
+    "split and release; checks run with their assets.",
+)
 
 # executor=: every job, Dagster's implicit asset job too (the UI's "Materialize all" or any asset selection), runs
 # on the locked executor: no run writes the work or release folder without the build lock

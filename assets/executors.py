@@ -12,7 +12,6 @@ docs/running.md.) Whatever the engine, the whole run holds the build lock of its
 the UI launched as for `processbench build` (whose CLI holds the lock already and names it in the run's tags).
 """
 
-
 import os
 from contextlib import contextmanager
 
@@ -74,6 +73,7 @@ def watch_the_build() -> None:
         _watched.add(int(pid))  # one watch per process (a Dask worker runs many steps)
         die_with(int(pid))
 
+
 ENGINES: dict[str, dg.ExecutorDefinition] = {
     "in_process": dg.in_process_executor,
     "multiprocess": dg.multiprocess_executor,
@@ -87,9 +87,15 @@ def _requirements(config):
 
 @dg.executor(
     name="processbench_executor",
-    config_schema=dg.Field(dg.Selector({k: v.config_schema.as_field() if hasattr(v.config_schema, "as_field")
-                                        else v.config_schema for k, v in ENGINES.items()}),
-                           default_value={"multiprocess": {}}),
+    config_schema=dg.Field(
+        dg.Selector(
+            {
+                k: v.config_schema.as_field() if hasattr(v.config_schema, "as_field") else v.config_schema
+                for k, v in ENGINES.items()
+            }
+        ),
+        default_value={"multiprocess": {}},
+    ),
     requirements=_requirements,
 )
 def build_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
@@ -103,8 +109,9 @@ def build_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
         import dask
 
         dask.config.set({"distributed.worker.daemon": False})
-    return LockedExecutor(engine.executor_creation_fn(init_context._replace(executor_def=engine,
-                                                                            executor_config=config)))
+    return LockedExecutor(
+        engine.executor_creation_fn(init_context._replace(executor_def=engine, executor_config=config))
+    )
 
 
 class LockedExecutor(dg.Executor):
@@ -131,13 +138,21 @@ class LockedExecutor(dg.Executor):
                 plan_context.log.info(f"build lock: {what}")
             # the engine sees itself as the plan's executor (dagster-dask insists on it)
             inner_context = PlanOrchestrationContext(
-                plan_data=plan_context.plan_data, log_manager=plan_context.log, executor=self.inner,
-                output_capture=plan_context.output_capture, resume_from_failure=plan_context.resume_from_failure)
+                plan_data=plan_context.plan_data,
+                log_manager=plan_context.log,
+                executor=self.inner,
+                output_capture=plan_context.output_capture,
+                resume_from_failure=plan_context.resume_from_failure,
+            )
             yield from self.inner.execute(inner_context, execution_plan)
 
 
-def run_config_for(engine: str, cfg_executor: BuildExecutor | None = None, max_concurrent: int | None = None,
-                   address: str | None = None) -> dict:
+def run_config_for(
+    engine: str,
+    cfg_executor: BuildExecutor | None = None,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+) -> dict:
     """The `execution` run-config fragment for an engine name (configs/build.yaml `executor`, or --executor)."""
     cfg_executor = cfg_executor or BuildExecutor()
     if engine == "in_process":
@@ -150,8 +165,15 @@ def run_config_for(engine: str, cfg_executor: BuildExecutor | None = None, max_c
         if address:
             return {"dask": {"cluster": {"existing": {"address": address}}}}
         n = max_concurrent if max_concurrent is not None else cfg_executor.max_concurrent
-        local = {"n_workers": int(n) if n else None, "threads_per_worker": 1, "processes": True,
-                 "dashboard_address": None}
-        return {"dask": {"cluster": {"local": {k: v for k, v in local.items() if v is not None}
-                                     | {"dashboard_address": None}}}}
+        local = {
+            "n_workers": int(n) if n else None,
+            "threads_per_worker": 1,
+            "processes": True,
+            "dashboard_address": None,
+        }
+        return {
+            "dask": {
+                "cluster": {"local": {k: v for k, v in local.items() if v is not None} | {"dashboard_address": None}}
+            }
+        }
     raise ValueError(f"unknown executor {engine!r}; known: {sorted(ENGINES)}")

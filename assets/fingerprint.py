@@ -67,8 +67,13 @@ def use_hash_store(cfg: Settings, verify: bool | None = None) -> None:
 def fingerprint(step: Step, cfg: Settings, tables: dict) -> str:
     use_hash_store(cfg)
     inputs = {name: file_digest(tables[name].file(cfg)) for name in step.reads if name in tables}
-    doc = {"step": step.name, "code": code_digest(CODE_PACKAGES), "config": config_part(cfg, step.config),
-           "inputs": inputs, "external": tree_listing(step.external(cfg)) if step.external else None}
+    doc = {
+        "step": step.name,
+        "code": code_digest(CODE_PACKAGES),
+        "config": config_part(cfg, step.config),
+        "inputs": inputs,
+        "external": tree_listing(step.external(cfg)) if step.external else None,
+    }
     return digest(doc)
 
 
@@ -147,15 +152,24 @@ def run_step(step: Step, cfg: Settings, tables: dict) -> tuple[dict, bool, str]:
     if damaged := damaged_inputs(step, cfg, tables):
         for writer in {w.split(":")[0] for w in damaged.values()}:
             (stages.work_dir(cfg) / "_fingerprints" / f"{writer}.json").unlink(missing_ok=True)
-        raise DamagedInput(f"{step.name}: work table(s) changed since their step wrote them: "
-                           f"{'; '.join(f'{t} ({w})' for t, w in sorted(damaged.items()))}; not read. Their steps "
-                           "run again in the next build (processbench build, or materialize them in the UI)")
+        raise DamagedInput(
+            f"{step.name}: work table(s) changed since their step wrote them: "
+            f"{'; '.join(f'{t} ({w})' for t, w in sorted(damaged.items()))}; not read. Their steps "
+            "run again in the next build (processbench build, or materialize them in the UI)"
+        )
     summary = step.run(cfg)
     content_hash.flush()  # what the step hashed (the frames stage's unit fingerprints)
     outputs = {t.name: file_digest(t.file(cfg)) for t in step.writes}
     rows = {t.name: _rows(t.file(cfg)) for t in step.writes if t.schema is not None}  # parquet tables
-    write_json(_record_path(cfg, step), {"fingerprint": fp, "summary": summary, "outputs": outputs,
-                                         "rows": {k: v for k, v in rows.items() if v is not None}})
+    write_json(
+        _record_path(cfg, step),
+        {
+            "fingerprint": fp,
+            "summary": summary,
+            "outputs": outputs,
+            "rows": {k: v for k, v in rows.items() if v is not None},
+        },
+    )
     return summary, False, fp
 
 

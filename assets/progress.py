@@ -34,8 +34,9 @@ def failure_line(event) -> tuple[str, str | None]:
 class Progress:
     """Prints a line per step event of the run tagged `tag` (key, value) while the `with` block runs."""
 
-    def __init__(self, instance: dg.DagsterInstance, tag: tuple[str, str], log: Callable[[str], None],
-                 poll_s: float = 0.5):
+    def __init__(
+        self, instance: dg.DagsterInstance, tag: tuple[str, str], log: Callable[[str], None], poll_s: float = 0.5
+    ):
         self.instance, self.tag, self.log, self.poll_s = instance, tag, log, poll_s
         self.run_id: str | None = None
         self.cursor: str | None = None

@@ -60,15 +60,25 @@ def job_steps(cfg: Settings):
     steps = all_steps(cfg)
     unknown = sorted({s.name for s in steps} - {s.name for s in STEPS})
     if unknown:
-        raise GraphMismatch(f"steps {', '.join(unknown)} are not in the build job, whose graph comes from the "
-                            "repository's configs/: set sources.<slug>.ingest_shards there, not in a --config-dir")
+        raise GraphMismatch(
+            f"steps {', '.join(unknown)} are not in the build job, whose graph comes from the "
+            "repository's configs/: set sources.<slug>.ingest_shards there, not in a --config-dir"
+        )
     return steps
 
 
-def rebuild(settings: BuildSettings | None = None, instance: dg.DagsterInstance | None = None, log=print,
-            log_level: str = "CRITICAL", executor: str | None = None, max_concurrent: int | None = None,
-            dask_address: str | None = None, force: bool = False, token: str | None = None,
-            verify: bool = False) -> dict:
+def rebuild(
+    settings: BuildSettings | None = None,
+    instance: dg.DagsterInstance | None = None,
+    log=print,
+    log_level: str = "CRITICAL",
+    executor: str | None = None,
+    max_concurrent: int | None = None,
+    dask_address: str | None = None,
+    force: bool = False,
+    token: str | None = None,
+    verify: bool = False,
+) -> dict:
     """Materialize what is stale in one run, under the build lock (publish.LockError when another build holds it);
     raise BuildFailed when a step fails (then the published release is unchanged). Returns the checks that failed
     with ERROR severity (`failed_checks`), those that only warn (`warnings`), the steps run, the run id, whether a
@@ -90,8 +100,10 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
     exec_cfg = cfg.build.executor
     engine = executor or exec_cfg.engine
     if damage := fingerprint.release_damage(cfg):  # the release step is then stale: it publishes the release again
-        log(f"[build] the published release differs from its checksums ({len(damage)} file(s): "
-            f"{'; '.join(damage[:5])}{' ...' if len(damage) > 5 else ''}): it is published again")
+        log(
+            f"[build] the published release differs from its checksums ({len(damage)} file(s): "
+            f"{'; '.join(damage[:5])}{' ...' if len(damage) > 5 else ''}): it is published again"
+        )
     steps = plan(settings)  # under --force too: the plan reads (and with --verify re-reads) every upstream file
     steps = [s.name for s in job_steps(cfg)] if force else steps
     if not steps:
@@ -99,9 +111,11 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
         return {"failed_checks": [], "warnings": [], "steps": [], "run_id": None, "published": False}
     # the whole job: no selection, so no step process rebuilds a subset of the job for itself (~0.5 s each)
     keys = None if set(steps) == {s.name for s in STEPS} else [k for a in _assets_of(steps) for k in a.keys]
-    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}},
-                  "resources": {"build": {"config": settings.model_dump()}},
-                  "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)}}
+    run_config = {
+        "loggers": {"console": {"config": {"log_level": log_level}}},
+        "resources": {"build": {"config": settings.model_dump()}},
+        "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)},
+    }
     log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
     before = publish.current_version(cfg)  # `published` says what happened to the release link, not the plan
     instance = instance or dg.DagsterInstance.get()
@@ -111,9 +125,17 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
         if engine == "multiprocess":
             start_fork_server()  # its imports (~3 s) run while Dagster sets the run up, instead of after
         # Dagster's console logger stays quiet (log_level); one line per step start and end instead
-        with Progress(instance, (LOCK_TAG, token), log), \
-                dg.execute_job(dg.reconstructable(build_job), instance=instance, run_config=run_config,
-                               asset_selection=keys, raise_on_error=False, tags={LOCK_TAG: token}) as res:
+        with (
+            Progress(instance, (LOCK_TAG, token), log),
+            dg.execute_job(
+                dg.reconstructable(build_job),
+                instance=instance,
+                run_config=run_config,
+                asset_selection=keys,
+                raise_on_error=False,
+                tags={LOCK_TAG: token},
+            ) as res,
+        ):
             failed = _failed_checks(res, dg.AssetCheckSeverity.ERROR)
             warnings = _failed_checks(res, dg.AssetCheckSeverity.WARN)
             if not res.success:
@@ -121,8 +143,13 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                 # the steps' own reasons; the run's failure only when no step said why (it repeats them)
                 errors = [_failure_text(e) for e in ([e for e in failures if e.step_key] or failures)][:5]
                 raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(errors + failed + _held_units(cfg)))
-            return {"failed_checks": failed, "warnings": warnings, "steps": steps, "run_id": res.run_id,
-                    "published": publish.current_version(cfg) != before}
+            return {
+                "failed_checks": failed,
+                "warnings": warnings,
+                "steps": steps,
+                "run_id": res.run_id,
+                "published": publish.current_version(cfg) != before,
+            }
 
 
 def _held_units(cfg: Settings) -> list[str]:

@@ -21,8 +21,12 @@ class BuildSettings(dg.ConfigurableResource):
     variants: dict[str, str] = {}  # {"T7": "public", ...}: template variants overriding the files' `variant`
 
     def config(self) -> Settings:
-        cfg = load_settings(self.config_dir or None, upstream=dict(self.upstream), scale=self.scale or None,
-                            variants=dict(self.variants) or None)
+        cfg = load_settings(
+            self.config_dir or None,
+            upstream=dict(self.upstream),
+            scale=self.scale or None,
+            variants=dict(self.variants) or None,
+        )
         over = {k: v for k, v in (("build.work_dir", self.work_dir), ("build.release_dir", self.release_dir)) if v}
         if self.sources:
             over["build.sources"] = [s for s in cfg.build.sources if s in self.sources]

@@ -6,8 +6,9 @@ import time
 from pathlib import Path
 
 
-def supervise(cmd: list[str], poll_s: float = 0.5, env: dict | None = None, cwd: Path | None = None,
-              grace_s: float = 10.0) -> int:
+def supervise(
+    cmd: list[str], poll_s: float = 0.5, env: dict | None = None, cwd: Path | None = None, grace_s: float = 10.0
+) -> int:
     """Run `cmd` as a child and stop it (SIGTERM) when we get SIGINT/SIGTERM or when our parent dies. A `dagster
     dev` started in the background from a non-interactive shell ignores SIGINT and SIGTERM, and `make` killed by
     SIGTERM dies without passing the signal on, leaving its recipe running: so we watch the parent too. The child

@@ -62,9 +62,11 @@ class TableCheck:
 
 def problems_check(name: str, description: str, find: Callable[[Settings], list[str]], **kw) -> TableCheck:
     """A check that passes when `find(cfg)` (a plain function of pipeline.stages) returns no problems."""
+
     def run(cfg):
         problems = find(cfg)
         return not problems, {"problems": problems[:50], "n_problems": len(problems)}
+
     return TableCheck(name, description, run, **kw)
 
 
@@ -74,16 +76,26 @@ def quarantine_check(slug: str) -> TableCheck:
         shares = stages.quarantine_shares(cfg, slug)
         over = {s: v for s, v in shares.items() if v > limit}
         return not over, {"shares": shares, "limit": limit, "over": over}
-    return TableCheck("quarantine_share", "Quarantined units (ingest, then labels) stay under "
-                      "build.max_quarantine_share of the source's units.", run)
+
+    return TableCheck(
+        "quarantine_share",
+        "Quarantined units (ingest, then labels) stay under build.max_quarantine_share of the source's units.",
+        run,
+    )
 
 
 def quota_check(slug: str) -> TableCheck:
     def run(cfg):
         short = stages.shortfall(cfg, slug)
         return not short, {"shortfall": short}
-    return TableCheck("quotas_met", "Every family reaches its quota for this source (a shortfall is reported, never "
-                      "padded; it warns rather than fails, since small corpora may lack candidates).", run, warn=True)
+
+    return TableCheck(
+        "quotas_met",
+        "Every family reaches its quota for this source (a shortfall is reported, never "
+        "padded; it warns rather than fails, since small corpora may lack candidates).",
+        run,
+        warn=True,
+    )
 
 
 def _no_group_in_both_splits(cfg):
@@ -97,32 +109,62 @@ def _release_path_free(cfg):
 
 
 SPLIT_ITEMS_CHECKS = (
-    TableCheck("no_group_in_both_splits", "No split group (or merged group) has items on both sides.",
-               _no_group_in_both_splits, blocking=True),
-    problems_check("isolation_keys_hold", "No isolation key value (RH20T task+scene, ...) and no held-out OOD scene or "
-                   "task has items on both sides, recomputed from the units' own fields.",
-                   stages.split_isolation_problems, blocking=True),
+    TableCheck(
+        "no_group_in_both_splits",
+        "No split group (or merged group) has items on both sides.",
+        _no_group_in_both_splits,
+        blocking=True,
+    ),
+    problems_check(
+        "isolation_keys_hold",
+        "No isolation key value (RH20T task+scene, ...) and no held-out OOD scene or "
+        "task has items on both sides, recomputed from the units' own fields.",
+        stages.split_isolation_problems,
+        blocking=True,
+    ),
 )
 SPLIT_SUMMARY_CHECKS = (
-    problems_check("eval_group_counts", "Per-source eval group counts are the configured round(eval_ratio × groups).",
-                   stages.eval_group_count_problems),
-    problems_check("eval_level_counts", "Every eval item has a level, and the rows per level (L1, L2, L3) match "
-                   "split_summary.json.", stages.eval_level_problems),
-    problems_check("eval_level_shares", "Every configured eval level (L2, L3) holds its share of the source's items (a "
-                   "level a small corpus cannot fill warns and is recorded in provenance.json and the card).",
-                   stages.eval_level_warnings, warn=True),
+    problems_check(
+        "eval_group_counts",
+        "Per-source eval group counts are the configured round(eval_ratio × groups).",
+        stages.eval_group_count_problems,
+    ),
+    problems_check(
+        "eval_level_counts",
+        "Every eval item has a level, and the rows per level (L1, L2, L3) match split_summary.json.",
+        stages.eval_level_problems,
+    ),
+    problems_check(
+        "eval_level_shares",
+        "Every configured eval level (L2, L3) holds its share of the source's items (a "
+        "level a small corpus cannot fill warns and is recorded in provenance.json and the card).",
+        stages.eval_level_warnings,
+        warn=True,
+    ),
 )
 VALIDITY_CHECKS = (
-    problems_check("validity_limits", "No family passes its validity limit (configs/validity.yaml): blind text-only "
-                   "and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
-                   stages.validity_problems, blocking=True),
+    problems_check(
+        "validity_limits",
+        "No family passes its validity limit (configs/validity.yaml): blind text-only "
+        "and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
+        stages.validity_problems,
+        blocking=True,
+    ),
 )
 # on the checksums file, written last: the whole release
 RELEASE_CHECKS = (
-    problems_check("release_valid", "The release validates: schema, parquet == jsonl, counts across files, "
-                   "checksums, isolation.", stages.release_problems, blocking=True),
-    TableCheck("release_path_free", "No absolute path, this machine's folders, user name or host name in any release "
-               "file (parquet rows included).", _release_path_free, blocking=True),
+    problems_check(
+        "release_valid",
+        "The release validates: schema, parquet == jsonl, counts across files, checksums, isolation.",
+        stages.release_problems,
+        blocking=True,
+    ),
+    TableCheck(
+        "release_path_free",
+        "No absolute path, this machine's folders, user name or host name in any release file (parquet rows included).",
+        _release_path_free,
+        blocking=True,
+    ),
 )
 
 
@@ -161,17 +203,32 @@ class Step:
 
 def _ir(slug: str, shard: int | None = None) -> tuple[Table, ...]:
     """The IR tables of a source, or of one of its ingest shards (under ir/<slug>/shards/<k>/)."""
-    key, folder, of = (("ir", slug), f"ir/{slug}", slug) if shard is None else \
-        (("ir", slug, f"shard{shard}"), f"ir/{slug}/shards/{shard}", f"{slug} shard {shard}")
-    tables = [Table((*key, t), f"{folder}/{t}.parquet", f"{of} episode IR: {t}", _polars(s))
-              for t, s in IR_SCHEMAS.items()]
-    tables.append(Table((*key, "quarantine"), f"{folder}/quarantine.parquet",
-                        f"{of} units ingest could not read, with unit, stage, reason and file",
-                        _polars(QUARANTINE_SCHEMA),
-                        # the merged IR's quarantine (a shard's is merged into it)
-                        checks=(quarantine_check(slug),) if shard is None else ()))
-    tables.append(Table((*key, "notes"), f"{folder}/notes.parquet",
-                        f"{of}: what the adapter assumed or repaired in units it kept", NOTES_SCHEMA))
+    key, folder, of = (
+        (("ir", slug), f"ir/{slug}", slug)
+        if shard is None
+        else (("ir", slug, f"shard{shard}"), f"ir/{slug}/shards/{shard}", f"{slug} shard {shard}")
+    )
+    tables = [
+        Table((*key, t), f"{folder}/{t}.parquet", f"{of} episode IR: {t}", _polars(s)) for t, s in IR_SCHEMAS.items()
+    ]
+    tables.append(
+        Table(
+            (*key, "quarantine"),
+            f"{folder}/quarantine.parquet",
+            f"{of} units ingest could not read, with unit, stage, reason and file",
+            _polars(QUARANTINE_SCHEMA),
+            # the merged IR's quarantine (a shard's is merged into it)
+            checks=(quarantine_check(slug),) if shard is None else (),
+        )
+    )
+    tables.append(
+        Table(
+            (*key, "notes"),
+            f"{folder}/notes.parquet",
+            f"{of}: what the adapter assumed or repaired in units it kept",
+            NOTES_SCHEMA,
+        )
+    )
     return tuple(tables)
 
 
@@ -181,110 +238,256 @@ def ingest_steps(slug: str, shards: int, ir: tuple[Table, ...], corpus: Table) -
     root = lambda cfg: Path(cfg.sources[slug].root)
     what = f"Read {slug} through its adapter into the episode IR and a quarantine of unreadable units."
     if shards == 1:
-        return [Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir + (corpus,), (),
-                     (f"sources.{slug}",), what, slug, external=root)]
+        return [
+            Step(
+                f"ingest_{slug}",
+                "ir",
+                lambda cfg: stages.run_ingest(cfg, slug),
+                ir + (corpus,),
+                (),
+                (f"sources.{slug}",),
+                what,
+                slug,
+                external=root,
+            )
+        ]
     parts = [_ir(slug, k) for k in range(shards)]
-    return [Step(f"ingest_{slug}_{k}", "ir", lambda cfg, k=k: stages.run_ingest_shard(cfg, slug, k), parts[k], (),
-                 (f"sources.{slug}",), f"Shard {k} of {shards} of {slug}'s units: {what}", slug, external=root)
-            for k in range(shards)] + [
-        Step(f"ingest_{slug}", "ir", lambda cfg: stages.run_ingest(cfg, slug), ir + (corpus,),
-             tuple(t.name for p in parts for t in p), (f"sources.{slug}",),
-             f"Merge the IR of {slug}'s {shards} ingest shards, note duplicates across them, fingerprint the corpus.",
-             slug, external=root)]
+    return [
+        Step(
+            f"ingest_{slug}_{k}",
+            "ir",
+            lambda cfg, k=k: stages.run_ingest_shard(cfg, slug, k),
+            parts[k],
+            (),
+            (f"sources.{slug}",),
+            f"Shard {k} of {shards} of {slug}'s units: {what}",
+            slug,
+            external=root,
+        )
+        for k in range(shards)
+    ] + [
+        Step(
+            f"ingest_{slug}",
+            "ir",
+            lambda cfg: stages.run_ingest(cfg, slug),
+            ir + (corpus,),
+            tuple(t.name for p in parts for t in p),
+            (f"sources.{slug}",),
+            f"Merge the IR of {slug}'s {shards} ingest shards, note duplicates across them, fingerprint the corpus.",
+            slug,
+            external=root,
+        )
+    ]
 
 
 def source_steps(slug: str, shards: int = 1) -> list[Step]:
     ir = _ir(slug)
     # read by the items step (its selection key holds the corpus's content fingerprint) and the release (provenance),
     # so not among the IR tables labels and candidates read
-    corpus = Table(("ir", slug, "corpus"), f"ir/{slug}/corpus.json",
-                   f"{slug}: the corpus's content fingerprint and origin (sample generator or user root)")
-    labels = tuple(Table(("labels", slug, t), f"labels/{slug}/{t}.parquet", f"{slug} process labels: {t}", dict(s))
-                   for t, s in LABEL_SCHEMAS.items())
+    corpus = Table(
+        ("ir", slug, "corpus"),
+        f"ir/{slug}/corpus.json",
+        f"{slug}: the corpus's content fingerprint and origin (sample generator or user root)",
+    )
+    labels = tuple(
+        Table(("labels", slug, t), f"labels/{slug}/{t}.parquet", f"{slug} process labels: {t}", dict(s))
+        for t, s in LABEL_SCHEMAS.items()
+    )
     # written by the labels step, read by no later step (the units it names have no labels)
-    labels_quarantine = Table(("labels", slug, "quarantine"), f"labels/{slug}_quarantine.parquet",
-                              f"{slug} units whose signals made a label rule fail, with the reason",
-                              _polars(QUARANTINE_SCHEMA), checks=(quarantine_check(slug),))
-    candidates = Table(("candidates", slug), f"candidates/{slug}.parquet",
-                       f"{slug}: the over-complete pool of candidate items of every task family", CANDIDATE_SCHEMA)
-    items = (Table(("items", slug), f"items/{slug}.parquet",
-                   f"{slug}: the selected items with frames that pass the visual gate and image hashes",
-                   {**CANDIDATE_SCHEMA, **ITEM_COLUMNS}, checks=(quota_check(slug),)),
-             Table(("gate_quarantine", slug), f"items/{slug}_quarantine.parquet",
-                   f"{slug}: items the visual gate dropped, with the reason", _polars(QUARANTINE_SCHEMA)),
-             Table(("shortfall", slug), f"items/{slug}_shortfall.json", f"{slug}: families short of their quota"),
-             Table(("item_frames", slug), f"items/{slug}_frames.parquet",
-                   f"{slug}: the frames the items show, with pixel hash and grey thumbnail (read by the validity audit)",
-                   dict(ITEM_FRAMES_SCHEMA)))
+    labels_quarantine = Table(
+        ("labels", slug, "quarantine"),
+        f"labels/{slug}_quarantine.parquet",
+        f"{slug} units whose signals made a label rule fail, with the reason",
+        _polars(QUARANTINE_SCHEMA),
+        checks=(quarantine_check(slug),),
+    )
+    candidates = Table(
+        ("candidates", slug),
+        f"candidates/{slug}.parquet",
+        f"{slug}: the over-complete pool of candidate items of every task family",
+        CANDIDATE_SCHEMA,
+    )
+    items = (
+        Table(
+            ("items", slug),
+            f"items/{slug}.parquet",
+            f"{slug}: the selected items with frames that pass the visual gate and image hashes",
+            {**CANDIDATE_SCHEMA, **ITEM_COLUMNS},
+            checks=(quota_check(slug),),
+        ),
+        Table(
+            ("gate_quarantine", slug),
+            f"items/{slug}_quarantine.parquet",
+            f"{slug}: items the visual gate dropped, with the reason",
+            _polars(QUARANTINE_SCHEMA),
+        ),
+        Table(("shortfall", slug), f"items/{slug}_shortfall.json", f"{slug}: families short of their quota"),
+        Table(
+            ("item_frames", slug),
+            f"items/{slug}_frames.parquet",
+            f"{slug}: the frames the items show, with pixel hash and grey thumbnail (read by the validity audit)",
+            dict(ITEM_FRAMES_SCHEMA),
+        ),
+    )
     names = lambda tables: tuple(t.name for t in tables)
     return ingest_steps(slug, shards, ir, corpus) + [
-        Step(f"labels_{slug}", "labels", lambda cfg: stages.run_labels(cfg, slug), labels + (labels_quarantine,),
-             names(ir),
-             ("labels", "build"), f"Per-frame process labels of {slug} from its IR (configs/labels.yaml).", slug),
-        Step(f"candidates_{slug}", "candidates", lambda cfg: stages.run_candidates(cfg, slug), (candidates,),
-             names(ir) + names(labels), (f"tasks.{slug}", "labels", "build"),
-             f"Candidate items of every family for {slug} from the templates in configs/tasks/.", slug),
-        Step(f"items_{slug}", "items", lambda cfg: stages.run_frames(cfg, slug), items,
-             (candidates.name, corpus.name),
-             (f"tasks.{slug}", "build", "frames", f"sources.{slug}"),
-             f"Select {slug}'s quotas, decode their frames, drop what the visual gate rejects (with replacements), "
-             "order the T8/T9 frames, hash the images.", slug,
-             # it decodes upstream frames: a video replaced under the same unit id leaves the IR and the candidates
-             # unchanged, so the upstream listing must make this step run again (the frame cache then decodes only
-             # the units whose upstream fingerprint changed)
-             external=lambda cfg: Path(cfg.sources[slug].root)),
+        Step(
+            f"labels_{slug}",
+            "labels",
+            lambda cfg: stages.run_labels(cfg, slug),
+            labels + (labels_quarantine,),
+            names(ir),
+            ("labels", "build"),
+            f"Per-frame process labels of {slug} from its IR (configs/labels.yaml).",
+            slug,
+        ),
+        Step(
+            f"candidates_{slug}",
+            "candidates",
+            lambda cfg: stages.run_candidates(cfg, slug),
+            (candidates,),
+            names(ir) + names(labels),
+            (f"tasks.{slug}", "labels", "build"),
+            f"Candidate items of every family for {slug} from the templates in configs/tasks/.",
+            slug,
+        ),
+        Step(
+            f"items_{slug}",
+            "items",
+            lambda cfg: stages.run_frames(cfg, slug),
+            items,
+            (candidates.name, corpus.name),
+            (f"tasks.{slug}", "build", "frames", f"sources.{slug}"),
+            f"Select {slug}'s quotas, decode their frames, drop what the visual gate rejects (with replacements), "
+            "order the T8/T9 frames, hash the images.",
+            slug,
+            # it decodes upstream frames: a video replaced under the same unit id leaves the IR and the candidates
+            # unchanged, so the upstream listing must make this step run again (the frame cache then decodes only
+            # the units whose upstream fingerprint changed)
+            external=lambda cfg: Path(cfg.sources[slug].root),
+        ),
     ]
 
 
 def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
-    split = (Table(("split", "items"), "split/items.parquet", "Every item with its split (eval|sft) and split group",
-                   {**CANDIDATE_SCHEMA, **ITEM_COLUMNS, **LETTER_COLUMNS, "split": pl.String,
-                    "split_group_id": pl.String},
-                   exact=False, checks=SPLIT_ITEMS_CHECKS),
-             Table(("split", "groups"), "split/groups.parquet",
-                   "Every unit's split group (isolation keys merged) and the unit keys the OOD levels hold out",
-                   GROUPS_SCHEMA),
-             Table(("split", "summary"), "split/summary.json", "Per-source group and item counts of the split",
-                   checks=SPLIT_SUMMARY_CHECKS))
+    split = (
+        Table(
+            ("split", "items"),
+            "split/items.parquet",
+            "Every item with its split (eval|sft) and split group",
+            {**CANDIDATE_SCHEMA, **ITEM_COLUMNS, **LETTER_COLUMNS, "split": pl.String, "split_group_id": pl.String},
+            exact=False,
+            checks=SPLIT_ITEMS_CHECKS,
+        ),
+        Table(
+            ("split", "groups"),
+            "split/groups.parquet",
+            "Every unit's split group (isolation keys merged) and the unit keys the OOD levels hold out",
+            GROUPS_SCHEMA,
+        ),
+        Table(
+            ("split", "summary"),
+            "split/summary.json",
+            "Per-source group and item counts of the split",
+            checks=SPLIT_SUMMARY_CHECKS,
+        ),
+    )
     release = []
     for name, rel in sorted(file_names(cfg).items()):
-        schema = _polars(RELEASE_SCHEMA) if rel.endswith(".parquet") and name in ("eval_parquet", "sft_parquet") \
-            else None
-        release.append(Table(("release", name), rel, f"release file {rel}", schema, root="release",
-                             checks=RELEASE_CHECKS if name == "checksums" else ()))
-    release.append(Table(("release", "validity_report"), "metadata/validity_report.json",
-                         "validity audit: baselines per (source, family), shared images, T8/T9 gaps, problems",
-                         root="release", checks=VALIDITY_CHECKS))
+        schema = (
+            _polars(RELEASE_SCHEMA) if rel.endswith(".parquet") and name in ("eval_parquet", "sft_parquet") else None
+        )
+        release.append(
+            Table(
+                ("release", name),
+                rel,
+                f"release file {rel}",
+                schema,
+                root="release",
+                checks=RELEASE_CHECKS if name == "checksums" else (),
+            )
+        )
+    release.append(
+        Table(
+            ("release", "validity_report"),
+            "metadata/validity_report.json",
+            "validity audit: baselines per (source, family), shared images, T8/T9 gaps, problems",
+            root="release",
+            checks=VALIDITY_CHECKS,
+        )
+    )
     release += export_tables(cfg)
     units = tuple(f"ir/{s}/units" for s in slugs)
     corpora = tuple(f"ir/{s}/corpus" for s in slugs)
     frames = tuple(f"item_frames/{s}" for s in slugs)
-    steps = (Table(("steps", "items"), "steps/items.parquet",
-                   "T13 step items (process verification) with their split side, labels and image hashes",
-                   dict(STEP_SCHEMA)),
-             Table(("steps", "summary"), "steps/summary.json",
-                   "Per-source step item and step counts, natural-error share, injected kinds",
-                   checks=(problems_check("quotas_met", "Every source reaches its T13 step item quota (a shortfall is "
-                                          "reported with its figures, never padded; it warns: a source with few "
-                                          "units may hold fewer candidate windows).", step_shortfall, warn=True),)))
-    step_reads = ("split/items", "split/groups") + units + tuple(
-        f"{layer}/{s}/{t}" for s in slugs for layer, t in
-        (("ir", "segments"), *(("labels", t) for t in ("units", "frames", "arms", "primitives", "segments")))) + \
-        corpora  # the corpus fingerprint: an upstream video replaced under the same unit id decodes again
+    steps = (
+        Table(
+            ("steps", "items"),
+            "steps/items.parquet",
+            "T13 step items (process verification) with their split side, labels and image hashes",
+            dict(STEP_SCHEMA),
+        ),
+        Table(
+            ("steps", "summary"),
+            "steps/summary.json",
+            "Per-source step item and step counts, natural-error share, injected kinds",
+            checks=(
+                problems_check(
+                    "quotas_met",
+                    "Every source reaches its T13 step item quota (a shortfall is "
+                    "reported with its figures, never padded; it warns: a source with few "
+                    "units may hold fewer candidate windows).",
+                    step_shortfall,
+                    warn=True,
+                ),
+            ),
+        ),
+    )
+    step_reads = (
+        ("split/items", "split/groups")
+        + units
+        + tuple(
+            f"{layer}/{s}/{t}"
+            for s in slugs
+            for layer, t in (
+                ("ir", "segments"),
+                *(("labels", t) for t in ("units", "frames", "arms", "primitives", "segments")),
+            )
+        )
+        + corpora
+    )  # the corpus fingerprint: an upstream video replaced under the same unit id decodes again
     return [
-        Step("split", "split", stages.run_split, split, tuple(f"items/{s}" for s in slugs) + units,
-             ("split", "build", "tasks"),
-             "Group items by isolation unit and choose eval groups per source, stratified per family and answer "
-             "letter (configs/split.yaml); the answer letters, balanced within each split and eval level."),
-        Step("steps", "split", run_steps, steps, step_reads, ("step_tasks", "build", "frames", "release", "exports"),
-             "T13 step items from the labels and IR: steps per source, natural and injected errors, each unit on "
-             "its MCQ split group's side; the shown frames decoded and hashed (pipeline/steps/, docs/steps.md)."),
-        Step("release", "release", stages.run_release, tuple(release),
-             ("split/items", "split/summary", "steps/items", "steps/summary") + units + corpora + frames,
-             ("*",),  # the release documents every config file
-             "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums; "
-             "built in a staging folder and published only when every check of the build passes.",
-             publishes=True),
+        Step(
+            "split",
+            "split",
+            stages.run_split,
+            split,
+            tuple(f"items/{s}" for s in slugs) + units,
+            ("split", "build", "tasks"),
+            "Group items by isolation unit and choose eval groups per source, stratified per family and answer "
+            "letter (configs/split.yaml); the answer letters, balanced within each split and eval level.",
+        ),
+        Step(
+            "steps",
+            "split",
+            run_steps,
+            steps,
+            step_reads,
+            ("step_tasks", "build", "frames", "release", "exports"),
+            "T13 step items from the labels and IR: steps per source, natural and injected errors, each unit on "
+            "its MCQ split group's side; the shown frames decoded and hashed (pipeline/steps/, docs/steps.md).",
+        ),
+        Step(
+            "release",
+            "release",
+            stages.run_release,
+            tuple(release),
+            ("split/items", "split/summary", "steps/items", "steps/summary") + units + corpora + frames,
+            ("*",),  # the release documents every config file
+            "The release folder: eval/SFT parquet + jsonl in the public row schema, manifests, metadata, checksums; "
+            "built in a staging folder and published only when every check of the build passes.",
+            publishes=True,
+        ),
     ]
 
 
@@ -292,8 +495,10 @@ def export_tables(cfg: Settings) -> list[Table]:
     """One asset per registered export (pipeline/exports EXPORTERS), in group `exports`: written by the release step
     (into its staging folder, published with it); the asset's file is the export's main file, its row count comes
     from the step's summary (`export_metadata`)."""
-    return [Table(("exports", name), ex.main(cfg), ex.description, root="release", group="exports")
-            for name, ex in EXPORTERS.items()]
+    return [
+        Table(("exports", name), ex.main(cfg), ex.description, root="release", group="exports")
+        for name, ex in EXPORTERS.items()
+    ]
 
 
 def export_metadata(table: Table, summary: dict) -> dict:

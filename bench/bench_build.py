@@ -69,13 +69,21 @@ def measure(cmd: list[str], env: dict) -> dict:
     proc.wait()
     wall = time.time() - t0
     steps = re.search(r"\((\d+) step\(s\) run", out)
-    return {"cmd": " ".join(cmd[1:]), "rc": proc.returncode, "wall_s": round(wall, 1),
-            "cores_busy": round(sum(cpu.values()) / max(wall, 1e-9), 2),
-            "peak_rss_tree_mb": round(peak_tree / 2**20), "peak_pss_tree_mb": round(peak_pss / 2**20),
-            "peak_rss_process_mb": round(peak_one / 2**20),
-            "peak_pss_at_s": round(peak_at, 1), "peak_pss_largest_processes_mb": peak_held,
-            "steps_run": int(steps.group(1)) if steps else 0, "load_before": round(load, 2),
-            "load_after": round(os.getloadavg()[0], 2), "tail": out.strip().splitlines()[-3:]}
+    return {
+        "cmd": " ".join(cmd[1:]),
+        "rc": proc.returncode,
+        "wall_s": round(wall, 1),
+        "cores_busy": round(sum(cpu.values()) / max(wall, 1e-9), 2),
+        "peak_rss_tree_mb": round(peak_tree / 2**20),
+        "peak_pss_tree_mb": round(peak_pss / 2**20),
+        "peak_rss_process_mb": round(peak_one / 2**20),
+        "peak_pss_at_s": round(peak_at, 1),
+        "peak_pss_largest_processes_mb": peak_held,
+        "steps_run": int(steps.group(1)) if steps else 0,
+        "load_before": round(load, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "tail": out.strip().splitlines()[-3:],
+    }
 
 
 def _what(p: psutil.Process) -> str:
@@ -113,9 +121,20 @@ def main(argv=None) -> int:
     env = {**os.environ, "DAGSTER_HOME": str(tmp / "dagster_home"), "PYTHONHASHSEED": "0"}
     (tmp / "dagster_home").mkdir(parents=True, exist_ok=True)
     (tmp / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    cmd = [str(Path(sys.executable).with_name("processbench")), "build", "--scale", args.scale, "--executor",
-           args.executor, "--config-dir", str(config_dir), "--work-dir", str(tmp / "work"),
-           "--release-dir", str(tmp / "release")]
+    cmd = [
+        str(Path(sys.executable).with_name("processbench")),
+        "build",
+        "--scale",
+        args.scale,
+        "--executor",
+        args.executor,
+        "--config-dir",
+        str(config_dir),
+        "--work-dir",
+        str(tmp / "work"),
+        "--release-dir",
+        str(tmp / "release"),
+    ]
     cmd += [a for u in args.upstream for a in ("--upstream", u)] or ["--samples"]
     results = {"cold": measure(cmd, env)}
     results["rebuild_unchanged"] = measure(cmd, env)

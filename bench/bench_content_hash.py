@@ -65,14 +65,19 @@ def main(argv: list[str]) -> None:
             warm = best(lambda: tree_listing(root), reps)
             old = best(lambda: mtime_listing(root), reps)
             total_bytes, total_files = total_bytes + size, total_files + len(files)
-            print(f"{slug:>10}: {len(files):5d} files {size / 1e6:8.1f} MB  cold {cold:6.2f} s "
-                  f"({size / 1e6 / max(cold, 1e-9):7.0f} MB/s)  warm listing {warm * 1e3:7.1f} ms  "
-                  f"mtime listing {old * 1e3:7.1f} ms", flush=True)
+            print(
+                f"{slug:>10}: {len(files):5d} files {size / 1e6:8.1f} MB  cold {cold:6.2f} s "
+                f"({size / 1e6 / max(cold, 1e-9):7.0f} MB/s)  warm listing {warm * 1e3:7.1f} ms  "
+                f"mtime listing {old * 1e3:7.1f} ms",
+                flush=True,
+            )
         big = Path(store) / "big.bin"
         big.write_bytes(os.urandom(1 << 20) * 256)
         raw = best(lambda: content_hash._hash_file(big), reps)
-        print(f"{'all':>10}: {total_files:5d} files {total_bytes / 1e6:8.1f} MB;  raw: 256 MiB in {raw:.2f} s "
-              f"({268.4 / raw:.0f} MB/s)")
+        print(
+            f"{'all':>10}: {total_files:5d} files {total_bytes / 1e6:8.1f} MB;  raw: 256 MiB in {raw:.2f} s "
+            f"({268.4 / raw:.0f} MB/s)"
+        )
     content_hash.use_store(None)
     settings = BuildSettings()
     stale = plan(settings)
@@ -81,8 +86,10 @@ def main(argv: list[str]) -> None:
 
     fingerprint.tree_listing = mtime_listing
     old_plan = best(lambda: plan(settings), reps)
-    print(f"no-op plan (assets.run.plan, {len(stale)} stale step(s)): {no_op:.2f} s with content hashes, "
-          f"{old_plan:.2f} s with the mtime listing")
+    print(
+        f"no-op plan (assets.run.plan, {len(stale)} stale step(s)): {no_op:.2f} s with content hashes, "
+        f"{old_plan:.2f} s with the mtime listing"
+    )
 
 
 if __name__ == "__main__":

@@ -60,12 +60,15 @@ def _release_and_images(args, cfg, tmp: Path) -> tuple[Path, Path]:
     given = dict(pair.split("=", 1) for pair in args.upstream or [])
     roots = {s: Path(given.get(s) or cfg.sources[s].root) for s in sorted({it.source for it in items})}
     t = time.perf_counter()
-    report = reconstruct(release, roots, cfg, tmp / "images", sources=sorted(roots),
-                         item_ids={it.item_id for it in items})
+    report = reconstruct(
+        release, roots, cfg, tmp / "images", sources=sorted(roots), item_ids={it.item_id for it in items}
+    )
     bad = sum(r["missing"] + r["differs"] for r in report["sources"].values())
     if bad:
-        raise SystemExit(f"{bad} items' images could not be rebuilt from {roots} (pass --upstream SLUG=PATH for the "
-                         f"corpora the release was built from, or --images)")
+        raise SystemExit(
+            f"{bad} items' images could not be rebuilt from {roots} (pass --upstream SLUG=PATH for the "
+            f"corpora the release was built from, or --images)"
+        )
     print(f"images of {len(items)} items rebuilt in {time.perf_counter() - t:.1f}s", flush=True)
     return release, tmp / "images"
 
@@ -83,25 +86,39 @@ def image_cost(release: Path, images: Path, cfg) -> dict:
         n_img += len(urls)
         nbytes += sum(len(u) for u in urls)
     wall = time.perf_counter() - t
-    return {"items": len(items), "images": n_img, "ms_per_item": round(1000 * wall / len(items), 3),
-            "request_kb_per_item": round(nbytes / 1024 / len(items), 1)}
+    return {
+        "items": len(items),
+        "images": n_img,
+        "ms_per_item": round(1000 * wall / len(items), 3),
+        "request_kb_per_item": round(nbytes / 1024 / len(items), 1),
+    }
 
 
 def one_run(release: Path, images: Path, base_url: str, concurrency: int, out: Path, cfg) -> dict:
     from pipeline.evaluate.options import ClientOptions
     from pipeline.evaluate.run import EvalOptions, run_eval
 
-    opts = EvalOptions(release=release, out=out, images=images, progress=False, score=False,
-                       client=ClientOptions(base_url=base_url, model="bench-model", concurrency=concurrency,
-                                            retries=0, timeout_s=60))
+    opts = EvalOptions(
+        release=release,
+        out=out,
+        images=images,
+        progress=False,
+        score=False,
+        client=ClientOptions(base_url=base_url, model="bench-model", concurrency=concurrency, retries=0, timeout_s=60),
+    )
     t, cpu = time.perf_counter(), time.process_time()
     s = run_eval(opts, cfg)
     wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     if s["answered"] != s["items"]:
         raise SystemExit(f"bench run incomplete: {s['failures'][:3]}")
-    return {"items": s["items"], "wall_s": round(wall, 3), "ms_per_item": round(1000 * wall / s["items"], 3),
-            "cpu_ms_per_item": round(1000 * cpu / s["items"], 3),
-            "items_per_s": round(s["items"] / wall, 1), "request_latency_s": s["latency_s"]}
+    return {
+        "items": s["items"],
+        "wall_s": round(wall, 3),
+        "ms_per_item": round(1000 * wall / s["items"], 3),
+        "cpu_ms_per_item": round(1000 * cpu / s["items"], 3),
+        "items_per_s": round(s["items"] / wall, 1),
+        "request_latency_s": s["latency_s"],
+    }
 
 
 def main() -> int:
@@ -117,9 +134,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench_eval_") as tmpd:
         tmp = Path(tmpd)
         release, images = _release_and_images(args, cfg, tmp)
-        results = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                               "load_avg_start": list(os.getloadavg())},
-                   "images_alone": image_cost(release, images, cfg), "runs": {}}
+        results = {
+            "machine": {
+                "cores": os.cpu_count(),
+                "python": platform.python_version(),
+                "load_avg_start": list(os.getloadavg()),
+            },
+            "images_alone": image_cost(release, images, cfg),
+            "runs": {},
+        }
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         server = ctx.Process(target=_serve, args=(str(release), child), daemon=True)
@@ -130,7 +153,8 @@ def main() -> int:
                 runs = [one_run(release, images, base_url, c, tmp / f"run_c{c}_{k}", cfg) for k in range(args.repeat)]
                 results["runs"][str(c)] = min(runs, key=lambda r: r["wall_s"]) | {
                     "all_ms_per_item": [r["ms_per_item"] for r in runs],
-                    "all_cpu_ms_per_item": [r["cpu_ms_per_item"] for r in runs]}
+                    "all_cpu_ms_per_item": [r["cpu_ms_per_item"] for r in runs],
+                }
         finally:
             parent.send("stop")
             server.join(timeout=30)
@@ -138,16 +162,24 @@ def main() -> int:
                 server.terminate()
         results["machine"]["load_avg_end"] = list(os.getloadavg())
     img = results["images_alone"]
-    print(f"{img['items']} items, {img['images']} images, {img['request_kb_per_item']} KB of request per item; "
-          f"images alone (read, hash check, encode): {img['ms_per_item']} ms/item")
-    print("| concurrency | items | wall s | wall ms/item | runner CPU ms/item | items/s | request p50 s | "
-          "runs: wall ms/item |")
+    print(
+        f"{img['items']} items, {img['images']} images, {img['request_kb_per_item']} KB of request per item; "
+        f"images alone (read, hash check, encode): {img['ms_per_item']} ms/item"
+    )
+    print(
+        "| concurrency | items | wall s | wall ms/item | runner CPU ms/item | items/s | request p50 s | "
+        "runs: wall ms/item |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for c, r in results["runs"].items():
-        print(f"| {c} | {r['items']} | {r['wall_s']} | {r['ms_per_item']} | {r['cpu_ms_per_item']} | "
-              f"{r['items_per_s']} | {r['request_latency_s']['p50']} | {r['all_ms_per_item']} |")
-    print(f"load average {results['machine']['load_avg_start'][0]:.1f} -> {results['machine']['load_avg_end'][0]:.1f} "
-          f"on {results['machine']['cores']} cores")
+        print(
+            f"| {c} | {r['items']} | {r['wall_s']} | {r['ms_per_item']} | {r['cpu_ms_per_item']} | "
+            f"{r['items_per_s']} | {r['request_latency_s']['p50']} | {r['all_ms_per_item']} |"
+        )
+    print(
+        f"load average {results['machine']['load_avg_start'][0]:.1f} -> {results['machine']['load_avg_end'][0]:.1f} "
+        f"on {results['machine']['cores']} cores"
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     print(f"written: {RESULTS.relative_to(REPO)}")

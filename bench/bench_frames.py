@@ -96,8 +96,13 @@ def make_video(path: Path, n: int, codec: str, gop: int) -> Path:
         stream.pix_fmt = "yuv420p"
         stream.width, stream.height = SIZE
         stream.gop_size = gop
-        stream.codec_context.options = {"preset": "veryfast", "crf": "20", "bf": "2", "threads": "1",
-                                        "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0"}
+        stream.codec_context.options = {
+            "preset": "veryfast",
+            "crf": "20",
+            "bf": "2",
+            "threads": "1",
+            "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0",
+        }
         for rgb in frames:
             for pkt in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")):
                 out.mux(pkt)
@@ -132,7 +137,11 @@ def ensure_ffmpeg(allow_install: bool) -> tuple[str | None, str]:
 
 def decode_only(path: Path, ffmpeg: str | None, threads: int | None = None) -> None:
     if ffmpeg:
-        cmd = [ffmpeg, "-v", "error"] + (["-threads", str(threads)] if threads else []) + ["-i", str(path), "-f", "null", "-"]
+        cmd = (
+            [ffmpeg, "-v", "error"]
+            + (["-threads", str(threads)] if threads else [])
+            + ["-i", str(path), "-f", "null", "-"]
+        )
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return
     import av
@@ -171,8 +180,14 @@ def extract_once(root: Path, units: list[str], indices: list[int], workers: int,
     from pipeline.frames.extract import DirectoryReaders, extract_frames
 
     shutil.rmtree(cache_dir, ignore_errors=True)
-    req = pl.DataFrame({"source": "b", "unit_id": [u for u in units for _ in indices],
-                        "camera": "cam", "frame_index": [i for _ in units for i in indices]})
+    req = pl.DataFrame(
+        {
+            "source": "b",
+            "unit_id": [u for u in units for _ in indices],
+            "camera": "cam",
+            "frame_index": [i for _ in units for i in indices],
+        }
+    )
     cache = FrameCache(cache_dir)
     t = time.perf_counter()
     table = extract_frames(req, DirectoryReaders(root, "{unit_id}/{camera}.mp4"), cache, workers=workers)
@@ -218,10 +233,18 @@ def memory_probe(root: str, n_units: int, workers: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         res = extract_once(root_p, units, item_selection(n), workers, Path(tmp) / "cache")
     _, peak = tracemalloc.get_traced_memory()
-    print(json.dumps({"videos": n_units, "frames": res["ok"], "wall_s": res["wall"],
-                      "parent_maxrss_mb": peak_rss_mb(),
-                      "workers_maxrss_mb": res["cache"].counters["worker_peak_rss_mb"],
-                      "parent_tracemalloc_peak_mb": peak / 2**20}))
+    print(
+        json.dumps(
+            {
+                "videos": n_units,
+                "frames": res["ok"],
+                "wall_s": res["wall"],
+                "parent_maxrss_mb": peak_rss_mb(),
+                "workers_maxrss_mb": res["cache"].counters["worker_peak_rss_mb"],
+                "parent_tracemalloc_peak_mb": peak / 2**20,
+            }
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -245,9 +268,18 @@ def main() -> int:
     cores = resolve_workers(0)
     ffmpeg, ffmpeg_note = ensure_ffmpeg(not args.no_install)
     work = Path(tempfile.mkdtemp(prefix="pb_bench_frames_"))
-    results: dict = {"machine": {"cores": cores, "python": platform.python_version(), "av": av.__version__,
-                                 "opencv": cv2.__version__, "load_avg_start": list(os.getloadavg())},
-                     "decode_only_baseline": ffmpeg_note, "size": list(SIZE), "fps": FPS}
+    results: dict = {
+        "machine": {
+            "cores": cores,
+            "python": platform.python_version(),
+            "av": av.__version__,
+            "opencv": cv2.__version__,
+            "load_avg_start": list(os.getloadavg()),
+        },
+        "decode_only_baseline": ffmpeg_note,
+        "size": list(SIZE),
+        "fps": FPS,
+    }
     try:
         vids = work / "videos"
         print(f"generating sample videos in {vids} ...", flush=True)
@@ -285,8 +317,12 @@ def main() -> int:
                             got.update(naive_cv2_seek(path, order))
 
                         t_naive = best_of(run_naive, repeat)
-                        naive[order_name] = {"s": t_naive, "wrong": wrong_frames(got), "missing": len(idx) - len(got),
-                                             "speedup": t_naive / t_ex}
+                        naive[order_name] = {
+                            "s": t_naive,
+                            "wrong": wrong_frames(got),
+                            "missing": len(idx) - len(got),
+                            "speedup": t_naive / t_ex,
+                        }
                 dec_cmp = {}
                 for dec in ("pyav", "decord"):
                     try:
@@ -294,16 +330,33 @@ def main() -> int:
                         dec_cmp[dec] = t
                     except video.DecodeError as exc:
                         dec_cmp[dec] = f"n/a ({str(exc)[:40]})"
-                rows.append({"video": name, "frames_in_video": n, "selection": sel_name, "requested": len(idx),
-                             "extract_s": t_ex, "extract_fps": len(idx) / t_ex, "extract_wrong": wrong,
-                             "decode_only_s": t_dec, "decode_only_1thread_s": t_dec1,
-                             "ratio_extract_vs_decode_only": t_ex / t_dec,
-                             "naive_cv2_seek": naive,
-                             "read_frames_s": dec_cmp})
-                print(f"  {name:28s} {sel_name:9s} {len(idx):4d} frames: extract {t_ex:6.3f}s "
-                      f"decode-only {t_dec:6.3f}s" + (f" naive-seek {naive['sorted']['s']:6.3f}s (sorted) "
-                                                      f"{naive['item_order']['s']:6.3f}s (item order)" if naive else ""),
-                      flush=True)
+                rows.append(
+                    {
+                        "video": name,
+                        "frames_in_video": n,
+                        "selection": sel_name,
+                        "requested": len(idx),
+                        "extract_s": t_ex,
+                        "extract_fps": len(idx) / t_ex,
+                        "extract_wrong": wrong,
+                        "decode_only_s": t_dec,
+                        "decode_only_1thread_s": t_dec1,
+                        "ratio_extract_vs_decode_only": t_ex / t_dec,
+                        "naive_cv2_seek": naive,
+                        "read_frames_s": dec_cmp,
+                    }
+                )
+                print(
+                    f"  {name:28s} {sel_name:9s} {len(idx):4d} frames: extract {t_ex:6.3f}s "
+                    f"decode-only {t_dec:6.3f}s"
+                    + (
+                        f" naive-seek {naive['sorted']['s']:6.3f}s (sorted) "
+                        f"{naive['item_order']['s']:6.3f}s (item order)"
+                        if naive
+                        else ""
+                    ),
+                    flush=True,
+                )
         results["per_video"] = rows
 
         # 3: memory vs number of videos (fresh process each) --------------------------------------------
@@ -313,12 +366,19 @@ def main() -> int:
         link_units(many_root, short, max(counts + [32]))
         mem = []
         for m in counts:
-            out = subprocess.run([sys.executable, __file__, "--memory-probe", str(many_root), str(m), str(cores)],
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--memory-probe", str(many_root), str(m), str(cores)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             mem.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"  memory: {m:3d} videos -> parent maxrss {mem[-1]['parent_maxrss_mb']:.0f} MB, "
-                  f"tracemalloc peak {mem[-1]['parent_tracemalloc_peak_mb']:.1f} MB, "
-                  f"workers maxrss {mem[-1]['workers_maxrss_mb']:.0f} MB", flush=True)
+            print(
+                f"  memory: {m:3d} videos -> parent maxrss {mem[-1]['parent_maxrss_mb']:.0f} MB, "
+                f"tracemalloc peak {mem[-1]['parent_tracemalloc_peak_mb']:.1f} MB, "
+                f"workers maxrss {mem[-1]['workers_maxrss_mb']:.0f} MB",
+                flush=True,
+            )
         results["memory"] = mem
 
         # 4: parallel speedup ----------------------------------------------------------------------------
@@ -329,10 +389,13 @@ def main() -> int:
             runs = [extract_once(many_root, units, idx, w, work / f"cache_par{w}") for _ in range(repeat)]
             par[w] = min(r["wall"] for r in runs)
             print(f"  pool: {w} worker(s), 32 videos x {len(idx)} frames: {par[w]:.2f}s", flush=True)
-        results["parallel"] = {"videos": 32, "frames_per_video": len(idx),
-                               "wall_s": {str(k): v for k, v in par.items()},
-                               "speedup": par[1] / par[cores] if cores > 1 else 1.0,
-                               "note": "includes process-pool start-up (forkserver)"}
+        results["parallel"] = {
+            "videos": 32,
+            "frames_per_video": len(idx),
+            "wall_s": {str(k): v for k, v in par.items()},
+            "speedup": par[1] / par[cores] if cores > 1 else 1.0,
+            "note": "includes process-pool start-up (forkserver)",
+        }
         results["machine"]["load_avg_end"] = list(os.getloadavg())
 
         # targets ----------------------------------------------------------------------------------------
@@ -341,14 +404,18 @@ def main() -> int:
         trace_ratio = mem[-1]["parent_tracemalloc_peak_mb"] / max(1e-9, mem[0]["parent_tracemalloc_peak_mb"])
         worker_ratio = mem[-1]["workers_maxrss_mb"] / mem[0]["workers_maxrss_mb"]
         results["targets"] = {
-            "extract_vs_decode_only (<= 1.5)": {"value": items_long["ratio_extract_vs_decode_only"],
-                                                 "met": items_long["ratio_extract_vs_decode_only"] <= 1.5},
+            "extract_vs_decode_only (<= 1.5)": {
+                "value": items_long["ratio_extract_vs_decode_only"],
+                "met": items_long["ratio_extract_vs_decode_only"] <= 1.5,
+            },
             "speedup_vs_naive_seek_item_order_long_gop_h264 (>= 3)": {
                 "value": items_long["naive_cv2_seek"]["item_order"]["speedup"],
-                "met": items_long["naive_cv2_seek"]["item_order"]["speedup"] >= 3},
+                "met": items_long["naive_cv2_seek"]["item_order"]["speedup"] >= 3,
+            },
             "speedup_vs_naive_seek_sorted_long_gop_h264 (>= 3)": {
                 "value": items_long["naive_cv2_seek"]["sorted"]["speedup"],
-                "met": items_long["naive_cv2_seek"]["sorted"]["speedup"] >= 3},
+                "met": items_long["naive_cv2_seek"]["sorted"]["speedup"] >= 3,
+            },
             "parent_maxrss_ratio_largest_vs_smallest (~1)": {"value": mem_ratio, "met": mem_ratio <= 1.25},
             "workers_maxrss_ratio_largest_vs_smallest (~1)": {"value": worker_ratio, "met": worker_ratio <= 1.25},
             "parent_tracemalloc_ratio (informative: rows grow with requests)": {"value": trace_ratio},
@@ -366,11 +433,15 @@ def main() -> int:
 
 def print_table(results: dict) -> None:
     print()
-    print(f"decode-only baseline: {results['decode_only_baseline']}; cores: {results['machine']['cores']}; "
-          f"load avg {results['machine']['load_avg_start'][0]:.1f} -> {results['machine']['load_avg_end'][0]:.1f}")
-    hdr = (f"{'video':26s} {'select':9s} {'req':>4s} {'extract s':>9s} {'frames/s':>8s} {'dec-only s':>10s} "
-           f"{'ratio':>5s} {'naive-sorted s':>14s} {'x':>5s} {'naive-items s':>13s} {'x':>5s} {'pyav s':>6s} "
-           f"{'decord s':>8s}")
+    print(
+        f"decode-only baseline: {results['decode_only_baseline']}; cores: {results['machine']['cores']}; "
+        f"load avg {results['machine']['load_avg_start'][0]:.1f} -> {results['machine']['load_avg_end'][0]:.1f}"
+    )
+    hdr = (
+        f"{'video':26s} {'select':9s} {'req':>4s} {'extract s':>9s} {'frames/s':>8s} {'dec-only s':>10s} "
+        f"{'ratio':>5s} {'naive-sorted s':>14s} {'x':>5s} {'naive-items s':>13s} {'x':>5s} {'pyav s':>6s} "
+        f"{'decord s':>8s}"
+    )
     print(hdr)
     print("-" * len(hdr))
     nan = float("nan")
@@ -379,23 +450,33 @@ def print_table(results: dict) -> None:
         ns, ni = naive.get("sorted", {}), naive.get("item_order", {})
         dc = r["read_frames_s"]
         fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "n/a"
-        print(f"{r['video']:26s} {r['selection']:9s} {r['requested']:4d} {r['extract_s']:9.3f} "
-              f"{r['extract_fps']:8.0f} {r['decode_only_s']:10.3f} {r['ratio_extract_vs_decode_only']:5.2f} "
-              f"{ns.get('s', nan):14.3f} {ns.get('speedup', nan):5.1f} {ni.get('s', nan):13.3f} "
-              f"{ni.get('speedup', nan):5.1f} {fmt(dc.get('pyav')):>6s} {fmt(dc.get('decord')):>8s}")
+        print(
+            f"{r['video']:26s} {r['selection']:9s} {r['requested']:4d} {r['extract_s']:9.3f} "
+            f"{r['extract_fps']:8.0f} {r['decode_only_s']:10.3f} {r['ratio_extract_vs_decode_only']:5.2f} "
+            f"{ns.get('s', nan):14.3f} {ns.get('speedup', nan):5.1f} {ni.get('s', nan):13.3f} "
+            f"{ni.get('speedup', nan):5.1f} {fmt(dc.get('pyav')):>6s} {fmt(dc.get('decord')):>8s}"
+        )
     print()
     for m in results["memory"]:
-        print(f"memory: {m['videos']:3d} videos ({m['frames']} frames): parent maxrss {m['parent_maxrss_mb']:.0f} MB, "
-              f"tracemalloc peak {m['parent_tracemalloc_peak_mb']:.1f} MB, workers maxrss {m['workers_maxrss_mb']:.0f} MB")
+        print(
+            f"memory: {m['videos']:3d} videos ({m['frames']} frames): parent maxrss {m['parent_maxrss_mb']:.0f} MB, "
+            f"tracemalloc peak {m['parent_tracemalloc_peak_mb']:.1f} MB, workers maxrss {m['workers_maxrss_mb']:.0f} MB"
+        )
     p = results["parallel"]
-    print(f"pool: {p['videos']} videos: " + ", ".join(f"{k} worker(s) {v:.2f}s" for k, v in p["wall_s"].items())
-          + f" -> speedup {p['speedup']:.2f}x")
+    print(
+        f"pool: {p['videos']} videos: "
+        + ", ".join(f"{k} worker(s) {v:.2f}s" for k, v in p["wall_s"].items())
+        + f" -> speedup {p['speedup']:.2f}x"
+    )
     print()
     for name, t in results["targets"].items():
         v = t.get("value")
         met = t.get("met")
-        print(f"target {name}: " + (f"{v:.2f} " if isinstance(v, float) else "")
-              + ("" if met is None else ("MET" if met else "NOT MET")))
+        print(
+            f"target {name}: "
+            + (f"{v:.2f} " if isinstance(v, float) else "")
+            + ("" if met is None else ("MET" if met else "NOT MET"))
+        )
 
 
 if __name__ == "__main__":

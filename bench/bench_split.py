@@ -26,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.settings.config import load_settings
 from pipeline.core.seeding import rng as np_rng
 from pipeline.release.schema import CHOICE_LETTERS as LETTERS
-from pipeline.split import (family_sort_key, leaked_groups, load_policy, make_pool,
-                            our_rule, public_rule, split_items)
+from pipeline.split import family_sort_key, leaked_groups, load_policy, make_pool, our_rule, public_rule, split_items
 
 
 def release_shape() -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int]]:
@@ -64,8 +63,16 @@ def synthetic_pool(seed: int = 7, sources=None) -> pl.DataFrame:
             rows["task_id"] += [fam] * quota
             rows["answer"] += letters.tolist()
             rows["num_choices"] += [k] * quota
-    return pl.DataFrame(rows, schema={"source": pl.String, "split_group_id": pl.String, "task_id": pl.String,
-                                      "answer": pl.String, "num_choices": pl.Int64})
+    return pl.DataFrame(
+        rows,
+        schema={
+            "source": pl.String,
+            "split_group_id": pl.String,
+            "task_id": pl.String,
+            "answer": pl.String,
+            "num_choices": pl.Int64,
+        },
+    )
 
 
 def fmt(x):
@@ -88,13 +95,17 @@ def run(df: pl.DataFrame, policy: dict, seed: int) -> None:
         total_t += t_pub + t_ours
         total_c += c_pub + c_ours
         tot = pool.counts.sum(0)
-        print(f"\n== {slug}: {pool.n} groups, {int(tot.sum())} items, eval groups {pool.n_eval} "
-              f"(public {int(pub.mask.sum())}, ours {int(ours.mask.sum())}); method {ours.method}")
+        print(
+            f"\n== {slug}: {pool.n} groups, {int(tot.sum())} items, eval groups {pool.n_eval} "
+            f"(public {int(pub.mask.sum())}, ours {int(ours.mask.sum())}); method {ours.method}"
+        )
         print(f"   objective J (shares):  public {pub.share:.6f}   ours {ours.share:.6f}")
         print(f"   objective L (letters): public {pub.letters:.6f}   ours {ours.letters:.6f}")
         print(f"   runtime (wall / cpu): public {t_pub:.2f} / {c_pub:.2f} s, ours {t_ours:.2f} / {c_ours:.2f} s")
-        print(f"   {'family':6} {'items':>6} {'target':>7} | {'eval share %':>14} {'':>7} | "
-              f"{'majority letter %':>18} {'':>7} {'random':>6}")
+        print(
+            f"   {'family':6} {'items':>6} {'target':>7} | {'eval share %':>14} {'':>7} | "
+            f"{'majority letter %':>18} {'':>7} {'random':>6}"
+        )
         print(f"   {'':6} {'':>6} {'':>7} | {'public':>7} {'ours':>7}    | {'public':>7} {'ours':>7}")
         Lp = pool.letters[:, pub.mask, :].sum(1) if pool.letters is not None else None
         Lo = pool.letters[:, ours.mask, :].sum(1) if pool.letters is not None else None
@@ -102,11 +113,15 @@ def run(df: pl.DataFrame, policy: dict, seed: int) -> None:
         for t_, fam in enumerate(pool.families):
             mp = Lp[:, t_].max() / Lp[:, t_].sum() if Lp is not None and Lp[:, t_].sum() else None
             mo = Lo[:, t_].max() / Lo[:, t_].sum() if Lo is not None and Lo[:, t_].sum() else None
-            print(f"   {fam:6} {int(tot[t_]):6d} {pool.target[t_]:7.1f} | "
-                  f"{fmt(ep[t_] / tot[t_])} {fmt(eo[t_] / tot[t_])}"
-                  f"    | {fmt(mp)} {fmt(mo)}    {100 / pool.num_choices[t_]:6.2f}")
-        print(f"   items  {int(tot.sum()):6d} {pool.target_total:7.1f} | {fmt(ep.sum() / tot.sum())} "
-              f"{fmt(eo.sum() / tot.sum())}")
+            print(
+                f"   {fam:6} {int(tot[t_]):6d} {pool.target[t_]:7.1f} | "
+                f"{fmt(ep[t_] / tot[t_])} {fmt(eo[t_] / tot[t_])}"
+                f"    | {fmt(mp)} {fmt(mo)}    {100 / pool.num_choices[t_]:6.2f}"
+            )
+        print(
+            f"   items  {int(tot.sum()):6d} {pool.target_total:7.1f} | {fmt(ep.sum() / tot.sum())} "
+            f"{fmt(eo.sum() / tot.sum())}"
+        )
         dev_p = np.abs(ep / tot - pool.eval_ratio).max()
         dev_o = np.abs(eo / tot - pool.eval_ratio).max()
         print(f"   max |share − {pool.eval_ratio}|: public {dev_p * 100:.3f} pts, ours {dev_o * 100:.3f} pts")
@@ -119,8 +134,9 @@ def main() -> int:
     ap.add_argument("--sources", help="comma-separated slugs (default: all)")
     ap.add_argument("--config", help="split config YAML (default: configs/split.yaml)")
     ap.add_argument("--pool-seed", type=int, default=7)
-    ap.add_argument("--full", action="store_true",
-                    help="also time split_items (groups, both rules, summary) end to end")
+    ap.add_argument(
+        "--full", action="store_true", help="also time split_items (groups, both rules, summary) end to end"
+    )
     args = ap.parse_args()
     policy, seed = load_policy(Path(args.config) if args.config else None)
     chosen = [s for s in (args.sources or "").split(",") if s]
@@ -140,9 +156,11 @@ def main() -> int:
         items = df if "unit_id" in df.columns else df.with_columns(pl.col("split_group_id").alias("unit_id"))
         t, c = time.perf_counter(), time.process_time()
         out, summary = split_items(items, None, policy, seed)
-        print(f"split_items (both rules, summary) on the whole pool: wall {time.perf_counter() - t:.1f} s, "
-              f"cpu {time.process_time() - c:.1f} s; eval {summary['eval_items']} / sft {summary['sft_items']} items, "
-              f"leaked groups {len(leaked_groups(out))}")
+        print(
+            f"split_items (both rules, summary) on the whole pool: wall {time.perf_counter() - t:.1f} s, "
+            f"cpu {time.process_time() - c:.1f} s; eval {summary['eval_items']} / sft {summary['sft_items']} items, "
+            f"leaked groups {len(leaked_groups(out))}"
+        )
     return 0
 
 

@@ -61,8 +61,13 @@ def main() -> int:
         scratch = Path(tempfile.mkdtemp(prefix="bench_stage_"))
         work = scratch / "work"
         shutil.copytree(args.keep / "work", work)
-    cfg = cfg.with_values({"build.work_dir": str(work), "build.release_dir": str((scratch or args.keep) / "release"),
-                           **({"frames.workers": args.workers} if args.workers is not None else {})})
+    cfg = cfg.with_values(
+        {
+            "build.work_dir": str(work),
+            "build.release_dir": str((scratch or args.keep) / "release"),
+            **({"frames.workers": args.workers} if args.workers is not None else {}),
+        }
+    )
     if args.cold:
         shutil.rmtree(work / cfg.frames.cache.dir, ignore_errors=True)
     run = getattr(stages, f"run_{args.stage}")
@@ -74,11 +79,15 @@ def main() -> int:
             prof.runcall(call)
         else:
             call()
-        result = {"stage": args.stage, "slug": args.slug, "wall_s": round(time.time() - t0, 2),
-                  "cpu_s_this_process": round(time.process_time() - c0, 2),
-                  "peak_rss_mb": round(_peak_rss_mb(resource.RUSAGE_SELF)),
-                  "peak_rss_mb_largest_child": round(_peak_rss_mb(resource.RUSAGE_CHILDREN)),
-                  "profiled": bool(prof)}
+        result = {
+            "stage": args.stage,
+            "slug": args.slug,
+            "wall_s": round(time.time() - t0, 2),
+            "cpu_s_this_process": round(time.process_time() - c0, 2),
+            "peak_rss_mb": round(_peak_rss_mb(resource.RUSAGE_SELF)),
+            "peak_rss_mb_largest_child": round(_peak_rss_mb(resource.RUSAGE_CHILDREN)),
+            "profiled": bool(prof),
+        }
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -55,8 +55,8 @@ def with_object(base: np.ndarray, size: float, contrast: float, x_frac: float) -
     img = base.copy()
     s = max(1, int(round(size * H)))
     x0, y0 = int(x_frac * (W - s)), (H - s) // 2
-    patch = img[y0:y0 + s, x0:x0 + s]
-    img[y0:y0 + s, x0:x0 + s] = np.clip(patch.mean(axis=(0, 1)) + contrast, 0, 255)
+    patch = img[y0 : y0 + s, x0 : x0 + s]
+    img[y0 : y0 + s, x0 : x0 + s] = np.clip(patch.mean(axis=(0, 1)) + contrast, 0, 255)
     return img
 
 
@@ -109,12 +109,17 @@ def closest_pairs(work: Path) -> dict[str, dict]:
             if all(ts):
                 mads.append(min(thumb_mad(a, b) for a, b in itertools.combinations(ts, 2)))
         q = pl.read_parquet(work / "items" / f"{slug}_quarantine.parquet")
-        dropped = [float(m) for m in q["reason"].str.extract(r"too alike to order \(thumbnail MAD ([0-9.]+)", 1)
-                   .drop_nulls().to_list()]
-        out[slug] = {"kept": len(mads), "dropped_too_alike": len(dropped),
-                     "kept_closest_pct": {p: float(np.percentile(mads, p)) for p in (1, 5, 25, 50)} if mads else {},
-                     "kept_below": {t: int(sum(m < t for m in mads)) for t in (3.5, 4.0, 5.0)},
-                     "dropped_below": {t: int(sum(m < t for m in dropped)) for t in (1.5, 2.0, 2.5)}}
+        dropped = [
+            float(m)
+            for m in q["reason"].str.extract(r"too alike to order \(thumbnail MAD ([0-9.]+)", 1).drop_nulls().to_list()
+        ]
+        out[slug] = {
+            "kept": len(mads),
+            "dropped_too_alike": len(dropped),
+            "kept_closest_pct": {p: float(np.percentile(mads, p)) for p in (1, 5, 25, 50)} if mads else {},
+            "kept_below": {t: int(sum(m < t for m in mads)) for t in (3.5, 4.0, 5.0)},
+            "dropped_below": {t: int(sum(m < t for m in dropped)) for t in (1.5, 2.0, 2.5)},
+        }
     return out
 
 
@@ -122,8 +127,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, default=16, help="frames per noise clip (pairs = n(n-1)/2)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here too")
-    ap.add_argument("--work", type=Path, action="append", default=[],
-                    help="a build's work folder: what the threshold costs its T8/T9 items (repeatable)")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        action="append",
+        default=[],
+        help="a build's work folder: what the threshold costs its T8/T9 items (repeatable)",
+    )
     ap.add_argument("--cost-only", action="store_true", help="only the --work figures (no encoding)")
     args = ap.parse_args()
     size = int(load_settings().frames.stats.thumb_size)
@@ -136,14 +146,22 @@ def main() -> int:
         print("noise only (static scene): codec, sensor sigma, exposure gain -> p50 / p99 / max over frame pairs")
     for codec, sigma, gain in itertools.product(CODECS, (2.0, 6.0), (0.0, 0.01, 0.02)) if args.frames else ():
         mads = noise_floor(rng, args.frames, size, sigma, gain, codec)
-        row = {"codec": codec, "sigma": sigma, "gain": gain, "p50": float(np.percentile(mads, 50)),
-               "p99": float(np.percentile(mads, 99)), "max": float(max(mads))}
+        row = {
+            "codec": codec,
+            "sigma": sigma,
+            "gain": gain,
+            "p50": float(np.percentile(mads, 50)),
+            "p99": float(np.percentile(mads, 99)),
+            "max": float(max(mads)),
+        }
         res["noise"].append(row)
-        print(f"  {codec:5s} sigma {sigma:3.0f} gain +-{gain:.2f}: {row['p50']:.2f} / {row['p99']:.2f} / "
-              f"{row['max']:.2f}")
+        print(
+            f"  {codec:5s} sigma {sigma:3.0f} gain +-{gain:.2f}: {row['p50']:.2f} / {row['p99']:.2f} / {row['max']:.2f}"
+        )
     if args.frames:
-        print("one object moved by its width (h264, sigma 2, gain +-0.01): side x frame height, contrast -> "
-              "min / median")
+        print(
+            "one object moved by its width (h264, sigma 2, gain +-0.01): side x frame height, contrast -> min / median"
+        )
     for size_frac, contrast in itertools.product((0.1, 0.15, 0.2, 0.3), (30.0, 60.0)) if args.frames else ():
         mads = change(rng, size_frac, contrast, size, "h264", 2.0, 0.01)
         row = {"size": size_frac, "contrast": contrast, "min": float(min(mads)), "median": float(np.median(mads))}
@@ -152,11 +170,14 @@ def main() -> int:
     for work in args.work:
         for slug, row in closest_pairs(work).items():
             res.setdefault("cost", {})[f"{work}:{slug}"] = row
-            print(f"{work} {slug}: T8/T9 kept {row['kept']} (closest pair p1/p5/p50 "
-                  + " / ".join(f"{v:.2f}" for k, v in row["kept_closest_pct"].items() if k != 25)
-                  + f"), dropped as too alike {row['dropped_too_alike']}; kept below 3.5/4/5: "
-                  + " / ".join(map(str, row["kept_below"].values()))
-                  + "; dropped below 1.5/2/2.5: " + " / ".join(map(str, row["dropped_below"].values())))
+            print(
+                f"{work} {slug}: T8/T9 kept {row['kept']} (closest pair p1/p5/p50 "
+                + " / ".join(f"{v:.2f}" for k, v in row["kept_closest_pct"].items() if k != 25)
+                + f"), dropped as too alike {row['dropped_too_alike']}; kept below 3.5/4/5: "
+                + " / ".join(map(str, row["kept_below"].values()))
+                + "; dropped below 1.5/2/2.5: "
+                + " / ".join(map(str, row["dropped_below"].values()))
+            )
     if args.out:
         args.out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -49,25 +49,43 @@ def rows(work: Path, release: Path, families: set[str] | None, scale: str) -> li
                 if src != slug or fam != tid or c["blind"] is None:
                     continue
                 _, ref, ref_name = _reference(c, float(vcfg.balance_tolerance), vcfg.prior_reference_levels)
-                out.append({"source": slug, "family": tid, "level": level, "quota": quota,
-                            "items": sub.height, "fill": sub.height / quota, "top_label": top,
-                            "eval_n": c["eval_n"], "checked": c["eval_n"] >= int(vcfg.min_eval_items),
-                            "eval_top": c["eval_label_share"], "random": c["random"], "blind": c["blind"],
-                            "option_only": c["option_only"], "reference": ref, "reference_name": ref_name})
+                out.append(
+                    {
+                        "source": slug,
+                        "family": tid,
+                        "level": level,
+                        "quota": quota,
+                        "items": sub.height,
+                        "fill": sub.height / quota,
+                        "top_label": top,
+                        "eval_n": c["eval_n"],
+                        "checked": c["eval_n"] >= int(vcfg.min_eval_items),
+                        "eval_top": c["eval_label_share"],
+                        "random": c["random"],
+                        "blind": c["blind"],
+                        "option_only": c["option_only"],
+                        "reference": ref,
+                        "reference_name": ref_name,
+                    }
+                )
     return out
 
 
 def markdown(rs: list[dict]) -> str:
-    head = ("| source | family | level | items / quota | fill | top label | eval n | eval top | blind | "
-            "option only | reference | blind - ref | option - ref |")
+    head = (
+        "| source | family | level | items / quota | fill | top label | eval n | eval top | blind | "
+        "option only | reference | blind - ref | option - ref |"
+    )
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for r in rs:
         top = "–" if r["top_label"] is None else f"{r['top_label']:.3f}"
-        lines.append(f"| {r['source']} | {r['family']} | {r['level']} | {r['items']} / {r['quota']} "
-                     f"| {r['fill']:.3f} | {top} | {r['eval_n']}{'' if r['checked'] else ' (not checked)'} | "
-                     f"{r['eval_top']:.3f} | {r['blind']:.3f} | {r['option_only']:.3f} | {r['reference']:.3f} "
-                     f"({r['reference_name']}) | {r['blind'] - r['reference']:+.3f} | "
-                     f"{r['option_only'] - r['reference']:+.3f} |")
+        lines.append(
+            f"| {r['source']} | {r['family']} | {r['level']} | {r['items']} / {r['quota']} "
+            f"| {r['fill']:.3f} | {top} | {r['eval_n']}{'' if r['checked'] else ' (not checked)'} | "
+            f"{r['eval_top']:.3f} | {r['blind']:.3f} | {r['option_only']:.3f} | {r['reference']:.3f} "
+            f"({r['reference_name']}) | {r['blind'] - r['reference']:+.3f} | "
+            f"{r['option_only'] - r['reference']:+.3f} |"
+        )
     return "\n".join(lines)
 
 

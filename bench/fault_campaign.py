@@ -52,6 +52,7 @@ from pipeline.settings.config import load_settings  # noqa: E402 - after sys.pat
 from pipeline.ingest.run import ingest_source, units_lost  # noqa: E402 - after sys.path names the repository
 from pipeline.release.validate import validate_release  # noqa: E402 - after sys.path names the repository
 
+
 def bad_inputs(tmp: Path) -> list[tuple[str, bool, str]]:
     """(case, handled, what was seen) per bad input of every bench/fault_inputs_*.py."""
     cfg = load_settings()
@@ -72,8 +73,9 @@ def bad_inputs(tmp: Path) -> list[tuple[str, bool, str]]:
             lost = units_lost(res.quarantine) + res.absent.height
             named = all(r["reason"] and (r["file"] or r["unit_id"] != "*") for r in res.quarantine.to_dicts())
             ok = res.units.height == good and lost >= lost_at_least and named
-            out.append((case, ok, f"{res.units.height}/{good} good units read, {lost} lost counted "
-                                  f"(at least {lost_at_least})"))
+            out.append(
+                (case, ok, f"{res.units.height}/{good} good units read, {lost} lost counted (at least {lost_at_least})")
+            )
     return out
 
 
@@ -106,6 +108,7 @@ def _tampers(cfg) -> dict:
             p = json.loads((root / files["provenance"]).read_text())
             edit(p)
             pio.write_json(root / files["provenance"], p)
+
         return run
 
     def validity(root):
@@ -124,8 +127,12 @@ def _tampers(cfg) -> dict:
     def deep_cell(root):
         df = pl.read_parquet(root / files["sft_parquet"])
         deep = "[" * 100_000 + "]" * 100_000
-        df = df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(deep))
-                             .otherwise(pl.col("frame_indices_json")).alias("frame_indices_json"))
+        df = df.with_columns(
+            pl.when(pl.int_range(pl.len()) == 0)
+            .then(pl.lit(deep))
+            .otherwise(pl.col("frame_indices_json"))
+            .alias("frame_indices_json")
+        )
         pio.write_parquet(root / files["sft_parquet"], df)
         pio.write_jsonl(root / files["sft_jsonl"], df)
 
@@ -140,11 +147,13 @@ def _tampers(cfg) -> dict:
             frames = json.loads(r["frame_indices_json"])
             key = (r["source_slug"], r["source_unit_type"], r["source_unit_id"])
             r["visual_ref"], r["source_episode_ref"] = visual_ref(*key, r["camera"], frames), source_episode_ref(*key)
-            r["reconstruction_key_json"] = reconstruction_key_json(r["source_slug"], r["source_task_id"], *key[1:],
-                                                                   r["camera"], frames)
+            r["reconstruction_key_json"] = reconstruction_key_json(
+                r["source_slug"], r["source_task_id"], *key[1:], r["camera"], frames
+            )
             df = pl.DataFrame(rows, schema=df.schema)
             pio.write_parquet(root / files["eval_parquet"], df)
             pio.write_jsonl(root / files["eval_jsonl"], df)
+
         return run
 
     def sparse(root):
@@ -155,16 +164,26 @@ def _tampers(cfg) -> dict:
     return {
         "export: an answer changed": (answer, xf["grpo_eval"]),
         "export: image path ../../../../etc/passwd": (image_path, "image reference '../../../../etc/passwd'"),
-        "export: a file no row gives": (lambda r: (r / xf["grpo_eval"]).with_name("extra.jsonl").write_text("{}\n"),
-                                        "extra.jsonl: not an export"),
-        "provenance: a source dropped": (prov(lambda p: p["sources"].pop(sorted(p["sources"])[0])),
-                                         files["provenance"]),
-        "provenance: units_listed lowered": (prov(lambda p: p["sources"][sorted(p["sources"])[0]].update(
-            units_listed=1)), files["provenance"]),
-        "provenance: builder_version edited": (prov(lambda p: p.update(builder_version="other_v9")),
-                                               "builder_version 'other_v9'"),
-        "provenance: from_sample_data flipped": (prov(lambda p: p.update(
-            from_sample_data=not p["from_sample_data"])), "from_sample_data"),
+        "export: a file no row gives": (
+            lambda r: (r / xf["grpo_eval"]).with_name("extra.jsonl").write_text("{}\n"),
+            "extra.jsonl: not an export",
+        ),
+        "provenance: a source dropped": (
+            prov(lambda p: p["sources"].pop(sorted(p["sources"])[0])),
+            files["provenance"],
+        ),
+        "provenance: units_listed lowered": (
+            prov(lambda p: p["sources"][sorted(p["sources"])[0]].update(units_listed=1)),
+            files["provenance"],
+        ),
+        "provenance: builder_version edited": (
+            prov(lambda p: p.update(builder_version="other_v9")),
+            "builder_version 'other_v9'",
+        ),
+        "provenance: from_sample_data flipped": (
+            prov(lambda p: p.update(from_sample_data=not p["from_sample_data"])),
+            "from_sample_data",
+        ),
         "validity report: a baseline edited (json and md)": (validity, "validity_report.json"),
         "split jsonl: a key twice in one line": (dup_key, "duplicate key 'answer'"),
         "split: a cell nested 100,000 deep": (deep_cell, "frame_indices_json"),
@@ -185,8 +204,14 @@ def tampers(release: Path, tmp: Path) -> tuple[list[tuple[str, bool, str]], list
         try:
             problems = validate_release(copy, cfg, leaks=False)
             hit = next((p for p in problems if needle in p), None)
-            out.append((case, hit is not None, (hit or (problems[0] if problems else "passed"))[:150]
-                        + ("" if hit or not problems else f" (no problem says {needle!r})")))
+            out.append(
+                (
+                    case,
+                    hit is not None,
+                    (hit or (problems[0] if problems else "passed"))[:150]
+                    + ("" if hit or not problems else f" (no problem says {needle!r})"),
+                )
+            )
         except Exception as exc:  # noqa: BLE001 - a raise is what the campaign counts
             out.append((case, False, f"raised {type(exc).__name__}"))
         shutil.rmtree(copy)
@@ -194,25 +219,45 @@ def tampers(release: Path, tmp: Path) -> tuple[list[tuple[str, bool, str]], list
     shutil.copytree(release, copy)
     files = writers.file_names(cfg)
     df = pl.read_parquet(copy / files["sft_parquet"])
-    df = df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.col("question") + "\u2028\u2029\u0085")
-                         .otherwise(pl.col("question")).alias("question"))
+    df = df.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0)
+        .then(pl.col("question") + "\u2028\u2029\u0085")
+        .otherwise(pl.col("question"))
+        .alias("question")
+    )
     pio.write_parquet(copy / files["sft_parquet"], df)
     pio.write_jsonl(copy / files["sft_jsonl"], df)
     writers.write_checksums(copy, cfg)
     # the split files' own checks (the exports and the report, made from the old rows, differ: not counted here)
-    problems = [p for p in validate_release(copy, cfg, leaks=False)
-                if p.startswith((files["sft_jsonl"], files["sft_parquet"], "checksums"))]
-    accepted.append(("split: U+2028/U+2029/U+0085 written by the project's writer", not problems,
-                     problems[0][:110] if problems else "accepted"))
+    problems = [
+        p
+        for p in validate_release(copy, cfg, leaks=False)
+        if p.startswith((files["sft_jsonl"], files["sft_parquet"], "checksums"))
+    ]
+    accepted.append(
+        (
+            "split: U+2028/U+2029/U+0085 written by the project's writer",
+            not problems,
+            problems[0][:110] if problems else "accepted",
+        )
+    )
     return out, accepted
 
 
 INVENTORY = Path(__file__).with_name("fault_kinds.yaml")
-GROUPS = {"fault": ("faults", "survived"), "bad_input": ("bad inputs", "handled with a reason, no good unit lost"),
-          "tamper": ("tampers", "caught"), "bomb": ("bombs", "refused, peak RSS < 1 GiB under the limit"),
-          "accepted": ("the project's own writing", "accepted")}
-ORIGINS = {"failures": "named in issue 30's failures 1-9", "build": "from issue 30's What to build",
-           "earlier": "from the earlier campaign issue 30 re-ran", "campaign": "added by this repository"}
+GROUPS = {
+    "fault": ("faults", "survived"),
+    "bad_input": ("bad inputs", "handled with a reason, no good unit lost"),
+    "tamper": ("tampers", "caught"),
+    "bomb": ("bombs", "refused, peak RSS < 1 GiB under the limit"),
+    "accepted": ("the project's own writing", "accepted"),
+}
+ORIGINS = {
+    "failures": "named in issue 30's failures 1-9",
+    "build": "from issue 30's What to build",
+    "earlier": "from the earlier campaign issue 30 re-ran",
+    "campaign": "added by this repository",
+}
 BOMB_LOG = "PROCESSBENCH_BOMB_LOG"  # tests/bombs.py LOG_ENV
 
 
@@ -239,7 +284,9 @@ def inventory_problems(kinds: list[dict], case_names: set[str]) -> list[str]:
             out.append(f"{k['id']}: id twice")
         seen.add(k["id"])
         if not (k["issue"] in set(ORIGINS) - {"failures"} or k["issue"] in range(1, 10)):
-            out.append(f"{k['id']}: issue {k['issue']!r} is neither 1-9 nor one of {sorted(set(ORIGINS) - {'failures'})}")
+            out.append(
+                f"{k['id']}: issue {k['issue']!r} is neither 1-9 nor one of {sorted(set(ORIGINS) - {'failures'})}"
+            )
         if k["group"] not in GROUPS:
             out.append(f"{k['id']}: group {k['group']!r} is none of {sorted(GROUPS)}")
         if not k["tests"] and not k["cases"]:
@@ -261,8 +308,22 @@ def run_tests(nodes: list[str], tmp: Path) -> tuple[dict[str, str], list[dict]]:
     xml, log = tmp / "junit.xml", tmp / "bombs.jsonl"
     env = dict(os.environ, PYTHONHASHSEED="0", **{BOMB_LOG: str(log)})
     env.setdefault("DAGSTER_HOME", str(tmp / "dagster_home"))
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-                    "--basetemp", str(tmp / "pytest"), *nodes], cwd=REPO, env=env)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={xml}",
+            "--basetemp",
+            str(tmp / "pytest"),
+            *nodes,
+        ],
+        cwd=REPO,
+        env=env,
+    )
     outcomes = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         node = case.get("classname", "").replace(".", "/") + ".py::" + case.get("name", "")
@@ -284,8 +345,7 @@ def _matching(node: str, outcomes: dict[str, str]) -> list[str]:
     return [v for k, v in outcomes.items() if k == node or k.startswith(node + "[")]
 
 
-def judge(kinds: list[dict], cases: dict[str, bool], outcomes: dict[str, str] | None,
-          probes: list[dict]) -> list[dict]:
+def judge(kinds: list[dict], cases: dict[str, bool], outcomes: dict[str, str] | None, probes: list[dict]) -> list[dict]:
     """Per kind: {kind, ok: True / False / None when its tests were not run, seen: what was seen, cases / cases_ok,
     tests / tests_ok (its tests' outcomes: parametrisations count one each)}."""
     out = []
@@ -296,8 +356,9 @@ def judge(kinds: list[dict], cases: dict[str, bool], outcomes: dict[str, str] | 
         ok = row["cases_ok"] == row["cases"]
         seen = [f"{row['cases_ok']}/{row['cases']} cases"] if k["cases"] else []
         if outcomes is None and k["tests"]:
-            out.append(row | {"ok": None if ok else False, "seen": ", ".join(seen + [
-                f"{len(k['tests'])} test(s) not run"])})
+            out.append(
+                row | {"ok": None if ok else False, "seen": ", ".join(seen + [f"{len(k['tests'])} test(s) not run"])}
+            )
             continue
         if k["tests"]:
             ok = ok and results != [] and all(r in ("passed", "skipped") for r in results) and row["tests_ok"] > 0
@@ -305,21 +366,34 @@ def judge(kinds: list[dict], cases: dict[str, bool], outcomes: dict[str, str] | 
             seen.append(f"{row['tests_ok']}/{len(results)} tests passed" + (f", {skipped} skipped" if skipped else ""))
         if k["group"] == "bomb":
             funcs = {n.split("::")[1].split("[")[0] for n in k["tests"]}
-            peaks = [p["maxrss_kb"] for p in probes if not p["lifted"]
-                     and p["test"].split("::")[-1].split("[")[0] in funcs]
+            peaks = [
+                p["maxrss_kb"] for p in probes if not p["lifted"] and p["test"].split("::")[-1].split("[")[0] in funcs
+            ]
             ok = ok and bool(peaks) and max(peaks) < 1 << 20
             row["peak_kb"] = max(peaks, default=None)
-            seen.append(f"peak RSS {max(peaks) / 1024:.0f} MiB over {len(peaks)} probe(s)" if peaks
-                        else "no probe logged")
+            seen.append(
+                f"peak RSS {max(peaks) / 1024:.0f} MiB over {len(peaks)} probe(s)" if peaks else "no probe logged"
+            )
         out.append(row | {"ok": ok, "seen": ", ".join(seen)})
     return out
 
 
 def publish_kills(points: int) -> tuple[int, int, str]:
     """bench/fault_publish.py's kill -9 faults: (tried, survived, its last line)."""
-    res = subprocess.run([sys.executable, str(Path(__file__).with_name("fault_publish.py")), "--points", str(points),
-                          "--in-release", str(points)],
-                         cwd=REPO, capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="0"))
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("fault_publish.py")),
+            "--points",
+            str(points),
+            "--in-release",
+            str(points),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONHASHSEED="0"),
+    )
     m = re.search(r"faults tried (\d+), survived (\d+)", res.stdout)
     return (int(m[1]), int(m[2]), m[0]) if m else (1, 0, f"fault_publish.py exit {res.returncode}")
 
@@ -327,33 +401,57 @@ def publish_kills(points: int) -> tuple[int, int, str]:
 def demo_release(tmp: Path) -> Path:
     """A demo release built in `tmp` (the tampers need a full build: exports, provenance, the validity report)."""
     env = dict(os.environ, PYTHONHASHSEED="0", DAGSTER_HOME=str(tmp / "dagster_home"))
-    subprocess.run([sys.executable, "-m", "assets.cli", "build", "--samples", "--scale", "demo", "--work-dir",
-                    str(tmp / "work"), "--release-dir", str(tmp / "release")], cwd=REPO, env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "assets.cli",
+            "build",
+            "--samples",
+            "--scale",
+            "demo",
+            "--work-dir",
+            str(tmp / "work"),
+            "--release-dir",
+            str(tmp / "release"),
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return tmp / "release"
 
 
 def table(judged: list[dict], kills: tuple[int, int, str] | None) -> str:
-    lines = ["| group | kinds | kinds run | kinds handled | campaign cases (handled) | tests (passed) | handled means |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| group | kinds | kinds run | kinds handled | campaign cases (handled) | tests (passed) | handled means |",
+        "|---|---|---|---|---|---|---|",
+    ]
 
     def counts(rows: list[dict]) -> str:
         ran = [r["ok"] for r in rows if r["ok"] is not None]
-        return (f"{len(rows)} | {len(ran)} | {sum(ran)} | {sum(r['cases'] for r in rows)} "
-                f"({sum(r['cases_ok'] for r in rows)}) | {sum(r['tests'] for r in rows)} "
-                f"({sum(r['tests_ok'] for r in rows)})")
+        return (
+            f"{len(rows)} | {len(ran)} | {sum(ran)} | {sum(r['cases'] for r in rows)} "
+            f"({sum(r['cases_ok'] for r in rows)}) | {sum(r['tests'] for r in rows)} "
+            f"({sum(r['tests_ok'] for r in rows)})"
+        )
 
     for group, (name, verb) in GROUPS.items():
         rows = [r for r in judged if r["kind"]["group"] == group]
         peak = max((r.get("peak_kb") or 0 for r in rows), default=0)
-        lines.append(f"| {name} | {counts(rows)} | {verb}" + (f" (largest peak {peak / 1024:.0f} MiB)" if peak else "")
-                     + " |")
+        lines.append(
+            f"| {name} | {counts(rows)} | {verb}" + (f" (largest peak {peak / 1024:.0f} MiB)" if peak else "") + " |"
+        )
     if kills:
-        lines.append(f"| publish kills (fault_publish.py) | - | {kills[0]} | {kills[1]} | - | - | release intact, "
-                     "valid, nothing stray; a concurrent build refused |")
+        lines.append(
+            f"| publish kills (fault_publish.py) | - | {kills[0]} | {kills[1]} | - | - | release intact, "
+            "valid, nothing stray; a concurrent build refused |"
+        )
     for origin, what in ORIGINS.items():
-        rows = [r for r in judged if (r["kind"]["issue"] if isinstance(r["kind"]["issue"], str)
-                                      else "failures") == origin]
+        rows = [
+            r for r in judged if (r["kind"]["issue"] if isinstance(r["kind"]["issue"], str) else "failures") == origin
+        ]
         lines.append(f"| of these: {what} | {counts(rows)} | |")
     lines.append(f"| all | {counts(judged)} | |")
     return "\n".join(lines)
@@ -363,8 +461,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--release", help="a built release to tamper with (a copy); default release/, else a demo build")
     ap.add_argument("--no-tests", action="store_true", help="run the campaign cases only; count the tests' kinds")
-    ap.add_argument("--publish-kills", type=int, default=0, metavar="N",
-                    help="also run bench/fault_publish.py: N kill points over a build and N within its release step")
+    ap.add_argument(
+        "--publish-kills",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run bench/fault_publish.py: N kill points over a build and N within its release step",
+    )
     a = ap.parse_args()
     logging.disable(logging.WARNING)
     kinds = load_inventory()
@@ -374,20 +477,24 @@ def main() -> int:
         release = Path(a.release) if a.release else REPO / "release"
         release = release if release.is_dir() else demo_release(tmp / "demo")
         tamper, accept = tampers(release, tmp)
-        for verb, miss, rows in (("handled", "NOT HANDLED", inputs), ("caught", "NOT CAUGHT", tamper),
-                                 ("accepted", "REFUSED", accept)):
+        for verb, miss, rows in (
+            ("handled", "NOT HANDLED", inputs),
+            ("caught", "NOT CAUGHT", tamper),
+            ("accepted", "REFUSED", accept),
+        ):
             for case, ok, seen in rows:
                 print(f"{verb if ok else miss:12} {case}: {seen}")
         cases = {case: ok for case, ok, _ in inputs + tamper + accept}
         problems = inventory_problems(kinds, set(cases))
-        outcomes, probes = (None, []) if a.no_tests else run_tests(
-            sorted({n for k in kinds for n in k["tests"]}), tmp)
+        outcomes, probes = (None, []) if a.no_tests else run_tests(sorted({n for k in kinds for n in k["tests"]}), tmp)
         judged = judge(kinds, cases, outcomes, probes)
         print()
         for r in judged:
             k = r["kind"]
-            print(f"{'not run' if r['ok'] is None else 'handled' if r['ok'] else 'NOT HANDLED':12} {k['group']:9} "
-                  f"[{k['issue']}] {k['id']}: {r['seen']}")
+            print(
+                f"{'not run' if r['ok'] is None else 'handled' if r['ok'] else 'NOT HANDLED':12} {k['group']:9} "
+                f"[{k['issue']}] {k['id']}: {r['seen']}"
+            )
         kills = publish_kills(a.publish_kills) if a.publish_kills else None
         print("\n" + table(judged, kills))
         for p in problems:

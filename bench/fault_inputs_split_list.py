@@ -20,10 +20,26 @@ def _reassemble_root(tmp: Path, bad_line: bytes | None, bad_id: str | None) -> P
 
 
 def cases(tmp: Path):
-    yield ("reassemble: non-UTF-8 split-list line", "reassemble",
-           _reassemble_root(tmp / "r0", b"2025-01-09-14-\xff9-00\n", None), 2, 1, [])
-    for n, (what, uid) in enumerate({"zero-width space": "2025-01-09-14-01-02\u200b",
-                                     "ANSI escape": "2025-01-09-14-01-02\x1b[2J",
-                                     "not NFC": "2025-01-09-14-01-02e\u0301"}.items()):
-        yield (f"reassemble: unit id with {what}", "reassemble", _reassemble_root(tmp / f"r{n + 1}", None, uid),
-               2, 1, [])
+    yield (
+        "reassemble: non-UTF-8 split-list line",
+        "reassemble",
+        _reassemble_root(tmp / "r0", b"2025-01-09-14-\xff9-00\n", None),
+        2,
+        1,
+        [],
+    )
+    for n, (what, uid) in enumerate(
+        {
+            "zero-width space": "2025-01-09-14-01-02\u200b",
+            "ANSI escape": "2025-01-09-14-01-02\x1b[2J",
+            "not NFC": "2025-01-09-14-01-02e\u0301",
+        }.items()
+    ):
+        yield (
+            f"reassemble: unit id with {what}",
+            "reassemble",
+            _reassemble_root(tmp / f"r{n + 1}", None, uid),
+            2,
+            1,
+            [],
+        )

@@ -53,35 +53,63 @@ def main() -> int:
     ap.add_argument("--points", type=int, default=8, help="kill points")
     ap.add_argument("--executor", default="in_process")
     ap.add_argument("--in-release", type=int, default=0, help="kills timed within the release step")
-    ap.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("FROM", "TO"),
-                    help="kill between these fractions of a full recompute's duration")
+    ap.add_argument(
+        "--window",
+        type=float,
+        nargs=2,
+        default=(0.0, 1.0),
+        metavar=("FROM", "TO"),
+        help="kill between these fractions of a full recompute's duration",
+    )
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="fault_publish_"))
     env = dict(os.environ, DAGSTER_HOME=str(tmp / "dagster_home"), PYTHONHASHSEED="0")
     cli = [sys.executable, "-m", "assets.cli"]
-    subprocess.run(cli + ["samples", "--scale", "demo", "--out", str(tmp / "samples"), "--sources", a.source],
-                   check=True, cwd=REPO, env=env, capture_output=True)
-    build = cli + ["build", "--scale", "demo", "--sources", a.source, "--upstream",
-                   f"{a.source}={tmp / 'samples' / a.source}", "--work-dir", str(tmp / "work"),
-                   "--release-dir", str(tmp / "out" / "release"), "--executor", a.executor]
-    cfg = load_settings().with_values({"build.work_dir": str(tmp / "work"),
-                                       "build.release_dir": str(tmp / "out" / "release")})
+    subprocess.run(
+        cli + ["samples", "--scale", "demo", "--out", str(tmp / "samples"), "--sources", a.source],
+        check=True,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+    )
+    build = cli + [
+        "build",
+        "--scale",
+        "demo",
+        "--sources",
+        a.source,
+        "--upstream",
+        f"{a.source}={tmp / 'samples' / a.source}",
+        "--work-dir",
+        str(tmp / "work"),
+        "--release-dir",
+        str(tmp / "out" / "release"),
+        "--executor",
+        a.executor,
+    ]
+    cfg = load_settings().with_values(
+        {"build.work_dir": str(tmp / "work"), "build.release_dir": str(tmp / "out" / "release")}
+    )
     t = time.time()
     subprocess.run(build, check=True, cwd=REPO, env=env, capture_output=True)
     full = time.time() - t
+
     def recompute() -> subprocess.Popen:
         """A build that recomputes every step (its fingerprints forgotten: --force alone skips unchanged steps)."""
         shutil.rmtree(tmp / "work" / "_fingerprints", ignore_errors=True)
-        return subprocess.Popen(build, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(
+            build, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
 
     t = time.time()
     assert recompute().wait() == 0
     forced = time.time() - t
     good = (tmp / "out" / "release" / "checksums.sha256").read_bytes()
     lo, hi = a.window
-    print(f"good build in {full:.0f}s, full recompute in {forced:.0f}s; killing a recomputing build at {a.points} "
-          f"points between {lo * forced:.0f}s and {hi * forced:.0f}s")
+    print(
+        f"good build in {full:.0f}s, full recompute in {forced:.0f}s; killing a recomputing build at {a.points} "
+        f"points between {lo * forced:.0f}s and {hi * forced:.0f}s"
+    )
     tried = survived = 0
 
     def kill_and_inspect(proc, token: str, when: str) -> bool:
@@ -97,8 +125,10 @@ def main() -> int:
         with publish.build_lock(cfg, token) as cleaned:
             pass
         after = _stray(cfg)
-        print(f"kill -9 {when}{' (build had finished)' if finished else ''}: release intact={intact}, "
-              f"valid={not problems}, left={left}, cleaned={len(cleaned)}, stray after next start={after}")
+        print(
+            f"kill -9 {when}{' (build had finished)' if finished else ''}: release intact={intact}, "
+            f"valid={not problems}, left={left}, cleaned={len(cleaned)}, stray after next start={after}"
+        )
         return intact and not problems and not after
 
     for i in range(a.points):
@@ -129,15 +159,18 @@ def main() -> int:
     # two builds at once on the same folders: the second is refused, the first publishes
     first = recompute()
     time.sleep(3)
-    second = subprocess.run(build + ["--force", "--scale", "release"], cwd=REPO, env=env, capture_output=True,
-                            text=True)
+    second = subprocess.run(
+        build + ["--force", "--scale", "release"], cwd=REPO, env=env, capture_output=True, text=True
+    )
     rc_first = first.wait()
     refused = second.returncode == 3 and "held by pid" in second.stderr
     same = (tmp / "out" / "release" / "checksums.sha256").read_bytes() == good
     tried += 1
     survived += refused and rc_first == 0 and same
-    print(f"concurrent builds: second exit {second.returncode} ({second.stderr.strip().splitlines()[-1][:160]}), "
-          f"first exit {rc_first}, release = the first's bytes: {same}")
+    print(
+        f"concurrent builds: second exit {second.returncode} ({second.stderr.strip().splitlines()[-1][:160]}), "
+        f"first exit {rc_first}, release = the first's bytes: {same}"
+    )
     print(f"faults tried {tried}, survived {survived} (work folder {tmp})")
     return 0 if tried == survived else 1
 

@@ -32,9 +32,18 @@ def cells(release: Path) -> list[dict]:
             c = Counter(sub["answer_text"].to_list())
             top, n = max(c.values()), sub.height
             rnd = float((1.0 / sub["num_choices"]).mean())
-            out.append({"level": level, "source": src, "family": task, "n": n,
-                        "top_label": min(c, key=lambda t: (-c[t], t)), "top_share": round(top / n, 4),
-                        "random": round(rnd, 4), "over_random": round(top / n - rnd, 4)})
+            out.append(
+                {
+                    "level": level,
+                    "source": src,
+                    "family": task,
+                    "n": n,
+                    "top_label": min(c, key=lambda t: (-c[t], t)),
+                    "top_share": round(top / n, 4),
+                    "random": round(rnd, 4),
+                    "over_random": round(top / n - rnd, 4),
+                }
+            )
     return out
 
 
@@ -45,9 +54,13 @@ def summary(rows: list[dict], min_n: int) -> dict:
         big = [r for r in lv if r["n"] >= min_n]
         worst = max(lv, key=lambda r: r["over_random"])
         wbig = max(big, key=lambda r: r["over_random"]) if big else None
-        out[level] = {"cells": len(lv), "cells_over_5pts": sum(r["over_random"] > 0.05 for r in lv),
-                      "worst": worst, f"worst_n>={min_n}": wbig,
-                      "mean_over_random": round(sum(r["over_random"] for r in lv) / len(lv), 4)}
+        out[level] = {
+            "cells": len(lv),
+            "cells_over_5pts": sum(r["over_random"] > 0.05 for r in lv),
+            "worst": worst,
+            f"worst_n>={min_n}": wbig,
+            "mean_over_random": round(sum(r["over_random"] for r in lv) / len(lv), 4),
+        }
     return out
 
 
@@ -60,14 +73,21 @@ def main() -> int:
     rows = cells(a.release)
     s = summary(rows, a.min_n)
     for r in rows:
-        print(f"{r['level']:>3} {r['source']:<11} {r['family']:<4} n={r['n']:<5} top {r['top_share']:.3f} "
-              f"({r['top_label']}) random {r['random']:.3f} over {r['over_random']:+.3f}")
+        print(
+            f"{r['level']:>3} {r['source']:<11} {r['family']:<4} n={r['n']:<5} top {r['top_share']:.3f} "
+            f"({r['top_label']}) random {r['random']:.3f} over {r['over_random']:+.3f}"
+        )
     for level, v in s.items():
         w, wb = v["worst"], v[f"worst_n>={a.min_n}"]
-        print(f"{level}: {v['cells']} cells, {v['cells_over_5pts']} over +0.05, mean over random "
-              f"{v['mean_over_random']:+.4f}; worst {w['source']} {w['family']} {w['over_random']:+.3f} (n={w['n']})"
-              + (f"; worst with n>={a.min_n}: {wb['source']} {wb['family']} {wb['over_random']:+.3f} (n={wb['n']})"
-                 if wb else ""))
+        print(
+            f"{level}: {v['cells']} cells, {v['cells_over_5pts']} over +0.05, mean over random "
+            f"{v['mean_over_random']:+.4f}; worst {w['source']} {w['family']} {w['over_random']:+.3f} (n={w['n']})"
+            + (
+                f"; worst with n>={a.min_n}: {wb['source']} {wb['family']} {wb['over_random']:+.3f} (n={wb['n']})"
+                if wb
+                else ""
+            )
+        )
     if a.json:
         a.json.write_text(json.dumps({"cells": rows, "levels": s}, indent=1))
     return 0

@@ -12,20 +12,28 @@ COLUMNS = ("split", "eval_level", "source")
 
 def item_counts(release: Path) -> pl.DataFrame:
     """One row per source, one column per split and eval level (`eval L1`, `eval L2`, ..., `sft`), and `total`."""
-    files = [f for f in sorted((Path(release) / "splits").glob("*.parquet"))
-             if "num_steps" not in pl.read_parquet_schema(f)]  # the multiple-choice files (not the T13 step files)
+    files = [
+        f for f in sorted((Path(release) / "splits").glob("*.parquet")) if "num_steps" not in pl.read_parquet_schema(f)
+    ]  # the multiple-choice files (not the T13 step files)
     if not files:
         return pl.DataFrame()
     rows = pl.concat([pl.read_parquet(f, columns=list(COLUMNS)) for f in files])
-    rows = rows.with_columns(part=pl.when(pl.col("eval_level").is_null()).then(pl.col("split"))
-                             .otherwise(pl.col("split") + " " + pl.col("eval_level")))
-    wide = rows.group_by("source", "part").len().pivot(on="part", index="source", values="len",
-                                                       sort_columns=True).fill_null(0).sort("source")
+    rows = rows.with_columns(
+        part=pl.when(pl.col("eval_level").is_null())
+        .then(pl.col("split"))
+        .otherwise(pl.col("split") + " " + pl.col("eval_level"))
+    )
+    wide = (
+        rows.group_by("source", "part")
+        .len()
+        .pivot(on="part", index="source", values="len", sort_columns=True)
+        .fill_null(0)
+        .sort("source")
+    )
     parts = [c for c in wide.columns if c != "source"]
     wide = wide.select("source", *sorted(parts, key=lambda p: (p.startswith("sft"), p)))
     wide = wide.with_columns(total=pl.sum_horizontal(*parts))
-    return pl.concat([wide, wide.select(pl.lit("all").alias("source"), pl.exclude("source").sum())
-                      .cast(wide.schema)])
+    return pl.concat([wide, wide.select(pl.lit("all").alias("source"), pl.exclude("source").sum()).cast(wide.schema)])
 
 
 def counts_text(release: Path) -> str:
@@ -42,9 +50,14 @@ def counts_text(release: Path) -> str:
         import json
 
         per = json.loads(manifest.read_text(encoding="utf-8")).get("sources", {})
-        lines.append("step items (T13): " + ", ".join(
-            f"{s} {v['items']} items / {v['steps']} steps (natural errors {v['natural_error_share']:.0%} of wrong "
-            "steps)" for s, v in sorted(per.items())))
+        lines.append(
+            "step items (T13): "
+            + ", ".join(
+                f"{s} {v['items']} items / {v['steps']} steps (natural errors {v['natural_error_share']:.0%} of wrong "
+                "steps)"
+                for s, v in sorted(per.items())
+            )
+        )
     return "\n".join(lines)
 
 

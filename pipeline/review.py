@@ -34,8 +34,15 @@ if TYPE_CHECKING:
 
 VERDICTS_FORMAT = "processbench-review-verdicts"
 VERDICTS_VERSION = 1
-PAGE_COLUMNS = ("item_id", "source_slug", "task_id", "eval_level", "question", "num_choices",
-                *[f"choice_{c}" for c in CHOICE_LETTERS])
+PAGE_COLUMNS = (
+    "item_id",
+    "source_slug",
+    "task_id",
+    "eval_level",
+    "question",
+    "num_choices",
+    *[f"choice_{c}" for c in CHOICE_LETTERS],
+)
 
 
 def eval_rows(release: Path, cfg: Settings) -> list[dict]:
@@ -83,15 +90,22 @@ def item_images(images: Path, item_id: str) -> list[str]:
 
 
 def _page(cell: tuple[str, str], items: list[dict], release_id: str) -> str:
-    data = {"format": VERDICTS_FORMAT, "version": VERDICTS_VERSION, "release": release_id, "source": cell[0],
-            "family": cell[1], "items": items}
+    data = {
+        "format": VERDICTS_FORMAT,
+        "version": VERDICTS_VERSION,
+        "release": release_id,
+        "source": cell[0],
+        "family": cell[1],
+        "items": items,
+    }
     blob = json.dumps(data, ensure_ascii=False, sort_keys=True).replace("</", "<\\/")
     title = html.escape(f"ProcessBench review: {cell[0]} {cell[1]}")
     return _TEMPLATE.replace("__TITLE__", title).replace("__DATA__", blob)
 
 
-def build_review(release: Path, images: Path, out: Path, cfg: Settings, per_cell: int = 100,
-                 seed: int | None = None) -> dict:
+def build_review(
+    release: Path, images: Path, out: Path, cfg: Settings, per_cell: int = 100, seed: int | None = None
+) -> dict:
     """Write out/index.html, one page per (source, family) and out/images/; returns a summary."""
     release, images, out = Path(release), Path(images), Path(out)
     seed = int(cfg.build.release_seed if seed is None else seed)
@@ -109,23 +123,36 @@ def build_review(release: Path, images: Path, out: Path, cfg: Settings, per_cell
             for f in files:
                 shutil.copyfile(images / f, out / "images" / f)
             k = int(r["num_choices"])
-            items.append({"item_id": r["item_id"], "level": r.get("eval_level"), "prompt": format_prompt(r, cfg),
-                          "letters": list(CHOICE_LETTERS[:k]), "images": [f"images/{f}" for f in files]})
+            items.append(
+                {
+                    "item_id": r["item_id"],
+                    "level": r.get("eval_level"),
+                    "prompt": format_prompt(r, cfg),
+                    "letters": list(CHOICE_LETTERS[:k]),
+                    "images": [f"images/{f}" for f in files],
+                }
+            )
         if not items:
             continue
         name = f"review_{cell[0]}_{cell[1]}.html"
         (out / name).write_text(_page(cell, items, release_id), encoding="utf-8")
         pages.append({"page": name, "source": cell[0], "family": cell[1], "items": len(items)})
-    index = ["<!doctype html><meta charset='utf-8'><title>ProcessBench review</title>",
-             "<h1>ProcessBench review</h1><p>One page per source and family. Answer from the images and the prompt "
-             "alone; export each page's verdicts and hand the files to <code>processbench validity --human</code>.</p>",
-             "<ul>"]
-    index += [f"<li><a href='{p['page']}'>{html.escape(p['source'])} {html.escape(p['family'])}</a> "
-              f"({p['items']} items)</li>" for p in pages]
+    index = [
+        "<!doctype html><meta charset='utf-8'><title>ProcessBench review</title>",
+        "<h1>ProcessBench review</h1><p>One page per source and family. Answer from the images and the prompt "
+        "alone; export each page's verdicts and hand the files to <code>processbench validity --human</code>.</p>",
+        "<ul>",
+    ]
+    index += [
+        f"<li><a href='{p['page']}'>{html.escape(p['source'])} {html.escape(p['family'])}</a> ({p['items']} items)</li>"
+        for p in pages
+    ]
     index.append("</ul>")
     if missing:
-        index.append(f"<p>{len(missing)} sampled items left out: no reconstructed images "
-                     f"(first: {html.escape(', '.join(missing[:10]))}).</p>")
+        index.append(
+            f"<p>{len(missing)} sampled items left out: no reconstructed images "
+            f"(first: {html.escape(', '.join(missing[:10]))}).</p>"
+        )
     (out / "index.html").write_text("\n".join(index) + "\n", encoding="utf-8")
     return {"pages": pages, "missing_images": missing}
 
@@ -133,8 +160,14 @@ def build_review(release: Path, images: Path, out: Path, cfg: Settings, per_cell
 def command(args) -> int:
     from pipeline.settings.config import load_settings
 
-    summary = build_review(Path(args.release), Path(args.images), Path(args.out), load_settings(),
-                           per_cell=int(args.per_cell), seed=args.seed)
+    summary = build_review(
+        Path(args.release),
+        Path(args.images),
+        Path(args.out),
+        load_settings(),
+        per_cell=int(args.per_cell),
+        seed=args.seed,
+    )
     for p in summary["pages"]:
         print(f"{Path(args.out) / p['page']}: {p['items']} items")
     if summary["missing_images"]:

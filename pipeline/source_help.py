@@ -80,8 +80,10 @@ def _fix(slug: str, root: Path, found: Path | None) -> str:
         return f"build with --upstream {slug}={found} (or set sources.{slug}.root to it)"
     if is_sample_root(root):
         return "regenerate the sample corpus: `make rebuild` or `processbench build --samples`"
-    return (f"point --upstream {slug}=PATH (or sources.{slug}.root) at the folder that holds this layout "
-            "(docs/upstream-formats.md)")
+    return (
+        f"point --upstream {slug}=PATH (or sources.{slug}.root) at the folder that holds this layout "
+        "(docs/upstream-formats.md)"
+    )
 
 
 def unusable_message(slug: str, root: Path, reason: str, options: dict | None = None) -> str:
@@ -94,8 +96,10 @@ def unusable_message(slug: str, root: Path, reason: str, options: dict | None = 
     text = f"{slug}: no usable source at {root}: {reason}. Expected there: {_layout(slug)}."
     if snaps:
         shown = ", ".join(str(p) for p in snaps)
-        text += (f" This is a Hugging Face cache folder of a repository: the files are under snapshots/<commit>/ "
-                 f"(here: {shown}).")
+        text += (
+            f" This is a Hugging Face cache folder of a repository: the files are under snapshots/<commit>/ "
+            f"(here: {shown})."
+        )
     elif found is not None:
         text += f" Nearest match: {found}."
     return f"{text} Fix: {_fix(slug, root, found)}."
@@ -107,9 +111,11 @@ def missing_message(slug: str, root: Path, scale: str) -> str:
     root = Path(root).absolute()
     if is_sample_root(root):
         shown = root.relative_to(path_in_repo(".")) if root.is_relative_to(path_in_repo(".")) else root
-        return (f"no corpus at {shown} for source {slug}: run `make rebuild` (or `processbench build --samples`, or "
-                f"`processbench samples --scale {scale} --out {shown.parent} --sources {slug}`), or pass "
-                f"--upstream {slug}=PATH to read your own copy")
+        return (
+            f"no corpus at {shown} for source {slug}: run `make rebuild` (or `processbench build --samples`, or "
+            f"`processbench samples --scale {scale} --out {shown.parent} --sources {slug}`), or pass "
+            f"--upstream {slug}=PATH to read your own copy"
+        )
     existing = next((p for p in root.parents if p.is_dir()), Path("/"))
     missing_part = root.relative_to(existing).parts[0]
     try:
@@ -118,6 +124,8 @@ def missing_message(slug: str, root: Path, scale: str) -> str:
         names = []
     close = difflib.get_close_matches(missing_part, names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(str(existing / c) for c in close)}?" if close else ""
-    return (f"{slug}: no folder at {root} (the nearest existing folder is {existing}, which has no "
-            f"{missing_part!r}{hint}) Fix: pass --upstream {slug}=PATH with the folder that holds "
-            f"{_layout(slug)}")
+    return (
+        f"{slug}: no folder at {root} (the nearest existing folder is {existing}, which has no "
+        f"{missing_part!r}{hint}) Fix: pass --upstream {slug}=PATH with the folder that holds "
+        f"{_layout(slug)}"
+    )

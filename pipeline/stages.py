@@ -47,7 +47,15 @@ from pipeline.core.pool import run_beside
 from .frames.readers import AdapterReaders
 from .frames.reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
-from pipeline.ingest.run import ingest_source, merge_shards, quarantine_frame, read_ir, summary_text, units_lost, write_ir
+from pipeline.ingest.run import (
+    ingest_source,
+    merge_shards,
+    quarantine_frame,
+    read_ir,
+    summary_text,
+    units_lost,
+    write_ir,
+)
 from pipeline.core.io import ParquetTables, atomic_write_bytes, write_json, write_parquet
 from .labels import compute_labels_isolated
 from pipeline.release.prompts import prompt_templates_markdown
@@ -87,7 +95,7 @@ def stop_if_unusable(cfg: Settings, slug: str, result) -> None:
     whole = q.filter(pl.col("unit_id") == "*")["reason"].to_list()
     prefix = f"{slug}: "
     if whole:
-        reason = whole[0][len(prefix):] if whole[0].startswith(prefix) else whole[0]
+        reason = whole[0][len(prefix) :] if whole[0].startswith(prefix) else whole[0]
     elif q.height:
         reason = f"none of its {units_lost(q)} unit(s) could be read (first: {q['unit_id'][0]}: {q['reason'][0]})"
     else:
@@ -109,8 +117,14 @@ def run_ingest_shard(cfg: Settings, slug: str, k: int) -> dict:
     if problem := missing_corpus(cfg, slug):
         raise MissingCorpus(problem)
     src = cfg.sources[slug]
-    result = ingest_source(slug, src.root, src.adapter.options(), limits=cfg.build.ir_limits.model_dump(),
-                           shard=(k, ingest_shards(cfg, slug)), state=shard_dir(cfg, slug, k))
+    result = ingest_source(
+        slug,
+        src.root,
+        src.adapter.options(),
+        limits=cfg.build.ir_limits.model_dump(),
+        shard=(k, ingest_shards(cfg, slug)),
+        state=shard_dir(cfg, slug, k),
+    )
     write_ir(result, shard_dir(cfg, slug, k))
     return {"units": result.units.height, "quarantined": units_lost(result.quarantine)}
 
@@ -123,19 +137,30 @@ def run_ingest(cfg: Settings, slug: str) -> dict:
     if ingest_shards(cfg, slug) > 1:
         result = merge_shards(slug, [read_ir(shard_dir(cfg, slug, k)) for k in range(ingest_shards(cfg, slug))])
     else:
-        result = ingest_source(slug, src.root, src.adapter.options(), limits=cfg.build.ir_limits.model_dump(),
-                               state=work_dir(cfg) / "ir" / slug)
+        result = ingest_source(
+            slug,
+            src.root,
+            src.adapter.options(),
+            limits=cfg.build.ir_limits.model_dump(),
+            state=work_dir(cfg) / "ir" / slug,
+        )
     write_ir(result, work_dir(cfg) / "ir" / slug)
     stop_if_unusable(cfg, slug, result)
     # the corpus's content fingerprint and origin (sample generator or user root), for the release's provenance
-    write_json(work_dir(cfg) / "ir" / slug / "corpus.json",
-               provenance.corpus_record(slug, src.root, src.adapter.options()))
+    write_json(
+        work_dir(cfg) / "ir" / slug / "corpus.json", provenance.corpus_record(slug, src.root, src.adapter.options())
+    )
     log.info("%s", summary_text(slug, result))
     lost = units_lost(result.quarantine)
-    return {"units": result.units.height, "quarantined": lost, "absent": result.absent.height,
-            "frames": result.frames.height,
-            "signals": result.signals.height, "segments": result.segments.height,
-            "quarantine_share": lost / max(1, lost + result.units.height)}
+    return {
+        "units": result.units.height,
+        "quarantined": lost,
+        "absent": result.absent.height,
+        "frames": result.frames.height,
+        "signals": result.signals.height,
+        "segments": result.segments.height,
+        "quarantine_share": lost / max(1, lost + result.units.height),
+    }
 
 
 def load_ir(cfg: Settings, slug: str) -> dict[str, pl.DataFrame]:
@@ -164,10 +189,17 @@ def family_keys(cfg: Settings, slug: str, families: list[str]) -> dict[str, str]
     """What one family's candidates of a source depend on: the code, the labels and build settings, the source's IR
     and label tables, and the family's own template. One key per family, so a template edit changes one key."""
     wd = work_dir(cfg)
-    inputs = {p.relative_to(wd).as_posix(): file_digest(p)
-              for d in (wd / "ir" / slug, wd / "labels" / slug) for p in sorted(d.glob("*.parquet"))}
-    base = {"source": slug, "code": code_digest(("pipeline", "upstream_adapters")),
-            "config": config_part(cfg, ("labels", "build")), "inputs": inputs}
+    inputs = {
+        p.relative_to(wd).as_posix(): file_digest(p)
+        for d in (wd / "ir" / slug, wd / "labels" / slug)
+        for p in sorted(d.glob("*.parquet"))
+    }
+    base = {
+        "source": slug,
+        "code": code_digest(("pipeline", "upstream_adapters")),
+        "config": config_part(cfg, ("labels", "build")),
+        "inputs": inputs,
+    }
     return {t: digest({**base, "family": t, "template": cfg.tasks[t].model_dump()}) for t in families}
 
 
@@ -199,16 +231,22 @@ def run_candidates(cfg: Settings, slug: str) -> dict:
     ctx = None  # the generators' per-unit arrays are no longer needed
     kept = pl.read_parquet(wd / "ir" / slug / "units.parquet", columns=["unit_id"])
     # kept units that give nothing, with why (none: the units table alone says so, no other table is read)
-    silent = units_without_items(slug, load_ir(cfg, slug), load_labels(cfg, slug), pool) \
-        if not kept["unit_id"].is_in(pool["unit_id"].unique().implode()).all() else \
-        units_without_items(slug, {"units": kept}, {}, pool)
+    silent = (
+        units_without_items(slug, load_ir(cfg, slug), load_labels(cfg, slug), pool)
+        if not kept["unit_id"].is_in(pool["unit_id"].unique().implode()).all()
+        else units_without_items(slug, {"units": kept}, {}, pool)
+    )
     for r in silent.iter_rows(named=True):
         log.warning("%s/%s: no candidate items: %s", slug, r["unit_id"], r["reason"])
-    return {"candidates": pool.height, "families_generated": generated,
-            "per_family": {r["task_id"]: r["len"]
-                           for r in pool.group_by("task_id").len().sort("task_id").iter_rows(named=True)},
-            "no_items": silent.height,  # and the first 50 units with their reason:
-            "no_items_units": {r["unit_id"]: r["reason"] for r in silent.head(50).iter_rows(named=True)}}
+    return {
+        "candidates": pool.height,
+        "families_generated": generated,
+        "per_family": {
+            r["task_id"]: r["len"] for r in pool.group_by("task_id").len().sort("task_id").iter_rows(named=True)
+        },
+        "no_items": silent.height,  # and the first 50 units with their reason:
+        "no_items_units": {r["unit_id"]: r["reason"] for r in silent.head(50).iter_rows(named=True)},
+    }
 
 
 # --------------------------------------------------------------------------------------------------- frames
@@ -217,16 +255,27 @@ def selection_key(cfg: Settings, slug: str, pool: pl.DataFrame, quotas: dict) ->
     its question text, the quotas and selection settings (items.quotas), the build, frames and source settings, and
     the upstream corpus's content fingerprint. Equal keys give equal items but for the question column."""
     corpus = json.loads((work_dir(cfg) / "ir" / slug / "corpus.json").read_text(encoding="utf-8"))
-    return digest({"code": code_digest(("pipeline", "upstream_adapters")), "pool": table_digest(pool.drop("question")),
-                   "quotas": dict(quotas), "settings": quotas.settings, "upstream": corpus["corpus_fingerprint"],
-                   "config": config_part(cfg, ("build", "frames", f"sources.{slug}"))})
+    return digest(
+        {
+            "code": code_digest(("pipeline", "upstream_adapters")),
+            "pool": table_digest(pool.drop("question")),
+            "quotas": dict(quotas),
+            "settings": quotas.settings,
+            "upstream": corpus["corpus_fingerprint"],
+            "config": config_part(cfg, ("build", "frames", f"sources.{slug}")),
+        }
+    )
 
 
 def _items_files(cfg: Settings, slug: str) -> dict[str, Path]:
     d = work_dir(cfg) / "items"
-    return {"items": d / f"{slug}.parquet", "quarantine": d / f"{slug}_quarantine.parquet",
-            "frames": d / f"{slug}_frames.parquet", "shortfall": d / f"{slug}_shortfall.json",
-            "key": d / f"{slug}.selection_key"}
+    return {
+        "items": d / f"{slug}.parquet",
+        "quarantine": d / f"{slug}_quarantine.parquet",
+        "frames": d / f"{slug}_frames.parquet",
+        "shortfall": d / f"{slug}_shortfall.json",
+        "key": d / f"{slug}.selection_key",
+    }
 
 
 def _selection_record(files: dict[str, Path], key: str, rows: dict[str, int]) -> None:
@@ -248,12 +297,16 @@ def _reuse_items(files: dict[str, Path], key: str, pool: pl.DataFrame, quotas: d
     tables = last.get("tables") if isinstance(last.get("tables"), dict) else {}
     problems = {name: p for name in files if name != "key" and (p := work_tables.check(files[name], tables.get(name)))}
     if problems:
-        log.warning("items_%s: the last selection's %s: selected again", slug,
-                    "; ".join(f"{files[n].name} {p}" for n, p in sorted(problems.items())))
+        log.warning(
+            "items_%s: the last selection's %s: selected again",
+            slug,
+            "; ".join(f"{files[n].name} {p}" for n, p in sorted(problems.items())),
+        )
         return None
     old = pl.read_parquet(files["items"])
-    question = old.select("candidate_key").join(pool.select("candidate_key", "question"), on="candidate_key",
-                                                how="left", maintain_order="left")["question"]
+    question = old.select("candidate_key").join(
+        pool.select("candidate_key", "question"), on="candidate_key", how="left", maintain_order="left"
+    )["question"]
     if question.len() != old.height or question.null_count():
         return None
     items = old.with_columns(question)
@@ -261,9 +314,16 @@ def _reuse_items(files: dict[str, Path], key: str, pool: pl.DataFrame, quotas: d
         write_parquet(files["items"], items)
         _selection_record(files, key, {n: t["rows"] for n, t in tables.items()})
     short = json.loads(files["shortfall"].read_text(encoding="utf-8"))
-    return {"items": items.height, "quota": int(sum(quotas.values())),
-            "gate_dropped": pl.read_parquet(files["quarantine"]).height, "frames_decoded": 0, "frames_cached": 0,
-            "frame_cache_bad_entries": 0, "shortfall": short, "selection_reused": True}
+    return {
+        "items": items.height,
+        "quota": int(sum(quotas.values())),
+        "gate_dropped": pl.read_parquet(files["quarantine"]).height,
+        "frames_decoded": 0,
+        "frames_cached": 0,
+        "frame_cache_bad_entries": 0,
+        "shortfall": short,
+        "selection_reused": True,
+    }
 
 
 def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
@@ -290,8 +350,9 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     for _ in range(int(gate_cfg.max_gate_rounds)):
         if not need:
             break
-        batch = items_mod.select_candidates(pool, need, seed, exclude_keys=tried, extra=gate_cfg.gate_margin,
-                                            cfg_tasks=cfg.tasks, prior=survivors)
+        batch = items_mod.select_candidates(
+            pool, need, seed, exclude_keys=tried, extra=gate_cfg.gate_margin, cfg_tasks=cfg.tasks, prior=survivors
+        )
         if not batch.height:
             break
         tried |= set(batch["candidate_key"].to_list())
@@ -311,8 +372,9 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     items = display_order(kept, seed)
     frame_table = pl.concat(frame_parts, how="vertical_relaxed") if frame_parts else None
     if frame_table is not None:
-        items = add_image_hashes(items, frame_table, cache, cfg.frames.image.model_dump(), open_reader=readers,
-                                 workers=cfg.frames.workers)
+        items = add_image_hashes(
+            items, frame_table, cache, cfg.frames.image.model_dump(), open_reader=readers, workers=cfg.frames.workers
+        )
     frames = item_frames(items, frame_table if frame_table is not None else pl.DataFrame(schema=FRAME_TABLE_SCHEMA))
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
     short = items_mod.shortfall(items, quotas, source=slug, pool=pool)
@@ -321,10 +383,16 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     write_parquet(files["frames"], frames)
     write_json(files["shortfall"], short)
     _selection_record(files, key, {"items": items.height, "quarantine": quarantine.height, "frames": frames.height})
-    return {"items": items.height, "quota": int(sum(quotas.values())), "gate_dropped": quarantine.height,
-            "frames_decoded": cache.counters["decoded"], "frames_cached": cache.counters["hits"],
-            "frame_cache_bad_entries": cache.counters["bad_entries"] + cache.counters["bad_renders"],
-            "shortfall": short, "selection_reused": False}
+    return {
+        "items": items.height,
+        "quota": int(sum(quotas.values())),
+        "gate_dropped": quarantine.height,
+        "frames_decoded": cache.counters["decoded"],
+        "frames_cached": cache.counters["hits"],
+        "frame_cache_bad_entries": cache.counters["bad_entries"] + cache.counters["bad_renders"],
+        "shortfall": short,
+        "selection_reused": False,
+    }
 
 
 # --------------------------------------------------------------------------------------------------- split
@@ -357,8 +425,11 @@ def run_split(cfg: Settings) -> dict:
     write_parquet(wd / "split" / "items.parquet", split_df)
     write_parquet(wd / "split" / "groups.parquet", groups)
     write_json(wd / "split" / "summary.json", summary)
-    return {"eval_items": summary["eval_items"], "sft_items": summary["sft_items"],
-            "eval_groups": {s: v["eval_groups"] for s, v in sorted(summary["sources"].items())}}
+    return {
+        "eval_items": summary["eval_items"],
+        "sft_items": summary["sft_items"],
+        "eval_groups": {s: v["eval_groups"] for s, v in sorted(summary["sources"].items())},
+    }
 
 
 def _split_items(cfg: Settings) -> pl.DataFrame:
@@ -377,13 +448,18 @@ def _split_summary(cfg: Settings) -> dict:
 # --------------------------------------------------------------------------------------------------- release
 def run_release(cfg: Settings) -> dict:
     eval_df, sft_df = writers.release_tables(_split_items(cfg), all_units(cfg), cfg)
-    corpora = {s: json.loads((work_dir(cfg) / "ir" / s / "corpus.json").read_text(encoding="utf-8"))
-               for s in sources(cfg)}
+    corpora = {
+        s: json.loads((work_dir(cfg) / "ir" / s / "corpus.json").read_text(encoding="utf-8")) for s in sources(cfg)
+    }
     warnings = eval_level_warnings(cfg)
-    documents = {"prompt_templates": prompt_templates_markdown(cfg), "reconstruction": reconstruction_markdown(cfg),
-                 "provenance": provenance.provenance_json(cfg, corpora, warnings)}
-    out = writers.write_release(eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents,
-                                checksums=False, warnings=warnings)
+    documents = {
+        "prompt_templates": prompt_templates_markdown(cfg),
+        "reconstruction": reconstruction_markdown(cfg),
+        "provenance": provenance.provenance_json(cfg, corpora, warnings),
+    }
+    out = writers.write_release(
+        eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents, checksums=False, warnings=warnings
+    )
     out["files"] += write_step_files(*_step_items(cfg), cfg, release_dir(cfg))  # the T13 step track
     del eval_df, sft_df  # the exports read the files back (the main eval file holds L1 only): free these first
     # card, Croissant, trainer/harness files here, and the validity audit's report in a worker: each reads the files
@@ -392,9 +468,11 @@ def run_release(cfg: Settings) -> dict:
     # last, once: an interrupted step leaves checksums that do not match, never a release that looks complete
     writers.write_checksums(release_dir(cfg), cfg)
     return {k: v for k, v in out.items() if k != "files"} | {
-        "files": len(out["files"]) + len(files_written(exported)), "validity_problems": len(validity["problems"]),
+        "files": len(out["files"]) + len(files_written(exported)),
+        "validity_problems": len(validity["problems"]),
         # each export's rows and files: the materialization of its asset (assets/tables.py export_tables)
-        "exports": {name: {"rows": r["rows"], "files": len(r["files"])} for name, r in exported.items()}}
+        "exports": {name: {"rows": r["rows"], "files": len(r["files"])} for name, r in exported.items()},
+    }
 
 
 def _validity_part(cfg: Settings) -> dict:
@@ -406,7 +484,7 @@ def quarantine_shares(cfg: Settings, slug: str | None = None) -> dict[str, float
     """Share of each source's units (plus whole-source rows) that ingest quarantined, and the labels stage after it
     (once it has run); a row standing for several units (its `units` column) counts each of them."""
     out = {}
-    for s in ([slug] if slug else sources(cfg)):
+    for s in [slug] if slug else sources(cfg):
         ir = work_dir(cfg) / "ir" / s
         if not (ir / "units.parquet").exists():
             continue
@@ -421,7 +499,7 @@ def quarantine_shares(cfg: Settings, slug: str | None = None) -> dict[str, float
 def shortfall(cfg: Settings, slug: str | None = None) -> list[dict]:
     """Families below their quota, from the frames stage's reports (all sources when slug is None)."""
     out = []
-    for s in ([slug] if slug else sources(cfg)):
+    for s in [slug] if slug else sources(cfg):
         path = work_dir(cfg) / "items" / f"{s}_shortfall.json"
         if path.exists():
             out += json.loads(path.read_text())
@@ -442,8 +520,9 @@ def split_isolation_problems(cfg: Settings) -> list[str]:
     items = _split_items(cfg)
     policy = cfg.split.model_dump()
     groups = pl.read_parquet(work_dir(cfg) / "split" / "groups.parquet")
-    return split_mod.isolation_key_problems(items, groups, policy) + \
-        split_mod.held_out_problems(items, groups, _split_summary(cfg))
+    return split_mod.isolation_key_problems(items, groups, policy) + split_mod.held_out_problems(
+        items, groups, _split_summary(cfg)
+    )
 
 
 def eval_level_problems(cfg: Settings) -> list[str]:

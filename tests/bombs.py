@@ -74,21 +74,47 @@ print(json.dumps(out))
 """
 
 
-def probe(slug: str, root: Path, bad: str, good: str, *, frames: bool = True, lifted: bool = False,
-          **over) -> dict:
+def probe(slug: str, root: Path, bad: str, good: str, *, frames: bool = True, lifted: bool = False, **over) -> dict:
     """Read unit `bad` (a bomb) and unit `good` of `root` in a fresh process under the memory limit; returns what
     happened: `bad` (the UnitError's reason, "MemoryError", or None if it read), `bad_file`, `bad_frames` (with
     frames), `good_frames` / `good_decoded`, `maxrss_kb` (the process's peak RSS), `temp_files`. `over` overrides
     input limits; `lifted=True` says a bound was lifted to reproduce the fault (its peak is not held to the limit)."""
-    res = subprocess.run([sys.executable, "-c", _PROBE, slug, str(root), bad, good, json.dumps(over), str(HEADROOM),
-                          "1" if frames else "0"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _PROBE,
+            slug,
+            str(root),
+            bad,
+            good,
+            json.dumps(over),
+            str(HEADROOM),
+            "1" if frames else "0",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, f"exit {res.returncode}: {res.stderr[-2000:]}"
     got = json.loads(res.stdout.strip().splitlines()[-1])
     if os.environ.get(LOG_ENV):
         with open(os.environ[LOG_ENV], "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], "slug": slug,
-                                 "lifted": lifted, "bad": got.get("bad"), "maxrss_kb": got["maxrss_kb"],
-                                 "baseline_rss_kb": got["baseline_rss_kb"], "headroom": HEADROOM}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                        "slug": slug,
+                        "lifted": lifted,
+                        "bad": got.get("bad"),
+                        "maxrss_kb": got["maxrss_kb"],
+                        "baseline_rss_kb": got["baseline_rss_kb"],
+                        "headroom": HEADROOM,
+                    }
+                )
+                + "\n"
+            )
     if not lifted:
         assert got["maxrss_kb"] < PEAK_LIMIT_KB, f"peak RSS {got['maxrss_kb']} kB"
     return got
@@ -163,8 +189,9 @@ def _tar_member(name: str, data: bytes | None, size: int | None = None) -> bytes
     return head + data + bytes(-len(data) % 512)
 
 
-def tar_gz_bomb(path: Path, before: dict[str, bytes], bomb_name: str, gib: float,
-                after: dict[str, bytes] | None = None) -> int:
+def tar_gz_bomb(
+    path: Path, before: dict[str, bytes], bomb_name: str, gib: float, after: dict[str, bytes] | None = None
+) -> int:
     """Write the archive; returns the bomb member's size."""
     mib = int(gib * 1024)
     prefix = b"".join(_tar_member(n, d) for n, d in before.items()) + _tar_member(bomb_name, None, mib * MIB)
@@ -194,8 +221,29 @@ def zip_bomb(path: Path, members: dict[str, bytes], bomb_name: str, gib: float, 
     central = []
     for name, comp, crc, size in entries:
         raw = name.encode()
-        central.append(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0x21, crc, len(comp),
-                                   size, len(raw), 0, 0, 0, 0, 0, out.tell()) + raw)
+        central.append(
+            struct.pack(
+                "<4sHHHHHHIIIHHHHHII",
+                b"PK\x01\x02",
+                20,
+                20,
+                0,
+                8,
+                0,
+                0x21,
+                crc,
+                len(comp),
+                size,
+                len(raw),
+                0,
+                0,
+                0,
+                0,
+                0,
+                out.tell(),
+            )
+            + raw
+        )
         out.write(struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0x21, crc, len(comp), size, len(raw), 0))
         out.write(raw)
         out.write(comp)
@@ -215,7 +263,7 @@ def mp4_declaring(data: bytes, n: int) -> tuple[bytes, int]:
     boxes, off = {}, 0
     while off < len(data):
         size, typ = struct.unpack_from(">I4s", data, off)
-        boxes[typ] = data[off:off + size]
+        boxes[typ] = data[off : off + size]
         off += size
     moov = bytearray(boxes[b"moov"])
 
@@ -223,15 +271,15 @@ def mp4_declaring(data: bytes, n: int) -> tuple[bytes, int]:
         return moov.find(typ) + 4
 
     s = payload(b"stsz")
-    moov[s + 4:s + 12] = struct.pack(">II", 1, n)
+    moov[s + 4 : s + 12] = struct.pack(">II", 1, n)
     s = payload(b"stts")
     delta = struct.unpack_from(">I", moov, s + 12)[0]
-    moov[s + 4:s + 16] = struct.pack(">III", 1, n, delta)
+    moov[s + 4 : s + 16] = struct.pack(">III", 1, n, delta)
     s = payload(b"stsc")
-    moov[s + 4:s + 20] = struct.pack(">IIII", 1, 1, n, 1)
+    moov[s + 4 : s + 20] = struct.pack(">IIII", 1, 1, n, 1)
     head = boxes[b"ftyp"] + boxes.get(b"free", b"")
     mdat_at = len(head) + len(moov)
     s = payload(b"stco")
-    moov[s + 4:s + 12] = struct.pack(">II", 1, mdat_at + 8)
+    moov[s + 4 : s + 12] = struct.pack(">II", 1, mdat_at + 8)
     mdat = struct.pack(">I4s", 8 + n, b"mdat") + boxes[b"mdat"][8:]
     return bytes(head + moov + mdat), mdat_at + 8 + n

@@ -35,8 +35,7 @@ def demo_samples(tmp_path_factory) -> dict[str, Path]:
     for slug in cfg.build.sources:
         write_samples(slug, root / slug, scale="demo", seed=cfg.build.samples.seed)
         # what `processbench samples` records: the release's provenance then says "samples", as the locked demo does
-        write_sample_record(slug, root / slug, "demo", cfg.build.samples.seed,
-                            cfg.sources[slug].adapter.options())
+        write_sample_record(slug, root / slug, "demo", cfg.build.samples.seed, cfg.sources[slug].adapter.options())
         out[slug] = root / slug
     return out
 

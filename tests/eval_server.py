@@ -64,8 +64,11 @@ def release_expectations(release: Path) -> dict[tuple, dict]:
             if prompts.setdefault(r["item_id"], made) != made:
                 raise AssertionError(f"{r['item_id']}: the export's prompt is not what exports.common.prompt makes")
             hashes = tuple(json.loads(r["image_hashes_json"]))
-            out[(prompts.get(r["item_id"]), hashes)] = {"item_id": r["item_id"], "answer": r["answer"],
-                                                        "n": int(r["num_choices"])}
+            out[(prompts.get(r["item_id"]), hashes)] = {
+                "item_id": r["item_id"],
+                "answer": r["answer"],
+                "n": int(r["num_choices"]),
+            }
     return out
 
 
@@ -80,9 +83,18 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeOpenAI:
-    def __init__(self, release: Path, model: str = "test-model", api_key: str | None = None,
-                 faults: dict[str, list[str]] | None = None, retry_after: str = "1", hold_after: int | None = None,
-                 wait_for_in_flight: int | None = None, wait_limit_s: float = 20.0, check_pixels: bool = True):
+    def __init__(
+        self,
+        release: Path,
+        model: str = "test-model",
+        api_key: str | None = None,
+        faults: dict[str, list[str]] | None = None,
+        retry_after: str = "1",
+        hold_after: int | None = None,
+        wait_for_in_flight: int | None = None,
+        wait_limit_s: float = 20.0,
+        check_pixels: bool = True,
+    ):
         self.expect = release_expectations(Path(release))
         self.by_hashes = {k[1]: v for k, v in self.expect.items()}
         self.model, self.api_key, self.faults = model, api_key, dict(faults or {})
@@ -91,8 +103,8 @@ class FakeOpenAI:
         self.lock = threading.Condition()
         self.in_flight = self.max_in_flight = self.answered = self.admitted = 0
         self.reached = False
-        self.asked: list[str] = []                   # item id per request, in arrival order
-        self.times: dict[str, list[float]] = {}      # arrival times per item
+        self.asked: list[str] = []  # item id per request, in arrival order
+        self.times: dict[str, list[float]] = {}  # arrival times per item
         self.problems: list[str] = []
         self._released = threading.Event()
         self._stopping = threading.Event()
@@ -239,8 +251,9 @@ class FakeOpenAI:
                     return
                 if server.wait_for_in_flight and not server.reached and server.answered:  # the preflight goes alone
                     deadline = time.monotonic() + server.wait_limit_s
-                    if not self._wait_until(lambda: server.max_in_flight >= server.wait_for_in_flight
-                                            or time.monotonic() > deadline):
+                    if not self._wait_until(
+                        lambda: server.max_in_flight >= server.wait_for_in_flight or time.monotonic() > deadline
+                    ):
                         self.close_connection = True
                         return
                     server.reached = True
@@ -255,11 +268,19 @@ class FakeOpenAI:
                 right = zlib.crc32(iid.encode()) % 3 != 0
                 letter = item["answer"] if right else letters[(letters.index(item["answer"]) + 1) % len(letters)]
                 text = f"The frames suggest option {letter}.\n<ANSWER>{letter}</ANSWER>"
-                out = {"id": f"cmpl-{iid}", "object": "chat.completion", "model": server.model,
-                       "choices": [{"index": 0, "finish_reason": "stop",
-                                    "message": {"role": "assistant", "content": text}}],
-                       "usage": {"prompt_tokens": 100 + len(raw) // 1000, "completion_tokens": 12,
-                                 "total_tokens": 112 + len(raw) // 1000}}
+                out = {
+                    "id": f"cmpl-{iid}",
+                    "object": "chat.completion",
+                    "model": server.model,
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                    ],
+                    "usage": {
+                        "prompt_tokens": 100 + len(raw) // 1000,
+                        "completion_tokens": 12,
+                        "total_tokens": 112 + len(raw) // 1000,
+                    },
+                }
                 with server.lock:
                     server.answered += 1
                 self._send(200, json.dumps(out).encode())

@@ -28,8 +28,7 @@ from pipeline.release import publish
 from pipeline.release import writers
 from pipeline.settings.config import load_settings
 from pipeline.core.io import compact_json
-from upstream_adapters.ir import (FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA, UNITS_SCHEMA, UnitIR,
-                                  to_table)
+from upstream_adapters.ir import FRAMES_SCHEMA, SEGMENTS_SCHEMA, SIGNALS_SCHEMA, UNITS_SCHEMA, UnitIR, to_table
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -38,21 +37,78 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------------------------------ one IR unit
 def make_unit(n=5, **overrides):
     unit = {
-        "source": "gm100", "unit_id": "task_00001__episode_000000", "unit_type": "episode", "task_id": "task_00001",
-        "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None, "official_split": None,
-        "cameras": ["camera_top", "camera_wrist_left"], "camera": "camera_top", "fps": 30.0, "num_frames": n,
-        "arm_layout": "bimanual", "licence": "unknown", "rating": None, "language": None,
+        "source": "gm100",
+        "unit_id": "task_00001__episode_000000",
+        "unit_type": "episode",
+        "task_id": "task_00001",
+        "operator_id": None,
+        "scene_id": None,
+        "config_id": None,
+        "taxonomy": None,
+        "official_split": None,
+        "cameras": ["camera_top", "camera_wrist_left"],
+        "camera": "camera_top",
+        "fps": 30.0,
+        "num_frames": n,
+        "arm_layout": "bimanual",
+        "licence": "unknown",
+        "rating": None,
+        "language": None,
     }
     unit.update(overrides)
-    frames = to_table([{"source": "gm100", "unit_id": unit["unit_id"], "camera": "camera_top", "frame_index": i,
-                        "t_sec": i / 30, "native_ts": i / 30} for i in range(n)], FRAMES_SCHEMA)
-    signals = to_table([{"source": "gm100", "unit_id": unit["unit_id"], "arm": arm, "frame_index": i, "t_sec": i / 30,
-                         "pos_x": 0.1 * i, "pos_y": 0.0, "pos_z": None, "speed": 0.1, "gripper_effort": 1.0,
-                         "gripper_width": None, "force": None} for arm in ("left", "right") for i in range(n)],
-                       SIGNALS_SCHEMA)
-    segments = to_table([{"source": "gm100", "unit_id": unit["unit_id"], "level": "high", "seg_index": 0,
-                          "parent_index": None, "text": "x", "start_frame": 0, "end_frame": n - 1, "start_sec": 0.0,
-                          "end_sec": (n - 1) / 30, "success": True}], SEGMENTS_SCHEMA)
+    frames = to_table(
+        [
+            {
+                "source": "gm100",
+                "unit_id": unit["unit_id"],
+                "camera": "camera_top",
+                "frame_index": i,
+                "t_sec": i / 30,
+                "native_ts": i / 30,
+            }
+            for i in range(n)
+        ],
+        FRAMES_SCHEMA,
+    )
+    signals = to_table(
+        [
+            {
+                "source": "gm100",
+                "unit_id": unit["unit_id"],
+                "arm": arm,
+                "frame_index": i,
+                "t_sec": i / 30,
+                "pos_x": 0.1 * i,
+                "pos_y": 0.0,
+                "pos_z": None,
+                "speed": 0.1,
+                "gripper_effort": 1.0,
+                "gripper_width": None,
+                "force": None,
+            }
+            for arm in ("left", "right")
+            for i in range(n)
+        ],
+        SIGNALS_SCHEMA,
+    )
+    segments = to_table(
+        [
+            {
+                "source": "gm100",
+                "unit_id": unit["unit_id"],
+                "level": "high",
+                "seg_index": 0,
+                "parent_index": None,
+                "text": "x",
+                "start_frame": 0,
+                "end_frame": n - 1,
+                "start_sec": 0.0,
+                "end_sec": (n - 1) / 30,
+                "success": True,
+            }
+        ],
+        SEGMENTS_SCHEMA,
+    )
     return UnitIR(unit=unit, frames=frames, signals=signals, segments=segments)
 
 
@@ -114,17 +170,43 @@ def synthetic_ir(source: str, n_units: int = 4, n_frames: int = 240, seed: int =
         n = n_frames
         t = np.arange(n) / fps
         bimanual = source in ("gm100", "aist")
-        units.append({
-            "source": source, "unit_id": uid, "unit_type": "episode" if source == "gm100" else "recording",
-            "task_id": task, "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None,
-            "official_split": None, "cameras": [cam], "camera": cam, "fps": fps, "num_frames": n,
-            "arm_layout": "bimanual" if bimanual else "single_arm", "licence": "CC BY 4.0",
-            "rating": ([5, 1, 9, -1, 2, 0][i % 6] if source == "rh20t" else None), "language": "do the task",
-        })
-        frames.append(pl.DataFrame({"source": source, "unit_id": uid, "camera": cam, "frame_index": np.arange(n),
-                                    "t_sec": t, "native_ts": t + 1000.0}))
-        arm_specs = {"gm100": [("left", (0.10, 0.55)), ("right", (0.45, 0.90))],
-                     "aist": [("left", (0.08, 0.50)), ("right", (0.40, 0.85))]}.get(source, [("single", (0.10, 0.85))])
+        units.append(
+            {
+                "source": source,
+                "unit_id": uid,
+                "unit_type": "episode" if source == "gm100" else "recording",
+                "task_id": task,
+                "operator_id": None,
+                "scene_id": None,
+                "config_id": None,
+                "taxonomy": None,
+                "official_split": None,
+                "cameras": [cam],
+                "camera": cam,
+                "fps": fps,
+                "num_frames": n,
+                "arm_layout": "bimanual" if bimanual else "single_arm",
+                "licence": "CC BY 4.0",
+                "rating": ([5, 1, 9, -1, 2, 0][i % 6] if source == "rh20t" else None),
+                "language": "do the task",
+            }
+        )
+        frames.append(
+            pl.DataFrame(
+                {
+                    "source": source,
+                    "unit_id": uid,
+                    "camera": cam,
+                    "frame_index": np.arange(n),
+                    "t_sec": t,
+                    "native_ts": t + 1000.0,
+                }
+            )
+        )
+        arm_specs = {
+            "gm100": [("left", (0.10, 0.55)), ("right", (0.45, 0.90))],
+            "aist": [("left", (0.08, 0.50)), ("right", (0.40, 0.85))],
+        }.get(source, [("single", (0.10, 0.85))])
         if source == "gm100" and i % 3 == 2:  # a single-right task: the left arm stays still
             arm_specs = [("left", (0.0, 0.0)), ("right", (0.15, 0.85))]
         scale = {"gm100": 0.3, "rh20t": 1.0, "reassemble": 0.6, "aist": 0.8}[source]
@@ -138,9 +220,21 @@ def synthetic_ir(source: str, n_units: int = 4, n_frames: int = 240, seed: int =
             v = np.r_[0.0, np.linalg.norm(np.diff(np.c_[px, py, pz], axis=0), axis=1) * fps]
             a, b = active
             c0, c1 = int((a + 0.3 * (b - a)) * n), int((a + 0.8 * (b - a)) * n)
-            row = {"source": source, "unit_id": uid, "arm": arm, "frame_index": np.arange(n), "t_sec": t,
-                   "pos_x": px, "pos_y": py, "pos_z": pz, "speed": None, "gripper_effort": None,
-                   "gripper_width": None, "force": None, "speed_full": None}
+            row = {
+                "source": source,
+                "unit_id": uid,
+                "arm": arm,
+                "frame_index": np.arange(n),
+                "t_sec": t,
+                "pos_x": px,
+                "pos_y": py,
+                "pos_z": pz,
+                "speed": None,
+                "gripper_effort": None,
+                "gripper_width": None,
+                "force": None,
+                "speed_full": None,
+            }
             if source == "gm100":
                 eff = 1.0 + rng.normal(0, 0.01, n)
                 if b > a:
@@ -158,15 +252,29 @@ def synthetic_ir(source: str, n_units: int = 4, n_frames: int = 240, seed: int =
                 row["force"] = np.abs(rng.normal(1.0, 0.2, n))
             else:
                 row["speed"] = v * 4.0
-            df = pl.DataFrame({k: (val if isinstance(val, np.ndarray) else [val] * n) for k, val in row.items()},
-                              schema_overrides={c: pl.Float64 for c in ("pos_x", "pos_y", "pos_z", "speed",
-                                                                        "gripper_effort", "gripper_width", "force",
-                                                                        "speed_full")})
+            df = pl.DataFrame(
+                {k: (val if isinstance(val, np.ndarray) else [val] * n) for k, val in row.items()},
+                schema_overrides={
+                    c: pl.Float64
+                    for c in (
+                        "pos_x",
+                        "pos_y",
+                        "pos_z",
+                        "speed",
+                        "gripper_effort",
+                        "gripper_width",
+                        "force",
+                        "speed_full",
+                    )
+                },
+            )
             signals.append(df)
         if source == "reassemble":
             segments.extend(_reassemble_segments(uid, n, fps, i))
     units_df = pl.from_arrow(__import__("pyarrow").Table.from_pylist(units, schema=UNITS_SCHEMA))
-    frames_df = pl.concat(frames).cast(dict(zip(FRAMES_SCHEMA.names, pl.from_arrow(FRAMES_SCHEMA.empty_table()).dtypes)))
+    frames_df = pl.concat(frames).cast(
+        dict(zip(FRAMES_SCHEMA.names, pl.from_arrow(FRAMES_SCHEMA.empty_table()).dtypes))
+    )
     sig_schema = pl.from_arrow(SIGNALS_SCHEMA.empty_table()).schema
     signals_df = pl.concat([s.select(list(sig_schema)).cast(dict(sig_schema)) for s in signals])
     seg_schema = pl.from_arrow(SEGMENTS_SCHEMA.empty_table()).schema
@@ -189,18 +297,42 @@ def _reassemble_segments(uid: str, n: int, fps: float, i: int) -> list[dict]:
         else:
             verb = verbs[(k + i) % len(verbs)]
             text, success = f"{verb} {objs[(k + i) % len(objs)]}.", not (k == 3 and i % 2 == 0)
-        rows.append({"source": "reassemble", "unit_id": uid, "level": "high", "seg_index": hi, "parent_index": None,
-                     "text": text, "start_frame": s, "end_frame": e, "start_sec": s / fps, "end_sec": e / fps,
-                     "success": success})
+        rows.append(
+            {
+                "source": "reassemble",
+                "unit_id": uid,
+                "level": "high",
+                "seg_index": hi,
+                "parent_index": None,
+                "text": text,
+                "start_frame": s,
+                "end_frame": e,
+                "start_sec": s / fps,
+                "end_sec": e / fps,
+                "success": success,
+            }
+        )
         if text != "No action.":
             chain = LOW_CHAINS[text.split()[0]]
             if k % 4 == 1:
                 chain = chain[:2] + [chain[1]] + chain[2:]  # a repeated label: the distinct chain collapses it
             lc = np.linspace(s, e + 1, len(chain) + 1).astype(int)
             for j, lt in enumerate(chain):
-                rows.append({"source": "reassemble", "unit_id": uid, "level": "low", "seg_index": j,
-                             "parent_index": hi, "text": lt, "start_frame": int(lc[j]), "end_frame": int(lc[j + 1]) - 1,
-                             "start_sec": lc[j] / fps, "end_sec": (lc[j + 1] - 1) / fps, "success": True})
+                rows.append(
+                    {
+                        "source": "reassemble",
+                        "unit_id": uid,
+                        "level": "low",
+                        "seg_index": j,
+                        "parent_index": hi,
+                        "text": lt,
+                        "start_frame": int(lc[j]),
+                        "end_frame": int(lc[j + 1]) - 1,
+                        "start_sec": lc[j] / fps,
+                        "end_sec": (lc[j + 1] - 1) / fps,
+                        "success": True,
+                    }
+                )
         hi += 1
     return rows
 
@@ -221,27 +353,54 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 PHASES = ["pre-approach", "approach", "contact", "release"]
 PERMS = ["".join(p) for p in itertools.permutations("XYZ")]
 # Public names (docs/release-format.md); the build reads them from configs/tasks/T*.yaml.
-TASK_NAMES = {"T1": "Phase Recognition", "T2": "Contact Detection", "T3": "Motion Direction Prediction",
-              "T8": "Temporal Ordering", "T9": "Temporal Priority Prediction", "T10": "Current Primitive Recognition"}
+TASK_NAMES = {
+    "T1": "Phase Recognition",
+    "T2": "Contact Detection",
+    "T3": "Motion Direction Prediction",
+    "T8": "Temporal Ordering",
+    "T9": "Temporal Priority Prediction",
+    "T10": "Current Primitive Recognition",
+}
 
 
 def make_cfg():
     """The repository's configs, with the release seed, sources and eval ratio these tests expect."""
     from pipeline.settings.config import load_settings
 
-    return load_settings().with_values({"build.release_seed": 42, "build.sources": ["gm100", "rh20t", "reassemble", "aist"],
-                                        "split.eval_ratio": 0.15, "split.seed": None})
+    return load_settings().with_values(
+        {
+            "build.release_seed": 42,
+            "build.sources": ["gm100", "rh20t", "reassemble", "aist"],
+            "split.eval_ratio": 0.15,
+            "split.seed": None,
+        }
+    )
 
 
 def make_units() -> pl.DataFrame:
     rows = []
     for e in range(4):
-        rows.append({"source": "gm100", "unit_id": f"task_00001__episode_{e:06d}", "unit_type": "episode",
-                     "task_id": "task_00001", "licence": "unknown", "language": "pick up the cup" if e % 2 else None})
+        rows.append(
+            {
+                "source": "gm100",
+                "unit_id": f"task_00001__episode_{e:06d}",
+                "unit_type": "episode",
+                "task_id": "task_00001",
+                "licence": "unknown",
+                "language": "pick up the cup" if e % 2 else None,
+            }
+        )
     for r in range(3):
-        rows.append({"source": "rh20t", "unit_id": f"task_0001_user_0001_scene_000{r + 1}_cfg_0002",
-                     "unit_type": "recording", "task_id": "task_0001",
-                     "licence": "CC BY-SA 4.0" if r < 2 else "CC BY-NC 4.0", "language": "push the block"})
+        rows.append(
+            {
+                "source": "rh20t",
+                "unit_id": f"task_0001_user_0001_scene_000{r + 1}_cfg_0002",
+                "unit_type": "recording",
+                "task_id": "task_0001",
+                "licence": "CC BY-SA 4.0" if r < 2 else "CC BY-NC 4.0",
+                "language": "push the block",
+            }
+        )
     return pl.DataFrame(rows)
 
 
@@ -249,8 +408,23 @@ def fake_hash(*parts) -> str:
     return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
 
 
-def make_item(source, unit, task, anchor, frames, true_text, options, answer_pos, *, legacy=None, input_type="single_frame",
-          labels=None, spec=None, n_images=None, question="Q?"):
+def make_item(
+    source,
+    unit,
+    task,
+    anchor,
+    frames,
+    true_text,
+    options,
+    answer_pos,
+    *,
+    legacy=None,
+    input_type="single_frame",
+    labels=None,
+    spec=None,
+    n_images=None,
+    question="Q?",
+):
     choices = [o for o in options if o != true_text]
     choices.insert(answer_pos, true_text)
     key = f"{task}|{source}|{unit}|f{anchor}|{'-'.join(map(str, frames))}"
@@ -287,22 +461,81 @@ def make_items() -> pl.DataFrame:
     for u in units.iter_rows(named=True):
         src, uid = u["source"], u["unit_id"]
         for a in (40, 10):  # anchors deliberately out of order
-            rows.append(make_item(src, uid, "T1", a, [a], PHASES[k % 4], PHASES, k % 4,
-                              question="Which phase best describes the current robot manipulation state?"))
+            rows.append(
+                make_item(
+                    src,
+                    uid,
+                    "T1",
+                    a,
+                    [a],
+                    PHASES[k % 4],
+                    PHASES,
+                    k % 4,
+                    question="Which phase best describes the current robot manipulation state?",
+                )
+            )
             k += 1
-        rows.append(make_item(src, uid, "T2", 20, [20], "Yes — contact established",
-                          ["Yes — contact established", "No — no contact"], k % 2))
+        rows.append(
+            make_item(
+                src,
+                uid,
+                "T2",
+                20,
+                [20],
+                "Yes — contact established",
+                ["Yes — contact established", "No — no contact"],
+                k % 2,
+            )
+        )
         k += 1
         frames = [30, 5, 17]
-        spec8 = compact_json({"version": 1, "kind": "labelled_frames", "labels": ["X", "Y", "Z"],
-                              "frame_indices": frames, "size": None})
-        rows.append(make_item(src, uid, "T8", 5, frames, "YZX", PERMS, k % 6, legacy="T_temporal",
-                          input_type="labelled_frames", labels=["X", "Y", "Z"], spec=spec8))
+        spec8 = compact_json(
+            {"version": 1, "kind": "labelled_frames", "labels": ["X", "Y", "Z"], "frame_indices": frames, "size": None}
+        )
+        rows.append(
+            make_item(
+                src,
+                uid,
+                "T8",
+                5,
+                frames,
+                "YZX",
+                PERMS,
+                k % 6,
+                legacy="T_temporal",
+                input_type="labelled_frames",
+                labels=["X", "Y", "Z"],
+                spec=spec8,
+            )
+        )
         k += 1
-        spec9 = compact_json({"version": 1, "kind": "panels", "labels": ["X", "Y"], "frame_indices": [50, 12],
-                              "size": [320, 240], "gap": 8})
-        rows.append(make_item(src, uid, "T9", 12, [50, 12], "Y", ["X", "Y"], k % 2, legacy="T_binary",
-                          input_type="panel_composite", labels=["X", "Y"], spec=spec9, n_images=1))
+        spec9 = compact_json(
+            {
+                "version": 1,
+                "kind": "panels",
+                "labels": ["X", "Y"],
+                "frame_indices": [50, 12],
+                "size": [320, 240],
+                "gap": 8,
+            }
+        )
+        rows.append(
+            make_item(
+                src,
+                uid,
+                "T9",
+                12,
+                [50, 12],
+                "Y",
+                ["X", "Y"],
+                k % 2,
+                legacy="T_binary",
+                input_type="panel_composite",
+                labels=["X", "Y"],
+                spec=spec9,
+                n_images=1,
+            )
+        )
         k += 1
     items = pl.DataFrame(rows)
     eval_units = {"task_00001__episode_000000", "task_0001_user_0001_scene_0001_cfg_0002"}
@@ -312,9 +545,11 @@ def make_items() -> pl.DataFrame:
     )
 
 
-DOCUMENTS = {"prompt_templates": "# Prompt templates\n\n{question}\n\nA: {choice_A}\n\n<ANSWER>A</ANSWER>\n",
-             "reconstruction": "# Reconstruction\n\nUse reconstruction_key_json with the upstream data.\n",
-             "provenance": '{"builder_version": "processbench_build_v2"}\n'}
+DOCUMENTS = {
+    "prompt_templates": "# Prompt templates\n\n{question}\n\nA: {choice_A}\n\n<ANSWER>A</ANSWER>\n",
+    "reconstruction": "# Reconstruction\n\nUse reconstruction_key_json with the upstream data.\n",
+    "provenance": '{"builder_version": "processbench_build_v2"}\n',
+}
 
 
 def build(out_dir: Path, cfg=None, items=None, summary=None):
@@ -326,24 +561,39 @@ def build(out_dir: Path, cfg=None, items=None, summary=None):
 
 # ------------------------------------------------------------------------------------------ builds
 
+
 def hold_build_lock(cfg, token, ready, stop):
     with publish.build_lock(cfg, token):
         ready.set()
         stop.wait(30)
 
 
-def build_demo(samples: dict[str, Path], out: Path, executor: str = "in_process", config_dir: str = "",
-               sources: list[str] | None = None, **kw) -> Path:
+def build_demo(
+    samples: dict[str, Path],
+    out: Path,
+    executor: str = "in_process",
+    config_dir: str = "",
+    sources: list[str] | None = None,
+    **kw,
+) -> Path:
     """Run the `build` job in one Dagster run (a throw-away instance under `out`) into `out`/{work,release}, with the
     configs of `config_dir` (default: the repository's), of `sources` (default: every source of build.sources)."""
     import dagster as dg
 
     from assets.run import BuildSettings, rebuild
 
-    settings = BuildSettings(config_dir=config_dir, scale="demo", upstream={k: str(v) for k, v in samples.items()},
-                             work_dir=str(out / "work"), release_dir=str(out / "release"), sources=sources or [])
+    settings = BuildSettings(
+        config_dir=config_dir,
+        scale="demo",
+        upstream={k: str(v) for k, v in samples.items()},
+        work_dir=str(out / "work"),
+        release_dir=str(out / "release"),
+        sources=sources or [],
+    )
     (out / "dagster_home").mkdir(parents=True, exist_ok=True)
-    with dg.DagsterInstance.local_temp(str(out / "dagster_home"), overrides={"telemetry": {"enabled": False}}) as instance:
+    with dg.DagsterInstance.local_temp(
+        str(out / "dagster_home"), overrides={"telemetry": {"enabled": False}}
+    ) as instance:
         result = rebuild(settings, instance=instance, log=lambda m: None, executor=executor, **kw)
     assert result["failed_checks"] == [], result["failed_checks"]
     assert result["steps"], "a fresh work folder must run every step"
@@ -351,16 +601,40 @@ def build_demo(samples: dict[str, Path], out: Path, executor: str = "in_process"
 
 
 # ------------------------------------------------------------------------------------------ T13 step items
-STEP_SENTENCES = ("The gripper approaches the part.", "The gripper closes on the part.", "The arm lifts the part.",
-                  "The arm moves the part to the socket.", "The part is inserted into the socket.",
-                  "The gripper opens and releases the part.", "The arm retracts.", "The task is complete.")
-STEP_KINDS = ("natural_primitive_failure", "natural_action_failure", "natural_outcome", "swapped_frames",
-              "substituted_chain", "contact_flipped", "outcome_flipped", "truncated_complete")
+STEP_SENTENCES = (
+    "The gripper approaches the part.",
+    "The gripper closes on the part.",
+    "The arm lifts the part.",
+    "The arm moves the part to the socket.",
+    "The part is inserted into the socket.",
+    "The gripper opens and releases the part.",
+    "The arm retracts.",
+    "The task is complete.",
+)
+STEP_KINDS = (
+    "natural_primitive_failure",
+    "natural_action_failure",
+    "natural_outcome",
+    "swapped_frames",
+    "substituted_chain",
+    "contact_flipped",
+    "outcome_flipped",
+    "truncated_complete",
+)
 
 
-def make_step_row(n: int, correctness: list[int], *, split: str = "eval", source: str = "REASSEMBLE",
-                  slug: str = "reassemble", level: str | None = "L1", group: str | None = None,
-                  steps: list[str] | None = None, kinds: list[str | None] | None = None) -> dict:
+def make_step_row(
+    n: int,
+    correctness: list[int],
+    *,
+    split: str = "eval",
+    source: str = "REASSEMBLE",
+    slug: str = "reassemble",
+    level: str | None = "L1",
+    group: str | None = None,
+    steps: list[str] | None = None,
+    kinds: list[str | None] | None = None,
+) -> dict:
     """One T13 step item in the row shape of the step files (the contract both halves of the track code against):
     `correctness` 1 / -1 / 0 per step; `kinds` the error kind of each -1 step (default: `swapped_frames`)."""
     from pipeline.steps.parse import format_steps
@@ -373,34 +647,71 @@ def make_step_row(n: int, correctness: list[int], *, split: str = "eval", source
     first = next((i for i, c in enumerate(correctness) if c == -1), -1)
     images = [f"images/{item_id}/{i}.png" for i in range(k)]
     return {
-        "item_id": item_id, "split": split, "source": source, "source_slug": slug, "source_task_id": "task_1",
-        "source_unit_type": "recording", "source_unit_id": unit, "task_id": "T13",
-        "task_name": "process_verification", "eval_level": level if split == "eval" else None,
-        "split_group_id": group or f"{slug}:{unit}", "image": images, "question": "Assemble the parts.",
+        "item_id": item_id,
+        "split": split,
+        "source": source,
+        "source_slug": slug,
+        "source_task_id": "task_1",
+        "source_unit_type": "recording",
+        "source_unit_id": unit,
+        "task_id": "T13",
+        "task_name": "process_verification",
+        "eval_level": level if split == "eval" else None,
+        "split_group_id": group or f"{slug}:{unit}",
+        "image": images,
+        "question": "Assemble the parts.",
         "response": {"steps": steps, "process_correctness": [int(c) for c in correctness]},
         "step_image_index_json": compact_json([[i] for i in range(k)]),
         "prompt": "Goal: Assemble the parts.\n" + "\n".join(f"Step {i + 1}: <image> {s}" for i, s in enumerate(steps)),
-        "answer": format_steps(correctness), "num_steps": k, "first_error_index": first,
+        "answer": format_steps(correctness),
+        "num_steps": k,
+        "first_error_index": first,
         "step_error_kinds_json": compact_json([kd if c == -1 else None for kd, c in zip(kinds, correctness)]),
-        "step_reconstruction_keys_json": compact_json([{"camera": "hand", "frame_indices": [i], "source": slug,
-                                                        "source_task_id": "task_1", "source_unit_id": unit,
-                                                        "source_unit_type": "recording"} for i in range(k)]),
+        "step_reconstruction_keys_json": compact_json(
+            [
+                {
+                    "camera": "hand",
+                    "frame_indices": [i],
+                    "source": slug,
+                    "source_task_id": "task_1",
+                    "source_unit_id": unit,
+                    "source_unit_type": "recording",
+                }
+                for i in range(k)
+            ]
+        ),
         "image_hashes_json": compact_json([fake_hash(item_id, i) for i in range(k)]),
-        "licence": "CC-BY-4.0", "split_version": "splits_v2", "builder_version": "processbench_build_v2",
+        "licence": "CC-BY-4.0",
+        "split_version": "splits_v2",
+        "builder_version": "processbench_build_v2",
         "prompt_version": "steps_v1",
     }
 
 
 def step_table(rows: list[dict]) -> pl.DataFrame:
     """Step rows as the step files hold them (`response` a struct of two lists)."""
-    return pl.DataFrame(rows, schema_overrides={
-        "eval_level": pl.String, "image": pl.List(pl.String),
-        "response": pl.Struct({"steps": pl.List(pl.String), "process_correctness": pl.List(pl.Int64)})})
+    return pl.DataFrame(
+        rows,
+        schema_overrides={
+            "eval_level": pl.String,
+            "image": pl.List(pl.String),
+            "response": pl.Struct({"steps": pl.List(pl.String), "process_correctness": pl.List(pl.Int64)}),
+        },
+    )
 
 
-def synthetic_step_rows(n_items: int, *, split: str = "eval", seed: int = 0, wrong_share: float = 0.3,
-                        giveaway: str | None = None, sources=(("REASSEMBLE", "reassemble"),), levels=("L1",),
-                        start: int = 0, groups: int | None = None) -> list[dict]:
+def synthetic_step_rows(
+    n_items: int,
+    *,
+    split: str = "eval",
+    seed: int = 0,
+    wrong_share: float = 0.3,
+    giveaway: str | None = None,
+    sources=(("REASSEMBLE", "reassemble"),),
+    levels=("L1",),
+    start: int = 0,
+    groups: int | None = None,
+) -> list[dict]:
     """Step items whose sentences carry nothing about their labels (steps drawn from one fixed chain, errors at
     uniformly drawn positions, kinds drawn evenly): a text-only model cannot beat the coin. `giveaway`: a word
     appended to every wrong step's sentence (a planted text leak)."""
@@ -414,13 +725,26 @@ def synthetic_step_rows(n_items: int, *, split: str = "eval", seed: int = 0, wro
                 corr[int(i)] = -1
         if rng.random() < 0.3:
             corr[int(rng.integers(0, n))] = 0
-        steps = [STEP_SENTENCES[i % len(STEP_SENTENCES)] + (f" {giveaway}" if giveaway and c == -1 else "")
-                 for i, c in enumerate(corr)]
+        steps = [
+            STEP_SENTENCES[i % len(STEP_SENTENCES)] + (f" {giveaway}" if giveaway and c == -1 else "")
+            for i, c in enumerate(corr)
+        ]
         kinds = [STEP_KINDS[int(rng.integers(0, len(STEP_KINDS)))] if c == -1 else None for c in corr]
         source, slug = sources[j % len(sources)]
         g = f"{slug}:group_{(start + j) % groups if groups else start + j:04d}"
-        rows.append(make_step_row(start + j, corr, split=split, source=source, slug=slug, steps=steps, kinds=kinds,
-                                  level=levels[(j // len(sources)) % len(levels)], group=g))
+        rows.append(
+            make_step_row(
+                start + j,
+                corr,
+                split=split,
+                source=source,
+                slug=slug,
+                steps=steps,
+                kinds=kinds,
+                level=levels[(j // len(sources)) % len(levels)],
+                group=g,
+            )
+        )
     return rows
 
 

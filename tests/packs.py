@@ -18,7 +18,7 @@ def records(data: bytes) -> list[tuple[int, int, str]]:
         *_, klen, tlen, plen = pack.HEAD.unpack_from(data, pos)
         start = pos + pack.HEAD.size
         end = start + klen + tlen + plen + pack.CRC.size
-        out.append((pos, end, data[start:start + klen].decode("ascii")))
+        out.append((pos, end, data[start : start + klen].decode("ascii")))
         pos = end
     return out
 
@@ -59,4 +59,4 @@ def cut(path: Path, key: str) -> None:
     """Cut the file in the middle of the record of `key` (a truncated file, or a writer killed mid-write)."""
     data = path.read_bytes()
     start, end = _span(data, key)
-    path.write_bytes(data[:(start + end) // 2])
+    path.write_bytes(data[: (start + end) // 2])

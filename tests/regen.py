@@ -15,8 +15,19 @@ LOCK = REPO / "tests" / "regen" / "demo.sha256"
 
 def build(out: Path) -> Path:
     release = out / "release"
-    cmd = [sys.executable, "-m", "assets.cli", "build", "--samples", "--scale", "demo",
-           "--work-dir", str(out / "work"), "--release-dir", str(release)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "assets.cli",
+        "build",
+        "--samples",
+        "--scale",
+        "demo",
+        "--work-dir",
+        str(out / "work"),
+        "--release-dir",
+        str(release),
+    ]
     subprocess.run(cmd, check=True, cwd=REPO)
     return release
 

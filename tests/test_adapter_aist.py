@@ -36,8 +36,12 @@ def ep_bytes(tid: str, ep: int, n: int = N, **kw) -> bytes:
     return samples.episode_bytes(tid, name, taxonomy, prompt, ep, n, (64, 48), seed=0, **kw)
 
 
-def small_root(tmp_path: Path, episodes: dict[str, dict[str, bytes]] | None = None, manifest: bool = True,
-               compression: int = zipfile.ZIP_DEFLATED) -> Path:
+def small_root(
+    tmp_path: Path,
+    episodes: dict[str, dict[str, bytes]] | None = None,
+    manifest: bool = True,
+    compression: int = zipfile.ZIP_DEFLATED,
+) -> Path:
     """task_004 (2 good episodes) and task_089 (1 good episode) unless `episodes` says otherwise."""
     root = tmp_path / "aist"
     root.mkdir(parents=True)
@@ -209,8 +213,12 @@ def test_sample_motion_covers_every_label(demo):
 
             (u0, v0), (u1, v1) = centre(frames[a]), centre(frames[b - 1])
             du, dv = u1 - u0, v1 - v0
-            expect = {"+y": (-1, 0), "-y": (1, 0), "+x": (0, -1 if arm_name == "left" else 1),
-                      "-x": (0, 1 if arm_name == "left" else -1)}[d]
+            expect = {
+                "+y": (-1, 0),
+                "-y": (1, 0),
+                "+x": (0, -1 if arm_name == "left" else 1),
+                "-x": (0, 1 if arm_name == "left" else -1),
+            }[d]
             moved = du if expect[0] else dv
             assert np.sign(moved) == (expect[0] or expect[1]) and abs(moved) >= 2, (arm_name, d, du, dv)
             checked += 1
@@ -252,11 +260,14 @@ def test_release_bouts_carry_stable_coordination_windows():
             _, qvel, blocks, _ = samples.episode_signals(7, tid, ep, n)
             active = {}
             for arm, off in (("left", 0), ("right", 7)):
-                speed = np.linalg.norm(qvel[:, off:off + 6].astype(np.float64), axis=1)
+                speed = np.linalg.norm(qvel[:, off : off + 6].astype(np.float64), axis=1)
                 active[arm], meta = L.activity_mask(speed, spec)
                 assert meta["threshold"] < 0.25, (tid, ep, arm, meta)  # bouts move at >= 0.3 rad/s
-            coord = L.stable_codes(L.coordination_codes(active["left"], active["right"]),
-                                   int(spec["transition_margin"]), int(spec["min_stable_run"]))
+            coord = L.stable_codes(
+                L.coordination_codes(active["left"], active["right"]),
+                int(spec["transition_margin"]),
+                int(spec["min_stable_run"]),
+            )
             truth = np.full(n, 3)
             for kind, s, _, e in blocks:
                 truth[s:e] = code[kind]
@@ -314,15 +325,22 @@ def assert_others_read(root, adapter=None, ids=("task_004_episode_0", "task_089_
 
 def test_truncated_hdf5_member(tmp_path):
     good = ep_bytes("task_004", 1)
-    root = small_root(tmp_path, {
-        "task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
-                     "insert_usb_cable/episode_1.hdf5": good[: len(good) // 2]},
-        "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0)},
-    })
+    root = small_root(
+        tmp_path,
+        {
+            "task_004": {
+                "insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                "insert_usb_cable/episode_1.hdf5": good[: len(good) // 2],
+            },
+            "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0)},
+        },
+    )
     adapter = AistAdapter()
     assert "task_004_episode_1" in adapter.discover(root)
-    for call in (lambda: adapter.read_unit(root, "task_004_episode_1"),
-                 lambda: adapter.read_frames(root, "task_004_episode_1", "cam_high", [0])):
+    for call in (
+        lambda: adapter.read_unit(root, "task_004_episode_1"),
+        lambda: adapter.read_frames(root, "task_004_episode_1", "cam_high", [0]),
+    ):
         with pytest.raises(UnitError) as e:
             call()
         assert "insert_usb_cable/episode_1.hdf5" in e.value.reason and "HDF5" in e.value.reason
@@ -338,7 +356,7 @@ def test_corrupt_deflated_member(tmp_path):
         info = zf.getinfo("insert_usb_cable/episode_1.hdf5")
     data = bytearray(path.read_bytes())
     mid = info.header_offset + 100 + info.compress_size // 2
-    data[mid:mid + 64] = bytes(64)
+    data[mid : mid + 64] = bytes(64)
     path.write_bytes(bytes(data))
     with pytest.raises(UnitError) as e:
         AistAdapter().read_unit(root, "task_004_episode_1")
@@ -378,19 +396,27 @@ def test_unreadable_task_zip_is_listed_and_refused(tmp_path, how):
     with pytest.raises(UnitError) as e:
         adapter.read_unit(root, lost)
     assert e.value.file == "insert_rod_board.zip"
-    assert ("not a readable zip" in e.value.reason) if how != "empty_zip" else ("no insert_rod_board/episode_N"
-                                                                              in e.value.reason)
+    assert (
+        ("not a readable zip" in e.value.reason)
+        if how != "empty_zip"
+        else ("no insert_rod_board/episode_N" in e.value.reason)
+    )
     with pytest.raises(UnitError):
         adapter.read_unit(root, "task_016_episode_0")
     assert_others_read(root)
 
 
 def test_missing_camera(tmp_path):
-    root = small_root(tmp_path, {
-        "task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
-                     "insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1, cameras=("cam_low",))},
-        "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0)},
-    })
+    root = small_root(
+        tmp_path,
+        {
+            "task_004": {
+                "insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                "insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1, cameras=("cam_low",)),
+            },
+            "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0)},
+        },
+    )
     with pytest.raises(UnitError) as e:
         AistAdapter().read_unit(root, "task_004_episode_1")
     assert "observations/images/cam_high" in e.value.reason and "cam_low" in e.value.reason
@@ -402,11 +428,16 @@ def test_missing_camera(tmp_path):
 
 
 def test_row_count_mismatch(tmp_path):
-    root = small_root(tmp_path, {
-        "task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
-                     "insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1, extra_qpos_rows=3)},
-        "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0, extra_qpos_rows=40)},
-    })
+    root = small_root(
+        tmp_path,
+        {
+            "task_004": {
+                "insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                "insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1, extra_qpos_rows=3),
+            },
+            "task_089": {"close_cardboard_box/episode_0.hdf5": ep_bytes("task_089", 0, extra_qpos_rows=40)},
+        },
+    )
     adapter = AistAdapter()
     ir = adapter.read_unit(root, "task_004_episode_1")  # within tolerance: cut to the common prefix
     assert validate_unit(ir) is None
@@ -420,17 +451,24 @@ def test_row_count_mismatch(tmp_path):
 
 
 def test_missing_frame_rate_defaults_to_50(tmp_path, demo):
-    root = small_root(tmp_path, {"task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
-                                              "insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1,
-                                                                                          frame_rate=None)}})
+    root = small_root(
+        tmp_path,
+        {
+            "task_004": {
+                "insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                "insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1, frame_rate=None),
+            }
+        },
+    )
     adapter = AistAdapter()
     ir = adapter.read_unit(root, "task_004_episode_1")
     assert ir.unit["fps"] == 50.0 and validate_unit(ir) is None
     assert "root attr 'frame_rate' is absent: assumed 50 fps (ProcessBench default)" in ir.notes
     assert not any("frame_rate" in n for n in adapter.read_unit(root, "task_004_episode_0").notes)
     # a 30 fps episode keeps its own clock; the demo corpus carries one realistic episode without the attr
-    root30 = small_root(tmp_path / "r30", {"task_004": {"insert_usb_cable/episode_0.hdf5":
-                                                        ep_bytes("task_004", 0, frame_rate=30)}})
+    root30 = small_root(
+        tmp_path / "r30", {"task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0, frame_rate=30)}}
+    )
     ir30 = adapter.read_unit(root30, "task_004_episode_0")
     assert ir30.unit["fps"] == 30.0 and ir30.frames.column("t_sec").to_pylist()[3] == pytest.approx(0.1)
     assert adapter.read_unit(demo, "task_066_episode_2").notes[0].startswith("root attr 'frame_rate' is absent")
@@ -441,8 +479,15 @@ def test_bad_jpeg_row_and_out_of_range_index(tmp_path):
     path.write_bytes(ep_bytes("task_004", 1))
     with h5py.File(path, "r+") as f:
         f["observations/images/cam_high"][9] = 0
-    root = small_root(tmp_path, {"task_004": {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
-                                              "insert_usb_cable/episode_1.hdf5": path.read_bytes()}})
+    root = small_root(
+        tmp_path,
+        {
+            "task_004": {
+                "insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                "insert_usb_cable/episode_1.hdf5": path.read_bytes(),
+            }
+        },
+    )
     adapter = AistAdapter()
     with pytest.raises(UnitError, match="frame 9 .* does not decode"):
         adapter.read_frames(root, "task_004_episode_1", "cam_high", [8, 9])
@@ -559,13 +604,18 @@ def test_symlink_members_inside_a_zip_are_refused(tmp_path):
 
 
 def test_zip_slip_member_names_refused(tmp_path):
-    root = small_root(tmp_path, {"task_004": {
-        "insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
-        "insert_usb_cable/../insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1),
-        "/insert_usb_cable/episode_2.hdf5": ep_bytes("task_004", 2),
-        "../../episode_3.hdf5": ep_bytes("task_004", 3),
-        "insert_usb_cable\\..\\..\\episode_4.hdf5": ep_bytes("task_004", 4),
-    }})
+    root = small_root(
+        tmp_path,
+        {
+            "task_004": {
+                "insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0),
+                "insert_usb_cable/../insert_usb_cable/episode_1.hdf5": ep_bytes("task_004", 1),
+                "/insert_usb_cable/episode_2.hdf5": ep_bytes("task_004", 2),
+                "../../episode_3.hdf5": ep_bytes("task_004", 3),
+                "insert_usb_cable\\..\\..\\episode_4.hdf5": ep_bytes("task_004", 4),
+            }
+        },
+    )
     adapter = AistAdapter()
     assert adapter.discover(root) == [f"task_004_episode_{i}" for i in range(5)]
     assert validate_unit(adapter.read_unit(root, "task_004_episode_0")) is None
@@ -596,8 +646,10 @@ def _hand_written_episode(n: int, aloha_bgr: bool) -> bytes:
         f.attrs["frame_rate"] = 50
         f.create_dataset("observations/qpos", data=np.zeros((n, 14)))
         f.create_dataset("observations/qvel", data=np.zeros((n, 14)))
-        f.create_dataset("observations/images/cam_high",
-                         data=np.stack([np.frombuffer(r.ljust(width, b"\0"), np.uint8) for r in rows]))
+        f.create_dataset(
+            "observations/images/cam_high",
+            data=np.stack([np.frombuffer(r.ljust(width, b"\0"), np.uint8) for r in rows]),
+        )
         f.create_dataset("text/prompt", data=b"Close the box.")
     return buf.getvalue()
 

@@ -80,8 +80,18 @@ def test_unit_ids_that_escape_the_root_are_refused(adapter, root, tmp_path):
     good, unit = first_good(adapter, root)
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    bad_ids = ["", ".", "..", f"../{good}", f"{good}/../{good}", "/etc/passwd", str(Path(root) / good),
-               str(outside), f"..__{good}", f"{good}\\..\\{good}"]
+    bad_ids = [
+        "",
+        ".",
+        "..",
+        f"../{good}",
+        f"{good}/../{good}",
+        "/etc/passwd",
+        str(Path(root) / good),
+        str(outside),
+        f"..__{good}",
+        f"{good}\\..\\{good}",
+    ]
     for bad in bad_ids:
         with pytest.raises(UnitError):
             adapter.read_unit(root, bad)

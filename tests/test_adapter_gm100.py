@@ -77,8 +77,13 @@ def test_registry_builds_the_adapter():
 
 
 def test_sample_layout_is_lerobot_v21(tiny):
-    assert sorted(p.name for p in tiny.iterdir()) == [".gitattributes", ".processbench_sample", "README.md",
-                                                       "task_00001", "task_00002"]
+    assert sorted(p.name for p in tiny.iterdir()) == [
+        ".gitattributes",
+        ".processbench_sample",
+        "README.md",
+        "task_00001",
+        "task_00002",
+    ]
     info = json.loads((tiny / "task_00001/meta/info.json").read_text())
     assert info["codebase_version"] == "v2.1" and info["fps"] == 15 and info["chunks_size"] == 1000
     assert info["data_path"] == "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
@@ -162,9 +167,15 @@ def test_signals_are_long_form_on_primary_frames(tiny, adapter):
     for u in GOOD:
         ir = adapter.read_unit(tiny, u)
         t = parquet(tiny, u)
-        pos, vel, eff, grip = (vec(t, c) for c in ("observation.state.arm.position", "observation.state.arm.velocity",
-                                                   "observation.state.effector.effort",
-                                                   "observation.state.effector.position"))
+        pos, vel, eff, grip = (
+            vec(t, c)
+            for c in (
+                "observation.state.arm.position",
+                "observation.state.arm.velocity",
+                "observation.state.effector.effort",
+                "observation.state.effector.position",
+            )
+        )
         n = ir.unit["num_frames"]
         sig = ir.signals.to_pydict()
         assert len(sig["arm"]) == 2 * n and set(sig["arm"]) == {"left", "right"}
@@ -176,9 +187,9 @@ def test_signals_are_long_form_on_primary_frames(tiny, adapter):
             assert np.array(sig["frame_index"])[m].tolist() == list(range(n))
             assert np.allclose(np.array(sig["t_sec"])[m], frames_t)
             got = np.stack([np.array(sig[c])[m] for c in ("pos_x", "pos_y", "pos_z")], axis=1)
-            assert np.allclose(got, pos[:, off:off + 3])
-            assert np.allclose(np.array(sig["speed"])[m], np.linalg.norm(vel[:, off:off + 3], axis=1))
-            assert np.allclose(np.array(sig["speed_full"])[m], np.linalg.norm(vel[:, off:off + 6], axis=1))
+            assert np.allclose(got, pos[:, off : off + 3])
+            assert np.allclose(np.array(sig["speed"])[m], np.linalg.norm(vel[:, off : off + 3], axis=1))
+            assert np.allclose(np.array(sig["speed_full"])[m], np.linalg.norm(vel[:, off : off + 6], axis=1))
             assert np.allclose(np.array(sig["gripper_effort"])[m], eff[:, e])
             assert np.allclose(np.array(sig["gripper_width"])[m], grip[:, e])
 
@@ -235,8 +246,11 @@ def test_short_camera_top_within_the_tolerance_is_cut_with_a_note(tiny, adapter)
     assert validate_unit(ir) is None
     assert ir.unit["num_frames"] == rows - 1
     assert ir.frames.num_rows == rows - 1 and ir.signals.num_rows == 2 * (rows - 1)
-    assert any(f"{rows - 1} decodable frames but the parquet has {rows} rows (1 frame short)" in n
-               and "dropped 1 trailing signal row" in n for n in ir.notes)
+    assert any(
+        f"{rows - 1} decodable frames but the parquet has {rows} rows (1 frame short)" in n
+        and "dropped 1 trailing signal row" in n
+        for n in ir.notes
+    )
     got = adapter.read_frames(tiny, SHORT, "camera_top", [rows - 2])  # the last usable frame decodes, as itself
     assert decode_frame_index(got[rows - 2]) == rows - 2
     with pytest.raises(UnitError):
@@ -387,8 +401,11 @@ def test_ragged_list_column_is_a_unit_error(corpus, adapter):
 
 
 def _tree_hash(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_generator_is_deterministic(tiny, tmp_path):
@@ -421,8 +438,9 @@ def test_plans_match_the_scales():
     eps = [e for t in release for e in t.episodes]
     assert len(eps) == 4186 and all(150 <= e.n_frames <= 200 for e in eps)
     assert {len(t.episodes) for t in release} == {39, 40}
-    assert {t.task_type: sum(x.task_type == t.task_type for x in release) for t in release} == \
-        samples.RELEASE_TYPE_COUNTS
+    assert {
+        t.task_type: sum(x.task_type == t.task_type for x in release) for t in release
+    } == samples.RELEASE_TYPE_COUNTS
     assert all(t.width == 64 and t.height == 48 for t in release)
 
 
@@ -460,7 +478,7 @@ def test_signals_let_every_label_rule_fire(task_type, n):
         eff = s["observation.state.effector.effort"]
         active = {}
         for arm, off, e in (("left", 0, 0), ("right", 6, 1)):
-            speed = np.linalg.norm(vel[:, off:off + 3], axis=1)
+            speed = np.linalg.norm(vel[:, off : off + 3], axis=1)
             active[arm] = speed > 0.35
             used = arm in s["_windows"]
             assert _contact_runs(eff[:, e]) == (1 if used else 0), (arm, ep)
@@ -470,10 +488,13 @@ def test_signals_let_every_label_rule_fire(task_type, n):
                 assert _directions(pos[:, off], pos[:, off + 1]) == {"left", "right", "up", "down"}
             else:
                 assert speed.max() < 0.1
-        both, left, right = active["left"] & active["right"], active["left"] & ~active["right"], \
-            active["right"] & ~active["left"]
+        both, left, right = (
+            active["left"] & active["right"],
+            active["left"] & ~active["right"],
+            active["right"] & ~active["left"],
+        )
         idle = ~active["left"] & ~active["right"]
-        assert idle[: int(n * 0.1)].all() and idle[-int(n * 0.1):].all()
+        assert idle[: int(n * 0.1)].all() and idle[-int(n * 0.1) :].all()
         if task_type == "bimanual_sequential":
             assert both.sum() > 0 and left.sum() >= 12 and right.sum() >= 12
         if task_type == "bimanual_sync":
@@ -536,21 +557,33 @@ def test_independent_lerobot_v21_corpus_good_broken_absent(tmp_path):
         "observation.state.effector.effort": {"dtype": "float32", "shape": [2]},
         key: {"dtype": "video", "shape": [24, 32, 3], "info": {"video.fps": 30}},
     }
-    info = {"codebase_version": "v2.1", "fps": 30, "chunks_size": 1000, "total_episodes": 3, "features": features,
-            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-            "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"}
+    info = {
+        "codebase_version": "v2.1",
+        "fps": 30,
+        "chunks_size": 1000,
+        "total_episodes": 3,
+        "features": features,
+        "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+        "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
+    }
     (task / "meta" / "info.json").write_text(json.dumps(info))
-    (task / "meta" / "episodes.jsonl").write_text("".join(json.dumps({"episode_index": e, "length": 24}) + "\n"
-                                                          for e in range(3)))
+    (task / "meta" / "episodes.jsonl").write_text(
+        "".join(json.dumps({"episode_index": e, "length": 24}) + "\n" for e in range(3))
+    )
     (task / "meta" / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": "fold the towel"}) + "\n")
     for e in range(3):
         n = 24
-        t = pa.table({"timestamp": pa.array(np.arange(n) / 30.0, pa.float32()),
-                      "frame_index": pa.array(range(n), pa.int64()), "episode_index": pa.array([e] * n, pa.int64()),
-                      "task_index": pa.array([0] * n, pa.int64()),
-                      "observation.state.arm.position": [[0.01 * i] * 12 for i in range(n)],
-                      "observation.state.arm.velocity": [[0.1] * 12 for _ in range(n)],
-                      "observation.state.effector.effort": [[1.0, 2.0] for _ in range(n)]})
+        t = pa.table(
+            {
+                "timestamp": pa.array(np.arange(n) / 30.0, pa.float32()),
+                "frame_index": pa.array(range(n), pa.int64()),
+                "episode_index": pa.array([e] * n, pa.int64()),
+                "task_index": pa.array([0] * n, pa.int64()),
+                "observation.state.arm.position": [[0.01 * i] * 12 for i in range(n)],
+                "observation.state.arm.velocity": [[0.1] * 12 for _ in range(n)],
+                "observation.state.effector.effort": [[1.0, 2.0] for _ in range(n)],
+            }
+        )
         out = task / f"data/chunk-000/episode_{e:06d}.parquet"
         out.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(t, out)
@@ -601,8 +634,10 @@ def test_gripper_width_from_effector_position_feeds_contact_and_phase_when_confi
     assert validate_unit(ir) is None
     sig = ir.signals.to_pydict()
     arm = np.array(sig["arm"])
-    arms = {a: {c: np.array(sig[c], dtype=np.float64)[arm == a] for c in ("gripper_effort", "gripper_width", "speed")}
-            for a in ("left", "right")}
+    arms = {
+        a: {c: np.array(sig[c], dtype=np.float64)[arm == a] for c in ("gripper_effort", "gripper_width", "speed")}
+        for a in ("left", "right")
+    }
     assert np.allclose(arms["right"]["gripper_width"], width[:, 1]) and np.allclose(arms["left"]["gripper_width"], 0)
 
     spec = load_settings().labels.contact.for_source("gm100").model_dump()
@@ -615,8 +650,9 @@ def test_gripper_width_from_effector_position_feeds_contact_and_phase_when_confi
     on, on_events = rule(unit, arms, ["left", "right"], "both", n, on_spec, {})
     assert on_events["right"] == [(20, 50)] and np.flatnonzero(on["right"]).tolist() == list(range(20, 50))
     assert on_events["left"] == []  # closed on nothing is no hold
-    phases = phase_from_contacts(n, on_events["right"], arms["right"]["speed"],
-                                 **load_settings().labels.phase.for_source("gm100").model_dump())
+    phases = phase_from_contacts(
+        n, on_events["right"], arms["right"]["speed"], **load_settings().labels.phase.for_source("gm100").model_dump()
+    )
     # before: pre-approach / approach; then contact; then hold and carry / transfer while the object is held
     assert set(phases[:20].tolist()) <= {0, 1} and phases[20] == 2 and set(phases[25:50].tolist()) <= {3, 4}
 

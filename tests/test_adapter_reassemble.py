@@ -77,8 +77,10 @@ def test_sample_layout_matches_release(root):
         rs = f["robot_state"]
         assert rs["measured_force"].shape[1] == 3 and rs["joint_positions"].shape[1] == 7
         assert rs["gripper_positions"].shape[1] == 2 and rs["pose"].shape[1] == 7 and rs["velocity"].shape[1] == 6
-        rates = {k: len(f[f"timestamps/{k}"]) for k in ("measured_force", "joint_positions", "pose",
-                                                        "compensated_base_force")}
+        rates = {
+            k: len(f[f"timestamps/{k}"])
+            for k in ("measured_force", "joint_positions", "pose", "compensated_base_force")
+        }
         assert len(set(rates.values())) == 4  # distinct native rates
         g = f["segments_info/0"]
         assert g["text"][()] == b"No action." and g["success"][()].dtype == np.bool_
@@ -126,8 +128,9 @@ def test_release_plan_is_realistic_and_fits_the_barcode():
         assert min(np.diff(starts)) >= 360
         n_actions = []
         for spec in specs:
-            segs = gen.plan_recording(rng_for(seed, gen.SLUG, spec.rec_id), "release", spec.leading_no_action,
-                                      spec.force_failure)
+            segs = gen.plan_recording(
+                rng_for(seed, gen.SLUG, spec.rec_id), "release", spec.leading_no_action, spec.force_failure
+            )
             actions = [s for s in segs if s.text != gen.NO_ACTION]
             n_actions.append(len(actions))
             assert 30 <= len(actions) <= 37 and all(s.low for s in actions), spec.rec_id
@@ -251,8 +254,11 @@ def test_segments_map_to_camera_frames(root, irs):
         highs = {s["seg_index"]: s for s in segs if s["level"] == "high"}
         with h5py.File(root / "data" / f"{u}.h5", "r") as f:
             for s in segs:
-                g = f[f"segments_info/{s['seg_index']}"] if s["level"] == "high" else \
-                    f[f"segments_info/{s['parent_index']}/low_level/{s['seg_index']}"]
+                g = (
+                    f[f"segments_info/{s['seg_index']}"]
+                    if s["level"] == "high"
+                    else f[f"segments_info/{s['parent_index']}/low_level/{s['seg_index']}"]
+                )
                 start, end = float(g["start"][()]), float(g["end"][()])
                 assert s["text"] == g["text"][()].decode() and s["success"] == bool(g["success"][()])
                 assert s["start_sec"] == pytest.approx(start - cam[0]) and s["end_sec"] == pytest.approx(end - cam[0])
@@ -485,8 +491,9 @@ def test_flat_folder_of_h5_files_reads_like_the_release_layout(tmp_path):
             continue
         y = a.read_unit(tmp_path / "flat", uid)
         assert y.frames.equals(x.frames) and y.segments.equals(x.segments)
-        assert {k: v for k, v in y.unit.items() if k != "official_split"} == \
-            {k: v for k, v in x.unit.items() if k != "official_split"}
+        assert {k: v for k, v in y.unit.items() if k != "official_split"} == {
+            k: v for k, v in x.unit.items() if k != "official_split"
+        }
 
 
 def test_independent_flat_corpus_good_broken_and_frame_order(tmp_path):

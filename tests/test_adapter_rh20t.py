@@ -192,8 +192,9 @@ def test_language_from_task_description_json(tmp_path, roots):
     root = tmp_path / "root"
     root.mkdir()
     shutil.copytree(roots["folder"] / S.CFG_DIR, root / S.CFG_DIR)
-    (root / "task_description.json").write_text(json.dumps(
-        {"task_0001": {"task_description_english": "Pick up the block.", "task_description_chinese": "x"}}))
+    (root / "task_description.json").write_text(
+        json.dumps({"task_0001": {"task_description_english": "Pick up the block.", "task_description_chinese": "x"}})
+    )
     a = Rh20tAdapter()
     assert a.read_unit(root, GOOD[0].name).unit["language"] == "Pick up the block."
     assert a.read_unit(root, GOOD[2].name).unit["language"] is None  # task_0008 not in the file
@@ -282,11 +283,12 @@ def test_color_mp4_whose_frames_do_not_decode_is_a_unit_error(tmp_path):
     mp4 = tmp_path / S.CFG_DIR / GOOD[0].name / f"cam_{S.PRIMARY}" / "color.mp4"
     data = mp4.read_bytes()
     at = data.index(b"mdat")
-    size = int.from_bytes(data[at - 4:at], "big")
-    mp4.write_bytes(data[:at + 4] + bytes(size - 8) + data[at - 4 + size:])
+    size = int.from_bytes(data[at - 4 : at], "big")
+    mp4.write_bytes(data[: at + 4] + bytes(size - 8) + data[at - 4 + size :])
     assert video.count_frames(mp4) > 0
-    with pytest.raises(UnitError, match=r"cam_036422060215/color\.mp4 is unreadable: first frame does not decode") \
-            as ei:
+    with pytest.raises(
+        UnitError, match=r"cam_036422060215/color\.mp4 is unreadable: first frame does not decode"
+    ) as ei:
         Rh20tAdapter().read_unit(tmp_path, GOOD[0].name)
     assert ei.value.file == f"{S.CFG_DIR}/{GOOD[0].name}/cam_036422060215/color.mp4"
 
@@ -303,14 +305,21 @@ def test_signal_samples_read_in_one_block_match_sample_by_sample():
         out = np.full((len(vals), width), np.nan)
         for i, v in enumerate(vals):
             if v is not None:
-                out[i, :len(v)] = v
+                out[i, : len(v)] = v
         return out
 
     good = [(1000 + 100 * i, {"tcp": np.arange(7.0) + i}) for i in range(5)]
-    odd = {"uniform": None, "nan_leading": {"tcp": np.array([1.0, np.nan, 2, 3, 4, 5, 6])},
-           "inf_after_n": {"tcp": np.array([1.0, 2, 3, np.inf, 4, 5, 6])}, "missing": {}, "none": {"tcp": None},
-           "short": {"tcp": np.arange(2.0)}, "ragged": {"tcp": np.arange(4.0)}, "list": {"tcp": [1, 2, 3, 4, 5, 6, 7]},
-           "not_a_dict": "x"}
+    odd = {
+        "uniform": None,
+        "nan_leading": {"tcp": np.array([1.0, np.nan, 2, 3, 4, 5, 6])},
+        "inf_after_n": {"tcp": np.array([1.0, 2, 3, np.inf, 4, 5, 6])},
+        "missing": {},
+        "none": {"tcp": None},
+        "short": {"tcp": np.arange(2.0)},
+        "ragged": {"tcp": np.arange(4.0)},
+        "list": {"tcp": [1, 2, 3, 4, 5, 6, 7]},
+        "not_a_dict": "x",
+    }
     for case, entry in odd.items():
         items = good if entry is None else good[:2] + [(1200, entry)] + good[3:]
         for n in (3, 1):
@@ -584,7 +593,7 @@ def test_signals_let_every_label_rule_fire(rating, failure):
     if failure is None:
         assert force[-5:].max() < 1.0 and width[-1] > tr["w_open"] - 2  # released
     if failure == "estop":
-        assert np.ptp(pos[tr["bounds"]["estop"]:], axis=0).max() < 0.003  # frozen
+        assert np.ptp(pos[tr["bounds"]["estop"] :], axis=0).max() < 0.003  # frozen
 
 
 def test_demo_and_release_compositions():
@@ -635,8 +644,10 @@ def test_root_given_as_the_archive_file_itself(tmp_path, roots):
     x = a.read_unit(tar, ids[0])
     y = Rh20tAdapter().read_unit(roots["tar"], ids[0])
     assert validate_unit(x) is None and x.unit == y.unit and x.frames.equals(y.frames)
-    assert np.array_equal(a.read_frames(tar, ids[0], S.PRIMARY, [1])[1],
-                          Rh20tAdapter().read_frames(roots["tar"], ids[0], S.PRIMARY, [1])[1])
+    assert np.array_equal(
+        a.read_frames(tar, ids[0], S.PRIMARY, [1])[1],
+        Rh20tAdapter().read_frames(roots["tar"], ids[0], S.PRIMARY, [1])[1],
+    )
     with pytest.raises(SourceError, match="none of the selected cfgs"):
         Rh20tAdapter(cfgs=["cfg3"]).discover(tar)
 
@@ -666,14 +677,22 @@ def _scene_by_hand(base: Path, serial: str, n: int = 20, with_gripper: bool = Tr
             c.mux(p)
     ts = [1_600_000_000_000 + 100 * i for i in range(n)]
     np.save(base / f"cam_{serial}" / "timestamps.npy", {"color": ts, "depth": ts}, allow_pickle=True)
-    np.save(base / "transformed" / "tcp_base.npy",
-            {serial: [{"timestamp": t, "tcp": np.array([0.1 * i, 0.2, 0.3, 1, 0, 0, 0])} for i, t in enumerate(ts)]},
-            allow_pickle=True)
-    np.save(base / "transformed" / "force_torque_base.npy",
-            {serial: [{"timestamp": t, "zeroed": np.array([3.0, 4.0, 0, 0, 0, 0])} for t in ts]}, allow_pickle=True)
+    np.save(
+        base / "transformed" / "tcp_base.npy",
+        {serial: [{"timestamp": t, "tcp": np.array([0.1 * i, 0.2, 0.3, 1, 0, 0, 0])} for i, t in enumerate(ts)]},
+        allow_pickle=True,
+    )
+    np.save(
+        base / "transformed" / "force_torque_base.npy",
+        {serial: [{"timestamp": t, "zeroed": np.array([3.0, 4.0, 0, 0, 0, 0])} for t in ts]},
+        allow_pickle=True,
+    )
     if with_gripper:
-        np.save(base / "transformed" / "gripper.npy",
-                {serial: {t: {"gripper_info": [0.05, 0, 0]} for t in ts}}, allow_pickle=True)
+        np.save(
+            base / "transformed" / "gripper.npy",
+            {serial: {t: {"gripper_info": [0.05, 0, 0]} for t in ts}},
+            allow_pickle=True,
+        )
 
 
 def test_independent_scene_folders_good_broken_and_frame_order(tmp_path):

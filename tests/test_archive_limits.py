@@ -62,8 +62,12 @@ def test_tar_gz_bomb_member_is_its_scenes_row_with_bounded_memory(tmp_path):
 
 def test_zip_bomb_member_is_its_episodes_row_without_temp_spill(tmp_path):
     A.write_manifest(tmp_path)
-    zip_bomb(tmp_path / "insert_usb_cable.zip", {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0)},
-             "insert_usb_cable/episode_1.hdf5", gib=3)
+    zip_bomb(
+        tmp_path / "insert_usb_cable.zip",
+        {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0)},
+        "insert_usb_cable/episode_1.hdf5",
+        gib=3,
+    )
     assert (tmp_path / "insert_usb_cable.zip").stat().st_size < 8 << 20
     got = _probe("aist", tmp_path, "task_004_episode_1", "task_004_episode_0")
     assert got["ids"] == ["task_004_episode_0", "task_004_episode_1"]
@@ -77,8 +81,13 @@ def test_zip_member_that_lies_about_its_size_inflates_no_further_than_declared(t
     """A member whose headers declare 4 MiB (within every limit) but whose data inflates to 1.5 GiB: the adapter
     inflates at most the declared size, in memory, and the CRC then fails the episode; memory stays bounded."""
     A.write_manifest(tmp_path)
-    zip_bomb(tmp_path / "insert_usb_cable.zip", {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0)},
-             "insert_usb_cable/episode_1.hdf5", gib=1.5, declared=4 << 20)
+    zip_bomb(
+        tmp_path / "insert_usb_cable.zip",
+        {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0)},
+        "insert_usb_cable/episode_1.hdf5",
+        gib=1.5,
+        declared=4 << 20,
+    )
     got = _probe("aist", tmp_path, "task_004_episode_1", "task_004_episode_0")
     assert "cannot be inflated" in got["bad"] and got["file"].endswith("episode_1.hdf5")
     assert got["good_frames"] == 40
@@ -87,8 +96,9 @@ def test_zip_member_that_lies_about_its_size_inflates_no_further_than_declared(t
 
 def test_members_past_max_member_bytes_are_refused_and_the_rest_reads(tmp_path):
     limits = {"max_member_bytes": 4000}
-    A.write_task_zip(tmp_path / "aist" / "insert_usb_cable.zip",
-                     {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0)})
+    A.write_task_zip(
+        tmp_path / "aist" / "insert_usb_cable.zip", {"insert_usb_cable/episode_0.hdf5": ep_bytes("task_004", 0)}
+    )
     with pytest.raises(UnitError, match="max_member_bytes") as e:
         AistAdapter(archive_limits=limits).read_unit(tmp_path / "aist", "task_004_episode_0")
     assert e.value.file == "insert_usb_cable.zip/insert_usb_cable/episode_0.hdf5"
@@ -133,8 +143,9 @@ def _aist_root(tmp_path: Path) -> Path:
     root = tmp_path / "aist"
     root.mkdir(parents=True)
     A.write_manifest(root)
-    A.write_task_zip(root / "insert_usb_cable.zip", {f"insert_usb_cable/episode_{i}.hdf5": ep_bytes("task_004", i)
-                                                     for i in range(2)})
+    A.write_task_zip(
+        root / "insert_usb_cable.zip", {f"insert_usb_cable/episode_{i}.hdf5": ep_bytes("task_004", i) for i in range(2)}
+    )
     return root
 
 
@@ -177,8 +188,10 @@ def test_unreadable_zip_counts_each_episode_it_held(tmp_path, kind):
 
 def test_unmapped_task_row_counts_its_episodes_in_the_quarantine_share(tmp_path):
     root = _aist_root(tmp_path)
-    A.write_task_zip(root / "sort_unknown_things.zip", {f"sort_unknown_things/episode_{i}.hdf5":
-                                                         ep_bytes("task_016", i) for i in range(3)})
+    A.write_task_zip(
+        root / "sort_unknown_things.zip",
+        {f"sort_unknown_things/episode_{i}.hdf5": ep_bytes("task_016", i) for i in range(3)},
+    )
     res = ingest_source("aist", root, {})
     row = res.quarantine.filter(pl.col("unit_id") == "unmapped_sort_unknown_things").row(0, named=True)
     assert row["units"] == 3 and "3 episodes not read" in row["reason"]

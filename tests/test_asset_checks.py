@@ -51,8 +51,9 @@ def test_schema_check_fails_on_a_dropped_column_and_a_wrong_dtype(demo_release, 
     df.drop(victim).write_parquet(dst)  # planted: a column is gone
     res = check.evaluate(cfg)
     assert not res.passed and any(victim in p for p in res.metadata["problems"].value)
-    df.with_columns(pl.col(victim).cast(pl.Binary) if df.schema[victim] == pl.String
-                    else pl.col(victim).cast(pl.String)).write_parquet(dst)  # planted: the column changed type
+    df.with_columns(
+        pl.col(victim).cast(pl.Binary) if df.schema[victim] == pl.String else pl.col(victim).cast(pl.String)
+    ).write_parquet(dst)  # planted: the column changed type
     assert not check.evaluate(cfg).passed
     dst.unlink()  # planted: the table is missing
     assert not check.evaluate(cfg).passed
@@ -64,8 +65,19 @@ def test_quarantine_share_fails_when_most_units_are_quarantined(copy):
     assert check.evaluate(cfg).passed
     q = pl.read_parquet(work / "ir" / "gm100" / "quarantine.parquet")
     n_units = pl.read_parquet(work / "ir" / "gm100" / "units.parquet").height
-    planted = pl.DataFrame([{"source": "gm100", "unit_id": f"planted_{i}", "stage": "ingest", "reason": "planted",
-                             "file": f"planted_{i}.parquet"} for i in range(n_units + 1)], schema=q.schema)
+    planted = pl.DataFrame(
+        [
+            {
+                "source": "gm100",
+                "unit_id": f"planted_{i}",
+                "stage": "ingest",
+                "reason": "planted",
+                "file": f"planted_{i}.parquet",
+            }
+            for i in range(n_units + 1)
+        ],
+        schema=q.schema,
+    )
     pl.concat([q, planted]).write_parquet(work / "ir" / "gm100" / "quarantine.parquet")
     res = check.evaluate(cfg)
     assert not res.passed and "gm100" in res.metadata["over"].value
@@ -74,8 +86,9 @@ def test_quarantine_share_fails_when_most_units_are_quarantined(copy):
 def test_quotas_met_warns_on_a_shortfall(copy):
     cfg, work, _ = copy
     check = BY_NAME[("items/aist", "quotas_met")]
-    (work / "items" / "aist_shortfall.json").write_text(json.dumps(
-        [{"source": "aist", "task_id": "T1", "quota": 5, "have": 3, "missing": 2}]))
+    (work / "items" / "aist_shortfall.json").write_text(
+        json.dumps([{"source": "aist", "task_id": "T1", "quota": 5, "have": 3, "missing": 2}])
+    )
     res = check.evaluate(cfg)
     assert not res.passed and res.severity.value == "WARN"
     (work / "items" / "aist_shortfall.json").write_text("[]")
@@ -107,8 +120,9 @@ def test_no_group_in_both_splits_fails_on_a_leaked_group(copy):
     items = pl.read_parquet(work / "split" / "items.parquet")
     group = items.filter(pl.col("split") == "sft")["split_group_id"].value_counts(sort=True)["split_group_id"][0]
     first = items.with_row_index().filter(pl.col("split_group_id") == group)["index"][0]
-    leaked = items.with_columns(pl.when(pl.int_range(pl.len()) == first).then(pl.lit("eval"))
-                                .otherwise(pl.col("split")).alias("split"))
+    leaked = items.with_columns(
+        pl.when(pl.int_range(pl.len()) == first).then(pl.lit("eval")).otherwise(pl.col("split")).alias("split")
+    )
     leaked.write_parquet(work / "split" / "items.parquet")
     res = check.evaluate(cfg)
     assert not res.passed and group in res.metadata["leaked_groups"].value
@@ -165,8 +179,9 @@ def test_isolation_keys_hold_fails_when_an_sft_item_shares_an_eval_scene(copy):
     eval_unit = rh.filter(pl.col("split") == "eval")["unit_id"][0]
     victim = items.with_row_index().filter((pl.col("source") == "rh20t") & (pl.col("split") == "sft"))["index"][0]
     # planted: an SFT item claims a unit of an eval (task, scene), keeping its own split group id
-    items.with_columns(pl.when(pl.int_range(pl.len()) == victim).then(pl.lit(eval_unit))
-                       .otherwise(pl.col("unit_id")).alias("unit_id")).write_parquet(work / "split" / "items.parquet")
+    items.with_columns(
+        pl.when(pl.int_range(pl.len()) == victim).then(pl.lit(eval_unit)).otherwise(pl.col("unit_id")).alias("unit_id")
+    ).write_parquet(work / "split" / "items.parquet")
     res = check.evaluate(cfg)
     assert not res.passed and res.metadata["n_problems"].value >= 1
 
@@ -178,8 +193,9 @@ def test_eval_level_counts_fail_when_a_level_row_moves(copy):
     items = pl.read_parquet(work / "split" / "items.parquet")
     first = items.with_row_index().filter(pl.col("eval_level") == "L1")["index"][0]
     # planted: one L1 row relabelled L3, so the rows per level no longer match split_summary.json
-    items.with_columns(pl.when(pl.int_range(pl.len()) == first).then(pl.lit("L3"))
-                       .otherwise(pl.col("eval_level")).alias("eval_level")).write_parquet(work / "split" / "items.parquet")
+    items.with_columns(
+        pl.when(pl.int_range(pl.len()) == first).then(pl.lit("L3")).otherwise(pl.col("eval_level")).alias("eval_level")
+    ).write_parquet(work / "split" / "items.parquet")
     assert not check.evaluate(cfg).passed
 
 
@@ -207,8 +223,9 @@ def test_ui_metadata_has_column_descriptions_and_row_counts_of_text_tables(demo_
     from assets.tables import all_steps, tables_by_name
     from pipeline.release.schema import DESCRIPTIONS
 
-    cfg = BuildSettings(scale="demo", work_dir=str(demo_release.parent / "work"),
-                        release_dir=str(demo_release)).config()
+    cfg = BuildSettings(
+        scale="demo", work_dir=str(demo_release.parent / "work"), release_dir=str(demo_release)
+    ).config()
     tables = tables_by_name(all_steps(cfg))
     meta = table_metadata(tables["release/eval_parquet"], cfg)
     cols = {c.name: c.description for c in meta["dagster/column_schema"].columns}

@@ -11,13 +11,21 @@ from pipeline.scoring import circular as C
 
 
 def _eval():
-    return pl.DataFrame({
-        "item_id": ["i1", "i2", "i3"], "task_id": ["T1", "T2", "T8"], "eval_level": ["L1", "L2", "L2"],
-        "num_choices": [3, 2, 4],
-        "choice_A": ["a", "yes", "XYZ"], "choice_B": ["b", "no", "XZY"], "choice_C": ["c", None, "YXZ"],
-        "choice_D": [None, None, "ZYX"], "choice_E": [None] * 3, "choice_F": [None] * 3,
-        "answer": ["B", "A", "D"],
-    })
+    return pl.DataFrame(
+        {
+            "item_id": ["i1", "i2", "i3"],
+            "task_id": ["T1", "T2", "T8"],
+            "eval_level": ["L1", "L2", "L2"],
+            "num_choices": [3, 2, 4],
+            "choice_A": ["a", "yes", "XYZ"],
+            "choice_B": ["b", "no", "XZY"],
+            "choice_C": ["c", None, "YXZ"],
+            "choice_D": [None, None, "ZYX"],
+            "choice_E": [None] * 3,
+            "choice_F": [None] * 3,
+            "answer": ["B", "A", "D"],
+        }
+    )
 
 
 def test_rotate_moves_the_answer_with_its_option():
@@ -81,11 +89,23 @@ def test_score_circular_on_the_demo_release(demo_release, tmp_path, capsys):
     with open(tsv, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     preds = tmp_path / "preds.jsonl"
-    preds.write_text("".join(json.dumps({"item_id": C.copy_id(r["item_id"], int(r["index"]) // C.INDEX_STRIDE),
-                                         "response": f"<ANSWER>{r['answer']}</ANSWER>"}) + "\n" for r in rows))
+    preds.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "item_id": C.copy_id(r["item_id"], int(r["index"]) // C.INDEX_STRIDE),
+                    "response": f"<ANSWER>{r['answer']}</ANSWER>",
+                }
+            )
+            + "\n"
+            for r in rows
+        )
+    )
     out = tmp_path / "scores"
-    assert main(["score", "--release", str(demo_release), "--predictions", str(preds), "--out", str(out),
-                 "--circular"]) == 0
+    assert (
+        main(["score", "--release", str(demo_release), "--predictions", str(preds), "--out", str(out), "--circular"])
+        == 0
+    )
     report = json.loads((out / "circular.json").read_text())
     assert report["copies"] == len(rows) and report["missing_copies"] == 0
     assert set(report["by_level"]) == {"L1", "L2", "L3"}

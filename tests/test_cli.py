@@ -15,8 +15,10 @@ from pipeline.settings.config import load_settings
 
 
 def test_ingest_writes_ir_and_summary(demo_samples, tmp_path, capsys):
-    assert main(["ingest", "--source", "reassemble", "--root", str(demo_samples["reassemble"]),
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(["ingest", "--source", "reassemble", "--root", str(demo_samples["reassemble"]), "--out", str(tmp_path)])
+        == 0
+    )
     text = capsys.readouterr().out
     assert "source reassemble:" in text and "quarantined by reason" in text and "camera 'hand' missing" in text
     for name in ("units", "frames", "signals", "segments", "quarantine"):
@@ -28,7 +30,9 @@ def test_ingest_writes_ir_and_summary(demo_samples, tmp_path, capsys):
 
 
 def test_ingest_of_a_missing_root_quarantines_the_source(tmp_path, capsys):
-    assert main(["ingest", "--source", "gm100", "--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 1  # unusable: non-zero
+    assert (
+        main(["ingest", "--source", "gm100", "--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 1
+    )  # unusable: non-zero
     q = pl.read_parquet(tmp_path / "o" / "quarantine.parquet")
     assert q["unit_id"].to_list() == ["*"] and "does not exist" in q["reason"][0]
     assert str(tmp_path) not in q["reason"][0]  # path-free
@@ -45,7 +49,8 @@ def test_validate_accepts_the_demo_release_and_rejects_a_tampered_copy(demo_rele
 
 def test_split_resplits_a_pool_file(demo_release, tmp_path):
     rows = pl.read_parquet(demo_release / "splits" / "processdata_sft.parquet").select(
-        "item_id", pl.col("source_slug").alias("source"), "task_id", "split_group_id", "answer", "num_choices")
+        "item_id", pl.col("source_slug").alias("source"), "task_id", "split_group_id", "answer", "num_choices"
+    )
     pool = tmp_path / "pool.jsonl"
     pool.write_text("".join(json.dumps(r) + "\n" for r in rows.iter_rows(named=True)))
     assert main(["split", "--items", str(pool), "--out", str(tmp_path / "out")]) == 0
@@ -56,12 +61,24 @@ def test_split_resplits_a_pool_file(demo_release, tmp_path):
     assert (tmp_path / "out" / "split_summary.json").is_file()
 
 
-def test_build_of_one_source_is_a_valid_release_and_a_rebuild_runs_nothing(demo_samples, tmp_path, monkeypatch,
-                                                                          capsys):
+def test_build_of_one_source_is_a_valid_release_and_a_rebuild_runs_nothing(demo_samples, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DAGSTER_HOME", "")  # unset: the CLI falls back to the repository's .dagster_home
     monkeypatch.setattr("assets.cli.path_in_repo", lambda rel: tmp_path / rel)  # the repository's .dagster_home
-    args = ["build", "--scale", "demo", "--sources", "aist", "--upstream", f"aist={demo_samples['aist']}",
-            "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "release"), "--executor", "in_process"]
+    args = [
+        "build",
+        "--scale",
+        "demo",
+        "--sources",
+        "aist",
+        "--upstream",
+        f"aist={demo_samples['aist']}",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--release-dir",
+        str(tmp_path / "release"),
+        "--executor",
+        "in_process",
+    ]
     assert main(args) == 0
     captured = capsys.readouterr()
     out = captured.out
@@ -89,8 +106,7 @@ def test_build_of_one_source_is_a_valid_release_and_a_rebuild_runs_nothing(demo_
     assert set(rows["source_slug"]) == {"aist"}
 
 
-def test_an_unchanged_build_with_samples_writes_no_corpus_and_runs_no_step(demo_samples, tmp_path, monkeypatch,
-                                                                            capsys):
+def test_an_unchanged_build_with_samples_writes_no_corpus_and_runs_no_step(demo_samples, tmp_path, monkeypatch, capsys):
     """`make rebuild` (build --samples) twice: the second finds the sample corpus the generator wrote (checked with
     the adapter options its record was written with: REASSEMBLE's only_split lists fewer units than the default) and
     runs no step."""
@@ -106,8 +122,20 @@ def test_an_unchanged_build_with_samples_writes_no_corpus_and_runs_no_step(demo_
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / ".dagster_home"))
     written = []
     monkeypatch.setattr("assets.cli._write_samples", lambda *a, **k: written.append(a))
-    args = ["build", "--samples", "--scale", "demo", "--sources", slug, "--work-dir", str(tmp_path / "work"),
-            "--release-dir", str(tmp_path / "release"), "--executor", "in_process"]
+    args = [
+        "build",
+        "--samples",
+        "--scale",
+        "demo",
+        "--sources",
+        slug,
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--release-dir",
+        str(tmp_path / "release"),
+        "--executor",
+        "in_process",
+    ]
     assert main(args) == 0
     assert "(7 step(s) run" in capsys.readouterr().out
     assert main(args) == 0
@@ -123,8 +151,12 @@ def test_every_option_of_every_subcommand_has_help():
 
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    missing = [f"{name} {a.option_strings or a.dest}" for name, sp in sub.choices.items() for a in sp._actions
-               if not isinstance(a, argparse._HelpAction) and not a.help]
+    missing = [
+        f"{name} {a.option_strings or a.dest}"
+        for name, sp in sub.choices.items()
+        for a in sp._actions
+        if not isinstance(a, argparse._HelpAction) and not a.help
+    ]
     assert len(sub.choices) >= 9 and missing == []
 
 
@@ -142,13 +174,25 @@ def test_an_unusable_source_stops_its_chain_with_one_line_and_the_step_says_the_
     belongs there and the fix; labels/candidates/items never start; the UI's step failure says the same line."""
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
     (tmp_path / "empty").mkdir()
-    args = ["build", "--sources", "gm100", "--upstream", f"gm100={tmp_path / 'empty'}", "--executor", "in_process",
-            "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "release")]
+    args = [
+        "build",
+        "--sources",
+        "gm100",
+        "--upstream",
+        f"gm100={tmp_path / 'empty'}",
+        "--executor",
+        "in_process",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--release-dir",
+        str(tmp_path / "release"),
+    ]
     assert main(args) == 1
     captured = capsys.readouterr()
     text = captured.out + captured.err
-    line = (f"gm100: no usable source at {tmp_path / 'empty'}: root 'empty' is empty. Expected there: task_XXXXX/ "
-            "folders")
+    line = (
+        f"gm100: no usable source at {tmp_path / 'empty'}: root 'empty' is empty. Expected there: task_XXXXX/ folders"
+    )
     assert f"ingest_gm100 FAILED: {line}" in captured.out
     assert "Traceback" not in text and "Stack Trace" not in text and "image_hashes_json" not in text
     assert "labels_gm100 started" not in text and "items_gm100 started" not in text
@@ -156,8 +200,10 @@ def test_an_unusable_source_stops_its_chain_with_one_line_and_the_step_says_the_
     assert not (tmp_path / "release").exists()
     instance = dg.DagsterInstance.get()
     (run,) = instance.get_runs()
-    (failure,) = [r.event_log_entry.dagster_event for r in instance.get_records_for_run(
-        run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records]
+    (failure,) = [
+        r.event_log_entry.dagster_event
+        for r in instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records
+    ]
     assert failure.step_key == "ingest_gm100"
     assert failure.event_specific_data.user_failure_data.description.startswith(line)
 

@@ -59,7 +59,8 @@ def bases(tmp_path_factory) -> dict[str, Path]:
     (out["aist"] / name).mkdir()
     for ep in (0, 1):
         (out["aist"] / name / f"episode_{ep}.hdf5").write_bytes(
-            aist_samples.episode_bytes(tid, name, taxonomy, prompt, ep, 30, (64, 48), seed=0))
+            aist_samples.episode_bytes(tid, name, taxonomy, prompt, ep, 30, (64, 48), seed=0)
+        )
     return out
 
 
@@ -154,6 +155,7 @@ def gm_positions(value: float):
         m[4, 0] = value
         i = t.schema.get_field_index(name)
         return t.set_column(i, t.schema.field(i), pa.array(m.tolist(), type=col.type))
+
     return fn
 
 
@@ -175,6 +177,7 @@ def gm_camera_fps(value):
         for f in info["features"].values():
             if isinstance(f, dict) and isinstance(f.get("info"), dict) and "video.fps" in f["info"]:
                 f["info"]["video.fps"] = value
+
     return fn
 
 
@@ -185,48 +188,116 @@ def gm_card(root: Path, text: str) -> None:
 RE0, AI0, RH0 = RE_UNITS[0], "task_004_episode_0", RH_SPECS[0].name
 # (name, source, break(root, tmp), bad unit, reason must contain)
 BAD_INPUTS = [
-    ("re-external-link", "reassemble", lambda r, t: h5_external_link(re_file(r), t, "robot_state/pose"), RE0,
-     "external link"),
-    ("re-virtual-dataset", "reassemble", lambda r, t: h5_virtual_dataset(re_file(r), t, "timestamps/hand"), RE0,
-     "virtual dataset"),
-    ("re-external-storage", "reassemble", lambda r, t: h5_external_storage(re_file(r), t, "robot_state/pose"), RE0,
-     "external raw storage"),
-    ("re-constant-clock", "reassemble", lambda r, t: h5_set(re_file(r), "timestamps/hand",
-                                                            lambda a: np.full_like(a, 1.7e9)), RE0, "constant"),
-    ("re-position-1e30", "reassemble", lambda r, t: h5_set(re_file(r), "robot_state/pose",
-                                                           lambda a: np.where(np.arange(a.shape[1]) == 0, 1e30, a)),
-     RE0, "signals.pos_x magnitude"),
-    ("re-segment-text-path", "reassemble", lambda r, t: h5_set(re_file(r), "segments_info/0/text",
-                                                               lambda a: b"Pick /home/alice/secret/peg.txt"), RE0,
-     "segments.text holds absolute path"),
-    ("aist-external-link", "aist", lambda r, t: h5_external_link(aist_file(r), t, "observations/qvel"), AI0,
-     "external link"),
-    ("aist-virtual-dataset", "aist", lambda r, t: h5_virtual_dataset(aist_file(r), t, "observations/qpos"), AI0,
-     "virtual dataset"),
-    ("aist-external-storage", "aist", lambda r, t: h5_external_storage(aist_file(r), t, "observations/qpos"), AI0,
-     "external raw storage"),
+    (
+        "re-external-link",
+        "reassemble",
+        lambda r, t: h5_external_link(re_file(r), t, "robot_state/pose"),
+        RE0,
+        "external link",
+    ),
+    (
+        "re-virtual-dataset",
+        "reassemble",
+        lambda r, t: h5_virtual_dataset(re_file(r), t, "timestamps/hand"),
+        RE0,
+        "virtual dataset",
+    ),
+    (
+        "re-external-storage",
+        "reassemble",
+        lambda r, t: h5_external_storage(re_file(r), t, "robot_state/pose"),
+        RE0,
+        "external raw storage",
+    ),
+    (
+        "re-constant-clock",
+        "reassemble",
+        lambda r, t: h5_set(re_file(r), "timestamps/hand", lambda a: np.full_like(a, 1.7e9)),
+        RE0,
+        "constant",
+    ),
+    (
+        "re-position-1e30",
+        "reassemble",
+        lambda r, t: h5_set(re_file(r), "robot_state/pose", lambda a: np.where(np.arange(a.shape[1]) == 0, 1e30, a)),
+        RE0,
+        "signals.pos_x magnitude",
+    ),
+    (
+        "re-segment-text-path",
+        "reassemble",
+        lambda r, t: h5_set(re_file(r), "segments_info/0/text", lambda a: b"Pick /home/alice/secret/peg.txt"),
+        RE0,
+        "segments.text holds absolute path",
+    ),
+    (
+        "aist-external-link",
+        "aist",
+        lambda r, t: h5_external_link(aist_file(r), t, "observations/qvel"),
+        AI0,
+        "external link",
+    ),
+    (
+        "aist-virtual-dataset",
+        "aist",
+        lambda r, t: h5_virtual_dataset(aist_file(r), t, "observations/qpos"),
+        AI0,
+        "virtual dataset",
+    ),
+    (
+        "aist-external-storage",
+        "aist",
+        lambda r, t: h5_external_storage(aist_file(r), t, "observations/qpos"),
+        AI0,
+        "external raw storage",
+    ),
     ("aist-frame-rate-1e12", "aist", lambda r, t: h5_attr(aist_file(r), "frame_rate", 1e12), AI0, "units.fps"),
     ("aist-frame-rate-inf", "aist", lambda r, t: h5_attr(aist_file(r), "frame_rate", np.inf), AI0, "frame_rate"),
-    ("aist-position-1e30", "aist", lambda r, t: h5_set(aist_file(r), "observations/qpos",
-                                                       lambda a: np.where(np.arange(len(a))[:, None] == 2, 1e30, a)),
-     AI0, "signals.pos_x magnitude"),
-    ("aist-prompt-path", "aist", lambda r, t: h5_set(aist_file(r), "text/prompt",
-                                                     lambda a: "see C:\\Users\\alice\\task.txt".encode()), AI0,
-     "units.language holds Windows path"),
+    (
+        "aist-position-1e30",
+        "aist",
+        lambda r, t: h5_set(
+            aist_file(r), "observations/qpos", lambda a: np.where(np.arange(len(a))[:, None] == 2, 1e30, a)
+        ),
+        AI0,
+        "signals.pos_x magnitude",
+    ),
+    (
+        "aist-prompt-path",
+        "aist",
+        lambda r, t: h5_set(aist_file(r), "text/prompt", lambda a: "see C:\\Users\\alice\\task.txt".encode()),
+        AI0,
+        "units.language holds Windows path",
+    ),
     ("rh-rating-1e300", "rh20t", lambda r, t: rh_meta(r, rating=1e300), RH0, "units.rating"),
     ("rh-rating-inf", "rh20t", lambda r, t: rh_meta(r, rating=float("inf")), RH0, "rating"),
     ("rh-rating-99", "rh20t", lambda r, t: rh_meta(r, rating=99), RH0, "units.rating 99 outside"),
     ("rh-position-1e30", "rh20t", lambda r, t: rh_tcp(r, 1e30), RH0, "signals.pos_x magnitude"),
-    ("gm-position-inf", "gm100", lambda r, t: gm_parquet(r, gm_positions(np.inf)), GM_UNIT,
-     "signals.pos_x has non-finite"),
-    ("gm-position-minus-inf", "gm100", lambda r, t: gm_parquet(r, gm_positions(-np.inf)), GM_UNIT,
-     "signals.pos_x has non-finite"),
+    (
+        "gm-position-inf",
+        "gm100",
+        lambda r, t: gm_parquet(r, gm_positions(np.inf)),
+        GM_UNIT,
+        "signals.pos_x has non-finite",
+    ),
+    (
+        "gm-position-minus-inf",
+        "gm100",
+        lambda r, t: gm_parquet(r, gm_positions(-np.inf)),
+        GM_UNIT,
+        "signals.pos_x has non-finite",
+    ),
     ("gm-position-1e30", "gm100", lambda r, t: gm_parquet(r, gm_positions(1e30)), GM_UNIT, "signals.pos_x magnitude"),
     ("gm-constant-clock", "gm100", lambda r, t: gm_parquet(r, gm_constant_clock), GM_UNIT, "constant"),
     ("gm-fps-inf", "gm100", lambda r, t: gm_info(r, gm_camera_fps(float("inf"))), GM_UNIT, "units.fps"),
     ("gm-fps-1e308", "gm100", lambda r, t: gm_info(r, gm_camera_fps(1e308)), GM_UNIT, "units.fps"),
-    ("gm-licence-path", "gm100", lambda r, t: gm_card(r, "---\nlicense: other\nlicense_name: /home/alice/LICENSE\n"
-                                                          "---\n"), GM_UNIT, "units.licence holds absolute path"),
+    (
+        "gm-licence-path",
+        "gm100",
+        lambda r, t: gm_card(r, "---\nlicense: other\nlicense_name: /home/alice/LICENSE\n---\n"),
+        GM_UNIT,
+        "units.licence holds absolute path",
+    ),
 ]
 
 
@@ -252,15 +323,19 @@ def test_bad_content_is_this_units_quarantine_row(bases, tmp_path, name, slug, b
 
 
 def test_links_name_the_file_relative_to_the_root(bases, tmp_path):
-    for slug, path_of, rel in (("reassemble", re_file, f"data/{RE0}.h5"),
-                               ("aist", aist_file, f"{AIST_TASK[1]}/episode_0.hdf5")):
+    for slug, path_of, rel in (
+        ("reassemble", re_file, f"data/{RE0}.h5"),
+        ("aist", aist_file, f"{AIST_TASK[1]}/episode_0.hdf5"),
+    ):
         root = tmp_path / slug
         shutil.copytree(bases[slug], root)
-        h5_external_link(path_of(root), tmp_path / slug, "timestamps/hand" if slug == "reassemble"
-                         else "observations/qvel")
+        h5_external_link(
+            path_of(root), tmp_path / slug, "timestamps/hand" if slug == "reassemble" else "observations/qvel"
+        )
         res = ingest_source(slug, root, OPTIONS[slug])
         row = res.quarantine.filter(res.quarantine["unit_id"] == (RE0 if slug == "reassemble" else AI0)).row(
-            0, named=True)
+            0, named=True
+        )
         assert row["file"] == rel and "external link" in row["reason"]
 
 
@@ -358,8 +433,9 @@ def test_split_list_that_is_not_a_regular_file_is_refused_not_read(bases, tmp_pa
         assert ("*", "splits/test_split1.txt", "split list not read: not a regular file") in rows
         assert res.units.height == 2
         assert res.units.filter(res.units["unit_id"] == RE_UNITS[1])["official_split"].to_list() == ["train_split1"]
-        done, res = _in_thread(lambda: ingest_source("reassemble", root, {"camera": "hand",
-                                                                          "only_split": "test_split1"}))
+        done, res = _in_thread(
+            lambda: ingest_source("reassemble", root, {"camera": "hand", "only_split": "test_split1"})
+        )
         assert done and "not a regular file" in res.quarantine.filter(res.quarantine["unit_id"] == "*")["reason"][0]
     finally:  # release a reader still blocked on the FIFO (before the fix); ENXIO when nobody reads it
         try:
@@ -442,8 +518,9 @@ def test_frame_errors_name_the_file_relative_to_the_root(bases, tmp_path):
 def test_redact_paths_makes_root_paths_relative_and_hides_others():
     from pipeline.core.leaks import redact_paths
 
-    text = ("cannot open '/data/gm100/task_00001/x.mp4' (also /home/alice/y.h5, C:\\Users\\bob\\z, "
-            "file:///mnt/q, ~/w.txt)")
+    text = (
+        "cannot open '/data/gm100/task_00001/x.mp4' (also /home/alice/y.h5, C:\\Users\\bob\\z, file:///mnt/q, ~/w.txt)"
+    )
     out = redact_paths(text, ["/data/gm100"])
     assert out.startswith("cannot open 'task_00001/x.mp4' (also <path>,")
     assert not find_path_leaks(out) and out.count("<path>") == 4

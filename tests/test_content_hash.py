@@ -186,8 +186,9 @@ def _flip_a_frame(h5_path: Path, camera: str, frame_index: int) -> None:
     os.utime(h5_path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def test_a_same_size_edit_inside_an_h5_video_reruns_and_ships_the_new_frames(demo_samples, demo_release, tmp_path,
-                                                                            monkeypatch):
+def test_a_same_size_edit_inside_an_h5_video_reruns_and_ships_the_new_frames(
+    demo_samples, demo_release, tmp_path, monkeypatch
+):
     """The issue's case: a video changed in the middle of a REASSEMBLE .h5, size and mtime as they were. The warm build
     re-runs the source's steps and its items show the frames a cold build decodes from the edited file."""
     import shutil
@@ -205,8 +206,12 @@ def test_a_same_size_edit_inside_an_h5_video_reruns_and_ships_the_new_frames(dem
     shutil.copytree(demo_samples[slug], corpus)
     shutil.copytree(demo_release.parent / "work", work)
     shutil.copytree(demo_release, release)
-    settings = BuildSettings(scale="demo", upstream={**{k: str(v) for k, v in demo_samples.items()},
-                                                     slug: str(corpus)}, work_dir=str(work), release_dir=str(release))
+    settings = BuildSettings(
+        scale="demo",
+        upstream={**{k: str(v) for k, v in demo_samples.items()}, slug: str(corpus)},
+        work_dir=str(work),
+        release_dir=str(release),
+    )
     assert plan(settings) == []  # a copied corpus: every file read again, the same content, nothing to run
     frames_file = work / "items" / f"{slug}_frames.parquet"
     before = pl.read_parquet(frames_file)
@@ -221,9 +226,11 @@ def test_a_same_size_edit_inside_an_h5_video_reruns_and_ships_the_new_frames(dem
     cold_work = tmp_path / "cold"
     shutil.copytree(work, cold_work, ignore=shutil.ignore_patterns("frame_cache", "_content_hashes"))
     (cold_work / "items" / f"{slug}.selection_key").unlink()
-    cold_cfg = BuildSettings(scale="demo", upstream={slug: str(corpus)}, work_dir=str(cold_work),
-                             release_dir=str(tmp_path / "cold_release")).config()
+    cold_cfg = BuildSettings(
+        scale="demo", upstream={slug: str(corpus)}, work_dir=str(cold_work), release_dir=str(tmp_path / "cold_release")
+    ).config()
     stages.run_frames(cold_cfg, slug)
     assert pl.read_parquet(cold_work / "items" / f"{slug}_frames.parquet").equals(warm)
-    assert pl.read_parquet(cold_work / "items" / f"{slug}.parquet").equals(pl.read_parquet(work / "items"
-                                                                                           / f"{slug}.parquet"))
+    assert pl.read_parquet(cold_work / "items" / f"{slug}.parquet").equals(
+        pl.read_parquet(work / "items" / f"{slug}.parquet")
+    )

@@ -32,9 +32,15 @@ def _in_daemon(queue):
     got = []
     run_tasks(_square, range(6), 3, got.append, lambda t, r: {"x": t, "failed": r})
     here, there = run_beside(_square, 7, lambda: "here")
-    queue.put({"allowed": children_allowed(), "pids": sorted({g["pid"] for g in got} | {there["pid"]}),
-               "results": sorted((g["x"], g.get("sq")) for g in got), "beside": (here, there["sq"]),
-               "me": os.getpid()})
+    queue.put(
+        {
+            "allowed": children_allowed(),
+            "pids": sorted({g["pid"] for g in got} | {there["pid"]}),
+            "results": sorted((g["x"], g.get("sq")) for g in got),
+            "beside": (here, there["sq"]),
+            "me": os.getpid(),
+        }
+    )
 
 
 def test_pools_run_on_threads_inside_a_daemonic_process():
@@ -75,14 +81,39 @@ def test_demo_builds_on_a_cluster_started_with_dask_defaults(demo_samples, demo_
     procs = []
     try:
         # free ports: the scheduler picks one (--port 0) and writes it to its scheduler file
-        procs.append(subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                       "--scheduler-file", str(sched_file)], cwd=REPO, env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        address = _wait_for(lambda: sched_file.is_file() and json.loads(sched_file.read_text() or "{}")
-                            .get("address"), "the scheduler file")
+        procs.append(
+            subprocess.Popen(
+                [
+                    dask,
+                    "scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(sched_file),
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        address = _wait_for(
+            lambda: sched_file.is_file() and json.loads(sched_file.read_text() or "{}").get("address"),
+            "the scheduler file",
+        )
         assert address.startswith("tcp://127.0.0.1:")
-        procs.append(subprocess.Popen([dask, "worker", address, "--nworkers", "2", "--no-dashboard"], cwd=REPO,
-                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [dask, "worker", address, "--nworkers", "2", "--no-dashboard"],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         _wait_for(lambda: _workers(sched_file) == 2, "two workers")
         built = build_demo(demo_samples, tmp_path / "out", executor="dask", dask_address=address)
     finally:

@@ -33,27 +33,43 @@ def test_one_asset_per_table_with_the_lineage_the_code_reads():
     cfg = load_settings()
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    per_source = {f"ir/{s}/{t}" for s in SLUGS for t in ("units", "frames", "signals", "segments", "quarantine",
-                                                          "notes", "corpus")}
-    per_source |= {f"{layer}/{s}" for s in SLUGS
-                   for layer in ("candidates", "items", "gate_quarantine", "shortfall", "item_frames")}
+    per_source = {
+        f"ir/{s}/{t}"
+        for s in SLUGS
+        for t in ("units", "frames", "signals", "segments", "quarantine", "notes", "corpus")
+    }
+    per_source |= {
+        f"{layer}/{s}"
+        for s in SLUGS
+        for layer in ("candidates", "items", "gate_quarantine", "shortfall", "item_frames")
+    }
     assert per_source <= keys
     assert {f"labels/gm100/{t}" for t in ("units", "frames", "arms", "steps", "segments", "primitives")} <= keys
     assert {"split/items", "split/summary"} | {f"release/{n}" for n in cfg.release.files.model_dump()} <= keys
     # every table a stage reads is a declared dependency (split and release read the IR units; the release also the
     # corpus records, for its provenance, and the items' frame thumbnails, for its validity audit)
     assert _deps(graph, "split/items") == {f"items/{s}" for s in SLUGS} | {f"ir/{s}/units" for s in SLUGS}
-    assert _deps(graph, "release/eval_parquet") == ({"split/items", "split/summary", "steps/items", "steps/summary"} |
-                                                   {f"ir/{s}/units" for s in SLUGS} | {f"ir/{s}/corpus" for s in SLUGS}
-                                                   | {f"item_frames/{s}" for s in SLUGS})
-    assert _deps(graph, "candidates/aist") == {f"ir/aist/{t}" for t in ("units", "frames", "signals", "segments",
-                                                                        "quarantine", "notes")} | \
-        {f"labels/aist/{t}" for t in ("units", "frames", "arms", "steps", "segments", "primitives")}
+    assert _deps(graph, "release/eval_parquet") == (
+        {"split/items", "split/summary", "steps/items", "steps/summary"}
+        | {f"ir/{s}/units" for s in SLUGS}
+        | {f"ir/{s}/corpus" for s in SLUGS}
+        | {f"item_frames/{s}" for s in SLUGS}
+    )
+    assert _deps(graph, "candidates/aist") == {
+        f"ir/aist/{t}" for t in ("units", "frames", "signals", "segments", "quarantine", "notes")
+    } | {f"labels/aist/{t}" for t in ("units", "frames", "arms", "steps", "segments", "primitives")}
     assert _deps(graph, "items/aist") == {"candidates/aist", "ir/aist/corpus"}  # its selection key: the corpus
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
-        assert node.description and node.group_name in {"ir", "labels", "candidates", "items", "split", "release",
-                                                        "exports"}
+        assert node.description and node.group_name in {
+            "ir",
+            "labels",
+            "candidates",
+            "items",
+            "split",
+            "release",
+            "exports",
+        }
 
 
 def test_checks_are_generated_from_the_schema_registries():
@@ -61,10 +77,21 @@ def test_checks_are_generated_from_the_schema_registries():
     checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
     with_schema = {n for n, t in TABLES.items() if t.schema is not None}
     assert {(n, "schema") for n in with_schema} <= checks
-    assert {"ir/aist/units", "labels/aist/frames", "candidates/aist", "items/aist", "release/eval_parquet"} <= with_schema
-    assert {("split/items", "no_group_in_both_splits"), ("split/summary", "eval_group_counts"),
-            ("release/checksums", "release_valid"), ("release/checksums", "release_path_free"),
-            ("ir/gm100/quarantine", "quarantine_share"), ("items/gm100", "quotas_met")} <= checks
+    assert {
+        "ir/aist/units",
+        "labels/aist/frames",
+        "candidates/aist",
+        "items/aist",
+        "release/eval_parquet",
+    } <= with_schema
+    assert {
+        ("split/items", "no_group_in_both_splits"),
+        ("split/summary", "eval_group_counts"),
+        ("release/checksums", "release_valid"),
+        ("release/checksums", "release_path_free"),
+        ("ir/gm100/quarantine", "quarantine_share"),
+        ("items/gm100", "quotas_met"),
+    } <= checks
     assert sum(map(len, CHECKS.values())) == len(checks)
 
 
@@ -91,8 +118,14 @@ def test_every_job_the_ui_can_launch_takes_the_build_lock():
 def test_dagster_cli_validates_definitions():
     env = {**os.environ, "DAGSTER_HOME": str(REPO / ".dagster_home")}
     (REPO / ".dagster_home").mkdir(exist_ok=True)
-    out = subprocess.run([str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-m",
-                          "assets.definitions"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-m", "assets.definitions"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -107,18 +140,28 @@ def test_ui_serves_the_graph_with_row_counts_and_stops_on_sigterm(demo_release):
     home = demo_release.parent / "dagster_home"  # where the session's demo build recorded its run
     env = {**os.environ, "DAGSTER_HOME": str(home)}
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("processbench")), "dev", "--port", str(port)],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("processbench")), "dev", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        query = json.dumps({"query": "{ assetNodes { assetKey { path } groupName assetMaterializations(limit: 1) "
-                                     "{ metadataEntries { label ... on IntMetadataEntry { intValue } } } } }"}).encode()
+        query = json.dumps(
+            {
+                "query": "{ assetNodes { assetKey { path } groupName assetMaterializations(limit: 1) "
+                "{ metadataEntries { label ... on IntMetadataEntry { intValue } } } } }"
+            }
+        ).encode()
         nodes = None
         deadline = time.time() + 180
         while time.time() < deadline and nodes is None:
             time.sleep(2)
             try:
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=query,
-                                             headers={"Content-Type": "application/json"})
+                req = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/graphql", data=query, headers={"Content-Type": "application/json"}
+                )
                 nodes = json.load(urllib.request.urlopen(req, timeout=10))["data"]["assetNodes"]
             except Exception:  # noqa: BLE001 - not up yet (refused, timeout, half-started): ask again
                 nodes = None

@@ -49,9 +49,12 @@ def test_counts_consistent_and_isolated(demo_release):
 
 def test_every_source_and_its_families(demo_release):
     cfg = load_settings()
-    both = pl.concat([pl.read_parquet(demo_release / "splits" / f) for f in
-                      ("processbench_eval.parquet", "processdata_sft.parquet")])
-    got = {(r["source_slug"], r["task_id"]) for r in both.select("source_slug", "task_id").unique().iter_rows(named=True)}
+    both = pl.concat(
+        [pl.read_parquet(demo_release / "splits" / f) for f in ("processbench_eval.parquet", "processdata_sft.parquet")]
+    )
+    got = {
+        (r["source_slug"], r["task_id"]) for r in both.select("source_slug", "task_id").unique().iter_rows(named=True)
+    }
     for task_id, task in cfg.tasks.items():
         for slug, quota in task.quota.items():
             if quota:
@@ -73,7 +76,8 @@ def test_eval_answer_letters_balanced_per_source_and_family(demo_release):
     """Letters are assigned again within each split, so eval's majority-letter baseline is as close to random as its
     size allows (families with display labels, T8/T9, keep the letters their rendered images follow)."""
     ev = pl.read_parquet(demo_release / "splits" / "processbench_eval.parquet").filter(
-        pl.col("display_labels_json").is_null())
+        pl.col("display_labels_json").is_null()
+    )
     for (src, task), rows in ev.group_by("source_slug", "task_id"):
         counts = rows["answer"].value_counts()["count"].to_list()
         k, n = rows["num_choices"][0], rows.height

@@ -43,16 +43,37 @@ def images(demo_release, demo_samples, chosen, cfg, tmp_path_factory) -> Path:
     from pipeline.frames.reconstruct import reconstruct
 
     out = tmp_path_factory.mktemp("reconstructed")
-    report = reconstruct(demo_release, dict(demo_samples), cfg, out, sources=sorted(demo_samples),
-                         item_ids={it.item_id for it in chosen})
+    report = reconstruct(
+        demo_release, dict(demo_samples), cfg, out, sources=sorted(demo_samples), item_ids={it.item_id for it in chosen}
+    )
     assert sum(s["ok"] for s in report["sources"].values()) == LIMIT, report
     return out
 
 
 def _eval(release, images, server, out, *extra, env_key=True) -> int:
-    args = ["eval", "--release", str(release), "--images", str(images), "--base-url", server.base_url,
-            "--model", MODEL, "--out", str(out), "--limit", str(LIMIT), "--timeout", "1", "--backoff", "0.01",
-            "--retries", "3", "--no-progress", *map(str, extra)]
+    args = [
+        "eval",
+        "--release",
+        str(release),
+        "--images",
+        str(images),
+        "--base-url",
+        server.base_url,
+        "--model",
+        MODEL,
+        "--out",
+        str(out),
+        "--limit",
+        str(LIMIT),
+        "--timeout",
+        "1",
+        "--backoff",
+        "0.01",
+        "--retries",
+        "3",
+        "--no-progress",
+        *map(str, extra),
+    ]
     return cli(args)
 
 
@@ -66,8 +87,9 @@ def _faults(chosen) -> dict[str, list[str]]:
     return {ids[1]: ["429"], ids[2]: ["500", "500"], ids[3]: ["bad_json"], ids[4]: ["stall"], ids[5]: ["drop"]}
 
 
-def test_every_item_answered_through_faults_and_report_equals_score(demo_release, images, chosen, tmp_path,
-                                                                    monkeypatch):
+def test_every_item_answered_through_faults_and_report_equals_score(
+    demo_release, images, chosen, tmp_path, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     out = tmp_path / "run"
     ids = [it.item_id for it in chosen]
@@ -86,8 +108,20 @@ def test_every_item_answered_through_faults_and_report_equals_score(demo_release
         assert summary["tokens_out"] == 12 * LIMIT
 
         # the report is `processbench score`'s own on the same predictions, byte for byte
-        assert cli(["score", "--release", str(demo_release), "--predictions", str(out / "predictions.jsonl"),
-                    "--out", str(tmp_path / "score")]) == 0
+        assert (
+            cli(
+                [
+                    "score",
+                    "--release",
+                    str(demo_release),
+                    "--predictions",
+                    str(out / "predictions.jsonl"),
+                    "--out",
+                    str(tmp_path / "score"),
+                ]
+            )
+            == 0
+        )
         for name in ("metrics.json", "metrics.md", "per_item.jsonl"):
             assert (out / name).read_bytes() == (tmp_path / "score" / name).read_bytes(), name
 
@@ -116,8 +150,7 @@ def test_in_flight_bound(demo_release, images, tmp_path, concurrency):
     """Requests wait until `concurrency` are in flight at once (the first time), so the maximum the server saw is
     exactly the bound: never above it, and reached (the 6 case shows the server's counter sees more than 4)."""
     with FakeOpenAI(demo_release, MODEL, wait_for_in_flight=concurrency) as server:
-        assert _eval(demo_release, images, server, tmp_path / "run", "--concurrency", concurrency,
-                     "--timeout", 60) == 0
+        assert _eval(demo_release, images, server, tmp_path / "run", "--concurrency", concurrency, "--timeout", 60) == 0
         assert server.max_in_flight == concurrency
         assert server.problems == []
 
@@ -125,9 +158,27 @@ def test_in_flight_bound(demo_release, images, tmp_path, concurrency):
 def _spawn_eval(release, images, server, out, stdout) -> subprocess.Popen:
     """`processbench eval` in a process of its own (to be killed or interrupted), without an API key."""
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONHASHSEED": "0"}
-    cmd = [sys.executable, "-m", "assets.cli", "eval", "--release", str(release), "--images", str(images),
-           "--base-url", server.base_url, "--model", MODEL, "--out", str(out), "--limit", str(LIMIT),
-           "--concurrency", "2", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "assets.cli",
+        "eval",
+        "--release",
+        str(release),
+        "--images",
+        str(images),
+        "--base-url",
+        server.base_url,
+        "--model",
+        MODEL,
+        "--out",
+        str(out),
+        "--limit",
+        str(LIMIT),
+        "--concurrency",
+        "2",
+        "--no-progress",
+    ]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.DEVNULL, text=True)
 
 
@@ -202,8 +253,26 @@ def test_preflight_stops_the_run_with_the_reason(demo_release, images, chosen, t
     assert "OPENAI_API_KEY (it is not set)" in capsys.readouterr().err
     with FakeOpenAI(demo_release, MODEL) as server:
         url = server.base_url
-    rc = cli(["eval", "--release", str(demo_release), "--images", str(images), "--base-url", url, "--model", MODEL,
-              "--out", str(tmp_path / "c"), "--limit", "2", "--retries", "0", "--no-progress"])
+    rc = cli(
+        [
+            "eval",
+            "--release",
+            str(demo_release),
+            "--images",
+            str(images),
+            "--base-url",
+            url,
+            "--model",
+            MODEL,
+            "--out",
+            str(tmp_path / "c"),
+            "--limit",
+            "2",
+            "--retries",
+            "0",
+            "--no-progress",
+        ]
+    )
     assert rc == 2 and "cannot reach" in capsys.readouterr().err
 
 
@@ -232,8 +301,25 @@ def test_upstream_reconstructs_on_the_fly(demo_release, demo_samples, tmp_path, 
     ups = [f"--upstream={slug}={path}" for slug, path in sorted(demo_samples.items())]
     want = load_items(demo_release, cfg, families=families, limit=2)
     with FakeOpenAI(demo_release, MODEL) as server:
-        rc = cli(["eval", "--release", str(demo_release), *ups, "--base-url", server.base_url, "--model", MODEL,
-                  "--out", str(out), "--families", families, "--limit", "2", "--no-progress"])
+        rc = cli(
+            [
+                "eval",
+                "--release",
+                str(demo_release),
+                *ups,
+                "--base-url",
+                server.base_url,
+                "--model",
+                MODEL,
+                "--out",
+                str(out),
+                "--families",
+                families,
+                "--limit",
+                "2",
+                "--no-progress",
+            ]
+        )
         assert rc == 0 and server.problems == []
         assert sorted(server.asked) == [it.item_id for it in want]
     pngs = sorted(p.name for p in (out / "reconstructed" / "images").glob("*.png"))
@@ -250,8 +336,11 @@ def test_items_cover_every_level_and_refuse_unknown_selections(demo_release, cfg
     assert [it.item_id for it in every] == sorted(i for f in files for i in pl.read_parquet(f)["item_id"].to_list())
     assert {it.level for it in load_items(demo_release, cfg, levels="L2")} == {"L2"}
     assert {it.task_id for it in load_items(demo_release, cfg, families="T8,T9")} == {"T8", "T9"}
-    for kw, msg in (({"levels": "L9"}, "no eval level"), ({"families": "T99"}, "unknown task"),
-                    ({"sources": "nowhere"}, "no eval items of")):
+    for kw, msg in (
+        ({"levels": "L9"}, "no eval level"),
+        ({"families": "T99"}, "unknown task"),
+        ({"sources": "nowhere"}, "no eval items of"),
+    ):
         with pytest.raises(ValueError, match=msg):
             load_items(demo_release, cfg, **kw)
 
@@ -267,8 +356,9 @@ def test_image_max_side_downscales_after_the_hash_check(images, chosen):
     item = chosen[0]
     full = load_item_images(item, images)
     small = load_item_images(item, images, max_side=64)
-    decode = [cv2.imdecode(np.frombuffer(base64.b64decode(u.split(",", 1)[1]), np.uint8), cv2.IMREAD_COLOR)
-              for u in small]
+    decode = [
+        cv2.imdecode(np.frombuffer(base64.b64decode(u.split(",", 1)[1]), np.uint8), cv2.IMREAD_COLOR) for u in small
+    ]
     assert len(small) == len(full) == len(item.images)
     assert all(max(img.shape[:2]) == 64 for img in decode)
     assert load_item_images(item, images, max_side=100000) == full  # never upscaled, sent as stored
@@ -286,8 +376,9 @@ def test_a_changed_request_parameter_asks_again(demo_release, images, chosen, tm
     assert len(keys) == 4
 
 
-def test_circular_asks_every_rotation_and_scores_it_as_score_circular(demo_release, images, chosen, cfg, tmp_path,
-                                                                      monkeypatch):
+def test_circular_asks_every_rotation_and_scores_it_as_score_circular(
+    demo_release, images, chosen, cfg, tmp_path, monkeypatch
+):
     """`eval --circular`: one request per option rotation of each item (ids <item_id>.c<k>, the item's images, the
     rotated options in the prompt), then `score --circular`'s report. The server answers A to everything: an answer
     habit that CircularEval must expose (circular accuracy 0, the same option text never chosen twice)."""
@@ -316,5 +407,7 @@ def _chosen_rows(release, chosen):
     import polars as pl
 
     ids = {it.item_id for it in chosen}
-    return pl.concat([pl.read_parquet(f) for f in sorted((release / "splits").glob("processbench_eval*.parquet"))],
-                     how="vertical_relaxed").filter(pl.col("item_id").is_in(sorted(ids)))
+    return pl.concat(
+        [pl.read_parquet(f) for f in sorted((release / "splits").glob("processbench_eval*.parquet"))],
+        how="vertical_relaxed",
+    ).filter(pl.col("item_id").is_in(sorted(ids)))

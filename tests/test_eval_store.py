@@ -17,9 +17,19 @@ from pipeline.evaluate.store import STORE_FILE, ResponseStore, prediction_row, r
 
 
 def _rec(item_id: str, status: str = "ok", **kw) -> dict:
-    return {"item_id": item_id, "model": "m", "prompt_version": "v", "request_hash": "h", "status": status,
-            "response": f"<ANSWER>A</ANSWER> {item_id}" if status == "ok" else None, "usage": None,
-            "latency_s": 0.1, "attempts": 1, "error": None if status == "ok" else "HTTP 500", **kw}
+    return {
+        "item_id": item_id,
+        "model": "m",
+        "prompt_version": "v",
+        "request_hash": "h",
+        "status": status,
+        "response": f"<ANSWER>A</ANSWER> {item_id}" if status == "ok" else None,
+        "usage": None,
+        "latency_s": 0.1,
+        "attempts": 1,
+        "error": None if status == "ok" else "HTTP 500",
+        **kw,
+    }
 
 
 def test_store_keeps_answers_and_ignores_a_torn_last_line(tmp_path):
@@ -53,13 +63,18 @@ def test_key_changes_with_any_request_parameter():
 def test_prediction_bytes_do_not_depend_on_the_servers_key_order(tmp_path):
     fresh = _rec("a", usage={"prompt_tokens": 5, "completion_tokens": 2})
     stored = json.loads(json.dumps(fresh, sort_keys=True))
-    assert write_predictions(tmp_path / "1", [prediction_row("a", fresh, "m")]).read_bytes() == \
-        write_predictions(tmp_path / "2", [prediction_row("a", stored, "m")]).read_bytes()
+    assert (
+        write_predictions(tmp_path / "1", [prediction_row("a", fresh, "m")]).read_bytes()
+        == write_predictions(tmp_path / "2", [prediction_row("a", stored, "m")]).read_bytes()
+    )
 
 
 def test_predictions_sorted_and_failures_scored_as_no_answer(tmp_path):
-    rows = [prediction_row("z", _rec("z"), "m"), prediction_row("a", None, "m"),
-            prediction_row("k", _rec("k", "failed"), "m")]
+    rows = [
+        prediction_row("z", _rec("z"), "m"),
+        prediction_row("a", None, "m"),
+        prediction_row("k", _rec("k", "failed"), "m"),
+    ]
     text = write_predictions(tmp_path, rows).read_text()
     got = [json.loads(x) for x in text.splitlines()]
     assert [r["item_id"] for r in got] == ["a", "k", "z"]
@@ -76,17 +91,25 @@ def test_retry_after_and_backoff():
     rng = random.Random(0)
     for n in range(6):
         d = backoff_s(n, opts, None, rng)
-        cap = min(8.0, 2 ** n)
+        cap = min(8.0, 2**n)
         assert cap / 2 <= d <= cap
-    assert backoff_s(0, opts, 5.0, rng) >= 5.0          # Retry-After wins over a shorter backoff
-    assert backoff_s(0, opts, 3600.0, rng) == 20.0      # ... up to its cap
+    assert backoff_s(0, opts, 5.0, rng) >= 5.0  # Retry-After wins over a shorter backoff
+    assert backoff_s(0, opts, 3600.0, rng) == 20.0  # ... up to its cap
 
 
 def test_parse_completion():
-    ok = httpx.Response(200, json={"choices": [{"message": {"content": "<ANSWER>B</ANSWER>"}, "finish_reason": "stop"}],
-                                   "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7, "x": 1}})
-    assert parse_completion(ok) == ("<ANSWER>B</ANSWER>", {"prompt_tokens": 5, "completion_tokens": 2,
-                                                          "total_tokens": 7}, "stop")
+    ok = httpx.Response(
+        200,
+        json={
+            "choices": [{"message": {"content": "<ANSWER>B</ANSWER>"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7, "x": 1},
+        },
+    )
+    assert parse_completion(ok) == (
+        "<ANSWER>B</ANSWER>",
+        {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        "stop",
+    )
     for bad in (b"{not json", b'{"choices": []}', b'{"error": "x"}', b"[]"):
         with pytest.raises(Retry, match="malformed"):
             parse_completion(httpx.Response(200, content=bad))

@@ -14,8 +14,13 @@ import yaml
 
 from pipeline.release import writers
 from pipeline.settings.config import load_settings
-from pipeline.steps.exports import (STEP_CONFIG, STEP_CONFIG_COLUMNS, STEP_RECONSTRUCTION_COLUMNS,
-                                     STEP_RECONSTRUCTION_CONFIG, step_parts)
+from pipeline.steps.exports import (
+    STEP_CONFIG,
+    STEP_CONFIG_COLUMNS,
+    STEP_RECONSTRUCTION_COLUMNS,
+    STEP_RECONSTRUCTION_CONFIG,
+    step_parts,
+)
 from pipeline.exports import card, common, consumers, facing, lmms, run_exports, write_exports
 from pipeline.release.schema import CHOICE_LETTERS, MODEL_FACING_COLUMNS
 from pipeline.release.validate import validate_release
@@ -92,8 +97,14 @@ def test_card_configs_load_in_datasets(demo_release, cfg, tables, parts, tmp_pat
     names = [c["config_name"] for c in fm["configs"]]
     tasks = sorted(set(tables["eval"]["task_id"]) | set(tables["sft"]["task_id"]), key=writers.task_number)
     sources = set(tables["eval"]["source_slug"]) | set(tables["sft"]["source_slug"])
-    assert names == ["default", *tasks, *[f"source_{s}" for s in writers.source_order(cfg) if s in sources],
-                     card.RECONSTRUCTION_CONFIG, STEP_CONFIG, STEP_RECONSTRUCTION_CONFIG]
+    assert names == [
+        "default",
+        *tasks,
+        *[f"source_{s}" for s in writers.source_order(cfg) if s in sources],
+        card.RECONSTRUCTION_CONFIG,
+        STEP_CONFIG,
+        STEP_RECONSTRUCTION_CONFIG,
+    ]
     names, step_names = names[:-2], names[-2:]  # the T13 step track's configs: checked after the loop
     info = {i["config_name"]: i for i in fm["dataset_info"]}
     facing_cols = [*MODEL_FACING_COLUMNS, common.IMAGES_COLUMN]
@@ -108,7 +119,7 @@ def test_card_configs_load_in_datasets(demo_release, cfg, tables, parts, tmp_pat
                 if name.startswith("T"):
                     df = df.filter(pl.col("task_id") == name)
                 elif name.startswith("source_"):
-                    df = df.filter(pl.col("source_slug") == name[len("source_"):])
+                    df = df.filter(pl.col("source_slug") == name[len("source_") :])
                 got = ds[p.name].num_rows if p.name in ds else 0
                 assert got == df.height, (name, p.name)
                 if got:
@@ -205,8 +216,15 @@ def test_swift_and_grpo_rows(demo_release, cfg, parts):
             assert g["solution"] == f"<answer>{r['answer']}</answer>"
             assert _recipe_ground_truth(g["solution"]) == r["answer"]
         gold = [[{"role": "assistant", "content": f"reasoning\n<ANSWER>{g['answer']}</ANSWER>"}] for g in grpo]
-        wrong = [[{"role": "assistant", "content": "<answer>"
-                   + next(c for c in CHOICE_LETTERS if c != g["answer"]) + "</answer>"}] for g in grpo]
+        wrong = [
+            [
+                {
+                    "role": "assistant",
+                    "content": "<answer>" + next(c for c in CHOICE_LETTERS if c != g["answer"]) + "</answer>",
+                }
+            ]
+            for g in grpo
+        ]
         unsure = [[{"role": "assistant", "content": "I don't know"}] for _ in grpo]
         solutions = [g["solution"] for g in grpo]
         assert set(reward(gold, solutions)) == {1.0}
@@ -230,7 +248,7 @@ def test_vlmevalkit_tsv_columns(demo_release, cfg, parts):
         for t, r in zip(rows, p.df.iter_rows(named=True)):
             assert t["answer"] == r["answer"] and t["category"] == r["task_id"] and t["l2-category"] == r["source"]
             assert [t[c] for c in "ABCDEF"][: r["num_choices"]] == common.options(r)
-            assert all(t[c] == "" for c in "ABCDEF"[r["num_choices"]:])
+            assert all(t[c] == "" for c in "ABCDEF"[r["num_choices"] :])
             assert t["question"].endswith(r["question"]) and "ANSWER" not in t["question"]
             assert t["answer"] in "ABCDEF"[: r["num_choices"]]
 
@@ -289,8 +307,7 @@ def test_lmms_eval_task_folder(demo_release, cfg, parts):
         assert n == p.df.height
     circ = yaml.load((folder / "processbench_circular.yaml").read_text(), Loader=loader)
     data = _jsonl(demo_release / circ["dataset_kwargs"]["data_files"]["test"])
-    gold = [utils.process_results_circular(d, [f"<ANSWER>{d['answer']}</ANSWER>"])["circular_accuracy"]
-            for d in data]
+    gold = [utils.process_results_circular(d, [f"<ANSWER>{d['answer']}</ANSWER>"])["circular_accuracy"] for d in data]
     assert utils.aggregate_circular(gold) == 1.0
     # one wrong copy of an item makes the item wrong
     first = data[0]["item_id"]
@@ -352,8 +369,10 @@ def test_a_column_a_model_may_not_see_is_refused(demo_release, tables, cfg, tmp_
     recon = copy / "exports/hf/reconstruction/L1.parquet"  # the reconstruction config may carry them
     assert "reconstruction_key_json" in pl.read_parquet(recon).columns
     found = facing.release_problems(copy, cfg)
-    assert found == ["exports/hf/T1/L1.parquet: column reconstruction_key_json (not model-facing)",
-                     f"{xf['swift_sft']}: column image_hashes_json (not model-facing)"]
+    assert found == [
+        "exports/hf/T1/L1.parquet: column reconstruction_key_json (not model-facing)",
+        f"{xf['swift_sft']}: column image_hashes_json (not model-facing)",
+    ]
     problems = validate_release(copy, cfg, leaks=False)
     assert all(f in problems for f in found)
 
@@ -362,20 +381,26 @@ def test_planted_frame_leak_is_refused(tables, cfg):
     df = tables["eval"].head(3)
     rows = common.model_rows(df, cfg)
     part = common.parts({"eval": df, "sft": tables["sft"].head(0)}, cfg)[0]
-    for fn in (consumers.messages_rows, consumers.grpo_rows, lambda r: consumers.vlmevalkit_tsv(r, cfg),
-               lambda r: lmms.lmms_eval_files([(part, r)], cfg)):
+    for fn in (
+        consumers.messages_rows,
+        consumers.grpo_rows,
+        lambda r: consumers.vlmevalkit_tsv(r, cfg),
+        lambda r: lmms.lmms_eval_files([(part, r)], cfg),
+    ):
         fn(rows)
     leaky = df.with_columns((pl.col("question") + " (frames " + pl.col("frame_indices_json") + ")").alias("question"))
     with pytest.raises(ValueError, match="frame_indices_json"):  # in the prompt every export shows
         common.model_rows(leaky, cfg)
     with pytest.raises(ValueError, match="frame_indices_json"):  # in the SFT target
-        common.model_rows(df.with_columns((pl.col("sft_target") + pl.col("frame_indices_json")).alias("sft_target")),
-                          cfg)
+        common.model_rows(
+            df.with_columns((pl.col("sft_target") + pl.col("frame_indices_json")).alias("sft_target")), cfg
+        )
     with pytest.raises(ValueError, match="render_spec"):
         common.model_rows(df.with_columns(pl.lit("see render_spec").alias("question")), cfg)
     # VLMEvalKit shows the question and options in columns of their own: it checks them itself
-    unchecked = [common.ModelRow(r, "a clean prompt", [], common._hidden_values(r))
-                 for r in leaky.iter_rows(named=True)]
+    unchecked = [
+        common.ModelRow(r, "a clean prompt", [], common._hidden_values(r)) for r in leaky.iter_rows(named=True)
+    ]
     with pytest.raises(ValueError, match="vlmevalkit.*frame_indices_json"):
         consumers.vlmevalkit_tsv(unchecked, cfg)
 
@@ -398,11 +423,13 @@ def test_trainer_files_read_as_their_loaders_read_them(demo_release, cfg, tables
     datasets = pytest.importorskip("datasets")
     pd = pytest.importorskip("pandas")
     xf = common.export_files(cfg)
-    ds = datasets.load_dataset("json", data_files=str(demo_release / xf["llamafactory_sft"]),
-                               cache_dir=str(tmp_path / "hf"), split="train")
+    ds = datasets.load_dataset(
+        "json", data_files=str(demo_release / xf["llamafactory_sft"]), cache_dir=str(tmp_path / "hf"), split="train"
+    )
     assert ds.num_rows == tables["sft"].height and set(ds.column_names) == {"messages", "images"}
-    grpo = datasets.load_dataset("json", data_files=str(demo_release / xf["grpo_sft"]),
-                                 cache_dir=str(tmp_path / "hf"), split="train")
+    grpo = datasets.load_dataset(
+        "json", data_files=str(demo_release / xf["grpo_sft"]), cache_dir=str(tmp_path / "hf"), split="train"
+    )
     assert {"prompt", "images", "solution"} <= set(grpo.column_names)
     assert grpo[0]["prompt"][0]["content"][-1]["type"] == "text"
     for p in [p for p in parts if p.split == "eval"]:

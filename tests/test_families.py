@@ -92,7 +92,8 @@ def test_pool_contract(pools, source):
     assert pool["candidate_key"].is_unique().all()
     assert pool["candidate_key"].to_list() == sorted(pool["candidate_key"].to_list())
     assert sorted(pool["task_id"].unique(), key=lambda t: int(t[1:])) == [
-        t for t in FAMILIES_BY_SOURCE[source] if (source, t) not in ABSENT_IN_HAND_MADE]
+        t for t in FAMILIES_BY_SOURCE[source] if (source, t) not in ABSENT_IN_HAND_MADE
+    ]
     nframes = dict(zip(ir["units"]["unit_id"], ir["units"]["num_frames"]))
     for r in pool.iter_rows(named=True):
         assert r["source"] == source and r["candidate_key"].startswith(f"{r['task_id']}|{source}|{r['unit_id']}|")
@@ -143,8 +144,11 @@ def test_t1_phase_matches_labels(pools):
             assert r["question"] == pins.QUESTIONS[("T1", "default")]
         # distractors are a uniform draw: not always the answer's neighbours in process order (that leaked it)
         order = CFG.labels.phases
-        spans = {max(order.index(x) for x in [r["answer_text"], *r["distractors"]])
-                 - min(order.index(x) for x in [r["answer_text"], *r["distractors"]]) for r in rows}
+        spans = {
+            max(order.index(x) for x in [r["answer_text"], *r["distractors"]])
+            - min(order.index(x) for x in [r["answer_text"], *r["distractors"]])
+            for r in rows
+        }
         assert all(len(r["distractors"]) == 3 and r["answer_text"] not in r["distractors"] for r in rows)
         assert spans - {3}, source
 
@@ -173,8 +177,10 @@ def test_t3_direction(pools):
         for r in rows:
             assert r["frame_indices"] == [r["anchor_frame"] + o for o in offs]
             meta = json.loads(r["label_meta_json"])
-            assert _label_at(labels, "arms", r["unit_id"], r["anchor_frame"], "direction", meta["arm"]) == \
-                inv[r["answer_text"]]
+            assert (
+                _label_at(labels, "arms", r["unit_id"], r["anchor_frame"], "direction", meta["arm"])
+                == inv[r["answer_text"]]
+            )
             assert set(r["distractors"]) == set(texts.values()) - {r["answer_text"]}
             if source != "rh20t":
                 assert f"the {meta['arm']} robot arm" in r["question"]
@@ -203,8 +209,9 @@ def test_t4_coordination(pools):
         inv = {v: k for k, v in texts.items()}
         for r in rows:
             assert r["frame_indices"] == [r["anchor_frame"] + o for o in offs]
-            window = labels["frames"].filter((pl.col("unit_id") == r["unit_id"])
-                                             & pl.col("frame_index").is_in(r["frame_indices"]))["coord"]
+            window = labels["frames"].filter(
+                (pl.col("unit_id") == r["unit_id"]) & pl.col("frame_index").is_in(r["frame_indices"])
+            )["coord"]
             assert set(window) == {inv[r["answer_text"]]}  # one stable state over the whole window
             if source == "gm100":
                 assert types[r["unit_id"]] in ("bimanual_sync", "bimanual_sequential")
@@ -242,8 +249,9 @@ def test_t5_public_variant(pools):
     for r in rows[:60]:
         assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3, 6)]
         assert r["render_spec_json"] is None and r["question"] == pins.QUESTIONS[("T5", "default")]
-        fr = labels["frames"].filter((pl.col("unit_id") == r["unit_id"])
-                                     & pl.col("frame_index").is_in(r["frame_indices"]))
+        fr = labels["frames"].filter(
+            (pl.col("unit_id") == r["unit_id"]) & pl.col("frame_index").is_in(r["frame_indices"])
+        )
         assert fr["step_id"].n_unique() == 1 and fr["step_id"].null_count() == 0
 
 
@@ -253,7 +261,9 @@ def test_t6_motion(pools):
     assert {r["answer_text"] for r in rows} == set(CFG.tasks["T6"].labels["aist"].values())
     for r in rows:
         arm = json.loads(r["label_meta_json"])["arm"]
-        assert r["question"] == f"Across these time-ordered frames, is the {arm} robot arm actively moving or stationary?"
+        assert (
+            r["question"] == f"Across these time-ordered frames, is the {arm} robot arm actively moving or stationary?"
+        )
         assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3, 6)]
     ir, labels, pool = pools["reassemble"]
     rows = _rows(pool, "T6")
@@ -278,8 +288,12 @@ def test_t7_outcome(pools):
     per_unit = {}
     for r in rows:
         per_unit[r["unit_id"]] = per_unit.get(r["unit_id"], 0) + 1
-        assert r["answer_text"] == {"success": "Yes — this episode succeeded",
-                                    "failure": "No — this episode failed"}[units[r["unit_id"]]["outcome"]]
+        assert (
+            r["answer_text"]
+            == {"success": "Yes — this episode succeeded", "failure": "No — this episode failed"}[
+                units[r["unit_id"]]["outcome"]
+            ]
+        )
         assert r["frame_indices"][-1] == units[r["unit_id"]]["num_frames"] - 3  # the episode's end (min_margin 2)
     want = CFG.tasks["T7"].frames["rh20t"].windows_per_unit
     assert rows and set(per_unit.values()) == {want}
@@ -323,7 +337,8 @@ def test_t8_t9_temporal(pools):
         for r in _rows(pool, "T9"):
             f = r["frame_indices"]
             assert r["answer_text"] == ("X" if f[0] < f[1] else "Y") and r["distractors"] == [
-                "Y" if r["answer_text"] == "X" else "X"]
+                "Y" if r["answer_text"] == "X" else "X"
+            ]
             assert json.loads(r["render_spec_json"])["kind"] == "panels"
     segs = pools["reassemble"][1]["segments"].filter(~pl.col("no_action") & pl.col("success"))
     mids = set(((segs["start_frame"] + segs["end_frame"]) // 2).to_list())
@@ -355,17 +370,30 @@ def _reassemble_ir() -> dict[str, pl.DataFrame]:
     rows = []
 
     def seg(level, idx, parent, text, s, e, ok=True):
-        rows.append({"source": "reassemble", "unit_id": uid, "level": level, "seg_index": idx, "parent_index": parent,
-                     "text": text, "start_frame": s, "end_frame": e, "start_sec": s / 30, "end_sec": e / 30,
-                     "success": ok})
+        rows.append(
+            {
+                "source": "reassemble",
+                "unit_id": uid,
+                "level": level,
+                "seg_index": idx,
+                "parent_index": parent,
+                "text": text,
+                "start_frame": s,
+                "end_frame": e,
+                "start_sec": s / 30,
+                "end_sec": e / 30,
+                "success": ok,
+            }
+        )
 
     seg("high", 0, None, "No action.", 0, 99)
     seg("high", 1, None, "Pick round peg 1.", 100, 399)
     for j, (t, s, e) in enumerate([("Approach", 100, 199), ("Grasp", 200, 299), ("Lift", 300, 399)]):
         seg("low", j, 1, t, s, e)
     seg("high", 2, None, "Insert round peg 1.", 400, 799, ok=False)
-    for j, (t, s, e) in enumerate([("Approach", 400, 479), ("Align", 480, 559), ("Align", 560, 639),
-                                   ("Push", 640, 719), ("Release", 720, 799)]):
+    for j, (t, s, e) in enumerate(
+        [("Approach", 400, 479), ("Align", 480, 559), ("Align", 560, 639), ("Push", 640, 719), ("Release", 720, 799)]
+    ):
         seg("low", j, 2, t, s, e)
     seg("high", 3, None, "Place BNC.", 800, 1199)
     for j, (t, s, e) in enumerate([("Approach", 800, 929), ("Nudge", 930, 1059), ("Release", 1060, 1199)]):
@@ -384,8 +412,12 @@ def reassemble_pool():
 def test_t10_current_primitive(reassemble_pool):
     ir, labels, pool = reassemble_pool
     rows = _rows(pool, "T10")
-    got = {(json.loads(r["label_meta_json"])["parent_index"], json.loads(r["label_meta_json"])["seg_index"]):
-           r["answer_text"] for r in rows}
+    got = {
+        (json.loads(r["label_meta_json"])["parent_index"], json.loads(r["label_meta_json"])["seg_index"]): r[
+            "answer_text"
+        ]
+        for r in rows
+    }
     assert got[(1, 1)] == "Grasp" and got[(2, 3)] == "Push" and got[(3, 1)] == "Nudge"
     for r in rows:
         assert r["question"] == pins.QUESTIONS[("T10", "default")]
@@ -402,7 +434,9 @@ def test_t11_next_primitive(reassemble_pool):
     ir, labels, pool = reassemble_pool
     rows = _rows(pool, "T11")
     pairs = {(json.loads(r["label_meta_json"])["current"], r["answer_text"], r["question"]) for r in rows}
-    q = pins.QUESTIONS[("T11", "default")]  # the high-level action is no longer named: with the options it gave the answer
+    q = pins.QUESTIONS[
+        ("T11", "default")
+    ]  # the high-level action is no longer named: with the options it gave the answer
     assert ("Approach", "Grasp", q) in pairs
     assert ("Align", "Push", q) in pairs  # the next DISTINCT label
     assert all(cur != ans for cur, ans, _ in pairs)
@@ -415,13 +449,26 @@ def test_t11_next_primitive(reassemble_pool):
 def test_t12_chain_restoration(reassemble_pool):
     ir, labels, pool = reassemble_pool
     rows = _rows(pool, "T12")
-    got = {(json.loads(r["label_meta_json"])["prev"], r["answer_text"], json.loads(r["label_meta_json"])["next"])
-           for r in rows}
-    assert got == {("Approach", "Grasp", "Lift"), ("Approach", "Align", "Push"), ("Align", "Push", "Release"),
-                   ("Approach", "Nudge", "Release")}
+    got = {
+        (json.loads(r["label_meta_json"])["prev"], r["answer_text"], json.loads(r["label_meta_json"])["next"])
+        for r in rows
+    }
+    assert got == {
+        ("Approach", "Grasp", "Lift"),
+        ("Approach", "Align", "Push"),
+        ("Align", "Push", "Release"),
+        ("Approach", "Nudge", "Release"),
+    }
     mids = {"Grasp", "Align", "Push", "Nudge"}  # the labels masked somewhere in the source
-    runs = {"Approach": [(100, 199), (400, 479), (800, 929)], "Grasp": [(200, 299)], "Align": [(480, 639)],
-            "Push": [(640, 719)], "Lift": [(300, 399)], "Release": [(720, 799), (1060, 1199)], "Nudge": [(930, 1059)]}
+    runs = {
+        "Approach": [(100, 199), (400, 479), (800, 929)],
+        "Grasp": [(200, 299)],
+        "Align": [(480, 639)],
+        "Push": [(640, 719)],
+        "Lift": [(300, 399)],
+        "Release": [(720, 799), (1060, 1199)],
+        "Nudge": [(930, 1059)],
+    }
 
     def inside(f, label):
         return any(lo <= f <= hi for lo, hi in runs[label])
@@ -439,8 +486,14 @@ def test_t12_chain_restoration(reassemble_pool):
 def test_reassemble_phase_contact_and_outcome(reassemble_pool):
     ir, labels, pool = reassemble_pool
     t1 = {r["anchor_frame"]: r["answer_text"] for r in _rows(pool, "T1")}
-    for f, want in ((50, "pre-approach"), (150, "approach"), (250, "contact"), (350, "hold and carry"),
-                    (440, "transfer"), (760, "release")):
+    for f, want in (
+        (50, "pre-approach"),
+        (150, "approach"),
+        (250, "contact"),
+        (350, "hold and carry"),
+        (440, "transfer"),
+        (760, "release"),
+    ):
         near = [a for a in t1 if abs(a - f) <= 40 and t1[a] == want]
         assert near, (f, want)
     t7 = {json.loads(r["label_meta_json"])["segment"]: r["answer_text"] for r in _rows(pool, "T7")}
@@ -471,13 +524,15 @@ def test_pool_independent_of_hash_seed(tmp_path):
         "    p = synthetic_pool(s, n_units=2, n_frames=900)[2]\n"
         "    a = assign_letters(display_order(I.select_candidates(p, I.quotas(cfg, s), 42, extra=0.1), 42), 42)\n"
         "    h.update(p.write_ndjson().encode()); h.update(a.write_ndjson().encode())\n"
-        "print(h.hexdigest())\n")
+        "print(h.hexdigest())\n"
+    )
     root = Path(__file__).resolve().parent.parent
     outs = set()
     for seed in ("0", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        r = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
-                           timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=600
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         outs.add(r.stdout.strip())
     assert len(outs) == 1

@@ -65,18 +65,26 @@ def test_variant_flag_reaches_the_build_settings(capsys):
 
 def test_t7_segment_pairs_same_task_then_scene():
     rows = [  # (unit, segment, task, label): success-heavy, like REASSEMBLE
-        ("u1", 1, "Insert BNC", "success"), ("u1", 2, "Insert BNC", "failure"), ("u1", 5, "Insert BNC", "success"),
+        ("u1", 1, "Insert BNC", "success"),
+        ("u1", 2, "Insert BNC", "failure"),
+        ("u1", 5, "Insert BNC", "success"),
         ("u1", 3, "Pick gear", "success"),
-        ("u2", 1, "Insert BNC", "success"), ("u2", 4, "Place USB", "failure"), ("u2", 6, "Pick gear", "success"),
-        ("u3", 2, "Place USB", "success"), ("u3", 3, "Remove bolt", "failure"), ("u3", 7, "Pick gear", "success"),
+        ("u2", 1, "Insert BNC", "success"),
+        ("u2", 4, "Place USB", "failure"),
+        ("u2", 6, "Pick gear", "success"),
+        ("u3", 2, "Place USB", "success"),
+        ("u3", 3, "Remove bolt", "failure"),
+        ("u3", 7, "Pick gear", "success"),
         ("u4", 1, "Remove peg", "failure"),  # no success of its task or in its scene: left out
     ]
     keep = same_task_segments(rows)
     # same task and scene, the closest segment (u1/1, not u1/5); same task in another scene (u3/2); same scene (u3/7)
     assert keep == {("u1", 2), ("u1", 1), ("u2", 4), ("u3", 2), ("u3", 3), ("u3", 7)}
     # the scarcer label may be either: every success kept, each with its closest failure
-    assert same_task_segments([("a", 1, "t", "failure"), ("a", 2, "t", "failure"), ("a", 3, "t", "success")]) == \
-        {("a", 2), ("a", 3)}
+    assert same_task_segments([("a", 1, "t", "failure"), ("a", 2, "t", "failure"), ("a", 3, "t", "success")]) == {
+        ("a", 2),
+        ("a", 3),
+    }
     assert same_task_segments([("a", 1, "t", "success"), ("b", 1, "t", "success")]) == set()
     assert same_task_segments(list(reversed(rows))) == keep  # order-free
 
@@ -98,11 +106,27 @@ def test_t7_reassemble_balanced_from_a_success_heavy_pool_and_the_shortfall_repo
     assert counts == {yes: 3, no: 3}  # three failed segments, each with a success of the same task or scene
     segs = synthetic_pool("reassemble", n_units=6)[1]["segments"]
     text = {(r["unit_id"], r["seg_index"]): r["text"] for r in segs.to_dicts()}
-    tasks = {ans: sorted(text[(r["unit_id"], json.loads(r["label_meta_json"])["segment"])]
-                         for r in sel.to_dicts() if r["answer_text"] == ans) for ans in (yes, no)}
+    tasks = {
+        ans: sorted(
+            text[(r["unit_id"], json.loads(r["label_meta_json"])["segment"])]
+            for r in sel.to_dicts()
+            if r["answer_text"] == ans
+        )
+        for ans in (yes, no)
+    }
     assert tasks[yes] == tasks[no]  # the hand-made failures' tasks all have a success elsewhere: same task pools
-    assert short == [{"source": "reassemble", "task_id": "T7", "quota": 20, "selected": 6, "missing": 14, "pool": 6,
-                      "pool_labels": {no: 3, yes: 3}, "selected_labels": {no: 3, yes: 3}}]
+    assert short == [
+        {
+            "source": "reassemble",
+            "task_id": "T7",
+            "quota": 20,
+            "selected": 6,
+            "missing": 14,
+            "pool": 6,
+            "pool_labels": {no: 3, yes: 3},
+            "selected_labels": {no: 3, yes: 3},
+        }
+    ]
     # the planted defect: without the pairing the pool is success-heavy and the quota fills with successes
     frames = CFG.tasks["T7"].frames["reassemble"].model_dump(exclude_none=True)
     off = CFG.with_values({"tasks.T7.frames.reassemble": {**frames, "same_task_pools": False}})
@@ -137,9 +161,21 @@ def test_contact_runs_on_hand_made_contact():
 
 
 def _frow(i, thumb):
-    return {"source": "gm100", "unit_id": "u", "camera": "camera_top", "frame_index": i, "cache_key": f"k{i}",
-            "status": "ok", "reason": None, "pixel_sha256": f"sha{i}", "height": 10, "width": 10, "mean": 100.0,
-            "std": 40.0, "thumb": bytes(thumb).hex()}
+    return {
+        "source": "gm100",
+        "unit_id": "u",
+        "camera": "camera_top",
+        "frame_index": i,
+        "cache_key": f"k{i}",
+        "status": "ok",
+        "reason": None,
+        "pixel_sha256": f"sha{i}",
+        "height": 10,
+        "width": 10,
+        "mean": 100.0,
+        "std": 40.0,
+        "thumb": bytes(thumb).hex(),
+    }
 
 
 def test_gate_drops_order_items_whose_frames_look_alike():
@@ -147,11 +183,19 @@ def test_gate_drops_order_items_whose_frames_look_alike():
 
     need = read_task("T9")["min_pixel_distance"]
     base = [100] * 16
-    ft = pl.DataFrame([_frow(1, base), _frow(2, [100 + int(need) + 2] * 16), _frow(3, [101] * 16)],
-                      schema=FRAME_TABLE_SCHEMA)
-    items = pl.DataFrame({"candidate_key": ["far", "alike", "alike_T1"], "source": ["gm100"] * 3,
-                          "unit_id": ["u"] * 3, "camera": ["camera_top"] * 3, "task_id": ["T9", "T9", "T1"],
-                          "frame_indices": [[1, 2], [1, 3], [1, 3]]})
+    ft = pl.DataFrame(
+        [_frow(1, base), _frow(2, [100 + int(need) + 2] * 16), _frow(3, [101] * 16)], schema=FRAME_TABLE_SCHEMA
+    )
+    items = pl.DataFrame(
+        {
+            "candidate_key": ["far", "alike", "alike_T1"],
+            "source": ["gm100"] * 3,
+            "unit_id": ["u"] * 3,
+            "camera": ["camera_top"] * 3,
+            "task_id": ["T9", "T9", "T1"],
+            "frame_indices": [[1, 2], [1, 3], [1, 3]],
+        }
+    )
     kept, q = gate_mod.gate_items(items, ft, CFG)
     assert kept["candidate_key"].to_list() == ["far", "alike_T1"]  # other families keep their near-alike frames
     assert "too alike to order" in q["reason"][0] and q["reason"][0].startswith("alike:")
@@ -183,7 +227,7 @@ def test_t9_labels_burned_into_every_panel(source):
     grey = np.full((60, 80, 3), 128, np.uint8)
     img = render_item_images({**r, "frame_indices": r["frame_indices"]}, lambda i: grey.copy())[0]
     gap = int(spec["gap"])
-    left, right = img[:, :80], img[:, 80 + gap:]
+    left, right = img[:, :80], img[:, 80 + gap :]
     for panel in (left, right):  # each panel carries its label box (black) and text (white) at the top left
         corner = panel[:30, :40]
         assert (corner == 0).all(axis=2).any() and (corner == 255).all(axis=2).any()

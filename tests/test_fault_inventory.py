@@ -37,8 +37,9 @@ def test_an_inventory_out_of_step_is_refused(campaign):
     first = dict(kinds[0], tests=[*kinds[0]["tests"], "tests/test_publish.py::test_that_is_not_there"])
     nothing = {"id": "unplanted", "issue": 4, "group": "fault", "kind": "x", "tests": [], "cases": []}
     odd = dict(kinds[1], id=kinds[0]["id"], group="misc", issue=12)
-    problems = campaign.inventory_problems([first, odd, nothing, *kinds[2:]], (named - {"export: an answer changed"})
-                                           | {"a case no kind names"})
+    problems = campaign.inventory_problems(
+        [first, odd, nothing, *kinds[2:]], (named - {"export: an answer changed"}) | {"a case no kind names"}
+    )
     assert any("test_that_is_not_there does not exist" in p for p in problems)
     assert any("'export: an answer changed' is not planted" in p for p in problems)
     assert any("'a case no kind names' is in no kind" in p for p in problems)

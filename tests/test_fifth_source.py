@@ -53,23 +53,64 @@ class ToyAdapter(SourceAdapter):
         meta = self._meta(root, unit_id)
         n = len(meta["x"])
         t = [i / FPS for i in range(n)]
-        frames = pa.Table.from_pylist([{"source": SLUG, "unit_id": unit_id, "camera": self.camera, "frame_index": i,
-                                        "t_sec": t[i], "native_ts": t[i]} for i in range(n)], schema=FRAMES_SCHEMA)
-        signals = pa.Table.from_pylist([{"source": SLUG, "unit_id": unit_id, "arm": "single", "frame_index": i,
-                                         "t_sec": t[i], "pos_x": meta["x"][i], "pos_y": 0.0, "pos_z": 0.0}
-                                        for i in range(n)], schema=SIGNALS_SCHEMA)
-        unit = {"source": SLUG, "unit_id": unit_id, "unit_type": "episode", "task_id": meta["task"],
-                "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None, "official_split": None,
-                "cameras": [self.camera], "camera": self.camera, "fps": FPS, "num_frames": n,
-                "arm_layout": "single_arm", "licence": "CC0-1.0", "rating": None, "language": None}
+        frames = pa.Table.from_pylist(
+            [
+                {
+                    "source": SLUG,
+                    "unit_id": unit_id,
+                    "camera": self.camera,
+                    "frame_index": i,
+                    "t_sec": t[i],
+                    "native_ts": t[i],
+                }
+                for i in range(n)
+            ],
+            schema=FRAMES_SCHEMA,
+        )
+        signals = pa.Table.from_pylist(
+            [
+                {
+                    "source": SLUG,
+                    "unit_id": unit_id,
+                    "arm": "single",
+                    "frame_index": i,
+                    "t_sec": t[i],
+                    "pos_x": meta["x"][i],
+                    "pos_y": 0.0,
+                    "pos_z": 0.0,
+                }
+                for i in range(n)
+            ],
+            schema=SIGNALS_SCHEMA,
+        )
+        unit = {
+            "source": SLUG,
+            "unit_id": unit_id,
+            "unit_type": "episode",
+            "task_id": meta["task"],
+            "operator_id": None,
+            "scene_id": None,
+            "config_id": None,
+            "taxonomy": None,
+            "official_split": None,
+            "cameras": [self.camera],
+            "camera": self.camera,
+            "fps": FPS,
+            "num_frames": n,
+            "arm_layout": "single_arm",
+            "licence": "CC0-1.0",
+            "rating": None,
+            "language": None,
+        }
         return UnitIR(unit=unit, frames=frames, signals=signals)
 
     def unit_files(self, root: Path, unit_id: str) -> list[tuple[str, Path, tuple | None]]:
         self._meta(root, unit_id)
         return [(f"units/{unit_id}.json", Path(root) / "units" / f"{unit_id}.json", None)]
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices, decoder: str = "auto",
-                    threads: int = 1) -> dict[int, np.ndarray]:
+    def read_frames(
+        self, root: Path, unit_id: str, camera: str, indices, decoder: str = "auto", threads: int = 1
+    ) -> dict[int, np.ndarray]:
         n = len(self._meta(root, unit_id)["x"])
         out = {}
         for i in indices:
@@ -86,7 +127,7 @@ def write_toy_corpus(root: Path) -> None:
     for u in range(N_UNITS):
         v = np.zeros(N_FRAMES)
         a = 15 + u % 5
-        v[a:a + 30], v[a + 55:a + 85] = 0.15, -0.15
+        v[a : a + 30], v[a + 55 : a + 85] = 0.15, -0.15
         x = np.concatenate(([0.0], np.cumsum(v[1:] / FPS)))
         (root / "units" / f"toy_{u:03d}.json").write_text(json.dumps({"task": f"task_{u % 3}", "x": x.tolist()}))
 
@@ -104,14 +145,20 @@ def toy_config(tmp: Path, corpus: Path) -> Path:
 
     def build(d):
         d["build"].update(sources=[SLUG], work_dir=str(tmp / "work"), release_dir=str(tmp / "release"), scale="demo")
+
     _edit(cfg_dir / "build.yaml", build)
-    _edit(cfg_dir / "sources.yaml", lambda d: d["sources"].update(
-        {SLUG: {"name": "Toy", "unit_type": "episode", "root": str(corpus), "adapter": {"camera": CAMERA}}}))
+    _edit(
+        cfg_dir / "sources.yaml",
+        lambda d: d["sources"].update(
+            {SLUG: {"name": "Toy", "unit_type": "episode", "root": str(corpus), "adapter": {"camera": CAMERA}}}
+        ),
+    )
     _edit(cfg_dir / "frames.yaml", lambda d: d["frames"].update(workers=1))  # the toy adapter lives in this process
 
     def exports(d):  # the card and Croissant state every built source's terms and origin
         d["exports"]["licences"][SLUG] = "Toy: generated for the tests, no licence needed."
         d["exports"]["provenance"][SLUG] = "Toy episodes written by the fifth-source test."
+
     _edit(cfg_dir / "exports.yaml", exports)
 
     def labels(d):
@@ -120,6 +167,7 @@ def toy_config(tmp: Path, corpus: Path) -> Path:
         for section in ("contact", "phase", "arm_type", "direction", "steps", "outcome"):
             d["labels"][section][SLUG] = {"method": "none"}  # a source without that rule says so
         d["labels"]["activity"][SLUG] = {"mode": "none"}
+
     _edit(cfg_dir / "labels.yaml", labels)
 
     def t6(d):
@@ -128,14 +176,22 @@ def toy_config(tmp: Path, corpus: Path) -> Path:
         for key, v in (("stride", 3), ("cap_per_label", 4)):
             d["candidates"][key][SLUG] = v
         d["min_gap"][SLUG] = 6
+
     _edit(cfg_dir / "tasks" / "T6.yaml", t6)
     for task in ("T8", "T9"):
+
         def temporal(d):
             d["sources"].append(SLUG)
             d["quota"][SLUG] = 250
-            d["frames"][SLUG] = {"mode": "grid", "step_sec": 1.0, "min_sep_sec": 2.0, "max_gap_steps": 4,
-                                 "margin_frac": 0.03}
+            d["frames"][SLUG] = {
+                "mode": "grid",
+                "step_sec": 1.0,
+                "min_sep_sec": 2.0,
+                "max_gap_steps": 4,
+                "margin_frac": 0.03,
+            }
             d["candidates"]["cap_per_unit"][SLUG] = 20
+
         _edit(cfg_dir / "tasks" / f"{task}.yaml", temporal)
     return cfg_dir
 
@@ -152,7 +208,7 @@ def test_fifth_source_builds_a_valid_release(tmp_path, toy_registered):
     corpus = tmp_path / "toy"
     write_toy_corpus(corpus)
     cfg = load_settings(toy_config(tmp_path, corpus))
-    assert stages.run_ingest(cfg, SLUG)["units"] == N_UNITS       # the IR validator accepts the registered slug
+    assert stages.run_ingest(cfg, SLUG)["units"] == N_UNITS  # the IR validator accepts the registered slug
     stages.run_labels(cfg, SLUG)
     per_family = stages.run_candidates(cfg, SLUG)["per_family"]
     assert set(per_family) == {"T6", "T8", "T9"}
@@ -162,13 +218,16 @@ def test_fifth_source_builds_a_valid_release(tmp_path, toy_registered):
     stages.run_release(cfg)
     assert stages.release_problems(cfg) == []
     assert stages.release_path_leaks(cfg) == []
-    rows = [json.loads(line) for f in ("splits/processbench_eval.jsonl", "splits/processdata_sft.jsonl")
-            for line in (tmp_path / "release" / f).read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for f in ("splits/processbench_eval.jsonl", "splits/processdata_sft.jsonl")
+        for line in (tmp_path / "release" / f).read_text().splitlines()
+    ]
     assert {r["source_slug"] for r in rows} == {SLUG}
     assert {r["task_id"] for r in rows} == {"T6", "T8", "T9"}
     assert {r["split"] for r in rows} == {"eval", "sft"}
     prompts = (tmp_path / "release" / "metadata" / "prompt_templates.md").read_text()
-    assert f"`{SLUG}`" in prompts                                  # the prompt docs list the new source
+    assert f"`{SLUG}`" in prompts  # the prompt docs list the new source
 
 
 def test_unregistered_slug_is_refused_by_the_ir_and_the_config(tmp_path):
@@ -191,7 +250,7 @@ def test_per_source_values_resolve_for_a_registered_source(toy_registered):
     assert cfg.with_values({"tasks.T1.question": template}).tasks["T1"].for_source(SLUG).question == "b"
     other = cfg.with_values({"tasks.T1.question": {"gm100": "a", "default": "c"}}).tasks["T1"]
     assert other.for_source(SLUG).question == "c"
-    upstream_adapters.unregister(SLUG)   # a per-source map is typed: a key that is no registered slug is an error
+    upstream_adapters.unregister(SLUG)  # a per-source map is typed: a key that is no registered slug is an error
     with pytest.raises(pydantic.ValidationError):
         cfg.with_values({"tasks.T1.question": template})
 

@@ -131,8 +131,17 @@ def _plant(defect: str, path: Path, keys: list[str], other: Path) -> set[str]:
     raise ValueError(defect)
 
 
-DEFECTS = ["truncated", "cut_final_record", "png_flipped", "thumb_flipped", "other_pixels", "renamed", "replaced",
-           "empty", "not_a_pack"]
+DEFECTS = [
+    "truncated",
+    "cut_final_record",
+    "png_flipped",
+    "thumb_flipped",
+    "other_pixels",
+    "renamed",
+    "replaced",
+    "empty",
+    "not_a_pack",
+]
 
 
 @pytest.mark.parametrize("defect", DEFECTS)
@@ -223,8 +232,10 @@ def _select_again(work: Path, slug: str) -> None:
 
 
 def _memo_lines(work: Path) -> dict[Path, list[bytes]]:
-    return {t: t.read_bytes().splitlines(keepends=True)
-            for t in sorted((work / "frame_cache" / "renders").glob("*" + memos.SUFFIX))}
+    return {
+        t: t.read_bytes().splitlines(keepends=True)
+        for t in sorted((work / "frame_cache" / "renders").glob("*" + memos.SUFFIX))
+    }
 
 
 def _aist_memo_table(demo_samples, demo_release, tmp_path):
@@ -237,7 +248,7 @@ def _aist_memo_table(demo_samples, demo_release, tmp_path):
     shutil.rmtree(work / "frame_cache" / "renders")
     _select_again(work, "aist")
     stages.run_frames(cfg, "aist")  # renders/ now holds exactly aist's memos, in one table
-    (table, lines), = _memo_lines(work).items()
+    ((table, lines),) = _memo_lines(work).items()
     return work, cfg, before, table, lines
 
 

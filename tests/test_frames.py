@@ -25,8 +25,15 @@ from upstream_adapters.ir import QUARANTINE_SCHEMA
 from upstream_adapters.samples.common import decode_frame_index, encode_video, render_frame
 
 W, H, N = 160, 128, 60
-LABEL = {"font": "HERSHEY_SIMPLEX", "scale": 1.0, "thickness": 2, "color": [255, 255, 255],
-         "background": [0, 0, 0], "position": "top_left", "margin": 8}
+LABEL = {
+    "font": "HERSHEY_SIMPLEX",
+    "scale": 1.0,
+    "thickness": 2,
+    "color": [255, 255, 255],
+    "background": [0, 0, 0],
+    "position": "top_left",
+    "margin": 8,
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +47,9 @@ def video_root(tmp_path_factory) -> Path:
 
 
 def _requests(spec: dict[str, list[int]]) -> pl.DataFrame:
-    return pl.DataFrame([{"source": "src", "unit_id": u, "camera": "cam", "frame_index": i}
-                         for u, idx in spec.items() for i in idx])
+    return pl.DataFrame(
+        [{"source": "src", "unit_id": u, "camera": "cam", "frame_index": i} for u, idx in spec.items() for i in idx]
+    )
 
 
 class CrashingReaders(DirectoryReaders):
@@ -71,8 +79,15 @@ class RaisingReaders(DirectoryReaders):
 
 
 def test_extract_pool_cache_and_rebuild_decodes_nothing(video_root, tmp_path):
-    req = _requests({"u1": [0, 5, 29, 30, 31, 59, 5], "u2": [10, 11, 12], "u3": [28, 29, 30, 31, 45],
-                     "u4": [1, 58], "missing": [3, 4]})
+    req = _requests(
+        {
+            "u1": [0, 5, 29, 30, 31, 59, 5],
+            "u2": [10, 11, 12],
+            "u3": [28, 29, 30, 31, 45],
+            "u4": [1, 58],
+            "missing": [3, 4],
+        }
+    )
     cache = FrameCache(tmp_path / "cache")
     table = extract_frames(req, DirectoryReaders(video_root), cache, workers=2)
     assert table.schema == pl.Schema(FRAME_TABLE_SCHEMA)
@@ -103,8 +118,13 @@ def test_cache_keys_are_the_documented_hash(tmp_path):
 
     cache = FrameCache(tmp_path / "cache")
     for unit, cam, idx in [("u1", "cam", [0, 7, 1234567]), ('ünit "q"\\', "cäm/1", [3])]:
-        digest = hashlib.sha256(json.dumps(["pbframe", "1", cache.decoder_id, "dir:x", "src", unit, "fp", cam],
-                                           separators=(",", ":"), ensure_ascii=True).encode()).hexdigest()
+        digest = hashlib.sha256(
+            json.dumps(
+                ["pbframe", "1", cache.decoder_id, "dir:x", "src", unit, "fp", cam],
+                separators=(",", ":"),
+                ensure_ascii=True,
+            ).encode()
+        ).hexdigest()
         want = [f"{digest}.{i}" for i in idx]
         assert cache.video_keys("src", unit, cam, idx, "dir:x", "fp") == want
         assert [cache.key("src", unit, cam, i, "dir:x", "fp") for i in idx] == want
@@ -121,7 +141,9 @@ def test_cache_is_deterministic_and_keyed_by_decoder(video_root, tmp_path):
     tb = extract_frames(req, DirectoryReaders(video_root), b, workers=1)
     assert ta.equals(tb)
     assert a.pack_path(ta["cache_key"][0]).read_bytes() == b.pack_path(tb["cache_key"][0]).read_bytes()
-    assert FrameCache(tmp_path / "c", decoder="pyav").key("s", "u", "c", 1, "r", "fp") != a.key("s", "u", "c", 1, "r", "fp")
+    assert FrameCache(tmp_path / "c", decoder="pyav").key("s", "u", "c", 1, "r", "fp") != a.key(
+        "s", "u", "c", 1, "r", "fp"
+    )
     assert FrameCache(tmp_path / "c", version=2).key("s", "u", "c", 1, "r", "fp") != a.key("s", "u", "c", 1, "r", "fp")
     other = FrameCache(tmp_path / "n", png_filter="all")  # another PNG filter: other bytes, same pixels
     tn = extract_frames(req, DirectoryReaders(video_root), other, workers=1)
@@ -222,16 +244,26 @@ def test_a_cache_write_error_stops_the_build_instead_of_dropping_items(video_roo
     """Frames that decode but cannot be cached were error rows the gate dropped as "unreadable frame" (31 items and a
     unit lost, exit 0): now the frames stage raises, naming the first frame and the cause."""
     req = _requests({"u1": [1, 2], "u2": [3]})
-    with pytest.raises(CacheWriteError, match=r"3 decoded frame\(s\) could not be written into the frame cache "
-                                              r"\(first: src/u1 cam frame 1: .*No space left on device"):
+    with pytest.raises(
+        CacheWriteError,
+        match=r"3 decoded frame\(s\) could not be written into the frame cache "
+        r"\(first: src/u1 cam frame 1: .*No space left on device",
+    ):
         extract_frames(req, DirectoryReaders(video_root), FullDiskCache(tmp_path / "cache"), workers=workers)
 
 
 def test_a_cache_write_error_while_rendering_stops_the_build(video_root, tmp_path):
     """The render step decodes again the frames whose cache entries vanished; a failed write there raises too."""
-    items = pl.DataFrame({"candidate_key": ["b"], "source": ["src"], "unit_id": ["u1"], "camera": ["cam"],
-                          "frame_indices": [[10, 20, 30]],
-                          "render_spec_json": [_spec("labelled_frames", ["X", "Y", "Z"], [10, 20, 30])]})
+    items = pl.DataFrame(
+        {
+            "candidate_key": ["b"],
+            "source": ["src"],
+            "unit_id": ["u1"],
+            "camera": ["cam"],
+            "frame_indices": [[10, 20, 30]],
+            "render_spec_json": [_spec("labelled_frames", ["X", "Y", "Z"], [10, 20, 30])],
+        }
+    )
     readers = DirectoryReaders(video_root)
     table = extract_frames(requests_from_items(items), readers, FrameCache(tmp_path / "cache"), workers=1)
     for pack_file in (tmp_path / "cache").rglob("*.pack"):
@@ -241,11 +273,16 @@ def test_a_cache_write_error_while_rendering_stops_the_build(video_root, tmp_pat
 
 
 def test_add_image_hashes_from_cache_uses_render_memo(video_root, tmp_path):
-    items = pl.DataFrame({
-        "candidate_key": ["a", "b", "c"], "source": ["src"] * 3, "unit_id": ["u1", "u1", "u3"],
-        "camera": ["cam"] * 3, "frame_indices": [[1, 2], [10, 20, 30], [5, 6]],
-        "render_spec_json": [None, _spec("labelled_frames", ["X", "Y", "Z"], [10, 20, 30]), None],
-    })
+    items = pl.DataFrame(
+        {
+            "candidate_key": ["a", "b", "c"],
+            "source": ["src"] * 3,
+            "unit_id": ["u1", "u1", "u3"],
+            "camera": ["cam"] * 3,
+            "frame_indices": [[1, 2], [10, 20, 30], [5, 6]],
+            "render_spec_json": [None, _spec("labelled_frames", ["X", "Y", "Z"], [10, 20, 30]), None],
+        }
+    )
     cache = FrameCache(tmp_path / "cache")
     table = extract_frames(requests_from_items(items), DirectoryReaders(video_root), cache, workers=1)
     out = add_image_hashes(items, table, cache, {"max_side": 80})
@@ -253,10 +290,11 @@ def test_add_image_hashes_from_cache_uses_render_memo(video_root, tmp_path):
     assert [len(h) for h in hashes] == [2, 3, 2] and cache.counters["rendered"] == 3
     again = add_image_hashes(items, table, cache, {"max_side": 80})
     assert again["image_hashes_json"].equals(out["image_hashes_json"]) and cache.counters["render_hits"] == 3
-    direct = render_item_images(items.row(1, named=True), lambda i: cache.get(
-        table.filter((pl.col("unit_id") == "u1") & (pl.col("frame_index") == i))["cache_key"][0]))
+    direct = render_item_images(
+        items.row(1, named=True),
+        lambda i: cache.get(table.filter((pl.col("unit_id") == "u1") & (pl.col("frame_index") == i))["cache_key"][0]),
+    )
     assert image_hashes(direct) == hashes[1]
-
 
 
 def test_threaded_render_gives_the_serial_hashes_in_item_order(video_root, tmp_path):
@@ -268,8 +306,16 @@ def test_threaded_render_gives_the_serial_hashes_in_item_order(video_root, tmp_p
         unit = ["u1", "u2", "u3", "u4"][n % 4]
         idx = sorted(rng.choice(N, 3, replace=False).tolist())
         spec = _spec("labelled_frames", ["X", "Y", "Z"], idx, [96, 80]) if n % 3 == 0 else None
-        rows.append({"candidate_key": f"k{n:02d}", "source": "src", "unit_id": unit, "camera": "cam",
-                     "frame_indices": idx, "render_spec_json": spec})
+        rows.append(
+            {
+                "candidate_key": f"k{n:02d}",
+                "source": "src",
+                "unit_id": unit,
+                "camera": "cam",
+                "frame_indices": idx,
+                "render_spec_json": spec,
+            }
+        )
     rows.append({**rows[5], "candidate_key": "same_as_k05"})  # same frames, same spec: one render for both
     items = pl.DataFrame(rows)
     readers = DirectoryReaders(video_root)
@@ -287,46 +333,73 @@ def test_threaded_render_gives_the_serial_hashes_in_item_order(video_root, tmp_p
         runs[workers] = (out, cache.counters)
     serial, threaded = runs[1], runs[4]
     assert threaded[0].equals(serial[0])
-    assert {k: threaded[1][k] for k in ("rendered", "render_hits", "decoded", "bad_entries")} == \
-        {"rendered": 40, "render_hits": 1, "decoded": 1, "bad_entries": 1}
+    assert {k: threaded[1][k] for k in ("rendered", "render_hits", "decoded", "bad_entries")} == {
+        "rendered": 40,
+        "render_hits": 1,
+        "decoded": 1,
+        "bad_entries": 1,
+    }
     assert threaded[1] == serial[1]
     cache = FrameCache(tmp_path / "cache")
     key = {(u, i): k for u, i, k in table.select("unit_id", "frame_index", "cache_key").iter_rows()}
     for item, got in zip(items.iter_rows(named=True), threaded[0]["image_hashes_json"]):
-        direct = image_hashes(render_item_images(item, lambda i: cache.get(key[(item["unit_id"], i)]), {"max_side": 80}))
+        direct = image_hashes(
+            render_item_images(item, lambda i: cache.get(key[(item["unit_id"], i)]), {"max_side": 80})
+        )
         assert json.loads(got) == direct, item["candidate_key"]
 
 
 # ------------------------------------------------------------------------------------------------ gate
 def _frow(unit, i, *, status="ok", mean=100.0, std=40.0, sha=None, thumb=None, reason=None):
-    return {"source": "src", "unit_id": unit, "camera": "cam", "frame_index": i, "cache_key": f"k{unit}{i}",
-            "status": status, "reason": reason, "pixel_sha256": sha or f"sha-{unit}-{i}", "height": 10, "width": 10,
-            "mean": mean, "std": std, "thumb": thumb if thumb is not None else bytes([i * 10 % 256] * 4).hex()}
+    return {
+        "source": "src",
+        "unit_id": unit,
+        "camera": "cam",
+        "frame_index": i,
+        "cache_key": f"k{unit}{i}",
+        "status": status,
+        "reason": reason,
+        "pixel_sha256": sha or f"sha-{unit}-{i}",
+        "height": 10,
+        "width": 10,
+        "mean": mean,
+        "std": std,
+        "thumb": thumb if thumb is not None else bytes([i * 10 % 256] * 4).hex(),
+    }
 
 
 def test_native_size_plain_items_take_their_frames_hashes_without_reading_them(video_root, tmp_path):
     """A plain item whose frames the size policy keeps native shows exactly its frames: its hashes are the frame
     table's pixel hashes, in frame_indices order (repeats kept), with no cache read; an item with a render spec, or
     frames above max_side, is still rendered from the cached pixels."""
-    items = pl.DataFrame({
-        "candidate_key": ["plain", "labelled"], "source": ["src"] * 2, "unit_id": ["u1", "u2"],
-        "camera": ["cam"] * 2, "frame_indices": [[30, 2, 30], [4, 9]],
-        "render_spec_json": [None, _spec("labelled_frames", ["X", "Y"], [4, 9])],
-    })
+    items = pl.DataFrame(
+        {
+            "candidate_key": ["plain", "labelled"],
+            "source": ["src"] * 2,
+            "unit_id": ["u1", "u2"],
+            "camera": ["cam"] * 2,
+            "frame_indices": [[30, 2, 30], [4, 9]],
+            "render_spec_json": [None, _spec("labelled_frames", ["X", "Y"], [4, 9])],
+        }
+    )
     cache = FrameCache(tmp_path / "cache")
     table = extract_frames(requests_from_items(items), DirectoryReaders(video_root), cache, workers=1)
     key = {(u, i): k for u, i, k in table.select("unit_id", "frame_index", "cache_key").iter_rows()}
     direct = {}  # what a full render from the cached pixels gives, native (max_side W) and downscaled (80)
     for max_side in (W, 80):
-        direct[max_side] = [image_hashes(render_item_images(item, lambda i: cache.get(key[(item["unit_id"], i)]),
-                                                            {"max_side": max_side}))
-                            for item in items.iter_rows(named=True)]
+        direct[max_side] = [
+            image_hashes(
+                render_item_images(item, lambda i: cache.get(key[(item["unit_id"], i)]), {"max_side": max_side})
+            )
+            for item in items.iter_rows(named=True)
+        ]
     assert direct[W][0] != direct[80][0]
     cache.pack_path(key[("u1", 2)]).unlink()  # u1's pixels gone: the native item needs none
     out = add_image_hashes(items, table, FrameCache(tmp_path / "cache"), {"max_side": W})
     assert [json.loads(h) for h in out["image_hashes_json"]] == direct[W]
-    out = add_image_hashes(items, table, FrameCache(tmp_path / "cache"), {"max_side": 80},
-                           open_reader=DirectoryReaders(video_root))  # downscaled: rendered (u1 decoded again)
+    out = add_image_hashes(
+        items, table, FrameCache(tmp_path / "cache"), {"max_side": 80}, open_reader=DirectoryReaders(video_root)
+    )  # downscaled: rendered (u1 decoded again)
     assert [json.loads(h) for h in out["image_hashes_json"]] == direct[80]
 
 
@@ -334,8 +407,9 @@ def test_one_pack_per_video_and_new_frames_join_it(video_root, tmp_path):
     """One file per video, whatever the number of its frames; frames asked for later join their video's pack (one
     write per decode task), the frames already there kept and not decoded again."""
     cache = FrameCache(tmp_path / "cache")
-    first = extract_frames(_requests({"u1": [1, 2, 3], "u2": [4], "u3": [5, 6]}), DirectoryReaders(video_root), cache,
-                           workers=1)
+    first = extract_frames(
+        _requests({"u1": [1, 2, 3], "u2": [4], "u3": [5, 6]}), DirectoryReaders(video_root), cache, workers=1
+    )
     files = sorted(p for p in (tmp_path / "cache" / "frames").rglob("*") if p.is_file())
     assert len(files) == 3 and all(p.suffix == ".pack" for p in files)  # no temp file left either
     more = FrameCache(tmp_path / "cache")
@@ -391,20 +465,31 @@ def test_a_damaged_record_is_decoded_again_and_its_pack_rewritten(video_root, tm
 def test_gate_reasons_and_quarantine_schema():
     cfg = load_settings()
     g = cfg.frames.gate
-    ft = pl.DataFrame([
-        _frow("u", 1), _frow("u", 2), _frow("u", 3),
-        _frow("u", 4, mean=g.black_max_mean - 1),
-        _frow("u", 5, std=0.5),
-        _frow("u", 6, sha="same"), _frow("u", 7, sha="same"),
-        _frow("u", 8, thumb="10101010"), _frow("u", 9, thumb="10101011"),
-        _frow("u", 10, status="error", reason="cannot read frames: boom"),
-    ], schema=FRAME_TABLE_SCHEMA)
-    items = pl.DataFrame({
-        "candidate_key": ["ok", "black", "flat", "frozen", "near", "near_T6", "unreadable", "absent"],
-        "source": ["src"] * 8, "unit_id": ["u"] * 8, "camera": ["cam"] * 8,
-        "task_id": ["T1", "T1", "T1", "T8", "T3", "T6", "T1", "T1"],
-        "frame_indices": [[1, 2, 3], [1, 4], [5], [6, 7, 1], [8, 9], [8, 9], [1, 10], [11]],
-    })
+    ft = pl.DataFrame(
+        [
+            _frow("u", 1),
+            _frow("u", 2),
+            _frow("u", 3),
+            _frow("u", 4, mean=g.black_max_mean - 1),
+            _frow("u", 5, std=0.5),
+            _frow("u", 6, sha="same"),
+            _frow("u", 7, sha="same"),
+            _frow("u", 8, thumb="10101010"),
+            _frow("u", 9, thumb="10101011"),
+            _frow("u", 10, status="error", reason="cannot read frames: boom"),
+        ],
+        schema=FRAME_TABLE_SCHEMA,
+    )
+    items = pl.DataFrame(
+        {
+            "candidate_key": ["ok", "black", "flat", "frozen", "near", "near_T6", "unreadable", "absent"],
+            "source": ["src"] * 8,
+            "unit_id": ["u"] * 8,
+            "camera": ["cam"] * 8,
+            "task_id": ["T1", "T1", "T1", "T8", "T3", "T6", "T1", "T1"],
+            "frame_indices": [[1, 2, 3], [1, 4], [5], [6, 7, 1], [8, 9], [8, 9], [1, 10], [11]],
+        }
+    )
     kept, q = gate_mod.gate_items(items, ft, cfg)
     assert kept["candidate_key"].to_list() == ["ok", "near_T6"]
     assert q.schema == pl.from_arrow(QUARANTINE_SCHEMA.empty_table()).schema

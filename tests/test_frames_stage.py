@@ -40,7 +40,9 @@ def test_gate_drops_black_frames_and_replaces_them(demo_samples, demo_release, t
 
     work = tmp_path / "work"
     shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache"))
-    cfg = _cfg(demo_samples, work).with_values({"frames.workers": 1})  # in-process, so the patched adapter is the one that reads
+    cfg = _cfg(demo_samples, work).with_values(
+        {"frames.workers": 1}
+    )  # in-process, so the patched adapter is the one that reads
     (work / "items" / "gm100.selection_key").unlink()  # select and decode again
     before = pl.read_parquet(work / "items" / "gm100.parquet")
     victim = before["unit_id"].value_counts(sort=True)["unit_id"][0]
@@ -81,7 +83,8 @@ def test_reconstruct_from_upstream_matches_every_hash(demo_samples, demo_release
     for slug, n in rows.group_by("source_slug").len().iter_rows():
         assert report[slug]["items"] == report[slug]["ok"] == n, (slug, report[slug])
     assert {f: (r["items"], r["ok"]) for f, r in saved["files"].items()} == {
-        f: (df.height, df.height) for f, df in tables.items()}
+        f: (df.height, df.height) for f, df in tables.items()
+    }
     out = capsys.readouterr().out
     assert all(f"  {f}" in out for f in files) and str((tmp_path / "recon" / "images").resolve()) in out
     n_images = sum(len(json.loads(h)) for h in rows["image_hashes_json"])

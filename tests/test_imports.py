@@ -44,8 +44,10 @@ def imports_of(name: str, path: Path, modules: dict, top_level_only: bool = Fals
 
 def graph(top_level_only: bool = False) -> dict[str, set[str]]:
     modules = _modules()
-    return {m: {i for i, _ in imports_of(m, p, modules, top_level_only) if i in modules and i != m}
-            for m, p in modules.items()}
+    return {
+        m: {i for i, _ in imports_of(m, p, modules, top_level_only) if i in modules and i != m}
+        for m, p in modules.items()
+    }
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:

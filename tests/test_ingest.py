@@ -61,7 +61,9 @@ def test_bad_units_are_quarantined_and_the_rest_goes_on(fake, tmp_path):
 def test_unusable_root_is_one_quarantine_row(fake, tmp_path):
     res = ingest_source("gm100", tmp_path, {"mode": "no-root"})
     assert res.units.height == 0
-    assert ("*", "gm100: root 'x' does not exist") in [(r["unit_id"], r["reason"]) for r in res.quarantine.iter_rows(named=True)]
+    assert ("*", "gm100: root 'x' does not exist") in [
+        (r["unit_id"], r["reason"]) for r in res.quarantine.iter_rows(named=True)
+    ]
 
 
 def _args(**kw):
@@ -77,8 +79,17 @@ def test_ingest_command_exit_codes_and_options(demo_samples, tmp_path, capsys):
     assert command(_args(source="reassemble", root=str(root), out=str(tmp_path / "a"))) == 0
     assert "units read" in capsys.readouterr().out
     # an adapter option from the command line overrides the configured one (only_split: test_split1)
-    assert command(_args(source="reassemble", root=str(root), out=str(tmp_path / "b"),
-                         option=["only_split=train_split1", "max_signal_gap_s=0.5"])) == 0
+    assert (
+        command(
+            _args(
+                source="reassemble",
+                root=str(root),
+                out=str(tmp_path / "b"),
+                option=["only_split=train_split1", "max_signal_gap_s=0.5"],
+            )
+        )
+        == 0
+    )
     import polars as pl
 
     a = pl.read_parquet(tmp_path / "a" / "units.parquet")["official_split"].unique().to_list()
@@ -92,8 +103,9 @@ def test_ingest_command_exit_codes_and_options(demo_samples, tmp_path, capsys):
     assert command(_args(source="reassemble", root=str(root), out=str(tmp_path / "d"), option=["camra=hand"])) == 2
     err = capsys.readouterr().err  # the typo, and the options there are
     assert "unknown adapter option(s) camra; valid options: " in err and "only_split" in err
-    assert command(_args(source="aist", root=str(root), out=str(tmp_path / "e"),
-                         option=["jpeg_channel_order=grb"])) == 2
+    assert (
+        command(_args(source="aist", root=str(root), out=str(tmp_path / "e"), option=["jpeg_channel_order=grb"])) == 2
+    )
     assert command(_args(source="nope", root=str(root), out=str(tmp_path / "f"))) == 2
 
 

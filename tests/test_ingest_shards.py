@@ -26,8 +26,16 @@ def test_shard_of_is_stable_and_spreads_units():
 @pytest.mark.parametrize("slug", SLUGS)
 def test_sharded_ingest_merges_into_the_whole_ir(slug, demo_samples, demo_release, tmp_path):
     work = tmp_path / "work"
-    cfg = BuildSettings(scale="demo", upstream={k: str(v) for k, v in demo_samples.items()}, work_dir=str(work),
-                        release_dir=str(tmp_path / "release")).config().with_values({f"sources.{slug}.ingest_shards": 3})
+    cfg = (
+        BuildSettings(
+            scale="demo",
+            upstream={k: str(v) for k, v in demo_samples.items()},
+            work_dir=str(work),
+            release_dir=str(tmp_path / "release"),
+        )
+        .config()
+        .with_values({f"sources.{slug}.ingest_shards": 3})
+    )
     units = [stages.run_ingest_shard(cfg, slug, k)["units"] for k in range(3)]
     assert sum(units) and all(units)  # every shard got units of its own
     summary = stages.run_ingest(cfg, slug)
@@ -36,16 +44,21 @@ def test_sharded_ingest_merges_into_the_whole_ir(slug, demo_samples, demo_releas
     for name in (*IR_TABLES, "quarantine", "notes", "absent"):
         assert merged[name].equals(whole[name]), f"{slug} {name}"
     assert summary["units"] == sum(units) == whole["units"].height
-    assert (work / "ir" / slug / "corpus.json").read_text() == \
-        (demo_release.parent / "work" / "ir" / slug / "corpus.json").read_text()
+    assert (work / "ir" / slug / "corpus.json").read_text() == (
+        demo_release.parent / "work" / "ir" / slug / "corpus.json"
+    ).read_text()
 
 
 def test_duplicates_across_shards_are_noted():
     def part(unit_id: str) -> dict[str, pl.DataFrame]:
-        return {"units": pl.DataFrame({"unit_id": [unit_id], "content_hash": ["same"]}),
-                "notes": pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String, "note": pl.String}),
-                **{t: pl.DataFrame({"unit_id": []}, schema={"unit_id": pl.String})
-                   for t in ("frames", "signals", "segments", "quarantine", "absent")}}
+        return {
+            "units": pl.DataFrame({"unit_id": [unit_id], "content_hash": ["same"]}),
+            "notes": pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String, "note": pl.String}),
+            **{
+                t: pl.DataFrame({"unit_id": []}, schema={"unit_id": pl.String})
+                for t in ("frames", "signals", "segments", "quarantine", "absent")
+            },
+        }
 
     merged = merge_shards("gm100", [part("b"), part("a")])
     assert merged.units["unit_id"].to_list() == ["a", "b"]
@@ -79,5 +92,8 @@ def test_a_config_dir_cannot_change_the_job_graph(tmp_path):
     sources = configs / "sources.yaml"
     sources.write_text(sources.read_text().replace("  gm100:\n", "  gm100:\n    ingest_shards: 2\n", 1))
     with pytest.raises(GraphMismatch, match="ingest_gm100_0"):
-        plan(BuildSettings(config_dir=str(configs), scale="demo", work_dir=str(tmp_path / "w"),
-                           release_dir=str(tmp_path / "r")))
+        plan(
+            BuildSettings(
+                config_dir=str(configs), scale="demo", work_dir=str(tmp_path / "w"), release_dir=str(tmp_path / "r")
+            )
+        )

@@ -61,7 +61,9 @@ def test_mp4_declaring_2e8_samples_is_refused_under_1gib(tmp_path):
     assert got["bad_file"].endswith(f"{BAD.name}/cam_{S.PRIMARY}/color.mp4")
     assert "input_limits.max_video_samples" in got["bad_frames"], got
     assert got["good_frames"] == 30 and got["good_decoded"] == 1
-    unbounded = _probe("rh20t", root, BAD.name, GOOD.name, lifted=True, max_video_samples=10**12)  # the fault, reproduced
+    unbounded = _probe(
+        "rh20t", root, BAD.name, GOOD.name, lifted=True, max_video_samples=10**12
+    )  # the fault, reproduced
     assert unbounded["bad"] == "MemoryError" and unbounded["good_frames"] == 30
 
 
@@ -107,8 +109,9 @@ def _aist_root(tmp_path: Path) -> Path:
     folder = root / name
     folder.mkdir()
     for ep in (0, 1):
-        (folder / f"episode_{ep}.hdf5").write_bytes(A.episode_bytes(tid, name, taxonomy, prompt, ep, 20, (64, 48),
-                                                                    seed=0))
+        (folder / f"episode_{ep}.hdf5").write_bytes(
+            A.episode_bytes(tid, name, taxonomy, prompt, ep, 20, (64, 48), seed=0)
+        )
     return root
 
 
@@ -122,15 +125,14 @@ def test_jpeg_declaring_30000_squared_is_refused_under_1gib(tmp_path):
         for i in range(rows.shape[0]):
             row = bytearray(rows[i].tobytes())
             sof = row.find(b"\xff\xc0")
-            row[sof + 5:sof + 9] = (30000).to_bytes(2, "big") * 2
+            row[sof + 5 : sof + 9] = (30000).to_bytes(2, "big") * 2
             rows[i] = np.frombuffer(bytes(row), np.uint8)
     got = _probe("aist", root, "task_004_episode_1", "task_004_episode_0")
     assert "declares 900000000 pixels" in got["bad"] and "input_limits.max_image_pixels" in got["bad"], got
     assert got["bad_file"] == "insert_usb_cable/episode_1.hdf5"
     assert "input_limits.max_image_pixels" in got["bad_frames"]
     assert got["good_frames"] == 20 and got["good_decoded"] == 1
-    unbounded = _probe("aist", root, "task_004_episode_1", "task_004_episode_0", lifted=True,
-                       max_image_pixels=10**12)
+    unbounded = _probe("aist", root, "task_004_episode_1", "task_004_episode_0", lifted=True, max_image_pixels=10**12)
     assert "Failed to allocate 2700000000 bytes" in unbounded["bad"]  # the fault: OpenCV asks for 2.7 GB
 
 
@@ -232,8 +234,12 @@ def test_input_limits_are_in_the_config_hash_and_the_ingest_fingerprint():
     assert all("input_limits" not in keys for keys in NO_OUTPUT_KEYS.values())
     cfg = load_settings()
     base = cfg
-    other = cfg.with_values({"build.input_limits.max_json_depth": 5,
-                             **{f"sources.{s}.adapter.input_limits.max_json_depth": 5 for s in cfg.sources}})
+    other = cfg.with_values(
+        {
+            "build.input_limits.max_json_depth": 5,
+            **{f"sources.{s}.adapter.input_limits.max_json_depth": 5 for s in cfg.sources},
+        }
+    )
     assert config_hash(other) != config_hash(base)
     assert digest(config_part(other, ("sources.gm100",))) != digest(config_part(base, ("sources.gm100",)))
 
@@ -263,8 +269,13 @@ def test_a_reader_killed_on_a_unit_names_it_and_then_costs_only_that_unit(tmp_pa
     root, state, victim = _aist_root(tmp_path), tmp_path / "work" / "ir" / "aist", "task_004_episode_1"
     opts = load_settings().sources["aist"].adapter.options()
     for death in (1, 2):
-        res = subprocess.run([sys.executable, "-c", _KILLED, str(root), str(state), victim], cwd=REPO,
-                             capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-c", _KILLED, str(root), str(state), victim],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == -9, res.stderr[-2000:]
         note = held_note(state, "aist")
         assert f"ingest of aist died while reading unit {victim!r}" in note
@@ -285,8 +296,13 @@ def test_a_reader_killed_on_a_unit_names_it_and_then_costs_only_that_unit(tmp_pa
 
 def test_one_death_then_a_good_read_is_forgotten(tmp_path):
     root, state, victim = _aist_root(tmp_path), tmp_path / "ir" / "aist", "task_004_episode_1"
-    res = subprocess.run([sys.executable, "-c", _KILLED, str(root), str(state), victim], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-c", _KILLED, str(root), str(state), victim],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == -9
     opts = load_settings().sources["aist"].adapter.options()
     assert ingest_source("aist", root, opts, state=state).units.height == 2  # one death may be bad luck: read again

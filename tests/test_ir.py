@@ -59,8 +59,15 @@ def test_clock_and_ranges():
     assert "unknown arm" in validate_unit(ir)
 
 
-LIMITS = {"fps": [1.0, 1000.0], "rating": [-1, 9], "duration_max_s": 86400.0, "position_abs_max": 1000.0,
-          "speed_abs_max": 1000.0, "gripper_abs_max": 1e5, "force_abs_max": 1e5}
+LIMITS = {
+    "fps": [1.0, 1000.0],
+    "rating": [-1, 9],
+    "duration_max_s": 86400.0,
+    "position_abs_max": 1000.0,
+    "speed_abs_max": 1000.0,
+    "gripper_abs_max": 1e5,
+    "force_abs_max": 1e5,
+}
 
 
 def _with_signal(ir, col, value, row=2):
@@ -78,8 +85,10 @@ def _with_signal(ir, col, value, row=2):
         (lambda ir: ir.unit.update(fps=1e12), "units.fps 1e+12 outside"),
         (lambda ir: ir.unit.update(rating=int(1e300)), "units.rating 1e+300 does not fit a 64-bit integer"),
         (lambda ir: ir.unit.update(rating=42), "units.rating 42 outside [-1, 9]"),
-        (lambda ir: _with_signal(ir, "pos_x", float("inf")), "signals.pos_x has non-finite values (1, first at "
-                                                             "frame_index 2)"),
+        (
+            lambda ir: _with_signal(ir, "pos_x", float("inf")),
+            "signals.pos_x has non-finite values (1, first at frame_index 2)",
+        ),
         (lambda ir: _with_signal(ir, "pos_y", float("-inf")), "signals.pos_y has non-finite"),
         (lambda ir: _with_signal(ir, "pos_x", float("nan")), "signals.pos_x has non-finite"),
         (lambda ir: _with_signal(ir, "pos_x", 1e30), "signals.pos_x magnitude 1e+30 exceeds 1000"),

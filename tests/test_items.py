@@ -26,8 +26,9 @@ def _lettered(pool: pl.DataFrame, seed: int) -> pl.DataFrame:
     return C.assign_letters(C.display_order(pool, seed), seed)
 
 
-def _fake_pool(n_units=10, per_unit=30, task="T1", labels=("a", "b", "c", "d"), skew=None, k=4, gap=5,
-               source="gm100") -> pl.DataFrame:
+def _fake_pool(
+    n_units=10, per_unit=30, task="T1", labels=("a", "b", "c", "d"), skew=None, k=4, gap=5, source="gm100"
+) -> pl.DataFrame:
     """A hand-made pool: per unit, candidates every `gap` frames with labels cycling (or skewed)."""
     cols = {c: [] for c in CANDIDATE_SCHEMA}
     for u in range(n_units):
@@ -59,11 +60,11 @@ def _fake_pool(n_units=10, per_unit=30, task="T1", labels=("a", "b", "c", "d"), 
 def test_quota_rounding():
     assert I.scale_quota(3000, 1.0) == 3000
     assert I.scale_quota(3000, 0.02) == 60
-    assert I.scale_quota(286, 0.02) == 6      # 5.72 -> 6
-    assert I.scale_quota(907, 0.02) == 18     # 18.14 -> 18
-    assert I.scale_quota(25, 0.02) == 1       # 0.5 rounds half up
-    assert I.scale_quota(75, 0.02) == 2       # 1.5 -> 2
-    assert I.scale_quota(10, 0.02) == 1       # never 0 for a family the source has
+    assert I.scale_quota(286, 0.02) == 6  # 5.72 -> 6
+    assert I.scale_quota(907, 0.02) == 18  # 18.14 -> 18
+    assert I.scale_quota(25, 0.02) == 1  # 0.5 rounds half up
+    assert I.scale_quota(75, 0.02) == 2  # 1.5 -> 2
+    assert I.scale_quota(10, 0.02) == 1  # never 0 for a family the source has
     assert I.scale_quota(0, 0.5) == 0
 
 
@@ -78,8 +79,11 @@ def test_quotas_per_source_and_scale():
     scale = demo.build.quota_scale["demo"]
     qd = I.quotas(demo, "aist")
     assert qd == {t: max(1, math.floor(v * scale + 0.5)) for t, v in I.quotas(rel, "aist").items()}
-    assert qd.settings["T3"] == {"min_gap": CFG.tasks["T3"].min_gap["aist"], "balance_labels": True,
-                                 "equal_per_unit": False}
+    assert qd.settings["T3"] == {
+        "min_gap": CFG.tasks["T3"].min_gap["aist"],
+        "balance_labels": True,
+        "equal_per_unit": False,
+    }
 
 
 # ------------------------------------------------------------------------------------------ selection
@@ -118,13 +122,15 @@ def test_select_extra_exclude_and_shortfall():
     assert not excl & set(sel2["candidate_key"]) and sel2.height == 10
     short = I.select_candidates(pool, {"T1": 50}, seed=0)
     assert short.height == 30  # never padded
-    assert I.shortfall(short, {"T1": 50}) == [{"source": "gm100", "task_id": "T1", "quota": 50, "selected": 30,
-                                              "missing": 20}]
+    assert I.shortfall(short, {"T1": 50}) == [
+        {"source": "gm100", "task_id": "T1", "quota": 50, "selected": 30, "missing": 20}
+    ]
     assert I.shortfall(sel, {"T1": 10}) == []
     assert I.shortfall(pool.clear(), {"T1": 3}, source="aist")[0]["missing"] == 3
     assert I.shortfall(short, {"gm100": {"T1": 40, "T2": 5}}) == [
         {"source": "gm100", "task_id": "T1", "quota": 40, "selected": 30, "missing": 10},
-        {"source": "gm100", "task_id": "T2", "quota": 5, "selected": 0, "missing": 5}]
+        {"source": "gm100", "task_id": "T2", "quota": 5, "selected": 0, "missing": 5},
+    ]
 
 
 def test_select_balances_labels():
@@ -165,7 +171,7 @@ def test_letter_balance(n, k):
     if n >= 50:
         assert share - 1 / k <= 0.02
     for r in items.iter_rows(named=True):
-        assert r["choices"][ "ABCDEF".index(r["answer"])] == r["answer_text"]
+        assert r["choices"]["ABCDEF".index(r["answer"])] == r["answer_text"]
         assert sorted(r["choices"]) == sorted([r["answer_text"], *r["distractors"]])
         assert r["item_key"] == stable_hash(r["candidate_key"])
 
@@ -192,7 +198,8 @@ def test_letters_balanced_within_each_group_and_t8_t9_letters_follow_their_frame
     """assign_letters(within=("split",)) balances each split on its own (standard families); a T8/T9 row's letter is
     where its display order put the true order, whatever the group."""
     plain = _fake_pool(n_units=1, per_unit=90, k=4).with_columns(
-        split=pl.Series(["eval" if i % 9 == 0 else "sft" for i in range(90)]))
+        split=pl.Series(["eval" if i % 9 == 0 else "sft" for i in range(90)])
+    )
     shown = C.display_order(plain, 3)
     out = C.assign_letters(shown, 3, within=("split",))
     for name in ("eval", "sft"):
@@ -257,8 +264,9 @@ def test_replacement_round_respects_prior_picks():
     first = I.select_candidates(pool, q, seed=4)
     dropped = set(first["candidate_key"][:3])  # say the visual gate drops three
     kept = first.filter(~pl.col("candidate_key").is_in(list(dropped)))
-    more = I.select_candidates(pool, I.Quotas({"T1": 3}, q.settings), seed=4, exclude_keys=set(first["candidate_key"]),
-                               prior=kept)
+    more = I.select_candidates(
+        pool, I.Quotas({"T1": 3}, q.settings), seed=4, exclude_keys=set(first["candidate_key"]), prior=kept
+    )
     assert more.height == 3 and not set(more["candidate_key"]) & set(first["candidate_key"])
     both = pl.concat([kept, more])
     for _, g in both.group_by("unit_id"):
@@ -276,8 +284,17 @@ def _independent_units(pool: pl.DataFrame, q: dict, seed: int) -> set[str]:
     out = set()
     for (t,), g in sorted(pool.group_by("task_id"), key=lambda kv: kv[0]):
         mg, bal = q.settings[t]["min_gap"], q.settings[t]["balance_labels"]
-        idx = I._select_family(g["candidate_key"].to_list(), g["unit_id"].to_list(), g["answer_text"].to_list(),
-                               g["anchor_frame"].to_list(), q[t], mg, bal, seed, ("gm100", t))
+        idx = I._select_family(
+            g["candidate_key"].to_list(),
+            g["unit_id"].to_list(),
+            g["answer_text"].to_list(),
+            g["anchor_frame"].to_list(),
+            q[t],
+            mg,
+            bal,
+            seed,
+            ("gm100", t),
+        )
         out |= {g["unit_id"][i] for i in idx}
     return out
 
@@ -285,14 +302,20 @@ def _independent_units(pool: pl.DataFrame, q: dict, seed: int) -> set[str]:
 def _unit_pool(unit: str, labels: tuple, per_unit=6, task="T1") -> pl.DataFrame:
     """One unit's candidates of one family, labels cycling (yes/no style: distractor = the other label)."""
     p = _fake_pool(n_units=1, per_unit=per_unit, task=task, labels=labels, k=2)
-    return p.with_columns(unit_id=pl.lit(unit), candidate_key=pl.col("candidate_key").str.replace("u000", unit),
-                          distractors=pl.col("answer_text").replace_strict({"a": ["b"], "b": ["a"]},
-                                                                           return_dtype=pl.List(pl.String)))
+    return p.with_columns(
+        unit_id=pl.lit(unit),
+        candidate_key=pl.col("candidate_key").str.replace("u000", unit),
+        distractors=pl.col("answer_text").replace_strict({"a": ["b"], "b": ["a"]}, return_dtype=pl.List(pl.String)),
+    )
 
 
 def _two_family_pool():
-    pool = pl.concat([_fake_pool(n_units=10, per_unit=12, task="T1"),
-                      _fake_pool(n_units=10, per_unit=12, task="T2", labels=("yes", "no"), k=2)])
+    pool = pl.concat(
+        [
+            _fake_pool(n_units=10, per_unit=12, task="T1"),
+            _fake_pool(n_units=10, per_unit=12, task="T2", labels=("yes", "no"), k=2),
+        ]
+    )
     st = {"min_gap": 12, "balance_labels": True}
     return pool, I.Quotas({"T1": 6, "T2": 6}, {"T1": st, "T2": st})
 
@@ -328,8 +351,15 @@ def test_selection_spreads_a_small_quota_over_distinct_units():
 def test_coverage_repair_swaps_within_family_and_label():
     # A has both labels, B1..B3 only "a", C only "b"; quota 6 = 3 a + 3 b. The round-robin fills "a" from A and two
     # Bs when A comes early, leaving a B out; the repair hands A's "a" to it (A keeps its "b"s).
-    pool = pl.concat([_unit_pool("A", ("a", "b")), _unit_pool("B1", ("a",)), _unit_pool("B2", ("a",)),
-                      _unit_pool("B3", ("a",)), _unit_pool("C", ("b",))])
+    pool = pl.concat(
+        [
+            _unit_pool("A", ("a", "b")),
+            _unit_pool("B1", ("a",)),
+            _unit_pool("B2", ("a",)),
+            _unit_pool("B3", ("a",)),
+            _unit_pool("C", ("b",)),
+        ]
+    )
     q = I.Quotas({"T1": 6}, {"T1": {"min_gap": 0, "balance_labels": True}})
     left_out = 0
     for seed in range(10):
@@ -351,8 +381,9 @@ def test_coverage_repair_with_reserve_keeps_primary_ranks_covering():
 
 def test_coverage_is_impossible_when_balance_forbids_it():
     # 4 units, quota 4 = 2 a + 2 b, but "b" only in A: one of the a-only units must stay out; balance wins
-    pool = pl.concat([_unit_pool("A", ("a", "b")), _unit_pool("B1", ("a",)), _unit_pool("B2", ("a",)),
-                      _unit_pool("B3", ("a",))])
+    pool = pl.concat(
+        [_unit_pool("A", ("a", "b")), _unit_pool("B1", ("a",)), _unit_pool("B2", ("a",)), _unit_pool("B3", ("a",))]
+    )
     q = I.Quotas({"T1": 4}, {"T1": {"min_gap": 0, "balance_labels": True}})
     sel = I.select_candidates(pool, q, seed=1)
     assert sel.height == 4 and dict(sel.group_by("answer_text").len().iter_rows()) == {"a": 2, "b": 2}
@@ -361,13 +392,18 @@ def test_coverage_is_impossible_when_balance_forbids_it():
 
 def test_prior_items_count_toward_coverage():
     pool, q = _two_family_pool()
-    prior = pool.filter((pl.col("task_id") == "T1") & pl.col("unit_id").is_in([f"u{u:03d}" for u in range(7)])
-                        ).group_by("unit_id").first()
-    more = I.select_candidates(pool, I.Quotas({"T2": 3}, q.settings), seed=5, exclude_keys=set(prior["candidate_key"]),
-                               prior=prior)
+    prior = (
+        pool.filter((pl.col("task_id") == "T1") & pl.col("unit_id").is_in([f"u{u:03d}" for u in range(7)]))
+        .group_by("unit_id")
+        .first()
+    )
+    more = I.select_candidates(
+        pool, I.Quotas({"T2": 3}, q.settings), seed=5, exclude_keys=set(prior["candidate_key"]), prior=prior
+    )
     assert sorted(more["unit_id"].to_list()) == ["u007", "u008", "u009"]  # the units the earlier round left out
-    again = I.select_candidates(pool, I.Quotas({"T1": 2, "T2": 1}, q.settings), seed=5,
-                                exclude_keys=set(prior["candidate_key"]), prior=prior)
+    again = I.select_candidates(
+        pool, I.Quotas({"T1": 2, "T2": 1}, q.settings), seed=5, exclude_keys=set(prior["candidate_key"]), prior=prior
+    )
     assert sorted(again["unit_id"].to_list()) == ["u007", "u008", "u009"]
 
 
@@ -383,6 +419,7 @@ def test_coverage_selection_is_independent_of_pythonhashseed(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
+
     script = (
         "import sys; sys.path.insert(0, 'tests')\n"
         "import hashlib\n"
@@ -390,21 +427,34 @@ def test_coverage_selection_is_independent_of_pythonhashseed(tmp_path):
         "from test_items import _two_family_pool\n"
         "pool, q = _two_family_pool()\n"
         "s = I.select_candidates(pool, q, 11, extra=0.3)\n"
-        "print(hashlib.sha256(s.select('candidate_key', 'select_rank').write_csv().encode()).hexdigest())\n")
+        "print(hashlib.sha256(s.select('candidate_key', 'select_rank').write_csv().encode()).hexdigest())\n"
+    )
     root = Path(__file__).resolve().parents[1]
     outs = set()
     for hs in ("0", "12345"):
         env = {**__import__("os").environ, "PYTHONHASHSEED": hs}
-        outs.add(subprocess.run([sys.executable, "-c", script], cwd=root, env=env, check=True,
-                                capture_output=True, text=True).stdout.strip())
+        outs.add(
+            subprocess.run(
+                [sys.executable, "-c", script], cwd=root, env=env, check=True, capture_output=True, text=True
+            ).stdout.strip()
+        )
     assert len(outs) == 1
 
 
 def _family(task, cands, quota, picked, min_gap=0, balance=True):
     """A _Family from [(unit, label, anchor)] candidates and the positions picked so far."""
     keys = [f"{task}|gm100|{u}|f{a}" for u, _, a in cands]
-    return I._Family(task, keys, [u for u, _, _ in cands], [lab for _, lab, _ in cands], [a for _, _, a in cands],
-                     min_gap, balance, quota, list(picked))
+    return I._Family(
+        task,
+        keys,
+        [u for u, _, _ in cands],
+        [lab for _, lab, _ in cands],
+        [a for _, _, a in cands],
+        min_gap,
+        balance,
+        quota,
+        list(picked),
+    )
 
 
 def test_repair_promotes_a_reserve_pick_of_an_uncovered_unit():
@@ -442,9 +492,17 @@ def test_dealt_options_make_every_label_of_an_option_set_the_answer_equally_ofte
     rows = []
     for i in range(600):
         a = labels[i % 6]
-        rows.append({"source": "reassemble", "task_id": "T1", "candidate_key": f"T1|reassemble|u|{i:04d}",
-                     "split": "eval" if (i // 6) % 3 == 0 else "sft", "num_choices": 4, "answer_text": a,
-                     "distractors": r.sample([x for x in labels if x != a], 3)})
+        rows.append(
+            {
+                "source": "reassemble",
+                "task_id": "T1",
+                "candidate_key": f"T1|reassemble|u|{i:04d}",
+                "split": "eval" if (i // 6) % 3 == 0 else "sft",
+                "num_choices": 4,
+                "answer_text": a,
+                "distractors": r.sample([x for x in labels if x != a], 3),
+            }
+        )
     items = pl.DataFrame(rows)
 
     def worst_spread(df):
@@ -456,8 +514,9 @@ def test_dealt_options_make_every_label_of_an_option_set_the_answer_equally_ofte
     assert worst_spread(items) >= 3  # the independent draw: some set's answers far apart
     dealt = deal_options(items, 7, {"T1"}, within=("split",))
     assert dealt.columns == items.columns and dealt["candidate_key"].to_list() == items["candidate_key"].to_list()
-    assert all(len(d) == 3 and a not in d and set(d) <= set(labels)
-               for a, d in zip(dealt["answer_text"], dealt["distractors"]))
+    assert all(
+        len(d) == 3 and a not in d and set(d) <= set(labels) for a, d in zip(dealt["answer_text"], dealt["distractors"])
+    )
     assert worst_spread(dealt) <= 1
     assert deal_options(items, 7, {"T1"}, within=("split",)).equals(dealt)  # deterministic
     assert deal_options(items, 7, {"T10"}, within=("split",)).equals(items)  # other families untouched

@@ -45,7 +45,7 @@ def test_hysteresis():
 
 def _effort(n=120, drop=(40, 70), depth=0.5, seed=0):
     e = 1.0 + np.random.default_rng(seed).normal(0, 0.01, n)
-    e[drop[0]:drop[1]] -= depth
+    e[drop[0] : drop[1]] -= depth
     return e
 
 
@@ -109,8 +109,8 @@ def test_primitive_contact(cfg):
 def test_phase_from_contacts():
     n = 100
     v = np.zeros(n)
-    v[10:30] = 1.0            # approach before the contact
-    v[45:60] = 1.0            # carry, then slow again -> transfer
+    v[10:30] = 1.0  # approach before the contact
+    v[45:60] = 1.0  # carry, then slow again -> transfer
     ph = L.phase_from_contacts(n, [(30, 80)], v, low_velocity=0.3, contact_window=5)
     names = [["pre-approach", "approach", "contact", "hold and carry", "transfer", "release"][c] for c in ph]
     assert names[5] == "pre-approach" and names[20] == "approach"
@@ -138,34 +138,40 @@ def test_phase_from_primitive(cfg):
 def test_motion_thresholds_and_classes():
     assert L.motion_thresholds([0.0, 1.0], {"mode": "absolute", "stationary": 0.2, "moving": 0.8}) == (0.2, 0.8)
     s = np.r_[np.zeros(50), np.ones(50)]
-    lo, hi = L.motion_thresholds(s, {"mode": "quantile", "stationary_q": 0.25, "stationary_floor": 0.01,
-                                     "moving_q": 0.75, "moving_floor": 0.08})
+    lo, hi = L.motion_thresholds(
+        s, {"mode": "quantile", "stationary_q": 0.25, "stationary_floor": 0.01, "moving_q": 0.75, "moving_floor": 0.08}
+    )
     assert lo == 0.01 and hi == 1.0
     got = L.classify_motion(np.array([0.1, 0.5, 0.9, np.nan]), 0.2, 0.8).tolist()
     assert got == ["stationary", None, "moving", None]
     assert L.classify_motion(0.9, 0.2, 0.8) == "moving"
 
 
-GM_MAP = {"left": {"axis": "pos_x", "sign": 1}, "right": {"axis": "pos_x", "sign": -1},
-          "up": {"axis": "pos_y", "sign": -1}, "down": {"axis": "pos_y", "sign": 1}}
+GM_MAP = {
+    "left": {"axis": "pos_x", "sign": 1},
+    "right": {"axis": "pos_x", "sign": -1},
+    "up": {"axis": "pos_y", "sign": -1},
+    "down": {"axis": "pos_y", "sign": 1},
+}
 
 
 def _dirs(px, py, mapping=GM_MAP, **kw):
     args = dict(min_delta=0.01, purity_ratio=1.35, consistent=True, consistency_tolerance=0.25)
     args.update(kw)
-    return L.direction_labels({"pos_x": np.asarray(px, float), "pos_y": np.asarray(py, float)}, [-10, -5, 0, 5],
-                              mapping, **args)
+    return L.direction_labels(
+        {"pos_x": np.asarray(px, float), "pos_y": np.asarray(py, float)}, [-10, -5, 0, 5], mapping, **args
+    )
 
 
 def test_direction_mapping_and_purity():
     n = 40
-    lab, mag, pur = _dirs(np.linspace(0, 0.4, n), np.zeros(n))          # +x -> "left" of the scene (GM-100)
+    lab, mag, pur = _dirs(np.linspace(0, 0.4, n), np.zeros(n))  # +x -> "left" of the scene (GM-100)
     assert lab[20] == "left" and np.isclose(mag[20], 0.4 / 39 * 15) and lab[0] is None and lab[39] is None
-    lab, _, _ = _dirs(np.zeros(n), np.linspace(0, -0.4, n))             # -y -> up
+    lab, _, _ = _dirs(np.zeros(n), np.linspace(0, -0.4, n))  # -y -> up
     assert lab[20] == "up"
     lab, _, _ = _dirs(np.linspace(0, 0.4, n), np.linspace(0, 0.39, n))  # diagonal: not pure enough
     assert lab[20] is None
-    lab, _, _ = _dirs(np.linspace(0, 0.001, n), np.zeros(n))            # below min_delta
+    lab, _, _ = _dirs(np.linspace(0, 0.001, n), np.zeros(n))  # below min_delta
     assert lab[20] is None
 
 
@@ -173,7 +179,7 @@ def test_direction_consistency_and_unmapped():
     n = 40
     x = np.zeros(n)
     x[10:15] = np.linspace(0, 0.3, 5)
-    x[15:20] = np.linspace(0.3, 0.05, 5)   # out and back: net +0.1 over the window but a big step against it
+    x[15:20] = np.linspace(0.3, 0.05, 5)  # out and back: net +0.1 over the window but a big step against it
     x[20:] = 0.1
     lab, _, _ = _dirs(x, np.zeros(n))
     assert lab[20] is None
@@ -196,10 +202,15 @@ def test_activity_coordination_and_arm_type():
     assert [L.COORD_STATES[c] for c in codes[[0, 45, 60]]] == ["left_only", "both_active", "right_only"]
     st = L.stable_codes(codes, transition_margin=3, min_stable_run=20)
     assert st[39] == -1 and st[45] == -1 and st[20] == 1 and st[80] == 2  # the 10-frame both_active run is too short
-    assert L.arm_type_from_activity(left, right, min_active_share=0.05, sync_overlap=0.5) == ("bimanual_sequential", "both")
+    assert L.arm_type_from_activity(left, right, min_active_share=0.05, sync_overlap=0.5) == (
+        "bimanual_sequential",
+        "both",
+    )
     assert L.arm_type_from_activity(left, left, min_active_share=0.05, sync_overlap=0.5) == ("bimanual_sync", "both")
-    assert L.arm_type_from_activity(np.zeros(100, bool), right, min_active_share=0.05,
-                                    sync_overlap=0.5) == ("single_right", "right")
+    assert L.arm_type_from_activity(np.zeros(100, bool), right, min_active_share=0.05, sync_overlap=0.5) == (
+        "single_right",
+        "right",
+    )
 
 
 def test_steps_from_contact_anchors(cfg):
@@ -234,13 +245,22 @@ def test_progress_bins(cfg):
 
 def test_outcome_from_rating(cfg):
     spec = cfg.labels.outcome.for_source("rh20t").model_dump()
-    assert [L.outcome_from_rating(r, **spec) for r in (9, 2, 1, 0, -1, None)] == \
-        ["success", "success", "failure", "failure", None, None]
+    assert [L.outcome_from_rating(r, **spec) for r in (9, 2, 1, 0, -1, None)] == [
+        "success",
+        "success",
+        "failure",
+        "failure",
+        None,
+        None,
+    ]
 
 
 def test_distinct_chain_and_texts():
-    assert L.distinct_chain(["Approach", "Grasp", "Grasp", "Lift"]) == [("Approach", 0, 0), ("Grasp", 1, 2),
-                                                                        ("Lift", 3, 3)]
+    assert L.distinct_chain(["Approach", "Grasp", "Grasp", "Lift"]) == [
+        ("Approach", 0, 0),
+        ("Grasp", 1, 2),
+        ("Lift", 3, 3),
+    ]
     assert L.normalize_text(" Pick  round peg 1. ") == "Pick round peg 1"
     assert L.is_no_action("No action.") and L.high_level_verb("Insert USB.") == "insert"
 
@@ -284,8 +304,9 @@ def test_compute_labels_per_source_semantics(cfg):
     assert p["text"] == "Approach" and p["contact"] is False and p["next_text"] is not None
     fr = ra["frames"].join(ra["arms"].select("unit_id", "frame_index", "contact"), on=["unit_id", "frame_index"])
     na = ra["segments"].filter(pl.col("no_action")).row(0, named=True)
-    inside = fr.filter((pl.col("unit_id") == na["unit_id"]) & pl.col("frame_index").is_between(na["start_frame"],
-                                                                                                 na["end_frame"]))
+    inside = fr.filter(
+        (pl.col("unit_id") == na["unit_id"]) & pl.col("frame_index").is_between(na["start_frame"], na["end_frame"])
+    )
     assert set(inside["phase"]) == {"pre-approach"} and set(inside["contact"]) == {False}
     assert set(ra["steps"]["success"]) == {True}  # T5 steps: successful high-level segments only
     chains = ra["segments"].filter(~pl.col("no_action"))["chain"].to_list()
@@ -315,18 +336,22 @@ def test_no_signals_still_gives_frames(cfg):
 # ------------------------------------------------------------------------------------------ direction mappings
 
 
-@pytest.mark.parametrize("dx, dy, want", [
-    (0.0, -0.3, "right"),    # public calibration, right arm: robot -y -> toward the right side of the scene
-    (0.0, 0.3, "left"),      # +y -> toward the left side
-    (0.3, 0.0, None),        # +-x buckets are excluded from the right arm's calibration: not labelled
-    (-0.3, 0.02, None),
-])
+@pytest.mark.parametrize(
+    "dx, dy, want",
+    [
+        (0.0, -0.3, "right"),  # public calibration, right arm: robot -y -> toward the right side of the scene
+        (0.0, 0.3, "left"),  # +y -> toward the left side
+        (0.3, 0.0, None),  # +-x buckets are excluded from the right arm's calibration: not labelled
+        (-0.3, 0.02, None),
+    ],
+)
 def test_gm100_right_arm_mapping_follows_public_calibration(cfg, dx, dy, want):
     assert L.direction_label("gm100", "camera_top", "right", dx, dy, cfg=cfg) == want
 
 
-@pytest.mark.parametrize("dx, dy, want", [(0.3, 0.0, "left"), (-0.3, 0.0, "right"), (0.0, -0.3, "up"),
-                                          (0.0, 0.3, "down")])
+@pytest.mark.parametrize(
+    "dx, dy, want", [(0.3, 0.0, "left"), (-0.3, 0.0, "right"), (0.0, -0.3, "up"), (0.0, 0.3, "down")]
+)
 def test_gm100_left_arm_mapping_unchanged(cfg, dx, dy, want):
     assert L.direction_label("gm100", "camera_top", "left", dx, dy, cfg=cfg) == want
 
@@ -338,9 +363,16 @@ def test_direction_not_labelled_when_third_axis_dominates(cfg):
     assert L.direction_label("rh20t", "036422060215", "single", 0.0, 0.1, -0.25, cfg=cfg) is None
     n = 40
     z = np.linspace(0, 0.5, n)
-    lab, _, _ = L.direction_labels({"pos_x": np.linspace(0, 0.2, n), "pos_y": np.zeros(n), "pos_z": z},
-                                   [-10, -5, 0, 5], GM_MAP, min_delta=0.01, purity_ratio=1.35, consistent=True,
-                                   consistency_tolerance=0.25, axes=["pos_x", "pos_y", "pos_z"])
+    lab, _, _ = L.direction_labels(
+        {"pos_x": np.linspace(0, 0.2, n), "pos_y": np.zeros(n), "pos_z": z},
+        [-10, -5, 0, 5],
+        GM_MAP,
+        min_delta=0.01,
+        purity_ratio=1.35,
+        consistent=True,
+        consistency_tolerance=0.25,
+        axes=["pos_x", "pos_y", "pos_z"],
+    )
     assert lab[20] is None
 
 
@@ -352,9 +384,15 @@ def test_compute_labels_right_arm_directions(cfg):
     assert right.height > 0 and set(right["direction"]) <= {"left", "right"}
     sig = ir["signals"].filter(pl.col("arm") == "right").select("unit_id", "frame_index", "pos_y")
     j = right.join(sig, on=["unit_id", "frame_index"]).sort("unit_id", "frame_index")
-    for r in j.head(20).iter_rows(named=True):   # the label agrees with the sign of the window's pos_y change
-        s = sig.filter((pl.col("unit_id") == r["unit_id"]) & pl.col("frame_index").is_in(
-            [r["frame_index"] - 10, r["frame_index"] + 5])).sort("frame_index")["pos_y"].to_list()
+    for r in j.head(20).iter_rows(named=True):  # the label agrees with the sign of the window's pos_y change
+        s = (
+            sig.filter(
+                (pl.col("unit_id") == r["unit_id"])
+                & pl.col("frame_index").is_in([r["frame_index"] - 10, r["frame_index"] + 5])
+            )
+            .sort("frame_index")["pos_y"]
+            .to_list()
+        )
         assert r["direction"] == ("left" if s[1] > s[0] else "right")
 
 
@@ -401,7 +439,7 @@ def test_rh20t_gripper_hold_on_an_object(cfg):
     w = w + np.random.default_rng(5).normal(0, 0.05, w.size)
     m = L.gripper_hold_mask(w, **g)
     assert m[46:96].all() and not m[:40].any() and not m[100:].any()
-    empty = np.r_[np.full(40, 86.0), np.full(30, 0.3), np.full(40, 86.0)]   # closed on nothing: not holding
+    empty = np.r_[np.full(40, 86.0), np.full(30, 0.3), np.full(40, 86.0)]  # closed on nothing: not holding
     assert not L.gripper_hold_mask(empty, **g).any()
 
 
@@ -418,7 +456,7 @@ def test_reassemble_held_peg_is_contact(cfg):
         held = False
         for r in p.iter_rows(named=True):
             if r["text"] == "Approach" and held:
-                assert all(c[r["start_frame"]:r["end_frame"] + 1]) and r["contact"] is True
+                assert all(c[r["start_frame"] : r["end_frame"] + 1]) and r["contact"] is True
                 checked += 1
             if r["text"] == "Grasp":
                 held = True
@@ -440,20 +478,29 @@ def test_t8_t9_frames_respect_the_minimum_gap(cfg, source):
     labels = L.compute_labels(source, ir, cfg)
     fps = dict(zip(ir["units"]["unit_id"], ir["units"]["fps"]))
     if source == "rh20t":  # the hand-made grasp (45 s) outlasts two of T8's largest gaps, so T8's contact rule
-        from pipeline.settings.config import read_task  # leaves no set: the gap rule is checked on the public frames there
+        from pipeline.settings.config import (
+            read_task,
+        )  # leaves no set: the gap rule is checked on the public frames there
+
         cfg = cfg.with_values({"tasks.T8": read_task("T8", variant="public")})
     pool = build_candidates(source, ir, labels, cfg)
     for task in ("T8", "T9"):
         rows = pool.filter(pl.col("task_id") == task).to_dicts()
         sep = cfg.tasks[task].frames[source].min_sep_sec
         assert rows, (source, task)
-        gaps = [(b - a) / fps[r["unit_id"]] for r in rows for a, b in zip(sorted(r["frame_indices"]),
-                                                                           sorted(r["frame_indices"])[1:])]
+        gaps = [
+            (b - a) / fps[r["unit_id"]]
+            for r in rows
+            for a, b in zip(sorted(r["frame_indices"]), sorted(r["frame_indices"])[1:])
+        ]
         assert min(gaps) >= sep - 1e-9, (source, task, min(gaps))
         c2 = cfg.with_values({f"tasks.{task}.frames.{source}.min_sep_sec": min(gaps) + 0.5})
         rows2 = build_candidates(source, ir, labels, c2).filter(pl.col("task_id") == task).to_dicts()
-        gaps2 = [(b - a) / fps[r["unit_id"]] for r in rows2 for a, b in zip(sorted(r["frame_indices"]),
-                                                                             sorted(r["frame_indices"])[1:])]
+        gaps2 = [
+            (b - a) / fps[r["unit_id"]]
+            for r in rows2
+            for a, b in zip(sorted(r["frame_indices"]), sorted(r["frame_indices"])[1:])
+        ]
         assert all(g >= min(gaps) + 0.5 - 1e-9 for g in gaps2)
 
 
@@ -466,14 +513,15 @@ def test_gm100_phase_reads_the_full_velocity_norm(cfg):
     uid = ir["units"]["unit_id"][1]  # task_00002 (task_00001 has no gripper motion: no contacts)
     ir["units"] = ir["units"].filter(pl.col("unit_id") == uid)
     eff = 1.0 + np.random.default_rng(1).normal(0, 0.01, n)
-    eff[100:200] -= 0.5                                            # grasp 100 .. 199 on the left gripper
+    eff[100:200] -= 0.5  # grasp 100 .. 199 on the left gripper
     speed = np.r_[np.zeros(20), np.full(80, 0.8), np.full(200, 0.1)]  # translational: approach, then slow
     full = np.r_[np.zeros(20), np.full(80, 0.9), np.full(80, 0.6), np.full(120, 0.1)]  # turning until 180
     sig = ir["signals"].filter(pl.col("unit_id") == uid)
     sig = sig.with_columns(
         speed=pl.when(pl.col("arm") == "left").then(pl.Series(np.r_[speed, speed])).otherwise(0.0),
         speed_full=pl.when(pl.col("arm") == "left").then(pl.Series(np.r_[full, full])).otherwise(0.0),
-        gripper_effort=pl.when(pl.col("arm") == "left").then(pl.Series(np.r_[eff, eff])).otherwise(1.0))
+        gripper_effort=pl.when(pl.col("arm") == "left").then(pl.Series(np.r_[eff, eff])).otherwise(1.0),
+    )
     ir["signals"] = sig
     phase = dict(L.compute_labels("gm100", ir, cfg)["frames"].select("frame_index", "phase").iter_rows())
     assert phase[102] == "contact" and phase[150] == "hold and carry" and phase[170] == "hold and carry"
@@ -487,9 +535,14 @@ def test_gm100_phase_reads_the_full_velocity_norm(cfg):
 def _shortened(ir: dict, uid: str, n: int) -> dict:
     """`ir` with unit `uid` cut to its first n frames (a recording a few frames long, as some real RH20T scenes are)."""
     keep = (pl.col("unit_id") != uid) | (pl.col("frame_index") < n)
-    return {**ir, "units": ir["units"].with_columns(
-                pl.when(pl.col("unit_id") == uid).then(n).otherwise(pl.col("num_frames")).alias("num_frames")),
-            "frames": ir["frames"].filter(keep), "signals": ir["signals"].filter(keep)}
+    return {
+        **ir,
+        "units": ir["units"].with_columns(
+            pl.when(pl.col("unit_id") == uid).then(n).otherwise(pl.col("num_frames")).alias("num_frames")
+        ),
+        "frames": ir["frames"].filter(keep),
+        "signals": ir["signals"].filter(keep),
+    }
 
 
 def test_a_unit_shorter_than_the_direction_window_is_labelled(cfg):
@@ -560,9 +613,16 @@ def test_labels_read_a_lazy_ir_and_any_row_order_alike(cfg, tmp_path, monkeypatc
 def test_key_runs_and_sorted_by():
     from pipeline.core.io import key_runs, sorted_by
 
-    df = pl.DataFrame({"u": ["a", "a", "b", "b", "b", "c"], "arm": ["l", "r", "l", "l", "r", "r"], "i": [0, 0, 0, 1, 0, 0]})
-    assert key_runs(df, ["u", "arm"]) == [("a", "l", 0, 1), ("a", "r", 1, 2), ("b", "l", 2, 4), ("b", "r", 4, 5),
-                                          ("c", "r", 5, 6)]
+    df = pl.DataFrame(
+        {"u": ["a", "a", "b", "b", "b", "c"], "arm": ["l", "r", "l", "l", "r", "r"], "i": [0, 0, 0, 1, 0, 0]}
+    )
+    assert key_runs(df, ["u", "arm"]) == [
+        ("a", "l", 0, 1),
+        ("a", "r", 1, 2),
+        ("b", "l", 2, 4),
+        ("b", "r", 4, 5),
+        ("c", "r", 5, 6),
+    ]
     assert key_runs(df, ["u"]) == [("a", 0, 2), ("b", 2, 5), ("c", 5, 6)] and key_runs(df.clear(), ["u"]) == []
     assert sorted_by(df, ["u", "arm", "i"]) is df  # in order already: not copied
     shuffled = df.reverse()

@@ -24,15 +24,34 @@ def code_files(root: Path) -> list[Path]:
 
 def naming_many_sources(files: list[Path], slugs: list[str]) -> list[str]:
     word = re.compile(r"\b(%s)\b" % "|".join(map(re.escape, slugs)))
-    return [f"{p.name}: {sorted(found)}" for p in files
-            if p != REGISTRY and len(found := set(word.findall(p.read_text()))) >= 3]
+    return [
+        f"{p.name}: {sorted(found)}"
+        for p in files
+        if p != REGISTRY and len(found := set(word.findall(p.read_text()))) >= 3
+    ]
 
 
 def size_findings(path: Path) -> list[str]:
     """The function-size rules ruff reports for one file, with the repository's configuration."""
-    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--config", str(REPO / "pyproject.toml"),
-                          "--select", "C901,PLR0915", "--output-format", "concise", "--no-cache", str(path)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--config",
+            str(REPO / "pyproject.toml"),
+            "--select",
+            "C901,PLR0915",
+            "--output-format",
+            "concise",
+            "--no-cache",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return sorted(set(re.findall(r"\b(C901|PLR0915)\b", out.stdout)))
 
 
@@ -49,8 +68,9 @@ def test_the_layout_rules_see_planted_violations(tmp_path):
     statements, complexity = LINT["pylint"]["max-statements"], LINT["mccabe"]["max-complexity"]
     (tmp_path / "long.py").write_text("def f():\n" + "    x = 1\n" * (statements + 1))
     (tmp_path / "short.py").write_text("def f():\n" + "    x = 1\n" * statements)
-    (tmp_path / "branchy.py").write_text("def f(x):\n" + "".join(f"    if x == {i}:\n        return {i}\n"
-                                                                 for i in range(complexity)))
+    (tmp_path / "branchy.py").write_text(
+        "def f(x):\n" + "".join(f"    if x == {i}:\n        return {i}\n" for i in range(complexity))
+    )
     assert size_findings(tmp_path / "long.py") == ["PLR0915"]
     assert size_findings(tmp_path / "short.py") == []
     assert size_findings(tmp_path / "branchy.py") == ["C901"]

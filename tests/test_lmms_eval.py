@@ -78,10 +78,16 @@ def _write_gold_logs(release: Path, folder: Path, gold: dict[str, str], logs: Pa
     """One log per task in the form lmms-eval's `from_log` model reads: the gold response per document index."""
     logs.mkdir(parents=True, exist_ok=True)
     for name, task in _tasks(folder).items():
-        entries = [{"doc_id": i, "resps": [[f"thinking\n<ANSWER>{gold[d.get('copy_id', d['item_id'])]}</ANSWER>"]]}
-                   for i, d in enumerate(_docs(release, task))]
-        log = {"args": {"model": "from_log", "model_args": "", "limit": None}, "model_configs": {"task": name},
-               "time": "0101_0000", "logs": entries}
+        entries = [
+            {"doc_id": i, "resps": [[f"thinking\n<ANSWER>{gold[d.get('copy_id', d['item_id'])]}</ANSWER>"]]}
+            for i, d in enumerate(_docs(release, task))
+        ]
+        log = {
+            "args": {"model": "from_log", "model_args": "", "limit": None},
+            "model_configs": {"task": name},
+            "time": "0101_0000",
+            "logs": entries,
+        }
         (logs / f"{name}.json").write_text(json.dumps(log), encoding="utf-8")
 
 
@@ -94,13 +100,15 @@ def _planted_copy(release: Path, folder: Path, base: str, dest: Path) -> tuple[P
     for name, task in _tasks(folder).items():
         if name.startswith(f"{base}_circular"):
             continue
-        new = PLANTED + name[len(base):]
+        new = PLANTED + name[len(base) :]
         docs = _docs(release, task)
         if new == answer_task:
             docs[0]["answer"] = next(c for c in CHOICE_LETTERS if c != docs[0]["answer"])
         (dest / f"{new}.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
-        lines = [f"    test: {dest / f'{new}.jsonl'}" if ln.startswith("    test: ") else ln.replace(base, PLANTED)
-                 for ln in (folder / f"{name}.yaml").read_text(encoding="utf-8").splitlines()]
+        lines = [
+            f"    test: {dest / f'{new}.jsonl'}" if ln.startswith("    test: ") else ln.replace(base, PLANTED)
+            for ln in (folder / f"{name}.yaml").read_text(encoding="utf-8").splitlines()
+        ]
         if target_task is None and new.startswith(f"{PLANTED}_l2_"):
             target_task = new
             lines.append("doc_to_target: source")
@@ -117,18 +125,39 @@ def _planted_copy(release: Path, folder: Path, base: str, dest: Path) -> tuple[P
 def _run_lmms_eval(python: str, release: Path, include: Path, tasks: list[str], logs: Path, out: Path) -> dict:
     """`python -m lmms_eval` from the release folder; its results and its per-sample logs by task."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "VIRTUAL_ENV"))}
-    env.update(HF_HOME=str(out / "hf"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="disabled",
-               TOKENIZERS_PARALLELISM="false")
-    cmd = [python, "-m", "lmms_eval", "--model", "from_log", "--model_args", f"logs={logs}",
-           "--tasks", ",".join(tasks), "--include_path", str(include),
-           "--output_path", str(out / "results"), "--log_samples", "--verbosity", "WARNING"]
+    env.update(
+        HF_HOME=str(out / "hf"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        WANDB_MODE="disabled",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    cmd = [
+        python,
+        "-m",
+        "lmms_eval",
+        "--model",
+        "from_log",
+        "--model_args",
+        f"logs={logs}",
+        "--tasks",
+        ",".join(tasks),
+        "--include_path",
+        str(include),
+        "--output_path",
+        str(out / "results"),
+        "--log_samples",
+        "--verbosity",
+        "WARNING",
+    ]
     proc = subprocess.run(cmd, cwd=release, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S)
     found = sorted((out / "results").rglob("*_results.json"))
     assert proc.returncode == 0 and len(found) == 1, (proc.returncode, found, proc.stdout[-3000:], proc.stderr[-6000:])
     samples = {}
     for path in (out / "results").rglob("*_samples_*.jsonl"):
-        samples[path.stem.split("_samples_", 1)[1]] = [json.loads(line) for line in
-                                                        path.read_text(encoding="utf-8").splitlines()]
+        samples[path.stem.split("_samples_", 1)[1]] = [
+            json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+        ]
     return {"results": json.loads(found[0].read_text(encoding="utf-8")), "samples": samples}
 
 
@@ -147,8 +176,7 @@ def _problems(run: dict, release: Path, folder: Path, gold: dict[str, str], base
         if len(samples) != len(docs):
             out.append(f"{name}: {len(samples)} samples for {len(docs)} documents")
             continue
-        wrong = [s["doc_id"] for s, d in zip(samples, docs)
-                 if str(s["target"]) != gold[d.get("copy_id", d["item_id"])]]
+        wrong = [s["doc_id"] for s, d in zip(samples, docs) if str(s["target"]) != gold[d.get("copy_id", d["item_id"])]]
         if wrong:
             out.append(f"{name}: doc_to_target is not the answer for documents {wrong[:5]}")
     groups = [g for g in res if g not in tasks]
@@ -172,19 +200,22 @@ def test_lmms_eval_scores_gold_1_through_the_exported_task(lmms_python, demo_rel
     planted, answer_task, target_task = _planted_copy(demo_release, folder, base, include / PLANTED)
     _write_gold_logs(demo_release, folder, gold, tmp_path / "logs")
     _write_gold_logs(demo_release, planted, gold, tmp_path / "logs")
-    run = _run_lmms_eval(lmms_python, demo_release, include, [base, f"{base}_circular", PLANTED],
-                         tmp_path / "logs", tmp_path / "out")
+    run = _run_lmms_eval(
+        lmms_python, demo_release, include, [base, f"{base}_circular", PLANTED], tmp_path / "logs", tmp_path / "out"
+    )
     assert _problems(run, demo_release, folder, gold, base) == []
     res = run["results"]["results"]
     levels = sorted({d["eval_level"] for t in _tasks(folder).values() for d in _docs(demo_release, t)})
     assert levels == ["L1", "L2", "L3"] and all(f"{base}_{lv.lower()}" in res for lv in levels)
-    assert sum(len(_docs(demo_release, t)) for n, t in _tasks(folder).items() if n != f"{base}_circular") == \
-        sum(1 for k in gold if COPY_SEP not in k)
+    assert sum(len(_docs(demo_release, t)) for n, t in _tasks(folder).items() if n != f"{base}_circular") == sum(
+        1 for k in gold if COPY_SEP not in k
+    )
     # lmms-eval's clustered standard errors read the tasks' cluster_key (split_group_id) from the per-item dicts
     assert res[f"{base}_l1_t1"]["accuracy_stderr_clustered,none"] != "N/A"
 
     # planted: a wrong answer in one task's documents, a wrong doc_to_target in another task's YAML
     problems = _problems(run, demo_release, planted, gold, PLANTED)
     assert sorted({p.split(":")[0] for p in problems}) == sorted(
-        [answer_task, target_task, f"group {PLANTED}_l1", f"group {PLANTED}"]), problems
+        [answer_task, target_task, f"group {PLANTED}_l1", f"group {PLANTED}"]
+    ), problems
     assert f"{target_task}: doc_to_target is not the answer" in " ".join(problems)

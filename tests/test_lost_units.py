@@ -24,8 +24,9 @@ LIMIT = load_settings().build.max_quarantine_share
 
 def _share(tmp_path, res, slug):
     write_ir(res, tmp_path / "work" / "ir" / slug)
-    return quarantine_shares(load_settings().with_values({"build.work_dir": str(tmp_path / "work"),
-                                                     "build.sources": [slug]}), slug)[slug]
+    return quarantine_shares(
+        load_settings().with_values({"build.work_dir": str(tmp_path / "work"), "build.sources": [slug]}), slug
+    )[slug]
 
 
 @pytest.mark.parametrize("how", ZIP_DAMAGE)
@@ -42,8 +43,9 @@ def test_a_lost_aist_zip_counts_the_episodes_it_held(tmp_path, monkeypatch, how)
     assert units_lost(res.quarantine) == EPISODES, rows
     assert all(r["file"] == "insert_rod_board.zip" for r in rows)
     sentinel = next(r for r in rows if r["unit_id"] == "task_016_unreadable")
-    assert f"counted as {EPISODES - named} lost episodes: the median of this source's readable tasks" \
-        in sentinel["reason"]
+    assert (
+        f"counted as {EPISODES - named} lost episodes: the median of this source's readable tasks" in sentinel["reason"]
+    )
     assert _share(tmp_path, res, "aist") == round(EPISODES / (3 * EPISODES), 4) > LIMIT
 
 

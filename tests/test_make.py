@@ -18,8 +18,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _clone(dest: Path) -> Path:
     """The repository's files as they are now (tracked and new), without .venv or build outputs."""
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
-                           capture_output=True).stdout.decode().split("\0")
+    names = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True, capture_output=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, names):
         if (REPO / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -37,7 +42,7 @@ def _seed_venv(clone: Path) -> None:
 
 def test_the_makefile_finds_a_supported_python_or_says_which_it_needs(tmp_path):
     shown = tmp_path / "show.mk"
-    shown.write_text("show:\n\t@echo \"[$(PYTHON)]\"\n")  # read after the Makefile (-f twice): no `include`,
+    shown.write_text('show:\n\t@echo "[$(PYTHON)]"\n')  # read after the Makefile (-f twice): no `include`,
     # which would split a repository path that holds a space
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -46,14 +51,24 @@ def test_the_makefile_finds_a_supported_python_or_says_which_it_needs(tmp_path):
         works = "#!/bin/sh\nexec " + shlex.quote(sys.executable) + ' "$@"\n'  # may hold a space
         (bin_dir / name).write_text(works if name == "python3.12" else "#!/bin/sh\necho 'Python 3.10' >&2; exit 1\n")
         (bin_dir / name).chmod(0o755)
-    out = subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "-f", str(shown), "show"], cwd=REPO, env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["make", "-s", "-f", str(REPO / "Makefile"), "-f", str(shown), "show"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert out.stdout.strip() == "[python3.12]"
     for name in ("python3.12",):
         (bin_dir / name).unlink()
     empty = {**env, "PATH": str(bin_dir)}
-    out = subprocess.run(["/usr/bin/make", "-s", "VENV=" + str(tmp_path / "v"), "venv"], cwd=REPO, env=empty,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["/usr/bin/make", "-s", "VENV=" + str(tmp_path / "v"), "venv"],
+        cwd=REPO,
+        env=empty,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode != 0
     assert "processbench needs Python 3.11, 3.12 or 3.13" in out.stderr and out.stderr.count("\n") <= 2
 
@@ -70,6 +85,7 @@ def test_the_two_commands_work_in_a_clone_whose_path_has_a_space(demo_samples, t
     assert f"release published: {clone / 'release'}" in rebuild.stdout and "release: valid" in rebuild.stdout
     assert (clone / ".dagster_home" / "dagster.yaml").is_file()
     # the second command, on a small part of the suite (the whole suite runs it in this very process)
-    test = subprocess.run(["make", "test", "TESTS=tests/test_layout.py"], cwd=clone, env=env, capture_output=True,
-                          text=True)
+    test = subprocess.run(
+        ["make", "test", "TESTS=tests/test_layout.py"], cwd=clone, env=env, capture_output=True, text=True
+    )
     assert test.returncode == 0 and " passed" in test.stdout, test.stdout[-3000:] + test.stderr[-3000:]

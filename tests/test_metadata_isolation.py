@@ -17,8 +17,7 @@ def test_a_non_utf8_line_of_the_reassemble_split_list_costs_one_recording(tmp_pa
     for seed, rec in enumerate(RECS):
         R.write_recording(root / "data" / f"{rec}.h5", R.RecSpec(rec), "tiny", seed=seed)
     (root / "splits").mkdir()
-    (root / "splits" / "test_split1.txt").write_bytes(
-        "\n".join(RECS).encode() + b"\n2025-01-09-14-\xff9-00\n")
+    (root / "splits" / "test_split1.txt").write_bytes("\n".join(RECS).encode() + b"\n2025-01-09-14-\xff9-00\n")
     res = ingest_source("reassemble", root, load_settings().sources["reassemble"].adapter.options())
     assert sorted(res.units["unit_id"].to_list()) == RECS
     (row,) = res.quarantine.to_dicts()
@@ -78,9 +77,19 @@ def test_malformed_lines_of_gm100_episodes_jsonl_cost_no_good_episode(tmp_path):
     G.write(base, scale="tiny", seed=0)
     opts = load_settings().sources["gm100"].adapter.options()
     before = ingest_source("gm100", base, opts)
-    lines = [b'{"episode_index": 3,', b'{"episode_index": "3"}', b'{"episode_index": true}', b"[1,2]",
-             b'{"episode_index": -1}', b'{"episode_index": NaN}', b'{"episode_index": 1.5}', b"\x00\x00",
-             b'{"episode_index": 0, "episode_index": 1}', b"[" * 5000 + b"]" * 5000, b'{"episode_index": 99999}']
+    lines = [
+        b'{"episode_index": 3,',
+        b'{"episode_index": "3"}',
+        b'{"episode_index": true}',
+        b"[1,2]",
+        b'{"episode_index": -1}',
+        b'{"episode_index": NaN}',
+        b'{"episode_index": 1.5}',
+        b"\x00\x00",
+        b'{"episode_index": 0, "episode_index": 1}',
+        b"[" * 5000 + b"]" * 5000,
+        b'{"episode_index": 99999}',
+    ]
     for n, line in enumerate(lines):
         root = tmp_path / f"c{n}"
         shutil.copytree(base, root)

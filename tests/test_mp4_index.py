@@ -145,10 +145,12 @@ def test_edit_list_ffmpeg_cuts_is_demuxed(clips):
 
 def _seek_index(src):
     """What read_frames seeks by for `src` (through the table once its header agreed), or the error."""
+
     def index():
         data = video._materialize(src)
         with video._open(data) as c:
             return video._seek_index(c, data)
+
     return _result(index)
 
 

@@ -24,9 +24,14 @@ def _thirteenth_family(configs) -> dict:
     """configs/tasks/T14.yaml (T13 is the step track): AIST's arm motion asked as "moving or standing still", made by T6's generator (a new
     family needs a generator of its own only when no existing one makes its items)."""
     t = yaml.safe_load((CONFIG_DIR / "tasks" / "T6.yaml").read_text())
-    t.update(task_id=NEW, task_name="Arm Stillness Recognition", legacy_alias=NEW, sources=["aist"],
-             quota={"aist": 400},
-             question={"default": "Over these time-ordered frames, is the {arm} robot arm moving or standing still?"})
+    t.update(
+        task_id=NEW,
+        task_name="Arm Stillness Recognition",
+        legacy_alias=NEW,
+        sources=["aist"],
+        quota={"aist": 400},
+        question={"default": "Over these time-ordered frames, is the {arm} robot arm moving or standing still?"},
+    )
     (configs / "tasks" / f"{NEW}.yaml").write_text(yaml.safe_dump(t, sort_keys=False))
     return t
 
@@ -46,8 +51,9 @@ def test_a_thirteenth_family_builds_a_release(demo_samples, tmp_path, monkeypatc
     release = build_demo(demo_samples, tmp_path / "build", config_dir=str(configs), sources=["aist"])
     built = load_settings(configs).with_values({"build.sources": ["aist"]})  # what the build's settings chose
     assert validate_release(release, built) == []  # (validated against the configs it was built with)
-    rows = pl.concat([pl.read_parquet(f) for f in sorted((release / "splits").glob("*.parquet"))
-                      if "_steps_" not in f.name])  # sft, eval levels (not the T13 step files)
+    rows = pl.concat(
+        [pl.read_parquet(f) for f in sorted((release / "splits").glob("*.parquet")) if "_steps_" not in f.name]
+    )  # sft, eval levels (not the T13 step files)
     new = rows.filter(pl.col("task_id") == NEW)
     shortfall = (tmp_path / "build" / "work" / "items" / "aist_shortfall.json").read_text()
     assert new.height == quotas(built, "aist")[NEW] == 8, (new.height, shortfall, rows["task_id"].value_counts())

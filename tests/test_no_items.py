@@ -30,15 +30,17 @@ def _only(df: pl.DataFrame, col: str, value) -> pl.DataFrame:
 
 
 def test_stage_reports_a_unit_without_items_and_why(ingested, tmp_path, monkeypatch):
-    res = replace(ingested, frames=_only(ingested.frames, "t_sec", 0.0),  # a clock that never advances
-                  signals=_only(ingested.signals, "t_sec", 0.0))
+    res = replace(
+        ingested,
+        frames=_only(ingested.frames, "t_sec", 0.0),  # a clock that never advances
+        signals=_only(ingested.signals, "t_sec", 0.0),
+    )
     cfg = load_settings().with_values({"build.work_dir": str(tmp_path / "work")})
     write_ir(res, tmp_path / "work" / "ir" / "rh20t")
     stages.run_labels(cfg, "rh20t")
     real = stages.merge_candidates
     # plant: the families give this unit nothing (as GM-100's window rules do for a clock that never advances)
-    monkeypatch.setattr(stages, "merge_candidates",
-                        lambda *a: real(*a).filter(pl.col("unit_id") != STUCK))
+    monkeypatch.setattr(stages, "merge_candidates", lambda *a: real(*a).filter(pl.col("unit_id") != STUCK))
     summary = stages.run_candidates(cfg, "rh20t")
     assert summary["candidates"] > 0 and summary["no_items"] == 1 and list(summary["no_items_units"]) == [STUCK]
     assert "clock is constant" in summary["no_items_units"][STUCK]

@@ -115,7 +115,12 @@ NATIVE = textwrap.dedent("""
 
 def test_native_threads_limit_this_process_and_the_processes_it_starts():
     """build.executor.native_threads: a step's own BLAS pool and those of the workers it starts have 1 thread."""
-    out = subprocess.run([sys.executable, "-c", NATIVE], capture_output=True, text=True, cwd=REPO, check=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-c", NATIVE],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert json.loads(out.stdout) == {"before": [2], "after": [1], "child": [1]}
-

@@ -96,12 +96,15 @@ def test_a_second_build_gets_a_lock_error_naming_the_holder(tmp_path):
 
 def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path):
     cfg = _cfg(tmp_path)
-    code = ("import sys, time, json; sys.path.insert(0, %r); from pipeline.release import publish; "
-            "from pipeline.settings.config import load_settings; cfg = load_settings().with_values(json.loads(sys.argv[1])); "
-            "cm = publish.build_lock(cfg, 'dead'); cm.__enter__(); "
-            "print('held', flush=True); time.sleep(60)" % str(Path(__file__).resolve().parent.parent))
-    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(_folders(tmp_path))], stdout=subprocess.PIPE,
-                            text=True)
+    code = (
+        "import sys, time, json; sys.path.insert(0, %r); from pipeline.release import publish; "
+        "from pipeline.settings.config import load_settings; cfg = load_settings().with_values(json.loads(sys.argv[1])); "
+        "cm = publish.build_lock(cfg, 'dead'); cm.__enter__(); "
+        "print('held', flush=True); time.sleep(60)" % str(Path(__file__).resolve().parent.parent)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, json.dumps(_folders(tmp_path))], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     proc.kill()  # kill -9: no cleanup runs
     proc.wait()
@@ -219,8 +222,11 @@ def test_release_folders_that_cannot_be_published_are_refused_up_front(tmp_path)
     _release(target, "served")
     rel.parent.mkdir(parents=True)
     rel.symlink_to(target)  # the user's own link: replacing it would leave what it serves stale
-    with pytest.raises(publish.ReleaseFolderError, match=rf"symbolic link to .*bench.* set the release folder .* to "
-                                                         rf"{target}"):
+    with pytest.raises(
+        publish.ReleaseFolderError,
+        match=rf"symbolic link to .*bench.* set the release folder .* to "
+        rf"{target}",
+    ):
         with publish.build_lock(cfg, "a"):
             pass
     assert (target / "a.txt").read_text() == "served" and rel.is_symlink()
@@ -256,8 +262,19 @@ def test_an_unknown_upstream_slug_is_an_error(tmp_path, capsys):
 def test_a_missing_corpus_stops_the_build_before_it_starts(tmp_path, capsys):
     from assets.cli import main
 
-    rc = main(["build", "--sources", "gm100", "--upstream", f"gm100={tmp_path / 'gm100-typo'}",
-               "--work-dir", str(tmp_path / "w"), "--release-dir", str(tmp_path / "r")])
+    rc = main(
+        [
+            "build",
+            "--sources",
+            "gm100",
+            "--upstream",
+            f"gm100={tmp_path / 'gm100-typo'}",
+            "--work-dir",
+            str(tmp_path / "w"),
+            "--release-dir",
+            str(tmp_path / "r"),
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err
     # one line with the full path and a fix for real data: never a command writing samples beside the user's data
@@ -285,8 +302,18 @@ def test_make_rebuild_takes_the_lock_before_it_touches_the_samples(tmp_path, mon
     cfg = _cfg(tmp_path)
     monkeypatch.setenv("PROCESSBENCH_ROOT_AIST", str(tmp_path / "samples" / "aist"))
     with _held(cfg):
-        rc = main(["build", "--samples", "--sources", "aist", "--work-dir", cfg.build.work_dir,
-                   "--release-dir", cfg.build.release_dir])
+        rc = main(
+            [
+                "build",
+                "--samples",
+                "--sources",
+                "aist",
+                "--work-dir",
+                cfg.build.work_dir,
+                "--release-dir",
+                cfg.build.release_dir,
+            ]
+        )
     assert rc == 3 and "another build is running" in capsys.readouterr().err
     assert not (tmp_path / "samples").exists()
 
@@ -314,7 +341,8 @@ def test_the_ingest_step_fails_early_on_a_missing_corpus_and_says_what_to_do():
         stages.run_ingest(cfg, "gm100")
     assert "samples" not in str(exc.value)  # a user's path: nothing is written beside it
     cfg = load_settings(scale="demo").with_values(
-        {"sources.gm100.root": stages.path_in_repo("build/samples/nowhere/gm100")})
+        {"sources.gm100.root": stages.path_in_repo("build/samples/nowhere/gm100")}
+    )
     with pytest.raises(stages.MissingCorpus, match=r"no corpus at build/samples/nowhere/gm100 .*make rebuild"):
         stages.run_ingest(cfg, "gm100")
 
@@ -346,8 +374,14 @@ def test_provenance_is_path_free_and_deterministic():
 
     a = load_settings(scale="demo")
     b = load_settings(scale="demo", upstream={"gm100": "/data/elsewhere/gm100"})
-    b = b.with_values({"build.release_dir": "/tmp/r", "build.work_dir": "/tmp/w",
-                       "build.executor.engine": "dask", "sources.gm100.ingest_shards": 8})  # nor how it runs
+    b = b.with_values(
+        {
+            "build.release_dir": "/tmp/r",
+            "build.work_dir": "/tmp/w",
+            "build.executor.engine": "dask",
+            "sources.gm100.ingest_shards": 8,
+        }
+    )  # nor how it runs
     corpora = {"gm100": {"origin": "user", "corpus_fingerprint": "f" * 64, "units_listed": 3, "samples": None}}
     text = provenance.provenance_json(a, corpora)
     assert text == provenance.provenance_json(b, corpora)  # where things lie changes nothing
@@ -365,11 +399,18 @@ def test_the_ui_stops_when_whoever_started_it_dies(tmp_path):
     import signal
 
     repo = str(Path(__file__).resolve().parent.parent)
-    supervisor = (f"import sys; sys.path.insert(0, {repo!r}); from assets.supervise import supervise; "
-                  "sys.exit(supervise(['sleep', '60']))")
+    supervisor = (
+        f"import sys; sys.path.insert(0, {repo!r}); from assets.supervise import supervise; "
+        "sys.exit(supervise(['sleep', '60']))"
+    )
     # the "make": a process that starts the supervisor and then just sits there (until killed)
-    make = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                             f"subprocess.Popen([sys.executable, '-c', {supervisor!r}]); time.sleep(60)"])
+    make = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {supervisor!r}]); time.sleep(60)",
+        ]
+    )
     deadline = time.time() + 30
     sleeper = None
     while time.time() < deadline and sleeper is None:
@@ -383,8 +424,11 @@ def test_the_ui_stops_when_whoever_started_it_dies(tmp_path):
     make.send_signal(signal.SIGTERM)
     make.wait()
     deadline = time.time() + 10
-    while time.time() < deadline and Path(f"/proc/{sleeper}").exists() and \
-            Path(f"/proc/{sleeper}/stat").read_text().split()[2] != "Z":
+    while (
+        time.time() < deadline
+        and Path(f"/proc/{sleeper}").exists()
+        and Path(f"/proc/{sleeper}/stat").read_text().split()[2] != "Z"
+    ):
         time.sleep(0.2)
     gone = not Path(f"/proc/{sleeper}").exists() or Path(f"/proc/{sleeper}/stat").read_text().split()[2] == "Z"
     assert gone, "the UI outlived the process that started it"
@@ -397,8 +441,10 @@ def test_stopping_the_ui_stops_what_it_started(tmp_path):
 
     repo = str(Path(__file__).resolve().parent.parent)
     marker = tmp_path / "left.pid"
-    supervisor = (f"import sys; sys.path.insert(0, {repo!r}); from assets.supervise import supervise; "
-                  f"sys.exit(supervise(['sh', '-c', 'sleep 120 & echo $! > {marker}; wait']))")
+    supervisor = (
+        f"import sys; sys.path.insert(0, {repo!r}); from assets.supervise import supervise; "
+        f"sys.exit(supervise(['sh', '-c', 'sleep 120 & echo $! > {marker}; wait']))"
+    )
     sup = subprocess.Popen([sys.executable, "-c", supervisor])
     deadline = time.time() + 30
     while time.time() < deadline and not (marker.exists() and marker.read_text().strip()):
@@ -415,7 +461,6 @@ def test_stopping_the_ui_stops_what_it_started(tmp_path):
     finally:
         if alive():  # this test's own leftover, by its pid
             os.kill(left, signal.SIGKILL)
-
 
 
 # ------------------------------------------------------------------------------------------ what the CLI says
@@ -441,8 +486,21 @@ def test_the_cli_says_whether_a_failed_build_published(tmp_path, monkeypatch, ca
         raise run.BuildFailed("step 'after_release' failed")
 
     monkeypatch.setattr(run, "rebuild", failing_rebuild)
-    rc = main(["build", "--sources", "aist", "--upstream", f"aist={root}", "--executor", "in_process",
-               "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "out" / "release")])
+    rc = main(
+        [
+            "build",
+            "--sources",
+            "aist",
+            "--upstream",
+            f"aist={root}",
+            "--executor",
+            "in_process",
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--release-dir",
+            str(tmp_path / "out" / "release"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and "build failed: step 'after_release' failed" in err
     rel = paths.release_dir(cfg).absolute()
@@ -471,12 +529,19 @@ def test_a_ui_run_beside_a_locked_terminal_build_is_refused(tmp_path, monkeypatc
         return sorted(p.name for p in paths.release_dir(cfg).parent.iterdir() if p.suffix != ".lock")
 
     served = beside()
-    settings = BuildSettings(scale="demo", sources=["aist"], work_dir=cfg.build.work_dir,
-                             release_dir=cfg.build.release_dir)
+    settings = BuildSettings(
+        scale="demo", sources=["aist"], work_dir=cfg.build.work_dir, release_dir=cfg.build.release_dir
+    )
     with _held(cfg, "terminal") as holder, dg.DagsterInstance.ephemeral() as instance:
-        res = dg.execute_job(dg.reconstructable(build_job), instance=instance, raise_on_error=False,
-                             run_config={"resources": {"build": {"config": settings.model_dump()}},
-                                         "execution": {"config": {"in_process": {}}}})
+        res = dg.execute_job(
+            dg.reconstructable(build_job),
+            instance=instance,
+            raise_on_error=False,
+            run_config={
+                "resources": {"build": {"config": settings.model_dump()}},
+                "execution": {"config": {"in_process": {}}},
+            },
+        )
         assert not res.success
         text = " ".join(str(e.event_specific_data) for e in res.all_events if e.is_failure or e.is_run_failure)
         assert f"pid {holder.pid}" in text, text[:2000]

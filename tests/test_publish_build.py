@@ -26,9 +26,21 @@ def built(demo_samples, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("publish")
     mp_ = pytest.MonkeyPatch()
     mp_.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
-    args = ["build", "--scale", "demo", "--sources", "aist", "--upstream", f"aist={demo_samples['aist']}",
-            "--work-dir", str(tmp_path / "work"), "--release-dir", str(tmp_path / "out" / "release"),
-            "--executor", "in_process"]
+    args = [
+        "build",
+        "--scale",
+        "demo",
+        "--sources",
+        "aist",
+        "--upstream",
+        f"aist={demo_samples['aist']}",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--release-dir",
+        str(tmp_path / "out" / "release"),
+        "--executor",
+        "in_process",
+    ]
     assert main(args) == 0
     yield args, tmp_path / "out" / "release"
     mp_.undo()
@@ -74,12 +86,24 @@ def test_a_release_that_fails_its_checks_is_never_published(built, tmp_path):
     from assets.definitions import ASSETS, build_job
     from assets.run import BuildSettings
 
-    settings = BuildSettings(config_dir=str(planted), scale="demo", upstream={"aist": args[6].split("=", 1)[1]},
-                             work_dir=args[args.index("--work-dir") + 1], release_dir=str(release), sources=["aist"])
+    settings = BuildSettings(
+        config_dir=str(planted),
+        scale="demo",
+        upstream={"aist": args[6].split("=", 1)[1]},
+        work_dir=args[args.index("--work-dir") + 1],
+        release_dir=str(release),
+        sources=["aist"],
+    )
     keys = [k for a in ASSETS if a.op.name == "release" for k in a.keys]
-    with dg.execute_job(dg.reconstructable(build_job), instance=dg.DagsterInstance.get(), asset_selection=keys,
-                        run_config={"resources": {"build": {"config": settings.model_dump()}},
-                                    "execution": {"config": {"in_process": {}}}}) as res:
+    with dg.execute_job(
+        dg.reconstructable(build_job),
+        instance=dg.DagsterInstance.get(),
+        asset_selection=keys,
+        run_config={
+            "resources": {"build": {"config": settings.model_dump()}},
+            "execution": {"config": {"in_process": {}}},
+        },
+    ) as res:
         assert not res.success
         failure = [e for e in res.all_events if e.is_step_failure][0]
         assert "release not published" in str(failure.event_specific_data)
@@ -97,23 +121,27 @@ def test_an_upstream_error_check_blocks_publishing(built):
     from assets.tables import all_steps
 
     args, release = built
-    cfg = BuildSettings(scale="demo", work_dir=args[args.index("--work-dir") + 1], release_dir=str(release),
-                        sources=["aist"]).config()
+    cfg = BuildSettings(
+        scale="demo", work_dir=args[args.index("--work-dir") + 1], release_dir=str(release), sources=["aist"]
+    ).config()
     steps = [s for s in all_steps(cfg) if not s.publishes]
     assert publish_problems(cfg, steps) == []
     cfg = cfg.model_copy(update={"build": cfg.build.model_copy(update={"max_quarantine_share": -1.0})})  # out of
     # range for the loader (0..1), so set past validation: every source now quarantines "too much"
     # the share is checked after ingest and again after labels (which may quarantine more units)
-    assert publish_problems(cfg, steps) == ["ir/aist/quarantine:quarantine_share",
-                                            "labels/aist/quarantine:quarantine_share"]
+    assert publish_problems(cfg, steps) == [
+        "ir/aist/quarantine:quarantine_share",
+        "labels/aist/quarantine:quarantine_share",
+    ]
 
 
 def test_a_second_build_is_refused_while_one_holds_the_folders(built, capsys):
     args, release = built
     from pipeline.settings.config import load_settings
 
-    cfg = load_settings().with_values({"build.work_dir": args[args.index("--work-dir") + 1],
-                                       "build.release_dir": str(release)})
+    cfg = load_settings().with_values(
+        {"build.work_dir": args[args.index("--work-dir") + 1], "build.release_dir": str(release)}
+    )
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
     holder = ctx.Process(target=hold_build_lock, args=(cfg, "other", ready, stop))
@@ -170,11 +198,25 @@ def test_step_processes_die_with_a_killed_build(demo_samples, tmp_path):
     import time
 
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dagster_home"), "PYTHONHASHSEED": "0"}
-    cmd = [sys.executable, "-m", "assets.cli", "build", "--scale", "demo", "--sources", "aist", "--upstream",
-           f"aist={demo_samples['aist']}", "--work-dir", str(tmp_path / "work"), "--release-dir",
-           str(tmp_path / "out" / "release"), "--executor", "multiprocess"]
-    proc = subprocess.Popen(cmd, cwd=path_in_repo("."), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "assets.cli",
+        "build",
+        "--scale",
+        "demo",
+        "--sources",
+        "aist",
+        "--upstream",
+        f"aist={demo_samples['aist']}",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--release-dir",
+        str(tmp_path / "out" / "release"),
+        "--executor",
+        "multiprocess",
+    ]
+    proc = subprocess.Popen(cmd, cwd=path_in_repo("."), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline, steps = time.time() + 180, []
         while not steps and proc.poll() is None and time.time() < deadline:

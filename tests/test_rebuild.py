@@ -12,8 +12,13 @@ SLUGS = ["gm100", "rh20t", "reassemble", "aist"]
 
 
 def _settings(samples, work, release, config_dir=""):
-    return BuildSettings(config_dir=str(config_dir), scale="demo", upstream={k: str(v) for k, v in samples.items()},
-                         work_dir=str(work), release_dir=str(release))
+    return BuildSettings(
+        config_dir=str(config_dir),
+        scale="demo",
+        upstream={k: str(v) for k, v in samples.items()},
+        work_dir=str(work),
+        release_dir=str(release),
+    )
 
 
 def test_nothing_changed_plans_no_step(demo_samples, demo_release):
@@ -65,12 +70,14 @@ def test_one_template_edit_generates_only_that_family(demo_samples, demo_release
 
     slug = "gm100"
     work = tmp_path / "work"
-    shutil.copytree(demo_release.parent / "work", work,
-                    ignore=shutil.ignore_patterns("frame_cache", "items", "split", "_fingerprints"))
+    shutil.copytree(
+        demo_release.parent / "work",
+        work,
+        ignore=shutil.ignore_patterns("frame_cache", "items", "split", "_fingerprints"),
+    )
     calls = []
     for t, fn in list(families.GENERATORS.items()):
-        monkeypatch.setitem(families.GENERATORS, t,
-                            lambda spec, ctx, _fn=fn, _t=t: calls.append(_t) or _fn(spec, ctx))
+        monkeypatch.setitem(families.GENERATORS, t, lambda spec, ctx, _fn=fn, _t=t: calls.append(_t) or _fn(spec, ctx))
     memo, pool_file = work / "candidates" / slug, work / "candidates" / f"{slug}.parquet"
     before = {p.name: p.stat().st_mtime_ns for p in memo.glob("*.parquet")}
     pool_bytes = pool_file.read_bytes()
@@ -146,14 +153,19 @@ def test_the_release_step_writes_its_checksums_once(demo_samples, demo_release, 
     monkeypatch.setattr(writers, "write_checksums", lambda out, c: calls.append(out) or real(out, c))
     stages.run_release(cfg)
     assert len(calls) == 1
-    tree = lambda root: {p.relative_to(root).as_posix(): p.read_bytes()
-                         for p in sorted(root.rglob("*")) if p.is_file()}
+    tree = lambda root: {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
     assert tree(release) == tree(demo_release)
 
 
-OTHER_VALUE = {"work_dir": "edited", "release_dir": "edited", "executor": {"engine": "dask", "max_concurrent": 3},
-               "root": "/edited", "ingest_shards": 7, "workers": 5,
-               "max_file_bytes": 1 << 20}  # a valid value of each NO_OUTPUT_KEYS key
+OTHER_VALUE = {
+    "work_dir": "edited",
+    "release_dir": "edited",
+    "executor": {"engine": "dask", "max_concurrent": 3},
+    "root": "/edited",
+    "ingest_shards": 7,
+    "workers": 5,
+    "max_file_bytes": 1 << 20,
+}  # a valid value of each NO_OUTPUT_KEYS key
 
 
 def test_keys_that_change_no_output_change_no_fingerprint_and_no_config_hash():
@@ -176,8 +188,9 @@ def test_keys_that_change_no_output_change_no_fingerprint_and_no_config_hash():
             assert (prints(edited), config_hash(edited)) == base, f"{section}.{key}"
     planted = cfg.with_values({"build.release_seed": cfg.build.release_seed + 1})
     assert config_hash(planted) != base[1]
-    assert [n for n, fp in prints(planted).items() if fp == base[0][n]] == [s.name for s in steps
-                                                                          if s.name.startswith("ingest_")]
+    assert [n for n, fp in prints(planted).items() if fp == base[0][n]] == [
+        s.name for s in steps if s.name.startswith("ingest_")
+    ]
 
 
 def test_a_max_concurrent_edit_plans_no_step(demo_samples, demo_release, tmp_path):
@@ -190,8 +203,9 @@ def test_a_max_concurrent_edit_plans_no_step(demo_samples, demo_release, tmp_pat
     build = configs / "build.yaml"
     text = build.read_text()
     assert "max_concurrent: 0 " in text and "engine: multiprocess " in text
-    build.write_text(text.replace("max_concurrent: 0 ", "max_concurrent: 3 ").replace("engine: multiprocess ",
-                                                                                       "engine: in_process "))
+    build.write_text(
+        text.replace("max_concurrent: 0 ", "max_concurrent: 3 ").replace("engine: multiprocess ", "engine: in_process ")
+    )
     edited = _settings(demo_samples, demo_release.parent / "work", demo_release, configs)
     assert edited.config().build.executor.max_concurrent == 3
     assert plan(edited) == []

@@ -25,8 +25,15 @@ from upstream_adapters.ir import UnitError
 from upstream_adapters.samples.common import encode_video, render_frame
 
 W, H, N = 160, 128, 40
-LABEL = {"font": "HERSHEY_SIMPLEX", "scale": 0.8, "thickness": 2, "color": [255, 255, 255],
-         "background": [0, 0, 0], "position": "top_left", "margin": 6}
+LABEL = {
+    "font": "HERSHEY_SIMPLEX",
+    "scale": 0.8,
+    "thickness": 2,
+    "color": [255, 255, 255],
+    "background": [0, 0, 0],
+    "position": "top_left",
+    "margin": 6,
+}
 
 
 class FakeAdapter:
@@ -71,25 +78,50 @@ def setup(tmp_path, monkeypatch):
     for unit, codec in [("ep1", "h264"), ("ep2", "hevc"), ("ep3", "h264")]:
         _write_unit(upstream, unit, codec)
     cfg = load_settings()
-    cfg = cfg.with_values({"sources": {"fake": {"name": "Fake", "unit_type": "episode", "root": upstream,
-                                                "adapter": {}}}, "build.sources": ["fake"], "frames.workers": 1})
-    items = pl.DataFrame({
-        "item_id": ["pb_v1_eval_000001", "pb_v1_eval_000002", "pb_v1_sft_000001", "pb_v1_sft_000002",
-                    "pb_v1_sft_000003"],
-        "source": ["fake"] * 5, "unit_id": ["ep1", "ep1", "ep2", "ep3", "ep3"], "camera": ["cam"] * 5,
-        "frame_indices": [[3], [2, 30, 11], [19, 21], [5, 6, 7, 8, 9], [33, 4]],
-        "render_spec_json": [None, _spec("labelled_frames", ["X", "Y", "Z"], [2, 30, 11]),
-                             _spec("panels", ["X", "Y"], [19, 21], [96, 80], 8), None, None],
-    })
+    cfg = cfg.with_values(
+        {
+            "sources": {"fake": {"name": "Fake", "unit_type": "episode", "root": upstream, "adapter": {}}},
+            "build.sources": ["fake"],
+            "frames.workers": 1,
+        }
+    )
+    items = pl.DataFrame(
+        {
+            "item_id": [
+                "pb_v1_eval_000001",
+                "pb_v1_eval_000002",
+                "pb_v1_sft_000001",
+                "pb_v1_sft_000002",
+                "pb_v1_sft_000003",
+            ],
+            "source": ["fake"] * 5,
+            "unit_id": ["ep1", "ep1", "ep2", "ep3", "ep3"],
+            "camera": ["cam"] * 5,
+            "frame_indices": [[3], [2, 30, 11], [19, 21], [5, 6, 7, 8, 9], [33, 4]],
+            "render_spec_json": [
+                None,
+                _spec("labelled_frames", ["X", "Y", "Z"], [2, 30, 11]),
+                _spec("panels", ["X", "Y"], [19, 21], [96, 80], 8),
+                None,
+                None,
+            ],
+        }
+    )
     cache = FrameCache(tmp_path / "cache")
     table = extract_frames(requests_from_items(items), AdapterReaders.from_config(cfg), cache, workers=1)
     assert set(table["status"]) == {"ok"}
     items = add_image_hashes(items, table, cache, cfg.frames.image.model_dump())
     release = tmp_path / "release"
     rows = items.select(
-        "item_id", pl.lit("fake").alias("source_slug"), pl.col("unit_id").alias("source_unit_id"), "camera",
+        "item_id",
+        pl.lit("fake").alias("source_slug"),
+        pl.col("unit_id").alias("source_unit_id"),
+        "camera",
         pl.Series("frame_indices_json", [compact_json(v) for v in items["frame_indices"].to_list()]),
-        pl.lit(None, pl.String).alias("display_labels_json"), "render_spec_json", "image_hashes_json")
+        pl.lit(None, pl.String).alias("display_labels_json"),
+        "render_spec_json",
+        "image_hashes_json",
+    )
     files = cfg.release.files.model_dump()
     write_parquet(release / files["eval_parquet"], rows.filter(pl.col("item_id").str.contains("eval")))
     write_parquet(release / files["sft_parquet"], rows.filter(pl.col("item_id").str.contains("sft")))
@@ -156,24 +188,30 @@ def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, ca
     main = pl.read_parquet(release / files["eval_parquet"])
     write_parquet(release / files["eval_parquet"], main.head(1))  # L1 keeps one item, L2 gets the other
     write_parquet(release / l2, main.tail(1))
-    write_json(release / files["split_summary"], {"eval_levels": {"L1": {"files": {"parquet": files["eval_parquet"]}},
-                                                                  "L2": {"files": {"parquet": l2}}}})
+    write_json(
+        release / files["split_summary"],
+        {"eval_levels": {"L1": {"files": {"parquet": files["eval_parquet"]}}, "L2": {"files": {"parquet": l2}}}},
+    )
     out = tmp_path / "out"
     report = reconstruct(release, {"fake": upstream}, cfg, out)
     assert report["files"] == {
         files["eval_parquet"]: {"items": 1, "ok": 1, "missing": 0, "differs": 0, "unverified": 0, "images": 1},
         l2: {"items": 1, "ok": 1, "missing": 0, "differs": 0, "unverified": 0, "images": 3},
-        files["sft_parquet"]: {"items": 3, "ok": 3, "missing": 0, "differs": 0, "unverified": 0, "images": 8}}
+        files["sft_parquet"]: {"items": 3, "ok": 3, "missing": 0, "differs": 0, "unverified": 0, "images": 8},
+    }
     assert (out / "images" / "pb_v1_eval_000002_2.png").exists()  # the L2 item's images
 
     text = reconstruct_summary(report, out.resolve(), cfg)
     assert f"  {l2}  1 items: 1 ok; 3 images written" in text
     assert f"12 images in {out.resolve() / 'images'}" in text
-    monkeypatch.setattr("pipeline.frames.reconstruct.reconstruct", lambda *a, **k: (report, k)[0]
-                        if k.get("progress") is True else pytest.fail("progress bar not switched on"))
+    monkeypatch.setattr(
+        "pipeline.frames.reconstruct.reconstruct",
+        lambda *a, **k: (report, k)[0] if k.get("progress") is True else pytest.fail("progress bar not switched on"),
+    )
     monkeypatch.setitem(upstream_adapters.ADAPTERS, "fake", f"{__name__}:FakeAdapter")
     monkeypatch.setattr(cli, "load_settings", lambda **kw: cfg)
     monkeypatch.setattr(cli, "_upstream", lambda pairs: {"fake": str(upstream)})
-    assert cli.main(["reconstruct", "--release", str(release), "--upstream", f"fake={upstream}",
-                     "--out", str(out)]) == 0
+    assert (
+        cli.main(["reconstruct", "--release", str(release), "--upstream", f"fake={upstream}", "--out", str(out)]) == 0
+    )
     assert text in capsys.readouterr().out

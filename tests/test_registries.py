@@ -66,23 +66,28 @@ def test_every_export_is_an_asset_of_group_exports_with_its_row_count(cfg):
         node = graph.get(dg.AssetKey(["exports", name]))
         assert node.group_name == "exports", name
     table = next(t for t in export_tables(cfg) if t.key[-1] == "grpo")
-    assert export_metadata(table, {"exports": {"grpo": {"rows": 7, "files": 2}}}) == {"dagster/row_count": 7,
-                                                                                       "export/files": 2}
+    assert export_metadata(table, {"exports": {"grpo": {"rows": 7, "files": 2}}}) == {
+        "dagster/row_count": 7,
+        "export/files": 2,
+    }
     assert export_metadata(Table(("split", "summary"), "split/summary.json", "x"), {"exports": {}}) == {}
 
 
 def test_an_exporter_is_one_registry_line(cfg, tmp_path, monkeypatch):
     """A new export: its function and one line in EXPORTERS; the release step writes it, the graph shows it."""
+
     def ids(p):
-        yield Output(f"exports/ids/{p.part.name}.jsonl", common.jsonl([{"id": m.row["item_id"]} for m in p.rows]),
-                     len(p.rows))
+        yield Output(
+            f"exports/ids/{p.part.name}.jsonl", common.jsonl([{"id": m.row["item_id"]} for m in p.rows]), len(p.rows)
+        )
 
     monkeypatch.setitem(EXPORTERS, "ids", Exporter("item ids", lambda cfg: "exports/ids/train.jsonl", ids))
     assert "exports/ids" in {t.name for t in all_steps(cfg)[-1].writes}
     df = pl.DataFrame({"item_id": ["a"]})
     part = common.Part("sft", None, "train", df)
-    got = list(exports.EXPORTERS["ids"].part(exports.PartRows(part, [common.ModelRow({"item_id": "a"}, "", [], [])],
-                                                             cfg)))
+    got = list(
+        exports.EXPORTERS["ids"].part(exports.PartRows(part, [common.ModelRow({"item_id": "a"}, "", [], [])], cfg))
+    )
     assert [(o.rel, o.data, o.rows) for o in got] == [("exports/ids/train.jsonl", '{"id":"a"}\n', 1)]
 
 
@@ -92,8 +97,9 @@ def test_every_tables_checks_exist_and_run(demo_release, cfg):
     cfg = cfg.with_values({"build.work_dir": str(demo_release.parent / "work"), "build.release_dir": str(demo_release)})
     steps = all_steps(cfg)
     declared = [(t.name, c) for s in steps for t in s.writes for c in t.checks]
-    assert {"quarantine_share", "quotas_met", "no_group_in_both_splits", "release_valid", "validity_limits"} <= \
-        {c.name for _, c in declared}
+    assert {"quarantine_share", "quotas_met", "no_group_in_both_splits", "release_valid", "validity_limits"} <= {
+        c.name for _, c in declared
+    }
     for step in steps:
         made = {(c.asset, c.name): c for c in checks_for(step)}
         for t in step.writes:
@@ -112,8 +118,9 @@ def test_a_check_is_one_declaration_next_to_its_table(cfg, tmp_path):
     check = TableCheck("no_defect", "the defect file is absent", lambda cfg: (not flag.exists(), {}))
     step = all_steps(cfg)[0]
     table = step.writes[0]
-    planted = type(step)(**{**step.__dict__, "writes": (Table(**{**table.__dict__, "checks": (check,)}),
-                                                         *step.writes[1:])})
+    planted = type(step)(
+        **{**step.__dict__, "writes": (Table(**{**table.__dict__, "checks": (check,)}), *step.writes[1:])}
+    )
     made = next(c for c in checks_for(planted) if c.name == "no_defect")
     assert made.asset == table.name and made.evaluate(cfg).passed
     flag.write_text("x")

@@ -21,8 +21,15 @@ from pipeline.validity.human import human_report, load_verdicts
 
 CFG = load_settings()
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 def _release(tmp: Path, n: int = 6) -> tuple[Path, Path, list[dict]]:
@@ -30,13 +37,34 @@ def _release(tmp: Path, n: int = 6) -> tuple[Path, Path, list[dict]]:
     rel, img = tmp / "release", tmp / "images"
     rows = []
     for i in range(n):
-        rows.append({"item_id": f"pb_v2_t2_{i:03d}", "source_slug": "gm100", "task_id": "T2", "eval_level": "L1",
-                     "question": "Is the left gripper currently in contact with anything?", "num_choices": 2,
-                     "choice_A": "Yes — contact established", "choice_B": "No — no contact",
-                     "answer": "AB"[i % 2], "split_group_id": f"g{i}"})
-        rows.append({"item_id": f"pb_v2_t9_{i:03d}", "source_slug": "gm100", "task_id": "T9", "eval_level": "L1",
-                     "question": "Which labeled panel happened earlier in the real manipulation sequence, X or Y?",
-                     "num_choices": 2, "choice_A": "X", "choice_B": "Y", "answer": "A", "split_group_id": f"g{i}"})
+        rows.append(
+            {
+                "item_id": f"pb_v2_t2_{i:03d}",
+                "source_slug": "gm100",
+                "task_id": "T2",
+                "eval_level": "L1",
+                "question": "Is the left gripper currently in contact with anything?",
+                "num_choices": 2,
+                "choice_A": "Yes — contact established",
+                "choice_B": "No — no contact",
+                "answer": "AB"[i % 2],
+                "split_group_id": f"g{i}",
+            }
+        )
+        rows.append(
+            {
+                "item_id": f"pb_v2_t9_{i:03d}",
+                "source_slug": "gm100",
+                "task_id": "T9",
+                "eval_level": "L1",
+                "question": "Which labeled panel happened earlier in the real manipulation sequence, X or Y?",
+                "num_choices": 2,
+                "choice_A": "X",
+                "choice_B": "Y",
+                "answer": "A",
+                "split_group_id": f"g{i}",
+            }
+        )
     for c in "CDEF":
         for r in rows:
             r[f"choice_{c}"] = None
@@ -44,9 +72,18 @@ def _release(tmp: Path, n: int = 6) -> tuple[Path, Path, list[dict]]:
     path.parent.mkdir(parents=True)
     pl.DataFrame(rows).write_parquet(path)
     (rel / "metadata").mkdir()
-    (rel / "metadata" / "validity_report.json").write_text(json.dumps(
-        {"version": 1, "eval_items": len(rows), "sft_items": 0, "near_duplicate_hamming": 4, "cells": [],
-         "problems": []}))
+    (rel / "metadata" / "validity_report.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "eval_items": len(rows),
+                "sft_items": 0,
+                "near_duplicate_hamming": 4,
+                "cells": [],
+                "problems": [],
+            }
+        )
+    )
     img.mkdir()
     rng = np.random.default_rng(0)
     for r in rows:
@@ -68,8 +105,15 @@ def test_human_report_accuracy_agreement_and_decidable():
     for who in ("ann1", "ann2"):
         v += [{"annotator": who, "item_id": f"a{i}", "answer": "A", "cannot_tell": False} for i in range(40)]
         # T9: a coin flip (alternating answers), the second annotator also says "cannot tell" on 10 items
-        v += [{"annotator": who, "item_id": f"b{i}", "answer": None if (who == "ann2" and i < 10) else "AB"[i % 2],
-               "cannot_tell": who == "ann2" and i < 10} for i in range(40)]
+        v += [
+            {
+                "annotator": who,
+                "item_id": f"b{i}",
+                "answer": None if (who == "ann2" and i < 10) else "AB"[i % 2],
+                "cannot_tell": who == "ann2" and i < 10,
+            }
+            for i in range(40)
+        ]
     rep = human_report(v, key, CFG.validity.human)
     cells = {c["family"]: c for c in rep["cells"]}
     assert cells["T2"]["accuracy"] == 1.0 and cells["T2"]["decidable"] and cells["T2"]["agreement"]["agreement"] == 1.0
@@ -86,8 +130,15 @@ def test_bad_verdict_files_name_the_file(tmp_path):
     bad.write_text(json.dumps({"format": "something else"}))
     with pytest.raises(ValueError, match="v.json"):
         load_verdicts([bad])
-    bad.write_text(json.dumps({"format": "processbench-review-verdicts", "version": 1,
-                               "verdicts": [{"item_id": "x", "answer": "Q", "cannot_tell": False}]}))
+    bad.write_text(
+        json.dumps(
+            {
+                "format": "processbench-review-verdicts",
+                "version": 1,
+                "verdicts": [{"item_id": "x", "answer": "Q", "cannot_tell": False}],
+            }
+        )
+    )
     with pytest.raises(ValueError, match="verdict 0"):
         load_verdicts([bad])
 
@@ -109,11 +160,11 @@ def test_review_page_round_trip_in_chromium(tmp_path, capsys):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         for who, keys in (("ann1", ["A", "B", "click:A", "0"]), ("ann2", ["1", "B", "?", "2"])):
-            ctx = browser.new_context(accept_downloads=True)   # a fresh profile: its own localStorage
+            ctx = browser.new_context(accept_downloads=True)  # a fresh profile: its own localStorage
             page = ctx.new_page()
             page.goto(page_file.as_uri())
             page.fill("#annotator", who)
-            page.press("#annotator", "A")           # typing in the name field answers nothing
+            page.press("#annotator", "A")  # typing in the name field answers nothing
             page.fill("#annotator", who)
             page.locator("#annotator").blur()
             seen = []
@@ -123,8 +174,9 @@ def test_review_page_round_trip_in_chromium(tmp_path, capsys):
                 seen.append(item["item_id"])
                 loaded = "els => els.filter(e => e.complete && e.naturalWidth > 0).length"
                 # images load asynchronously: wait (generously) until both are decoded, then count exactly
-                page.wait_for_function(f"(({loaded})([...document.querySelectorAll('#imgs img')])) >= 2",
-                                       timeout=60_000)
+                page.wait_for_function(
+                    f"(({loaded})([...document.querySelectorAll('#imgs img')])) >= 2", timeout=60_000
+                )
                 n_img = page.eval_on_selector_all("#imgs img", loaded)
                 assert n_img == 2  # exactly the item's images, loaded from disk
                 if k.startswith("click:"):
@@ -141,8 +193,11 @@ def test_review_page_round_trip_in_chromium(tmp_path, capsys):
             files.append(path)
             data = json.loads(path.read_text())
             assert data["annotator"] == who and [v["item_id"] for v in data["verdicts"]] == seen
-            assert data["verdicts"][3 if who == "ann1" else 2] == {"item_id": seen[3 if who == "ann1" else 2],
-                                                                  "answer": None, "cannot_tell": True}
+            assert data["verdicts"][3 if who == "ann1" else 2] == {
+                "item_id": seen[3 if who == "ann1" else 2],
+                "answer": None,
+                "cannot_tell": True,
+            }
             assert '"answer"' not in page.eval_on_selector("#data", "e => e.textContent")  # no key in the page
             ctx.close()
         browser.close()

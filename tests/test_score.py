@@ -30,13 +30,21 @@ def _run(demo_release, tmp_path, cfg, responses: dict):
     return json.loads((out / "metrics.json").read_text()), out
 
 
-@pytest.mark.parametrize("response,n,want", [
-    ("<ANSWER>B</ANSWER>", 4, "B"),
-    ("first <ANSWER>A</ANSWER> then <answer> c </answer>", 4, "C"),   # the last tag wins
-    ("B", 4, "B"), ("(b)", 4, "B"), ("D.", 4, "D"),                   # bare-letter fallback
-    ("<ANSWER>E</ANSWER>", 4, None),                                  # beyond the options
-    ("The answer is B", 4, None), ("", 4, None), (None, 4, None), ("<ANSWER>AB</ANSWER>", 4, None),
-])
+@pytest.mark.parametrize(
+    "response,n,want",
+    [
+        ("<ANSWER>B</ANSWER>", 4, "B"),
+        ("first <ANSWER>A</ANSWER> then <answer> c </answer>", 4, "C"),  # the last tag wins
+        ("B", 4, "B"),
+        ("(b)", 4, "B"),
+        ("D.", 4, "D"),  # bare-letter fallback
+        ("<ANSWER>E</ANSWER>", 4, None),  # beyond the options
+        ("The answer is B", 4, None),
+        ("", 4, None),
+        (None, 4, None),
+        ("<ANSWER>AB</ANSWER>", 4, None),
+    ],
+)
 def test_parse_answer(response, n, want):
     assert score.parse_answer(response, n) == want
 
@@ -49,28 +57,48 @@ def _rows(spec):
     """Eval rows from (item, task, source, level, group, answer letter, options) tuples."""
     rows = []
     for item, task, src, level, group, ans, opts in spec:
-        r = {"item_id": item, "task_id": task, "source": src, "eval_level": level, "split_group_id": group,
-             "answer": ans, "answer_text": opts["ABCDEF".index(ans)], "num_choices": len(opts)}
+        r = {
+            "item_id": item,
+            "task_id": task,
+            "source": src,
+            "eval_level": level,
+            "split_group_id": group,
+            "answer": ans,
+            "answer_text": opts["ABCDEF".index(ans)],
+            "num_choices": len(opts),
+        }
         r.update({f"choice_{c}": (opts[k] if k < len(opts) else None) for k, c in enumerate("ABCDEF")})
         rows.append(r)
     return pl.DataFrame(rows, schema_overrides={"eval_level": pl.Utf8})
 
 
 def test_hand_computed_small_case(cfg):
-    ev = _rows([("i1", "T1", "X", None, "g1", "A", ["ok", "fail"]), ("i2", "T1", "X", None, "g2", "B", ["ok", "fail"]),
-                ("i3", "T2", "Y", None, "g3", "A", ["a", "b", "c", "d"]),
-                ("i4", "T2", "Y", None, "g3", "C", ["a", "b", "c", "d"])])
-    sft = pl.DataFrame({"source": ["X", "X", "X", "Y", "Y"], "task_id": ["T1", "T1", "T1", "T2", "T2"],
-                        "answer_text": ["fail", "fail", "ok", "c", "c"]})
+    ev = _rows(
+        [
+            ("i1", "T1", "X", None, "g1", "A", ["ok", "fail"]),
+            ("i2", "T1", "X", None, "g2", "B", ["ok", "fail"]),
+            ("i3", "T2", "Y", None, "g3", "A", ["a", "b", "c", "d"]),
+            ("i4", "T2", "Y", None, "g3", "C", ["a", "b", "c", "d"]),
+        ]
+    )
+    sft = pl.DataFrame(
+        {
+            "source": ["X", "X", "X", "Y", "Y"],
+            "task_id": ["T1", "T1", "T1", "T2", "T2"],
+            "answer_text": ["fail", "fail", "ok", "c", "c"],
+        }
+    )
     preds = {"i1": "x <ANSWER>B</ANSWER> y <ANSWER>A</ANSWER>", "i2": "(B)", "i3": "no idea", "zz": "A"}
     m = score.metrics(score.item_table(ev, sft, preds), cfg)
     o = m["overall"]
-    assert (o["accuracy"], o["n"], o["invalid_rate"]) == (0.5, 4, 0.5)      # i1, i2 right; i3 unparseable; i4 missing
+    assert (o["accuracy"], o["n"], o["invalid_rate"]) == (0.5, 4, 0.5)  # i1, i2 right; i3 unparseable; i4 missing
     assert o["task_macro_accuracy"] == 0.5 and o["source_macro_accuracy"] == 0.5  # T1 1.0, T2 0.0
-    assert o["baselines"] == {"random": 0.375,                               # (1/2 + 1/2 + 1/4 + 1/4) / 4
-                              "label_prior": 0.5,                            # T1 -> "fail" (i2), T2 -> "c" (i4)
-                              "majority": 0.5,                               # ties -> the first text: "fail" (i2),
-                              "image_free_best": 0.5}                        #   "a" (i3)
+    assert o["baselines"] == {
+        "random": 0.375,  # (1/2 + 1/2 + 1/4 + 1/4) / 4
+        "label_prior": 0.5,  # T1 -> "fail" (i2), T2 -> "c" (i4)
+        "majority": 0.5,  # ties -> the first text: "fail" (i2),
+        "image_free_best": 0.5,
+    }  #   "a" (i3)
     t1 = next(c for c in m["cells"] if c["family"] == "T1")
     assert (t1["n"], t1["n_groups"], t1["accuracy"], t1["balanced_accuracy"]) == (2, 2, 1.0, 1.0)
     assert t1["ci95"] is None and "not estimable" in t1["ci95_note"] and t1["clears_image_free"] is None
@@ -83,8 +111,11 @@ def test_hand_computed_small_case(cfg):
 
 def test_cell_intervals_resample_groups_and_are_never_zero_width(cfg):
     """Ten groups of four items: the bootstrap interval spans the groups' spread; one group is not estimable."""
-    spec = [(f"i{g}_{k}", "T6", "S", "L2", f"g{g}", "A" if k < (g % 4) + 1 else "B", ["moving", "stationary"])
-            for g in range(10) for k in range(4)]
+    spec = [
+        (f"i{g}_{k}", "T6", "S", "L2", f"g{g}", "A" if k < (g % 4) + 1 else "B", ["moving", "stationary"])
+        for g in range(10)
+        for k in range(4)
+    ]
     ev = _rows(spec)
     sft = pl.DataFrame({"source": ["S"], "task_id": ["T6"], "answer_text": ["moving"]})
     preds = {r["item_id"]: "A" for r in ev.iter_rows(named=True)}
@@ -117,8 +148,12 @@ def test_balanced_accuracy_of_a_one_label_predictor_is_one_over_k(cfg):
 def test_gold_scores_one(demo_release, tmp_path, cfg, capsys):
     ev = score.read_release(demo_release, cfg)["eval"]
     assert set(ev["eval_level"]) == {"L1", "L2", "L3"}  # every level's file, not the main eval file alone
-    m, out = _run(demo_release, tmp_path, cfg,
-                  {r["item_id"]: f"reasoning...\n{r['sft_target']}" for r in ev.iter_rows(named=True)})
+    m, out = _run(
+        demo_release,
+        tmp_path,
+        cfg,
+        {r["item_id"]: f"reasoning...\n{r['sft_target']}" for r in ev.iter_rows(named=True)},
+    )
     o = m["overall"]
     assert (o["accuracy"], o["invalid_rate"], o["n"]) == (1.0, 0.0, ev.height)
     assert o["ci95"] is None and "every resample" in o["ci95_note"]  # never a zero-width interval
@@ -159,20 +194,31 @@ def test_levels_filter_keeps_other_levels_out_of_extra(demo_release, tmp_path, c
     preds = {r["item_id"]: r["sft_target"] for r in ev.iter_rows(named=True)}
     m, _ = _run(demo_release, tmp_path, cfg, preds)
     pf = _write(tmp_path / "p2.jsonl", [{"item_id": k, "response": v} for k, v in preds.items()])
-    assert score.main(["--release", str(demo_release), "--predictions", str(pf), "--out", str(tmp_path / "l2"),
-                       "--levels", "L2"], cfg) == 0
+    assert (
+        score.main(
+            ["--release", str(demo_release), "--predictions", str(pf), "--out", str(tmp_path / "l2"), "--levels", "L2"],
+            cfg,
+        )
+        == 0
+    )
     m2 = json.loads((tmp_path / "l2" / "metrics.json").read_text())
     n2 = ev.filter(pl.col("eval_level") == "L2").height
     assert set(m2["by_level"]) == {"L2"} and m2["overall"]["n"] == n2
     assert m2["predictions"]["extra"] == 0 and m2["predictions"]["other_levels"] == ev.height - n2
-    assert score.main(["--release", str(demo_release), "--predictions", str(pf), "--out", str(tmp_path / "l9"),
-                       "--levels", "L9"], cfg) == 2
+    assert (
+        score.main(
+            ["--release", str(demo_release), "--predictions", str(pf), "--out", str(tmp_path / "l9"), "--levels", "L9"],
+            cfg,
+        )
+        == 2
+    )
 
 
 def test_shuffled_answers(demo_release, tmp_path, cfg):
     ev = score.read_release(demo_release, cfg)["eval"]
-    wrong = {r["item_id"]: "ABCDEF"[("ABCDEF".index(r["answer"]) + 1) % r["num_choices"]]
-             for r in ev.iter_rows(named=True)}
+    wrong = {
+        r["item_id"]: "ABCDEF"[("ABCDEF".index(r["answer"]) + 1) % r["num_choices"]] for r in ev.iter_rows(named=True)
+    }
     m, _ = _run(demo_release, tmp_path, cfg, wrong)
     assert m["overall"]["accuracy"] == 0.0 and m["overall"]["invalid_rate"] == 0.0
     # answers shuffled across items: a valid guess per item, accuracy well below 1
@@ -231,6 +277,7 @@ def test_cli_score_and_determinism(demo_release, tmp_path):
 def test_metric_definitions_are_the_documented_ones():
     """The docs' scorer section states each metric by the same formula the scorer writes into metrics.json."""
     from pathlib import Path
+
     doc = (Path(__file__).resolve().parent.parent / "docs" / "release-format.md").read_text(encoding="utf-8")
     for name, text in score.METRIC_DEFINITIONS.items():
         assert f"  - **{name}**: {text}\n" in doc, name

@@ -113,8 +113,12 @@ def test_the_priority_source_s_steps_carry_dagster_s_priority_tag():
 
     assert CFG.build.executor.priority == {"gm100": 1}
     tags = {a.op.name: a.op.tags for a in ASSETS}
-    assert {n for n, t in tags.items() if t.get("dagster/priority") == "1"} == \
-        {"ingest_gm100", "labels_gm100", "candidates_gm100", "items_gm100"}
+    assert {n for n, t in tags.items() if t.get("dagster/priority") == "1"} == {
+        "ingest_gm100",
+        "labels_gm100",
+        "candidates_gm100",
+        "items_gm100",
+    }
     assert all("dagster/priority" not in t for n, t in tags.items() if not n.endswith("_gm100"))
 
 
@@ -131,8 +135,11 @@ def test_a_built_source_without_its_licence_or_provenance_is_refused_at_load(cfg
     """The card and Croissant state each built source's terms and origin: a source left out is a load error naming
     the source and the missing key, not a source silently missing from the card."""
     text = (cfg_dir / "exports.yaml").read_text()
-    entry = next(line for line in text.splitlines(keepends=True)
-                 if line.startswith("    rh20t: ") and text.index(line) > text.index(f"  {key}:"))
+    entry = next(
+        line
+        for line in text.splitlines(keepends=True)
+        if line.startswith("    rh20t: ") and text.index(line) > text.index(f"  {key}:")
+    )
     (cfg_dir / "exports.yaml").write_text(text.replace(entry, "", 1))
     e = _error(cfg_dir)
     assert (e.file, e.key) == ("configs/exports.yaml", f"exports.{key}.rh20t")
@@ -157,7 +164,7 @@ def test_cross_file_checks(cfg_dir):
     _replace(cfg_dir / "sources.yaml", "  aist_off:\n", "  aist:\n")
     _replace(cfg_dir / "build.yaml", "sources: [gm100, rh20t]", "sources: [gm100, rh20t, aist]")
     text = (cfg_dir / "sources.yaml").read_text()
-    (cfg_dir / "sources.yaml").write_text(text[:text.index("  aist:\n")])   # aist built but not configured
+    (cfg_dir / "sources.yaml").write_text(text[: text.index("  aist:\n")])  # aist built but not configured
     e = _error(cfg_dir)
     assert (e.file, e.key) == ("configs/build.yaml", "build.sources[2]") and "configs/sources.yaml" in e.expected
     (cfg_dir / "sources.yaml").write_text(text)
@@ -224,7 +231,7 @@ def test_defaults_are_filled_for_omitted_keys(cfg_dir):
     assert cfg.frames.in_flight_per_worker == 2
     assert cfg.tasks["T1"].balance_labels is False
     assert cfg.tasks["T10"].distractors.exclude_current is True
-    assert "centers" not in cfg.tasks["T1"].frames["default"].model_dump()   # a window keeps exactly its keys
+    assert "centers" not in cfg.tasks["T1"].frames["default"].model_dump()  # a window keeps exactly its keys
 
 
 def test_shared_readers():
@@ -233,7 +240,7 @@ def test_shared_readers():
     assert sorted(ids + list(cfg.step_tasks)) == sorted(p.stem for p in (CONFIG_DIR / "tasks").glob("T*.yaml"))
     assert list(cfg.step_tasks) == ["T13"]  # the step track (track: steps) is not a multiple-choice family
     assert [int(t[1:]) for t in ids] == sorted(int(t[1:]) for t in ids)
-    assert ids[:len(pins.TASK_NAMES)] == list(pins.TASK_NAMES)
+    assert ids[: len(pins.TASK_NAMES)] == list(pins.TASK_NAMES)
     assert cfg.task_names()["T7"] == "Operation Outcome Prediction"
     # a per-source value resolves by its declared type: the source's entry, else `default`; a plain value is itself
     t1 = cfg.with_values({"tasks.T1.min_gap": {"gm100": 1, "default": 2}, "tasks.T1.balance_labels": True}).tasks["T1"]

@@ -35,13 +35,16 @@ from pipeline.split.ours import _combo_parts, _first_k
 
 CHOICES = {"T1": 4, "T2": 2, "T3": 4, "T5": 3, "T7": 2, "T8": 6, "T12": 4}
 
+
 @pytest.fixture(scope="module")
 def policy():
     pol, _ = load_policy()
     return pol
 
-def make_items(source: str, n_groups: int, fams: dict[str, int], seed: int, sigma: float = 1.0,
-               prefix: str | None = None) -> pl.DataFrame:
+
+def make_items(
+    source: str, n_groups: int, fams: dict[str, int], seed: int, sigma: float = 1.0, prefix: str | None = None
+) -> pl.DataFrame:
     """Items of one source: quotas spread unevenly over groups, letters balanced per family, shuffled."""
     r = np.random.default_rng(seed)
     prefix = prefix or source
@@ -57,34 +60,63 @@ def make_items(source: str, n_groups: int, fams: dict[str, int], seed: int, sigm
         r.shuffle(letters)
         g_of = np.repeat(np.arange(n_groups), per)
         for j, (g, a) in enumerate(zip(g_of, letters)):
-            rows.append({"source": source, "unit_id": f"{prefix}_u{g:04d}", "task_id": fam, "answer": a,
-                         "num_choices": k, "candidate_key": f"{fam}|{source}|{prefix}_u{g:04d}|{j}"})
+            rows.append(
+                {
+                    "source": source,
+                    "unit_id": f"{prefix}_u{g:04d}",
+                    "task_id": fam,
+                    "answer": a,
+                    "num_choices": k,
+                    "candidate_key": f"{fam}|{source}|{prefix}_u{g:04d}|{j}",
+                }
+            )
     return pl.DataFrame(rows)
+
 
 # ------------------------------------------------------------------------------------------------ counts
 def test_eval_group_count_is_the_public_round_rule():
     assert [n_eval_groups(n, 0.15) for n in (4186, 596, 37, 200)] == [628, 89, 6, 30]
-    assert n_eval_groups(30, 0.15) == round(30 * 0.15) == 4      # 4.5 -> 4: Python's half-even round, as published
-    assert n_eval_groups(10, 0.15) == 2                           # 1.5 -> 2
+    assert n_eval_groups(30, 0.15) == round(30 * 0.15) == 4  # 4.5 -> 4: Python's half-even round, as published
+    assert n_eval_groups(10, 0.15) == 2  # 1.5 -> 2
     assert n_eval_groups(2, 0.15) == 1 and n_eval_groups(1, 0.15) == 1 and n_eval_groups(0, 0.15) == 0
+
 
 # ------------------------------------------------------------------------------------------------ groups
 def units_table() -> pl.DataFrame:
     rows = []
     for i in range(12):
-        rows.append({"source": "rh20t", "unit_id": f"task_{i % 3:04d}_user_{i % 4:04d}_scene_{i % 5:04d}_cfg_0001",
-                     "task_id": f"task_{i % 3:04d}", "operator_id": f"user_{i % 4:04d}",
-                     "scene_id": f"scene_{i % 5:04d}", "config_id": "cfg_0001", "taxonomy": None})
+        rows.append(
+            {
+                "source": "rh20t",
+                "unit_id": f"task_{i % 3:04d}_user_{i % 4:04d}_scene_{i % 5:04d}_cfg_0001",
+                "task_id": f"task_{i % 3:04d}",
+                "operator_id": f"user_{i % 4:04d}",
+                "scene_id": f"scene_{i % 5:04d}",
+                "config_id": "cfg_0001",
+                "taxonomy": None,
+            }
+        )
     for i in range(4):
-        rows.append({"source": "gm100", "unit_id": f"task_{i // 2:05d}__episode_{i:06d}",
-                     "task_id": f"task_{i // 2:05d}", "operator_id": None, "scene_id": None, "config_id": None, "taxonomy": None})
+        rows.append(
+            {
+                "source": "gm100",
+                "unit_id": f"task_{i // 2:05d}__episode_{i:06d}",
+                "task_id": f"task_{i // 2:05d}",
+                "operator_id": None,
+                "scene_id": None,
+                "config_id": None,
+                "taxonomy": None,
+            }
+        )
     return pl.DataFrame(rows)
+
 
 def test_groups_default_to_units(policy):
     g = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}), units_table(), policy)
     assert g.height == 16
     assert g["split_group_id"].to_list() == g["unit_id"].to_list()
     assert {"unit_task_id", "operator_id", "scene_id"} <= set(g.columns)
+
 
 def test_groups_merge_by_stricter_keys(policy):
     pol = copy.deepcopy(policy)
@@ -104,14 +136,19 @@ def test_groups_merge_by_stricter_keys(policy):
     g2 = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}), units, pol)
     assert g2.filter(pl.col("source") == "rh20t")["split_group_id"].unique().to_list() == ["operator_id=user_0000"]
     # independent of row order
-    g3 = build_groups(pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}),
-                      units.sample(fraction=1.0, shuffle=True, seed=3), pol)
+    g3 = build_groups(
+        pl.DataFrame(schema={"source": pl.String, "unit_id": pl.String}),
+        units.sample(fraction=1.0, shuffle=True, seed=3),
+        pol,
+    )
     assert g3.equals(g2)
+
 
 def test_item_units_missing_from_units_table_keep_their_id(policy):
     items = pl.DataFrame({"source": ["aist"], "unit_id": ["task_004_episode_0"], "task_id": ["T3"]})
     g = build_groups(items, units_table(), policy)
     assert g.filter(pl.col("source") == "aist")["split_group_id"].to_list() == ["task_004_episode_0"]
+
 
 # ------------------------------------------------------------------------------------------------ isolation
 def test_isolation_and_counts_with_merged_groups(policy):
@@ -124,8 +161,15 @@ def test_isolation_and_counts_with_merged_groups(policy):
     for u in units["unit_id"]:
         for _ in range(r.randint(3, 9)):
             fam = r.choice(["T1", "T2", "T7"])
-            rows.append({"source": "rh20t", "unit_id": u, "task_id": fam,
-                         "answer": LETTERS[r.randrange(CHOICES[fam])], "num_choices": CHOICES[fam]})
+            rows.append(
+                {
+                    "source": "rh20t",
+                    "unit_id": u,
+                    "task_id": fam,
+                    "answer": LETTERS[r.randrange(CHOICES[fam])],
+                    "num_choices": CHOICES[fam],
+                }
+            )
     items = pl.DataFrame(rows)
     groups = build_groups(items, units, pol)
     out, summary = split_items(items, groups, pol, 42)
@@ -139,6 +183,7 @@ def test_isolation_and_counts_with_merged_groups(policy):
     assert s["group_unit"] == "recording_id merged by scene_id"
     lists = group_lists(out)
     assert not set(lists["eval"]) & set(lists["sft"]) and lists["eval"] == sorted(lists["eval"])
+
 
 # ------------------------------------------------------------------------------------------------ selection quality
 def scalar_public_rule(pool, seed=42, restarts=8, passes=4, limit=24):
@@ -179,9 +224,12 @@ def scalar_public_rule(pool, seed=42, restarts=8, passes=4, limit=24):
             c = add(c, bg)
         score = J(c)
         for _ in range(passes):
+
             def delta(g):
-                return sum(pool.weights[t] * cnt[g][t] * (pool.target[t] - c[t]) / max(pool.target[t], 1.0)
-                           for t in range(T))
+                return sum(
+                    pool.weights[t] * cnt[g][t] * (pool.target[t] - c[t]) / max(pool.target[t], 1.0) for t in range(T)
+                )
+
             outs = sorted(((delta(g), g) for g in sorted(sel)))[:limit]
             ins = sorted(((delta(g), g) for g in range(pool.n) if g not in sel), reverse=True)[:limit]
             pick, ps = None, score
@@ -199,18 +247,25 @@ def scalar_public_rule(pool, seed=42, restarts=8, passes=4, limit=24):
             best = (score, sorted(sel))
     return best
 
+
 @pytest.mark.parametrize("kind", ["uneven", "ties"])
 def test_public_rule_matches_a_loop_implementation(policy, kind):
     if kind == "uneven":
         items = make_items("rh20t", 60, {"T1": 300, "T2": 200, "T7": 250, "T8": 90}, seed=5)
     else:  # many groups with identical counts: the scan order and the tie rule decide
-        items = pl.DataFrame([{"source": "rh20t", "unit_id": f"u{g:03d}", "task_id": "T1" if g % 3 else "T2"}
-                              for g in range(45) for _ in range(1 + g % 2)])
+        items = pl.DataFrame(
+            [
+                {"source": "rh20t", "unit_id": f"u{g:03d}", "task_id": "T1" if g % 3 else "T2"}
+                for g in range(45)
+                for _ in range(1 + g % 2)
+            ]
+        )
     pool = make_pool(items.rename({"unit_id": "split_group_id"}), policy, "rh20t")
     sel = public_rule(pool, policy)
     score, groups = scalar_public_rule(pool)
     assert sorted(np.flatnonzero(sel.mask).tolist()) == groups
     assert sel.share == pytest.approx(score, abs=1e-9)
+
 
 @pytest.mark.parametrize("seed,n_groups,sigma", [(11, 40, 0.6), (12, 120, 1.0), (13, 16, 1.2)])
 def test_ours_never_worse_than_public_on_its_objective(policy, seed, n_groups, sigma):
@@ -230,10 +285,12 @@ def test_ours_never_worse_than_public_on_its_objective(policy, seed, n_groups, s
     # shares first, letters second: ours is strictly better on J, or no worse on the letter-aware objective either
     assert ours.share < pub.share or k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, pub.mask) + 1e-9
 
+
 def k_obj(pool, policy, mask):
     lam, mu = policy["objective"]["letter_weight"], policy["ours"]["letter_l1_weight"]
     lc = pool.letters[:, mask, :].sum(1)
     return pool.evaluate(mask)["share"] + lam * (pool.letter_obj(lc) + mu * pool.letter_l1(lc))
+
 
 def test_ours_hits_shares_where_public_greedy_overshoots(policy):
     """Uneven group sizes: the public greedy takes big groups first and overshoots (as in the published GM-100 split,
@@ -254,6 +311,7 @@ def test_ours_hits_shares_where_public_greedy_overshoots(policy):
     assert excess(maj_ours) < excess(s["majority_share_eval_public"])
     assert s["eval"] == sum(s["task_counts_eval"].values()) and s["task_eval_share"] == ours
     assert leaked_groups(out) == []
+
 
 @pytest.mark.parametrize("n_groups,seed", [(14, 4), (24, 5)])  # bound out of reach; met (not by public)
 def test_exact_search_is_optimal_on_small_pools(policy, n_groups, seed):
@@ -293,21 +351,65 @@ def test_exact_search_is_optimal_on_small_pools(policy, n_groups, seed):
         if pool.evaluate(m)["share"] <= cap + 1e-9:
             assert k_obj(pool, policy, ours.mask) <= k_obj(pool, policy, m) + 1e-9
 
+
 def test_local_search_selection_is_pinned(policy):
     """The local search's result on a seeded pool with 60 identical one-item groups (equal J and letters for many
     replacements, more than `letter_candidates` non-eval groups), pinned: a change meant to make the search faster
     must keep its selection (stable tie rules, the seeded streams, the quantised comparisons) exactly."""
     items = make_items("gm100", 150, {"T1": 500, "T3": 400, "T5": 300, "T8": 200}, seed=31, sigma=1.0)
-    twins = pl.DataFrame([{"source": "gm100", "unit_id": f"twin_{g:03d}", "task_id": "T1", "answer": "A",
-                           "num_choices": 4, "candidate_key": f"twin{g}"} for g in range(60)])
+    twins = pl.DataFrame(
+        [
+            {
+                "source": "gm100",
+                "unit_id": f"twin_{g:03d}",
+                "task_id": "T1",
+                "answer": "A",
+                "num_choices": 4,
+                "candidate_key": f"twin{g}",
+            }
+            for g in range(60)
+        ]
+    )
     pool = make_pool(pl.concat([items, twins]).rename({"unit_id": "split_group_id"}), policy, "gm100")
     assert pool.n - pool.n_eval > policy["ours"]["letter_candidates"]
     ours = our_rule(pool, policy, 42, baseline=public_rule(pool, policy))
     assert ours.method == "local_search"
     assert np.flatnonzero(ours.mask).tolist() == [
-        0, 1, 3, 10, 17, 24, 39, 43, 57, 72, 75, 80, 89, 90, 94, 103, 113, 116, 126, 133, 136, 144, 150, 151, 152,
-        153, 163, 164, 173, 180, 188, 207]
+        0,
+        1,
+        3,
+        10,
+        17,
+        24,
+        39,
+        43,
+        57,
+        72,
+        75,
+        80,
+        89,
+        90,
+        94,
+        103,
+        113,
+        116,
+        126,
+        133,
+        136,
+        144,
+        150,
+        151,
+        152,
+        153,
+        163,
+        164,
+        173,
+        180,
+        188,
+        207,
+    ]
     assert ours.share == 0.0 and ours.letters == pytest.approx(0.2952380952380953, abs=1e-12)
+
 
 @pytest.mark.parametrize("weights", [[1.0, 5.0, 1.5, 2.0], [1.0, 1 / 3, 0.7, 5.0]])  # exact penalty sums; not
 def test_share_objective_into_buffers_is_bitwise_the_same(weights):
@@ -315,9 +417,17 @@ def test_share_objective_into_buffers_is_bitwise_the_same(weights):
     the plain J, with several families at 0 at once and penalties whose sums are exact or not."""
     r = np.random.default_rng(3)
     counts = r.integers(0, 4, (300, 4)) * (r.random((300, 4)) < 0.6)
-    pool = SplitPool(source="x", group_ids=[f"g{i:03d}" for i in range(300)], families=["T1", "T2", "T3", "T5"],
-                     counts=counts, letters=None, num_choices=np.ones(4), weights=np.array(weights), eval_ratio=0.15,
-                     zero_penalty=10.0)
+    pool = SplitPool(
+        source="x",
+        group_ids=[f"g{i:03d}" for i in range(300)],
+        families=["T1", "T2", "T3", "T5"],
+        counts=counts,
+        letters=None,
+        num_choices=np.ones(4),
+        weights=np.array(weights),
+        eval_ratio=0.15,
+        zero_penalty=10.0,
+    )
     C = counts[:, None, :] + np.array([[0, 0, 0, 0], [0, 3, 0, 1], [2, 2, 2, 2]])[None]  # (group, base, family)
     for b, may_be_zero in enumerate([np.ones(4, bool), np.array([True, False, True, False]), np.zeros(4, bool)]):
         Cb, tot = np.ascontiguousarray(C[:, b, :], dtype=float), C[:, b, :].sum(1) + 0.0
@@ -325,6 +435,7 @@ def test_share_objective_into_buffers_is_bitwise_the_same(weights):
         assert (Cb[:, ~may_be_zero] > 0).all() and (b or ((Cb <= 0).sum(1) >= 2).any())
         fast = pool.share_obj(Cb, tot, pool.share_work(Cb.shape), may_be_zero=may_be_zero)
         assert fast.tobytes() == plain.tobytes()
+
 
 def test_letter_candidates_are_the_stable_sort_prefix():
     """_first_k (the `letter_candidates` best replacements by J) returns np.argsort(kind="stable")[:k]: the same
@@ -338,6 +449,7 @@ def test_letter_candidates_are_the_stable_sort_prefix():
             a[r.random(n) < 0.2] = np.nan
         assert _first_k(a, k).tolist() == np.argsort(a, kind="stable")[:k].tolist()
 
+
 def test_exact_search_enumerates_every_set_in_lexicographic_order():
     """The exact search's sets (head + tail parts) are itertools.combinations' sets in its order: the order breaks
     ties (the first set wins), so a faster enumeration must keep it."""
@@ -346,18 +458,32 @@ def test_exact_search_enumerates_every_set_in_lexicographic_order():
         sets = np.concatenate([heads[head_of], tails[tail_of]], axis=1)
         assert sets.tolist() == [list(c) for c in itertools.combinations(range(n), m)], (n, m)
 
+
 def counts_items(source: str, groups: dict[str, dict[str, int]]) -> pl.DataFrame:
     """Items of hand-made groups: {group: {family: count}} (no answers: shares alone decide)."""
-    return pl.DataFrame([{"source": source, "unit_id": g, "task_id": f}
-                         for g, fams in groups.items() for f, k in fams.items() for _ in range(k)])
+    return pl.DataFrame(
+        [
+            {"source": source, "unit_id": g, "task_id": f}
+            for g, fams in groups.items()
+            for f, k in fams.items()
+            for _ in range(k)
+        ]
+    )
 
 
 def test_exact_search_honours_the_family_deviation_bound(policy):
     """g0 is J-optimal (T1 on target, T2 2.3 pts off) and what the public rule picks; g1 has both families 1.2 pts
     off: the bound 1.5 makes ours take g1, though no family of g1 is closer than under the public set (the
     families-not-worse rule is set aside, and reported so)."""
-    items = counts_items("reassemble", {"g0": {"T1": 150, "T2": 127}, "g1": {"T1": 138, "T2": 138},
-                                        "g2": {"T1": 400, "T2": 400}, "g3": {"T1": 312, "T2": 335}})
+    items = counts_items(
+        "reassemble",
+        {
+            "g0": {"T1": 150, "T2": 127},
+            "g1": {"T1": 138, "T2": 138},
+            "g2": {"T1": 400, "T2": 400},
+            "g3": {"T1": 312, "T2": 335},
+        },
+    )
     pol = copy.deepcopy(policy)
     pol["ood"]["enabled"] = False
     out, summary = split_items(items, None, pol, 42)
@@ -365,8 +491,14 @@ def test_exact_search_honours_the_family_deviation_bound(policy):
     assert s["method"] == "exact" and s["eval_groups"] == 1
     assert set(out.filter(pl.col("split") == "eval")["unit_id"]) == {"g1"}
     assert s["task_eval_share_ours"] == {"T1": 0.138, "T2": 0.138} and s["task_eval_share_public"]["T2"] == 0.127
-    assert s["family_deviation_pts"] == {"bound": 1.5, "ours": 1.2, "public": 2.3, "best_achievable": 1.2,
-                                         "bound_met": True, "families_not_worse_than_public_relaxed": True}
+    assert s["family_deviation_pts"] == {
+        "bound": 1.5,
+        "ours": 1.2,
+        "public": 2.3,
+        "best_achievable": 1.2,
+        "bound_met": True,
+        "families_not_worse_than_public_relaxed": True,
+    }
     assert s["objective"]["ours"]["share"] > s["objective"]["public"]["share"]  # J gives way to the bound
     # planted defect: without the bound, ours is the J-optimal set that breaks it
     pol["ours"]["max_family_deviation_pts"] = None
@@ -379,15 +511,28 @@ def test_exact_search_honours_the_family_deviation_bound(policy):
 def test_unreachable_bound_reports_the_best_achievable_deviation(policy):
     """No eval set gets every family within 1.5 pts: ours takes the set with the least worst deviation (g1, 2 pts;
     the J-optimal g0 is 2.8 pts off) and the summary says the bound is not met and what was achievable."""
-    items = counts_items("reassemble", {"g0": {"T1": 150, "T2": 122}, "g1": {"T1": 130, "T2": 140},
-                                        "g2": {"T1": 400, "T2": 400}, "g3": {"T1": 320, "T2": 338}})
+    items = counts_items(
+        "reassemble",
+        {
+            "g0": {"T1": 150, "T2": 122},
+            "g1": {"T1": 130, "T2": 140},
+            "g2": {"T1": 400, "T2": 400},
+            "g3": {"T1": 320, "T2": 338},
+        },
+    )
     pol = copy.deepcopy(policy)
     pol["ood"]["enabled"] = False
     out, summary = split_items(items, None, pol, 42)
     s = summary["sources"]["reassemble"]
     assert set(out.filter(pl.col("split") == "eval")["unit_id"]) == {"g1"}
-    assert s["family_deviation_pts"] == {"bound": 1.5, "ours": 2.0, "public": 2.8, "best_achievable": 2.0,
-                                         "bound_met": False, "families_not_worse_than_public_relaxed": True}
+    assert s["family_deviation_pts"] == {
+        "bound": 1.5,
+        "ours": 2.0,
+        "public": 2.8,
+        "best_achievable": 2.0,
+        "bound_met": False,
+        "families_not_worse_than_public_relaxed": True,
+    }
 
 
 def test_family_deviation_bound_is_typed(tmp_path):
@@ -404,12 +549,17 @@ def test_task_weights_come_from_config(policy):
     pool = make_pool(items.rename({"unit_id": "split_group_id"}), policy, "reassemble")
     assert dict(zip(pool.families, pool.weights.tolist())) == {"T1": 1.0, "T12": 5.0}
 
+
 # ------------------------------------------------------------------------------------------------ determinism
 def test_deterministic_and_order_independent(policy):
     policy = copy.deepcopy(policy)
     policy["ood"]["enabled"] = False  # the eval rule alone (the levels have their own tests)
-    items = pl.concat([make_items("aist", 50, {"T3": 300, "T8": 200}, seed=8),
-                       make_items("rh20t", 45, {"T1": 250, "T7": 250}, seed=9)])
+    items = pl.concat(
+        [
+            make_items("aist", 50, {"T3": 300, "T8": 200}, seed=8),
+            make_items("rh20t", 45, {"T1": 250, "T7": 250}, seed=9),
+        ]
+    )
     a, sa = split_items(items, build_groups(items, None, policy), policy, 42)
     b, sb = split_items(items, build_groups(items, None, policy), policy, 42)
     assert a.equals(b) and json.dumps(sa, sort_keys=True) == json.dumps(sb, sort_keys=True)
@@ -423,14 +573,23 @@ def test_deterministic_and_order_independent(policy):
     text = json.dumps(sa)
     assert "/tmp" not in text and "/work" not in text and "created_at" not in text
 
+
 # ------------------------------------------------------------------------------------------------ pool files
 def test_split_pool_file(tmp_path):
     items = make_items("aist", 30, {"T3": 150, "T8": 60}, seed=3)
     rows = []
     for i, r in enumerate(items.iter_rows(named=True)):
-        rows.append({"source": r["source"], "task_id": r["task_id"], "split_group_id": r["unit_id"],
-                     "answer": r["answer"], "num_choices": r["num_choices"], "item_id": f"x{i:05d}",
-                     "extra": {"nested": [i, "keep"]}})
+        rows.append(
+            {
+                "source": r["source"],
+                "task_id": r["task_id"],
+                "split_group_id": r["unit_id"],
+                "answer": r["answer"],
+                "num_choices": r["num_choices"],
+                "item_id": f"x{i:05d}",
+                "extra": {"nested": [i, "keep"]},
+            }
+        )
     random.Random(0).shuffle(rows)
     pool = tmp_path / "pool.jsonl"
     pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -452,6 +611,7 @@ def test_split_pool_file(tmp_path):
     with pytest.raises(ValueError, match="split_group_id"):
         split_pool_file(bad, tmp_path / "o3", None)
 
+
 def test_pool_file_with_config_and_without_answers(tmp_path):
     cfg = tmp_path / "split.yaml"
     cfg.write_text("split:\n  eval_ratio: 0.2\n  seed: 7\n  rule: public\n")
@@ -463,22 +623,44 @@ def test_pool_file_with_config_and_without_answers(tmp_path):
     assert s["eval_ratio"] == 0.2 and s["split_policy"]  # the partial file is merged over configs/split.yaml
     assert s["sources"]["newsrc"]["answer_balance_eval_ours"] == {}
 
+
 # ------------------------------------------------------------------------------------------------ OOD levels
 def test_ood_levels_are_isolated(policy):
     pol = copy.deepcopy(policy)
-    pol["ood"] = {"enabled": True, "sources": {"rh20t": {
-        "L2": {"key": "operator_id", "item_share": 0.1},
-        "L3": {"key": "task_id", "item_share": 0.1, "families": ["T7"]}}}}
+    pol["ood"] = {
+        "enabled": True,
+        "sources": {
+            "rh20t": {
+                "L2": {"key": "operator_id", "item_share": 0.1},
+                "L3": {"key": "task_id", "item_share": 0.1, "families": ["T7"]},
+            }
+        },
+    }
     r = random.Random(5)
     units, rows = [], []
     for i in range(60):
         uid = f"task_{i % 6:04d}_user_{i % 7:04d}_scene_{i % 4:04d}_cfg_0001"
-        units.append({"source": "rh20t", "unit_id": uid, "task_id": f"task_{i % 6:04d}",
-                      "operator_id": f"user_{i % 7:04d}", "scene_id": f"scene_{i % 4:04d}", "config_id": "cfg_0001"})
+        units.append(
+            {
+                "source": "rh20t",
+                "unit_id": uid,
+                "task_id": f"task_{i % 6:04d}",
+                "operator_id": f"user_{i % 7:04d}",
+                "scene_id": f"scene_{i % 4:04d}",
+                "config_id": "cfg_0001",
+            }
+        )
         for _ in range(r.randint(4, 12)):
             fam = r.choice(["T1", "T2", "T7"])
-            rows.append({"source": "rh20t", "unit_id": uid, "task_id": fam,
-                         "answer": LETTERS[r.randrange(CHOICES[fam])], "num_choices": CHOICES[fam]})
+            rows.append(
+                {
+                    "source": "rh20t",
+                    "unit_id": uid,
+                    "task_id": fam,
+                    "answer": LETTERS[r.randrange(CHOICES[fam])],
+                    "num_choices": CHOICES[fam],
+                }
+            )
     units, items = pl.DataFrame(units), pl.DataFrame(rows)
     out, summary = split_items(items, build_groups(items, units, pol), pol, 42)
     assert leaked_groups(out) == []
@@ -490,8 +672,11 @@ def test_ood_levels_are_isolated(policy):
     assert set(j.filter(pl.col("utask").is_in(l3_tasks))["split"]) == {"eval"}
     assert set(j.filter(pl.col("utask").is_in(l3_tasks))["eval_level"]) == {"L3"}
     assert set(j.filter(pl.col("operator_id").is_in(l2_ops))["split"]) == {"eval"}
-    assert set(j.filter(pl.col("operator_id").is_in(l2_ops) & ~pl.col("utask").is_in(l3_tasks)
-                        & (pl.col("task_id") != "T7"))["eval_level"]) == {"L2"}
+    assert set(
+        j.filter(pl.col("operator_id").is_in(l2_ops) & ~pl.col("utask").is_in(l3_tasks) & (pl.col("task_id") != "T7"))[
+            "eval_level"
+        ]
+    ) == {"L2"}
     # the held-out family is never trained on: eval L3 where its group is eval, excluded from SFT (and counted)
     assert out.filter((pl.col("task_id") == "T7") & (pl.col("split") == "sft")).height == 0
     assert set(out.filter(pl.col("task_id") == "T7")["eval_level"]) == {"L3"}
@@ -511,12 +696,27 @@ def _rh20t_pool(seed: int = 3):
     for i in range(60):
         task, op, scene = f"task_{i % 6:04d}", f"user_{i % 7:04d}", f"scene_{(i // 6) % 4:04d}"
         uid = f"{task}_{op}_{scene}_cfg_0001_{i:03d}"
-        units.append({"source": "rh20t", "unit_id": uid, "task_id": task, "operator_id": op, "scene_id": scene,
-                      "config_id": "cfg_0001"})
+        units.append(
+            {
+                "source": "rh20t",
+                "unit_id": uid,
+                "task_id": task,
+                "operator_id": op,
+                "scene_id": scene,
+                "config_id": "cfg_0001",
+            }
+        )
         for _ in range(r.randint(4, 12)):
             fam = r.choice(["T1", "T2", "T7"])
-            rows.append({"source": "rh20t", "unit_id": uid, "task_id": fam,
-                         "answer": LETTERS[r.randrange(CHOICES[fam])], "num_choices": CHOICES[fam]})
+            rows.append(
+                {
+                    "source": "rh20t",
+                    "unit_id": uid,
+                    "task_id": fam,
+                    "answer": LETTERS[r.randrange(CHOICES[fam])],
+                    "num_choices": CHOICES[fam],
+                }
+            )
     return pl.DataFrame(units), pl.DataFrame(rows)
 
 
@@ -524,8 +724,9 @@ def test_composite_key_merges_task_and_scene_only(policy):
     assert policy["sources"]["rh20t"]["merge_keys"] == [["task_id", "scene_id"], "content_hash"]  # the default
     units, items = _rh20t_pool()
     g = build_groups(items, units, policy)
-    per = g.group_by("unit_task_id", "scene_id").agg(pl.col("split_group_id").n_unique().alias("n"),
-                                                     pl.len().alias("units"))
+    per = g.group_by("unit_task_id", "scene_id").agg(
+        pl.col("split_group_id").n_unique().alias("n"), pl.len().alias("units")
+    )
     assert per["n"].max() == 1  # one group per (task, scene)
     assert g["split_group_id"].n_unique() == per.height < units.height
     merged = g.filter(pl.col("split_group_id").str.contains("="))["split_group_id"]
@@ -558,8 +759,9 @@ def test_isolation_key_check_sees_a_planted_scene_leak(policy):
     out, _ = split_items(items, groups, policy, 42)
     # plant: one unit of an eval (task, scene) set-up moved to SFT under its own id
     victim = out.filter((pl.col("split") == "eval") & pl.col("split_group_id").str.contains("="))["unit_id"][0]
-    bad = out.with_columns(pl.when(pl.col("unit_id") == victim).then(pl.lit("sft")).otherwise(pl.col("split"))
-                           .alias("split"))
+    bad = out.with_columns(
+        pl.when(pl.col("unit_id") == victim).then(pl.lit("sft")).otherwise(pl.col("split")).alias("split")
+    )
     probs = isolation_key_problems(bad, groups, policy)
     assert len(probs) == 1 and "task_id+scene_id" in probs[0] and "rh20t" in probs[0]
 
@@ -570,8 +772,9 @@ def test_held_out_check_sees_a_planted_task_in_sft(policy):
     out, summary = split_items(items, groups, policy, 42)
     task = summary["sources"]["rh20t"]["ood"]["L3"]["held_out_values"][0]
     uid = groups.filter(pl.col("unit_task_id") == task)["unit_id"][0]
-    bad = out.with_columns(pl.when(pl.col("unit_id") == uid).then(pl.lit("sft")).otherwise(pl.col("split"))
-                           .alias("split"))
+    bad = out.with_columns(
+        pl.when(pl.col("unit_id") == uid).then(pl.lit("sft")).otherwise(pl.col("split")).alias("split")
+    )
     probs = held_out_problems(bad, groups, summary)
     assert probs and "L3" in probs[0] and task in probs[0]
 
@@ -583,7 +786,8 @@ def test_level_count_check_sees_planted_defects(policy):
     # plant 1: an L2 item relabelled L1 (counts no longer those of split_summary.json)
     first = out.with_row_index("__i").filter(pl.col("eval_level") == "L2")["__i"][0]
     bad = out.with_row_index("__i").with_columns(
-        pl.when(pl.col("__i") == first).then(pl.lit("L1")).otherwise(pl.col("eval_level")).alias("eval_level"))
+        pl.when(pl.col("__i") == first).then(pl.lit("L1")).otherwise(pl.col("eval_level")).alias("eval_level")
+    )
     assert any("L2" in p for p in level_count_problems(bad.drop("__i"), summary, policy))
     # plant 2: a configured level that holds nothing (a corpus too small to fill it): a warning, not a problem
     s2 = copy.deepcopy(summary)
@@ -596,10 +800,20 @@ def test_level_count_check_sees_planted_defects(policy):
 def test_pool_file_honours_the_levels(tmp_path, policy):
     units, items = _rh20t_pool()
     u = {r["unit_id"]: r for r in units.iter_rows(named=True)}
-    rows = [{"source": "rh20t", "task_id": r["task_id"], "split_group_id": r["unit_id"], "unit_id": r["unit_id"],
-             "source_task_id": u[r["unit_id"]]["task_id"], "scene_id": u[r["unit_id"]]["scene_id"],
-             "operator_id": u[r["unit_id"]]["operator_id"], "answer": r["answer"], "num_choices": r["num_choices"]}
-            for r in items.iter_rows(named=True)]
+    rows = [
+        {
+            "source": "rh20t",
+            "task_id": r["task_id"],
+            "split_group_id": r["unit_id"],
+            "unit_id": r["unit_id"],
+            "source_task_id": u[r["unit_id"]]["task_id"],
+            "scene_id": u[r["unit_id"]]["scene_id"],
+            "operator_id": u[r["unit_id"]]["operator_id"],
+            "answer": r["answer"],
+            "num_choices": r["num_choices"],
+        }
+        for r in items.iter_rows(named=True)
+    ]
     pool = tmp_path / "pool.jsonl"
     pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
     s = split_pool_file(pool, tmp_path / "out")
@@ -617,8 +831,12 @@ def test_duplicate_content_under_another_id_is_one_group_and_its_leak_is_seen(po
     """The same recording stored under two unit ids (equal content_hash from ingest) never lands on both sides."""
     assert all("content_hash" in policy["sources"][s]["merge_keys"] for s in policy["sources"])
     items = make_items("aist", 40, {"T1": 160, "T2": 120}, seed=5)
-    units = (items.select("source", "unit_id").unique().sort("unit_id")
-             .with_columns(pl.lit("task_004").alias("task_id"), pl.col("unit_id").alias("content_hash")))
+    units = (
+        items.select("source", "unit_id")
+        .unique()
+        .sort("unit_id")
+        .with_columns(pl.lit("task_004").alias("task_id"), pl.col("unit_id").alias("content_hash"))
+    )
     ids = units["unit_id"].to_list()
     copy_of = {ids[7]: ids[3], ids[21]: ids[3], ids[30]: ids[12]}  # re-uploads under new ids
     units = units.with_columns(pl.col("content_hash").replace(copy_of))
@@ -632,16 +850,22 @@ def test_duplicate_content_under_another_id_is_one_group_and_its_leak_is_seen(po
     assert isolation_key_problems(out, groups, policy) == []
     # plant: group by unit alone (duplicates unmerged) and put one copy on each side: the check names it
     plain = groups.with_columns(pl.col("unit_id").alias("split_group_id"))
-    planted = out.with_columns(pl.when(pl.col("unit_id") == ids[7]).then(pl.lit("sft" if side[ids[3]] == "eval"
-                                                                                   else "eval"))
-                               .otherwise(pl.col("split")).alias("split"))
+    planted = out.with_columns(
+        pl.when(pl.col("unit_id") == ids[7])
+        .then(pl.lit("sft" if side[ids[3]] == "eval" else "eval"))
+        .otherwise(pl.col("split"))
+        .alias("split")
+    )
     assert any("content_hash" in p for p in isolation_key_problems(planted, plain, policy))
 
 
 def test_units_without_content_hash_never_merge(policy):
     items = make_items("aist", 10, {"T1": 50}, seed=2)
-    units = items.select("source", "unit_id").unique().with_columns(pl.lit("task_004").alias("task_id"),
-                                                                     pl.lit(None, pl.String).alias("content_hash"))
+    units = (
+        items.select("source", "unit_id")
+        .unique()
+        .with_columns(pl.lit("task_004").alias("task_id"), pl.lit(None, pl.String).alias("content_hash"))
+    )
     groups = build_groups(items, units, policy)
     assert (groups["split_group_id"] == groups["unit_id"]).all()
 
@@ -655,9 +879,17 @@ def _leaning_groups(n_groups: int = 30, size: int = 10) -> pl.DataFrame:
     for g in range(n_groups):
         lean = ("moving", "still") if g < n_groups // 2 else ("still", "moving")
         for j in range(size):
-            rows.append({"source": "rh20t", "unit_id": f"u{g:03d}", "task_id": "T6", "num_choices": 2,
-                         "answer_text": lean[0] if j < 8 else lean[1], "answer": "AB"[j % 2],
-                         "candidate_key": f"T6|rh20t|u{g:03d}|{j}"})
+            rows.append(
+                {
+                    "source": "rh20t",
+                    "unit_id": f"u{g:03d}",
+                    "task_id": "T6",
+                    "num_choices": 2,
+                    "answer_text": lean[0] if j < 8 else lean[1],
+                    "answer": "AB"[j % 2],
+                    "candidate_key": f"T6|rh20t|u{g:03d}|{j}",
+                }
+            )
     return pl.DataFrame(rows)
 
 
@@ -688,10 +920,26 @@ def _skewed_tasks(n_tasks: int = 20, failing=(3, 7)):
             uid = f"task_{t:05d}__episode_{e:06d}"
             units.append({"source": "gm100", "unit_id": uid, "task_id": f"task_{t:05d}"})
             for j in range(4):
-                rows.append({"source": "gm100", "unit_id": uid, "task_id": "T7", "num_choices": 2,
-                             "answer_text": "failure" if t in failing else "success", "answer": "A"})
-                rows.append({"source": "gm100", "unit_id": uid, "task_id": "T2", "num_choices": 2,
-                             "answer_text": "yes" if j % 2 else "no", "answer": "A"})
+                rows.append(
+                    {
+                        "source": "gm100",
+                        "unit_id": uid,
+                        "task_id": "T7",
+                        "num_choices": 2,
+                        "answer_text": "failure" if t in failing else "success",
+                        "answer": "A",
+                    }
+                )
+                rows.append(
+                    {
+                        "source": "gm100",
+                        "unit_id": uid,
+                        "task_id": "T2",
+                        "num_choices": 2,
+                        "answer_text": "yes" if j % 2 else "no",
+                        "answer": "A",
+                    }
+                )
     return pl.DataFrame(units), pl.DataFrame(rows)
 
 

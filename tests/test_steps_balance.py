@@ -38,27 +38,55 @@ def _draft(k: int, tpl, rng, pull_wrong: float, other_wrong: float) -> dict:
     for j in range(5):
         verb = VERBS[int(rng.integers(len(VERBS)))]
         wrong = rng.random() < (pull_wrong if verb == "Pull" else other_wrong)
-        steps.append(items.make_step("primitive", (30 * j, 30 * j + 29), tpl, fields={"primitive": verb,
-                                     "action": "Pick gear."}, unit_id=uid, camera="cam", value=verb, action=0,
-                                     natural="natural_primitive_failure" if wrong else None))
+        steps.append(
+            items.make_step(
+                "primitive",
+                (30 * j, 30 * j + 29),
+                tpl,
+                fields={"primitive": verb, "action": "Pick gear."},
+                unit_id=uid,
+                camera="cam",
+                value=verb,
+                action=0,
+                natural="natural_primitive_failure" if wrong else None,
+            )
+        )
     failed = bool(rng.random() < other_wrong)  # a recorded action failure stated as a success
-    end = items.make_step("action_outcome", (138, 149), tpl, fields={"action": "Pick gear."}, truth=not failed,
-                          unit_id=uid, camera="cam", action=0)
+    end = items.make_step(
+        "action_outcome",
+        (138, 149),
+        tpl,
+        fields={"action": "Pick gear."},
+        truth=not failed,
+        unit_id=uid,
+        camera="cam",
+        action=0,
+    )
     end["label"] = 1
     items.set_claim(end, True, "natural_action_failure")
-    return {"source": "reassemble", "unit_id": uid, "camera": "cam", "key": f"{uid}/0000/1",
-            "split": "eval" if k % 3 == 0 else "sft", "eval_level": "L1" if k % 3 == 0 else None,
-            "split_group_id": f"g{k:04d}", "steps": steps + [end]}
+    return {
+        "source": "reassemble",
+        "unit_id": uid,
+        "camera": "cam",
+        "key": f"{uid}/0000/1",
+        "split": "eval" if k % 3 == 0 else "sft",
+        "eval_level": "L1" if k % 3 == 0 else None,
+        "split_group_id": f"g{k:04d}",
+        "steps": steps + [end],
+    }
 
 
 def _gate_report(cfg, tpl, drafts):
-    units = {("reassemble", d["unit_id"]): {"task_id": "t", "unit_type": "recording", "licence": "MIT"}
-             for d in drafts}
-    hashes = {("reassemble", st["unit_id"], st["camera"], int(f)): f"{i:064x}"
-              for i, (d, st) in enumerate((d, st) for d in drafts for st in d["steps"]) for f in st["frames"]}
+    units = {("reassemble", d["unit_id"]): {"task_id": "t", "unit_type": "recording", "licence": "MIT"} for d in drafts}
+    hashes = {
+        ("reassemble", st["unit_id"], st["camera"], int(f)): f"{i:064x}"
+        for i, (d, st) in enumerate((d, st) for d in drafts for st in d["steps"])
+        for f in st["frames"]
+    }
     rows = step_rows(drafts, units, hashes, tpl, cfg)
-    report = gates.step_gates(rows.filter(rows["split"] == "eval"), rows.filter(rows["split"] == "sft"),
-                              cfg.validity.steps)
+    report = gates.step_gates(
+        rows.filter(rows["split"] == "eval"), rows.filter(rows["split"] == "sft"), cfg.validity.steps
+    )
     return report, gates.gate_problems(report, cfg.validity.steps)
 
 
@@ -79,8 +107,12 @@ def test_failures_concentrated_on_one_primitive_fail_the_text_gate_and_thinning_
     assert report["cells"][0]["checked"] and problems == [], report
     assert report["cells"][0]["wrong_share"] > 0.05  # the wrong steps are thinned, not removed
     pull = [st["label"] for d in kept for st in d["steps"] if st["fields"].get("primitive") == "Pull"]
-    rest = [st["label"] for d in kept for st in d["steps"] if st["kind"] == "primitive"
-            and st["fields"]["primitive"] != "Pull"]
+    rest = [
+        st["label"]
+        for d in kept
+        for st in d["steps"]
+        if st["kind"] == "primitive" and st["fields"]["primitive"] != "Pull"
+    ]
     assert abs(pull.count(-1) / len(pull) - rest.count(-1) / len(rest)) < 0.1
 
 
@@ -97,8 +129,14 @@ def test_thinning_keeps_the_floor_and_is_a_no_op_without_a_spec(tpl):
 def _action_draft(tpl, target_on_outcome=True):
     lab, ir = reassemble_tables()
     acts = items.reassemble_actions("r1", "cam", lab, ir, tpl)
-    return {"source": "reassemble", "unit_id": "r1", "camera": "cam", "split": "eval", "eval_level": "L1",
-            "steps": acts[0] + acts[1]}
+    return {
+        "source": "reassemble",
+        "unit_id": "r1",
+        "camera": "cam",
+        "split": "eval",
+        "eval_level": "L1",
+        "steps": acts[0] + acts[1],
+    }
 
 
 def test_an_action_failure_claim_is_planted_at_the_dealt_target_within_its_budget(tpl):
@@ -130,15 +168,33 @@ def test_candidates_holding_a_recorded_failure_are_picked_first(tpl):
     fails = {("r1", 0, 1)}
     lab, ir = reassemble_tables(uids=("r1",), success_low=fails)
     # six high-level actions, the first with a failed primitive: cap 1 keeps a candidate holding it
-    lab["primitives"] = pl.concat([lab["primitives"].with_columns((pl.col("parent_index") + 2 * k).alias(
-        "parent_index"), (pl.col("start_frame") + 240 * k), (pl.col("end_frame") + 240 * k)) for k in range(3)])
-    lab["segments"] = pl.concat([lab["segments"].with_columns((pl.col("seg_index") + 2 * k).alias("seg_index"),
-                                 (pl.col("start_frame") + 240 * k), (pl.col("end_frame") + 240 * k))
-                                 for k in range(3)])
-    ir["segments"] = pl.concat([ir["segments"].with_columns((pl.col("parent_index") + 2 * k).alias(
-        "parent_index")) for k in range(3)])
-    units = pl.DataFrame({"unit_id": ["r1"], "camera": ["cam"], "num_frames": [720], "outcome": [None]},
-                         schema_overrides={"outcome": pl.String})
+    lab["primitives"] = pl.concat(
+        [
+            lab["primitives"].with_columns(
+                (pl.col("parent_index") + 2 * k).alias("parent_index"),
+                (pl.col("start_frame") + 240 * k),
+                (pl.col("end_frame") + 240 * k),
+            )
+            for k in range(3)
+        ]
+    )
+    lab["segments"] = pl.concat(
+        [
+            lab["segments"].with_columns(
+                (pl.col("seg_index") + 2 * k).alias("seg_index"),
+                (pl.col("start_frame") + 240 * k),
+                (pl.col("end_frame") + 240 * k),
+            )
+            for k in range(3)
+        ]
+    )
+    ir["segments"] = pl.concat(
+        [ir["segments"].with_columns((pl.col("parent_index") + 2 * k).alias("parent_index")) for k in range(3)]
+    )
+    units = pl.DataFrame(
+        {"unit_id": ["r1"], "camera": ["cam"], "num_frames": [720], "outcome": [None]},
+        schema_overrides={"outcome": pl.String},
+    )
     one = tpl.model_copy(update={"cap_per_unit": 1})
     for seed in range(5):
         picked = items.build_drafts("reassemble", units, lab, ir, one, 10, seed)

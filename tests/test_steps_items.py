@@ -31,24 +31,44 @@ def tpl(cfg):
 def _runs(spec: list[tuple], n: int) -> list:
     out = [None] * n
     for v, s, e in spec:
-        out[s:e + 1] = [v] * (e - s + 1)
+        out[s : e + 1] = [v] * (e - s + 1)
     return out
 
 
 CONTACT_RUNS = [(False, 0, 69), (True, 70, 219), (False, 220, 299)]
 
 
-def timeline_tables(uid: str = "u1", n: int = 300, outcome: str = "success", contact_runs=None
-                    ) -> tuple[dict, dict, dict]:
+def timeline_tables(
+    uid: str = "u1", n: int = 300, outcome: str = "success", contact_runs=None
+) -> tuple[dict, dict, dict]:
     """An RH20T-like unit: phases and one arm's contact in runs (`contact_runs`: (state, first, last)), a rated
     outcome."""
-    phases = _runs([("pre-approach", 0, 29), ("approach", 30, 69), ("contact", 70, 109), ("hold and carry", 110, 169),
-                    ("transfer", 170, 219), ("release", 220, 299)], n)
+    phases = _runs(
+        [
+            ("pre-approach", 0, 29),
+            ("approach", 30, 69),
+            ("contact", 70, 109),
+            ("hold and carry", 110, 169),
+            ("transfer", 170, 219),
+            ("release", 220, 299),
+        ],
+        n,
+    )
     contact = _runs(contact_runs or CONTACT_RUNS, n)
-    frames = pl.DataFrame({"unit_id": [uid] * n, "frame_index": list(range(n)), "phase": phases,
-                           "coord": [None] * n}, schema_overrides={"coord": pl.String})
-    arms = pl.DataFrame({"unit_id": [uid] * n, "arm": ["single"] * n, "frame_index": list(range(n)),
-                         "contact": contact, "active": [None] * n}, schema_overrides={"active": pl.Boolean})
+    frames = pl.DataFrame(
+        {"unit_id": [uid] * n, "frame_index": list(range(n)), "phase": phases, "coord": [None] * n},
+        schema_overrides={"coord": pl.String},
+    )
+    arms = pl.DataFrame(
+        {
+            "unit_id": [uid] * n,
+            "arm": ["single"] * n,
+            "frame_index": list(range(n)),
+            "contact": contact,
+            "active": [None] * n,
+        },
+        schema_overrides={"active": pl.Boolean},
+    )
     lab = {"frames": frames, "arms": arms}
     unit = {"unit_id": uid, "camera": "cam", "num_frames": n, "outcome": outcome}
     return lab, {}, unit
@@ -59,21 +79,40 @@ def reassemble_tables(uids=("r1", "r2"), success_low=None) -> tuple[dict, dict]:
     from r1's at position 2)."""
     prim, segs, low = [], [], []
     for uid in uids:
-        chains = {0: ("Pick gear.", ["Approach", "Grasp", "Lift", "Release"]),
-                  1: ("Insert gear.", ["Approach", "Align", "Push", "Release"])}
+        chains = {
+            0: ("Pick gear.", ["Approach", "Grasp", "Lift", "Release"]),
+            1: ("Insert gear.", ["Approach", "Align", "Push", "Release"]),
+        }
         if uid != uids[0]:
             chains[0] = ("Pick gear.", ["Approach", "Grasp", "Twist", "Release"])
         f = 0
         for h, (text, chain) in chains.items():
             hs = f
             for j, p in enumerate(chain):
-                prim.append({"unit_id": uid, "parent_index": h, "seg_index": j, "text": p, "start_frame": f,
-                             "end_frame": f + 29})
+                prim.append(
+                    {
+                        "unit_id": uid,
+                        "parent_index": h,
+                        "seg_index": j,
+                        "text": p,
+                        "start_frame": f,
+                        "end_frame": f + 29,
+                    }
+                )
                 ok = not (success_low and (uid, h, j) in success_low)
                 low.append({"unit_id": uid, "level": "low", "parent_index": h, "seg_index": j, "success": ok})
                 f += 30
-            segs.append({"unit_id": uid, "seg_index": h, "text": text, "no_action": False, "start_frame": hs,
-                         "end_frame": f - 1, "success": True})
+            segs.append(
+                {
+                    "unit_id": uid,
+                    "seg_index": h,
+                    "text": text,
+                    "no_action": False,
+                    "start_frame": hs,
+                    "end_frame": f - 1,
+                    "success": True,
+                }
+            )
     lab = {"primitives": pl.DataFrame(prim), "segments": pl.DataFrame(segs)}
     ir = {"segments": pl.DataFrame(low)}
     return lab, ir
@@ -106,8 +145,13 @@ def test_a_step_near_a_label_change_is_neutral(tpl):
 def test_a_smaller_window_shift_gives_a_unit_more_items(tpl):
     lab, ir, unit = timeline_tables()
     kinds = ["phase", "contact", "outcome"]
-    starts = {shift: [d["key"] for d in items.unit_drafts("rh20t", unit, lab, ir, tpl.model_copy(
-        update={"window_shift": shift}), kinds)] for shift in (0.5, 0.2, 1.0)}
+    starts = {
+        shift: [
+            d["key"]
+            for d in items.unit_drafts("rh20t", unit, lab, ir, tpl.model_copy(update={"window_shift": shift}), kinds)
+        ]
+        for shift in (0.5, 0.2, 1.0)
+    }
     # 9 timeline steps, windows of 3-9 of them (the closing outcome step makes 4-10): int(9 x shift) apart
     assert starts[1.0] == ["u1/0000"] and starts[0.5] == ["u1/0000", "u1/0004"]
     assert starts[0.2] == [f"u1/{a:04d}" for a in range(7)]
@@ -151,7 +195,7 @@ def test_a_planted_error_is_labelled_where_it_was_planted(tpl, kind):
     after = d["steps"]
     if kind == "truncated_complete":  # an RH20T process keeps its length: the window ends before the record
         assert len(after) == len(before)
-        assert [s["error"] for s in after[:-1]] == [s["error"] for s in before[:len(after) - 1]]
+        assert [s["error"] for s in after[:-1]] == [s["error"] for s in before[: len(after) - 1]]
         last = after[-1]
         assert (last["label"], last["error"], last["claim"]) == (-1, kind, True)
         assert last["window"][1] < before[-1]["window"][0]  # shown before the end
@@ -212,22 +256,30 @@ def test_a_flipped_contact_shows_other_frames_of_the_opposite_run(tpl):
     short = _timeline_draft(tpl, [(False, 60, 64), (True, 65, 69)])
     contact = [s for s in short["steps"] if s["kind"] == "contact"]
     assert [(s["window"], s["label"]) for s in contact] == [((60, 64), 1), ((65, 69), 1)]
-    assert not any(perturb.contact_flipped(copy.deepcopy(short), t, {"tpl": tpl, "donors": {}})
-                   for t in range(len(short["steps"])))
+    assert not any(
+        perturb.contact_flipped(copy.deepcopy(short), t, {"tpl": tpl, "donors": {}}) for t in range(len(short["steps"]))
+    )
     longer = _timeline_draft(tpl, [(False, 60, 65), (True, 66, 71)])  # 6 frames: one more frame that is not neutral
     assert perturb.contact_flipped(longer, 0, {"tpl": tpl, "donors": {}})
 
 
 def test_a_substituted_chain_is_labelled_where_the_primitives_differ(tpl):
     lab, ir = reassemble_tables()
-    units = pl.DataFrame({"unit_id": ["r1", "r2"], "camera": ["cam", "cam"], "split": ["eval", "eval"],
-                          "eval_level": ["L1", "L1"]})
+    units = pl.DataFrame(
+        {"unit_id": ["r1", "r2"], "camera": ["cam", "cam"], "split": ["eval", "eval"], "eval_level": ["L1", "L1"]}
+    )
     from pipeline.steps.stage import _donor_chains
 
     donors = perturb.donors_of(_donor_chains("reassemble", units, lab, ir, tpl))
     acts = items.reassemble_actions("r1", "cam", lab, ir, tpl)
-    d = {"source": "reassemble", "unit_id": "r1", "camera": "cam", "split": "eval", "eval_level": "L1",
-         "steps": acts[0] + acts[1]}
+    d = {
+        "source": "reassemble",
+        "unit_id": "r1",
+        "camera": "cam",
+        "split": "eval",
+        "eval_level": "L1",
+        "steps": acts[0] + acts[1],
+    }
     before = copy.deepcopy(d["steps"])
     assert perturb.substituted_chain(d, 0, {"tpl": tpl, "donors": donors})
     wrong = [i for i, s in enumerate(d["steps"]) if s["label"] == -1]
@@ -308,13 +360,23 @@ def test_wording_variants_are_dealt_in_turn(cfg, tpl):
 
 # ------------------------------------------------------------------------------------------- split side
 def test_units_take_their_groups_side_and_ungrouped_units_get_none():
-    split_items = pl.DataFrame({"source": ["rh20t"] * 3, "split_group_id": ["g1", "g1", "g2"],
-                                "split": ["eval", "eval", "sft"], "eval_level": ["L2", "L3", None]})
-    groups = pl.DataFrame({"source": ["rh20t"] * 4, "unit_id": ["a", "b", "c", "d"],
-                           "split_group_id": ["g1", "g1", "g2", "g9"]})
+    split_items = pl.DataFrame(
+        {
+            "source": ["rh20t"] * 3,
+            "split_group_id": ["g1", "g1", "g2"],
+            "split": ["eval", "eval", "sft"],
+            "eval_level": ["L2", "L3", None],
+        }
+    )
+    groups = pl.DataFrame(
+        {"source": ["rh20t"] * 4, "unit_id": ["a", "b", "c", "d"], "split_group_id": ["g1", "g1", "g2", "g9"]}
+    )
     sides = group_sides(split_items, groups).sort("unit_id")
-    assert sides.select("unit_id", "split", "eval_level").rows() == [("a", "eval", "L2"), ("b", "eval", "L2"),
-                                                                    ("c", "sft", None)]
+    assert sides.select("unit_id", "split", "eval_level").rows() == [
+        ("a", "eval", "L2"),
+        ("b", "eval", "L2"),
+        ("c", "sft", None),
+    ]
     with pytest.raises(ValueError, match="both sides"):
         group_sides(split_items.with_columns(pl.Series("split", ["eval", "sft", "sft"])), groups)
 
@@ -324,9 +386,17 @@ def test_drafts_and_errors_are_deterministic(cfg, tpl):
     lab2, ir2, unit2 = timeline_tables("u2")
     lab = {k: pl.concat([lab[k], lab2[k]]) for k in lab}
     lab["units"] = pl.DataFrame({"unit_id": ["u1", "u2"], "outcome": ["success", "failure"]})
-    units = pl.DataFrame({"unit_id": ["u1", "u2"], "camera": ["cam"] * 2, "num_frames": [300] * 2,
-                          "outcome": ["success", "failure"], "split": ["eval", "sft"], "eval_level": ["L1", None],
-                          "split_group_id": ["g1", "g2"]})
+    units = pl.DataFrame(
+        {
+            "unit_id": ["u1", "u2"],
+            "camera": ["cam"] * 2,
+            "num_frames": [300] * 2,
+            "outcome": ["success", "failure"],
+            "split": ["eval", "sft"],
+            "eval_level": ["L1", None],
+            "split_group_id": ["g1", "g2"],
+        }
+    )
 
     def run(seed):
         drafts = items.build_drafts("rh20t", units, lab, {}, tpl, 6, seed)

@@ -60,7 +60,11 @@ def test_a_group_moved_across_the_tracks_is_found(demo_release, tmp_path):
     rel = cfg.release.files.steps_eval_parquet
     df = pl.read_parquet(release / rel)
     sft_group = sorted(_mcq_sides(release)["sft"])[0]
-    df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(sft_group))
-                    .otherwise(pl.col("split_group_id")).alias("split_group_id")).write_parquet(release / rel)
+    df.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0)
+        .then(pl.lit(sft_group))
+        .otherwise(pl.col("split_group_id"))
+        .alias("split_group_id")
+    ).write_parquet(release / rel)
     problems = validate_release(release, cfg)
     assert any(sft_group in p and "multiple-choice" in p for p in problems), problems

@@ -91,8 +91,11 @@ def test_leaked_group(release):
     ev = pl.read_parquet(release / FILES["eval_parquet"])
     sft = pl.read_parquet(release / FILES["sft_parquet"])
     group = ev["split_group_id"][0]
-    sft = sft.with_columns(split_group_id=pl.when(pl.col("item_id") == "pb_v2_sft_000001").then(pl.lit(group))
-                           .otherwise(pl.col("split_group_id")))
+    sft = sft.with_columns(
+        split_group_id=pl.when(pl.col("item_id") == "pb_v2_sft_000001")
+        .then(pl.lit(group))
+        .otherwise(pl.col("split_group_id"))
+    )
     _rewrite_split(release, "sft", sft)
     problems = validate_release(release, make_cfg())
     assert _has(problems, "split_group_id values on both splits")
@@ -161,17 +164,22 @@ def test_schema_mismatch(release):
     assert _has(validate_release(release, make_cfg()), "schema differs")
 
 
-@pytest.mark.parametrize("change, needle", [
-    (dict(answer=pl.lit("E")), "answer is not a letter within num_choices"),
-    (dict(sft_target=pl.lit("<ANSWER>Z</ANSWER>")), "sft_target does not match answer"),
-    (dict(choice_F=pl.lit("extra")), "choices not non-null exactly up to num_choices"),
-    (dict(item_id=pl.lit("pb_v2_eval_1")), "item_id"),
-    (dict(visual_ref=pl.lit("gm100/episode/x/camera_top/frames[000001]")), "visual_ref"),
-    (dict(task_meta_public=pl.lit(True)), "task_meta_public"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (dict(answer=pl.lit("E")), "answer is not a letter within num_choices"),
+        (dict(sft_target=pl.lit("<ANSWER>Z</ANSWER>")), "sft_target does not match answer"),
+        (dict(choice_F=pl.lit("extra")), "choices not non-null exactly up to num_choices"),
+        (dict(item_id=pl.lit("pb_v2_eval_1")), "item_id"),
+        (dict(visual_ref=pl.lit("gm100/episode/x/camera_top/frames[000001]")), "visual_ref"),
+        (dict(task_meta_public=pl.lit(True)), "task_meta_public"),
+    ],
+)
 def test_row_defects(release, change, needle):
     ev = pl.read_parquet(release / FILES["eval_parquet"])
-    ev = ev.with_columns(**{k: pl.when(pl.col("task_id") == "T1").then(v).otherwise(pl.col(k)) for k, v in change.items()})
+    ev = ev.with_columns(
+        **{k: pl.when(pl.col("task_id") == "T1").then(v).otherwise(pl.col(k)) for k, v in change.items()}
+    )
     _rewrite_split(release, "eval", ev)
     assert _has(validate_release(release, make_cfg()), needle)
 
@@ -191,23 +199,53 @@ def test_edited_schema_doc(release):
 # ---------------------------------------------------------------- find_path_leaks
 
 
-@pytest.mark.parametrize("text", [
-    "/home/alice/x", "see /root/.cache/a.mp4", '"file":"/tmp/pb/x.jpg"', "cd /work/main && make", "(/Users/bob/data)",
-    "C:\\Users\\bob\\x.parquet", "C:\\\\Users\\\\bob", "D:/datasets/gm100", "file:///srv/x", "~/datasets/gm100",
-    "\\\\nas\\share\\gm100", "/data/gm100-cobotmagic-lerobot", "/mnt/x", "(C:\\x)", '"e:/x"',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "/home/alice/x",
+        "see /root/.cache/a.mp4",
+        '"file":"/tmp/pb/x.jpg"',
+        "cd /work/main && make",
+        "(/Users/bob/data)",
+        "C:\\Users\\bob\\x.parquet",
+        "C:\\\\Users\\\\bob",
+        "D:/datasets/gm100",
+        "file:///srv/x",
+        "~/datasets/gm100",
+        "\\\\nas\\share\\gm100",
+        "/data/gm100-cobotmagic-lerobot",
+        "/mnt/x",
+        "(C:\\x)",
+        '"e:/x"',
+    ],
+)
 def test_find_path_leaks_positive(text):
     assert find_path_leaks(text), text
 
 
-@pytest.mark.parametrize("text", [
-    "gm100/episode/task_00001__episode_000007/camera_top/frames[000122]",
-    "<ANSWER>A</ANSWER>", "A: toward the left side\nB: right", "Left/Right/Up/Down", "T_progress and/or T_binary",
-    "https://huggingface.co/datasets/ProcessBench-2026/RoboProcessBench", "splits/processbench_eval.parquet",
-    "metadata/split_groups_eval.txt", "the upstream root of each source", "1/num_choices", "Yes — contact established",
-    "gm100/rooted/x", "a/home/b", "http://example.org/data/x",
-    '"reconstruction_key_json":"{\\"camera\\":\\"cam\\",\\"frame_indices\\":[5]}"', "abC:\\x", "\u00e9:\\x", "1:/x",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "gm100/episode/task_00001__episode_000007/camera_top/frames[000122]",
+        "<ANSWER>A</ANSWER>",
+        "A: toward the left side\nB: right",
+        "Left/Right/Up/Down",
+        "T_progress and/or T_binary",
+        "https://huggingface.co/datasets/ProcessBench-2026/RoboProcessBench",
+        "splits/processbench_eval.parquet",
+        "metadata/split_groups_eval.txt",
+        "the upstream root of each source",
+        "1/num_choices",
+        "Yes — contact established",
+        "gm100/rooted/x",
+        "a/home/b",
+        "http://example.org/data/x",
+        '"reconstruction_key_json":"{\\"camera\\":\\"cam\\",\\"frame_indices\\":[5]}"',
+        "abC:\\x",
+        "\u00e9:\\x",
+        "1:/x",
+    ],
+)
 def test_find_path_leaks_negative(text):
     assert find_path_leaks(text) == [], text
 
@@ -218,11 +256,14 @@ def test_find_path_leaks_identity_tokens():
 
 
 # ---------------------------------------------------------------- what lies in the folder (issue 14, item 10)
-@pytest.mark.parametrize("name, needle", [
-    ("metadata/.alice_notes", "stray dot-file"),  # a stray dot-file with a user's name in it
-    ("splits/.processbench_eval.parquet.x1y2.tmp", "temp file of an interrupted write"),  # a killed atomic write
-    (".DS_Store", "stray dot-file"),
-])
+@pytest.mark.parametrize(
+    "name, needle",
+    [
+        ("metadata/.alice_notes", "stray dot-file"),  # a stray dot-file with a user's name in it
+        ("splits/.processbench_eval.parquet.x1y2.tmp", "temp file of an interrupted write"),  # a killed atomic write
+        (".DS_Store", "stray dot-file"),
+    ],
+)
 def test_dot_files_are_invalid_with_their_name(release, name, needle):
     (release / name).write_bytes(b"x")
     problems = validate_release(release, make_cfg())
@@ -287,7 +328,8 @@ def test_path_scan_reads_every_piece_of_a_file(tmp_path, monkeypatch):
     lines[20] = json.dumps({"i": 20, "t": "/srv/cache/frames " + "y" * 300})  # a line longer than one read
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n" + json.dumps({"tail": "C:\\Users\\bob\\x"}))
     pl.DataFrame({"t": ["clean"] * 10 + ["/mnt/scratch/run7/frames"] + ["clean"] * 5}).write_parquet(
-        tmp_path / "b.parquet")
+        tmp_path / "b.parquet"
+    )
     rel, leaks = release_scan._file_leaks((str(tmp_path), "a.jsonl"))
     assert rel == "a.jsonl" and sum("/home/alice/data.h5" in x for x in leaks) == 1, leaks
     assert any("Windows path" in x for x in leaks), leaks  # in the last piece, which has no line end
@@ -313,8 +355,12 @@ def test_line_separators_the_writer_keeps_inside_strings_are_accepted(release):
     """U+2028 / U+2029 / U+0085 inside a question, written by the project's own writer: str.splitlines cut the line
     there and the validator flagged the project's own file."""
     df = pl.read_parquet(release / FILES["sft_parquet"])
-    df = df.with_columns(pl.when(pl.int_range(pl.len()) == 2).then(pl.col("question") + " a\u2028b\u2029c\x85d")
-                         .otherwise(pl.col("question")).alias("question"))
+    df = df.with_columns(
+        pl.when(pl.int_range(pl.len()) == 2)
+        .then(pl.col("question") + " a\u2028b\u2029c\x85d")
+        .otherwise(pl.col("question"))
+        .alias("question")
+    )
     _rewrite_split(release, "sft", df)
     assert "\u2028" in (release / FILES["sft_jsonl"]).read_text(encoding="utf-8")
     assert validate_release(release, make_cfg()) == []
@@ -342,8 +388,9 @@ def test_a_released_unit_id_with_control_characters_is_refused(release, char):
     key = (r["source_slug"], r["source_unit_type"], r["source_unit_id"])
     r["visual_ref"] = visual_ref(*key, r["camera"], frames)
     r["source_episode_ref"] = source_episode_ref(*key)
-    r["reconstruction_key_json"] = reconstruction_key_json(r["source_slug"], r["source_task_id"], *key[1:],
-                                                           r["camera"], frames)
+    r["reconstruction_key_json"] = reconstruction_key_json(
+        r["source_slug"], r["source_task_id"], *key[1:], r["camera"], frames
+    )
     _rewrite_split(release, "eval", pl.DataFrame(rows, schema=ev.schema))
     problems = validate_release(release, make_cfg())
     assert _has(problems, "processbench_eval.parquet", "source_unit_id", ascii(r["source_unit_id"])), problems

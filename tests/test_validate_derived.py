@@ -84,8 +84,16 @@ def test_a_path_like_image_reference_is_refused(copy, cfg):
     problems = validate_release(copy, cfg, leaks=False)
     assert _has(problems, f"{rel}:3: image reference '../../../../etc/passwd'", "'..' part")
     assert ref_problem("images/pb_v2_eval_000001_0.png") is None
-    for bad in ("/etc/passwd", "~/x.png", "C:\\x.png", "file:///etc/passwd", "images//x.png", "./x.png",
-                "images/x\u200b.png", ""):
+    for bad in (
+        "/etc/passwd",
+        "~/x.png",
+        "C:\\x.png",
+        "file:///etc/passwd",
+        "images//x.png",
+        "./x.png",
+        "images/x\u200b.png",
+        "",
+    ):
         assert ref_problem(bad), bad
 
 
@@ -99,14 +107,17 @@ def test_an_export_the_rows_do_not_give_is_caught(copy, cfg):
     assert _has(problems, common.export_files(cfg)["swift_sft"], "missing export")
 
 
-@pytest.mark.parametrize("edit, needle", [
-    (lambda p: p["sources"].pop("aist"), "the rows use source aist, which it does not list"),
-    (lambda p: p["sources"]["gm100"].update(units_listed=1), "source gm100 lists 1 units"),
-    (lambda p: p["sources"]["rh20t"].update(name="Other"), "source rh20t is named 'Other'"),
-    (lambda p: p.update(builder_version="someone_else_v9"), "builder_version 'someone_else_v9'"),
-    (lambda p: p.update(from_sample_data=not p["from_sample_data"]), "from_sample_data"),
-    (lambda p: p["sources"]["gm100"].update(origin="user", samples=None), "user corpus without its content"),
-])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda p: p["sources"].pop("aist"), "the rows use source aist, which it does not list"),
+        (lambda p: p["sources"]["gm100"].update(units_listed=1), "source gm100 lists 1 units"),
+        (lambda p: p["sources"]["rh20t"].update(name="Other"), "source rh20t is named 'Other'"),
+        (lambda p: p.update(builder_version="someone_else_v9"), "builder_version 'someone_else_v9'"),
+        (lambda p: p.update(from_sample_data=not p["from_sample_data"]), "from_sample_data"),
+        (lambda p: p["sources"]["gm100"].update(origin="user", samples=None), "user corpus without its content"),
+    ],
+)
 def test_a_consistent_edit_of_provenance_is_caught(copy, cfg, edit, needle):
     rel = writers.file_names(cfg)["provenance"]
     p = json.loads((copy / rel).read_text(encoding="utf-8"))
@@ -174,8 +185,10 @@ def test_a_deeply_nested_cell_is_a_problem_not_a_recursion_error(tmp_path):
     files = cfg.release.files.model_dump()
     df = pl.read_parquet(tmp_path / files["sft_parquet"])
     deep = "[" * 100_000 + "]" * 100_000
-    df = df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(deep)).otherwise(pl.col(c)).alias(c)
-                         for c in ("frame_indices_json", "render_spec_json"))
+    df = df.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(deep)).otherwise(pl.col(c)).alias(c)
+        for c in ("frame_indices_json", "render_spec_json")
+    )
     io.write_parquet(tmp_path / files["sft_parquet"], df)
     io.write_jsonl(tmp_path / files["sft_jsonl"], df)
     _reseal(tmp_path, cfg)

@@ -23,18 +23,41 @@ VCFG = CFG.validity
 def _vcfg(values: dict):
     """configs/validity.yaml with `values` set (dotted key paths under `validity`), validated."""
     return CFG.with_values({f"validity.{k}": v for k, v in values.items()}).validity
+
+
 PHASES = ["pre-approach", "approach", "contact", "hold and carry", "transfer", "release"]
 
 
-def _row(i, split, answer, distractors, *, source="gm100", task="T1", question="Which phase?", frames=(10,),
-         unit=None, hashes=None):
+def _row(
+    i,
+    split,
+    answer,
+    distractors,
+    *,
+    source="gm100",
+    task="T1",
+    question="Which phase?",
+    frames=(10,),
+    unit=None,
+    hashes=None,
+):
     rng = random.Random(i)
     opts = [answer, *distractors]
     rng.shuffle(opts)
-    r = {"item_id": f"{split}{i}", "split": split, "source_slug": source, "task_id": task, "question": question,
-         "num_choices": len(opts), "answer": "ABCDEF"[opts.index(answer)], "answer_text": answer,
-         "frame_indices_json": json.dumps(list(frames)), "camera": "cam", "source_unit_id": unit or f"{split}u{i}",
-         "image_hashes_json": json.dumps(hashes or [f"{split}{i}".ljust(64, "0")])}
+    r = {
+        "item_id": f"{split}{i}",
+        "split": split,
+        "source_slug": source,
+        "task_id": task,
+        "question": question,
+        "num_choices": len(opts),
+        "answer": "ABCDEF"[opts.index(answer)],
+        "answer_text": answer,
+        "frame_indices_json": json.dumps(list(frames)),
+        "camera": "cam",
+        "source_unit_id": unit or f"{split}u{i}",
+        "image_hashes_json": json.dumps(hashes or [f"{split}{i}".ljust(64, "0")]),
+    }
     for k, c in enumerate("ABCDEF"):
         r[f"choice_{c}"] = opts[k] if k < len(opts) else None
     return r
@@ -42,9 +65,14 @@ def _row(i, split, answer, distractors, *, source="gm100", task="T1", question="
 
 def _t1_rows(n, split, policy, seed=0):
     """Balanced answers; distractors from the real order_distractors under `policy`."""
-    cfg = CFG.with_values({"build.release_seed": 7, "tasks.T1.num_choices": 4,
-                           "tasks.T1.labels": {"default": {p: p for p in PHASES}},
-                           "tasks.T1.distractors": {"policy": policy, "order": PHASES}})
+    cfg = CFG.with_values(
+        {
+            "build.release_seed": 7,
+            "tasks.T1.num_choices": 4,
+            "tasks.T1.labels": {"default": {p: p for p in PHASES}},
+            "tasks.T1.distractors": {"policy": policy, "order": PHASES},
+        }
+    )
     spec = Spec(cfg, "T1", "gm100")
     rows = []
     for i in range(n):
@@ -87,8 +115,17 @@ def test_question_that_names_the_answer_fails_the_blind_check():
         out = []
         for i in range(n):
             ans = labels[i % 4]
-            out.append(_row(i + off, split, ans, [x for x in labels if x != ans], source="reassemble", task="T11",
-                            question=f"Within the action 'step {labels.index(ans)}', what happens next?"))
+            out.append(
+                _row(
+                    i + off,
+                    split,
+                    ans,
+                    [x for x in labels if x != ans],
+                    source="reassemble",
+                    task="T11",
+                    question=f"Within the action 'step {labels.index(ans)}', what happens next?",
+                )
+            )
         return out
 
     rep = audit(rows(200, "eval", 0), rows(800, "sft", 1000), VCFG)
@@ -118,8 +155,16 @@ def test_prior_below_random_is_not_the_reference():
         for i in range(n):
             ans = common if i % 5 < 2 else [x for x in "abcd" if x != common][i % 5 - 2]
             hint = i % 14 == 0  # one item in 14 names its answer
-            out.append(_row(i + off, split, ans, [x for x in "abcd" if x != ans], task="T3",
-                            question=f"Which way, {ans}?" if hint else "Which way?"))
+            out.append(
+                _row(
+                    i + off,
+                    split,
+                    ans,
+                    [x for x in "abcd" if x != ans],
+                    task="T3",
+                    question=f"Which way, {ans}?" if hint else "Which way?",
+                )
+            )
         return out
 
     rep = audit(rows(420, "eval", 0, "a"), rows(1400, "sft", 1000, "d"), VCFG)
@@ -159,7 +204,7 @@ def test_shared_images_fail_the_image_check():
     thumbs = {r["source_unit_id"]: _thumb(k).tobytes().hex() for k, r in enumerate(ev + sf)}
     ev[0]["image_hashes_json"] = sf[0]["image_hashes_json"]  # a pixel-identical image in both splits
     thumbs[ev[1]["source_unit_id"]] = thumbs[sf[1]["source_unit_id"]]  # and a near duplicate
-    lookup = (lambda source, unit, camera, index: thumbs.get(unit))
+    lookup = lambda source, unit, camera, index: thumbs.get(unit)
     cfg = _vcfg({"limits.exact_shared_fraction": 0.0, "limits.near_shared_fraction": 0.0})
     rep = audit(ev, sf, cfg, thumbs=lookup)
     img = _cell(rep, "gm100", "T1")["images"]
@@ -174,11 +219,20 @@ def test_shared_images_fail_the_image_check():
 
 def test_too_small_temporal_gap_fails():
     def rows(gap_frames, split, off):
-        return [_row(i + off, split, "XYZ", ["XZY", "YXZ", "YZX", "ZXY", "ZYX"], task="T8",
-                     frames=(100, 100 + gap_frames, 100 + 3 * gap_frames)) for i in range(40)]
+        return [
+            _row(
+                i + off,
+                split,
+                "XYZ",
+                ["XZY", "YXZ", "YZX", "ZXY", "ZYX"],
+                task="T8",
+                frames=(100, 100 + gap_frames, 100 + 3 * gap_frames),
+            )
+            for i in range(40)
+        ]
 
-    thumbs = (lambda source, unit, camera, index: _thumb(index).tobytes().hex())
-    fps = (lambda source, unit: 10.0)
+    thumbs = lambda source, unit, camera, index: _thumb(index).tobytes().hex()
+    fps = lambda source, unit: 10.0
     cfg = _vcfg({"temporal.min_median_gap_s": {"default": 2.0}})
     close = audit(rows(5, "eval", 0), rows(5, "sft", 100), cfg, thumbs=thumbs, fps_of=fps)
     t = _cell(close, "gm100", "T8")["temporal"]
@@ -256,9 +310,16 @@ class _ChainContext:
             for i, s in enumerate(segs):
                 lows = [(lw.text, int(lw.start * fps), int(lw.end * fps) - 1) for lw in s.low]
                 chain = distinct_chain([t for t, _, _ in lows])
-                rows.append({"seg_index": i, "text": s.text.rstrip("."), "no_action": s.text == NO_ACTION,
-                             "chain": [c[0] for c in chain], "chain_start": [lows[c[1]][1] for c in chain],
-                             "chain_end": [lows[c[2]][2] for c in chain]})
+                rows.append(
+                    {
+                        "seg_index": i,
+                        "text": s.text.rstrip("."),
+                        "no_action": s.text == NO_ACTION,
+                        "chain": [c[0] for c in chain],
+                        "chain_start": [lows[c[1]][1] for c in chain],
+                        "chain_end": [lows[c[2]][2] for c in chain],
+                    }
+                )
                 prims += [{"text": t, "next_text": None} for t, _, _ in lows]
             self.segments[uid], self.primitives[uid] = rows, prims
             self.units[uid] = {"camera": "hand", "arm_type": "single", "num_frames": int(segs[-1].end * fps) + 10}
@@ -281,8 +342,18 @@ def _t12_cells(template: dict, n_rec: int = 90, per_label: int = 200):
     ev, sf = [], []
     for i, r in enumerate(sel.sort("candidate_key").to_dicts()):
         split = "eval" if int(r["unit_id"][3:]) % 3 == 0 else "sft"
-        (ev if split == "eval" else sf).append(_row(i, split, r["answer_text"], r["distractors"], source="reassemble",
-                                                    task="T12", question=r["question"], unit=r["unit_id"]))
+        (ev if split == "eval" else sf).append(
+            _row(
+                i,
+                split,
+                r["answer_text"],
+                r["distractors"],
+                source="reassemble",
+                task="T12",
+                question=r["question"],
+                unit=r["unit_id"],
+            )
+        )
     return pool, ev, sf
 
 
@@ -308,11 +379,15 @@ def test_t12_options_are_equally_likely_given_the_text():
 def test_public_t12_is_answerable_from_its_text_and_fails_the_check():
     # the public template: high-level action and both neighbours named, the options from the item's own chain
     public = load_settings().tasks["T12"].model_dump()
-    public.update(question={"default": "Within the high-level action '{high_action}', which action best fills [MASK] "
-                                       "in this local chain: {prev} > [MASK] > {next}?"},
-                  distractors={**public["distractors"], "policy": "context", "exclude_neighbours": True},
-                  frames={"default": {"offsets": [-6, -3, 0, 3], "centers": [0.5], "margin_ratio": 0.15,
-                                      "min_margin": 2}}, balance_labels=False)
+    public.update(
+        question={
+            "default": "Within the high-level action '{high_action}', which action best fills [MASK] "
+            "in this local chain: {prev} > [MASK] > {next}?"
+        },
+        distractors={**public["distractors"], "policy": "context", "exclude_neighbours": True},
+        frames={"default": {"offsets": [-6, -3, 0, 3], "centers": [0.5], "margin_ratio": 0.15, "min_margin": 2}},
+        balance_labels=False,
+    )
     _, ev, sf = _t12_cells(public, per_label=40)
     rep = audit(ev, sf, VCFG)
     assert _cell(rep, "reassemble", "T12")["blind"] > 0.9
@@ -351,6 +426,7 @@ def test_frame_order_is_a_metadata_baseline():
             frames = [100 * "XYZ".index(c) + (i % 50) for c in ans]
             out.append(_row(i + seed, split, ans, [p for p in perms if p != ans], task="T8", frames=frames))
         return out
+
     rep = audit(rows(240, "eval", 0), rows(1200, "sft", 5000), VCFG)
     cell = _cell(rep, "gm100", "T8")
     assert cell["metadata"]["frame_indices_json"] == 1.0 and cell["random"] < 0.2
@@ -363,8 +439,14 @@ def _t7_rows(n_units, split, seed):
     for u in range(n_units):
         fail = u % 2 == 0
         for w in range(12 if fail else 4):
-            r = _row(seed + u * 100 + w, split, "failure" if fail else "success",
-                     ["success" if fail else "failure"], task="T7", unit=f"{split}-u{u}")
+            r = _row(
+                seed + u * 100 + w,
+                split,
+                "failure" if fail else "success",
+                ["success" if fail else "failure"],
+                task="T7",
+                unit=f"{split}-u{u}",
+            )
             r["split_group_id"] = f"{split}-u{u}"
             out.append(r)
     return out
@@ -402,8 +484,10 @@ def test_row_count_limit_can_be_reported_only():
     off = _vcfg({"limits.row_count_over_reference": None})
     assert _cell(rep, "gm100", "T7")["metadata"]["row_count"] == 1.0 and problems(rep, off) == []
     rep["warnings"] = warnings(rep, off)
-    assert rep["warnings"] == ["gm100/T7: a unit's row count alone scores 1.000, +0.250 over 0.750 (model-facing "
-                               "files show it) (not blocking: its limit is null)"]
+    assert rep["warnings"] == [
+        "gm100/T7: a unit's row count alone scores 1.000, +0.250 over 0.750 (model-facing "
+        "files show it) (not blocking: its limit is null)"
+    ]
     assert "## Warnings (reported, not blocking)" in render_markdown(rep)
     on = _vcfg({"limits.row_count_over_reference": 0.03})
     assert warnings(rep, on) == [] and len(problems(rep, on)) == 1
@@ -416,8 +500,15 @@ def test_held_out_levels_are_judged_against_their_own_prior():
     for i in range(200):
         ans = PHASES[0] if i < 58 else PHASES[1 + i % 3]
         ev.append(_row(i, "eval", ans, [p for p in PHASES[:4] if p != ans]))
-    sf = [_row(10**5 + i, "sft", PHASES[0] if i < 40 else PHASES[1 + i % 3],
-               [p for p in PHASES[:4] if p != (PHASES[0] if i < 40 else PHASES[1 + i % 3])]) for i in range(120)]
+    sf = [
+        _row(
+            10**5 + i,
+            "sft",
+            PHASES[0] if i < 40 else PHASES[1 + i % 3],
+            [p for p in PHASES[:4] if p != (PHASES[0] if i < 40 else PHASES[1 + i % 3])],
+        )
+        for i in range(120)
+    ]
     for level, blocked in (("L2", False), ("L1", True)):
         for r in ev:
             r["eval_level"] = level
@@ -443,8 +534,12 @@ def test_run_validity_gates_the_step_track_when_the_release_has_step_files(tmp_p
     pl.DataFrame(_t1_rows(600, "sft", "uniform", 5000)).write_parquet(rel / "splits" / "processdata_sft.parquet")
     run_validity(cfg, release_dir=rel, work_dir=wd)
     assert "steps" not in json.loads((rel / "metadata" / "validity_report.json").read_text())
-    write_step_files(rel, cfg, synthetic_step_rows(300, seed=1, giveaway="suddenly"),
-                     synthetic_step_rows(1200, split="sft", seed=2, giveaway="suddenly", start=10_000))
+    write_step_files(
+        rel,
+        cfg,
+        synthetic_step_rows(300, seed=1, giveaway="suddenly"),
+        synthetic_step_rows(1200, split="sft", seed=2, giveaway="suddenly", start=10_000),
+    )
     summary = run_validity(cfg, release_dir=rel, work_dir=wd)
     assert any(p.startswith("reassemble/T13/L1: blind step gate text_classifier") for p in summary["problems"])
     rep = json.loads((rel / "metadata" / "validity_report.json").read_text())
@@ -462,12 +557,25 @@ def _selected_t7_rows(equal: bool) -> tuple[list[dict], list[dict]]:
     for u in range(120):
         lab = "failure" if u % 2 else "success"
         for w in range(12 if lab == "failure" else 4):
-            vals = {"candidate_key": f"T7|rh20t|u{u:03d}|w{w}", "source": "rh20t", "unit_id": f"u{u:03d}",
-                    "task_id": "T7", "task_type_legacy": "T7", "input_type": "frame_sequence", "camera": "cam",
-                    "question": "Did it succeed?", "answer_text": lab,
-                    "distractors": ["success" if lab == "failure" else "failure"], "num_choices": 2,
-                    "frame_indices": [w, 100], "display_labels": None, "render_spec_json": None, "anchor_frame": w,
-                    "arm_type": None, "label_meta_json": "{}"}
+            vals = {
+                "candidate_key": f"T7|rh20t|u{u:03d}|w{w}",
+                "source": "rh20t",
+                "unit_id": f"u{u:03d}",
+                "task_id": "T7",
+                "task_type_legacy": "T7",
+                "input_type": "frame_sequence",
+                "camera": "cam",
+                "question": "Did it succeed?",
+                "answer_text": lab,
+                "distractors": ["success" if lab == "failure" else "failure"],
+                "num_choices": 2,
+                "frame_indices": [w, 100],
+                "display_labels": None,
+                "render_spec_json": None,
+                "anchor_frame": w,
+                "arm_type": None,
+                "label_meta_json": "{}",
+            }
             for c, v in vals.items():
                 cols[c].append(v)
     pool = columns_frame(cols, CANDIDATE_SCHEMA)
@@ -504,8 +612,14 @@ def _chance_count_rows(n_groups, split, seed):
     for g in range(n_groups):
         for w in range(rng.randint(2, 6)):
             ans = rng.choice(["moving", "stationary"])
-            r = _row(seed * 10**4 + g * 10 + w, split, ans, ["stationary" if ans == "moving" else "moving"],
-                     task="T6", unit=f"{split}{seed}-g{g}")
+            r = _row(
+                seed * 10**4 + g * 10 + w,
+                split,
+                ans,
+                ["stationary" if ans == "moving" else "moving"],
+                task="T6",
+                unit=f"{split}{seed}-g{g}",
+            )
             r["split_group_id"] = r["source_unit_id"]
             out.append(r)
     return out

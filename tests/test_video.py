@@ -51,9 +51,12 @@ def test_sparse_unsorted_duplicate_selections(videos, codec):
     path, data = videos[codec]
     rng = random.Random(codec)
     patterns = [
-        [N - 1], [0], [GOP - 1, GOP, GOP + 1],              # around a keyframe (open-GOP leading pictures)
-        list(range(1, N, 2)),                               # the pattern decord gets wrong on HEVC
-        rng.sample(range(N), 7), [60, 5, 60, 33, 5],        # unsorted, duplicates
+        [N - 1],
+        [0],
+        [GOP - 1, GOP, GOP + 1],  # around a keyframe (open-GOP leading pictures)
+        list(range(1, N, 2)),  # the pattern decord gets wrong on HEVC
+        rng.sample(range(N), 7),
+        [60, 5, 60, 33, 5],  # unsorted, duplicates
     ]
     for k, want in enumerate(patterns):
         _check(video.read_frames(path if k % 2 else data, want), want)
@@ -135,8 +138,17 @@ def test_skipping_unwanted_non_reference_pictures_changes_no_wanted_pixel(videos
     open) never skips."""
     path, data = videos[codec]
     rng = random.Random(codec)
-    patterns = [[N - 1], [0], [GOP - 1, GOP, GOP + 1], [GOP + 1, 2 * GOP - 1], list(range(1, N, 2)),
-                sorted(rng.sample(range(N), 7)), [5, 33, 60], [5, GOP, GOP + 1, GOP + 2, GOP + 3], list(range(N))]
+    patterns = [
+        [N - 1],
+        [0],
+        [GOP - 1, GOP, GOP + 1],
+        [GOP + 1, 2 * GOP - 1],
+        list(range(1, N, 2)),
+        sorted(rng.sample(range(N), 7)),
+        [5, 33, 60],
+        [5, GOP, GOP + 1, GOP + 2, GOP + 3],
+        list(range(N)),
+    ]
     real = video._decode_run
     sequential = video._read_sequential
 

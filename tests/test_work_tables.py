@@ -17,8 +17,9 @@ from pipeline.core.io import write_parquet
 
 
 def _settings(samples, work, release):
-    return BuildSettings(scale="demo", upstream={k: str(v) for k, v in samples.items()}, work_dir=str(work),
-                         release_dir=str(release))
+    return BuildSettings(
+        scale="demo", upstream={k: str(v) for k, v in samples.items()}, work_dir=str(work), release_dir=str(release)
+    )
 
 
 def test_a_table_that_is_not_what_its_record_says_is_not_used(tmp_path):
@@ -43,8 +44,11 @@ def test_a_table_that_is_not_what_its_record_says_is_not_used(tmp_path):
 def test_a_damaged_family_part_is_generated_again(demo_samples, demo_release, tmp_path, damage):
     slug = "gm100"
     work = tmp_path / "work"
-    shutil.copytree(demo_release.parent / "work", work,
-                    ignore=shutil.ignore_patterns("frame_cache", "items", "split", "_fingerprints"))
+    shutil.copytree(
+        demo_release.parent / "work",
+        work,
+        ignore=shutil.ignore_patterns("frame_cache", "items", "split", "_fingerprints"),
+    )
     cfg = _settings(demo_samples, work, tmp_path / "release").config()
     assert stages.run_candidates(cfg, slug)["families_generated"] == []  # every part read back
     pool_file = work / "candidates" / f"{slug}.parquet"
@@ -55,8 +59,12 @@ def test_a_damaged_family_part_is_generated_again(demo_samples, demo_release, tm
     else:  # readable, one row's answer changed: shipped as it was before the records
         df = pl.read_parquet(part)
         col = "answer_text" if "answer_text" in df.columns else df.columns[-1]
-        write_parquet(part, df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited"))
-                                            .otherwise(pl.col(col)).alias(col)))
+        write_parquet(
+            part,
+            df.with_columns(
+                pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited")).otherwise(pl.col(col)).alias(col)
+            ),
+        )
     assert stages.run_candidates(cfg, slug)["families_generated"] == ["T5"]
     assert pl.read_parquet(pool_file).equals(pool)
     assert work_tables.read_checked(part, "test") is not None  # written again, with its record
@@ -71,8 +79,12 @@ def test_an_edited_items_table_is_selected_again_not_reused(demo_samples, demo_r
     items_file = work / "items" / f"{slug}.parquet"
     items = pl.read_parquet(items_file)
     assert stages.run_frames(cfg, slug)["selection_reused"] is True
-    write_parquet(items_file, items.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited"))
-                                                 .otherwise(pl.col("question")).alias("question")))
+    write_parquet(
+        items_file,
+        items.with_columns(
+            pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited")).otherwise(pl.col("question")).alias("question")
+        ),
+    )
     again = stages.run_frames(cfg, slug)
     assert again["selection_reused"] is False and again["items"] == first["items"]
     assert pl.read_parquet(items_file).equals(items)
@@ -90,8 +102,11 @@ def test_a_no_op_build_publishes_a_damaged_release_again(demo_samples, demo_rele
     settings = _settings(demo_samples, work, release)
     assert plan(settings) == []
     # planted: a file the release step's tables do not cover (an export), cut
-    victim = sorted(p for p in release.rglob("*.jsonl") if "export" in p.as_posix() or "levels" in p.as_posix()
-                    or p.parent != release) or sorted(release.rglob("*.jsonl"))
+    victim = sorted(
+        p
+        for p in release.rglob("*.jsonl")
+        if "export" in p.as_posix() or "levels" in p.as_posix() or p.parent != release
+    ) or sorted(release.rglob("*.jsonl"))
     victim = victim[0]
     good = victim.read_bytes()
     victim.write_bytes(good[: len(good) // 2])
@@ -122,8 +137,11 @@ def test_a_step_never_reads_a_table_changed_since_its_step_wrote_it(demo_samples
     arms = work / "labels" / "aist" / "arms.parquet"
     df = pl.read_parquet(arms)
     write_parquet(arms, df.head(df.height - 1))  # readable, one row gone
-    with pytest.raises(DamagedInput, match=rf"labels/aist/arms\.parquet \(labels_aist: edited: {df.height - 1} rows "
-                                           rf"where {df.height} were written"):
+    with pytest.raises(
+        DamagedInput,
+        match=rf"labels/aist/arms\.parquet \(labels_aist: edited: {df.height - 1} rows "
+        rf"where {df.height} were written",
+    ):
         run_step(candidates, cfg, tables_by_name(steps))
     assert plan(settings)[:2] == ["labels_aist", "candidates_aist"]
 
@@ -137,10 +155,24 @@ def test_a_step_record_holds_row_counts_and_a_cut_table_is_refused(tmp_path):
 
     cfg = load_settings().with_values({"build.work_dir": str(tmp_path / "work")})
     table = Table(key=("t", "a"), path="t/a.parquet", description="a test table", schema={"a": pl.Int64})
-    write = Step(name="writer", group="g", run=lambda c: write_parquet(table.file(c), pl.DataFrame(
-        {"a": list(range(50))})) or {}, writes=(table,), reads=(), config=(), description="writes t/a")
-    read = Step(name="reader", group="g", run=lambda c: {"rows": pl.read_parquet(table.file(c)).height}, writes=(),
-                reads=(table.name,), config=(), description="reads t/a")
+    write = Step(
+        name="writer",
+        group="g",
+        run=lambda c: write_parquet(table.file(c), pl.DataFrame({"a": list(range(50))})) or {},
+        writes=(table,),
+        reads=(),
+        config=(),
+        description="writes t/a",
+    )
+    read = Step(
+        name="reader",
+        group="g",
+        run=lambda c: {"rows": pl.read_parquet(table.file(c)).height},
+        writes=(),
+        reads=(table.name,),
+        config=(),
+        description="reads t/a",
+    )
     tables = {table.name: table}
     run_step(write, cfg, tables)
     assert recorded(cfg, write)["rows"] == {"t/a": 50}

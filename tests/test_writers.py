@@ -20,12 +20,46 @@ from pipeline.steps.tables import STEP_FILE_KEYS
 
 
 EXPECTED_COLUMNS = [
-    "item_id", "split", "source", "source_slug", "source_task_id", "source_unit_type", "source_unit_id", "task_id",
-    "task_name", "task_type_legacy", "input_type", "question", "choice_A", "choice_B", "choice_C", "choice_D",
-    "choice_E", "choice_F", "answer", "answer_text", "num_choices", "num_frames", "frame_indices_json",
-    "display_labels_json", "camera", "arm_type", "visual_ref", "source_episode_ref", "reconstruction_key_json",
-    "task_meta_in_source", "task_meta_public", "split_version", "split_group_id", "builder_version", "prompt_version",
-    "sft_target", "licence", "render_spec_json", "image_hashes_json", "eval_level",
+    "item_id",
+    "split",
+    "source",
+    "source_slug",
+    "source_task_id",
+    "source_unit_type",
+    "source_unit_id",
+    "task_id",
+    "task_name",
+    "task_type_legacy",
+    "input_type",
+    "question",
+    "choice_A",
+    "choice_B",
+    "choice_C",
+    "choice_D",
+    "choice_E",
+    "choice_F",
+    "answer",
+    "answer_text",
+    "num_choices",
+    "num_frames",
+    "frame_indices_json",
+    "display_labels_json",
+    "camera",
+    "arm_type",
+    "visual_ref",
+    "source_episode_ref",
+    "reconstruction_key_json",
+    "task_meta_in_source",
+    "task_meta_public",
+    "split_version",
+    "split_group_id",
+    "builder_version",
+    "prompt_version",
+    "sft_target",
+    "licence",
+    "render_spec_json",
+    "image_hashes_json",
+    "eval_level",
 ]
 
 
@@ -35,24 +69,46 @@ def test_schema_order_and_types():
     types = {f.name: f.type for f in schema.RELEASE_SCHEMA}
     assert types["num_choices"] == pa.int64() and types["num_frames"] == pa.int64()
     assert types["task_meta_in_source"] == pa.bool_() and types["task_meta_public"] == pa.bool_()
-    assert all(types[c] == pa.string() for c in EXPECTED_COLUMNS
-               if c not in ("num_choices", "num_frames", "task_meta_in_source", "task_meta_public"))
+    assert all(
+        types[c] == pa.string()
+        for c in EXPECTED_COLUMNS
+        if c not in ("num_choices", "num_frames", "task_meta_in_source", "task_meta_public")
+    )
     nullable = {f.name for f in schema.RELEASE_SCHEMA if f.nullable}
-    assert nullable == {"choice_C", "choice_D", "choice_E", "choice_F", "display_labels_json", "arm_type",
-                        "render_spec_json", "image_hashes_json", "eval_level"}
+    assert nullable == {
+        "choice_C",
+        "choice_D",
+        "choice_E",
+        "choice_F",
+        "display_labels_json",
+        "arm_type",
+        "render_spec_json",
+        "image_hashes_json",
+        "eval_level",
+    }
     assert list(schema.polars_schema()) == EXPECTED_COLUMNS
     assert set(schema.DESCRIPTIONS) == set(EXPECTED_COLUMNS) and all(schema.DESCRIPTIONS.values())
 
 
 def test_reference_strings():
-    assert schema.visual_ref("gm100", "episode", "task_00001__episode_000007", "camera_top", [122]) == \
-        "gm100/episode/task_00001__episode_000007/camera_top/frames[000122]"
-    assert schema.visual_ref("aist", "recording", "task_004_episode_3", "cam_high", [5, 1234567]) == \
-        "aist/recording/task_004_episode_3/cam_high/frames[000005,1234567]"
+    assert (
+        schema.visual_ref("gm100", "episode", "task_00001__episode_000007", "camera_top", [122])
+        == "gm100/episode/task_00001__episode_000007/camera_top/frames[000122]"
+    )
+    assert (
+        schema.visual_ref("aist", "recording", "task_004_episode_3", "cam_high", [5, 1234567])
+        == "aist/recording/task_004_episode_3/cam_high/frames[000005,1234567]"
+    )
     assert schema.source_episode_ref("gm100", "episode", "u") == "gm100/episode/u"
     key = json.loads(schema.reconstruction_key_json("rh20t", "task_0001", "recording", "r1", "cam", [3, 1]))
-    assert key == {"source": "rh20t", "source_task_id": "task_0001", "source_unit_type": "recording",
-                   "source_unit_id": "r1", "camera": "cam", "frame_indices": [3, 1]}
+    assert key == {
+        "source": "rh20t",
+        "source_task_id": "task_0001",
+        "source_unit_type": "recording",
+        "source_unit_id": "r1",
+        "camera": "cam",
+        "frame_indices": [3, 1],
+    }
 
 
 # ---------------------------------------------------------------- release tables
@@ -107,10 +163,17 @@ def test_eval_level_is_carried():
 
 
 def test_task_names_one_place():
-    cfg = make_cfg().with_values({"tasks.T1.task_name": "Phase Recognition", "tasks.T2.task_name": None,
-                                  "release.task_names": {"T2": "Contact Detection"}})  # T2: the fallback
-    assert {t: n for t, n in cfg.task_names().items() if t in ("T1", "T2")} == {"T1": "Phase Recognition",
-                                                                               "T2": "Contact Detection"}
+    cfg = make_cfg().with_values(
+        {
+            "tasks.T1.task_name": "Phase Recognition",
+            "tasks.T2.task_name": None,
+            "release.task_names": {"T2": "Contact Detection"},
+        }
+    )  # T2: the fallback
+    assert {t: n for t, n in cfg.task_names().items() if t in ("T1", "T2")} == {
+        "T1": "Phase Recognition",
+        "T2": "Contact Detection",
+    }
     cfg = cfg.with_values({"release.task_names": {"T2": "Contact Detection", "T1": "Phase Classification"}})
     with pytest.raises(ValueError, match="keep one"):
         cfg.task_names()
@@ -127,14 +190,17 @@ def test_real_configs_name_every_task():
     assert writers.file_names(cfg) == make_cfg().release.files.model_dump()
 
 
-@pytest.mark.parametrize("mutate, match", [
-    (lambda d: d.with_columns(unit_id=pl.lit("nope")), "not in the units table"),
-    (lambda d: d.with_columns(answer_text=pl.lit("something else")), "answer_text"),
-    (lambda d: d.with_columns(split_group_id=pl.lit("one-group")), "both splits"),
-    (lambda d: d.with_columns(source=pl.lit("unknown_src")), "not configured"),
-    (lambda d: d.drop("image_hashes_json"), "lacks columns"),
-    (lambda d: d.with_columns(answer=pl.lit("F")), "answer"),
-])
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda d: d.with_columns(unit_id=pl.lit("nope")), "not in the units table"),
+        (lambda d: d.with_columns(answer_text=pl.lit("something else")), "answer_text"),
+        (lambda d: d.with_columns(split_group_id=pl.lit("one-group")), "both splits"),
+        (lambda d: d.with_columns(source=pl.lit("unknown_src")), "not configured"),
+        (lambda d: d.drop("image_hashes_json"), "lacks columns"),
+        (lambda d: d.with_columns(answer=pl.lit("F")), "answer"),
+    ],
+)
 def test_release_tables_rejects_contract_violations(mutate, match):
     with pytest.raises(ValueError, match=match):
         writers.release_tables(mutate(make_items()), make_units(), make_cfg())
@@ -191,15 +257,22 @@ def test_checksums_are_sha256sum_compatible(tmp_path):
     assert [ln.split("  ", 1)[1] for ln in lines] == sorted(ln.split("  ", 1)[1] for ln in lines)
     assert "checksums.sha256" not in (tmp_path / "checksums.sha256").read_text()
     if shutil.which("sha256sum"):
-        out = subprocess.run(["sha256sum", "-c", "--strict", "checksums.sha256"], cwd=tmp_path,
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["sha256sum", "-c", "--strict", "checksums.sha256"], cwd=tmp_path, capture_output=True, text=True
+        )
         assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_split_summary_and_manifests(tmp_path):
     cfg = make_cfg()
-    build(tmp_path, summary={"eval_ratio": 0.15, "restarts": 8, "sources": {
-        "gm100": {"objective": 0.25, "group_unit": "(task_id, episode_id)"}, "rh20t": {"eval": 5}}})
+    build(
+        tmp_path,
+        summary={
+            "eval_ratio": 0.15,
+            "restarts": 8,
+            "sources": {"gm100": {"objective": 0.25, "group_unit": "(task_id, episode_id)"}, "rh20t": {"eval": 5}},
+        },
+    )
     meta = tmp_path / "metadata"
     s = json.loads((meta / "split_summary.json").read_text())
     assert s["version"] == s["split_version"] == cfg.release.split_version
@@ -216,26 +289,35 @@ def test_split_summary_and_manifests(tmp_path):
     assert m["visual_inputs_redistributed"] is False and m["reconstruction_required"] is True
     assert m["files"]["parquet"] == cfg.release.files.eval_parquet
     assert m["release_files"] == cfg.release.files.model_dump() and m["hf_split"] == "test"
-    assert m["sources"]["rh20t"] == {"name": "RH20T", "num_items": 5, "num_groups": 1, "licences": ["CC BY-SA 4.0"],
-                                     "task_counts": {"T1": 2, "T2": 1, "T8": 1, "T9": 1}}
+    assert m["sources"]["rh20t"] == {
+        "name": "RH20T",
+        "num_items": 5,
+        "num_groups": 1,
+        "licences": ["CC BY-SA 4.0"],
+        "task_counts": {"T1": 2, "T2": 1, "T8": 1, "T9": 1},
+    }
     assert m["random_baselines"] == {"T1": 0.25, "T2": 0.5, "T8": 0.1667, "T9": 0.5}
     sm = json.loads((meta / "sft_manifest.json").read_text())
     assert sm["hf_split"] == "train" and sm["licences"]["rh20t"] == ["CC BY-NC 4.0", "CC BY-SA 4.0"]
     assert "majority_baselines" not in sm
-    assert (meta / "split_groups_eval.txt").read_text() == \
-        "gm100/task_00001__episode_000000\nrh20t/task_0001_user_0001_scene_0001_cfg_0002\n"
+    assert (
+        meta / "split_groups_eval.txt"
+    ).read_text() == "gm100/task_00001__episode_000000\nrh20t/task_0001_user_0001_scene_0001_cfg_0002\n"
     assert len((meta / "split_groups_sft.txt").read_text().splitlines()) == 5
     schema_md = (meta / "schema.md").read_text()
     assert all(f"`{c}`" in schema_md for c in EXPECTED_COLUMNS)
     assert (meta / "reconstruction.md").read_text() == DOCUMENTS["reconstruction"]
 
 
-@pytest.mark.parametrize("summary, match", [
-    ({"eval_items": 11}, "eval_items"),
-    ({"version": "splits_v1"}, "version"),
-    ({"created_at": "2026-01-01T00:00:00"}, "wall-clock"),
-    ({"notes": "written from /home/alice/build"}, "leak"),
-])
+@pytest.mark.parametrize(
+    "summary, match",
+    [
+        ({"eval_items": 11}, "eval_items"),
+        ({"version": "splits_v1"}, "version"),
+        ({"created_at": "2026-01-01T00:00:00"}, "wall-clock"),
+        ({"notes": "written from /home/alice/build"}, "leak"),
+    ],
+)
 def test_split_summary_refuses_conflicts_and_machine_content(tmp_path, summary, match):
     with pytest.raises(ValueError, match=match):
         build(tmp_path, summary=summary)
@@ -257,15 +339,20 @@ def _table(task_rows):
     base = make_items().head(1)
     ev, _ = writers.release_tables(base.with_columns(split=pl.lit("eval")), make_units(), make_cfg())
     row = ev.row(0, named=True)
-    return pl.DataFrame([{**row, "task_id": t, "num_choices": n, "answer": a, "answer_text": f"label {a}"}
-                         for t, n, a in task_rows],
-                        schema=schema.polars_schema())
+    return pl.DataFrame(
+        [{**row, "task_id": t, "num_choices": n, "answer": a, "answer_text": f"label {a}"} for t, n, a in task_rows],
+        schema=schema.polars_schema(),
+    )
 
 
 def test_task_distribution_baselines():
     cfg = make_cfg()
-    rows = [("T1", 4, a) for a in "AABCDDDA"] + [("T2", 2, a) for a in "ABB"] + [("T10", 4, "A")] + \
-           [("T3", 4, "A"), ("T3", 2, "B")]
+    rows = (
+        [("T1", 4, a) for a in "AABCDDDA"]
+        + [("T2", 2, a) for a in "ABB"]
+        + [("T10", 4, "A")]
+        + [("T3", 4, "A"), ("T3", 2, "B")]
+    )
     ev = _table(rows)
     text = writers.task_distribution_csv(ev, cfg)
     assert text.splitlines() == [
@@ -284,8 +371,13 @@ def test_eval_levels_are_files_of_their_own_and_validated(tmp_path):
 
     cfg = make_cfg()
     l2_unit = "task_0001_user_0001_scene_0001_cfg_0002"
-    items = make_items().with_columns(eval_level=pl.when(pl.col("split") != "eval").then(None)
-                                      .when(pl.col("unit_id") == l2_unit).then(pl.lit("L2")).otherwise(pl.lit("L1")))
+    items = make_items().with_columns(
+        eval_level=pl.when(pl.col("split") != "eval")
+        .then(None)
+        .when(pl.col("unit_id") == l2_unit)
+        .then(pl.lit("L2"))
+        .otherwise(pl.lit("L1"))
+    )
     ev, sft, _ = build(tmp_path / "rel", cfg, items)
     files, lf = writers.file_names(cfg), writers.level_file_names(cfg, "L2")
     main = pl.read_parquet(tmp_path / "rel" / files["eval_parquet"])

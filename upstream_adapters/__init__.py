@@ -55,9 +55,11 @@ def get_adapter(slug: str, input_limits=None, **options):
     valid = _option_names(adapter)
     unknown = sorted(set(options) - valid) if valid is not None else []
     if unknown:
-        raise AdapterOptionError(f"{slug}: unknown adapter option(s) {', '.join(unknown)}; valid options: "
-                                 f"{', '.join(sorted(valid)) or '(none)'} (sources.{slug}.adapter in "
-                                 "configs/sources.yaml, or --option KEY=VALUE)")
+        raise AdapterOptionError(
+            f"{slug}: unknown adapter option(s) {', '.join(unknown)}; valid options: "
+            f"{', '.join(sorted(valid)) or '(none)'} (sources.{slug}.adapter in "
+            "configs/sources.yaml, or --option KEY=VALUE)"
+        )
     adapter = adapter(**options)
     if input_limits is not None:
         from .storage.limits import InputLimits
@@ -96,13 +98,24 @@ def _without_imports(code: str) -> str:
     """Python source without its import statements (every line of each, wherever it stands)."""
     import ast
 
-    drop = {i for node in ast.walk(ast.parse(code)) if isinstance(node, (ast.Import, ast.ImportFrom))
-            for i in range(node.lineno - 1, node.end_lineno)}
+    drop = {
+        i
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for i in range(node.lineno - 1, node.end_lineno)
+    }
     return "".join(line for i, line in enumerate(code.splitlines(keepends=True)) if i not in drop)
 
 
-def write_samples(slug: str, out_dir, scale: str = "demo", seed: int = 0, encoder_timeout_s: float | None = None,
-                  encoder_attempts: int | None = None, **layout) -> None:
+def write_samples(
+    slug: str,
+    out_dir,
+    scale: str = "demo",
+    seed: int = 0,
+    encoder_timeout_s: float | None = None,
+    encoder_attempts: int | None = None,
+    **layout,
+) -> None:
     """Write the sample corpus of `slug` into `out_dir` (the source root), in the source's real layout; `layout`
     holds the generator's layout options (e.g. layout="flat" for REASSEMBLE, as_archive=True for RH20T).
     encoder_timeout_s / encoder_attempts: limits of every video encode (configs/build.yaml build.samples)."""

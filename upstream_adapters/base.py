@@ -69,8 +69,9 @@ class SourceAdapter(abc.ABC):
         """The unit's IR; UnitError(reason, file) when it cannot be read."""
 
     @abc.abstractmethod
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int],
-                    decoder: str = "auto", threads: int = 1) -> dict[int, np.ndarray]:
+    def read_frames(
+        self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto", threads: int = 1
+    ) -> dict[int, np.ndarray]:
         """{index: HxWx3 RGB uint8} for exactly `indices`; UnitError if one does not decode."""
 
     @abc.abstractmethod
@@ -164,8 +165,9 @@ def read_metadata_bytes(root: Path, rel: str, max_bytes: int = MAX_METADATA_BYTE
     if not _stat.S_ISREG(st.st_mode):
         raise UnitError("not a regular file", file=rel)
     if st.st_size > max_bytes:
-        raise UnitError(f"metadata file is {st.st_size} bytes, over input_limits.max_metadata_bytes "
-                        f"({max_bytes})", file=rel)
+        raise UnitError(
+            f"metadata file is {st.st_size} bytes, over input_limits.max_metadata_bytes ({max_bytes})", file=rel
+        )
     try:
         with open(path, "rb") as fh:
             data = fh.read(max_bytes + 1)
@@ -179,8 +181,10 @@ def load_json(text: str | bytes, file: str | None, limits: InputLimits = InputLi
     max_metadata_bytes long and max_json_depth deep. UnitError(reason, file) naming the bound otherwise (never a
     RecursionError: CPython's parser stops deep nesting with one, caught here)."""
     if len(text) > limits.max_metadata_bytes:
-        raise UnitError(f"JSON text is {len(text)} bytes, over input_limits.max_metadata_bytes "
-                        f"({limits.max_metadata_bytes})", file=file)
+        raise UnitError(
+            f"JSON text is {len(text)} bytes, over input_limits.max_metadata_bytes ({limits.max_metadata_bytes})",
+            file=file,
+        )
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8-sig")
@@ -189,16 +193,16 @@ def load_json(text: str | bytes, file: str | None, limits: InputLimits = InputLi
     try:
         value = json.loads(text)
     except RecursionError:
-        raise UnitError(f"JSON nests deeper than input_limits.max_json_depth ({limits.max_json_depth})",
-                        file=file) from None
+        raise UnitError(
+            f"JSON nests deeper than input_limits.max_json_depth ({limits.max_json_depth})", file=file
+        ) from None
     except ValueError as exc:
         raise UnitError(f"not valid JSON: {exc}", file=file) from None
     depth, level = 0, [value] if isinstance(value, (dict, list)) else []
     while level:  # one nesting level at a time: no recursion however deep the document
         depth += 1
         if depth > limits.max_json_depth:
-            raise UnitError(f"JSON nests deeper than input_limits.max_json_depth ({limits.max_json_depth})",
-                            file=file)
+            raise UnitError(f"JSON nests deeper than input_limits.max_json_depth ({limits.max_json_depth})", file=file)
         level = [v for x in level for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list))]
     return value
 
@@ -210,9 +214,12 @@ def hdf5_check(ds, file: str, limits: InputLimits = InputLimits(), rows: int | N
     if rows is not None and ds.ndim:
         size = size // max(int(ds.shape[0]), 1) * rows
     if size > limits.max_hdf5_dataset_bytes:
-        raise UnitError(f"HDF5 dataset {ds.name!r} declares {size} bytes{'' if rows is None else f' in {rows} rows'} "
-                        f"(shape {tuple(ds.shape)}, {ds.dtype}), over input_limits.max_hdf5_dataset_bytes "
-                        f"({limits.max_hdf5_dataset_bytes}): refused before reading", file=file)
+        raise UnitError(
+            f"HDF5 dataset {ds.name!r} declares {size} bytes{'' if rows is None else f' in {rows} rows'} "
+            f"(shape {tuple(ds.shape)}, {ds.dtype}), over input_limits.max_hdf5_dataset_bytes "
+            f"({limits.max_hdf5_dataset_bytes}): refused before reading",
+            file=file,
+        )
 
 
 def hdf5_read(ds, file: str, limits: InputLimits = InputLimits()):
@@ -238,8 +245,10 @@ def refuse_hdf5_links(h5, file: str) -> None:
             path = f"{prefix}{name}"
             link = group.get(name, getlink=True)
             if isinstance(link, h5py.ExternalLink):
-                raise UnitError(f"HDF5 external link {path!r} (to another file) refused: links inside content "
-                                "are not followed", file=file)
+                raise UnitError(
+                    f"HDF5 external link {path!r} (to another file) refused: links inside content are not followed",
+                    file=file,
+                )
             if isinstance(link, h5py.SoftLink):
                 continue
             obj = group.get(name)
@@ -249,11 +258,14 @@ def refuse_hdf5_links(h5, file: str) -> None:
                     stack.append((f"{path}/", obj))
             elif isinstance(obj, h5py.Dataset):
                 if obj.is_virtual:
-                    raise UnitError(f"HDF5 virtual dataset {path!r} refused: its data may live in other files",
-                                    file=file)
+                    raise UnitError(
+                        f"HDF5 virtual dataset {path!r} refused: its data may live in other files", file=file
+                    )
                 if obj.external:
-                    raise UnitError(f"HDF5 dataset {path!r} with external raw storage refused: its data lives in "
-                                    "other files", file=file)
+                    raise UnitError(
+                        f"HDF5 dataset {path!r} with external raw storage refused: its data lives in other files",
+                        file=file,
+                    )
 
 
 def _hdf5_self_contained(h5) -> bool:
@@ -264,8 +276,7 @@ def _hdf5_self_contained(h5) -> bool:
     from h5py import h5d, h5l, h5o
 
     gid = h5.id
-    if gid.links.visit(lambda _name, info: None if info.type in (h5l.TYPE_HARD, h5l.TYPE_SOFT) else True,
-                       info=True):
+    if gid.links.visit(lambda _name, info: None if info.type in (h5l.TYPE_HARD, h5l.TYPE_SOFT) else True, info=True):
         return False
 
     def outside(name, info):

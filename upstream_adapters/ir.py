@@ -123,12 +123,21 @@ ABSENT_SCHEMA = pa.schema(
 )
 
 # signal channel -> the key of `build.ir_limits` bounding its magnitude
-SIGNAL_LIMITS = {"pos_x": "position_abs_max", "pos_y": "position_abs_max", "pos_z": "position_abs_max",
-                 "speed": "speed_abs_max", "gripper_effort": "gripper_abs_max", "gripper_width": "gripper_abs_max",
-                 "force": "force_abs_max"}
-_FLOAT_COLUMNS = (("frames", ("t_sec", "native_ts")), ("signals", ("t_sec", *SIGNAL_LIMITS)),
-                  ("segments", ("start_sec", "end_sec")))
-_INT64_MAX = 2 ** 63 - 1
+SIGNAL_LIMITS = {
+    "pos_x": "position_abs_max",
+    "pos_y": "position_abs_max",
+    "pos_z": "position_abs_max",
+    "speed": "speed_abs_max",
+    "gripper_effort": "gripper_abs_max",
+    "gripper_width": "gripper_abs_max",
+    "force": "force_abs_max",
+}
+_FLOAT_COLUMNS = (
+    ("frames", ("t_sec", "native_ts")),
+    ("signals", ("t_sec", *SIGNAL_LIMITS)),
+    ("segments", ("start_sec", "end_sec")),
+)
+_INT64_MAX = 2**63 - 1
 INGEST_FIELDS = ("content_hash",)  # units fields the ingest stage fills, not the adapter
 
 TABLES = {"units": UNITS_SCHEMA, "frames": FRAMES_SCHEMA, "signals": SIGNALS_SCHEMA, "segments": SEGMENTS_SCHEMA}
@@ -140,8 +149,10 @@ def empty(schema: pa.Schema) -> pa.Table:
 
 
 # the IR schemas' empty tables, built once (tables are immutable; every GM-100 unit has an empty segments table)
-_EMPTY = {id(s): (s, s.empty_table()) for s in (UNITS_SCHEMA, FRAMES_SCHEMA, SIGNALS_SCHEMA, SEGMENTS_SCHEMA,
-                                                 QUARANTINE_SCHEMA, ABSENT_SCHEMA)}
+_EMPTY = {
+    id(s): (s, s.empty_table())
+    for s in (UNITS_SCHEMA, FRAMES_SCHEMA, SIGNALS_SCHEMA, SEGMENTS_SCHEMA, QUARANTINE_SCHEMA, ABSENT_SCHEMA)
+}
 
 
 @dataclass
@@ -198,8 +209,11 @@ def validate_unit(ir: UnitIR, limits: Mapping | None = None) -> str | None:
         units = pa.Table.from_pylist([ir.unit], schema=UNITS_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError, OverflowError) as exc:
         return f"units row violates schema: {exc}"
-    missing = [f.name for f in UNITS_SCHEMA if (f.name not in ir.unit and f.name not in INGEST_FIELDS)
-               or (not f.nullable and ir.unit[f.name] is None)]
+    missing = [
+        f.name
+        for f in UNITS_SCHEMA
+        if (f.name not in ir.unit and f.name not in INGEST_FIELDS) or (not f.nullable and ir.unit[f.name] is None)
+    ]
     if missing:
         return f"units row lacks required fields {missing}"
     for name, table, schema in (
@@ -250,8 +264,10 @@ def validate_unit(ir: UnitIR, limits: Mapping | None = None) -> str | None:
         repeat = int(repeats[0]) + 1
         return f"primary-camera clock is not strictly increasing (frame {repeat} repeats t_sec={float(t[repeat]):g})"
     if limits is not None and len(t) > 1 and t[-1] - t[0] > limits["duration_max_s"]:
-        return (f"primary-camera clock spans {float(t[-1] - t[0]):.4g} s, more than {limits['duration_max_s']:g} s "
-                "(build.ir_limits.duration_max_s)")
+        return (
+            f"primary-camera clock spans {float(t[-1] - t[0]):.4g} s, more than {limits['duration_max_s']:g} s "
+            "(build.ir_limits.duration_max_s)"
+        )
     arms = set(pc.unique(ir.signals.column("arm")).to_pylist())
     if arms - set(ARMS):
         return f"unknown arm names {sorted(arms - set(ARMS))}"
@@ -312,8 +328,10 @@ def _finite_problem(ir: UnitIR, limits: Mapping | None) -> str | None:
                 continue
             too_big = pc.greater(pc.abs(arr), bound)
             if pc.any(too_big).as_py():
-                return (f"{name}.{col} magnitude {pc.max(pc.abs(arr)).as_py():.4g} exceeds {bound:g} "
-                        f"(build.ir_limits.{key}; first {_first_row(table, too_big)})")
+                return (
+                    f"{name}.{col} magnitude {pc.max(pc.abs(arr)).as_py():.4g} exceeds {bound:g} "
+                    f"(build.ir_limits.{key}; first {_first_row(table, too_big)})"
+                )
     return None
 
 

@@ -71,6 +71,7 @@ def config_part(settings, sections: tuple[str, ...]) -> dict:
         elif slug:
             return without_no_output_keys(head, (value or {}).get(slug), per_source=True)
         return without_no_output_keys(head, value)
+
     return {s: section(s) for s in sections}
 
 

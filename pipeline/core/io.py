@@ -156,8 +156,9 @@ def key_runs(df: pl.DataFrame, keys: list[str]) -> list[tuple]:
     new = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(1)) for k in keys]) | (first == 0)
     starts = df.select(*keys, first.alias("_start"), new.alias("_new")).filter("_new")
     ends = starts.get_column("_start").shift(-1, fill_value=df.height)
-    return list(zip(*(starts.get_column(k).to_list() for k in keys), starts.get_column("_start").to_list(),
-                    ends.to_list()))
+    return list(
+        zip(*(starts.get_column(k).to_list() for k in keys), starts.get_column("_start").to_list(), ends.to_list())
+    )
 
 
 def sorted_by(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -171,6 +172,7 @@ def strict_json(text: str):
     """json.loads that refuses what a reader could take two ways: a key twice in one object (json keeps the last, a
     stricter reader the first or neither); ValueError naming it. A nesting too deep for the parser is a ValueError
     too (never a RecursionError that stops the validator)."""
+
     def pairs(items):
         seen: set = set()
         for key, _ in items:

@@ -1,6 +1,6 @@
 """The path / identity leak scanner shared by the writers, the validator and the asset checks.
 
-    find_path_leaks("see /home/alice/x")              # ["absolute path '/home/alice/x'"]
+find_path_leaks("see /home/alice/x")              # ["absolute path '/home/alice/x'"]
 """
 
 from __future__ import annotations
@@ -14,8 +14,30 @@ import tempfile
 from pathlib import Path
 
 
-_ABS_ROOTS = ("home", "root", "tmp", "work", "Users", "mnt", "media", "data", "scratch", "private", "Volumes", "var",
-              "opt", "srv", "nfs", "gpfs", "lustre", "storage", "workspace", "content", "kaggle", "net")
+_ABS_ROOTS = (
+    "home",
+    "root",
+    "tmp",
+    "work",
+    "Users",
+    "mnt",
+    "media",
+    "data",
+    "scratch",
+    "private",
+    "Volumes",
+    "var",
+    "opt",
+    "srv",
+    "nfs",
+    "gpfs",
+    "lustre",
+    "storage",
+    "workspace",
+    "content",
+    "kaggle",
+    "net",
+)
 _TAIL = r"[^\s\"'`,;)\]}>]*"
 # (description, pattern, characters that must NOT precede the match, whether the char before the match must be a
 # letter that is itself not preceded by a letter/digit (drive letters)). Every pattern starts with a literal so that
@@ -30,8 +52,28 @@ _PATTERNS = (
     ("home-relative path", re.compile(r"~/%s" % _TAIL), set("~_"), False),
 )
 # Account / host names too generic to search for as words (a leak of their home folder is still an absolute path).
-_GENERIC_NAMES = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody", "jovyan", "vscode", "docker",
-                            "localhost", "build", "home", "work", "worker", "main", "test", "default", "node"})
+_GENERIC_NAMES = frozenset(
+    {
+        "root",
+        "user",
+        "admin",
+        "ubuntu",
+        "runner",
+        "nobody",
+        "jovyan",
+        "vscode",
+        "docker",
+        "localhost",
+        "build",
+        "home",
+        "work",
+        "worker",
+        "main",
+        "test",
+        "default",
+        "node",
+    }
+)
 
 
 @functools.lru_cache(maxsize=1)  # the user and host of a process do not change; asked once per text field checked
@@ -69,7 +111,7 @@ def _path_spans(text: str):
                 before = text[i - 2] if i >= 2 else ""
                 if not (prev.isascii() and prev.isalpha()) or (before.isascii() and before.isalnum()):
                     continue
-                yield i - 1, m.end(), f"{what} {text[i - 1:m.end()][:120]!r}"
+                yield i - 1, m.end(), f"{what} {text[i - 1 : m.end()][:120]!r}"
                 continue
             if prev and (prev.isalnum() or prev in (not_before or ())):
                 continue
@@ -114,6 +156,7 @@ def find_path_leaks(text: str, extra_tokens=()) -> list[str]:
         lowered = text.lower()
         for tok in tokens:
             if tok.lower() in lowered and re.search(
-                    r"(?<![A-Za-z0-9])%s(?![A-Za-z0-9])" % re.escape(tok), text, flags=re.IGNORECASE):
+                r"(?<![A-Za-z0-9])%s(?![A-Za-z0-9])" % re.escape(tok), text, flags=re.IGNORECASE
+            ):
                 add(f"user/host name {tok!r}")
     return found

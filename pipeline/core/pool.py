@@ -81,8 +81,9 @@ def _isolated(fn, task, ctx, on_failure):
             return on_failure(task, f"{type(exc).__name__}: {exc}")
 
 
-def run_beside(fn: Callable, task, here: Callable[[], object], mp_context: str | None = "forkserver"
-               ) -> tuple[object, object]:
+def run_beside(
+    fn: Callable, task, here: Callable[[], object], mp_context: str | None = "forkserver"
+) -> tuple[object, object]:
     """`fn(task)` in one worker process while `here()` runs in this process: two pieces of work side by side with no
     third process idling on them (each holds hundreds of MB). Returns (here(), fn(task)); an exception of either,
     or the worker's crash (BrokenProcessPool), is raised once both are over."""
@@ -91,9 +92,15 @@ def run_beside(fn: Callable, task, here: Callable[[], object], mp_context: str |
         return here(), there.result()
 
 
-def run_tasks(fn: Callable, tasks: Iterable, workers: int | None, on_result: Callable[[object], None],
-              on_failure: Callable[[object, str], object], mp_context: str | None = "forkserver",
-              in_flight_per_worker: int = 2) -> None:
+def run_tasks(
+    fn: Callable,
+    tasks: Iterable,
+    workers: int | None,
+    on_result: Callable[[object], None],
+    on_failure: Callable[[object, str], object],
+    mp_context: str | None = "forkserver",
+    in_flight_per_worker: int = 2,
+) -> None:
     n = resolve_workers(workers)
     if not isinstance(tasks, (list, tuple)):
         tasks = list(tasks) if n == 1 else tasks

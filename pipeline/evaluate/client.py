@@ -41,6 +41,7 @@ class Outcome:
 @dataclass
 class Stats:
     """Counters the progress bar and the closing summary show (one event loop: no locks needed)."""
+
     done: int = 0
     failed: int = 0
     retrying: int = 0
@@ -73,8 +74,12 @@ def build_payload(item: EvalItem, image_urls: list[str], opts: ClientOptions) ->
     """The chat-completion request of an item: one user turn, its images in the release's order, then the prompt."""
     content = [{"type": "image_url", "image_url": {"url": url}} for url in image_urls]
     content.append({"type": "text", "text": item.prompt})
-    payload = {"model": opts.model, "messages": [{"role": "user", "content": content}],
-               "max_tokens": opts.max_tokens, "temperature": opts.temperature}
+    payload = {
+        "model": opts.model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": opts.max_tokens,
+        "temperature": opts.temperature,
+    }
     if opts.seed is not None:
         payload["seed"] = opts.seed
     return payload
@@ -127,8 +132,9 @@ def parse_completion(resp: httpx.Response) -> tuple[str, dict | None, str | None
     return ("" if text is None else str(text)), usage, choice.get("finish_reason")
 
 
-async def _attempt(client: httpx.AsyncClient, url: str, payload: dict, opts: ClientOptions,
-                   auth: dict[str, str]) -> tuple[str, dict | None, str | None]:
+async def _attempt(
+    client: httpx.AsyncClient, url: str, payload: dict, opts: ClientOptions, auth: dict[str, str]
+) -> tuple[str, dict | None, str | None]:
     try:
         async with asyncio.timeout(opts.timeout_s):  # the whole exchange, not only each read
             resp = await client.post(url, json=payload, headers=auth)
@@ -146,15 +152,22 @@ async def _attempt(client: httpx.AsyncClient, url: str, payload: dict, opts: Cli
 
 def backoff_s(n: int, opts: ClientOptions, wait_hint: float | None, rng: random.Random) -> float:
     """Delay before retry n (0-based): the upper half of backoff * 2**n at random, capped; at least Retry-After."""
-    cap = min(opts.backoff_max_s, opts.backoff_s * (2 ** n))
+    cap = min(opts.backoff_max_s, opts.backoff_s * (2**n))
     delay = cap / 2 + rng.uniform(0, cap / 2)
     if wait_hint is not None:
         delay = max(delay, min(wait_hint, opts.retry_after_max_s))
     return delay
 
 
-async def ask(client: httpx.AsyncClient, url: str, payload: dict, opts: ClientOptions, stats: Stats,
-              api_key: str | None = None, rng: random.Random | None = None) -> Outcome:
+async def ask(
+    client: httpx.AsyncClient,
+    url: str,
+    payload: dict,
+    opts: ClientOptions,
+    stats: Stats,
+    api_key: str | None = None,
+    rng: random.Random | None = None,
+) -> Outcome:
     """Send one request until it is answered, fails for good, or the retries are spent. Never raises for the item's
     own failure (the Outcome says it); cancellation propagates."""
     rng = rng or random.Random()
@@ -193,14 +206,20 @@ def preflight_reason(outcome: Outcome, base_url: str, key_env: str, has_key: boo
     err = outcome.error or ""
     hints = []
     if "HTTP 401" in err or "HTTP 403" in err:
-        hints.append(f"the endpoint refused the credentials: set {key_env}" + (" (it is set: is it the right key?)"
-                                                                                if has_key else " (it is not set)"))
+        hints.append(
+            f"the endpoint refused the credentials: set {key_env}"
+            + (" (it is set: is it the right key?)" if has_key else " (it is not set)")
+        )
     elif "HTTP 404" in err:
-        hints.append(f"no chat-completions route at {completions_url(base_url)} or an unknown --model "
-                     f"(does --base-url end in /v1?)")
+        hints.append(
+            f"no chat-completions route at {completions_url(base_url)} or an unknown --model "
+            f"(does --base-url end in /v1?)"
+        )
     elif "HTTP 400" in err or "HTTP 422" in err:
-        hints.append("the endpoint rejected the request: a text-only model, or a server started without image "
-                     "support / a lower image limit per prompt than this item has (vLLM: --limit-mm-per-prompt)")
+        hints.append(
+            "the endpoint rejected the request: a text-only model, or a server started without image "
+            "support / a lower image limit per prompt than this item has (vLLM: --limit-mm-per-prompt)"
+        )
     elif "connection" in err:
         hints.append(f"cannot reach {base_url}: is the server up and the address right?")
     elif "no answer within" in err:

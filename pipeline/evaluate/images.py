@@ -27,8 +27,9 @@ class ImageError(Exception):
     """An item's images cannot be sent (missing file, undecodable, pixels differ from the release)."""
 
 
-def load_item_images(item: EvalItem, images_dir: Path, max_side: int | None = None,
-                     png_compression: int = 1) -> list[str]:
+def load_item_images(
+    item: EvalItem, images_dir: Path, max_side: int | None = None, png_compression: int = 1
+) -> list[str]:
     """The item's images as `data:image/png;base64,...` URLs, in the release's order."""
     urls = []
     for k, rel in enumerate(item.images):
@@ -36,19 +37,25 @@ def load_item_images(item: EvalItem, images_dir: Path, max_side: int | None = No
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise ImageError(f"item {item.item_id}: image {k} missing ({rel} under --images; run `processbench "
-                             f"reconstruct` for its source or pass --upstream)") from None
+            raise ImageError(
+                f"item {item.item_id}: image {k} missing ({rel} under --images; run `processbench "
+                f"reconstruct` for its source or pass --upstream)"
+            ) from None
         try:
             img = decode_png(data)
         except ValueError as exc:
             raise ImageError(f"item {item.item_id}: image {k} ({rel}) cannot be decoded: {exc}") from None
         if item.image_hashes is not None:
             if len(item.image_hashes) != len(item.images):
-                raise ImageError(f"item {item.item_id}: {len(item.images)} images, "
-                                 f"{len(item.image_hashes)} hashes in the release row")
+                raise ImageError(
+                    f"item {item.item_id}: {len(item.images)} images, "
+                    f"{len(item.image_hashes)} hashes in the release row"
+                )
             if image_hashes([img])[0] != item.image_hashes[k]:
-                raise ImageError(f"item {item.item_id}: image {k} ({rel}) differs from the release (pixel sha256): "
-                                 f"rebuilt from other upstream data or another release")
+                raise ImageError(
+                    f"item {item.item_id}: image {k} ({rel}) differs from the release (pixel sha256): "
+                    f"rebuilt from other upstream data or another release"
+                )
         if max_side:
             small = apply_size_policy(img, {"max_side": int(max_side)})
             if small.shape != img.shape:
@@ -57,8 +64,9 @@ def load_item_images(item: EvalItem, images_dir: Path, max_side: int | None = No
     return urls
 
 
-def reconstruct_for(items: list[EvalItem], release_dir: Path, upstream: dict[str, Path], cfg: Settings,
-                    out_dir: Path, progress=None) -> tuple[Path, dict]:
+def reconstruct_for(
+    items: list[EvalItem], release_dir: Path, upstream: dict[str, Path], cfg: Settings, out_dir: Path, progress=None
+) -> tuple[Path, dict]:
     """Reconstruct (and hash-verify) the images of `items` from the upstream folders into `out_dir`, by the code of
     `processbench reconstruct`. Returns (the images folder to read, the reconstruction report). Items of sources not
     given, or whose frames cannot be rebuilt, have no images there: the run records them as failed with the reason."""
@@ -68,6 +76,7 @@ def reconstruct_for(items: list[EvalItem], release_dir: Path, upstream: dict[str
 
     ids = {base_id(it.item_id) for it in items}  # a CircularEval copy shows its item's images
     sources = sorted({it.source for it in items} & set(upstream))
-    report = reconstruct(Path(release_dir), upstream, cfg, Path(out_dir), sources=sources, item_ids=ids,
-                         progress=progress)
+    report = reconstruct(
+        Path(release_dir), upstream, cfg, Path(out_dir), sources=sources, item_ids=ids, progress=progress
+    )
     return Path(out_dir), report

@@ -28,7 +28,7 @@ class EvalItem:
     task_id: str
     source: str
     prompt: str
-    images: tuple[str, ...]            # relative to the --images folder (images/<item_id>_<k>.png)
+    images: tuple[str, ...]  # relative to the --images folder (images/<item_id>_<k>.png)
     image_hashes: tuple[str, ...] | None  # pixel sha256 per image (image_hashes_json), None when the row has none
     prompt_version: str
 
@@ -37,8 +37,15 @@ def _split_list(arg: str | None) -> list[str]:
     return [x.strip() for x in (arg or "").split(",") if x.strip()]
 
 
-def load_items(release_dir: Path, cfg: Settings, levels: str | None = None, families: str | None = None,
-               sources: str | None = None, limit: int | None = None, circular: bool = False) -> list[EvalItem]:
+def load_items(
+    release_dir: Path,
+    cfg: Settings,
+    levels: str | None = None,
+    families: str | None = None,
+    sources: str | None = None,
+    limit: int | None = None,
+    circular: bool = False,
+) -> list[EvalItem]:
     """The selected eval items, sorted by item id (`limit`: the first N of them). Unknown levels, families or sources
     are errors (ValueError naming what exists), never an empty run."""
     release_dir = Path(release_dir)
@@ -80,9 +87,18 @@ def load_items(release_dir: Path, cfg: Settings, levels: str | None = None, fami
     for m in model_rows(df.drop("_level"), cfg):
         r = m.row
         hashes = json.loads(r["image_hashes_json"]) if r.get("image_hashes_json") else None
-        out.append(EvalItem(r["copy_id"] if circular else r["item_id"], level_of[r["item_id"]], r["task_id"],
-                            r["source_slug"], m.prompt, tuple(m.images),
-                            tuple(hashes) if hashes is not None else None, str(r["prompt_version"])))
+        out.append(
+            EvalItem(
+                r["copy_id"] if circular else r["item_id"],
+                level_of[r["item_id"]],
+                r["task_id"],
+                r["source_slug"],
+                m.prompt,
+                tuple(m.images),
+                tuple(hashes) if hashes is not None else None,
+                str(r["prompt_version"]),
+            )
+        )
     return out
 
 
@@ -92,5 +108,7 @@ def check_prompt_version(items: list[EvalItem], cfg: Settings) -> None:
     ours = cfg.release.prompt_version
     theirs = sorted({it.prompt_version for it in items})
     if theirs and theirs != [ours]:
-        raise ValueError(f"the release's prompt_version is {theirs}, this code builds prompts of {ours!r}: use the "
-                         f"processbench version that built the release")
+        raise ValueError(
+            f"the release's prompt_version is {theirs}, this code builds prompts of {ours!r}: use the "
+            f"processbench version that built the release"
+        )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 @dataclass
 class ClientOptions:
     """The knobs of the requests (the CLI's flags; these are their defaults)."""
+
     base_url: str = "http://127.0.0.1:8000/v1"
     model: str = ""
     max_tokens: int = 1024

@@ -66,17 +66,30 @@ class EvalOptions:
 
 def item_key(item: EvalItem, opts: EvalOptions) -> tuple:
     """(item id, model, prompt version, request hash): the response store's key of an item's request."""
-    content = {"prompt_sha256": hashlib.sha256(item.prompt.encode()).hexdigest(),
-               "images": list(item.image_hashes) if item.image_hashes is not None else list(item.images),
-               "image_max_side": opts.image_max_side, **opts.client.request_params()}
+    content = {
+        "prompt_sha256": hashlib.sha256(item.prompt.encode()).hexdigest(),
+        "images": list(item.image_hashes) if item.image_hashes is not None else list(item.images),
+        "image_max_side": opts.image_max_side,
+        **opts.client.request_params(),
+    }
     return item.item_id, opts.client.model, item.prompt_version, request_hash(content)
 
 
 def _record(key: tuple, item: EvalItem, outcome: Outcome) -> dict:
-    return {"item_id": key[0], "model": key[1], "prompt_version": key[2], "request_hash": key[3],
-            "level": item.level, "status": "ok" if outcome.error is None else "failed",
-            "response": outcome.response, "usage": outcome.usage, "latency_s": outcome.latency_s,
-            "attempts": outcome.attempts, "error": outcome.error, "finish_reason": outcome.finish_reason}
+    return {
+        "item_id": key[0],
+        "model": key[1],
+        "prompt_version": key[2],
+        "request_hash": key[3],
+        "level": item.level,
+        "status": "ok" if outcome.error is None else "failed",
+        "response": outcome.response,
+        "usage": outcome.usage,
+        "latency_s": outcome.latency_s,
+        "attempts": outcome.attempts,
+        "error": outcome.error,
+        "finish_reason": outcome.finish_reason,
+    }
 
 
 class _Runner:
@@ -103,8 +116,9 @@ class _Runner:
             log.error("item %s failed: %s", item.item_id, outcome.error)
         if self.bar is not None:
             self.bar.update(1)
-            self.bar.set_postfix(done=self.stats.done, failed=self.stats.failed, retrying=self.stats.retrying,
-                                 refresh=False)
+            self.bar.set_postfix(
+                done=self.stats.done, failed=self.stats.failed, retrying=self.stats.retrying, refresh=False
+            )
         return outcome
 
     async def run(self, todo: list[tuple[EvalItem, tuple]]) -> None:
@@ -120,8 +134,11 @@ class _Runner:
                 if outcome.attempts == 0:  # no request was sent (its images failed): the next item is the preflight
                     continue
                 if outcome.error is not None:
-                    raise PreflightError(preflight_reason(outcome, self.opts.client.base_url,
-                                                          self.opts.api_key_env, self.api_key is not None))
+                    raise PreflightError(
+                        preflight_reason(
+                            outcome, self.opts.client.base_url, self.opts.api_key_env, self.api_key is not None
+                        )
+                    )
                 break
 
             async def worker() -> None:
@@ -160,13 +177,20 @@ def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
         cached = len(items) - len(todo)
         images_dir = opts.images
         if todo and opts.upstream:
-            images_dir, report = reconstruct_for([it for it, _ in todo], opts.release, opts.upstream, cfg,
-                                                 out / RECONSTRUCTED_DIR, progress=opts.progress or None)
+            images_dir, report = reconstruct_for(
+                [it for it, _ in todo],
+                opts.release,
+                opts.upstream,
+                cfg,
+                out / RECONSTRUCTED_DIR,
+                progress=opts.progress or None,
+            )
         if todo and images_dir is None:
             raise ValueError("give --images DIR (the folder `processbench reconstruct --out` wrote) or --upstream")
         bar = None
         if todo and opts.progress:
             from tqdm import tqdm
+
             bar = tqdm(total=len(todo), desc=f"eval {opts.client.model}", unit="item")
         try:
             if todo:
@@ -176,18 +200,28 @@ def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
         finally:
             if bar is not None:
                 bar.close()
-        rows = [prediction_row(it.item_id, store.get(k) or store.failed.get(k), opts.client.model)
-                for it, k in zip(items, keys)]
+        rows = [
+            prediction_row(it.item_id, store.get(k) or store.failed.get(k), opts.client.model)
+            for it, k in zip(items, keys)
+        ]
     pred_path = write_predictions(out, rows)
     answered = sum(1 for r in rows if r["error"] is None)
     summary = {
-        "model": opts.client.model, "items": len(items), "answered": answered, "failed": len(items) - answered,
-        "from_store": cached, "asked": len(todo) if not interrupted else stats.done + stats.failed,
-        "requests": stats.requests, "retries": stats.retries, "tokens_in": stats.tokens_in,
-        "tokens_out": stats.tokens_out, "latency_s": _percentiles(stats.latencies),
-        "wall_s": round(time.perf_counter() - t0, 3), "complete": answered == len(items) and not interrupted,
-        "interrupted": interrupted, "failures": [{"item_id": r["item_id"], "error": r["error"]}
-                                                 for r in rows if r["error"] is not None][:50],
+        "model": opts.client.model,
+        "items": len(items),
+        "answered": answered,
+        "failed": len(items) - answered,
+        "from_store": cached,
+        "asked": len(todo) if not interrupted else stats.done + stats.failed,
+        "requests": stats.requests,
+        "retries": stats.retries,
+        "tokens_in": stats.tokens_in,
+        "tokens_out": stats.tokens_out,
+        "latency_s": _percentiles(stats.latencies),
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "complete": answered == len(items) and not interrupted,
+        "interrupted": interrupted,
+        "failures": [{"item_id": r["item_id"], "error": r["error"]} for r in rows if r["error"] is not None][:50],
         "predictions": pred_path.name,
     }
     if opts.score and not interrupted:
@@ -204,16 +238,20 @@ def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
 
 def summary_text(s: dict) -> str:
     lat = s["latency_s"]
-    lines = [f"items {s['items']}: answered {s['answered']}, failed {s['failed']} "
-             f"({s['from_store']} from the store, {s['asked']} asked); requests {s['requests']}, "
-             f"retries {s['retries']}",
-             f"tokens in {s['tokens_in']}, out {s['tokens_out']}; latency p50 {lat['p50']} s, p90 {lat['p90']} s, "
-             f"p99 {lat['p99']} s; wall {s['wall_s']} s"]
+    lines = [
+        f"items {s['items']}: answered {s['answered']}, failed {s['failed']} "
+        f"({s['from_store']} from the store, {s['asked']} asked); requests {s['requests']}, "
+        f"retries {s['retries']}",
+        f"tokens in {s['tokens_in']}, out {s['tokens_out']}; latency p50 {lat['p50']} s, p90 {lat['p90']} s, "
+        f"p99 {lat['p99']} s; wall {s['wall_s']} s",
+    ]
     for f in s["failures"][:10]:
         lines.append(f"FAILED {f['item_id']}: {f['error']}")
     if s["interrupted"]:
         lines.append("interrupted: every answer so far is kept; run the same command again to resume")
     elif not s["complete"]:
-        lines.append(f"INCOMPLETE: {s['failed']} item(s) without an answer (scored wrong); run the same command "
-                     f"again to retry only them")
+        lines.append(
+            f"INCOMPLETE: {s['failed']} item(s) without an answer (scored wrong); run the same command "
+            f"again to retry only them"
+        )
     return "\n".join(lines)

@@ -61,8 +61,9 @@ class ResponseStore:
                 key = key_of(rec)
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
                 if n == len(lines):  # the last line, unterminated: a write cut short by a kill
-                    log.warning("%s:%d: torn last record ignored (the run was stopped while writing it)",
-                                self.path.name, n)
+                    log.warning(
+                        "%s:%d: torn last record ignored (the run was stopped while writing it)", self.path.name, n
+                    )
                     self._truncate_to(len(data) - len(line))
                     continue
                 raise ValueError(f"{self.path}:{n}: not a response record ({exc})") from None
@@ -86,7 +87,7 @@ class ResponseStore:
         line = (json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         view = memoryview(line)
         while view:  # os.write on a regular file writes it all at once in practice; loop for the contract
-            view = view[os.write(self._fd, view):]
+            view = view[os.write(self._fd, view) :]
         os.fsync(self._fd)
         key = key_of(record)
         if record.get("status") == "ok":
@@ -113,8 +114,15 @@ PREDICTION_FIELDS = ("item_id", "response", "model", "usage", "latency_s", "atte
 def prediction_row(item_id: str, record: dict | None, model: str) -> dict:
     """One predictions.jsonl row: the stored answer, or the failure (response null, error set: scored wrong)."""
     if record is None:
-        return {"item_id": item_id, "response": None, "model": model, "usage": None, "latency_s": None,
-                "attempts": 0, "error": "not run"}
+        return {
+            "item_id": item_id,
+            "response": None,
+            "model": model,
+            "usage": None,
+            "latency_s": None,
+            "attempts": 0,
+            "error": "not run",
+        }
     row = {k: record.get(k) for k in PREDICTION_FIELDS} | {"item_id": item_id, "model": model}
     # nested mappings in key order: a record read back from the store (sorted keys) and one just received (the
     # server's order) give the same bytes
@@ -124,7 +132,9 @@ def prediction_row(item_id: str, record: dict | None, model: str) -> dict:
 def write_predictions(out_dir: Path, rows: list[dict]) -> Path:
     """predictions.jsonl, sorted by item id, written atomically."""
     path = Path(out_dir) / PREDICTIONS_FILE
-    text = "".join(json.dumps({k: r[k] for k in PREDICTION_FIELDS}, ensure_ascii=False, separators=(",", ":")) + "\n"
-                   for r in sorted(rows, key=lambda r: r["item_id"]))
+    text = "".join(
+        json.dumps({k: r[k] for k in PREDICTION_FIELDS}, ensure_ascii=False, separators=(",", ":")) + "\n"
+        for r in sorted(rows, key=lambda r: r["item_id"])
+    )
     io.atomic_write_text(path, text)
     return path

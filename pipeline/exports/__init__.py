@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 class Output:
     """One file of an export: `data` a text or a table (parquet); `rows` the records it holds (0: metadata only);
     `facing`: a table a model may be shown (checked for hidden columns before it is written)."""
+
     rel: str
     data: str | pl.DataFrame
     rows: int = 0
@@ -43,6 +44,7 @@ class Output:
 @dataclass
 class PartRows:
     """One part's rows with their prompts (`common.model_rows`, built once for every export of the part)."""
+
     part: common.Part
     rows: list[common.ModelRow]
     cfg: Settings
@@ -55,6 +57,7 @@ class PartRows:
 @dataclass
 class Run:
     """What the `end` hooks see: the release tables, its parts, the eval parts' rows, the release folder."""
+
     tables: dict[str, pl.DataFrame]
     parts: list[common.Part]
     release_dir: Path
@@ -83,25 +86,32 @@ def _file(key: str) -> Callable[[Settings], str]:
 def _per_part(key: str, text: Callable[[PartRows], str]) -> Callable[[PartRows], Iterator[Output]]:
     def part(p: PartRows) -> Iterator[Output]:
         yield Output(p.part.file(common.export_files(p.cfg)[f"{key}_{p.part.split}"]), text(p), len(p.rows))
+
     return part
 
 
 def _llamafactory_info(run: Run) -> Iterator[Output]:
-    yield Output(common.export_files(run.cfg)["llamafactory_info"],
-                 common.dumps(consumers.llamafactory_info(run.parts, run.cfg)))
+    yield Output(
+        common.export_files(run.cfg)["llamafactory_info"], common.dumps(consumers.llamafactory_info(run.parts, run.cfg))
+    )
 
 
 def _vlmevalkit_part(p: PartRows) -> Iterator[Output]:
     if p.part.split == "eval":  # the harnesses score the eval levels only
-        yield Output(p.part.file(common.export_files(p.cfg)["vlmevalkit_eval"]),
-                     consumers.vlmevalkit_tsv(p.rows, p.cfg), len(p.rows))
+        yield Output(
+            p.part.file(common.export_files(p.cfg)["vlmevalkit_eval"]),
+            consumers.vlmevalkit_tsv(p.rows, p.cfg),
+            len(p.rows),
+        )
 
 
 def _vlmevalkit_circular(run: Run) -> Iterator[Output]:
     rows = [m for _, rows in run.eval_parts for m in rows]
-    yield Output(common.export_files(run.cfg)["vlmevalkit_circular"],
-                 consumers.vlmevalkit_tsv(rows, run.cfg, circular=True),
-                 sum(len(common.options(m.row)) for m in rows))
+    yield Output(
+        common.export_files(run.cfg)["vlmevalkit_circular"],
+        consumers.vlmevalkit_tsv(rows, run.cfg, circular=True),
+        sum(len(common.options(m.row)) for m in rows),
+    )
 
 
 def _lmms_eval(run: Run) -> Iterator[Output]:
@@ -139,24 +149,41 @@ def _croissant(run: Run) -> Iterator[Output]:
 
 
 EXPORTERS: dict[str, Exporter] = {
-    "llamafactory": Exporter("LLaMA-Factory sharegpt jsonl per part and its dataset_info.json",
-                             _file("llamafactory_info"), _per_part("llamafactory", lambda p: p.messages),
-                             _llamafactory_info),
-    "ms_swift": Exporter("ms-swift messages + images jsonl per part", _file("swift_sft"),
-                         _per_part("swift", lambda p: p.messages)),
-    "grpo": Exporter("GRPO jsonl (TRL GRPOTrainer) per part", _file("grpo_sft"),
-                     _per_part("grpo", lambda p: common.jsonl(consumers.grpo_rows(p.rows)))),
-    "vlmevalkit": Exporter("VLMEvalKit MCQ TSV per eval level and its circular copy", _file("vlmevalkit_eval"),
-                           _vlmevalkit_part, _vlmevalkit_circular),
-    "lmms_eval": Exporter("lmms-eval task folder: a task per eval level and family, groups, a circular task",
-                          lambda cfg: f"{common.export_files(cfg)['lmms_eval_dir']}/{lmms.TEMPLATE}",
-                          end=_lmms_eval),
-    "visualprocessbench": Exporter("VisualProcessBench jsonl of the T13 step track per eval level and SFT (none "
-                                   "when the release has no step files)", _file("visualprocessbench_eval"),
-                                   end=_visualprocessbench),
+    "llamafactory": Exporter(
+        "LLaMA-Factory sharegpt jsonl per part and its dataset_info.json",
+        _file("llamafactory_info"),
+        _per_part("llamafactory", lambda p: p.messages),
+        _llamafactory_info,
+    ),
+    "ms_swift": Exporter(
+        "ms-swift messages + images jsonl per part", _file("swift_sft"), _per_part("swift", lambda p: p.messages)
+    ),
+    "grpo": Exporter(
+        "GRPO jsonl (TRL GRPOTrainer) per part",
+        _file("grpo_sft"),
+        _per_part("grpo", lambda p: common.jsonl(consumers.grpo_rows(p.rows))),
+    ),
+    "vlmevalkit": Exporter(
+        "VLMEvalKit MCQ TSV per eval level and its circular copy",
+        _file("vlmevalkit_eval"),
+        _vlmevalkit_part,
+        _vlmevalkit_circular,
+    ),
+    "lmms_eval": Exporter(
+        "lmms-eval task folder: a task per eval level and family, groups, a circular task",
+        lambda cfg: f"{common.export_files(cfg)['lmms_eval_dir']}/{lmms.TEMPLATE}",
+        end=_lmms_eval,
+    ),
+    "visualprocessbench": Exporter(
+        "VisualProcessBench jsonl of the T13 step track per eval level and SFT (none "
+        "when the release has no step files)",
+        _file("visualprocessbench_eval"),
+        end=_visualprocessbench,
+    ),
     "hf_card": Exporter("Hugging Face dataset card and its parquet configs", _file("card"), end=_card),
-    "croissant": Exporter("Croissant metadata of the release tables", _file("croissant"), end=_croissant,
-                          reads_release=True),
+    "croissant": Exporter(
+        "Croissant metadata of the release tables", _file("croissant"), end=_croissant, reads_release=True
+    ),
 }
 
 
@@ -178,8 +205,9 @@ def export_outputs(run: Run) -> Iterator[tuple[str, Output]]:
             yield from ((name, out) for out in ex.end(run))
 
 
-def write_exports(release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame, cfg: Settings,
-                  checksums: bool = True) -> dict[str, dict]:
+def write_exports(
+    release_dir: Path, eval_df: pl.DataFrame, sft_df: pl.DataFrame, cfg: Settings, checksums: bool = True
+) -> dict[str, dict]:
     """Write every export into the release folder (and re-write checksums.sha256); returns {export: {"files",
     "rows"}}. A text with a path or identity leak is not written, and the call raises once the others are (the
     release stage writes into a staging folder that a failed step discards)."""

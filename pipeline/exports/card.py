@@ -25,10 +25,27 @@ from pipeline.exports import common
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
-_DTYPES = {pl.Utf8: "string", pl.String: "string", pl.Int64: "int64", pl.Int32: "int32", pl.Boolean: "bool",
-           pl.Float64: "float64", pl.Float32: "float32", pl.Int8: "int8", pl.Int16: "int16"}
-_ARROW = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "bool": pa.bool_(),
-          "float64": pa.float64(), "float32": pa.float32(), "int8": pa.int8(), "int16": pa.int16()}
+_DTYPES = {
+    pl.Utf8: "string",
+    pl.String: "string",
+    pl.Int64: "int64",
+    pl.Int32: "int32",
+    pl.Boolean: "bool",
+    pl.Float64: "float64",
+    pl.Float32: "float32",
+    pl.Int8: "int8",
+    pl.Int16: "int16",
+}
+_ARROW = {
+    "string": pa.string(),
+    "int64": pa.int64(),
+    "int32": pa.int32(),
+    "bool": pa.bool_(),
+    "float64": pa.float64(),
+    "float32": pa.float32(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+}
 RECONSTRUCTION_CONFIG = "reconstruction"
 
 
@@ -74,8 +91,9 @@ def config_tables(tables: dict[str, pl.DataFrame], cfg: Settings) -> dict[str, d
     hf_dir = cfg.exports.dir + "/hf"
     parts = common.parts(tables, cfg)
     facing = {p.name: common.model_facing_table(p.df, cfg) for p in parts}
-    configs: dict[str, dict] = {"default": {p.name: (f"{hf_dir}/default/{p.name}.parquet", facing[p.name])
-                                            for p in parts}}
+    configs: dict[str, dict] = {
+        "default": {p.name: (f"{hf_dir}/default/{p.name}.parquet", facing[p.name]) for p in parts}
+    }
     both = pl.concat([tables[s] for s in writers.SPLITS])
     tasks = sorted(both["task_id"].unique().to_list(), key=writers.task_number)
     for col, values, kind in (("task_id", tasks, "task"), ("source_slug", writers.source_order(cfg), "source")):
@@ -88,8 +106,9 @@ def config_tables(tables: dict[str, pl.DataFrame], cfg: Settings) -> dict[str, d
                     splits[p.name] = (f"{hf_dir}/{name}/{p.name}.parquet", part)
             if splits:
                 configs[name] = splits
-    configs[RECONSTRUCTION_CONFIG] = {p.name: (f"{hf_dir}/{RECONSTRUCTION_CONFIG}/{p.name}.parquet",
-                                               common.reconstruction_table(p.df)) for p in parts}
+    configs[RECONSTRUCTION_CONFIG] = {
+        p.name: (f"{hf_dir}/{RECONSTRUCTION_CONFIG}/{p.name}.parquet", common.reconstruction_table(p.df)) for p in parts
+    }
     return configs
 
 
@@ -103,14 +122,28 @@ def model_facing_configs(configs: dict) -> list[str]:
 def front_matter(configs: dict, cfg: Settings) -> dict:
     ec = cfg.exports
     n = sum(df.height for _, df in configs["default"].values())
-    size = next(c for lim, c in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
-                                 (1_000_000, "100K<n<1M")) if n < lim) if n < 1_000_000 else "n>1M"
+    size = (
+        next(
+            c
+            for lim, c in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))
+            if n < lim
+        )
+        if n < 1_000_000
+        else "n>1M"
+    )
     info = []
     for name, splits in configs.items():
-        splits_info = [{"name": hs, "num_bytes": num_bytes(df), "num_examples": df.height}
-                       for hs, (_, df) in splits.items()]
-        info.append({"config_name": name, "features": features(next(iter(splits.values()))[1]),
-                     "splits": splits_info, "dataset_size": sum(s["num_bytes"] for s in splits_info)})
+        splits_info = [
+            {"name": hs, "num_bytes": num_bytes(df), "num_examples": df.height} for hs, (_, df) in splits.items()
+        ]
+        info.append(
+            {
+                "config_name": name,
+                "features": features(next(iter(splits.values()))[1]),
+                "splits": splits_info,
+                "dataset_size": sum(s["num_bytes"] for s in splits_info),
+            }
+        )
     return {
         "pretty_name": ec.pretty_name,
         "license": "other",
@@ -120,9 +153,14 @@ def front_matter(configs: dict, cfg: Settings) -> dict:
         "task_categories": ["visual-question-answering"],
         "tags": ["robotics", "manipulation", "multiple-choice", "benchmark"],
         "size_categories": [size],
-        "configs": [{"config_name": name, **({"default": True} if name == "default" else {}),
-                     "data_files": [{"split": hs, "path": rel} for hs, (rel, _) in splits.items()]}
-                    for name, splits in configs.items()],
+        "configs": [
+            {
+                "config_name": name,
+                **({"default": True} if name == "default" else {}),
+                "data_files": [{"split": hs, "path": rel} for hs, (rel, _) in splits.items()],
+            }
+            for name, splits in configs.items()
+        ],
         "dataset_info": info,
     }
 
@@ -152,22 +190,39 @@ def card_markdown(tables: dict[str, pl.DataFrame], cfg: Settings, configs: dict 
         return df.filter(pl.col(col) == v).height
 
     names = [p.name for p in parts]
-    task_rows = [[t, tnames.get(t, t), *(count(p.df, "task_id", t) for p in parts),
-                  ", ".join(snames[s] for s in writers.source_order(cfg)
-                            if both.filter((pl.col("task_id") == t) & (pl.col("source_slug") == s)).height)]
-                 for t in tasks]
-    src_rows = [[snames[s], *(count(p.df, "source_slug", s) for p in parts), ec.licences.get(s, "")]
-                for s in writers.source_order(cfg)]
+    task_rows = [
+        [
+            t,
+            tnames.get(t, t),
+            *(count(p.df, "task_id", t) for p in parts),
+            ", ".join(
+                snames[s]
+                for s in writers.source_order(cfg)
+                if both.filter((pl.col("task_id") == t) & (pl.col("source_slug") == s)).height
+            ),
+        ]
+        for t in tasks
+    ]
+    src_rows = [
+        [snames[s], *(count(p.df, "source_slug", s) for p in parts), ec.licences.get(s, "")]
+        for s in writers.source_order(cfg)
+    ]
     split_lines = "\n".join(
         f"- `{p.name}` ({p.df.height} items, `{p.file(files[f'{p.split}_parquet'])}`): "
         + ("fine-tuning" if p.split == "sft" else _LEVEL_TEXT.get(p.level or "", "evaluation"))
-        for p in parts)
+        for p in parts
+    )
     xfile = {k: ", ".join(f"`{p.file(xf[k])}`" for p in parts if p.split == "eval") for k in xf}
     frames = ec.images_prefix
     head = yaml.safe_dump(front_matter(configs, cfg), sort_keys=False, allow_unicode=True, width=1000)
-    warning_text = ("\n## Build warnings\n\nStatistics this corpus could not meet (recorded in "
-                    "`metadata/provenance.json`; what the release holds is right):\n\n"
-                    + "".join(f"- {w}\n" for w in warnings)) if warnings else ""
+    warning_text = (
+        (
+            "\n## Build warnings\n\nStatistics this corpus could not meet (recorded in "
+            "`metadata/provenance.json`; what the release holds is right):\n\n" + "".join(f"- {w}\n" for w in warnings)
+        )
+        if warnings
+        else ""
+    )
     body = f"""# {ec.pretty_name}
 
 {ec.intended_use}
@@ -220,22 +275,22 @@ also counts; anything else is wrong and counted invalid.
 One file per eval level ({", ".join(f"`{p.name}`" for p in parts if p.split == "eval")}; L1 keeps the plain name,
 other levels add `_<level>`) and one for SFT, each holding only the model-facing columns above:
 
-- LLaMA-Factory: `{xf['llamafactory_info']}` (sharegpt `messages` + `images`, one entry per split; set
+- LLaMA-Factory: `{xf["llamafactory_info"]}` (sharegpt `messages` + `images`, one entry per split; set
   `dataset_dir` to that folder and `media_dir` to `FRAMES`).
-- ms-swift: {xfile['swift_eval']}, `{xf['swift_sft']}` (`messages` + `images`); swift resolves the relative
+- ms-swift: {xfile["swift_eval"]}, `{xf["swift_sft"]}` (`messages` + `images`); swift resolves the relative
   image paths against `ROOT_IMAGE_DIR`: run it with `ROOT_IMAGE_DIR=FRAMES`.
-- VLMEvalKit: {xfile['vlmevalkit_eval']} (custom MCQ TSV: `index`, `image_path`, the plain `question`, options
+- VLMEvalKit: {xfile["vlmevalkit_eval"]} (custom MCQ TSV: `index`, `image_path`, the plain `question`, options
   `A` ... `F`, `answer`, `category` = family, `l2-category` = source; VLMEvalKit writes its own prompt). Put the
   TSV in VLMEvalKit's data folder (`LMUData`) with the images beside it (`FRAMES/{frames}` copied or linked) and run
   `python run.py --data ProcessBench --model MODEL --judge exact_matching` (without `--judge exact_matching`
   VLMEvalKit falls back to a paid API judge when its heuristics fail).
-- VLMEvalKit CircularEval: `{xf['vlmevalkit_circular']}`: every eval item once per rotation of its options
+- VLMEvalKit CircularEval: `{xf["vlmevalkit_circular"]}`: every eval item once per rotation of its options
   (copy k shows option j+k at position j; `index` = item index + k x 1,000,000, as MMBench's circular files).
   VLMEvalKit evaluates a dataset named `*_circular` circularly: an item counts only if every copy is right.
-- lmms-eval: `{xf['lmms_eval_dir']}/` (one task per level and family, one group per level with its aggregate,
+- lmms-eval: `{xf["lmms_eval_dir"]}/` (one task per level and family, one group per level with its aggregate,
   `processbench` over all levels, `processbench_circular`; intervals clustered by `split_group_id`); run from this
-  folder with `PROCESSBENCH_FRAMES=FRAMES` and `--include_path {xf['lmms_eval_dir']}`.
-- GRPO (TRL `GRPOTrainer`): {xfile['grpo_eval']}, `{xf['grpo_sft']}`: a conversational `prompt` (one
+  folder with `PROCESSBENCH_FRAMES=FRAMES` and `--include_path {xf["lmms_eval_dir"]}`.
+- GRPO (TRL `GRPOTrainer`): {xfile["grpo_eval"]}, `{xf["grpo_sft"]}`: a conversational `prompt` (one
   `{{"type": "image"}}` per image, then the text), `images` (paths under `FRAMES`: load them as images, e.g.
   `dataset.cast_column("images", Sequence(Image()))` after prefixing `FRAMES/`) and `solution` =
   `<answer>X</answer>`, which the open-r1 / SEED-Bench-R1 accuracy reward reads as its ground truth. Their reward
@@ -254,7 +309,7 @@ Write one jsonl row `{{"item_id": ..., "response": ...}}` per eval item, then
 
 `metrics.json` reports accuracy overall, per family, per source and per level, with random, label-prior and
 majority baselines and 95 % bootstrap intervals resampled by `split_group_id`. CircularEval: answer every row of
-`{xf['vlmevalkit_circular']}` (jsonl rows `{{"item_id": "<item_id>.c<k>", "response": ...}}`, k = `index` //
+`{xf["vlmevalkit_circular"]}` (jsonl rows `{{"item_id": "<item_id>.c<k>", "response": ...}}`, k = `index` //
 1,000,000; the lmms-eval circular task's documents carry `copy_id`) and run `processbench score ... --circular`:
 plain accuracy (copy 0), circular accuracy (every copy right) and position consistency (the same option text chosen
 in every copy), per level.
@@ -279,8 +334,11 @@ Definitions (`metrics.json` `definitions`, per cell = source × family × eval l
 
 
 # What each level holds (configs/split.yaml `ood`, docs/release-format.md "The split").
-_LEVEL_TEXT = {"L1": "evaluation, in distribution", "L2": "evaluation, held-out environments (scenes or tasks no "
-               "training item comes from)", "L3": "evaluation, held-out tasks (with every scene they were recorded in)"}
+_LEVEL_TEXT = {
+    "L1": "evaluation, in distribution",
+    "L2": "evaluation, held-out environments (scenes or tasks no training item comes from)",
+    "L3": "evaluation, held-out tasks (with every scene they were recorded in)",
+}
 
 # The GRPO accuracy reward the card prints (tests exec it from the card): TRL passes `completions` (conversational:
 # lists of messages) and every dataset column by name, `solution` included.

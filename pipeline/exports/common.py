@@ -25,10 +25,25 @@ if TYPE_CHECKING:
 
 IMAGE_TAG = "<image>"
 # Columns that locate or render frames: never in model-facing text.
-HIDDEN_COLUMNS = ("frame_indices_json", "display_labels_json", "render_spec_json", "reconstruction_key_json",
-                  "visual_ref", "source_episode_ref", "image_hashes_json")
-LEAK_TOKENS = ("frame_indices", "frame_index", "render_spec", "reconstruction_key", "display_label", "visual_ref",
-               "frames[", "image_hashes")
+HIDDEN_COLUMNS = (
+    "frame_indices_json",
+    "display_labels_json",
+    "render_spec_json",
+    "reconstruction_key_json",
+    "visual_ref",
+    "source_episode_ref",
+    "image_hashes_json",
+)
+LEAK_TOKENS = (
+    "frame_indices",
+    "frame_index",
+    "render_spec",
+    "reconstruction_key",
+    "display_label",
+    "visual_ref",
+    "frames[",
+    "image_hashes",
+)
 
 
 def export_files(cfg: Settings) -> dict[str, str]:
@@ -45,8 +60,11 @@ def read_tables(release_dir: Path, cfg: Settings, levels: bool = False) -> dict[
     files = writers.file_names(cfg)
     out = {}
     for split in writers.SPLITS:
-        rels = (list(eval_level_files(release_dir, cfg).values()) if levels and split == "eval"
-                else [files[f"{split}_parquet"]])  # eval_level_files: the main eval file first, then the levels
+        rels = (
+            list(eval_level_files(release_dir, cfg).values())
+            if levels and split == "eval"
+            else [files[f"{split}_parquet"]]
+        )  # eval_level_files: the main eval file first, then the levels
         for rel in rels:
             if not (Path(release_dir) / rel).is_file():
                 raise FileNotFoundError(f"release {Path(release_dir).resolve()}: missing {rel}")
@@ -74,6 +92,7 @@ IMAGES_COLUMN = "images"  # the image references beside the model-facing columns
 class Part:
     """One split of the card and of every export: an eval level (L1, L2, ...) or, without levels, the eval split;
     or the SFT split. `name` is its Hugging Face split name (the level, else configs/release.yaml hf_split_names)."""
+
     split: str
     level: str | None
     name: str
@@ -86,8 +105,10 @@ class Part:
 
 def parts(tables: dict[str, pl.DataFrame], cfg: Settings) -> list[Part]:
     """The eval levels in order (or the one eval split without levels), then SFT; a part with no rows is left out."""
-    out = [Part("eval", lv, lv or hf_split(cfg, "eval"), df)
-           for lv, df in writers.eval_level_tables(tables["eval"]).items()]
+    out = [
+        Part("eval", lv, lv or hf_split(cfg, "eval"), df)
+        for lv, df in writers.eval_level_tables(tables["eval"]).items()
+    ]
     out.append(Part("sft", None, hf_split(cfg, "sft"), tables["sft"]))
     return [p for p in out if p.df.height]
 
@@ -158,6 +179,7 @@ def check_model_text(texts: list[str], row: dict, what: str, hidden: list[tuple[
 @dataclass(frozen=True)
 class ModelRow:
     """A release row with what every trainer / harness export shows the model: its prompt and image references."""
+
     row: dict
     prompt: str
     images: list[str]

@@ -23,9 +23,16 @@ if TYPE_CHECKING:
 
 def messages_rows(rows: list[common.ModelRow]) -> list[dict]:
     """sharegpt-style rows with OpenAI role tags: read as they are by LLaMA-Factory and ms-swift."""
-    return [{"messages": [{"role": "user", "content": m.user_turn},
-                          {"role": "assistant", "content": m.row["sft_target"]}],
-             "images": m.images} for m in rows]
+    return [
+        {
+            "messages": [
+                {"role": "user", "content": m.user_turn},
+                {"role": "assistant", "content": m.row["sft_target"]},
+            ],
+            "images": m.images,
+        }
+        for m in rows
+    ]
 
 
 def llamafactory_info(parts: list[common.Part], cfg: Settings) -> dict:
@@ -45,8 +52,18 @@ def llamafactory_info(parts: list[common.Part], cfg: Settings) -> dict:
     return info
 
 
-TSV_COLUMNS = ("index", "image_path", "question", *CHOICE_LETTERS, "answer", "category", "l2-category", "eval_level",
-               "item_id", "split_group_id")
+TSV_COLUMNS = (
+    "index",
+    "image_path",
+    "question",
+    *CHOICE_LETTERS,
+    "answer",
+    "category",
+    "l2-category",
+    "eval_level",
+    "item_id",
+    "split_group_id",
+)
 
 
 def _question(r: dict, cfg: Settings) -> str:
@@ -72,8 +89,20 @@ def vlmevalkit_tsv(rows: list[common.ModelRow], cfg: Settings, circular: bool = 
         for k in range(k_max):
             opts, answer = rotate(common.options(r), r["answer"], k)
             opts += [""] * (len(CHOICE_LETTERS) - len(opts))
-            w.writerow([n + k * INDEX_STRIDE, path, question, *opts, answer, r["task_id"], r["source"],
-                        r["eval_level"] or "", r["item_id"], r["split_group_id"]])
+            w.writerow(
+                [
+                    n + k * INDEX_STRIDE,
+                    path,
+                    question,
+                    *opts,
+                    answer,
+                    r["task_id"],
+                    r["source"],
+                    r["eval_level"] or "",
+                    r["item_id"],
+                    r["split_group_id"],
+                ]
+            )
     return buf.getvalue()
 
 
@@ -84,11 +113,17 @@ def grpo_rows(rows: list[common.ModelRow]) -> list[dict]:
     out = []
     for m in rows:
         r = m.row
-        out.append({
-            "prompt": [{"role": "user", "content": [*({"type": "image"} for _ in m.images),
-                                                    {"type": "text", "text": m.prompt}]}],
-            "images": m.images,
-            "solution": f"<answer>{r['answer']}</answer>",
-            **{c: r[c] for c in ("item_id", "source", "task_id", "eval_level", "split_group_id", "answer")},
-        })
+        out.append(
+            {
+                "prompt": [
+                    {
+                        "role": "user",
+                        "content": [*({"type": "image"} for _ in m.images), {"type": "text", "text": m.prompt}],
+                    }
+                ],
+                "images": m.images,
+                "solution": f"<answer>{r['answer']}</answer>",
+                **{c: r[c] for c in ("item_id", "source", "task_id", "eval_level", "split_group_id", "answer")},
+            }
+        )
     return out

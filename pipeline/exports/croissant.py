@@ -18,21 +18,51 @@ if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
 _CONTEXT = {
-    "@language": "en", "@vocab": "https://schema.org/", "sc": "https://schema.org/",
-    "cr": "http://mlcommons.org/croissant/", "rai": "http://mlcommons.org/croissant/RAI/",
-    "dct": "http://purl.org/dc/terms/", "prov": "http://www.w3.org/ns/prov#",
-    "citeAs": "cr:citeAs", "column": "cr:column", "conformsTo": "dct:conformsTo",
-    "data": {"@id": "cr:data", "@type": "@json"}, "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
-    "examples": {"@id": "cr:examples", "@type": "@json"}, "extract": "cr:extract", "field": "cr:field",
-    "fileProperty": "cr:fileProperty", "fileObject": "cr:fileObject", "fileSet": "cr:fileSet",
-    "format": "cr:format", "includes": "cr:includes", "isLiveDataset": "cr:isLiveDataset",
-    "jsonPath": "cr:jsonPath", "key": "cr:key", "md5": "cr:md5", "parentField": "cr:parentField",
-    "path": "cr:path", "recordSet": "cr:recordSet", "references": "cr:references", "regex": "cr:regex",
-    "repeated": "cr:repeated", "replace": "cr:replace", "separator": "cr:separator", "source": "cr:source",
-    "subField": "cr:subField", "transform": "cr:transform",
+    "@language": "en",
+    "@vocab": "https://schema.org/",
+    "sc": "https://schema.org/",
+    "cr": "http://mlcommons.org/croissant/",
+    "rai": "http://mlcommons.org/croissant/RAI/",
+    "dct": "http://purl.org/dc/terms/",
+    "prov": "http://www.w3.org/ns/prov#",
+    "citeAs": "cr:citeAs",
+    "column": "cr:column",
+    "conformsTo": "dct:conformsTo",
+    "data": {"@id": "cr:data", "@type": "@json"},
+    "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
+    "examples": {"@id": "cr:examples", "@type": "@json"},
+    "extract": "cr:extract",
+    "field": "cr:field",
+    "fileProperty": "cr:fileProperty",
+    "fileObject": "cr:fileObject",
+    "fileSet": "cr:fileSet",
+    "format": "cr:format",
+    "includes": "cr:includes",
+    "isLiveDataset": "cr:isLiveDataset",
+    "jsonPath": "cr:jsonPath",
+    "key": "cr:key",
+    "md5": "cr:md5",
+    "parentField": "cr:parentField",
+    "path": "cr:path",
+    "recordSet": "cr:recordSet",
+    "references": "cr:references",
+    "regex": "cr:regex",
+    "repeated": "cr:repeated",
+    "replace": "cr:replace",
+    "separator": "cr:separator",
+    "source": "cr:source",
+    "subField": "cr:subField",
+    "transform": "cr:transform",
 }
-_TYPES = {pl.Utf8: "sc:Text", pl.String: "sc:Text", pl.Int64: "sc:Integer", pl.Int32: "sc:Integer",
-          pl.Boolean: "sc:Boolean", pl.Float64: "sc:Float", pl.Float32: "sc:Float"}
+_TYPES = {
+    pl.Utf8: "sc:Text",
+    pl.String: "sc:Text",
+    pl.Int64: "sc:Integer",
+    pl.Int32: "sc:Integer",
+    pl.Boolean: "sc:Boolean",
+    pl.Float64: "sc:Float",
+    pl.Float32: "sc:Float",
+}
 
 
 def _type(name: str, dtype) -> dict:
@@ -50,17 +80,36 @@ def _record_set(part: common.Part, file_id: str) -> dict:
     for name, dtype in df.schema.items():
         src = {"fileObject": {"@id": file_id}, "extract": {"column": name}}
         if isinstance(dtype, pl.Struct):  # the step track's `response` {steps, process_correctness}
-            fields.append({"@type": "cr:Field", "@id": f"{rs}/{name}", "name": name, "source": src,
-                           "subField": [{"@type": "cr:Field", "@id": f"{rs}/{name}/{f.name}", "name": f.name,
-                                         **_type(f"{name}.{f.name}", f.dtype),
-                                         "source": {**src, "transform": {"jsonPath": f.name}}}
-                                        for f in dtype.fields]})
+            fields.append(
+                {
+                    "@type": "cr:Field",
+                    "@id": f"{rs}/{name}",
+                    "name": name,
+                    "source": src,
+                    "subField": [
+                        {
+                            "@type": "cr:Field",
+                            "@id": f"{rs}/{name}/{f.name}",
+                            "name": f.name,
+                            **_type(f"{name}.{f.name}", f.dtype),
+                            "source": {**src, "transform": {"jsonPath": f.name}},
+                        }
+                        for f in dtype.fields
+                    ],
+                }
+            )
             continue
         fields.append({"@type": "cr:Field", "@id": f"{rs}/{name}", "name": name, **_type(name, dtype), "source": src})
-    return {"@type": "cr:RecordSet", "@id": rs, "name": rs,
-            "description": f"{df.height} items of the {part.split} table"
-                           + (f", eval level {part.level}" if part.level else "") + f" (Hugging Face split `{rs}`).",
-            "key": [{"@id": f"{rs}/split_group_id"}, {"@id": f"{rs}/item_id"}], "field": fields}
+    return {
+        "@type": "cr:RecordSet",
+        "@id": rs,
+        "name": rs,
+        "description": f"{df.height} items of the {part.split} table"
+        + (f", eval level {part.level}" if part.level else "")
+        + f" (Hugging Face split `{rs}`).",
+        "key": [{"@id": f"{rs}/split_group_id"}, {"@id": f"{rs}/item_id"}],
+        "field": fields,
+    }
 
 
 def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: Settings) -> dict:
@@ -72,9 +121,16 @@ def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: Settings)
     for part in common.parts(tables, cfg):
         rel = part.file(files[f"{part.split}_parquet"])
         fid = rel.replace("/", "_")
-        distribution.append({"@type": "cr:FileObject", "@id": fid, "name": fid, "contentUrl": rel,
-                             "encodingFormat": "application/x-parquet",
-                             "sha256": writers.sha256_file(Path(release_dir) / rel)})
+        distribution.append(
+            {
+                "@type": "cr:FileObject",
+                "@id": fid,
+                "name": fid,
+                "contentUrl": rel,
+                "encodingFormat": "application/x-parquet",
+                "sha256": writers.sha256_file(Path(release_dir) / rel),
+            }
+        )
         record_sets.append(_record_set(part, fid))
     from pipeline.steps.exports import step_record_sets  # (it imports pipeline.exports)
 
@@ -102,9 +158,16 @@ def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: Settings)
         "rai:dataCollection": " ".join(f"{snames[s]}: {ec.provenance[s]}" for s in order if s in ec.provenance),
         "rai:dataCollectionType": "Derived from existing robot-manipulation datasets (no new recordings).",
         "rai:personalSensitiveInformation": "None added: the release carries no pixels or participant data; "
-                                            "frames are rebuilt from the sources under their terms.",
+        "frames are rebuilt from the sources under their terms.",
         "rai:dataReleaseMaintenancePlan": f"Versioned releases ({cfg.release.release_version}); "
-                                          "every file is covered by checksums.sha256.",
-        "prov:wasDerivedFrom": [{"@type": "sc:Dataset", "name": snames[s], "license": ec.licences.get(s, ""),
-                                 "description": ec.provenance.get(s, "")} for s in order],
+        "every file is covered by checksums.sha256.",
+        "prov:wasDerivedFrom": [
+            {
+                "@type": "sc:Dataset",
+                "name": snames[s],
+                "license": ec.licences.get(s, ""),
+                "description": ec.provenance.get(s, ""),
+            }
+            for s in order
+        ],
     }

@@ -22,46 +22,59 @@ if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
 TEMPLATE = "_default_template_yaml"
-_METRIC = ("metric_list:\n  - metric: accuracy\n    aggregation: !function utils.aggregate_accuracy\n"
-           "    higher_is_better: true\n")
+_METRIC = (
+    "metric_list:\n  - metric: accuracy\n    aggregation: !function utils.aggregate_accuracy\n"
+    "    higher_is_better: true\n"
+)
 
 
 def _template() -> str:
-    return ("# Shared by every ProcessBench task. Run lmms-eval from the release folder, with PROCESSBENCH_FRAMES\n"
-            "# set to the folder `processbench reconstruct --out` wrote.\n"
-            "dataset_path: json\n"
-            "test_split: test\n"
-            "output_type: generate_until\n"
-            "doc_to_visual: !function utils.doc_to_visual\n"
-            "doc_to_text: !function utils.doc_to_text\n"
-            "doc_to_target: answer\n"
-            "generation_kwargs:\n  max_new_tokens: 512\n  temperature: 0\n  do_sample: false\n"
-            "process_results: !function utils.process_results\n"
-            + _METRIC +
-            "# Items of one episode are correlated: clustered standard errors by isolation group.\n"
-            "cluster_key: split_group_id\n"
-            "metadata:\n  version: 2.0\n")
+    return (
+        "# Shared by every ProcessBench task. Run lmms-eval from the release folder, with PROCESSBENCH_FRAMES\n"
+        "# set to the folder `processbench reconstruct --out` wrote.\n"
+        "dataset_path: json\n"
+        "test_split: test\n"
+        "output_type: generate_until\n"
+        "doc_to_visual: !function utils.doc_to_visual\n"
+        "doc_to_text: !function utils.doc_to_text\n"
+        "doc_to_target: answer\n"
+        "generation_kwargs:\n  max_new_tokens: 512\n  temperature: 0\n  do_sample: false\n"
+        "process_results: !function utils.process_results\n"
+        + _METRIC
+        + "# Items of one episode are correlated: clustered standard errors by isolation group.\n"
+        "cluster_key: split_group_id\n"
+        "metadata:\n  version: 2.0\n"
+    )
 
 
 def _doc(m: common.ModelRow, prompt: str | None = None, answer: str | None = None, cid: str | None = None) -> dict:
     r = m.row
-    doc = {"item_id": r["item_id"], "task_id": r["task_id"], "source": r["source"], "eval_level": r["eval_level"],
-           "prompt": m.prompt if prompt is None else prompt, "answer": r["answer"] if answer is None else answer,
-           "images": m.images, "split_group_id": r["split_group_id"]}
+    doc = {
+        "item_id": r["item_id"],
+        "task_id": r["task_id"],
+        "source": r["source"],
+        "eval_level": r["eval_level"],
+        "prompt": m.prompt if prompt is None else prompt,
+        "answer": r["answer"] if answer is None else answer,
+        "images": m.images,
+        "split_group_id": r["split_group_id"],
+    }
     if cid is not None:
         doc["copy_id"] = cid
     return doc
 
 
 def _group(name: str, members: list[str]) -> str:
-    return (f"group: {name}\ntask:\n" + "".join(f"  - {t}\n" for t in members)
-            + "aggregate_metric_list:\n  - metric: accuracy\n    aggregation: mean\n    weight_by_size: true\n"
-            + "metadata:\n  version: 2.0\n")
+    return (
+        f"group: {name}\ntask:\n"
+        + "".join(f"  - {t}\n" for t in members)
+        + "aggregate_metric_list:\n  - metric: accuracy\n    aggregation: mean\n    weight_by_size: true\n"
+        + "metadata:\n  version: 2.0\n"
+    )
 
 
 def _task(name: str, folder: str, data: str, extra: str = "") -> str:
-    return (f"task: {name}\ninclude: {TEMPLATE}\ndataset_kwargs:\n  data_files:\n    test: {folder}/{data}\n"
-            + extra)
+    return f"task: {name}\ninclude: {TEMPLATE}\ndataset_kwargs:\n  data_files:\n    test: {folder}/{data}\n" + extra
 
 
 def _circular_prompt(m: common.ModelRow, options: list[str], cfg: Settings) -> str:
@@ -105,9 +118,12 @@ def lmms_eval_files(eval_parts: list[tuple[common.Part, list[common.ModelRow]]],
     files[f"{base}.yaml"] = _group(base, groups)
     files[f"{base}_circular.jsonl"] = common.jsonl(circular)
     files[f"{base}_circular.yaml"] = _task(
-        f"{base}_circular", folder, f"{base}_circular.jsonl",
+        f"{base}_circular",
+        folder,
+        f"{base}_circular.jsonl",
         "process_results: !function utils.process_results_circular\n"
         "metric_list:\n  - metric: circular_accuracy\n    aggregation: !function utils.aggregate_circular\n"
-        "    higher_is_better: true\n")
+        "    higher_is_better: true\n",
+    )
     files["utils.py"] = (Path(__file__).parent / "lmms_utils.py").read_text(encoding="utf-8")
     return files

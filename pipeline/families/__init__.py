@@ -34,14 +34,33 @@ if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
 GENERATORS = {
-    "T1": t1_phase, "T2": t2_contact, "T3": t3_direction, "T4": t4_coordination, "T5": t5_progress,
-    "T6": t6_motion, "T7": t7_outcome, "T8": t8_ordering, "T9": t9_priority, "T10": t10_current,
-    "T11": t11_next, "T12": t12_chain,
+    "T1": t1_phase,
+    "T2": t2_contact,
+    "T3": t3_direction,
+    "T4": t4_coordination,
+    "T5": t5_progress,
+    "T6": t6_motion,
+    "T7": t7_outcome,
+    "T8": t8_ordering,
+    "T9": t9_priority,
+    "T10": t10_current,
+    "T11": t11_next,
+    "T12": t12_chain,
 }
 
-__all__ = ["build_candidates", "family_candidates", "merge_candidates", "enabled_families", "Context",
-           "GENERATORS", "CANDIDATE_SCHEMA", "Spec", "answer_for",
-           "canonical_choices", "empty_candidates"]
+__all__ = [
+    "build_candidates",
+    "family_candidates",
+    "merge_candidates",
+    "enabled_families",
+    "Context",
+    "GENERATORS",
+    "CANDIDATE_SCHEMA",
+    "Spec",
+    "answer_for",
+    "canonical_choices",
+    "empty_candidates",
+]
 
 
 def enabled_families(cfg: Settings, source: str) -> list[str]:
@@ -68,8 +87,9 @@ def merge_candidates(source: str, parts: list[pl.DataFrame]) -> pl.DataFrame:
     return pool
 
 
-def build_candidates(source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame],
-                     cfg: Settings) -> pl.DataFrame:
+def build_candidates(
+    source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame], cfg: Settings
+) -> pl.DataFrame:
     """The full candidate pool of one source: every family whose template lists the source (with a quota)."""
     ctx = Context(source, ir, labels, cfg)
     return merge_candidates(source, [family_candidates(t, source, ctx) for t in enabled_families(cfg, source)])

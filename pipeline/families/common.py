@@ -22,11 +22,23 @@ if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
 CANDIDATE_SCHEMA = {
-    "candidate_key": pl.String, "source": pl.String, "unit_id": pl.String, "task_id": pl.String,
-    "task_type_legacy": pl.String, "input_type": pl.String, "camera": pl.String, "question": pl.String,
-    "answer_text": pl.String, "distractors": pl.List(pl.String), "num_choices": pl.Int64,
-    "frame_indices": pl.List(pl.Int64), "display_labels": pl.List(pl.String), "render_spec_json": pl.String,
-    "anchor_frame": pl.Int64, "arm_type": pl.String, "label_meta_json": pl.String,
+    "candidate_key": pl.String,
+    "source": pl.String,
+    "unit_id": pl.String,
+    "task_id": pl.String,
+    "task_type_legacy": pl.String,
+    "input_type": pl.String,
+    "camera": pl.String,
+    "question": pl.String,
+    "answer_text": pl.String,
+    "distractors": pl.List(pl.String),
+    "num_choices": pl.Int64,
+    "frame_indices": pl.List(pl.Int64),
+    "display_labels": pl.List(pl.String),
+    "render_spec_json": pl.String,
+    "anchor_frame": pl.Int64,
+    "arm_type": pl.String,
+    "label_meta_json": pl.String,
 }
 
 
@@ -243,8 +255,9 @@ def kendall(a: str, b: str) -> int:
     return sum(1 for i in range(len(seq)) for j in range(i + 1, len(seq)) if seq[i] > seq[j])
 
 
-def order_distractors(spec: Spec, answer: str, key: str, *, context: list[str] | None = None,
-                      exclude: set[str] | None = None) -> list[str]:
+def order_distractors(
+    spec: Spec, answer: str, key: str, *, context: list[str] | None = None, exclude: set[str] | None = None
+) -> list[str]:
     """Distractor labels, hard ones first, exactly num_choices - 1 of them (fewer only if the label space is too
     small). Policies (template `distractors.policy`):
       all          the other labels in label order
@@ -293,8 +306,14 @@ def render_spec(spec: Spec, frames: list[int], labels: list[str]) -> str | None:
     r = spec.t.render
     if not r:
         return None
-    out = {"version": 1, "kind": r.kind, "labels": list(labels), "frame_indices": [int(f) for f in frames],
-           "size": r.size, "label": r.label.model_dump()}
+    out = {
+        "version": 1,
+        "kind": r.kind,
+        "labels": list(labels),
+        "frame_indices": [int(f) for f in frames],
+        "size": r.size,
+        "label": r.label.model_dump(),
+    }
     if r.kind == "panels":
         out["gap"] = int(r.gap)
     return compact_json(out)
@@ -318,10 +337,24 @@ class Pool:
         self.legacy = spec.legacy
         self.prefix = f"{spec.task_id}|{spec.source}|"
 
-    def add(self, unit_id: str, key: str, answer: str, frames: list[int], anchor: int, *, question: str | None = None,
-            distractors: list[str] | None = None, context: list[str] | None = None, exclude: set[str] | None = None,
-            display_labels: list[str] | None = None, answer_text: str | None = None, meta: dict | None = None,
-            qfields: dict | None = None, render: str | None = None) -> None:
+    def add(
+        self,
+        unit_id: str,
+        key: str,
+        answer: str,
+        frames: list[int],
+        anchor: int,
+        *,
+        question: str | None = None,
+        distractors: list[str] | None = None,
+        context: list[str] | None = None,
+        exclude: set[str] | None = None,
+        display_labels: list[str] | None = None,
+        answer_text: str | None = None,
+        meta: dict | None = None,
+        qfields: dict | None = None,
+        render: str | None = None,
+    ) -> None:
         sp = self.spec
         ckey = f"{self.prefix}{unit_id}|{key}"
         if distractors is None:
@@ -353,8 +386,9 @@ class Pool:
         r["render_spec_json"].append(render)  # labels drawn on the frames (T8/T9; T5's strip numbers and NOW)
         r["anchor_frame"].append(int(anchor))
         r["arm_type"].append(u.get("arm_type"))
-        r["label_meta_json"].append(json.dumps({"label": answer, **(meta or {})}, sort_keys=True,
-                                               separators=(",", ":"), default=_jsonable))
+        r["label_meta_json"].append(
+            json.dumps({"label": answer, **(meta or {})}, sort_keys=True, separators=(",", ":"), default=_jsonable)
+        )
         return None
 
     def frame(self) -> pl.DataFrame:
@@ -379,8 +413,9 @@ def list_column(name: str, values: list, dtype: pl.DataType) -> pl.Series:
             continue
         flat.extend(v)
         offsets[i + 1] = offsets[i] + len(v)
-    arr = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=_ARROW_INNER[inner]),
-                                   mask=pa.array(~valid) if not valid.all() else None)
+    arr = pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(flat, type=_ARROW_INNER[inner]), mask=pa.array(~valid) if not valid.all() else None
+    )
     return pl.Series(name, pl.from_arrow(arr)).cast(dtype)
 
 

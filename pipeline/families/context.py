@@ -23,9 +23,15 @@ class Context:
         self.cfg = cfg
         lu = labels.get("units")
         if lu is None or lu.height == 0:
-            lu = ir["units"].select("source", "unit_id", "camera", "fps", "num_frames").with_columns(
-                arm_type=pl.lit(None, pl.String), primary_arm=pl.lit(None, pl.String),
-                outcome=pl.lit(None, pl.String))
+            lu = (
+                ir["units"]
+                .select("source", "unit_id", "camera", "fps", "num_frames")
+                .with_columns(
+                    arm_type=pl.lit(None, pl.String),
+                    primary_arm=pl.lit(None, pl.String),
+                    outcome=pl.lit(None, pl.String),
+                )
+            )
         lu = lu.filter(pl.col("source") == source).sort("unit_id")
         self.units: dict[str, dict] = {r["unit_id"]: r for r in lu.iter_rows(named=True)}
         self.unit_ids: list[str] = sorted(self.units)
@@ -38,19 +44,37 @@ class Context:
 
     @cached_property
     def frames(self) -> dict[str, dict[str, np.ndarray]]:
-        return by_unit(self.labels.get("frames"),
-                       ["frame_index", "phase", "motion", "motion_mean", "coord", "step_id", "step_u", "progress"],
-                       ["unit_id", "frame_index"])
+        return by_unit(
+            self.labels.get("frames"),
+            ["frame_index", "phase", "motion", "motion_mean", "coord", "step_id", "step_u", "progress"],
+            ["unit_id", "frame_index"],
+        )
 
     @cached_property
     def arms(self) -> dict[str, dict[str, dict[str, np.ndarray]]]:
-        return arms_by_unit(self.labels.get("arms"),
-                            ["speed_s", "motion", "motion_mean", "still_thr", "move_thr", "active", "contact",
-                             "direction", "dir_mag", "dir_purity"])
+        return arms_by_unit(
+            self.labels.get("arms"),
+            [
+                "speed_s",
+                "motion",
+                "motion_mean",
+                "still_thr",
+                "move_thr",
+                "active",
+                "contact",
+                "direction",
+                "dir_mag",
+                "dir_purity",
+            ],
+        )
 
     @cached_property
     def steps(self) -> dict[str, dict[str, np.ndarray]]:
-        return by_unit(self.labels.get("steps"), ["step_id", "start_frame", "end_frame", "kind", "text", "arm_pattern"], ["unit_id", "step_id"])
+        return by_unit(
+            self.labels.get("steps"),
+            ["step_id", "start_frame", "end_frame", "kind", "text", "arm_pattern"],
+            ["unit_id", "step_id"],
+        )
 
     @cached_property
     def segments(self) -> dict[str, list[dict]]:

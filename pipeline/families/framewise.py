@@ -15,8 +15,18 @@ from .common import Pool, Spec, evenly, label_runs, relative_frames, rnd, stride
 from .context import Context
 
 
-def _anchors(labels, n: int, offsets, stride: int, margin: int, cap: int | None, *, allowed=None,
-             window_in_run: bool = False, ok=None) -> list[tuple[object, int, list[int]]]:
+def _anchors(
+    labels,
+    n: int,
+    offsets,
+    stride: int,
+    margin: int,
+    cap: int | None,
+    *,
+    allowed=None,
+    window_in_run: bool = False,
+    ok=None,
+) -> list[tuple[object, int, list[int]]]:
     """(label, anchor, frames) over the label runs of one unit, capped per label."""
     per_label: dict[object, list] = {}
     mn, mx = min(offsets), max(offsets)
@@ -74,14 +84,17 @@ def t2_contact(spec: Spec, ctx: Context):
 def _check_offsets(spec: Spec, want, what: str) -> None:
     got = [int(o) for o in spec.frames.get("offsets", [])]
     if list(map(int, want or [])) != got:
-        raise ValueError(f"{spec.task_id} {spec.source}: frame offsets {got} differ from the label window {what}={want}")
+        raise ValueError(
+            f"{spec.task_id} {spec.source}: frame offsets {got} differ from the label window {what}={want}"
+        )
 
 
 def t3_direction(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     offsets, stride, margin, cap = _params(spec, ctx)
-    _check_offsets(spec, ctx.cfg.labels.direction.for_source(spec.source).offsets,
-                   f"labels.direction.{spec.source}.offsets")
+    _check_offsets(
+        spec, ctx.cfg.labels.direction.for_source(spec.source).offsets, f"labels.direction.{spec.source}.offsets"
+    )
     for uid in ctx.unit_ids:
         for arm, d in sorted((ctx.arms.get(uid) or {}).items()):
             # only the directions the (source, camera, arm) mapping names: a label outside it would be a stale table
@@ -93,8 +106,15 @@ def t3_direction(spec: Spec, ctx: Context):
                 continue
             for lab, a, f in _anchors(d["direction"], ctx.n(uid), offsets, stride, margin, cap, allowed=allowed):
                 key = f"{arm}|f{a}" if arm != "single" else f"f{a}"
-                pool.add(uid, key, lab, f, a, qfields={"arm": arm},
-                         meta={"arm": arm, "magnitude": rnd(d["dir_mag"][a]), "purity": rnd(d["dir_purity"][a])})
+                pool.add(
+                    uid,
+                    key,
+                    lab,
+                    f,
+                    a,
+                    qfields={"arm": arm},
+                    meta={"arm": arm, "magnitude": rnd(d["dir_mag"][a]), "purity": rnd(d["dir_purity"][a])},
+                )
     return pool.frame()
 
 
@@ -114,8 +134,9 @@ def t4_coordination(spec: Spec, ctx: Context):
         def same_state(a, f, coord=coord):
             return all(coord[x] == coord[a] for x in f)
 
-        for lab, a, f in _anchors(coord, ctx.n(uid), offsets, stride, margin, cap, window_in_run=in_run,
-                                  ok=None if in_run else same_state):
+        for lab, a, f in _anchors(
+            coord, ctx.n(uid), offsets, stride, margin, cap, window_in_run=in_run, ok=None if in_run else same_state
+        ):
             pool.add(uid, f"f{a}", lab, f, a)
     return pool.frame()
 
@@ -156,14 +177,20 @@ def _t6_segments(spec: Spec, ctx: Context, pool: Pool):
         if arm is None:
             continue
         still, move = float(arm["still_thr"][0]), float(arm["move_thr"][0])
-        spans = [(f"p{p['parent_index']}.{p['seg_index']}", p["start_frame"], p["end_frame"])
-                 for p in ctx.primitives.get(uid, [])]
-        spans += [(f"h{s['seg_index']}", s["start_frame"], s["end_frame"])
-                  for s in ctx.segments.get(uid, []) if s["no_action"]]
+        spans = [
+            (f"p{p['parent_index']}.{p['seg_index']}", p["start_frame"], p["end_frame"])
+            for p in ctx.primitives.get(uid, [])
+        ]
+        spans += [
+            (f"h{s['seg_index']}", s["start_frame"], s["end_frame"])
+            for s in ctx.segments.get(uid, [])
+            if s["no_action"]
+        ]
         per_label: dict[str, list] = {}
         for key, lo, hi in sorted(spans, key=lambda x: (x[1], x[0])):
-            f = relative_frames(int(lo), int(hi), fracs, float(fcfg.get("margin_ratio", 0.0)),
-                                int(fcfg.get("min_margin", 0)))
+            f = relative_frames(
+                int(lo), int(hi), fracs, float(fcfg.get("margin_ratio", 0.0)), int(fcfg.get("min_margin", 0))
+            )
             if f is None or f[-1] >= ctx.n(uid):
                 continue
             m = float(np.nanmean(arm["speed_s"][f].astype(float))) if len(f) else np.nan
@@ -173,6 +200,7 @@ def _t6_segments(spec: Spec, ctx: Context, pool: Pool):
             per_label.setdefault(lab, []).append((key, lab, f, m))
         for lab in sorted(per_label):
             for key, lab_, f, m in evenly(per_label[lab], cap):
-                pool.add(uid, key, lab_, f, f[len(f) // 2], qfields={"arm": ""},
-                         meta={"speed_mean": rnd(m), "segment": key})
+                pool.add(
+                    uid, key, lab_, f, f[len(f) // 2], qfields={"arm": ""}, meta={"speed_mean": rnd(m), "segment": key}
+                )
     return pool.frame()

@@ -10,8 +10,9 @@ _CHANNELS = ("pos_x", "pos_y", "pos_z", "speed", "gripper_effort", "gripper_widt
 _FRAME_LABELS = ("phase", "motion", "coord", "progress")
 
 
-def units_without_items(source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame],
-                        pool: pl.DataFrame) -> pl.DataFrame:
+def units_without_items(
+    source: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.DataFrame], pool: pl.DataFrame
+) -> pl.DataFrame:
     """(source, unit_id, reason) for each unit of the IR with no row in the candidate pool, sorted by unit_id."""
     units = ir["units"]
     have = set(pool["unit_id"].unique().to_list()) if pool.height else set()
@@ -37,7 +38,11 @@ def _reason(unit_id: str, ir: dict[str, pl.DataFrame], labels: dict[str, pl.Data
         lab = lab.filter(pl.col("unit_id") == unit_id)
         cols = [c for c in _FRAME_LABELS if c in lab.columns]
         if cols and all(lab[c].drop_nulls().n_unique() <= 1 for c in cols):
-            return (f"its {frames.height} frames carry at most one value of each frame label "
-                    f"({', '.join(cols)}): nothing to ask about")
-    return (f"no family's template matched ({frames.height} frames over {t.max() - t.min():.2f} s, "
-            f"live channels: {', '.join(live)})")
+            return (
+                f"its {frames.height} frames carry at most one value of each frame label "
+                f"({', '.join(cols)}): nothing to ask about"
+            )
+    return (
+        f"no family's template matched ({frames.height} frames over {t.max() - t.min():.2f} s, "
+        f"live channels: {', '.join(live)})"
+    )

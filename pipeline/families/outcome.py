@@ -80,8 +80,9 @@ def _segment_rows(segs: list[dict], n: int, fracs, margin_ratio, min_margin, min
     return found
 
 
-def _window_rows(unit: dict, n: int, shifts, decisive: bool, fracs, margin_ratio, min_margin,
-                 min_step) -> dict[str, list]:
+def _window_rows(
+    unit: dict, n: int, shifts, decisive: bool, fracs, margin_ratio, min_margin, min_step
+) -> dict[str, list]:
     """{outcome: [(key, outcome, frames, meta)]} of one unit's shifted windows (RH20T: the unit's outcome)."""
     outcome = unit.get("outcome")
     found: dict[str, list] = {}
@@ -101,18 +102,28 @@ def _window_rows(unit: dict, n: int, shifts, decisive: bool, fracs, margin_ratio
 def _paired_segments(ctx: Context, per: list[tuple[str, list, bool]]) -> list[tuple[str, list, bool]]:
     """`per` with only the segments that `same_task_segments` pairs (rows of whole units kept)."""
     text = {(s["unit_id"], int(s["seg_index"])): str(s["text"]) for segs in ctx.segments.values() for s in segs}
-    seg_rows = [(uid, meta["segment"], text[(uid, meta["segment"])], lab)
-                for uid, rows, _ in per for _, lab, _, meta in rows if "segment" in meta]
+    seg_rows = [
+        (uid, meta["segment"], text[(uid, meta["segment"])], lab)
+        for uid, rows, _ in per
+        for _, lab, _, meta in rows
+        if "segment" in meta
+    ]
     keep = same_task_segments(seg_rows)
-    return [(uid, [x for x in rows if "segment" not in x[3] or (uid, x[3]["segment"]) in keep], first)
-            for uid, rows, first in per]
+    return [
+        (uid, [x for x in rows if "segment" not in x[3] or (uid, x[3]["segment"]) in keep], first)
+        for uid, rows, first in per
+    ]
 
 
 def t7_outcome(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     fcfg = spec.frames
-    geom = ([float(x) for x in fcfg["relative"]], float(fcfg.get("margin_ratio", 0.0)),
-            int(fcfg.get("min_margin", 0)), int(fcfg.get("min_step", 1)))
+    geom = (
+        [float(x) for x in fcfg["relative"]],
+        float(fcfg.get("margin_ratio", 0.0)),
+        int(fcfg.get("min_margin", 0)),
+        int(fcfg.get("min_step", 1)),
+    )
     per_unit = fcfg.get("windows_per_unit")
     cap = spec.cap("cap_per_label", len(ctx.unit_ids), len(spec.label_texts))
     same = bool(fcfg.get("same_task_pools"))

@@ -20,8 +20,12 @@ from .context import Context
 
 def _params(spec: Spec):
     f = spec.frames
-    return ([int(o) for o in f["offsets"]], [float(c) for c in f.get("centers", [0.5])],
-            float(f.get("margin_ratio", 0.0)), int(f.get("min_margin", 0)))
+    return (
+        [int(o) for o in f["offsets"]],
+        [float(c) for c in f.get("centers", [0.5])],
+        float(f.get("margin_ratio", 0.0)),
+        int(f.get("min_margin", 0)),
+    )
 
 
 def _recording_vocab(prims: list[dict]) -> list[str]:
@@ -74,8 +78,15 @@ def t10_current(spec: Spec, ctx: Context):
                 continue
             context = sorted(used) if used is not None else chains.get(int(p["parent_index"]), []) + rec
             for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm):
-                pool.add(uid, f"p{p['parent_index']}.{p['seg_index']}|c{a}", p["text"], f, a, context=context,
-                         meta={"parent_index": p["parent_index"], "seg_index": p["seg_index"], "center": c})
+                pool.add(
+                    uid,
+                    f"p{p['parent_index']}.{p['seg_index']}|c{a}",
+                    p["text"],
+                    f,
+                    a,
+                    context=context,
+                    meta={"parent_index": p["parent_index"], "seg_index": p["seg_index"], "center": c},
+                )
     return pool.frame()
 
 
@@ -94,10 +105,22 @@ def t11_next(spec: Spec, ctx: Context):
                 continue
             context = sorted(nexts) if nexts is not None else chains.get(int(p["parent_index"]), []) + rec
             for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm):
-                pool.add(uid, f"p{p['parent_index']}.{p['seg_index']}|c{a}", nxt, f, a, context=context,
-                         exclude={p["text"]} if excl_cur else None, qfields={"high_action": p["high_text"]},
-                         meta={"parent_index": p["parent_index"], "seg_index": p["seg_index"], "current": p["text"],
-                               "center": c})
+                pool.add(
+                    uid,
+                    f"p{p['parent_index']}.{p['seg_index']}|c{a}",
+                    nxt,
+                    f,
+                    a,
+                    context=context,
+                    exclude={p["text"]} if excl_cur else None,
+                    qfields={"high_action": p["high_text"]},
+                    meta={
+                        "parent_index": p["parent_index"],
+                        "seg_index": p["seg_index"],
+                        "current": p["text"],
+                        "center": c,
+                    },
+                )
     return pool.frame()
 
 
@@ -131,9 +154,22 @@ def t12_chain(spec: Spec, ctx: Context):
                     frames = [*before, *f, *after]
                     if frames[0] < 0 or frames[-1] >= n:
                         continue
-                    pool.add(uid, f"h{s['seg_index']}.m{m}|c{a}", masked, frames, a, context=context,
-                             exclude={prev, nxt} if excl_nb else None,
-                             qfields={"high_action": s["text"], "prev": prev, "next": nxt},
-                             meta={"seg_index": s["seg_index"], "mask_pos": m, "chain": chain, "center": c,
-                                   "prev": prev, "next": nxt})
+                    pool.add(
+                        uid,
+                        f"h{s['seg_index']}.m{m}|c{a}",
+                        masked,
+                        frames,
+                        a,
+                        context=context,
+                        exclude={prev, nxt} if excl_nb else None,
+                        qfields={"high_action": s["text"], "prev": prev, "next": nxt},
+                        meta={
+                            "seg_index": s["seg_index"],
+                            "mask_pos": m,
+                            "chain": chain,
+                            "center": c,
+                            "prev": prev,
+                            "next": nxt,
+                        },
+                    )
     return pool.frame()

@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 NOW = "NOW"
 
 
-def step_skip_reason(start: int, end: int, n: int, fps: float, min_step_sec: float, edge_margin_sec: float) -> str | None:
+def step_skip_reason(
+    start: int, end: int, n: int, fps: float, min_step_sec: float, edge_margin_sec: float
+) -> str | None:
     """Why a step's boundaries are uncertain (None = usable): too short, or touching the unit's edges."""
     if (end - start) / fps < min_step_sec:
         return f"step shorter than {min_step_sec} s"
@@ -89,12 +91,23 @@ def _t5_step_view(spec: Spec, ctx: Context):
             for lab in sorted(per_label):
                 for a in evenly(per_label[lab], cap):
                     f = [*strip, a]
-                    pool.add(uid, f"s{sid}|f{a}", lab, f, a, qfields={"step": step},
-                             render=render_spec(spec, f, labels),
-                             meta={"step_id": sid, "u": rnd(fr["step_u"][a]), "step": [s, e]})
+                    pool.add(
+                        uid,
+                        f"s{sid}|f{a}",
+                        lab,
+                        f,
+                        a,
+                        qfields={"step": step},
+                        render=render_spec(spec, f, labels),
+                        meta={"step_id": sid, "u": rnd(fr["step_u"][a]), "step": [s, e]},
+                    )
     if skipped:
-        log.info("T5 %s: %d steps skipped (uncertain boundaries): %s", spec.source, sum(skipped.values()),
-                 "; ".join(f"{r}: {c}" for r, c in sorted(skipped.items())))
+        log.info(
+            "T5 %s: %d steps skipped (uncertain boundaries): %s",
+            spec.source,
+            sum(skipped.values()),
+            "; ".join(f"{r}: {c}" for r, c in sorted(skipped.items())),
+        )
     return pool.frame()
 
 

@@ -37,8 +37,9 @@ def contact_runs(contact_by_arm: list) -> np.ndarray | None:
     """Per frame, the index of its contact run: the state "some arm in contact" (null counts as no contact) changes
     at each run boundary, so two frames with different indices have a grasp or a release between them. None when no
     arm has a contact label."""
-    arrs = [np.array([x is True or x == 1 for x in c], dtype=bool) for c in contact_by_arm
-            if any(x is not None for x in c)]
+    arrs = [
+        np.array([x is True or x == 1 for x in c], dtype=bool) for c in contact_by_arm if any(x is not None for x in c)
+    ]
     if not arrs:
         return None
     state = np.logical_or.reduce(arrs)
@@ -63,11 +64,11 @@ def _grid_sets(ctx: Context, uid: str, fcfg: dict, k: int, require_motion: bool)
     grid = np.arange(margin, n - margin, step, dtype=np.int64)
     if grid.size < k:
         return []
-    offs = _gap_table(k, int(fcfg.get("max_gap_steps", 1)))              # (m, k)
-    idx = np.arange(grid.size)[:, None, None] + offs[None, :, :]          # (g, m, k)
+    offs = _gap_table(k, int(fcfg.get("max_gap_steps", 1)))  # (m, k)
+    idx = np.arange(grid.size)[:, None, None] + offs[None, :, :]  # (g, m, k)
     idx = idx.reshape(-1, k)
     idx = idx[idx[:, -1] < grid.size]
-    f = grid[idx]                                                         # (c, k) frames, increasing
+    f = grid[idx]  # (c, k) frames, increasing
     keep = np.all(np.diff(f, axis=1) >= min_sep, axis=1)
     if require_motion:
         moving = np.concatenate(([0], np.cumsum(~ctx.stationary(uid))))
@@ -84,8 +85,11 @@ def _grid_sets(ctx: Context, uid: str, fcfg: dict, k: int, require_motion: bool)
 
 
 def _segment_sets(ctx: Context, uid: str, fcfg: dict, k: int) -> list[tuple[int, ...]]:
-    mids = [(int(s["start_frame"]) + int(s["end_frame"])) // 2 for s in ctx.segments.get(uid, [])
-            if not s["no_action"] and s["success"]]
+    mids = [
+        (int(s["start_frame"]) + int(s["end_frame"])) // 2
+        for s in ctx.segments.get(uid, [])
+        if not s["no_action"] and s["success"]
+    ]
     mids = sorted(set(m for m in mids if 0 <= m < ctx.n(uid)))
     min_sep = max(1, int(round(float(fcfg["min_sep_sec"]) * ctx.fps(uid))))
     out = set()
@@ -113,8 +117,9 @@ def _frame_sets(spec: Spec, ctx: Context, uid: str, k: int) -> list[tuple[int, .
         if runs is None:
             return []
     if mode == "grid":
-        sets = _grid_sets(ctx, uid, {**fcfg, "_cap": cap, "_runs": runs}, k,
-                          bool(spec.get("require_motion_between", False)))
+        sets = _grid_sets(
+            ctx, uid, {**fcfg, "_cap": cap, "_runs": runs}, k, bool(spec.get("require_motion_between", False))
+        )
     elif mode == "segment_midpoints":
         sets = _segment_sets(ctx, uid, fcfg, k)
         if runs is not None:
@@ -141,8 +146,17 @@ def _ordering(spec: Spec, ctx: Context, k: int):
                 dis = order_distractors(spec, ans, ckey)
             else:
                 dis = [x for x in labels if x != ans][: spec.num_choices - 1]
-            pool.add(uid, key, ans, disp, chrono[len(chrono) // 2], answer_text=ans, distractors=dis,
-                     display_labels=labels, meta={"chronological": list(chrono)})
+            pool.add(
+                uid,
+                key,
+                ans,
+                disp,
+                chrono[len(chrono) // 2],
+                answer_text=ans,
+                distractors=dis,
+                display_labels=labels,
+                meta={"chronological": list(chrono)},
+            )
     return pool.frame()
 
 

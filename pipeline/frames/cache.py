@@ -124,9 +124,18 @@ KEYS_PER_TASK = 64  # keys per thread task: a future per pack of a few frames wo
 
 
 class FrameCache:
-    def __init__(self, root: Path | str, *, png_compression: int = 1, png_filter: str = "up",
-                 version: int | str = 1, decoder: str = "auto", decoder_threads: int = 1, thumb_size: int = 16,
-                 check_pixels: bool = True):
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        png_compression: int = 1,
+        png_filter: str = "up",
+        version: int | str = 1,
+        decoder: str = "auto",
+        decoder_threads: int = 1,
+        thumb_size: int = 16,
+        check_pixels: bool = True,
+    ):
         if png_filter not in PNG_FILTERS:
             raise ValueError(f"png_filter must be one of {PNG_FILTERS}, got {png_filter!r}")
         self.root = Path(root)
@@ -138,8 +147,16 @@ class FrameCache:
         self.thumb_size = int(thumb_size)
         self.check_pixels = bool(check_pixels)
         self.decoder_id = video.decoder_id(decoder)
-        self.counters = {"decoded": 0, "hits": 0, "errors": 0, "bad_entries": 0, "rendered": 0, "render_hits": 0,
-                         "bad_renders": 0, "worker_peak_rss_mb": 0.0}
+        self.counters = {
+            "decoded": 0,
+            "hits": 0,
+            "errors": 0,
+            "bad_entries": 0,
+            "rendered": 0,
+            "render_hits": 0,
+            "bad_renders": 0,
+            "worker_peak_rss_mb": 0.0,
+        }
         self._render_memos: RenderMemos | None = None
 
     @classmethod
@@ -151,9 +168,16 @@ class FrameCache:
 
             root = path_in_repo(cfg.build.work_dir) / fr.cache.dir
         c = fr.cache
-        return cls(root, png_compression=c.png_compression, png_filter=c.png_filter,
-                   version=fr.version, decoder=fr.decoder, decoder_threads=fr.decoder_threads,
-                   thumb_size=fr.stats.thumb_size, check_pixels=c.check_pixels_on_lookup)
+        return cls(
+            root,
+            png_compression=c.png_compression,
+            png_filter=c.png_filter,
+            version=fr.version,
+            decoder=fr.decoder,
+            decoder_threads=fr.decoder_threads,
+            thumb_size=fr.stats.thumb_size,
+            check_pixels=c.check_pixels_on_lookup,
+        )
 
     # -------------------------------------------------------------------------------------------- keys, paths
     def key(self, source: str, unit_id: str, camera: str, frame_index: int, reader_id: str, fingerprint: str) -> str:
@@ -161,11 +185,15 @@ class FrameCache:
         meets an old entry."""
         return self.video_keys(source, unit_id, camera, [frame_index], reader_id, fingerprint)[0]
 
-    def video_keys(self, source: str, unit_id: str, camera: str, frame_indices, reader_id: str,
-                   fingerprint: str) -> list[str]:
+    def video_keys(
+        self, source: str, unit_id: str, camera: str, frame_indices, reader_id: str, fingerprint: str
+    ) -> list[str]:
         """`key` of each frame index of one video (the digest is computed once)."""
-        digest = hashlib.sha256(_compact(["pbframe", self.version, self.decoder_id, reader_id, source, unit_id,
-                                          fingerprint, camera]).encode()).hexdigest()
+        digest = hashlib.sha256(
+            _compact(
+                ["pbframe", self.version, self.decoder_id, reader_id, source, unit_id, fingerprint, camera]
+            ).encode()
+        ).hexdigest()
         return [f"{digest}.{int(i)}" for i in frame_indices]
 
     def pack_path(self, key: str) -> Path:
@@ -207,8 +235,9 @@ class FrameCache:
             raise BadEntry("pixels do not hash to the recorded pixel_sha256")
         return stats, img
 
-    def _read_video(self, digest: str, wanted: list[tuple[int, int]], pixels: bool,
-                    keep: bool) -> list[tuple[int, Checked]]:
+    def _read_video(
+        self, digest: str, wanted: list[tuple[int, int]], pixels: bool, keep: bool
+    ) -> list[tuple[int, Checked]]:
         """[(position, checked entry)] of the (position, frame index) pairs `wanted` of one video: its pack is read
         and parsed once. keep: return the checked pixels (else they are checked and dropped: a lookup of a whole
         build's frames would hold them all)."""

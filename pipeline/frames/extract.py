@@ -33,18 +33,33 @@ if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
 FRAME_TABLE_SCHEMA = {
-    "source": pl.String, "unit_id": pl.String, "camera": pl.String, "frame_index": pl.Int64,
-    "cache_key": pl.String, "status": pl.String, "reason": pl.String, "pixel_sha256": pl.String,
-    "height": pl.Int64, "width": pl.Int64, "mean": pl.Float64, "std": pl.Float64, "thumb": pl.String,
+    "source": pl.String,
+    "unit_id": pl.String,
+    "camera": pl.String,
+    "frame_index": pl.Int64,
+    "cache_key": pl.String,
+    "status": pl.String,
+    "reason": pl.String,
+    "pixel_sha256": pl.String,
+    "height": pl.Int64,
+    "width": pl.Int64,
+    "mean": pl.Float64,
+    "std": pl.Float64,
+    "thumb": pl.String,
 }
 VIDEO_KEY = ["source", "unit_id", "camera"]
 
 
 def requests_from_items(items: pl.DataFrame) -> pl.DataFrame:
     """The frame requests of an item table (source, unit_id, camera, frame_indices list) -> one row per frame."""
-    return (items.select(*VIDEO_KEY, pl.col("frame_indices").alias("frame_index"))
-            .explode("frame_index").drop_nulls("frame_index")
-            .with_columns(pl.col("frame_index").cast(pl.Int64)).unique().sort([*VIDEO_KEY, "frame_index"]))
+    return (
+        items.select(*VIDEO_KEY, pl.col("frame_indices").alias("frame_index"))
+        .explode("frame_index")
+        .drop_nulls("frame_index")
+        .with_columns(pl.col("frame_index").cast(pl.Int64))
+        .unique()
+        .sort([*VIDEO_KEY, "frame_index"])
+    )
 
 
 class FrameKeys:
@@ -64,8 +79,9 @@ class FrameKeys:
                 self._fp[video] = unit_fingerprint(self.open_reader, source, unit_id, camera)
             except Exception as exc:  # noqa: BLE001 - reported per frame, never raised past the caller
                 where = f" ({exc.file})" if getattr(exc, "file", None) else ""
-                self._fp[video] = ValueError(f"cannot fingerprint the upstream files of {source}/{unit_id}{where}: "
-                                             f"{type(exc).__name__}: {exc}")
+                self._fp[video] = ValueError(
+                    f"cannot fingerprint the upstream files of {source}/{unit_id}{where}: {type(exc).__name__}: {exc}"
+                )
         fp = self._fp[video]
         if isinstance(fp, Exception):
             raise fp
@@ -77,27 +93,43 @@ class FrameKeys:
     def video(self, source: str, unit_id: str, camera: str, frame_indices) -> list[str]:
         """The keys of several frames of one video."""
         rid = self._rid.setdefault(source, reader_id(self.open_reader, source))
-        return self.cache.video_keys(source, unit_id, camera, frame_indices, rid,
-                                     self.fingerprint(source, unit_id, camera))
+        return self.cache.video_keys(
+            source, unit_id, camera, frame_indices, rid, self.fingerprint(source, unit_id, camera)
+        )
 
 
 def _row(source, unit_id, camera, i, key, status, reason, meta) -> dict:
-    return {"source": source, "unit_id": unit_id, "camera": camera, "frame_index": int(i), "cache_key": key,
-            "status": status, "reason": reason,
-            **{k: (meta or {}).get(k) for k in ("pixel_sha256", "height", "width", "mean", "std", "thumb")}}
+    return {
+        "source": source,
+        "unit_id": unit_id,
+        "camera": camera,
+        "frame_index": int(i),
+        "cache_key": key,
+        "status": status,
+        "reason": reason,
+        **{k: (meta or {}).get(k) for k in ("pixel_sha256", "height", "width", "mean", "std", "thumb")},
+    }
 
 
-def _plan(requests: pl.DataFrame, open_reader, cache: FrameCache, rows: list[dict], threads: int = 1) -> list[VideoTask]:
+def _plan(
+    requests: pl.DataFrame, open_reader, cache: FrameCache, rows: list[dict], threads: int = 1
+) -> list[VideoTask]:
     """Look every requested frame up in the cache: checked hits become rows now, misses and bad entries become one
     task per video; a video whose upstream cannot be fingerprinted gets error rows."""
-    req = (requests.select(*VIDEO_KEY, pl.col("frame_index").cast(pl.Int64)).unique()
-           .group_by(VIDEO_KEY).agg(pl.col("frame_index").sort()).sort(VIDEO_KEY))
+    req = (
+        requests.select(*VIDEO_KEY, pl.col("frame_index").cast(pl.Int64))
+        .unique()
+        .group_by(VIDEO_KEY)
+        .agg(pl.col("frame_index").sort())
+        .sort(VIDEO_KEY)
+    )
     keys = FrameKeys(cache, open_reader)
     videos = []
     for source, unit_id, camera, indices in req.iter_rows():
         try:
-            videos.append((source, unit_id, camera, list(zip(map(int, indices), keys.video(source, unit_id, camera,
-                                                                                             indices)))))
+            videos.append(
+                (source, unit_id, camera, list(zip(map(int, indices), keys.video(source, unit_id, camera, indices))))
+            )
         except ValueError as exc:
             rows.extend(_row(source, unit_id, camera, i, None, "error", str(exc), None) for i in indices)
             cache.counters["errors"] += len(indices)
@@ -134,8 +166,15 @@ def _progress(progress, total: int) -> Callable[[int], None]:
     return lambda n: None
 
 
-def extract_frames(requests: pl.DataFrame, open_reader, cache: FrameCache, workers: int | None = None,
-                   progress=None, mp_context: str | None = "forkserver", in_flight_per_worker: int = 2) -> pl.DataFrame:
+def extract_frames(
+    requests: pl.DataFrame,
+    open_reader,
+    cache: FrameCache,
+    workers: int | None = None,
+    progress=None,
+    mp_context: str | None = "forkserver",
+    in_flight_per_worker: int = 2,
+) -> pl.DataFrame:
     """Decode every requested frame not yet in `cache`; return the frame table (FRAME_TABLE_SCHEMA), sorted.
 
     open_reader: picklable factory source -> reader(unit_id, camera, indices) -> {index: RGB uint8}
@@ -153,8 +192,15 @@ def extract_frames(requests: pl.DataFrame, open_reader, cache: FrameCache, worke
         cache.counters["worker_peak_rss_mb"] = max(cache.counters["worker_peak_rss_mb"], res.get("rss_mb", 0.0))
         step(1)
 
-    run_tasks(run_video, tasks, workers, on_result, error_result, mp_context=mp_context,
-              in_flight_per_worker=in_flight_per_worker)
+    run_tasks(
+        run_video,
+        tasks,
+        workers,
+        on_result,
+        error_result,
+        mp_context=mp_context,
+        in_flight_per_worker=in_flight_per_worker,
+    )
     raise_cache_errors(rows)  # a frame the cache could not keep stops the build: no item is lost to it
     if not rows:
         return pl.DataFrame(schema=FRAME_TABLE_SCHEMA)
@@ -168,13 +214,30 @@ def item_frames(items: pl.DataFrame, frame_table: pl.DataFrame) -> pl.DataFrame:
     """The distinct frames the items show, with their pixel hash and grey thumbnail (ITEM_FRAMES_SCHEMA): what the
     validity audit compares, kept beside the items so it never reads the frame cache or the upstream data again."""
     wanted = requests_from_items(items)
-    ok = frame_table.filter(pl.col("status") == "ok").select(list(ITEM_FRAMES_SCHEMA)).unique([*VIDEO_KEY, "frame_index"])
-    return wanted.join(ok, on=[*VIDEO_KEY, "frame_index"], how="inner").select(list(ITEM_FRAMES_SCHEMA)) \
-        .cast(ITEM_FRAMES_SCHEMA).sort([*VIDEO_KEY, "frame_index"])
+    ok = (
+        frame_table.filter(pl.col("status") == "ok")
+        .select(list(ITEM_FRAMES_SCHEMA))
+        .unique([*VIDEO_KEY, "frame_index"])
+    )
+    return (
+        wanted.join(ok, on=[*VIDEO_KEY, "frame_index"], how="inner")
+        .select(list(ITEM_FRAMES_SCHEMA))
+        .cast(ITEM_FRAMES_SCHEMA)
+        .sort([*VIDEO_KEY, "frame_index"])
+    )
 
 
-def extract_from_config(requests: pl.DataFrame, open_reader, cache: FrameCache, cfg: Settings, progress=None) -> pl.DataFrame:
+def extract_from_config(
+    requests: pl.DataFrame, open_reader, cache: FrameCache, cfg: Settings, progress=None
+) -> pl.DataFrame:
     """extract_frames with workers / mp_context / in-flight bound from configs/frames.yaml."""
     fr = cfg.frames
-    return extract_frames(requests, open_reader, cache, workers=fr.workers, progress=progress,
-                          mp_context=fr.mp_context, in_flight_per_worker=fr.in_flight_per_worker)
+    return extract_frames(
+        requests,
+        open_reader,
+        cache,
+        workers=fr.workers,
+        progress=progress,
+        mp_context=fr.mp_context,
+        in_flight_per_worker=fr.in_flight_per_worker,
+    )

@@ -97,9 +97,12 @@ def gate_items(items: pl.DataFrame, frame_table: pl.DataFrame, cfg: Settings) ->
     """Split `items` into (kept, quarantine). `frame_table` is extract_frames' output."""
     g = cfg.frames.gate
     min_dist_of = min_pixel_distances(cfg)
-    frames = {(r["source"], r["unit_id"], r["camera"], int(r["frame_index"])): r
-              for r in frame_table.select("source", "unit_id", "camera", "frame_index", "status", "reason",
-                                          "pixel_sha256", "mean", "std", "thumb").iter_rows(named=True)}
+    frames = {
+        (r["source"], r["unit_id"], r["camera"], int(r["frame_index"])): r
+        for r in frame_table.select(
+            "source", "unit_id", "camera", "frame_index", "status", "reason", "pixel_sha256", "mean", "std", "thumb"
+        ).iter_rows(named=True)
+    }
     keep: list[bool] = []
     quarantine: list[dict] = []
     for item in items.iter_rows(named=True):
@@ -107,8 +110,19 @@ def gate_items(items: pl.DataFrame, frame_table: pl.DataFrame, cfg: Settings) ->
         keep.append(not problems)
         if problems:
             key = item.get("candidate_key") or item.get("item_key") or item.get("item_id") or ""
-            quarantine.append({"source": item["source"], "unit_id": item["unit_id"], "stage": "frames",
-                               "reason": f"{key}: " + "; ".join(problems), "file": None})
+            quarantine.append(
+                {
+                    "source": item["source"],
+                    "unit_id": item["unit_id"],
+                    "stage": "frames",
+                    "reason": f"{key}: " + "; ".join(problems),
+                    "file": None,
+                }
+            )
     kept = items.filter(pl.Series(keep, dtype=pl.Boolean)) if items.height else items
-    q = pl.DataFrame(quarantine, schema=QUARANTINE_PL_SCHEMA) if quarantine else pl.DataFrame(schema=QUARANTINE_PL_SCHEMA)
+    q = (
+        pl.DataFrame(quarantine, schema=QUARANTINE_PL_SCHEMA)
+        if quarantine
+        else pl.DataFrame(schema=QUARANTINE_PL_SCHEMA)
+    )
     return kept, q

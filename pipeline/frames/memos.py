@@ -39,8 +39,14 @@ def memo_check(rkey: str, hashes: list[str]) -> str:
 
 def memo_line(rkey: str, hashes: list[str]) -> bytes:
     """The table line of one memo."""
-    return json.dumps({"check": memo_check(rkey, hashes), "hashes": list(hashes), "key": rkey},
-                      sort_keys=True, separators=(",", ":")).encode("ascii") + b"\n"
+    return (
+        json.dumps(
+            {"check": memo_check(rkey, hashes), "hashes": list(hashes), "key": rkey},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode("ascii")
+        + b"\n"
+    )
 
 
 def parse_line(line: bytes) -> tuple[str, list[str]] | None:
@@ -48,8 +54,12 @@ def parse_line(line: bytes) -> tuple[str, list[str]] | None:
     try:
         memo = json.loads(line)
         rkey, hashes = memo["key"], memo["hashes"]
-        if not (isinstance(rkey, str) and isinstance(hashes, list) and hashes
-                and all(isinstance(h, str) and len(h) == 64 for h in hashes)):
+        if not (
+            isinstance(rkey, str)
+            and isinstance(hashes, list)
+            and hashes
+            and all(isinstance(h, str) and len(h) == 64 for h in hashes)
+        ):
             return None
         return (rkey, hashes) if memo.get("check") == memo_check(rkey, hashes) else None
     except (ValueError, TypeError, KeyError, UnicodeError):
@@ -101,13 +111,15 @@ class RenderMemos:
             return
         except OSError as exc:
             self.counters["bad_renders"] += 1
-            log.warning("frame cache: render memo table %s is unreadable (%s); its items are rendered again",
-                        name, exc)
+            log.warning("frame cache: render memo table %s is unreadable (%s); its items are rendered again", name, exc)
             return
         if bad:
             self.counters["bad_renders"] += bad
-            log.warning("frame cache: %d damaged render memo(s) in table %s are not used; their items are rendered "
-                        "again", bad, name)
+            log.warning(
+                "frame cache: %d damaged render memo(s) in table %s are not used; their items are rendered again",
+                bad,
+                name,
+            )
             name = self._rewrite(name, [line for line, *_ in good])
         for _, rkey, hashes in good:
             self._memos.setdefault(rkey, (hashes, name))

@@ -45,9 +45,24 @@ def split_key(key: str) -> tuple[str, int]:
 def encode_record(key: str, png: bytes, stats: dict) -> bytes:
     """One record: the entry's key, its stats (frame_stats: pixel_sha256, height, width, mean, std, thumb) and PNG."""
     kb, thumb = key.encode("ascii"), bytes.fromhex(stats["thumb"])
-    body = b"".join((HEAD.pack(RECORD, bytes.fromhex(stats["pixel_sha256"]), int(stats["height"]),
-                               int(stats["width"]), float(stats["mean"]), float(stats["std"]), len(kb), len(thumb),
-                               len(png)), kb, thumb, png))
+    body = b"".join(
+        (
+            HEAD.pack(
+                RECORD,
+                bytes.fromhex(stats["pixel_sha256"]),
+                int(stats["height"]),
+                int(stats["width"]),
+                float(stats["mean"]),
+                float(stats["std"]),
+                len(kb),
+                len(thumb),
+                len(png),
+            ),
+            kb,
+            thumb,
+            png,
+        )
+    )
     return body + CRC.pack(zlib.crc32(body))
 
 
@@ -62,9 +77,16 @@ class Record:
 
     def stats(self) -> dict:
         sha, height, width, mean, std = self._head
-        thumb = bytes(self.raw[HEAD.size + len(self.key): len(self.raw) - CRC.size - len(self.png)])
-        return {"pixel_sha256": sha.hex(), "height": height, "width": width, "mean": mean, "std": std,
-                "thumb": thumb.hex(), "key": self.key}
+        thumb = bytes(self.raw[HEAD.size + len(self.key) : len(self.raw) - CRC.size - len(self.png)])
+        return {
+            "pixel_sha256": sha.hex(),
+            "height": height,
+            "width": width,
+            "mean": mean,
+            "std": std,
+            "thumb": thumb.hex(),
+            "key": self.key,
+        }
 
 
 def _record_at(data: memoryview, pos: int) -> tuple[Record | None, int, str | None]:
@@ -82,11 +104,11 @@ def _record_at(data: memoryview, pos: int) -> tuple[Record | None, int, str | No
     if zlib.crc32(data[pos:end]) != CRC.unpack_from(data, end)[0]:
         return None, -1, "a record fails its CRC (damaged bytes)"
     try:
-        key = bytes(data[start:start + klen]).decode("ascii")
+        key = bytes(data[start : start + klen]).decode("ascii")
         _, index = split_key(key)
     except ValueError:
         return None, end + CRC.size, "a record names no frame-cache key"
-    rec = Record(key, index, data[end - plen:end], data[pos:end + CRC.size], (sha, height, width, mean, std))
+    rec = Record(key, index, data[end - plen : end], data[pos : end + CRC.size], (sha, height, width, mean, std))
     return rec, end + CRC.size, None
 
 

@@ -48,8 +48,11 @@ class AdapterReaders:
         """Every source of cfg.sources; `roots` (slug -> path) overrides the configured roots."""
         roots = roots or {}
         fr = cfg.frames
-        return cls({slug: (src.adapter.options(), roots.get(slug, src.root)) for slug, src in cfg.sources.items()},
-                   decoder=fr.decoder, threads=int(fr.decoder_threads))
+        return cls(
+            {slug: (src.adapter.options(), roots.get(slug, src.root)) for slug, src in cfg.sources.items()},
+            decoder=fr.decoder,
+            threads=int(fr.decoder_threads),
+        )
 
     def reader_id(self, source: str) -> str:
         """Part of the frame-cache key."""
@@ -84,8 +87,13 @@ class AdapterReaders:
 class DirectoryReaders:
     """source -> reader of `<root>/<pattern>` video files, pattern fields {source} {unit_id} {camera}."""
 
-    def __init__(self, root: str | Path, pattern: str = "{source}/{unit_id}/{camera}.mp4", decoder: str = "auto",
-                 threads: int = 1):
+    def __init__(
+        self,
+        root: str | Path,
+        pattern: str = "{source}/{unit_id}/{camera}.mp4",
+        decoder: str = "auto",
+        threads: int = 1,
+    ):
         self.root = str(root)
         self.pattern = pattern
         self.decoder = decoder
@@ -114,8 +122,10 @@ def unit_fingerprint(open_reader, source: str, unit_id: str, camera: str) -> str
     """The upstream fingerprint of (source, unit, camera) from the reader factory; raises what it raises."""
     fn = getattr(open_reader, "fingerprint", None)
     if not callable(fn):
-        raise TypeError(f"{type(open_reader).__name__} has no fingerprint(source, unit_id, camera): frames read "
-                        "through it cannot be cached")
+        raise TypeError(
+            f"{type(open_reader).__name__} has no fingerprint(source, unit_id, camera): frames read "
+            "through it cannot be cached"
+        )
     return str(fn(source, unit_id, camera))
 
 

@@ -28,7 +28,14 @@ from pipeline.core.io import write_json
 from pipeline.core.pool import run_tasks
 from pipeline.release.files import eval_level_files
 from .readers import AdapterReaders
-from .render import RENDER_VERSION, frame_indices_of, image_hashes, render_item_images, render_spec_of, write_item_images
+from .render import (
+    RENDER_VERSION,
+    frame_indices_of,
+    image_hashes,
+    render_item_images,
+    render_spec_of,
+    write_item_images,
+)
 from .worker import read_with_fallback
 
 from pipeline.settings.models import ReconstructionSource
@@ -36,8 +43,15 @@ from pipeline.settings.models import ReconstructionSource
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
-COLUMNS = ["item_id", "source_slug", "source_unit_id", "camera", "frame_indices_json", "render_spec_json",
-           "image_hashes_json"]
+COLUMNS = [
+    "item_id",
+    "source_slug",
+    "source_unit_id",
+    "camera",
+    "frame_indices_json",
+    "render_spec_json",
+    "image_hashes_json",
+]
 STATUSES = ("ok", "missing", "differs", "unverified")
 
 
@@ -56,8 +70,15 @@ class ReconTask:
 
 
 def _result(task: ReconTask, item_id: str, status: str, reason: str | None = None, images: int = 0) -> dict:
-    return {"item_id": item_id, "source": task.source, "unit_id": task.unit_id, "camera": task.camera,
-            "status": status, "reason": reason, "images": images}
+    return {
+        "item_id": item_id,
+        "source": task.source,
+        "unit_id": task.unit_id,
+        "camera": task.camera,
+        "status": status,
+        "reason": reason,
+        "images": images,
+    }
 
 
 def _fail(task: ReconTask, reason: str) -> list[dict]:
@@ -66,8 +87,10 @@ def _fail(task: ReconTask, reason: str) -> list[dict]:
 
 def run_recon(task: ReconTask) -> list[dict]:
     """Decode one video once, render and verify its items, write the images. Never raises."""
-    items = [{"item_id": a, "frame_indices_json": b, "render_spec_json": c, "image_hashes_json": d, "first": e}
-             for a, b, c, d, e in task.items]
+    items = [
+        {"item_id": a, "frame_indices_json": b, "render_spec_json": c, "image_hashes_json": d, "first": e}
+        for a, b, c, d, e in task.items
+    ]
     needed: set[int] = set()
     for it in items:
         try:
@@ -140,16 +163,28 @@ def read_release_items(release_dir: Path, cfg: Settings) -> pl.DataFrame:
             missing = [c for c in COLUMNS if c not in pl.read_parquet_schema(path)]
             if missing:
                 raise ValueError(f"{path.resolve()}: lacks columns {missing}")
-            frames.append(pl.read_parquet(path, columns=COLUMNS).select([pl.col(c).cast(pl.String) for c in COLUMNS])
-                          .with_columns(file=pl.lit(rel), first_image=pl.lit(0, pl.Int64)))
+            frames.append(
+                pl.read_parquet(path, columns=COLUMNS)
+                .select([pl.col(c).cast(pl.String) for c in COLUMNS])
+                .with_columns(file=pl.lit(rel), first_image=pl.lit(0, pl.Int64))
+            )
     if len(frames) == 1:
-        raise FileNotFoundError(f"no release tables ({', '.join(release_item_files(release_dir, cfg))}) in "
-                                f"{Path(release_dir).resolve()}")
+        raise FileNotFoundError(
+            f"no release tables ({', '.join(release_item_files(release_dir, cfg))}) in {Path(release_dir).resolve()}"
+        )
     return pl.concat(frames).sort("item_id", "first_image")
 
 
-def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: Settings, out_dir: Path, sources=None,
-                workers: int | None = None, progress=None, item_ids=None) -> dict:
+def reconstruct(
+    release_dir: Path,
+    upstream: dict[str, Path],
+    cfg: Settings,
+    out_dir: Path,
+    sources=None,
+    workers: int | None = None,
+    progress=None,
+    item_ids=None,
+) -> dict:
     """Rebuild and verify the images of every item of `sources` (default: the slugs in `upstream`); `item_ids`: only
     these items (what `processbench eval --upstream` asks about).
 
@@ -168,20 +203,38 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: Settings, out
     items = items.filter(pl.col("source_slug").is_in(selected))
     if item_ids is not None:
         items = items.filter(pl.col("item_id").is_in(sorted(item_ids)))
-    readers = AdapterReaders({s: (cfg.sources[s].adapter.options() if s in cfg.sources else {}, upstream[s])
-                              for s in selected if s in upstream},
-                             decoder=fr.decoder, threads=int(fr.decoder_threads))
+    readers = AdapterReaders(
+        {
+            s: (cfg.sources[s].adapter.options() if s in cfg.sources else {}, upstream[s])
+            for s in selected
+            if s in upstream
+        },
+        decoder=fr.decoder,
+        threads=int(fr.decoder_threads),
+    )
     tasks = []
     results: list[dict] = []
-    grouped = (items.group_by(["source_slug", "source_unit_id", "camera"])
-               .agg(pl.struct([*COLUMNS, "first_image"]).sort_by("item_id", "first_image").alias("rows"))
-               .sort(["source_slug", "source_unit_id", "camera"]))
+    grouped = (
+        items.group_by(["source_slug", "source_unit_id", "camera"])
+        .agg(pl.struct([*COLUMNS, "first_image"]).sort_by("item_id", "first_image").alias("rows"))
+        .sort(["source_slug", "source_unit_id", "camera"])
+    )
     for slug, unit_id, camera, rows in grouped.iter_rows():
-        task = ReconTask(readers, slug, unit_id, camera,
-                         tuple((r["item_id"], r["frame_indices_json"], r["render_spec_json"], r["image_hashes_json"],
-                                r["first_image"]) for r in rows),
-                         str(images_dir), fr.image.model_dump(), int(fr.cache.png_compression),
-                         fr.decoder, int(fr.decoder_threads))
+        task = ReconTask(
+            readers,
+            slug,
+            unit_id,
+            camera,
+            tuple(
+                (r["item_id"], r["frame_indices_json"], r["render_spec_json"], r["image_hashes_json"], r["first_image"])
+                for r in rows
+            ),
+            str(images_dir),
+            fr.image.model_dump(),
+            int(fr.cache.png_compression),
+            fr.decoder,
+            int(fr.decoder_threads),
+        )
         if slug not in upstream:
             results.extend(_fail(task, f"no upstream root given for {slug}"))
         else:
@@ -203,16 +256,25 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: Settings, out
         results.extend(res)
         step()
 
-    run_tasks(run_recon, tasks, fr.workers if workers is None else workers, on_result,
-              lambda t, reason: _fail(t, reason), mp_context=fr.mp_context,
-              in_flight_per_worker=fr.in_flight_per_worker)
+    run_tasks(
+        run_recon,
+        tasks,
+        fr.workers if workers is None else workers,
+        on_result,
+        lambda t, reason: _fail(t, reason),
+        mp_context=fr.mp_context,
+        in_flight_per_worker=fr.in_flight_per_worker,
+    )
     if bar is not None:
         bar.close()
     results = _one_per_item(results)
     per_source = {s: {"items": 0, **{k: 0 for k in STATUSES}} for s in selected}
     file_of = dict(zip(items["item_id"].to_list(), items["file"].to_list()))
-    per_file = {f: {"items": 0, **{k: 0 for k in STATUSES}, "images": 0}
-                for f in [*release_item_files(release_dir, cfg), *sorted(present)] if f in present}
+    per_file = {
+        f: {"items": 0, **{k: 0 for k in STATUSES}, "images": 0}
+        for f in [*release_item_files(release_dir, cfg), *sorted(present)]
+        if f in present
+    }
     for r in results:
         per_source[r["source"]]["items"] += 1
         per_source[r["source"]][r["status"]] += 1
@@ -220,10 +282,20 @@ def reconstruct(release_dir: Path, upstream: dict[str, Path], cfg: Settings, out
         f["items"] += 1
         f[r["status"]] += 1
         f["images"] += r["images"]
-    problems = sorted(({k: r[k] for k in ("item_id", "source", "unit_id", "camera", "status", "reason")}
-                       for r in results if r["status"] != "ok"), key=lambda r: r["item_id"])
-    report = {"sources": per_source, "files": per_file, "images_written": sum(r["images"] for r in results),
-              "problems": problems}
+    problems = sorted(
+        (
+            {k: r[k] for k in ("item_id", "source", "unit_id", "camera", "status", "reason")}
+            for r in results
+            if r["status"] != "ok"
+        ),
+        key=lambda r: r["item_id"],
+    )
+    report = {
+        "sources": per_source,
+        "files": per_file,
+        "images_written": sum(r["images"] for r in results),
+        "problems": problems,
+    }
     write_json(out_dir / rc.report_file, report)
     return report
 
@@ -247,8 +319,10 @@ def _size_policy_text(fr: dict) -> str:
     max_side = fr.image.max_side
     if not max_side:
         return "shown at their native decoded size"
-    return (f"downscaled with OpenCV INTER_AREA so that the longer side is at most {max_side} px (aspect ratio kept, "
-            f"sizes rounded to the nearest pixel, never upscaled)")
+    return (
+        f"downscaled with OpenCV INTER_AREA so that the longer side is at most {max_side} px (aspect ratio kept, "
+        f"sizes rounded to the nearest pixel, never upscaled)"
+    )
 
 
 def reconstruction_markdown(cfg: Settings) -> str:
@@ -333,7 +407,7 @@ def reconstruction_markdown(cfg: Settings) -> str:
         "",
         "## How the hashes are checked",
         "",
-        "Each entry of `image_hashes_json` is `sha256(\"<height>x<width>x3|uint8|\" + RGB pixel bytes)` of one image:",
+        'Each entry of `image_hashes_json` is `sha256("<height>x<width>x3|uint8|" + RGB pixel bytes)` of one image:',
         "the decoded, resized and labelled pixels in row-major RGB order, not the bytes of any image file, so the",
         "check does not depend on the PNG/JPEG encoder. The tool reports per source how many items are",
         "",
@@ -361,8 +435,7 @@ def reconstruct_summary(report: dict, out: Path, cfg: Settings) -> str:
     lines = ["reconstructed, per release file:"]
     lines += [f"  {f:<{width}}  {counts(r)}; {r['images']} images written" for f, r in report["files"].items()]
     lines += ["per source:"] + [f"  {s}: {counts(r)}" for s, r in sorted(report["sources"].items())]
-    lines += [f"{report['images_written']} images in {out / rc.images_dir}",
-              f"per-item report: {out / rc.report_file}"]
+    lines += [f"{report['images_written']} images in {out / rc.images_dir}", f"per-item report: {out / rc.report_file}"]
     if report["problems"]:
         lines.append(f"{len(report['problems'])} item(s) not rebuilt or not verified: see the report's `problems`")
     return "\n".join(lines)

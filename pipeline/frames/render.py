@@ -102,10 +102,25 @@ def draw_label(img: np.ndarray, text: str, label: dict) -> np.ndarray:
     (tw, th), baseline = cv2.getTextSize(str(text), font, scale, thickness)
     x0, y0 = margin, margin
     x1, y1 = x0 + tw + 2 * pad, y0 + th + baseline + 2 * pad
-    cv2.rectangle(img, (x0, y0), (x1 - 1, y1 - 1), tuple(int(c) for c in label.get("background", (0, 0, 0))),
-                  thickness=-1, lineType=cv2.LINE_8)
-    cv2.putText(img, str(text), (x0 + pad, y0 + pad + th), font, scale,
-                tuple(int(c) for c in label.get("color", (255, 255, 255))), thickness, cv2.LINE_8, False)
+    cv2.rectangle(
+        img,
+        (x0, y0),
+        (x1 - 1, y1 - 1),
+        tuple(int(c) for c in label.get("background", (0, 0, 0))),
+        thickness=-1,
+        lineType=cv2.LINE_8,
+    )
+    cv2.putText(
+        img,
+        str(text),
+        (x0 + pad, y0 + pad + th),
+        font,
+        scale,
+        tuple(int(c) for c in label.get("color", (255, 255, 255))),
+        thickness,
+        cv2.LINE_8,
+        False,
+    )
     return img
 
 
@@ -148,7 +163,7 @@ def render_item_images(item: dict, get_frame: GetFrame, size_policy: dict | None
         canvas[:] = colour
         x = 0
         for p in panels:
-            canvas[: p.shape[0], x: x + p.shape[1]] = p
+            canvas[: p.shape[0], x : x + p.shape[1]] = p
             x += p.shape[1] + gap
         return [canvas]
     raise ValueError(f"unknown render_spec kind {kind!r}")
@@ -167,8 +182,9 @@ def image_filename(item_id: str, k: int) -> str:
     return f"{item_id}_{k}.png"
 
 
-def write_item_images(item_id: str, images: Sequence[np.ndarray], out_dir: Path, png_compression: int = 1,
-                      start: int = 0) -> list[str]:
+def write_item_images(
+    item_id: str, images: Sequence[np.ndarray], out_dir: Path, png_compression: int = 1, start: int = 0
+) -> list[str]:
     """The images as <item_id>_<k>.png, k from `start` (a step item's images come in parts, one per step's video)."""
     names = []
     for k, img in enumerate(images, start=start):
@@ -184,8 +200,13 @@ def render_key(frame_keys: Sequence[str], pixel_hashes: Sequence[str], item: dic
     import hashlib
 
     spec = render_spec_of(item)
-    ident = ["pbrender", RENDER_VERSION, list(frame_keys), list(pixel_hashes),
-             spec if spec is not None else {"size_policy": size_policy}]
+    ident = [
+        "pbrender",
+        RENDER_VERSION,
+        list(frame_keys),
+        list(pixel_hashes),
+        spec if spec is not None else {"size_policy": size_policy},
+    ]
     return hashlib.sha256(compact_json(ident).encode()).hexdigest()
 
 
@@ -206,8 +227,9 @@ def _needed_frames(item: dict) -> list[int]:
     return needed
 
 
-def _video_pixels(cache: FrameCache, video_key: tuple, indices: list[int], key_of: dict, open_reader,
-                  counters: Counter) -> dict[int, np.ndarray | str]:
+def _video_pixels(
+    cache: FrameCache, video_key: tuple, indices: list[int], key_of: dict, open_reader, counters: Counter
+) -> dict[int, np.ndarray | str]:
     """The checked cached pixels of frames `indices` of one video, its pack read once: {index: pixels, or why the
     frame cannot be had}. Bad or vanished entries are decoded again through `open_reader` (one task for all of them,
     one pack write) and read back. Counts into `counters` (this thread's), never into cache.counters."""
@@ -232,8 +254,14 @@ def _video_pixels(cache: FrameCache, video_key: tuple, indices: list[int], key_o
     return got
 
 
-def _render_video(cache: FrameCache, video_key: tuple, jobs: list[tuple[int, dict]], key_of: dict,
-                  size_policy: dict | None, open_reader) -> tuple[list[tuple[int, list[str] | str]], Counter]:
+def _render_video(
+    cache: FrameCache,
+    video_key: tuple,
+    jobs: list[tuple[int, dict]],
+    key_of: dict,
+    size_policy: dict | None,
+    open_reader,
+) -> tuple[list[tuple[int, list[str] | str]], Counter]:
     """Render the items of one video (run on a pool thread): [(position, hashes, or the reason it cannot be
     rendered)] in `jobs` order, and this video's counters. Its frames are read once (one pack read), shared by its
     items."""
@@ -256,8 +284,14 @@ def _render_video(cache: FrameCache, video_key: tuple, jobs: list[tuple[int, dic
     return out, counters
 
 
-def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: FrameCache,
-                     size_policy: dict | None, open_reader=None, workers: int | None = None) -> pl.DataFrame:
+def add_image_hashes(
+    items: pl.DataFrame,
+    frame_table: pl.DataFrame,
+    cache: FrameCache,
+    size_policy: dict | None,
+    open_reader=None,
+    workers: int | None = None,
+) -> pl.DataFrame:
     """Add image_hashes_json (compact JSON list of sha256) to each item, rendering from the frame cache.
 
     Items whose frames are not all ok in `frame_table` get null (the visual gate drops them anyway). A plain item
@@ -270,13 +304,19 @@ def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: Fram
     release the GIL. Memo lookups, memo writes, counters and warnings stay in this thread, in item order.
     """
     ok = frame_table.filter(pl.col("status") == "ok")
-    key_of = {(s, u, c, int(i)): (k, h) for s, u, c, i, k, h in
-              ok.select("source", "unit_id", "camera", "frame_index", "cache_key", "pixel_sha256").iter_rows()}
+    key_of = {
+        (s, u, c, int(i)): (k, h)
+        for s, u, c, i, k, h in ok.select(
+            "source", "unit_id", "camera", "frame_index", "cache_key", "pixel_sha256"
+        ).iter_rows()
+    }
     max_side = size_policy["max_side"] if size_policy else None
     # frames the plain-item size policy leaves native: their image is the frame itself (apply_size_policy copies it)
-    native = {(s, u, c, int(i)) for s, u, c, i, w, h in
-              ok.select("source", "unit_id", "camera", "frame_index", "width", "height").iter_rows()
-              if fit_size(w, h, max_side) == (w, h)}
+    native = {
+        (s, u, c, int(i))
+        for s, u, c, i, w, h in ok.select("source", "unit_id", "camera", "frame_index", "width", "height").iter_rows()
+        if fit_size(w, h, max_side) == (w, h)
+    }
     hashes: list[str | None] = [None] * items.height
     rows = list(items.iter_rows(named=True))
     rkeys: dict[int, str] = {}
@@ -329,8 +369,9 @@ def add_image_hashes(items: pl.DataFrame, frame_table: pl.DataFrame, cache: Fram
     return items.with_columns(pl.Series("image_hashes_json", hashes, dtype=pl.String))
 
 
-def _collect(results, rows: list[dict], rkeys: dict[int, str], same: dict[str, list[int]], hashes: list,
-             cache: FrameCache) -> None:
+def _collect(
+    results, rows: list[dict], rkeys: dict[int, str], same: dict[str, list[int]], hashes: list, cache: FrameCache
+) -> None:
     """Per video, in video order: sum its counters, memoise and record each item's hashes, log what failed."""
     for out, counters in results:
         for name, v in counters.items():

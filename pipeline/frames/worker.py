@@ -29,14 +29,18 @@ class CacheWriteError(RuntimeError):
 
 def raise_cache_errors(rows: list[dict]) -> None:
     """CacheWriteError naming how many frames and the first one, when a row of `rows` has status CACHE_ERROR."""
-    bad = sorted((r for r in rows if r["status"] == CACHE_ERROR),
-                 key=lambda r: (r["source"], r["unit_id"], r["camera"], r["frame_index"]))
+    bad = sorted(
+        (r for r in rows if r["status"] == CACHE_ERROR),
+        key=lambda r: (r["source"], r["unit_id"], r["camera"], r["frame_index"]),
+    )
     if bad:
         r = bad[0]
-        raise CacheWriteError(f"{len(bad)} decoded frame(s) could not be written into the frame cache (first: "
-                              f"{r['source']}/{r['unit_id']} {r['camera']} frame {r['frame_index']}: {r['reason']}); "
-                              "the build stops instead of dropping their items: free space or fix the work folder's "
-                              "permissions, then build again")
+        raise CacheWriteError(
+            f"{len(bad)} decoded frame(s) could not be written into the frame cache (first: "
+            f"{r['source']}/{r['unit_id']} {r['camera']} frame {r['frame_index']}: {r['reason']}); "
+            "the build stops instead of dropping their items: free space or fix the work folder's "
+            "permissions, then build again"
+        )
 
 
 SINGLE_RETRY_MAX = 256  # after a failed batch, retry at most this many frames one by one ...
@@ -55,10 +59,21 @@ class VideoTask:
 
 def _row(task: VideoTask, index: int, key: str, status: str, reason: str | None, stats: dict | None) -> dict:
     stats = stats or {}
-    return {"source": task.source, "unit_id": task.unit_id, "camera": task.camera, "frame_index": int(index),
-            "cache_key": key, "status": status, "reason": reason, "pixel_sha256": stats.get("pixel_sha256"),
-            "height": stats.get("height"), "width": stats.get("width"), "mean": stats.get("mean"),
-            "std": stats.get("std"), "thumb": stats.get("thumb")}
+    return {
+        "source": task.source,
+        "unit_id": task.unit_id,
+        "camera": task.camera,
+        "frame_index": int(index),
+        "cache_key": key,
+        "status": status,
+        "reason": reason,
+        "pixel_sha256": stats.get("pixel_sha256"),
+        "height": stats.get("height"),
+        "width": stats.get("width"),
+        "mean": stats.get("mean"),
+        "std": stats.get("std"),
+        "thumb": stats.get("thumb"),
+    }
 
 
 def peak_rss_mb() -> float:
@@ -76,8 +91,12 @@ def peak_rss_mb() -> float:
 
 
 def error_result(task: VideoTask, reason: str) -> dict:
-    return {"rows": [_row(task, i, k, "error", reason, None) for i, k in task.frames], "decoded": 0,
-            "errors": len(task.frames), "rss_mb": 0.0}
+    return {
+        "rows": [_row(task, i, k, "error", reason, None) for i, k in task.frames],
+        "decoded": 0,
+        "errors": len(task.frames),
+        "rss_mb": 0.0,
+    }
 
 
 def read_with_fallback(reader, unit_id: str, camera: str, indices: list[int]) -> tuple[dict, dict[int, str]]:

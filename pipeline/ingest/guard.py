@@ -20,8 +20,10 @@ from pathlib import Path
 from pipeline.core.io import atomic_write_text
 
 DEATHS = 2  # deaths in a row on the same files before a unit is refused unread
-REASON = ("the ingest process died while reading this unit in {n} earlier runs (killed: out of memory, or a crash "
-          "in a native reader); refused until its files change")
+REASON = (
+    "the ingest process died while reading this unit in {n} earlier runs (killed: out of memory, or a crash "
+    "in a native reader); refused until its files change"
+)
 
 
 def held_by(state: Path) -> str | None:
@@ -41,8 +43,11 @@ def held_note(state: Path, source: str) -> str | None:
         before = json.loads(Path(f"{state}.died.json").read_text(encoding="utf-8")).get(unit, {}).get("deaths", 0)
     except (OSError, ValueError, AttributeError):
         before = 0
-    then = ("the next build quarantines it (until its files change) and reads the rest" if before + 1 >= DEATHS
-            else "the next build reads it once more and quarantines it if its reader dies again")
+    then = (
+        "the next build quarantines it (until its files change) and reads the rest"
+        if before + 1 >= DEATHS
+        else "the next build reads it once more and quarantines it if its reader dies again"
+    )
     return f"ingest of {source} died while reading unit {unit!r}: {then}"
 
 

@@ -66,8 +66,15 @@ class IngestResult:
     absent: pl.DataFrame  # source, unit_id, reason, file: units whose media was not downloaded (skipped)
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return {"units": self.units, "frames": self.frames, "signals": self.signals, "segments": self.segments,
-                "quarantine": self.quarantine, "notes": self.notes, "absent": self.absent}
+        return {
+            "units": self.units,
+            "frames": self.frames,
+            "signals": self.signals,
+            "segments": self.segments,
+            "quarantine": self.quarantine,
+            "notes": self.notes,
+            "absent": self.absent,
+        }
 
 
 def quarantine_frame(rows: list[dict]) -> pl.DataFrame:
@@ -94,8 +101,11 @@ def content_hash(ir) -> str | None:
     """sha256 of a unit's primary-camera clock (t_sec, native_ts) and its signals, without source, ids or paths: the
     same recording stored under another unit id hashes the same. None when every signal channel is null or constant:
     such units (an idle robot) could be equal by chance, so they are not compared."""
-    sig = ir.signals if _sorted_by_arm_frame(ir.signals) else ir.signals.sort_by(
-        [("arm", "ascending"), ("frame_index", "ascending")])
+    sig = (
+        ir.signals
+        if _sorted_by_arm_frame(ir.signals)
+        else ir.signals.sort_by([("arm", "ascending"), ("frame_index", "ascending")])
+    )
     chans = {c: sig.column(c).to_numpy(zero_copy_only=False).astype("<f8") for c in _CHANNELS}
     if not any(np.nanmax(v) > np.nanmin(v) for v in chans.values() if v.size and not np.isnan(v).all()):
         return None
@@ -134,9 +144,14 @@ def _duplicate_notes(slug: str, units: list[dict]) -> list[dict]:
         if key is None:
             continue
         if key in first:
-            out.append({"source": slug, "unit_id": u["unit_id"],
-                        "note": f"same clock and signals as unit {first[key]} (content_hash {key}): a duplicate "
-                                "recording, kept in one split group with it"})
+            out.append(
+                {
+                    "source": slug,
+                    "unit_id": u["unit_id"],
+                    "note": f"same clock and signals as unit {first[key]} (content_hash {key}): a duplicate "
+                    "recording, kept in one split group with it",
+                }
+            )
         else:
             first.setdefault(key, u["unit_id"])
     return out
@@ -147,8 +162,17 @@ def _frame(tables: list[pa.Table], schema: pa.Schema) -> pl.DataFrame:
 
 
 # units-row text fields a release file may carry; each must pass the release's leak scanner
-TEXT_FIELDS = ("task_id", "operator_id", "scene_id", "config_id", "taxonomy", "official_split", "camera", "licence",
-               "language")
+TEXT_FIELDS = (
+    "task_id",
+    "operator_id",
+    "scene_id",
+    "config_id",
+    "taxonomy",
+    "official_split",
+    "camera",
+    "licence",
+    "language",
+)
 
 
 def text_field_problem(ir) -> str | None:
@@ -169,8 +193,13 @@ def text_field_problem(ir) -> str | None:
 def unit_id_problem(unit_id: str) -> str | None:
     """Why a unit id may not reach the release: control, format (zero-width, bidi), private-use, unassigned or line
     separator characters (U+200B, ESC[2J, ...), or a form other than Unicode NFC. None when clean."""
-    bad = sorted({f"U+{ord(c):04X}" for c in unit_id
-                  if unicodedata.category(c) in ("Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp") or (c.isspace() and c != " ")})
+    bad = sorted(
+        {
+            f"U+{ord(c):04X}"
+            for c in unit_id
+            if unicodedata.category(c) in ("Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp") or (c.isspace() and c != " ")
+        }
+    )
     if bad:
         return f"unit id holds control or invisible characters ({', '.join(bad[:5])}): refused at ingest"
     if unicodedata.normalize("NFC", unit_id) != unit_id:
@@ -183,10 +212,15 @@ def shard_of(unit_id: str, shards: int) -> int:
     return int.from_bytes(hashlib.sha256(unit_id.encode()).digest()[:8], "big") % shards
 
 
-def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
-                  progress: Callable[[Iterable], Iterable] | None = None,
-                  limits: dict | None = None, shard: tuple[int, int] | None = None,
-                  state: Path | None = None) -> IngestResult:
+def ingest_source(
+    slug: str,
+    root: Path,
+    adapter_options: dict | None = None,
+    progress: Callable[[Iterable], Iterable] | None = None,
+    limits: dict | None = None,
+    shard: tuple[int, int] | None = None,
+    state: Path | None = None,
+) -> IngestResult:
     """Read every unit of one source into the IR. Never raises for bad data: it quarantines.
     `limits`: `build.ir_limits` (default: from configs/build.yaml). `shard` (k, n): only the units of shard k of n
     (`shard_of`); `merge_shards` makes the source's IR of the n results. `state`: the path prefix of the
@@ -201,10 +235,20 @@ def ingest_source(slug: str, root: Path, adapter_options: dict | None = None,
     roots = (str(root), str(root.absolute()), os.path.realpath(root))
     quarantine: list[dict] = []
 
-    def row(unit_id: str, reason: str, file: str | None, table: list[dict] = quarantine, stage=True,
-            units: int | None = None) -> None:
-        rec = {"source": slug, "unit_id": unit_id, "reason": redact_paths(str(reason), roots),
-               "file": _relative(file, roots)}
+    def row(
+        unit_id: str,
+        reason: str,
+        file: str | None,
+        table: list[dict] = quarantine,
+        stage=True,
+        units: int | None = None,
+    ) -> None:
+        rec = {
+            "source": slug,
+            "unit_id": unit_id,
+            "reason": redact_paths(str(reason), roots),
+            "file": _relative(file, roots),
+        }
         table.append({**rec, "stage": "ingest", "units": units} if stage else rec)
 
     try:
@@ -292,6 +336,7 @@ def merge_shards(slug: str, parts: list[dict[str, pl.DataFrame]]) -> IngestResul
     """The source's IR from its shards' (read_ir of each `ingest_source(shard=...)` result): every table in unit order
     as one whole ingest writes it (the adapter lists units sorted), whole-source quarantine rows first, and the notes
     on units duplicating another, across shards."""
+
     def by_unit(name: str, rows: pl.Expr = pl.lit(True)) -> pl.DataFrame:  # noqa: B008 - an immutable expression
         return pl.concat([p[name].filter(rows) for p in parts]).sort("unit_id", maintain_order=True)
 
@@ -299,10 +344,16 @@ def merge_shards(slug: str, parts: list[dict[str, pl.DataFrame]]) -> IngestResul
     notes = by_unit("notes")
     duplicates = _duplicate_notes(slug, units.select("unit_id", "content_hash").to_dicts())
     return IngestResult(
-        units=units, frames=by_unit("frames"), signals=by_unit("signals"), segments=by_unit("segments"),
-        quarantine=pl.concat([by_unit("quarantine", pl.col("unit_id") == "*"),
-                              by_unit("quarantine", pl.col("unit_id") != "*")]),
-        notes=pl.concat([notes, pl.DataFrame(duplicates, schema=notes.schema)]), absent=by_unit("absent"))
+        units=units,
+        frames=by_unit("frames"),
+        signals=by_unit("signals"),
+        segments=by_unit("segments"),
+        quarantine=pl.concat(
+            [by_unit("quarantine", pl.col("unit_id") == "*"), by_unit("quarantine", pl.col("unit_id") != "*")]
+        ),
+        notes=pl.concat([notes, pl.DataFrame(duplicates, schema=notes.schema)]),
+        absent=by_unit("absent"),
+    )
 
 
 def _relative(file: str | None, roots) -> str | None:
@@ -312,7 +363,7 @@ def _relative(file: str | None, roots) -> str | None:
     file = str(file)
     for r in sorted(roots, key=len, reverse=True):
         if r not in ("", ".", "/") and file.startswith(r.rstrip("/") + "/"):
-            return file[len(r.rstrip("/")) + 1:]
+            return file[len(r.rstrip("/")) + 1 :]
     if os.path.isabs(file) or find_path_leaks(file):
         return redact_paths(file, roots)
     return file
@@ -334,8 +385,10 @@ def read_ir(ir_dir: Path) -> dict[str, pl.DataFrame]:
 def summary_text(slug: str, result: IngestResult) -> str:
     """The one-screen summary `processbench ingest` prints."""
     u, q = result.units, result.quarantine
-    lines = [f"source {slug}: {u.height} units read, {units_lost(q.filter(pl.col('unit_id') != '*'))} quarantined, "
-             f"{result.absent.height} absent (not downloaded)"]
+    lines = [
+        f"source {slug}: {u.height} units read, {units_lost(q.filter(pl.col('unit_id') != '*'))} quarantined, "
+        f"{result.absent.height} absent (not downloaded)"
+    ]
     if q.height:
         lines.append("quarantined by reason:")
         per = q.group_by("reason").agg(_ROW_UNITS.sum().alias("len"))
@@ -349,8 +402,12 @@ def summary_text(slug: str, result: IngestResult) -> str:
         lines.append(f"tasks: {u['task_id'].n_unique()}; licences: {', '.join(sorted(set(u['licence'].to_list())))}")
     if result.absent.height:
         lines.append("absent by reason (skipped, not counted as quarantined):")
-        for row in result.absent.group_by("reason").len().sort(["len", "reason"], descending=[True, False]).iter_rows(
-                named=True):
+        for row in (
+            result.absent.group_by("reason")
+            .len()
+            .sort(["len", "reason"], descending=[True, False])
+            .iter_rows(named=True)
+        ):
             lines.append(f"  {row['len']:5d}  {row['reason']}")
     if result.notes.height:
         lines.append(f"notes on kept units: {result.notes.height} (see notes.parquet)")
@@ -374,8 +431,7 @@ def options_help() -> str:
         adapter = getattr(importlib.import_module(module), cls)
         lines.append(f"  {slug} ({adapter.name}, unit = {adapter.unit_type})")
         for key, meaning in adapter.options.items():
-            lines.extend(textwrap.wrap(f"{key}: {meaning}", 100, initial_indent="      ",
-                                       subsequent_indent="        "))
+            lines.extend(textwrap.wrap(f"{key}: {meaning}", 100, initial_indent="      ", subsequent_indent="        "))
     return "\n".join(lines)
 
 
@@ -422,8 +478,9 @@ def command(args) -> int:
         print(f"{args.source}: bad adapter option: {exc}", file=sys.stderr)
         return 2
     progress = getattr(args, "progress", None)
-    result = ingest_source(args.source, Path(args.root), options, progress=progress,
-                           limits=cfg.build.ir_limits.model_dump())
+    result = ingest_source(
+        args.source, Path(args.root), options, progress=progress, limits=cfg.build.ir_limits.model_dump()
+    )
     write_ir(result, Path(args.out))
     print(summary_text(args.source, result))
     print(f"tables written to {args.out}: units, frames, signals, segments, quarantine, notes, absent (.parquet)")

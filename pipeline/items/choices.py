@@ -65,9 +65,12 @@ def _reorder_display(labels: list, frames: list, target_text: str) -> list[int]:
 def _in_order(items: pl.DataFrame, within: tuple[str, ...]) -> pl.DataFrame:
     """Rows sorted by (source, task order, *within, candidate_key), remembering their input position."""
     keys = [pl.col(c).cast(pl.String) for c in within]
-    return (items.with_row_index(_ROW)
-            .with_columns(_o=pl.col("task_id").str.slice(1).cast(pl.Int64))
-            .sort(["source", "_o", *keys, "candidate_key"], nulls_last=True).drop("_o"))
+    return (
+        items.with_row_index(_ROW)
+        .with_columns(_o=pl.col("task_id").str.slice(1).cast(pl.Int64))
+        .sort(["source", "_o", *keys, "candidate_key"], nulls_last=True)
+        .drop("_o")
+    )
 
 
 def _positions(df: pl.DataFrame, rows: list[bool], within: tuple[str, ...], seed: int) -> list[int | None]:
@@ -94,11 +97,22 @@ def display_order(items: pl.DataFrame, seed: int) -> pl.DataFrame:
     if items.height == 0:
         return pl.DataFrame(schema=out_schema)
     df = _in_order(items, ()).drop(_ROW)
-    cols = {c: df.get_column(c).to_list() for c in
-            ("candidate_key", "num_choices", "display_labels", "frame_indices", "answer_text", "distractors",
-             "render_spec_json", "label_meta_json")}
-    new = {c: list(cols[c]) for c in ("frame_indices", "answer_text", "distractors", "render_spec_json",
-                                      "label_meta_json")}
+    cols = {
+        c: df.get_column(c).to_list()
+        for c in (
+            "candidate_key",
+            "num_choices",
+            "display_labels",
+            "frame_indices",
+            "answer_text",
+            "distractors",
+            "render_spec_json",
+            "label_meta_json",
+        )
+    }
+    new = {
+        c: list(cols[c]) for c in ("frame_indices", "answer_text", "distractors", "render_spec_json", "label_meta_json")
+    }
     labelled = [v is not None for v in cols["display_labels"]]
     for i, pos in enumerate(_positions(df, labelled, (), seed)):
         if pos is None:
@@ -124,8 +138,9 @@ def display_order(items: pl.DataFrame, seed: int) -> pl.DataFrame:
         meta["label"] = target
         new["label_meta_json"][i] = json.dumps(meta, sort_keys=True, separators=(",", ":"))
     new["item_key"] = [stable_hash(c) for c in cols["candidate_key"]]
-    return df.with_columns([_series(name, values, out_schema[name]) for name, values in new.items()]
-                           ).select(list(out_schema))
+    return df.with_columns([_series(name, values, out_schema[name]) for name, values in new.items()]).select(
+        list(out_schema)
+    )
 
 
 def assign_letters(items: pl.DataFrame, seed: int, within: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -137,8 +152,10 @@ def assign_letters(items: pl.DataFrame, seed: int, within: tuple[str, ...] = ())
     if base.height == 0:
         return pl.DataFrame(schema=out_schema)
     df = _in_order(base, tuple(within))
-    cols = {c: df.get_column(c).to_list() for c in
-            ("candidate_key", "num_choices", "display_labels", "answer_text", "distractors")}
+    cols = {
+        c: df.get_column(c).to_list()
+        for c in ("candidate_key", "num_choices", "display_labels", "answer_text", "distractors")
+    }
     plain = [v is None for v in cols["display_labels"]]
     choices: list[list[str]] = []
     answers: list[str] = []
@@ -155,8 +172,9 @@ def assign_letters(items: pl.DataFrame, seed: int, within: tuple[str, ...] = ())
             raise ValueError(f"{ckey}: bad option set {opts} for answer {text!r}")
         choices.append(opts)
         answers.append(CHOICE_LETTERS[pos])
-    df = df.with_columns(list_column("choices", choices, LETTER_COLUMNS["choices"]),
-                         pl.Series("answer", answers, dtype=pl.String))
+    df = df.with_columns(
+        list_column("choices", choices, LETTER_COLUMNS["choices"]), pl.Series("answer", answers, dtype=pl.String)
+    )
     return df.sort(_ROW).drop(_ROW).select(list(out_schema))
 
 
@@ -203,6 +221,7 @@ def deal_options(items: pl.DataFrame, seed: int, families: set[str], within: tup
                 c = seen.get(frozenset((a, *d)))
                 n = sum(c.values()) if c else 0
                 return (k * c[a] - n if c else 0, n)
+
             combos = list(itertools.combinations(others, k - 1))
             uses = [use(d) for d in combos]
             least = min(uses)
@@ -218,10 +237,22 @@ def deal_options(items: pl.DataFrame, seed: int, families: set[str], within: tup
 def letter_shares(items: pl.DataFrame) -> pl.DataFrame:
     """Per (source, task_id): n, num_choices and the majority letter's share (for checks and reports)."""
     if items.height == 0:
-        return pl.DataFrame(schema={"source": pl.String, "task_id": pl.String, "n": pl.Int64, "num_choices": pl.Int64,
-                                    "majority_share": pl.Float64})
+        return pl.DataFrame(
+            schema={
+                "source": pl.String,
+                "task_id": pl.String,
+                "n": pl.Int64,
+                "num_choices": pl.Int64,
+                "majority_share": pl.Float64,
+            }
+        )
     counts = items.group_by(["source", "task_id", "answer"]).agg(c=pl.len(), k=pl.col("num_choices").first())
-    return (counts.group_by(["source", "task_id"]).agg(n=pl.col("c").sum().cast(pl.Int64),
-                                                      num_choices=pl.col("k").first().cast(pl.Int64),
-                                                      majority_share=(pl.col("c").max() / pl.col("c").sum()))
-            .sort(["source", "task_id"]))
+    return (
+        counts.group_by(["source", "task_id"])
+        .agg(
+            n=pl.col("c").sum().cast(pl.Int64),
+            num_choices=pl.col("k").first().cast(pl.Int64),
+            majority_share=(pl.col("c").max() / pl.col("c").sum()),
+        )
+        .sort(["source", "task_id"])
+    )

@@ -127,10 +127,21 @@ def _targets(avail: dict[str, int], total: int) -> dict[str, float]:
     return out
 
 
-def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: list[int], target: int,
-                   min_gap: int, balance: bool, seed: int, gkey: tuple,
-                   prior: list[tuple[str, str, int]] = (), cover: dict[str, int] | None = None,
-                   primary: int | None = None, equal: bool = False) -> list[int]:
+def _select_family(
+    keys: list[str],
+    unit: list[str],
+    label: list[str],
+    anchor: list[int],
+    target: int,
+    min_gap: int,
+    balance: bool,
+    seed: int,
+    gkey: tuple,
+    prior: list[tuple[str, str, int]] = (),
+    cover: dict[str, int] | None = None,
+    primary: int | None = None,
+    equal: bool = False,
+) -> list[int]:
     """Round-robin over units; returns the indices (into the given columns) of the picked candidates, in pick order.
     `prior` = [(unit, label, anchor)] of items of this family taken earlier: they count against min_gap and the
     label shares. `cover` = {unit: items of the source so far}: each pass visits the units with the fewest first, and
@@ -184,8 +195,10 @@ def _select_family(keys: list[str], unit: list[str], label: list[str], anchor: l
             if relaxed:
                 order = sorted(queues, key=lambda lab: (taken[lab] - shares.get(lab, 0.0), lab))
             else:
-                order = sorted((lab for lab in queues if taken[lab] < shares[lab] - 1e-9),
-                               key=lambda lab: (taken[lab] - shares[lab], lab))
+                order = sorted(
+                    (lab for lab in queues if taken[lab] < shares[lab] - 1e-9),
+                    key=lambda lab: (taken[lab] - shares[lab], lab),
+                )
             got = None
             for lab in order:
                 q = queues[lab]
@@ -252,8 +265,9 @@ def equal_per_unit(picked: list[int], unit: list[str], label: list[str], goal: i
     taken = {lab: 0 for lab in units}
     kept: set[str] = set()
     while len(kept) < m:
-        open_ = [lab for lab in units if units[lab] and taken[lab] < shares[lab] - 1e-9] or \
-            [lab for lab in units if units[lab]]  # fractional shares: the next unit of any label
+        open_ = [lab for lab in units if units[lab] and taken[lab] < shares[lab] - 1e-9] or [
+            lab for lab in units if units[lab]
+        ]  # fractional shares: the next unit of any label
         lab = min(open_, key=lambda lab: (taken[lab] - shares[lab], lab))
         kept.add(units[lab].popleft())
         taken[lab] += 1
@@ -373,8 +387,15 @@ def _repair_coverage(fams: list[_Family], cover: dict[str, int], seed: int, sour
     return fixed
 
 
-def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=frozenset(), extra: float = 0.0,
-                      cfg_tasks: dict | None = None, prior: pl.DataFrame | None = None) -> pl.DataFrame:
+def select_candidates(
+    pool: pl.DataFrame,
+    quotas: dict,
+    seed: int,
+    exclude_keys=frozenset(),
+    extra: float = 0.0,
+    cfg_tasks: dict | None = None,
+    prior: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Pick each family's quota (x (1 + extra)) from the pool, spread over units and time, covering every unit of a
     source the quotas allow (see the module docstring).
     min_gap / balance_labels come from `cfg_tasks` (cfg.tasks) when given, else from the settings that
@@ -416,10 +437,22 @@ def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=
             before: list[tuple[str, str, int]] = []
             if has_prior:
                 pr = prior.filter((pl.col("source") == source) & (pl.col("task_id") == task_id))
-                before = list(zip(pr["unit_id"].to_list(), pr["answer_text"].to_list(),
-                                  pr["anchor_frame"].to_list()))
-            idx = _select_family(keys, unit, label, anchor, target, min_gap, balance, seed, (source, task_id),
-                                 before, cover=cover, primary=int(q), equal=equal)
+                before = list(zip(pr["unit_id"].to_list(), pr["answer_text"].to_list(), pr["anchor_frame"].to_list()))
+            idx = _select_family(
+                keys,
+                unit,
+                label,
+                anchor,
+                target,
+                min_gap,
+                balance,
+                seed,
+                (source, task_id),
+                before,
+                cover=cover,
+                primary=int(q),
+                equal=equal,
+            )
             fams.append(_Family(task_id, keys, unit, label, anchor, min_gap, balance, int(q), idx, equal))
         _repair_coverage(fams, cover, seed, source)
         for f in fams:
@@ -427,15 +460,22 @@ def select_candidates(pool: pl.DataFrame, quotas: dict, seed: int, exclude_keys=
             picked_rank.extend(range(len(f.picked)))
     if not picked_keys:
         return pl.DataFrame(schema=out_schema)
-    sel = pl.DataFrame({"candidate_key": picked_keys, "select_rank": picked_rank},
-                       schema={"candidate_key": pl.String, "select_rank": pl.Int64})
+    sel = pl.DataFrame(
+        {"candidate_key": picked_keys, "select_rank": picked_rank},
+        schema={"candidate_key": pl.String, "select_rank": pl.Int64},
+    )
     out = pool.join(sel, on="candidate_key", how="inner")
-    return out.with_columns(_o=pl.col("task_id").str.slice(1).cast(pl.Int64)).sort(
-        ["source", "_o", "candidate_key"]).drop("_o").select(list(out_schema))
+    return (
+        out.with_columns(_o=pl.col("task_id").str.slice(1).cast(pl.Int64))
+        .sort(["source", "_o", "candidate_key"])
+        .drop("_o")
+        .select(list(out_schema))
+    )
 
 
-def shortfall(items: pl.DataFrame, quotas: dict, source: str | None = None,
-              pool: pl.DataFrame | None = None) -> list[dict]:
+def shortfall(
+    items: pl.DataFrame, quotas: dict, source: str | None = None, pool: pl.DataFrame | None = None
+) -> list[dict]:
     """Families with fewer items than their quota: [{source, task_id, quota, selected, missing}] (never padded).
     `quotas` is {task: n} for one source (give `source` when items may be empty) or {source: {task: n}}. With the
     candidate `pool`, each entry also says why: `pool` (the family's candidates), `pool_labels` and `selected_labels`

@@ -34,18 +34,48 @@ primitives  REASSEMBLE low-level segments
 Tables are sorted by their keys; the same IR and config give identical tables.
 """
 
-from .contact import (CONTACT_METHODS, detect_effort_contacts, effort_baseline, force_contact_mask,
-                      gripper_hold_mask, primitive_contact)
-from .coordination import (ACTIVITY_MODES, COORD_STATES, activity_mask, arm_type_from_activity,
-                           coordination_codes, stable_codes)
+from .contact import (
+    CONTACT_METHODS,
+    detect_effort_contacts,
+    effort_baseline,
+    force_contact_mask,
+    gripper_hold_mask,
+    primitive_contact,
+)
+from .coordination import (
+    ACTIVITY_MODES,
+    COORD_STATES,
+    activity_mask,
+    arm_type_from_activity,
+    coordination_codes,
+    stable_codes,
+)
 from .direction import DIRECTION_METHODS, DIRECTIONS, direction_label, direction_labels, direction_mapping
 from .driver import compute_labels, compute_labels_isolated, source_spec
 from .motion import MOTION_MODES, classify_motion, motion_thresholds
 from .outcome import OUTCOME_METHODS, distinct_chain, outcome_from_rating
 from .phase import PHASE_METHODS, PHASE_NULL, phase_from_contacts, phase_from_primitive
-from .signals import (box, derive_speed, drop_short_runs, ema, events_to_mask, hysteresis, runs, smooth,
-                      value_runs, window_mean)
-from .steps import (PROGRESS_BINS, STEP_METHODS, merge_anchor_events, moving_mask_hysteresis,
-                    progress_bin, progress_u, steps_from_contact_anchors, steps_from_runs)
+from .signals import (
+    box,
+    derive_speed,
+    drop_short_runs,
+    ema,
+    events_to_mask,
+    hysteresis,
+    runs,
+    smooth,
+    value_runs,
+    window_mean,
+)
+from .steps import (
+    PROGRESS_BINS,
+    STEP_METHODS,
+    merge_anchor_events,
+    moving_mask_hysteresis,
+    progress_bin,
+    progress_u,
+    steps_from_contact_anchors,
+    steps_from_runs,
+)
 from .tables import TABLE_SCHEMAS
 from .text import NO_ACTION, high_level_verb, is_no_action, normalize_text

@@ -20,7 +20,7 @@ def effort_baseline(effort, head_ratio: float, tail_ratio: float, sigma_floor: f
         return math.nan, math.nan
     n = e.size
     head = e[: max(1, int(n * head_ratio))]
-    tail = e[-max(1, int(n * tail_ratio)):]
+    tail = e[-max(1, int(n * tail_ratio)) :]
     return max(float(np.median(head)), float(np.median(tail))), max(float(np.std(head)), float(sigma_floor))
 
 
@@ -33,10 +33,20 @@ def _mean_before(e: np.ndarray, w: int) -> np.ndarray:
         return (cs[idx] - cs[lo]) / (idx - lo)
 
 
-def detect_effort_contacts(effort, *, head_ratio: float, tail_ratio: float, contact_sigma_k: float,
-                           release_sigma_k: float, min_persist_frames: int, sigma_floor: float,
-                           min_effort_range: float, boundary_ignore: int, onset_window: int,
-                           **_ignored) -> list[tuple[int, int]]:
+def detect_effort_contacts(
+    effort,
+    *,
+    head_ratio: float,
+    tail_ratio: float,
+    contact_sigma_k: float,
+    release_sigma_k: float,
+    min_persist_frames: int,
+    sigma_floor: float,
+    min_effort_range: float,
+    boundary_ignore: int,
+    onset_window: int,
+    **_ignored,
+) -> list[tuple[int, int]]:
     """Contact events of one gripper from its effort signal: contact starts at a frame that begins >= min_persist
     consecutive frames below baseline - k sigma AND where the effort steps down: it lies >= k sigma below the mean
     of the onset_window frames before it (a slow drift across the threshold, or a signal already low at the first
@@ -67,7 +77,7 @@ def detect_effort_contacts(effort, *, head_ratio: float, tail_ratio: float, cont
         if j >= run_ok.size:
             break
         c = int(run_ok[j])
-        back = np.flatnonzero(np.abs(e[c + k:] - pre[c]) <= release_sigma_k * sigma)
+        back = np.flatnonzero(np.abs(e[c + k :] - pre[c]) <= release_sigma_k * sigma)
         r = c + k + int(back[0]) if back.size else n
         events.append((c, r))
         cur = r + 1
@@ -76,8 +86,17 @@ def detect_effort_contacts(effort, *, head_ratio: float, tail_ratio: float, cont
     return events
 
 
-def force_contact_mask(force, *, ema_span: int, hi_quantile: float, hi_floor: float, lo_ratio: float,
-                       lo_floor: float, min_run_frames: int, **_ignored) -> tuple[np.ndarray, dict]:
+def force_contact_mask(
+    force,
+    *,
+    ema_span: int,
+    hi_quantile: float,
+    hi_floor: float,
+    lo_ratio: float,
+    lo_floor: float,
+    min_run_frames: int,
+    **_ignored,
+) -> tuple[np.ndarray, dict]:
     """Contact from a force magnitude: EMA, then hysteresis between hi = max(floor, quantile) and
     lo = max(floor, ratio * hi); runs shorter than min_run_frames are dropped."""
     f = _f64(force)
@@ -90,8 +109,16 @@ def force_contact_mask(force, *, ema_span: int, hi_quantile: float, hi_floor: fl
     return mask, {"force_hi": round(hi, 6), "force_lo": round(lo, 6)}
 
 
-def gripper_hold_mask(width, *, enabled: bool, open_quantile: float, close_delta: float, closed_width: float,
-                      hold_margin: float, min_run_frames: int) -> np.ndarray:
+def gripper_hold_mask(
+    width,
+    *,
+    enabled: bool,
+    open_quantile: float,
+    close_delta: float,
+    closed_width: float,
+    hold_margin: float,
+    min_run_frames: int,
+) -> np.ndarray:
     """Holding an object: the gripper width is clearly below its open width (the episode's open_quantile) and
     clearly above the hardware's fully-closed width (closed_width, a constant: a grasp stops the fingers at the
     object's width, and an episode need not contain an empty close, so the closed width cannot come from the
@@ -159,5 +186,9 @@ def _contact_from_signals_none(unit: dict, arms: dict, arm_names: list, primary,
     return {}, {}
 
 
-CONTACT_METHODS = {"effort_drop": _contact_effort_drop, "force_hysteresis": _contact_force_hysteresis,
-                   "low_level_labels": _contact_from_signals_none, "none": _contact_from_signals_none}
+CONTACT_METHODS = {
+    "effort_drop": _contact_effort_drop,
+    "force_hysteresis": _contact_force_hysteresis,
+    "low_level_labels": _contact_from_signals_none,
+    "none": _contact_from_signals_none,
+}

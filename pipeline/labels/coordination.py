@@ -57,12 +57,14 @@ def stable_codes(codes, transition_margin: int, min_stable_run: int) -> np.ndarr
             keep[s:e] = False
     change = np.flatnonzero(c[1:] != c[:-1]) + 1
     for ch in change:
-        keep[max(0, ch - transition_margin):min(n, ch + transition_margin)] = False
+        keep[max(0, ch - transition_margin) : min(n, ch + transition_margin)] = False
     c[~keep] = -1
     return c
 
 
-def arm_type_from_activity(left_active, right_active, *, min_active_share: float, sync_overlap: float) -> tuple[str, str]:
+def arm_type_from_activity(
+    left_active, right_active, *, min_active_share: float, sync_overlap: float
+) -> tuple[str, str]:
     """GM-100 arm type and primary arm from the two arms' activity."""
     la = np.asarray(left_active, dtype=bool)
     ra = np.asarray(right_active, dtype=bool)

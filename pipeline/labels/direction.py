@@ -31,8 +31,9 @@ def _classify(d: np.ndarray, axes: list, mapping: dict, min_delta: float, purity
     ad0 = np.where(np.isnan(ad) | ~present[:, None], -1.0, ad)
     dom = np.argmax(ad0, axis=0)
     dom_mag = ad0[dom, np.arange(n)]
-    other = np.where(np.arange(len(axes))[:, None] == dom[None, :], -1.0, ad0).max(axis=0) if len(axes) > 1 \
-        else np.zeros(n)
+    other = (
+        np.where(np.arange(len(axes))[:, None] == dom[None, :], -1.0, ad0).max(axis=0) if len(axes) > 1 else np.zeros(n)
+    )
     other = np.maximum(other, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         purity = np.where(other > 0, dom_mag / np.maximum(other, 1e-12), np.inf)
@@ -47,8 +48,17 @@ def _classify(d: np.ndarray, axes: list, mapping: dict, min_delta: float, purity
     return labels, dom_mag, purity, dom, dom_sign
 
 
-def direction_labels(pos: dict, offsets, mapping: dict, *, min_delta: float, purity_ratio: float,
-                     consistent: bool, consistency_tolerance: float, axes=None):
+def direction_labels(
+    pos: dict,
+    offsets,
+    mapping: dict,
+    *,
+    min_delta: float,
+    purity_ratio: float,
+    consistent: bool,
+    consistency_tolerance: float,
+    axes=None,
+):
     """Image-plane motion direction per anchor frame over the window `offsets` (first to last).
 
     `pos` maps an IR position channel (pos_x, ...) to its per-frame array; `mapping` maps an image direction
@@ -71,7 +81,7 @@ def direction_labels(pos: dict, offsets, mapping: dict, *, min_delta: float, pur
         out = np.full(n, np.nan)
         lo, hi = max(0, -o1, -o2), min(n, n - o1, n - o2)
         if hi > lo:
-            np.subtract(x[lo + o2:hi + o2], x[lo + o1:hi + o1], out=out[lo:hi])
+            np.subtract(x[lo + o2 : hi + o2], x[lo + o1 : hi + o1], out=out[lo:hi])
         return out
 
     deltas, steps = [], []
@@ -100,8 +110,9 @@ def direction_mapping(cfg: Settings, source: str, camera: str, arm: str) -> dict
     return dict(spec["mapping"].get(camera, {}).get(arm) or {})
 
 
-def direction_label(source: str, camera: str, arm: str, dx: float, dy: float, dz: float | None = None, *,
-                    cfg: Settings) -> str | None:
+def direction_label(
+    source: str, camera: str, arm: str, dx: float, dy: float, dz: float | None = None, *, cfg: Settings
+) -> str | None:
     """Image direction of one net displacement (dx, dy, dz along pos_x, pos_y, pos_z) of `arm` seen by `camera`,
     under the configured mapping, min_delta and purity (no window: no consistency check); None when the motion is
     too small, not pure, or dominated by an axis or sign the mapping does not name (dz None: no third axis)."""
@@ -125,9 +136,16 @@ def _direction_image_axes(pos: dict, camera: str, arm: str, spec: dict, common: 
     mp = spec["mapping"].get(camera, {}).get(arm)
     if not mp:
         return np.full(n, None, object), np.full(n, np.nan), np.full(n, np.nan)
-    return direction_labels(pos, spec["offsets"], mp, min_delta=float(spec["min_delta"]),
-                            purity_ratio=float(common["purity_ratio"]), consistent=bool(spec["consistent"]),
-                            consistency_tolerance=float(common["consistency_tolerance"]), axes=spec["axes"])
+    return direction_labels(
+        pos,
+        spec["offsets"],
+        mp,
+        min_delta=float(spec["min_delta"]),
+        purity_ratio=float(common["purity_ratio"]),
+        consistent=bool(spec["consistent"]),
+        consistency_tolerance=float(common["consistency_tolerance"]),
+        axes=spec["axes"],
+    )
 
 
 def _direction_none(pos: dict, camera: str, arm: str, spec: dict, common: dict):

@@ -36,5 +36,8 @@ def distinct_chain(texts) -> list[tuple[str, int, int]]:
 
 
 # labels.outcome.<source>.method -> unit outcome (segment_success: per high-level segment, in the segments table)
-OUTCOME_METHODS = {"rating": lambda unit, spec: outcome_from_rating(unit.get("rating"), **spec),
-                   "segment_success": lambda unit, spec: None, "none": lambda unit, spec: None}
+OUTCOME_METHODS = {
+    "rating": lambda unit, spec: outcome_from_rating(unit.get("rating"), **spec),
+    "segment_success": lambda unit, spec: None,
+    "none": lambda unit, spec: None,
+}

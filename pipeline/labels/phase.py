@@ -31,12 +31,12 @@ def phase_from_contacts(n: int, events, speed, *, low_velocity: float, contact_w
         if active.any():
             first = int(np.argmax(active))
             last = int(n - 1 - np.argmax(active[::-1]))
-            labels[first:last + 1] = 1
-            peak = first + int(np.argmax(vv[first:last + 1]))
-            below = np.flatnonzero(vv[peak:last + 1] < low_velocity)
+            labels[first : last + 1] = 1
+            peak = first + int(np.argmax(vv[first : last + 1]))
+            below = np.flatnonzero(vv[peak : last + 1] < low_velocity)
             if below.size:
-                labels[peak + int(below[0]):last + 1] = 4
-            labels[last + 1:] = 5
+                labels[peak + int(below[0]) : last + 1] = 4
+            labels[last + 1 :] = 5
         return labels
     prev_release = 0
     for i, (c, r) in enumerate(evs):
@@ -53,7 +53,7 @@ def phase_from_contacts(n: int, events, speed, *, low_velocity: float, contact_w
             peak = c_end + int(np.argmax(vv[c_end:r]))
             below = np.flatnonzero(vv[peak:r] < low_velocity)
             if below.size:
-                labels[max(c_end, peak + int(below[0])):r] = 4
+                labels[max(c_end, peak + int(below[0])) : r] = 4
         prev_release = max(prev_release, r)
     labels[prev_release:] = 5
     return labels
@@ -77,8 +77,9 @@ def phase_from_primitive(low_text: str | None, high_text: str | None, phase_map:
 
 
 def _phase_contact_speed(n: int, events, speed, seg_codes, has_arms: bool, spec: dict) -> np.ndarray:
-    codes = phase_from_contacts(n, events, speed, low_velocity=spec["low_velocity"],
-                                contact_window=spec["contact_window"])
+    codes = phase_from_contacts(
+        n, events, speed, low_velocity=spec["low_velocity"], contact_window=spec["contact_window"]
+    )
     if not has_arms:
         codes[:] = PHASE_NULL
     return codes
@@ -88,5 +89,8 @@ def _phase_from_segments(n: int, events, speed, seg_codes, has_arms: bool, spec:
     return seg_codes
 
 
-PHASE_METHODS = {"contact_speed": _phase_contact_speed, "low_level_map": _phase_from_segments,
-                 "none": _phase_from_segments}
+PHASE_METHODS = {
+    "contact_speed": _phase_contact_speed,
+    "low_level_map": _phase_from_segments,
+    "none": _phase_from_segments,
+}

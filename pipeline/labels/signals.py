@@ -40,7 +40,7 @@ def events_to_mask(n: int, events) -> np.ndarray:
     """Contact events [(contact_frame, release_frame)] -> per-frame mask, contact on [contact, release)."""
     m = np.zeros(n, dtype=bool)
     for c, r in events:
-        m[max(0, c):max(0, min(n, r))] = True
+        m[max(0, c) : max(0, min(n, r))] = True
     return m
 
 
@@ -102,8 +102,8 @@ def ema(x, span: int, block: int = 128) -> np.ndarray:
     out = np.empty_like(x)
     carry = x[0]
     k = np.arange(1, block + 1, dtype=np.float64)
-    dk = d ** k            # d^1 .. d^B
-    inv = d ** -k          # d^-1 .. d^-B
+    dk = d**k  # d^1 .. d^B
+    inv = d**-k  # d^-1 .. d^-B
     out[0] = carry  # y_0 = x_0, then blocks from index 1
     start = 1
     while start < x.size:

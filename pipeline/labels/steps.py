@@ -32,9 +32,18 @@ def _pattern(arms: set) -> str:
     return "single" if arms == {"single"} else "unknown"
 
 
-def steps_from_contact_anchors(events_by_arm: dict, speed, *, anchor_merge_gap: int, merge_gap: int,
-                               transition_peak: float, transition_mean: float, max_anchors: int, min_span: int,
-                               **_ignored) -> list[dict]:
+def steps_from_contact_anchors(
+    events_by_arm: dict,
+    speed,
+    *,
+    anchor_merge_gap: int,
+    merge_gap: int,
+    transition_peak: float,
+    transition_mean: float,
+    max_anchors: int,
+    min_span: int,
+    **_ignored,
+) -> list[dict]:
     """GM-100 contact-aware local steps: each contact anchor is a step; two adjacent anchors merge into one step when
     the gap is short, the same grippers act, and the arm stays slow in between (a re-grasp, not a new step).
     Returns [{start, end (inclusive), arm_pattern}] of steps spanning at least min_span frames."""
@@ -46,7 +55,7 @@ def steps_from_contact_anchors(events_by_arm: dict, speed, *, anchor_merge_gap: 
         if steps:
             cur = steps[-1]
             gap = a["start"] - cur["end"]
-            seg = v[cur["end"]:a["start"]] if a["start"] > cur["end"] else np.zeros(1)
+            seg = v[cur["end"] : a["start"]] if a["start"] > cur["end"] else np.zeros(1)
             low = seg.size == 0 or (float(seg.max()) < transition_peak and float(seg.mean()) < transition_mean)
             if gap <= merge_gap and pat == cur["arm_pattern"] and low and cur["n"] < max_anchors:
                 cur["end"] = max(cur["end"], a["end"])
@@ -61,8 +70,9 @@ def steps_from_contact_anchors(events_by_arm: dict, speed, *, anchor_merge_gap: 
     return out
 
 
-def steps_from_runs(contact_mask, moving_mask, *, contact_min_run: int, moving_min_run: int, merge_gap: int,
-                    min_span: int, **_ignored) -> list[dict]:
+def steps_from_runs(
+    contact_mask, moving_mask, *, contact_min_run: int, moving_min_run: int, merge_gap: int, min_span: int, **_ignored
+) -> list[dict]:
     """RH20T interaction intervals: runs of contact (>= contact_min_run) and of motion (>= moving_min_run) merged
     when less than merge_gap frames apart; intervals shorter than min_span frames are dropped."""
     src = [(s, e - 1) for s, e in runs(contact_mask) if e - s >= contact_min_run]
@@ -77,8 +87,9 @@ def steps_from_runs(contact_mask, moving_mask, *, contact_min_run: int, moving_m
     return [{"start": int(s), "end": int(e), "arm_pattern": "single"} for s, e in merged if e - s + 1 >= min_span]
 
 
-def moving_mask_hysteresis(speed_s, *, hi_quantile: float, hi_floor: float, lo_ratio: float, lo_floor: float,
-                           **_ignored) -> np.ndarray:
+def moving_mask_hysteresis(
+    speed_s, *, hi_quantile: float, hi_floor: float, lo_ratio: float, lo_floor: float, **_ignored
+) -> np.ndarray:
     s = _f64(speed_s)
     if s.size == 0 or np.all(np.isnan(s)):
         return np.zeros(s.size, dtype=bool)
@@ -108,8 +119,10 @@ def progress_bin(u, bins: dict):
 
 
 def _steps_contact_anchors(u: dict, spec: dict) -> list[dict]:
-    return [{**s, "text": None, "success": None, "kind": "contact_step"}
-            for s in steps_from_contact_anchors(u["events_by_arm"], u["acting_speed"], **spec)]
+    return [
+        {**s, "text": None, "success": None, "kind": "contact_step"}
+        for s in steps_from_contact_anchors(u["events_by_arm"], u["acting_speed"], **spec)
+    ]
 
 
 def _steps_speed_contact_runs(u: dict, spec: dict) -> list[dict]:
@@ -125,5 +138,9 @@ def _steps_from_segments(u: dict, spec: dict) -> list[dict]:
     return list(u["segment_steps"])
 
 
-STEP_METHODS = {"contact_anchors": _steps_contact_anchors, "speed_contact_runs": _steps_speed_contact_runs,
-                "high_segments": _steps_from_segments, "none": lambda u, spec: []}
+STEP_METHODS = {
+    "contact_anchors": _steps_contact_anchors,
+    "speed_contact_runs": _steps_speed_contact_runs,
+    "high_segments": _steps_from_segments,
+    "none": lambda u, spec: [],
+}

@@ -10,29 +10,95 @@ import polars as pl
 from pipeline.core.io import key_runs, sorted_by
 
 
-_UNITS_SCHEMA = {"source": pl.String, "unit_id": pl.String, "camera": pl.String, "fps": pl.Float64,
-                 "num_frames": pl.Int64, "arm_type": pl.String, "primary_arm": pl.String, "outcome": pl.String,
-                 "rating": pl.Int64, "meta_json": pl.String}
-_FRAMES_SCHEMA = {"source": pl.String, "unit_id": pl.String, "frame_index": pl.Int64, "phase": pl.String,
-                  "motion": pl.String, "motion_mean": pl.Float64, "coord": pl.String, "step_id": pl.Int64,
-                  "step_u": pl.Float64, "progress": pl.String}
-_ARMS_SCHEMA = {"source": pl.String, "unit_id": pl.String, "arm": pl.String, "frame_index": pl.Int64,
-                "speed": pl.Float64, "speed_s": pl.Float64, "motion": pl.String, "motion_mean": pl.Float64,
-                "still_thr": pl.Float64, "move_thr": pl.Float64, "active": pl.Boolean, "contact": pl.Boolean,
-                "direction": pl.String, "dir_mag": pl.Float64, "dir_purity": pl.Float64}
-_STEPS_SCHEMA = {"source": pl.String, "unit_id": pl.String, "step_id": pl.Int64, "start_frame": pl.Int64,
-                 "end_frame": pl.Int64, "kind": pl.String, "arm_pattern": pl.String, "text": pl.String,
-                 "success": pl.Boolean}
-_SEGMENTS_SCHEMA = {"source": pl.String, "unit_id": pl.String, "seg_index": pl.Int64, "text": pl.String,
-                    "verb": pl.String, "no_action": pl.Boolean, "start_frame": pl.Int64, "end_frame": pl.Int64,
-                    "success": pl.Boolean, "chain": pl.List(pl.String), "chain_start": pl.List(pl.Int64),
-                    "chain_end": pl.List(pl.Int64)}
-_PRIMITIVES_SCHEMA = {"source": pl.String, "unit_id": pl.String, "parent_index": pl.Int64, "seg_index": pl.Int64,
-                      "text": pl.String, "start_frame": pl.Int64, "end_frame": pl.Int64, "phase": pl.String,
-                      "contact": pl.Boolean, "next_text": pl.String, "high_text": pl.String, "high_verb": pl.String,
-                      "high_success": pl.Boolean}
-TABLE_SCHEMAS = {"units": _UNITS_SCHEMA, "frames": _FRAMES_SCHEMA, "arms": _ARMS_SCHEMA, "steps": _STEPS_SCHEMA,
-                 "segments": _SEGMENTS_SCHEMA, "primitives": _PRIMITIVES_SCHEMA}
+_UNITS_SCHEMA = {
+    "source": pl.String,
+    "unit_id": pl.String,
+    "camera": pl.String,
+    "fps": pl.Float64,
+    "num_frames": pl.Int64,
+    "arm_type": pl.String,
+    "primary_arm": pl.String,
+    "outcome": pl.String,
+    "rating": pl.Int64,
+    "meta_json": pl.String,
+}
+_FRAMES_SCHEMA = {
+    "source": pl.String,
+    "unit_id": pl.String,
+    "frame_index": pl.Int64,
+    "phase": pl.String,
+    "motion": pl.String,
+    "motion_mean": pl.Float64,
+    "coord": pl.String,
+    "step_id": pl.Int64,
+    "step_u": pl.Float64,
+    "progress": pl.String,
+}
+_ARMS_SCHEMA = {
+    "source": pl.String,
+    "unit_id": pl.String,
+    "arm": pl.String,
+    "frame_index": pl.Int64,
+    "speed": pl.Float64,
+    "speed_s": pl.Float64,
+    "motion": pl.String,
+    "motion_mean": pl.Float64,
+    "still_thr": pl.Float64,
+    "move_thr": pl.Float64,
+    "active": pl.Boolean,
+    "contact": pl.Boolean,
+    "direction": pl.String,
+    "dir_mag": pl.Float64,
+    "dir_purity": pl.Float64,
+}
+_STEPS_SCHEMA = {
+    "source": pl.String,
+    "unit_id": pl.String,
+    "step_id": pl.Int64,
+    "start_frame": pl.Int64,
+    "end_frame": pl.Int64,
+    "kind": pl.String,
+    "arm_pattern": pl.String,
+    "text": pl.String,
+    "success": pl.Boolean,
+}
+_SEGMENTS_SCHEMA = {
+    "source": pl.String,
+    "unit_id": pl.String,
+    "seg_index": pl.Int64,
+    "text": pl.String,
+    "verb": pl.String,
+    "no_action": pl.Boolean,
+    "start_frame": pl.Int64,
+    "end_frame": pl.Int64,
+    "success": pl.Boolean,
+    "chain": pl.List(pl.String),
+    "chain_start": pl.List(pl.Int64),
+    "chain_end": pl.List(pl.Int64),
+}
+_PRIMITIVES_SCHEMA = {
+    "source": pl.String,
+    "unit_id": pl.String,
+    "parent_index": pl.Int64,
+    "seg_index": pl.Int64,
+    "text": pl.String,
+    "start_frame": pl.Int64,
+    "end_frame": pl.Int64,
+    "phase": pl.String,
+    "contact": pl.Boolean,
+    "next_text": pl.String,
+    "high_text": pl.String,
+    "high_verb": pl.String,
+    "high_success": pl.Boolean,
+}
+TABLE_SCHEMAS = {
+    "units": _UNITS_SCHEMA,
+    "frames": _FRAMES_SCHEMA,
+    "arms": _ARMS_SCHEMA,
+    "steps": _STEPS_SCHEMA,
+    "segments": _SEGMENTS_SCHEMA,
+    "primitives": _PRIMITIVES_SCHEMA,
+}
 _CHANNELS = ("pos_x", "pos_y", "pos_z", "speed", "gripper_effort", "gripper_width", "force", "speed_full")
 
 
@@ -66,8 +132,9 @@ class _Cols:
             if not chunks:
                 data[k] = pl.Series(k, [], dtype=dtype)
                 continue
-            if dtype in (pl.Float64, pl.Int64, pl.Boolean) and all(isinstance(c, np.ndarray) and c.dtype != object
-                                                                     for c in chunks):
+            if dtype in (pl.Float64, pl.Int64, pl.Boolean) and all(
+                isinstance(c, np.ndarray) and c.dtype != object for c in chunks
+            ):
                 arr = np.concatenate(chunks)
                 s = pl.Series(k, arr)
                 if dtype == pl.Float64:
@@ -100,8 +167,9 @@ def _unit_signal_arrays(ir, unit_nframes: dict[str, int]) -> dict[str, dict[str,
         return {}
     absent = [c for c in _CHANNELS if c not in signals.columns]  # IR written before a channel existed: all null
     signals = signals.with_columns([pl.lit(None, pl.Float64).alias(c) for c in absent]) if absent else signals
-    sig = sorted_by(signals.select(["unit_id", "arm", "frame_index", "t_sec", *_CHANNELS]),
-                    ["unit_id", "arm", "frame_index"])
+    sig = sorted_by(
+        signals.select(["unit_id", "arm", "frame_index", "t_sec", *_CHANNELS]), ["unit_id", "arm", "frame_index"]
+    )
     del signals
     sig = sig.with_columns([pl.col(c).cast(pl.Float64).fill_null(np.nan) for c in ("t_sec", *_CHANNELS)])
     fi = sig.get_column("frame_index").to_numpy()

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 # Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers
 # (docs/release-format.md, "Determinism").
-FORBIDDEN_KEYS = frozenset({"created_at", "updated_at", "generated_at", "build_time", "timestamp", "datetime",
-                            "hostname", "username", "cwd"})
+FORBIDDEN_KEYS = frozenset(
+    {"created_at", "updated_at", "generated_at", "build_time", "timestamp", "datetime", "hostname", "username", "cwd"}
+)
 
 
 def source_order(cfg: Settings) -> list[str]:
@@ -134,9 +135,15 @@ def level_file_names(cfg: Settings, level: str) -> dict[str, str]:
     """File names of one out-of-distribution eval level (L2, L3, ...): the eval files' names with `_<level>` before
     the extension (splits/processbench_eval_L2.parquet, metadata/eval_L2_manifest.json, ...)."""
     files = file_names(cfg)
-    return {key: level_file_name(files[f"{name}"], level) for key, name in
-            (("parquet", "eval_parquet"), ("jsonl", "eval_jsonl"), ("manifest", "eval_manifest"),
-             ("split_groups", "split_groups_eval"))}
+    return {
+        key: level_file_name(files[f"{name}"], level)
+        for key, name in (
+            ("parquet", "eval_parquet"),
+            ("jsonl", "eval_jsonl"),
+            ("manifest", "eval_manifest"),
+            ("split_groups", "split_groups_eval"),
+        )
+    }
 
 
 def eval_level_files(release_dir: Path, cfg: Settings) -> dict[str, str]:

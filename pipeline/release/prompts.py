@@ -126,11 +126,17 @@ def _example_row(cfg: Settings, task_id: str, source: str) -> dict:
     tc = cfg.tasks[task_id]
     k = int(tc.num_choices)
     q = str(tc.for_source(source).question)
-    fields = {"arm": "left", "high_action": "Pick round peg 1", "prev": "Approach", "next": "Lift",
-              "step": "Pick round peg 1"}
+    fields = {
+        "arm": "left",
+        "high_action": "Pick round peg 1",
+        "prev": "Approach",
+        "next": "Lift",
+        "step": "Pick round peg 1",
+    }
     q = q.format(**fields)
     if tc.display_labels:
         from pipeline.families.temporal import canonical_choices
+
         choices = canonical_choices({"display_labels": tc.display_labels, "num_choices": k})
     else:
         choices = list((tc.for_source(source).labels or {}).values())[:k]
@@ -139,21 +145,27 @@ def _example_row(cfg: Settings, task_id: str, source: str) -> dict:
 
 def _frames_text(fr: dict) -> str:
     if "strip" in fr:
-        return (f"{fr['strip']} frames spanning the named step from its first to its last frame (labelled "
-                f"1..{fr['strip']}), then the query frame inside it (labelled NOW)")
+        return (
+            f"{fr['strip']} frames spanning the named step from its first to its last frame (labelled "
+            f"1..{fr['strip']}), then the query frame inside it (labelled NOW)"
+        )
     if fr.get("until_decisive"):
         text = f"fractions {fr['relative']} of the attempt, the last one its end (the decisive moment)"
         if fr.get("windows_per_unit"):
             text += f"; {fr['windows_per_unit']} windows from every unit used"
         return text
     if fr.get("state_change") == "contact":
-        return _frames_text({k: v for k, v in fr.items() if k != "state_change"}) + \
-            "; consecutive frames in different contact runs (before grasp / held / after release)"
+        return (
+            _frames_text({k: v for k, v in fr.items() if k != "state_change"})
+            + "; consecutive frames in different contact runs (before grasp / held / after release)"
+        )
     if fr.get("state_change") == "pixels":
-        return _frames_text({k: v for k, v in fr.items() if k != "state_change"}) + \
-            "; frames that look alike dropped (pixel distance)"
+        return (
+            _frames_text({k: v for k, v in fr.items() if k != "state_change"})
+            + "; frames that look alike dropped (pixel distance)"
+        )
     if "offsets" in fr and "centers" in fr:
-        return (f"offsets {fr['offsets']} around centres at {fr['centers']} of the segment's stable sub-range")
+        return f"offsets {fr['offsets']} around centres at {fr['centers']} of the segment's stable sub-range"
     if "offsets" in fr:
         return f"offsets {fr['offsets']} around the anchor frame"
     if "relative" in fr and "shifts" in fr:
@@ -161,8 +173,10 @@ def _frames_text(fr: dict) -> str:
     if "relative" in fr:
         return f"fractions {fr['relative']} of the segment's stable sub-range"
     if fr.get("mode") == "grid":
-        return (f"grid every {fr['step_sec']} s, frames >= {fr['min_sep_sec']} s apart, up to "
-                f"{fr['max_gap_steps']} grid steps apart")
+        return (
+            f"grid every {fr['step_sec']} s, frames >= {fr['min_sep_sec']} s apart, up to "
+            f"{fr['max_gap_steps']} grid steps apart"
+        )
     if fr.get("mode") == "segment_midpoints":
         return f"midpoints of successful high-level action segments, {fr['gaps']} segments apart"
     return json.dumps(fr, sort_keys=True)
@@ -208,15 +222,18 @@ def prompt_templates_markdown(cfg: Settings) -> str:
     legacy = legacy_aliases(cfg)
     aliases = name_aliases(cfg)
     for t in cfg.task_ids:
-        out.append(f"| {t} | {names[t]} | {', '.join(legacy.get(t, [])) or '—'} | "
-                   f"{', '.join(aliases.get(t, [])) or '—'} |")
+        out.append(
+            f"| {t} | {names[t]} | {', '.join(legacy.get(t, [])) or '—'} | {', '.join(aliases.get(t, [])) or '—'} |"
+        )
     out.append("")
     for t in cfg.task_ids:
         tc = cfg.tasks[t]
         sources = [s for s in source_order() if s in tc.sources]
-        out += [f"## {t} — {names[t]}", "",
-                f"- options: {tc.num_choices}; input: `{tc.input_type}`; sources: "
-                + ", ".join(f"`{s}`" for s in sources)]
+        out += [
+            f"## {t} — {names[t]}",
+            "",
+            f"- options: {tc.num_choices}; input: `{tc.input_type}`; sources: " + ", ".join(f"`{s}`" for s in sources),
+        ]
         if tc.variant != "default":  # e.g. the public release's frames (configs/tasks/T*.yaml `variants`)
             out.append(f"- template variant: `{tc.variant}`")
         out += [""]
@@ -225,8 +242,10 @@ def prompt_templates_markdown(cfg: Settings) -> str:
             q = str(tc.for_source(s).question)
             if tc.display_labels:
                 from pipeline.families.temporal import canonical_choices
-                opts = ", ".join(canonical_choices({"display_labels": tc.display_labels,
-                                                    "num_choices": tc.num_choices}))
+
+                opts = ", ".join(
+                    canonical_choices({"display_labels": tc.display_labels, "num_choices": tc.num_choices})
+                )
             else:
                 opts = "; ".join(f"{k} = “{v}”" for k, v in (tc.for_source(s).labels or {}).items())
             window = tc.for_source(s).frames
@@ -238,6 +257,13 @@ def prompt_templates_markdown(cfg: Settings) -> str:
         if header:
             out += ["", "Header lines:", "", "```text", *header, "```"]
         ex_src = sources[0] if sources else source_order()[0]
-        out += ["", f"Example prompt (`{ex_src}`):", "", "```text", format_prompt(_example_row(cfg, t, ex_src), cfg),
-                "```", ""]
+        out += [
+            "",
+            f"Example prompt (`{ex_src}`):",
+            "",
+            "```text",
+            format_prompt(_example_row(cfg, t, ex_src), cfg),
+            "```",
+            "",
+        ]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -55,8 +55,13 @@ def write_sample_record(slug: str, root: Path, scale: str, seed: int, options: d
     """After the generator wrote `root`: record what wrote it and the content it wrote."""
     from upstream_adapters import samples_fingerprint
 
-    record = {"slug": slug, "scale": scale, "seed": seed, "generator": samples_fingerprint(slug),
-              "corpus": corpus_fingerprint(slug, root, options)}
+    record = {
+        "slug": slug,
+        "scale": scale,
+        "seed": seed,
+        "generator": samples_fingerprint(slug),
+        "corpus": corpus_fingerprint(slug, root, options),
+    }
     write_json(_record_path(slug, root), record)
     return record
 
@@ -77,9 +82,14 @@ def sample_record_matches(slug: str, root: Path, scale: str, seed: int, options:
     from upstream_adapters import samples_fingerprint
 
     rec = sample_record(slug, root)
-    return bool(rec and Path(root).is_dir() and rec.get("scale") == scale and rec.get("seed") == seed
-                and rec.get("generator") == samples_fingerprint(slug)
-                and rec.get("corpus") == corpus_fingerprint(slug, root, options))
+    return bool(
+        rec
+        and Path(root).is_dir()
+        and rec.get("scale") == scale
+        and rec.get("seed") == seed
+        and rec.get("generator") == samples_fingerprint(slug)
+        and rec.get("corpus") == corpus_fingerprint(slug, root, options)
+    )
 
 
 def corpus_record(slug: str, root: Path, options: dict | None = None) -> dict:
@@ -87,9 +97,13 @@ def corpus_record(slug: str, root: Path, options: dict | None = None) -> dict:
     corpus = corpus_fingerprint(slug, root, options)
     rec = sample_record(slug, root)
     from_samples = bool(rec and rec.get("corpus") == corpus and corpus["fingerprint"] != "unusable")
-    return {"source": slug, "corpus_fingerprint": corpus["fingerprint"], "units_listed": corpus["units"],
-            "origin": "samples" if from_samples else "user",
-            "samples": {k: rec[k] for k in ("scale", "seed", "generator")} if from_samples else None}
+    return {
+        "source": slug,
+        "corpus_fingerprint": corpus["fingerprint"],
+        "units_listed": corpus["units"],
+        "origin": "samples" if from_samples else "user",
+        "samples": {k: rec[k] for k in ("scale", "seed", "generator")} if from_samples else None,
+    }
 
 
 def config_hash(cfg: Settings) -> str:
@@ -109,9 +123,13 @@ def provenance(cfg: Settings, corpora: dict[str, dict], warnings=()) -> dict:
         origin = rec.get("origin", "unknown")
         # a sample corpus is named by its generator, scale and seed; its encoded bytes (so its fingerprint) vary with
         # the machine's video encoders while the frames the release uses do not: null keeps the release machine-free
-        sources[slug] = {"name": cfg.sources[slug].name, "origin": origin,
-                         "corpus_fingerprint": None if origin == "samples" else rec.get("corpus_fingerprint"),
-                         "units_listed": rec.get("units_listed"), "samples": rec.get("samples")}
+        sources[slug] = {
+            "name": cfg.sources[slug].name,
+            "origin": origin,
+            "corpus_fingerprint": None if origin == "samples" else rec.get("corpus_fingerprint"),
+            "units_listed": rec.get("units_listed"),
+            "samples": rec.get("samples"),
+        }
     origins = sorted({s["origin"] for s in sources.values()})
     return {
         "builder_version": rc.builder_version,

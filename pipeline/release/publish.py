@@ -91,16 +91,20 @@ def check_release_folder(cfg: Settings) -> None:
             raise ReleaseFolderError(
                 f"the release folder {rel} is a symbolic link to {os.readlink(rel)} that this build did not make: "
                 "publishing replaces the link (what it points at would stay stale); set the release folder "
-                f"(build.release_dir, --release-dir) to {os.path.realpath(rel)} to publish there, or remove the link")
+                f"(build.release_dir, --release-dir) to {os.path.realpath(rel)} to publish there, or remove the link"
+            )
     elif rel.is_dir() and os.path.ismount(rel):
-        raise ReleaseFolderError(f"the release folder {rel} is a mount point: it cannot be replaced by a rename; set "
-                                 f"the release folder (build.release_dir, --release-dir) to a folder inside it, e.g. "
-                                 f"{rel / 'release'}")
+        raise ReleaseFolderError(
+            f"the release folder {rel} is a mount point: it cannot be replaced by a rename; set "
+            f"the release folder (build.release_dir, --release-dir) to a folder inside it, e.g. "
+            f"{rel / 'release'}"
+        )
     elif rel.exists() and not rel.is_dir():
         raise ReleaseFolderError(f"the release folder {rel} exists and is not a folder")
     if parent.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise ReleaseFolderError(f"the folder holding the release ({parent}) is not writable: the release is "
-                                 "published by a rename beside it")
+        raise ReleaseFolderError(
+            f"the folder holding the release ({parent}) is not writable: the release is published by a rename beside it"
+        )
 
 
 def lock_files(cfg: Settings) -> list[Path]:
@@ -123,8 +127,10 @@ def holder(path: Path) -> dict:
 def _describe(info: dict) -> str:
     if not info:
         return "another process"
-    return (f"pid {info.get('pid')} on {info.get('host', '?')} since {info.get('started', '?')}"
-            f" ({info.get('command', '?')})")
+    return (
+        f"pid {info.get('pid')} on {info.get('host', '?')} since {info.get('started', '?')}"
+        f" ({info.get('command', '?')})"
+    )
 
 
 @contextmanager
@@ -148,12 +154,18 @@ def build_lock(cfg: Settings, token: str, clean: bool = True):
                 os.close(fd)
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
-                raise LockError(f"another build is running: {path} is held by {_describe(holder(path))}; "
-                                f"wait for it to finish (or stop it) and build again") from None
+                raise LockError(
+                    f"another build is running: {path} is held by {_describe(holder(path))}; "
+                    f"wait for it to finish (or stop it) and build again"
+                ) from None
             fds.append(fd)
-            info = {"pid": os.getpid(), "host": os.uname().nodename, "token": token,
-                    "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "command": " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:300]}
+            info = {
+                "pid": os.getpid(),
+                "host": os.uname().nodename,
+                "token": token,
+                "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "command": " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:300],
+            }
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(info, sort_keys=True) + "\n").encode(), 0)
         check_release_folder(cfg)
@@ -191,8 +203,9 @@ def clean_leftovers(cfg: Settings) -> list[str]:
     done += _prune_versions(cfg)
     for root in (work_dir(cfg), rel):
         if root.is_dir():
-            done += [f"removed temp file {p.relative_to(root.parent).as_posix()}"
-                     for p in clean_temp_files(root.resolve())]
+            done += [
+                f"removed temp file {p.relative_to(root.parent).as_posix()}" for p in clean_temp_files(root.resolve())
+            ]
     return done
 
 

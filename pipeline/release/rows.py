@@ -29,7 +29,14 @@ import polars as pl
 
 from pipeline.core import io
 from pipeline.release.files import source_names, task_number
-from pipeline.release.schema import CHOICE_COLUMNS, CHOICE_LETTERS, COLUMN_NAMES, MAX_CHOICES, polars_schema, reference_columns
+from pipeline.release.schema import (
+    CHOICE_COLUMNS,
+    CHOICE_LETTERS,
+    COLUMN_NAMES,
+    MAX_CHOICES,
+    polars_schema,
+    reference_columns,
+)
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -42,9 +49,26 @@ _HASHES_COMPACT = r'^\["[0-9a-f]{64}"(,"[0-9a-f]{64}")*\]$'
 
 # ITEMS-contract columns the writers read (eval_level is optional).
 REQUIRED_ITEM_COLUMNS = (
-    "source", "unit_id", "task_id", "task_type_legacy", "input_type", "camera", "question", "answer_text",
-    "num_choices", "frame_indices", "display_labels", "render_spec_json", "anchor_frame", "arm_type", "item_key",
-    "choices", "answer", "image_hashes_json", "split", "split_group_id",
+    "source",
+    "unit_id",
+    "task_id",
+    "task_type_legacy",
+    "input_type",
+    "camera",
+    "question",
+    "answer_text",
+    "num_choices",
+    "frame_indices",
+    "display_labels",
+    "render_spec_json",
+    "anchor_frame",
+    "arm_type",
+    "item_key",
+    "choices",
+    "answer",
+    "image_hashes_json",
+    "split",
+    "split_group_id",
 )
 REQUIRED_UNIT_COLUMNS = ("source", "unit_id", "unit_type", "task_id", "licence", "language")
 _NON_EMPTY = ("question", "task_type_legacy", "input_type", "camera", "licence")
@@ -84,8 +108,10 @@ def row_problem(r: dict, tnames: dict) -> str | None:
     if r["answer"] not in letters:
         return f"{what}: answer {r['answer']!r} not among {letters}"
     if choices[letters.index(r["answer"])] != r["answer_text"]:
-        return (f"{what}: answer {r['answer']} is {choices[letters.index(r['answer'])]!r}, "
-                f"answer_text is {r['answer_text']!r}")
+        return (
+            f"{what}: answer {r['answer']} is {choices[letters.index(r['answer'])]!r}, "
+            f"answer_text is {r['answer_text']!r}"
+        )
     frames = list(r["frame_indices"] or [])
     if not frames:
         return f"{what}: no frame indices"
@@ -112,10 +138,15 @@ def row_problem(r: dict, tnames: dict) -> str | None:
 
 def _suspects(tnames: dict, bad_specs: list[str]) -> pl.Expr:
     """True for every row row_problem could refuse (a rule whose inputs are null counts as broken)."""
-    n, choices, frames, labels = pl.col("num_choices"), pl.col("choices"), pl.col("frame_indices"), \
-        pl.col("display_labels")
-    answer_at = pl.col("answer").replace_strict({c: i for i, c in enumerate(CHOICE_LETTERS)}, default=None,
-                                                return_dtype=pl.Int64)
+    n, choices, frames, labels = (
+        pl.col("num_choices"),
+        pl.col("choices"),
+        pl.col("frame_indices"),
+        pl.col("display_labels"),
+    )
+    answer_at = pl.col("answer").replace_strict(
+        {c: i for i, c in enumerate(CHOICE_LETTERS)}, default=None, return_dtype=pl.Int64
+    )
     spec, hashes = pl.col("render_spec_json"), pl.col("image_hashes_json")
     rules = [
         ~n.is_between(2, MAX_CHOICES) | (choices.list.len() != n),
@@ -146,17 +177,29 @@ def _joined(items: pl.DataFrame, units: pl.DataFrame, names: dict) -> pl.DataFra
         raise ValueError("items carry duplicate item_key values")
     cols = list(REQUIRED_ITEM_COLUMNS) + (["eval_level"] if "eval_level" in items.columns else [])
     meta = units.select(
-        "source", "unit_id", pl.col("unit_type").alias("_unit_type"), pl.col("task_id").alias("_unit_task"),
-        "licence", pl.lit(True).alias("_known"),
+        "source",
+        "unit_id",
+        pl.col("unit_type").alias("_unit_type"),
+        pl.col("task_id").alias("_unit_task"),
+        "licence",
+        pl.lit(True).alias("_known"),
         # Python's idea of blank (str.strip), as the rest of the build has it
-        pl.Series("_meta_in_source", [bool(x and str(x).strip()) for x in units.get_column("language").to_list()],
-                  dtype=pl.Boolean))
+        pl.Series(
+            "_meta_in_source",
+            [bool(x and str(x).strip()) for x in units.get_column("language").to_list()],
+            dtype=pl.Boolean,
+        ),
+    )
     # the per-row build took int() of counts and frame indices; a list column that is null throughout may come as
     # the Null type, which has no list operations
-    typed = [pl.col("num_choices").cast(pl.Int64), pl.col("frame_indices").cast(pl.List(pl.Int64)),
-             *(pl.col(c).cast(pl.List(pl.String)) for c in ("choices", "display_labels") if items.schema[c] == pl.Null)]
-    joined = items.select(cols).with_columns(typed).with_row_index("_row").join(meta, on=["source", "unit_id"],
-                                                                                 how="left")
+    typed = [
+        pl.col("num_choices").cast(pl.Int64),
+        pl.col("frame_indices").cast(pl.List(pl.Int64)),
+        *(pl.col(c).cast(pl.List(pl.String)) for c in ("choices", "display_labels") if items.schema[c] == pl.Null),
+    ]
+    joined = (
+        items.select(cols).with_columns(typed).with_row_index("_row").join(meta, on=["source", "unit_id"], how="left")
+    )
     if "eval_level" not in cols:
         joined = joined.with_columns(eval_level=pl.lit(None, dtype=pl.String))
     unknown = joined.filter((~pl.col("source").is_in(list(names)) | pl.col("_known").is_null()).fill_null(True))
@@ -171,11 +214,19 @@ def _joined(items: pl.DataFrame, units: pl.DataFrame, names: dict) -> pl.DataFra
 def _columns(split: str, rc: dict, names: dict, tnames: dict) -> list[pl.Expr]:
     """The release columns of one split's sorted rows, in schema order."""
     col = pl.col
-    refs = reference_columns(col("source"), col("_unit_task"), col("_unit_type"), col("unit_id"), col("camera"),
-                             col("frame_indices"), col("answer"))
+    refs = reference_columns(
+        col("source"),
+        col("_unit_task"),
+        col("_unit_type"),
+        col("unit_id"),
+        col("camera"),
+        col("frame_indices"),
+        col("answer"),
+    )
     exprs = {
-        "item_id": pl.concat_str([pl.lit(f"{rc.item_id_prefix}_{split}_"),
-                                  pl.int_range(1, pl.len() + 1).cast(pl.String).str.zfill(6)]),
+        "item_id": pl.concat_str(
+            [pl.lit(f"{rc.item_id_prefix}_{split}_"), pl.int_range(1, pl.len() + 1).cast(pl.String).str.zfill(6)]
+        ),
         "split": col("split"),
         "source": col("source").replace_strict(names, return_dtype=pl.String),
         "source_slug": col("source"),
@@ -221,18 +272,26 @@ def release_tables(items: pl.DataFrame, units: pl.DataFrame, cfg: Settings) -> t
         raise ValueError(f"{len(leaked)} split groups lie in both splits, e.g. {leaked[:3]}")
     numbers = {t: task_number(t) for t in rows.get_column("task_id").unique().to_list()}
     rows = rows.sort(
-        pl.col("split").replace_strict({s: i for i, s in enumerate(SPLITS)}, default=len(SPLITS),
-                                       return_dtype=pl.Int64),
+        pl.col("split").replace_strict(
+            {s: i for i, s in enumerate(SPLITS)}, default=len(SPLITS), return_dtype=pl.Int64
+        ),
         pl.col("source").replace_strict({slug: i for i, slug in enumerate(names)}, return_dtype=pl.Int64),
         pl.col("task_id").replace_strict(numbers, return_dtype=pl.Int64),
-        "unit_id", pl.col("anchor_frame").cast(pl.Int64).fill_null(-1), "frame_indices", "item_key")
-    bad_specs = [s for s in rows.get_column("render_spec_json").drop_nulls().unique().to_list()
-                 if not _canonical_json(s)]
+        "unit_id",
+        pl.col("anchor_frame").cast(pl.Int64).fill_null(-1),
+        "frame_indices",
+        "item_key",
+    )
+    bad_specs = [
+        s for s in rows.get_column("render_spec_json").drop_nulls().unique().to_list() if not _canonical_json(s)
+    ]
     for r in rows.filter(_suspects(tnames, bad_specs)).iter_rows(named=True):
         problem = row_problem(r, tnames)
         if problem:
             raise ValueError(problem)
     schema = polars_schema()
-    eval_df, sft_df = (rows.filter(pl.col("split") == split).select(_columns(split, rc, names, tnames)).cast(schema)
-                       for split in SPLITS)
+    eval_df, sft_df = (
+        rows.filter(pl.col("split") == split).select(_columns(split, rc, names, tnames)).cast(schema)
+        for split in SPLITS
+    )
     return eval_df, sft_df

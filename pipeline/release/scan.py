@@ -67,9 +67,17 @@ def release_leaks(release_dir: Path, cfg: Settings, workers: int | None = 0, ski
     are scanned side by side (`workers`: pool size, 0 = cores): the scan reads every byte of the release (but the
     files in `skip`: too large to read, which the validator reports by themselves)."""
     root = Path(release_dir)
-    names = [rel for rel in writers.release_files_on_disk(root, cfg) + [writers.file_names(cfg)["checksums"]]
-             if (root / rel).is_file() and rel not in skip]
+    names = [
+        rel
+        for rel in writers.release_files_on_disk(root, cfg) + [writers.file_names(cfg)["checksums"]]
+        if (root / rel).is_file() and rel not in skip
+    ]
     found: dict[str, list[str]] = {}
-    run_tasks(_file_leaks, [(str(root), rel) for rel in names], workers, lambda r: found.__setitem__(*r),
-              lambda task, reason: (task[1], [f"{task[1]}: cannot be scanned for paths: {reason}"]))
+    run_tasks(
+        _file_leaks,
+        [(str(root), rel) for rel in names],
+        workers,
+        lambda r: found.__setitem__(*r),
+        lambda task, reason: (task[1], [f"{task[1]}: cannot be scanned for paths: {reason}"]),
+    )
     return [leak for rel in names for leak in found.get(rel, [])]

@@ -25,13 +25,29 @@ CHOICE_LETTERS = "ABCDEF"
 MAX_CHOICES = len(CHOICE_LETTERS)
 CHOICE_COLUMNS = tuple(f"choice_{c}" for c in CHOICE_LETTERS)
 # What a model may be shown: model-facing configs and exports carry only these columns (plus the images).
-MODEL_FACING_COLUMNS = ("item_id", "source", "task_id", "task_name", "eval_level", "split_group_id", "question", *CHOICE_COLUMNS, "num_choices", "answer")
+MODEL_FACING_COLUMNS = (
+    "item_id",
+    "source",
+    "task_id",
+    "task_name",
+    "eval_level",
+    "split_group_id",
+    "question",
+    *CHOICE_COLUMNS,
+    "num_choices",
+    "answer",
+)
 
 _S, _I, _B = pa.string(), pa.int64(), pa.bool_()
 
 # (name, Arrow type, nullable, description) in release order.
 COLUMNS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
-    ("item_id", _S, False, "Stable public id `{prefix}_{split}_{n:06d}`, numbered per split after the deterministic sort."),
+    (
+        "item_id",
+        _S,
+        False,
+        "Stable public id `{prefix}_{split}_{n:06d}`, numbered per split after the deterministic sort.",
+    ),
     ("split", _S, False, "`eval` or `sft` (Hugging Face split names: see the manifests' `hf_split`)."),
     ("source", _S, False, "Source display name (configs/sources.yaml `name`; see Sources below)."),
     ("source_slug", _S, False, "Source slug: %s." % ", ".join(ADAPTERS)),
@@ -40,9 +56,18 @@ COLUMNS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
     ("source_unit_id", _S, False, "The isolation unit (e.g. task_00001__episode_000007)."),
     ("task_id", _S, False, "Task family T1..T12."),
     ("task_name", _S, False, "Public task-family name."),
-    ("task_type_legacy", _S, False, "Legacy engineering alias (T_progress for T5, T_temporal for T8, T_binary for T9)."),
-    ("input_type", _S, False, "How the frames are shown: single_frame, multi_frame, frame_sequence, labelled_frames, "
-                              "panel_composite, ..."),
+    (
+        "task_type_legacy",
+        _S,
+        False,
+        "Legacy engineering alias (T_progress for T5, T_temporal for T8, T_binary for T9).",
+    ),
+    (
+        "input_type",
+        _S,
+        False,
+        "How the frames are shown: single_frame, multi_frame, frame_sequence, labelled_frames, panel_composite, ...",
+    ),
     ("question", _S, False, "Question text (task language is never included)."),
     *(
         (f"choice_{c}", _S, i >= 2, f"Option {c}." if i < 2 else f"Option {c}; null when num_choices < {i + 1}.")
@@ -56,10 +81,19 @@ COLUMNS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
     ("display_labels_json", _S, True, "JSON list of the labels drawn on the frames/panels (T8 X,Y,Z; T9 X,Y) or null."),
     ("camera", _S, False, "Camera name in the source."),
     ("arm_type", _S, True, "Arm layout of the item (single_left, single_right, bimanual_sync, ...) or null."),
-    ("visual_ref", _S, False, "Path-free frame reference `{slug}/{unit_type}/{unit_id}/{camera}/frames[{6-digit,...}]`."),
+    (
+        "visual_ref",
+        _S,
+        False,
+        "Path-free frame reference `{slug}/{unit_type}/{unit_id}/{camera}/frames[{6-digit,...}]`.",
+    ),
     ("source_episode_ref", _S, False, "Path-free unit reference `{slug}/{unit_type}/{unit_id}`."),
-    ("reconstruction_key_json", _S, False, "Compact sorted JSON: camera, frame_indices, source (slug), source_task_id, "
-                                           "source_unit_id, source_unit_type."),
+    (
+        "reconstruction_key_json",
+        _S,
+        False,
+        "Compact sorted JSON: camera, frame_indices, source (slug), source_task_id, source_unit_id, source_unit_type.",
+    ),
     ("task_meta_in_source", _B, False, "Whether the source unit carries task language (never shown in prompts)."),
     ("task_meta_public", _B, False, "Whether task language is in this release: always false."),
     ("split_version", _S, False, "Version of the split rule that assigned `split`."),
@@ -68,10 +102,20 @@ COLUMNS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
     ("prompt_version", _S, False, "Version of the prompt protocol (metadata/prompt_templates.md)."),
     ("sft_target", _S, False, "Training target `<ANSWER>{answer}</ANSWER>`."),
     ("licence", _S, False, "Licence of the source unit the frames come from."),
-    ("render_spec_json", _S, True, "How labelled frames / panel composites are rendered (T8, T9), compact sorted JSON; "
-                                   "null when frames are shown as decoded."),
-    ("image_hashes_json", _S, True, "JSON list of sha256 hex digests of the images shown to the model, in order "
-                                    "(one per frame; one for a panel composite)."),
+    (
+        "render_spec_json",
+        _S,
+        True,
+        "How labelled frames / panel composites are rendered (T8, T9), compact sorted JSON; "
+        "null when frames are shown as decoded.",
+    ),
+    (
+        "image_hashes_json",
+        _S,
+        True,
+        "JSON list of sha256 hex digests of the images shown to the model, in order "
+        "(one per frame; one for a panel composite).",
+    ),
     ("eval_level", _S, True, "Out-of-distribution level (L1/L2/L3) when the split defines them, else null."),
 )
 
@@ -123,8 +167,15 @@ def sft_target(answer: str) -> str:
     return f"<ANSWER>{answer}</ANSWER>"
 
 
-def reference_columns(slug: pl.Expr, task_id: pl.Expr, unit_type: pl.Expr, unit_id: pl.Expr, camera: pl.Expr,
-                      frame_indices: pl.Expr, answer: pl.Expr) -> dict[str, pl.Expr]:
+def reference_columns(
+    slug: pl.Expr,
+    task_id: pl.Expr,
+    unit_type: pl.Expr,
+    unit_id: pl.Expr,
+    camera: pl.Expr,
+    frame_indices: pl.Expr,
+    answer: pl.Expr,
+) -> dict[str, pl.Expr]:
     """visual_ref, source_episode_ref, reconstruction_key_json and sft_target as polars expressions over columns
     (frame_indices: a list of integers): the strings of the functions above, built a table at a time
     (tests/test_release_rows.py pins the two to each other)."""

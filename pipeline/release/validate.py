@@ -120,8 +120,9 @@ def _check_checksums(root: Path, cfg: Settings, report: _Report) -> None:
             report.add(f"{rel}: {name} is not covered by a checksum")
 
 
-def _read_split(root: Path, split: str, cfg: Settings, report: _Report, rels: tuple[str, str] | None = None
-                ) -> pl.DataFrame | None:
+def _read_split(
+    root: Path, split: str, cfg: Settings, report: _Report, rels: tuple[str, str] | None = None
+) -> pl.DataFrame | None:
     files = writers.file_names(cfg)
     pq_rel, jl_rel = rels or (files[f"{split}_parquet"], files[f"{split}_jsonl"])
     df = None
@@ -134,8 +135,10 @@ def _read_split(root: Path, split: str, cfg: Settings, report: _Report, rels: tu
         got, want = list(df.schema.items()), list(polars_schema().items())
         if got != want:
             diff = [f"{a}!={b}" for a, b in zip(got, want) if a != b][:3]
-            report.add(f"{pq_rel}: schema differs from pipeline/release/schema.py "
-                       f"({len(got)} vs {len(want)} columns; first differences {diff})")
+            report.add(
+                f"{pq_rel}: schema differs from pipeline/release/schema.py "
+                f"({len(got)} vs {len(want)} columns; first differences {diff})"
+            )
             return None
         meta = pq.read_metadata(root / pq_rel).metadata or {}
         for k, v in meta.items():
@@ -180,16 +183,20 @@ def _check_rows(df: pl.DataFrame, split: str, where: str, cfg: Settings, report:
         report.add(f"{where}: duplicate item_id values")
     if ids != sorted(i for i in ids if i is not None) and None not in ids:
         report.add(f"{where}: rows are not sorted by item_id")
-    versions = {"split_version": rc.split_version, "builder_version": rc.builder_version,
-                "prompt_version": rc.prompt_version}
+    versions = {
+        "split_version": rc.split_version,
+        "builder_version": rc.builder_version,
+        "prompt_version": rc.prompt_version,
+    }
     for r in df.iter_rows(named=True):
         bad = lambda check, iid=r["item_id"]: report.row(where, check, iid)
         _check_row_fields(r, split, id_re, rc, names, tnames, versions, bad)
         _check_row_frames(r, bad)
 
 
-def _check_row_fields(r: dict, split: str, id_re: re.Pattern, rc: ReleaseFile, names: dict, tnames: dict, versions: dict,
-                      bad) -> None:
+def _check_row_fields(
+    r: dict, split: str, id_re: re.Pattern, rc: ReleaseFile, names: dict, tnames: dict, versions: dict, bad
+) -> None:
     """One row's ids, names, versions, choices, answer and target."""
     iid = r["item_id"]
     if iid is None or not id_re.fullmatch(iid):
@@ -255,7 +262,8 @@ def _check_row_frames(r: dict, bad) -> None:
     if r["source_episode_ref"] != source_episode_ref(*key):
         bad("source_episode_ref does not match source/unit")
     if r["reconstruction_key_json"] != reconstruction_key_json(
-            slug, r["source_task_id"], r["source_unit_type"], r["source_unit_id"], r["camera"], frames):
+        slug, r["source_task_id"], r["source_unit_type"], r["source_unit_id"], r["camera"], frames
+    ):
         bad("reconstruction_key_json does not match the row")
     n_images = len(frames)
     if r["render_spec_json"] is not None:
@@ -282,8 +290,14 @@ def _check_row_frames(r: dict, bad) -> None:
         bad("eval_level is not of the form L<n>")
 
 
-def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, report: _Report,
-                    levels: dict[str, pl.DataFrame], has_levels: bool) -> None:
+def _check_metadata(
+    root: Path,
+    tables: dict[str, pl.DataFrame],
+    cfg: Settings,
+    report: _Report,
+    levels: dict[str, pl.DataFrame],
+    has_levels: bool,
+) -> None:
     rc = cfg.release
     files = writers.file_names(cfg)
     ev, sf = tables.get("eval"), tables.get("sft")
@@ -322,16 +336,18 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, 
         m = _read_json(root / rel, report)
         if not isinstance(m, dict):
             continue
-        want = writers.build_manifest(split, df, cfg, "L1" if split == "eval" and has_levels else None,
-                                      recorded_warnings(root, cfg))
+        want = writers.build_manifest(
+            split, df, cfg, "L1" if split == "eval" and has_levels else None, recorded_warnings(root, cfg)
+        )
         for key in sorted(set(m) - set(want)):
             report.add(f"{rel}: unknown key {key!r} (the build writes none)")
         for key in sorted(want):
             if key not in m:
                 report.add(f"{rel}: lacks {key}")
             elif m[key] != want[key]:
-                report.add(f"{rel}: {key} = {json.dumps(m[key])[:200]} but the rows/configs give "
-                           f"{json.dumps(want[key])[:200]}")
+                report.add(
+                    f"{rel}: {key} = {json.dumps(m[key])[:200]} but the rows/configs give {json.dumps(want[key])[:200]}"
+                )
 
     _check_split_summary(root, files, ev_all, sf, cfg, report)
     _check_task_distribution(root, files, ev, cfg, report)
@@ -343,20 +359,36 @@ def _check_metadata(root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, 
             report.add(f"{rel}: differs from the schema generated from pipeline/release/schema.py")
 
 
-def _check_split_summary(root: Path, files: dict, ev_all: pl.DataFrame | None, sf: pl.DataFrame | None, cfg: Settings,
-                         report: _Report) -> None:
+def _check_split_summary(
+    root: Path, files: dict, ev_all: pl.DataFrame | None, sf: pl.DataFrame | None, cfg: Settings, report: _Report
+) -> None:
     """split_summary.json against the one the rows and configs give."""
     rel = files["split_summary"]
     if (root / rel).is_file() and ev_all is not None and sf is not None:
         s = _read_json(root / rel, report)
         if isinstance(s, dict):
             want = writers.build_split_summary(ev_all, sf, {}, cfg)
-            for key in ("version", "split_version", "builder_version", "release_version", "total_items",
-                        "eval_items", "sft_items", "eval_groups", "sft_groups", "task_counts_total",
-                        "task_counts_eval", "task_counts_sft", "task_aliases", "hf_split_names"):
+            for key in (
+                "version",
+                "split_version",
+                "builder_version",
+                "release_version",
+                "total_items",
+                "eval_items",
+                "sft_items",
+                "eval_groups",
+                "sft_groups",
+                "task_counts_total",
+                "task_counts_eval",
+                "task_counts_sft",
+                "task_aliases",
+                "hf_split_names",
+            ):
                 if s.get(key) != want[key]:
-                    report.add(f"{rel}: {key} = {json.dumps(s.get(key))[:200]} but the rows/configs give "
-                               f"{json.dumps(want[key])[:200]}")
+                    report.add(
+                        f"{rel}: {key} = {json.dumps(s.get(key))[:200]} but the rows/configs give "
+                        f"{json.dumps(want[key])[:200]}"
+                    )
             got_src = s.get("sources") if isinstance(s.get("sources"), dict) else {}
             for slug, ws in want["sources"].items():
                 gs = got_src.get(slug)
@@ -365,8 +397,10 @@ def _check_split_summary(root: Path, files: dict, ev_all: pl.DataFrame | None, s
                     continue
                 for key, value in ws.items():
                     if key != "group_unit" and gs.get(key) != value:
-                        report.add(f"{rel}: sources.{slug}.{key} = {json.dumps(gs.get(key))[:200]} but the rows give "
-                                   f"{json.dumps(value)[:200]}")
+                        report.add(
+                            f"{rel}: sources.{slug}.{key} = {json.dumps(gs.get(key))[:200]} but the rows give "
+                            f"{json.dumps(value)[:200]}"
+                        )
             for slug in set(got_src) - set(want["sources"]):
                 report.add(f"{rel}: sources.{slug} has no rows")
             for key in _forbidden_keys(s):
@@ -392,8 +426,10 @@ def _check_task_distribution(root: Path, files: dict, ev: pl.DataFrame | None, c
             want_rows = list(csv.reader(writers.task_distribution_csv(ev, cfg).splitlines()))
             if got_rows != want_rows:
                 diff = [(g, w) for g, w in zip(got_rows, want_rows) if g != w][:2]
-                report.add(f"{rel}: differs from the eval rows ({len(got_rows) - 1} vs {len(want_rows) - 1} tasks; "
-                           f"e.g. {diff})")
+                report.add(
+                    f"{rel}: differs from the eval rows ({len(got_rows) - 1} vs {len(want_rows) - 1} tasks; "
+                    f"e.g. {diff})"
+                )
 
 
 def _forbidden_keys(obj, where: str = "") -> list[str]:
@@ -414,8 +450,10 @@ def not_a_release(root: Path, files: dict[str, str]) -> str | None:
     names = [files["checksums"], *sorted(v for k, v in files.items() if k != "checksums")]
     if any((root / rel).exists() for rel in names):
         return None
-    return (f"{Path(root).absolute()} is not a ProcessBench release: none of its files is there ({names[0]}, "
-            f"{names[1]}, ...); give the folder a build published (release/ by default)")
+    return (
+        f"{Path(root).absolute()} is not a ProcessBench release: none of its files is there ({names[0]}, "
+        f"{names[1]}, ...); give the folder a build published (release/ by default)"
+    )
 
 
 def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool = True) -> list[str]:
@@ -423,6 +461,7 @@ def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool
     scan of every file (`release_leaks`), which the build runs as a check of its own."""
     if cfg is None:
         from pipeline.settings.config import load_settings
+
         cfg = load_settings()
     root = Path(release_dir)
     report = _Report()
@@ -452,26 +491,37 @@ def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool
     listed, levels = _check_levels(root, tables, cfg, report)
     _check_metadata(root, tables, cfg, report, levels, listed)
     read = lambda path: _read_json(path, report)
-    every = {k: pl.concat([v, *levels.values()], how="vertical_relaxed") if k == "eval" else v
-             for k, v in tables.items()}  # every eval level, in level order, as the exports and the audit read them
-    for problem in (export_problems(root, cfg, too_big) + provenance_problems(root, cfg, every, read)
-                    + validity_problems(root, cfg, every, read)):
+    every = {
+        k: pl.concat([v, *levels.values()], how="vertical_relaxed") if k == "eval" else v for k, v in tables.items()
+    }  # every eval level, in level order, as the exports and the audit read them
+    for problem in (
+        export_problems(root, cfg, too_big)
+        + provenance_problems(root, cfg, every, read)
+        + validity_problems(root, cfg, every, read)
+    ):
         report.add(problem)
-    mcq = {"eval": {g for df in [tables.get("eval"), *levels.values()] if df is not None
-                    for g in df["split_group_id"].to_list()},
-           "sft": set(tables["sft"]["split_group_id"].to_list()) if "sft" in tables else set()}
+    mcq = {
+        "eval": {
+            g for df in [tables.get("eval"), *levels.values()] if df is not None for g in df["split_group_id"].to_list()
+        },
+        "sft": set(tables["sft"]["split_group_id"].to_list()) if "sft" in tables else set(),
+    }
     for problem in step_problems(root, cfg, mcq):  # the T13 step files (pipeline/steps/write.py)
         report.add(problem)
     problems = report.done() + model_facing_problems(root, cfg, skip=too_big)
     return problems + release_leaks(root, cfg, skip=too_big) if leaks else problems
 
 
-def _check_levels(root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, report: _Report
-                  ) -> tuple[bool, dict[str, pl.DataFrame]]:
+def _check_levels(
+    root: Path, tables: dict[str, pl.DataFrame], cfg: Settings, report: _Report
+) -> tuple[bool, dict[str, pl.DataFrame]]:
     """The out-of-distribution eval level files split_summary.json lists (L2, L3, ...): rows, level column, manifest,
     group list, and isolation from SFT and from the other eval files. Returns (levels listed?, {level: rows})."""
-    s = _read_json(root / writers.file_names(cfg)["split_summary"], report) if (
-        root / writers.file_names(cfg)["split_summary"]).is_file() else None
+    s = (
+        _read_json(root / writers.file_names(cfg)["split_summary"], report)
+        if (root / writers.file_names(cfg)["split_summary"]).is_file()
+        else None
+    )
     listed = (s or {}).get("eval_levels") or {} if isinstance(s, dict) else {}
     out: dict[str, pl.DataFrame] = {}
     ev = tables.get("eval")

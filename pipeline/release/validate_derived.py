@@ -141,13 +141,17 @@ def provenance_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFram
     if not isinstance(p, dict):
         return [f"{rel}: not a JSON object"] if p is not None else []
     out: list[str] = []
-    rows = pl.concat([df.select("source_slug", "source", "source_unit_id", "builder_version") for df in
-                      tables.values()]) if tables else None
+    rows = (
+        pl.concat([df.select("source_slug", "source", "source_unit_id", "builder_version") for df in tables.values()])
+        if tables
+        else None
+    )
     rc = cfg.release
     bare = set(p) == {"builder_version"}  # a release written without an ingest record (tests' factories)
     for key in ("builder_version",) if bare else ("builder_version", "release_version"):
-        want = {getattr(rc, key)} | (set(rows["builder_version"].unique().to_list()) if key == "builder_version"
-                            and rows is not None else set())
+        want = {getattr(rc, key)} | (
+            set(rows["builder_version"].unique().to_list()) if key == "builder_version" and rows is not None else set()
+        )
         if p.get(key) not in want or len(want) != 1:
             out.append(f"{rel}: {key} {p.get(key)!r}, the release's is {sorted(want)}")
     if bare:
@@ -162,15 +166,19 @@ def provenance_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFram
         fp, samples = s.get("corpus_fingerprint"), s.get("samples")
         if s.get("origin") not in ("samples", "user", "unknown"):
             out.append(f"{rel}: source {slug} has origin {s.get('origin')!r}")
-        elif s.get("origin") == "samples" and (fp is not None or not isinstance(samples, dict)
-                                              or samples.get("scale") != p.get("scale")):
+        elif s.get("origin") == "samples" and (
+            fp is not None or not isinstance(samples, dict) or samples.get("scale") != p.get("scale")
+        ):
             out.append(f"{rel}: source {slug} is from the sample generator but its record says otherwise")
         elif s.get("origin") == "user" and (samples is not None or not (isinstance(fp, str) and _ID.fullmatch(fp))):
             out.append(f"{rel}: source {slug} is a user corpus without its content fingerprint")
     if p.get("from_sample_data") != ("samples" in origins):
         out.append(f"{rel}: from_sample_data {p.get('from_sample_data')!r} disagrees with the sources' origins")
-    if "warnings" in p and not (isinstance(p["warnings"], list) and p["warnings"]
-                                and all(isinstance(w, str) and w.isprintable() for w in p["warnings"])):
+    if "warnings" in p and not (
+        isinstance(p["warnings"], list)
+        and p["warnings"]
+        and all(isinstance(w, str) and w.isprintable() for w in p["warnings"])
+    ):
         out.append(f"{rel}: warnings is not a non-empty list of one-line texts")
     if not (isinstance(p.get("config_sha256"), str) and _ID.fullmatch(p["config_sha256"])):
         out.append(f"{rel}: config_sha256 is not a sha256")
@@ -203,9 +211,16 @@ def _cheap_cells(eval_rows: list[dict], sft_rows: list[dict]) -> dict[tuple, dic
     out = {}
     for key in keys:
         e, s = [eval_rows[i] for i in ev.get(key, [])], sf.get(key[:2], [])
-        out[key] = {"eval_n": len(e), "sft_n": len(s), "random": b.random_acc(e), "label_prior": b.label_prior_acc(s, e),
-                    "eval_label_share": b.eval_label_share(e), "majority_letter": b.majority_letter_acc(s, e),
-                    "memoriser": b.memoriser_acc(s, e), "option_only": b.option_only_acc(s, e)}
+        out[key] = {
+            "eval_n": len(e),
+            "sft_n": len(s),
+            "random": b.random_acc(e),
+            "label_prior": b.label_prior_acc(s, e),
+            "eval_label_share": b.eval_label_share(e),
+            "majority_letter": b.majority_letter_acc(s, e),
+            "memoriser": b.memoriser_acc(s, e),
+            "option_only": b.option_only_acc(s, e),
+        }
     return out
 
 
@@ -236,8 +251,9 @@ def validity_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFrame]
         where = "/".join(str(k) for k in key if k)
         got, want = have.get(key), again.get(key)
         if got is None or want is None:
-            out.append(f"{jrel}: cell {where} " + ("missing, the rows hold it" if got is None else
-                                                   "is not one the rows hold"))
+            out.append(
+                f"{jrel}: cell {where} " + ("missing, the rows hold it" if got is None else "is not one the rows hold")
+            )
             continue
         diff = sorted(k for k, v in want.items() if got.get(k) != v)
         blind = [v for v in (got.get("memoriser"), got.get("bag_of_words")) if v is not None]

@@ -57,13 +57,21 @@ def check_files(root: Path, add, max_bytes: int) -> set[str]:
             if path.is_symlink():
                 add(f"{rel}: a symbolic link (release files must be regular files)")
             elif name.startswith("."):
-                add(f"{rel}: " + ("temp file of an interrupted write" if is_temp_file(name)
-                                  else "stray dot-file (the build writes none)"))
+                add(
+                    f"{rel}: "
+                    + (
+                        "temp file of an interrupted write"
+                        if is_temp_file(name)
+                        else "stray dot-file (the build writes none)"
+                    )
+                )
             elif not path.is_dir() and not path.is_file():
                 add(f"{rel}: not a regular file")
             elif path.is_file() and (size := path.stat().st_size) > max_bytes:
-                add(f"{rel}: {size} bytes, past release.max_file_bytes ({max_bytes}): not read (the build writes no "
-                    "file this large)")
+                add(
+                    f"{rel}: {size} bytes, past release.max_file_bytes ({max_bytes}): not read (the build writes no "
+                    "file this large)"
+                )
                 too_big.add(rel)
             elif path.is_file() and path.suffix != ".parquet" and (why := utf8_problem(path)):
                 add(f"{rel}: not UTF-8 text ({why})")

@@ -28,12 +28,23 @@ from pipeline.release.schema import COLUMN_NAMES, polars_schema, schema_markdown
 from pipeline.release.files import merge_checked as _merge
 from pipeline.release.files import plain_json as _plain
 from pipeline.release.files import (  # noqa: F401 - re-exported: writers.file_names etc. stay valid
-    file_names, level_file_names, release_files_on_disk, schema_source_names, sha256_file, source_names,
+    file_names,
+    level_file_names,
+    release_files_on_disk,
+    schema_source_names,
+    sha256_file,
+    source_names,
     source_order,
-    FORBIDDEN_KEYS, task_number, write_checksums,
+    FORBIDDEN_KEYS,
+    task_number,
+    write_checksums,
 )
 from pipeline.release.rows import (  # noqa: F401 - re-exported: the tables these writers write
-    HEX64, REQUIRED_ITEM_COLUMNS, REQUIRED_UNIT_COLUMNS, SPLITS, release_tables,
+    HEX64,
+    REQUIRED_ITEM_COLUMNS,
+    REQUIRED_UNIT_COLUMNS,
+    SPLITS,
+    release_tables,
 )
 
 if TYPE_CHECKING:
@@ -73,8 +84,16 @@ def majority_baselines(df: pl.DataFrame, decimals: int) -> dict[str, float]:
     return out
 
 
-TASK_DISTRIBUTION_HEADER = ("task_id", "task_name", "eval_n", "num_choices", "random_acc", "majority_acc",
-                            "label_prior_acc", "label_prior_answer")
+TASK_DISTRIBUTION_HEADER = (
+    "task_id",
+    "task_name",
+    "eval_n",
+    "num_choices",
+    "random_acc",
+    "majority_acc",
+    "label_prior_acc",
+    "label_prior_answer",
+)
 
 
 def task_distribution_csv(eval_df: pl.DataFrame, cfg: Settings) -> str:
@@ -93,8 +112,18 @@ def task_distribution_csv(eval_df: pl.DataFrame, cfg: Settings) -> str:
         # the most frequent answer text, what a model that ignores the images but knows the labels' frequency scores
         counts = sub.group_by("answer_text").len().sort(["len", "answer_text"], descending=[True, False])
         top, top_n = counts.row(0)
-        w.writerow([task, tnames[task], sub.height, "|".join(map(str, nc)), _fmt(rnd[task], dec), _fmt(maj[task], dec),
-                    _fmt(top_n / sub.height, dec), top])
+        w.writerow(
+            [
+                task,
+                tnames[task],
+                sub.height,
+                "|".join(map(str, nc)),
+                _fmt(rnd[task], dec),
+                _fmt(maj[task], dec),
+                _fmt(top_n / sub.height, dec),
+                top,
+            ]
+        )
     return buf.getvalue()
 
 
@@ -127,7 +156,9 @@ def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summa
         sf = sft_df.filter(pl.col("source_slug") == slug)
         if ev.height + sf.height == 0:
             continue
-        unit_types = sorted(set(ev.get_column("source_unit_type").to_list() + sf.get_column("source_unit_type").to_list()))
+        unit_types = sorted(
+            set(ev.get_column("source_unit_type").to_list() + sf.get_column("source_unit_type").to_list())
+        )
         sources[slug] = {
             "name": names[slug],
             "group_unit": "/".join(unit_types),
@@ -171,7 +202,8 @@ def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summa
     if "split_policy" not in extra:
         computed["split_policy"] = cfg.split.split_policy or (
             "strict isolation by split_group_id: every group (one isolation unit, or units merged by a stricter key) "
-            "lies wholly in eval or in sft")
+            "lies wholly in eval or in sft"
+        )
     return _merge(computed, extra)
 
 
@@ -205,10 +237,15 @@ def build_manifest(split: str, df: pl.DataFrame, cfg: Settings, level: str | Non
         "item_id_prefix": rc.item_id_prefix,
         "visual_inputs_redistributed": False,
         "reconstruction_required": True,
-        "files": ({k: v for k, v in level_file_names(cfg, level).items() if k != "manifest"}
-                  if level not in (None, "L1") else
-                  {"parquet": files[f"{split}_parquet"], "jsonl": files[f"{split}_jsonl"],
-                   "split_groups": files[f"split_groups_{split}"]}),
+        "files": (
+            {k: v for k, v in level_file_names(cfg, level).items() if k != "manifest"}
+            if level not in (None, "L1")
+            else {
+                "parquet": files[f"{split}_parquet"],
+                "jsonl": files[f"{split}_jsonl"],
+                "split_groups": files[f"split_groups_{split}"],
+            }
+        ),
         "release_files": dict(sorted(files.items())),
         "num_items": df.height,
         "num_groups": len(_groups(df)),
@@ -245,11 +282,18 @@ def eval_levels_summary(tables: dict[str | None, pl.DataFrame], cfg: Settings) -
     for lv, df in tables.items():
         if lv is None:
             continue
-        f = level_file_names(cfg, lv) if lv != "L1" else {"parquet": files["eval_parquet"],
-                                                          "jsonl": files["eval_jsonl"]}
-        out[lv] = {"files": {"parquet": f["parquet"], "jsonl": f["jsonl"]}, "items": df.height,
-                   "groups": len(_groups(df)), "task_counts": _task_sorted(_counts(df, "task_id")),
-                   "source_counts": {k: v for k, v in sorted(_counts(df, "source_slug").items())}}
+        f = (
+            level_file_names(cfg, lv)
+            if lv != "L1"
+            else {"parquet": files["eval_parquet"], "jsonl": files["eval_jsonl"]}
+        )
+        out[lv] = {
+            "files": {"parquet": f["parquet"], "jsonl": f["jsonl"]},
+            "items": df.height,
+            "groups": len(_groups(df)),
+            "task_counts": _task_sorted(_counts(df, "task_id")),
+            "source_counts": {k: v for k, v in sorted(_counts(df, "source_slug").items())},
+        }
     return out
 
 
@@ -264,8 +308,16 @@ def _check_table(df: pl.DataFrame, split: str) -> pl.DataFrame:
     return io.sorted_by(df, ["item_id"])  # as release_tables made it, in item_id order: no copy
 
 
-def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: dict, cfg: Settings, out_dir: Path,
-                  documents: dict[str, str], checksums: bool = True, warnings=()) -> dict:
+def write_release(
+    eval_df: pl.DataFrame,
+    sft_df: pl.DataFrame,
+    split_summary: dict,
+    cfg: Settings,
+    out_dir: Path,
+    documents: dict[str, str],
+    checksums: bool = True,
+    warnings=(),
+) -> dict:
     """Write the release folder. Every file is written atomically; checksums.sha256 is written last, so an interrupted
     run leaves a release that fails validation instead of one that looks complete (checksums=False: the caller writes
     it once after adding more files, as the release stage does). Returns
@@ -294,8 +346,10 @@ def write_release(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summary: di
     for split, df, lv in (("eval", main_eval, next(iter(levels))), ("sft", sft_df, None)):
         texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg, lv, warnings))
         texts[files[f"split_groups_{split}"]] = "".join(g + "\n" for g in _groups(df))
-    tables = [(files["eval_parquet"], files["eval_jsonl"], main_eval),
-              (files["sft_parquet"], files["sft_jsonl"], sft_df)]
+    tables = [
+        (files["eval_parquet"], files["eval_jsonl"], main_eval),
+        (files["sft_parquet"], files["sft_jsonl"], sft_df),
+    ]
     for lv, df in levels.items():
         if lv in (None, "L1"):
             continue

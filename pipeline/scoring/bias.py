@@ -100,19 +100,27 @@ def _t8(rows: list[dict], sc: dict) -> dict:
             tau = 2 * conc - 1
         shown = "".join(json.loads(r["display_labels_json"]) if r.get("display_labels_json") else "XYZ")
         return np.array([tau, conc, float(pred == shown), float(gold == shown), 1.0])
+
     g, s = _per_group(rows, contrib, 5)
-    return {"kendall_tau": _boot(g, s, _ratio(0, 4), sc), "pairwise_concordance": _boot(g, s, _ratio(1, 4), sc),
-            "display_order_rate": _boot(g, s, _ratio(2, 4), sc), "gold_display_rate": _boot(g, s, _ratio(3, 4), sc)}
+    return {
+        "kendall_tau": _boot(g, s, _ratio(0, 4), sc),
+        "pairwise_concordance": _boot(g, s, _ratio(1, 4), sc),
+        "display_order_rate": _boot(g, s, _ratio(2, 4), sc),
+        "gold_display_rate": _boot(g, s, _ratio(3, 4), sc),
+    }
 
 
 def _t9(rows: list[dict], sc: dict) -> dict:
     def contrib(r):
         left = (json.loads(r["display_labels_json"]) if r.get("display_labels_json") else ["X"])[0]
         return _two_rates(r["answer_text"] == left, 0.5 if r["pred_text"] is None else float(r["pred_text"] == left))
+
     g, s = _per_group(rows, contrib, 4)
-    return {"left_habit_free": _boot(g, s, _diff_of_rates, sc),
-            "left_rate_when_left_earlier": _boot(g, s, _ratio(0, 1), sc),
-            "left_rate_when_left_later": _boot(g, s, _ratio(2, 3), sc)}
+    return {
+        "left_habit_free": _boot(g, s, _diff_of_rates, sc),
+        "left_rate_when_left_earlier": _boot(g, s, _ratio(0, 1), sc),
+        "left_rate_when_left_later": _boot(g, s, _ratio(2, 3), sc),
+    }
 
 
 def _stage(text: str | None, texts: dict[str, str]) -> int | None:
@@ -143,7 +151,7 @@ def _t5(rows: list[dict], sc: dict, stage_texts: Callable[[dict], dict]) -> dict
                 (qa, ga, pa), (qb, gb, pb) = its[a], its[b]
                 if ga == gb or qa == qb:
                     continue
-                gold_dir = np.sign(gb - ga) * np.sign(qb - qa)   # +1: the later frame has the later stage
+                gold_dir = np.sign(gb - ga) * np.sign(qb - qa)  # +1: the later frame has the later stage
                 if gold_dir <= 0:
                     continue  # a key out of order with time (cannot happen within one step): not scored
                 if pa is None or pb is None or pa == pb:
@@ -158,12 +166,16 @@ def _t5(rows: list[dict], sc: dict, stage_texts: Callable[[dict], dict]) -> dict
 
 def _t7(rows: list[dict], sc: dict, success_texts: set[str]) -> dict:
     def contrib(r):
-        return _two_rates(r["answer_text"] in success_texts,
-                          0.5 if r["pred_text"] is None else float(r["pred_text"] in success_texts))
+        return _two_rates(
+            r["answer_text"] in success_texts, 0.5 if r["pred_text"] is None else float(r["pred_text"] in success_texts)
+        )
+
     g, s = _per_group(rows, contrib, 4)
-    return {"success_minus_failure": _boot(g, s, _diff_of_rates, sc),
-            "success_rate_when_success": _boot(g, s, _ratio(0, 1), sc),
-            "success_rate_when_failure": _boot(g, s, _ratio(2, 3), sc)}
+    return {
+        "success_minus_failure": _boot(g, s, _diff_of_rates, sc),
+        "success_rate_when_success": _boot(g, s, _ratio(0, 1), sc),
+        "success_rate_when_failure": _boot(g, s, _ratio(2, 3), sc),
+    }
 
 
 def _label_texts(cfg: Settings, task: str) -> list[dict]:
@@ -204,13 +216,17 @@ def bias_free(eval_df: pl.DataFrame, items: pl.DataFrame, cfg: Settings) -> dict
                     if r["answer_text"] in t.values():
                         return t
                 return {}
-            fn = (lambda rs, sc, texts=texts: _t5(rs, sc, texts))
+
+            fn = lambda rs, sc, texts=texts: _t5(rs, sc, texts)
         else:
             succ = {v.get(s, {}).get("success") for v in _label_texts(cfg, "T7") for s in v} - {None}
-            fn = (lambda rs, sc, succ=succ: _t7(rs, sc, succ))
+            fn = lambda rs, sc, succ=succ: _t7(rs, sc, succ)
         by_source = defaultdict(list)
         for r in rows:
             by_source[r["source_slug"]].append(r)
-        out[fam] = {"n": len(rows), "all": fn(rows, sc),
-                    "by_source": {s: {"n": len(rs), **fn(rs, sc)} for s, rs in sorted(by_source.items())}}
+        out[fam] = {
+            "n": len(rows),
+            "all": fn(rows, sc),
+            "by_source": {s: {"n": len(rs), **fn(rs, sc)} for s, rs in sorted(by_source.items())},
+        }
     return out

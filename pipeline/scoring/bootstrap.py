@@ -11,8 +11,9 @@ if TYPE_CHECKING:
     from pipeline.settings.models import ExportsScore
 
 
-def group_bootstrap(sums: np.ndarray, statistic, sc: ExportsScore, what: str = "split groups"
-                    ) -> tuple[list[float] | None, str | None]:
+def group_bootstrap(
+    sums: np.ndarray, statistic, sc: ExportsScore, what: str = "split groups"
+) -> tuple[list[float] | None, str | None]:
     """The one cluster bootstrap of the scorers (this MCQ scorer and the step scorer, pipeline/steps/score.py):
     `sums` holds one row of additive counts per split group (G x k); `statistic` maps resampled count totals (B x k)
     to B values of the metric. Percentile interval over score.bootstrap_samples resamples of the groups with

@@ -81,18 +81,22 @@ def circular_scores(eval_df: pl.DataFrame, predictions: dict[str, object], bare_
         n = int(r["num_choices"])
         letter = parse_answer(predictions.get(r["copy_id"]), n, bare_fallback)
         chosen = r[f"choice_{letter}"] if letter else None
-        it = per_item.setdefault(r["item_id"], {"level": r["eval_level"] or "all", "task": r["task_id"],
-                                                "right": [], "chosen": [], "plain": False})
+        it = per_item.setdefault(
+            r["item_id"],
+            {"level": r["eval_level"] or "all", "task": r["task_id"], "right": [], "chosen": [], "plain": False},
+        )
         it["right"].append(letter == r["answer"])
         it["chosen"].append(chosen)
         if r["circular_k"] == 0:
             it["plain"] = letter == r["answer"]
 
     def summary(items: list[dict]) -> dict:
-        return {"n": len(items), "accuracy": _share([i["plain"] for i in items]),
-                "circular_accuracy": _share([all(i["right"]) for i in items]),
-                "position_consistency": _share([i["chosen"][0] is not None and len(set(i["chosen"])) == 1
-                                                for i in items])}
+        return {
+            "n": len(items),
+            "accuracy": _share([i["plain"] for i in items]),
+            "circular_accuracy": _share([all(i["right"]) for i in items]),
+            "position_consistency": _share([i["chosen"][0] is not None and len(set(i["chosen"])) == 1 for i in items]),
+        }
 
     items = list(per_item.values())
     known = set(copies["copy_id"].to_list())
@@ -102,8 +106,10 @@ def circular_scores(eval_df: pl.DataFrame, predictions: dict[str, object], bare_
         "missing_copies": sum(1 for c in known if c not in predictions),
         "extra_predictions": sum(1 for p in predictions if p not in known),
         "by_level": {lv: summary([i for i in items if i["level"] == lv]) for lv in sorted({i["level"] for i in items})},
-        "by_task": {t: summary([i for i in items if i["task"] == t])
-                    for t in sorted({i["task"] for i in items}, key=lambda t: int(t[1:]))},
+        "by_task": {
+            t: summary([i for i in items if i["task"] == t])
+            for t in sorted({i["task"] for i in items}, key=lambda t: int(t[1:]))
+        },
     }
 
 
@@ -115,8 +121,10 @@ def circular_markdown(report: dict) -> str:
 
     rows = line("all", report) + "".join(line(lv, s) for lv, s in report["by_level"].items())
     rows += "".join(line(t, s) for t, s in report["by_task"].items())
-    return (f"# CircularEval\n\n{report['copies']} copies, {report['missing_copies']} without a prediction, "
-            f"{report['extra_predictions']} predictions for unknown copies.\n\n" + head + rows)
+    return (
+        f"# CircularEval\n\n{report['copies']} copies, {report['missing_copies']} without a prediction, "
+        f"{report['extra_predictions']} predictions for unknown copies.\n\n" + head + rows
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,17 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = load_settings()
     eval_df = read_tables(Path(args.release), cfg, levels=True)["eval"]
-    report = circular_scores(eval_df, read_predictions(Path(args.predictions)),
-                             bool(cfg.exports.score.bare_letter_fallback))
+    report = circular_scores(
+        eval_df, read_predictions(Path(args.predictions)), bool(cfg.exports.score.bare_letter_fallback)
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     io.atomic_write_text(out / "circular.json", io.dumps_json(report))
     io.atomic_write_text(out / "circular.md", circular_markdown(report))
-    print(f"accuracy {report['accuracy']}, circular accuracy {report['circular_accuracy']}, position consistency "
-          f"{report['position_consistency']} ({report['n']} items, {report['missing_copies']} copies unanswered)")
+    print(
+        f"accuracy {report['accuracy']}, circular accuracy {report['circular_accuracy']}, position consistency "
+        f"{report['position_consistency']} ({report['n']} items, {report['missing_copies']} copies unanswered)"
+    )
     for lv, s in report["by_level"].items():
-        print(f"  {lv}: accuracy {s['accuracy']}, circular {s['circular_accuracy']}, "
-              f"consistency {s['position_consistency']} ({s['n']} items)")
+        print(
+            f"  {lv}: accuracy {s['accuracy']}, circular {s['circular_accuracy']}, "
+            f"consistency {s['position_consistency']} ({s['n']} items)"
+        )
     print(f"written: {(out / 'circular.json').resolve()}, {(out / 'circular.md').resolve()}")
     return 0
 

@@ -50,21 +50,21 @@ CELL_KEY = ("source", "task_id", "level")
 # (source, family, level); a slice (overall, a level, a family, a source) is a union of cells.
 METRIC_DEFINITIONS = {
     "accuracy": "Σ_i correct_i / n: correct_i = 1 when the parsed letter equals the gold letter (unparseable and "
-                "missing answers are wrong); n = the slice's eval items.",
+    "missing answers are wrong); n = the slice's eval items.",
     "balanced_accuracy": "the mean over the slice's answer labels l (answer texts, per source and family) of the recall "
-                         "Σ_{i: label_i = l} correct_i / n_l: a predictor that always gives one label scores 1/k on "
-                         "a cell of k labels, whatever their shares.",
+    "Σ_{i: label_i = l} correct_i / n_l: a predictor that always gives one label scores 1/k on "
+    "a cell of k labels, whatever their shares.",
     "invalid_rate": "share of items whose response is unparseable or missing.",
     "random": "Σ_i (1 / num_choices_i) / n: the expected accuracy of a uniform guess.",
     "label_prior": "the accuracy of always answering, among an item's options, the answer text most frequent among "
-                   "the SFT answers of its (source, family) (the earliest option on ties; SFT answers of the family "
-                   "from every source when the source has none): what a model learns from SFT labels alone.",
+    "the SFT answers of its (source, family) (the earliest option on ties; SFT answers of the family "
+    "from every source when the source has none): what a model learns from SFT labels alone.",
     "majority": "the share of the cell's most frequent answer text among its own items (the level's label prior; a "
-                "slice averages its cells', weighted by items): what a model biased to that label scores.",
+    "slice averages its cells', weighted by items): what a model biased to that label scores.",
     "image_free_best": "max(random, label_prior, majority): the best score reachable without the images.",
     "ci95": "percentile interval (score.ci) of the metric over score.bootstrap_samples resamples of the slice's split "
-            "groups with replacement (cluster bootstrap, seeded by score.seed); null (ci95_note says why) with fewer "
-            "than score.min_ci_groups groups or when every resample gives the same value.",
+    "groups with replacement (cluster bootstrap, seeded by score.seed); null (ci95_note says why) with fewer "
+    "than score.min_ci_groups groups or when every resample gives the same value.",
     "clears_image_free": "ci95's lower bound > image_free_best (null when ci95 is not estimable).",
     "task_macro / source_macro": "the mean over families (sources) of their accuracy; intervals resample split groups.",
 }
@@ -148,14 +148,23 @@ def item_table(eval_df: pl.DataFrame, sft_df: pl.DataFrame, preds: dict, bare_fa
     for r in rows:
         pred = parse_answer(preds.get(r["item_id"]), int(r["num_choices"]), bare_fallback)
         level = _level(r)
-        out.append({
-            "item_id": r["item_id"], "task_id": r["task_id"], "source": r["source"], "level": level,
-            "split_group_id": r["split_group_id"], "answer": r["answer"], "answer_text": r["answer_text"],
-            "prediction": pred, "correct": float(pred == r["answer"]), "invalid": float(pred is None),
-            "random": 1.0 / int(r["num_choices"]),
-            "label_prior": float(label_prior_choice(r, by_cell, by_family) == r["answer_text"]),
-            "majority": float(tops[(r["source"], r["task_id"], level)] == r["answer_text"]),
-        })
+        out.append(
+            {
+                "item_id": r["item_id"],
+                "task_id": r["task_id"],
+                "source": r["source"],
+                "level": level,
+                "split_group_id": r["split_group_id"],
+                "answer": r["answer"],
+                "answer_text": r["answer_text"],
+                "prediction": pred,
+                "correct": float(pred == r["answer"]),
+                "invalid": float(pred is None),
+                "random": 1.0 / int(r["num_choices"]),
+                "label_prior": float(label_prior_choice(r, by_cell, by_family) == r["answer_text"]),
+                "majority": float(tops[(r["source"], r["task_id"], level)] == r["answer_text"]),
+            }
+        )
     return pl.DataFrame(out, schema_overrides={"prediction": pl.String})
 
 
@@ -189,6 +198,7 @@ def _ci(df: pl.DataFrame, cats: list | None, sc: ExportsScore) -> tuple[list[flo
     def mean_accuracy(tot: np.ndarray) -> np.ndarray:
         csum, nsum = tot[:, :k], tot[:, k:]
         return np.nanmean(np.where(nsum > 0, csum / np.maximum(nsum, 1.0), np.nan), axis=1)
+
     return group_bootstrap(np.concatenate([correct, count], axis=1), mean_accuracy, sc)
 
 
@@ -198,8 +208,11 @@ def _label_keys(df: pl.DataFrame) -> list:
 
 def balanced_accuracy(df: pl.DataFrame) -> float:
     """Mean over answer labels (source, family, answer text) of the share of their items answered correctly."""
-    per = df.with_columns(pl.Series("__l", [str(k) for k in _label_keys(df)])).group_by("__l").agg(
-        pl.col("correct").mean())
+    per = (
+        df.with_columns(pl.Series("__l", [str(k) for k in _label_keys(df)]))
+        .group_by("__l")
+        .agg(pl.col("correct").mean())
+    )
     return round(float(per["correct"].mean()), 4)
 
 
@@ -212,9 +225,13 @@ def _with_ci(out: dict, name: str, ci: tuple) -> None:
 def _block(df: pl.DataFrame, sc: ExportsScore, macro: tuple[str, ...] = ()) -> dict:
     base = {b: round(float(df[b].mean()), 4) for b in BASELINES}
     base["image_free_best"] = max(base.values())
-    out = {"accuracy": round(float(df["correct"].mean()), 4), "balanced_accuracy": balanced_accuracy(df),
-           "n": df.height, "n_groups": int(df["split_group_id"].n_unique()),
-           "invalid_rate": round(float(df["invalid"].mean()), 4)}
+    out = {
+        "accuracy": round(float(df["correct"].mean()), 4),
+        "balanced_accuracy": balanced_accuracy(df),
+        "n": df.height,
+        "n_groups": int(df["split_group_id"].n_unique()),
+        "invalid_rate": round(float(df["invalid"].mean()), 4),
+    }
     _with_ci(out, "ci95", _ci(df, None, sc))
     out["baselines"] = base
     out["clears_image_free"] = None if out["ci95"] is None else bool(out["ci95"][0] > base["image_free_best"])
@@ -235,9 +252,15 @@ def metrics(items: pl.DataFrame, cfg: Settings) -> dict:
         out[key] = {v: _block(items.filter(pl.col(col) == v), sc) for v in vals}
     cells = items.select(*CELL_KEY).unique()
     order = sorted(cells.iter_rows(), key=lambda c: (c[2], c[0], writers.task_number(c[1])))
-    out["cells"] = [{"source": s, "family": t, "level": lv, **_block(
-        items.filter((pl.col("source") == s) & (pl.col("task_id") == t) & (pl.col("level") == lv)), sc)}
-        for s, t, lv in order]
+    out["cells"] = [
+        {
+            "source": s,
+            "family": t,
+            "level": lv,
+            **_block(items.filter((pl.col("source") == s) & (pl.col("task_id") == t) & (pl.col("level") == lv)), sc),
+        }
+        for s, t, lv in order
+    ]
     out["definitions"] = METRIC_DEFINITIONS
     return out
 
@@ -252,27 +275,39 @@ def flag(b: dict) -> str:
 
 
 def markdown(m: dict) -> str:
-    head = ("| n | groups | accuracy | balanced | 95 % CI | invalid | random | label prior | majority | image-free best "
-            "| flag |")
+    head = (
+        "| n | groups | accuracy | balanced | 95 % CI | invalid | random | label prior | majority | image-free best "
+        "| flag |"
+    )
     lines = ["| slice " + head, "|" + "---|" * 12]
 
     def cols(b: dict) -> str:
         bl = b["baselines"]
-        return (f"| {b['n']} | {b['n_groups']} | {b['accuracy']:.4f} | {b['balanced_accuracy']:.4f} | "
-                f"{ci_text(b['ci95'])} | {b['invalid_rate']:.4f} | {bl['random']:.4f} | {bl['label_prior']:.4f} | "
-                f"{bl['majority']:.4f} | {bl['image_free_best']:.4f} | {flag(b)} |")
+        return (
+            f"| {b['n']} | {b['n_groups']} | {b['accuracy']:.4f} | {b['balanced_accuracy']:.4f} | "
+            f"{ci_text(b['ci95'])} | {b['invalid_rate']:.4f} | {bl['random']:.4f} | {bl['label_prior']:.4f} | "
+            f"{bl['majority']:.4f} | {bl['image_free_best']:.4f} | {flag(b)} |"
+        )
+
     lines.append("| overall (micro) " + cols(m["overall"]))
     o = m["overall"]
     for name in ("task_macro", "source_macro"):
         bl = o[f"{name}_baselines"]
-        lines.append(f"| {name.replace('_', ' ')} | | | {o[f'{name}_accuracy']:.4f} | | {ci_text(o[f'{name}_ci95'])} "
-                     f"| | {bl['random']:.4f} | {bl['label_prior']:.4f} | {bl['majority']:.4f} | | |")
+        lines.append(
+            f"| {name.replace('_', ' ')} | | | {o[f'{name}_accuracy']:.4f} | | {ci_text(o[f'{name}_ci95'])} "
+            f"| | {bl['random']:.4f} | {bl['label_prior']:.4f} | {bl['majority']:.4f} | | |"
+        )
     for key in ("by_level", "by_task", "by_source"):
         for name, b in m[key].items():
             lines.append(f"| {key[3:]} {name} " + cols(b))
-    lines += ["", "Per cell (source × family × level); majority = the cell's own label prior; the flag marks cells "
-              "whose interval does not clear the best image-free baseline (n/e: not estimable).", "",
-              "| source | family | level " + head, "|" + "---|" * 14]
+    lines += [
+        "",
+        "Per cell (source × family × level); majority = the cell's own label prior; the flag marks cells "
+        "whose interval does not clear the best image-free baseline (n/e: not estimable).",
+        "",
+        "| source | family | level " + head,
+        "|" + "---|" * 14,
+    ]
     for c in m["cells"]:
         lines.append(f"| {c['source']} | {c['family']} | {c['level']} " + cols(c))
     lines += ["", "Definitions:", ""] + [f"- **{k}**: {v}" for k, v in m["definitions"].items()]
@@ -287,6 +322,7 @@ def plot(m: dict, path: Path, title: str = "") -> None:
     """Accuracy per family (bars, with the bootstrap interval and n), every baseline per family as markers in
     colours distinct from the bars, the legend outside the axes."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -297,12 +333,27 @@ def plot(m: dict, path: Path, title: str = "") -> None:
     err = [acc - np.array([c[0] for c in ci]), np.array([c[1] for c in ci]) - acc]
     fig, ax = plt.subplots(figsize=(max(7, len(tasks) * 0.9) + 2.2, 4.4))
     ax.bar(x, acc, yerr=err, color="#4c72b0", label="model accuracy", capsize=3, width=0.6)
-    ax.hlines([m["by_task"][t]["baselines"]["image_free_best"] for t in tasks], x - 0.36, x + 0.36,
-              colors=PLOT_COLOURS["image_free_best"], linestyles="--", linewidth=1.5, zorder=3,
-              label="image-free best")
+    ax.hlines(
+        [m["by_task"][t]["baselines"]["image_free_best"] for t in tasks],
+        x - 0.36,
+        x + 0.36,
+        colors=PLOT_COLOURS["image_free_best"],
+        linestyles="--",
+        linewidth=1.5,
+        zorder=3,
+        label="image-free best",
+    )
     for b in BASELINES:
-        ax.scatter(x, [m["by_task"][t]["baselines"][b] for t in tasks], marker=PLOT_MARKERS[b], s=160,
-                   color=PLOT_COLOURS[b], linewidths=2, zorder=4, label=b.replace("_", " "))
+        ax.scatter(
+            x,
+            [m["by_task"][t]["baselines"][b] for t in tasks],
+            marker=PLOT_MARKERS[b],
+            s=160,
+            color=PLOT_COLOURS[b],
+            linewidths=2,
+            zorder=4,
+            label=b.replace("_", " "),
+        )
     for xi, t in zip(x, tasks):
         ax.text(xi, 1.03, f"n={m['by_task'][t]['n']}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, tasks)
@@ -335,10 +386,18 @@ def _score_mcq(tables: dict, predictions: Path, cfg: Settings, levels: list[str]
         log.warning("%d predictions name no eval item (ignored), e.g. %s", len(extra), extra[:3])
     items = item_table(ev, tables["sft"], preds, bool(cfg.exports.score.bare_letter_fallback))
     m = metrics(items, cfg)
-    m["bias_free"] = bias_free(ev, items, cfg)  # T5/T7/T8/T9 scores no answer habit can reach (pipeline/scoring/bias.py)
-    m["predictions"] = {"file": Path(predictions).name, "levels": sorted(set(items["level"].to_list())),
-                        "missing": len(missing), "extra": len(extra), "other_levels": other,
-                        "missing_examples": missing[:10], "extra_examples": extra[:10]}
+    m["bias_free"] = bias_free(
+        ev, items, cfg
+    )  # T5/T7/T8/T9 scores no answer habit can reach (pipeline/scoring/bias.py)
+    m["predictions"] = {
+        "file": Path(predictions).name,
+        "levels": sorted(set(items["level"].to_list())),
+        "missing": len(missing),
+        "extra": len(extra),
+        "other_levels": other,
+        "missing_examples": missing[:10],
+        "extra_examples": extra[:10],
+    }
     return m, items
 
 
@@ -351,8 +410,14 @@ def _check_levels(tables: list[pl.DataFrame], levels: list[str] | None) -> None:
         raise ValueError(f"--levels {','.join(unknown)}: the release has levels {', '.join(known_levels)}")
 
 
-def score(release_dir: Path, predictions: Path | None, out_dir: Path, cfg: Settings, levels: list[str] | None = None,
-          step_predictions: Path | None = None) -> dict:
+def score(
+    release_dir: Path,
+    predictions: Path | None,
+    out_dir: Path,
+    cfg: Settings,
+    levels: list[str] | None = None,
+    step_predictions: Path | None = None,
+) -> dict:
     """Score `predictions` (multiple choice) and / or `step_predictions` (the T13 step track; its metrics under
     `steps`) against every eval level of the release (or only `levels`); writes OUTPUTS (the MCQ ones with
     `predictions`, STEP_OUTPUTS with `step_predictions`) into `out_dir` and returns the metrics (their `outputs`
@@ -364,8 +429,10 @@ def score(release_dir: Path, predictions: Path | None, out_dir: Path, cfg: Setti
 
     step_tables = read_step_tables(release_dir, cfg) if step_predictions is not None else None
     if step_predictions is not None and step_tables is None:
-        raise ValueError(f"release {Path(release_dir)}: step predictions given but the release has no step files "
-                         f"({writers.file_names(cfg).get('steps_eval_parquet')})")
+        raise ValueError(
+            f"release {Path(release_dir)}: step predictions given but the release has no step files "
+            f"({writers.file_names(cfg).get('steps_eval_parquet')})"
+        )
     tables = read_release(release_dir, cfg) if predictions is not None else None
     _check_levels([t["eval"] for t in (tables, step_tables) if t is not None], levels)
     m, items, written = {}, None, []
@@ -374,8 +441,13 @@ def score(release_dir: Path, predictions: Path | None, out_dir: Path, cfg: Setti
         written = list(OUTPUTS)
     md = markdown(m) if m else ""
     if step_tables is not None:
-        m["steps"], per_step = step_score.score_steps(step_tables, read_predictions(step_predictions, "prediction"),
-                                                      Path(step_predictions).name, cfg.exports.score, levels)
+        m["steps"], per_step = step_score.score_steps(
+            step_tables,
+            read_predictions(step_predictions, "prediction"),
+            Path(step_predictions).name,
+            cfg.exports.score,
+            levels,
+        )
         md = (md + "\n" if md else "") + step_score.markdown(m["steps"])
         written = (written or list(OUTPUTS[:2])) + list(STEP_OUTPUTS)
     out_dir = Path(out_dir)
@@ -384,8 +456,11 @@ def score(release_dir: Path, predictions: Path | None, out_dir: Path, cfg: Setti
     io.atomic_write_text(out_dir / OUTPUTS[1], md)
     if items is not None:
         io.write_jsonl(out_dir / OUTPUTS[2], items)
-        plot(m, out_dir / OUTPUTS[3], f"{Path(predictions).name}: accuracy per family "
-                                      f"(levels {', '.join(m['predictions']['levels'])})")
+        plot(
+            m,
+            out_dir / OUTPUTS[3],
+            f"{Path(predictions).name}: accuracy per family (levels {', '.join(m['predictions']['levels'])})",
+        )
     if step_tables is not None:
         io.write_jsonl(out_dir / STEP_OUTPUTS[0], per_step)
     m["outputs"] = [str(out_dir / f) for f in written]
@@ -395,30 +470,40 @@ def score(release_dir: Path, predictions: Path | None, out_dir: Path, cfg: Setti
 def _print_summary(m: dict) -> None:
     if "overall" in m:
         o = m["overall"]
-        print(f"accuracy {o['accuracy']:.4f} (n={o['n']}, invalid {o['invalid_rate']:.4f}, 95% CI "
-              f"{ci_text(o['ci95'])}); balanced {o['balanced_accuracy']:.4f}; task-macro "
-              f"{o['task_macro_accuracy']:.4f}; missing {m['predictions']['missing']}, extra {m['predictions']['extra']}")
+        print(
+            f"accuracy {o['accuracy']:.4f} (n={o['n']}, invalid {o['invalid_rate']:.4f}, 95% CI "
+            f"{ci_text(o['ci95'])}); balanced {o['balanced_accuracy']:.4f}; task-macro "
+            f"{o['task_macro_accuracy']:.4f}; missing {m['predictions']['missing']}, extra {m['predictions']['extra']}"
+        )
         for lv, b in m["by_level"].items():
-            print(f"  {lv}: accuracy {b['accuracy']:.4f} (n={b['n']}), image-free best "
-                  f"{b['baselines']['image_free_best']:.4f}")
+            print(
+                f"  {lv}: accuracy {b['accuracy']:.4f} (n={b['n']}), image-free best "
+                f"{b['baselines']['image_free_best']:.4f}"
+            )
         flagged = [c for c in m["cells"] if flag(c) == "NO BETTER THAN IMAGE-FREE"]
         print(f"{len(flagged)} of {len(m['cells'])} cells no better than image-free")
     if "steps" in m:
         o, p = m["steps"]["overall"], m["steps"]["predictions"]
-        print(f"steps: macro-F1 {fmt(o['macro_f1'])} (95% CI {ci_text(o['macro_f1_ci95'])}; {o['n_steps']} steps of "
-              f"{o['n_items']} items, invalid {fmt(o['invalid_rate'])}); first-error {fmt(o['first_error'])}; "
-              f"all-correct macro-F1 {fmt(o['baselines']['all_correct']['macro_f1'])}; missing {p['missing']}, "
-              f"extra {p['extra']}")
+        print(
+            f"steps: macro-F1 {fmt(o['macro_f1'])} (95% CI {ci_text(o['macro_f1_ci95'])}; {o['n_steps']} steps of "
+            f"{o['n_items']} items, invalid {fmt(o['invalid_rate'])}); first-error {fmt(o['first_error'])}; "
+            f"all-correct macro-F1 {fmt(o['baselines']['all_correct']['macro_f1'])}; missing {p['missing']}, "
+            f"extra {p['extra']}"
+        )
     print(f"written: {', '.join(m['outputs'])}")
 
 
 def main(argv: list[str] | None = None, cfg: Settings | None = None) -> int:
-    p = argparse.ArgumentParser(prog="processbench score", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="processbench score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--release", required=True)
     p.add_argument("--predictions", default=None, help="multiple-choice predictions (jsonl item_id, response)")
-    p.add_argument("--step-predictions", default=None,
-                   help="T13 step predictions (jsonl item_id, prediction: a list of 1 / -1 or the model's text)")
+    p.add_argument(
+        "--step-predictions",
+        default=None,
+        help="T13 step predictions (jsonl item_id, prediction: a list of 1 / -1 or the model's text)",
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--levels", default=None, help="comma-separated eval levels to score (default: every level)")
     args = p.parse_args(argv)
@@ -426,11 +511,18 @@ def main(argv: list[str] | None = None, cfg: Settings | None = None) -> int:
         p.error("give --predictions, --step-predictions or both")
     if cfg is None:
         from pipeline.settings.config import load_settings
+
         cfg = load_settings()
     levels = [x.strip() for x in args.levels.split(",") if x.strip()] if args.levels else None
     try:
-        m = score(Path(args.release), Path(args.predictions) if args.predictions else None, Path(args.out), cfg,
-                  levels, Path(args.step_predictions) if args.step_predictions else None)
+        m = score(
+            Path(args.release),
+            Path(args.predictions) if args.predictions else None,
+            Path(args.out),
+            cfg,
+            levels,
+            Path(args.step_predictions) if args.step_predictions else None,
+        )
     except (ValueError, FileNotFoundError) as exc:
         print(f"score: {exc}", file=sys.stderr)
         return 2

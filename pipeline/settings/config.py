@@ -72,8 +72,12 @@ def read_settings(config_dir: Path | None = None, variants: dict[str, str] | Non
     for path in sorted(config_dir.glob("*.yaml")):
         name = _rel(path, config_dir)
         if path.stem not in FILE_MODELS:
-            raise ConfigError(name, "", f"a known config file ({', '.join(f'{k}.yaml' for k in FILE_MODELS)}); "
-                              "a new file needs its model in pipeline/settings/models.py")
+            raise ConfigError(
+                name,
+                "",
+                f"a known config file ({', '.join(f'{k}.yaml' for k in FILE_MODELS)}); "
+                "a new file needs its model in pipeline/settings/models.py",
+            )
         cfg[path.stem] = validate_file(FILE_MODELS[path.stem], _section(path, _read(path)), name, path.stem)
     missing = sorted(set(FILE_MODELS) - set(cfg))
     if missing:
@@ -82,14 +86,19 @@ def read_settings(config_dir: Path | None = None, variants: dict[str, str] | Non
     paths = sorted((config_dir / "tasks").glob("*.yaml"))
     unknown = sorted(set(chosen) - {p.stem for p in paths})
     if unknown:
-        raise ConfigError(f"configs/tasks/{unknown[0]}.yaml", "variant", "an existing task template (a variant was "
-                          f"asked for {', '.join(unknown)})")
+        raise ConfigError(
+            f"configs/tasks/{unknown[0]}.yaml",
+            "variant",
+            f"an existing task template (a variant was asked for {', '.join(unknown)})",
+        )
     tasks = {path.stem: read_task(path.stem, config_dir, chosen.get(path.stem)) for path in paths}
     # a `track: steps` template (T13 process verification) is not a multiple-choice family: kept apart
-    cfg["tasks"] = dict(sorted(((k, t) for k, t in tasks.items() if t.get("track") != "steps"),
-                               key=lambda kv: int(kv[0][1:])))
-    cfg["step_tasks"] = dict(sorted(((k, t) for k, t in tasks.items() if t.get("track") == "steps"),
-                                    key=lambda kv: int(kv[0][1:])))
+    cfg["tasks"] = dict(
+        sorted(((k, t) for k, t in tasks.items() if t.get("track") != "steps"), key=lambda kv: int(kv[0][1:]))
+    )
+    cfg["step_tasks"] = dict(
+        sorted(((k, t) for k, t in tasks.items() if t.get("track") == "steps"), key=lambda kv: int(kv[0][1:]))
+    )
     _cross_checks(cfg)
     return cfg
 
@@ -134,28 +143,43 @@ def apply_variant(raw: dict, file: str = "", variant: str | None = None) -> dict
 def _cross_checks(cfg: dict) -> None:
     """What one file's model cannot see: names that must agree across files (or keys of one file)."""
     if cfg["build"]["scale"] not in cfg["build"]["quota_scale"]:
-        raise ConfigError("configs/build.yaml", "build.scale", f"one of {sorted(cfg['build']['quota_scale'])} "
-                          f"(the quota_scale keys), got {cfg['build']['scale']!r}")
+        raise ConfigError(
+            "configs/build.yaml",
+            "build.scale",
+            f"one of {sorted(cfg['build']['quota_scale'])} (the quota_scale keys), got {cfg['build']['scale']!r}",
+        )
     for i, slug in enumerate(cfg["build"]["sources"]):
         if slug not in cfg["sources"]:
-            raise ConfigError("configs/build.yaml", f"build.sources[{i}]",
-                              f"a source of configs/sources.yaml ({', '.join(cfg['sources'])}), got {slug!r}")
+            raise ConfigError(
+                "configs/build.yaml",
+                f"build.sources[{i}]",
+                f"a source of configs/sources.yaml ({', '.join(cfg['sources'])}), got {slug!r}",
+            )
     _labels_cover_the_built_sources(cfg)
     for key in ("licences", "provenance"):  # spelled out per source on the card and in Croissant: none left out
         for slug in cfg["build"]["sources"]:
             if slug not in cfg["exports"][key]:
-                raise ConfigError("configs/exports.yaml", f"exports.{key}.{slug}",
-                                  f"an entry for {slug!r}, a source of configs/build.yaml build.sources (the dataset "
-                                  f"card and Croissant state every built source's {key})")
+                raise ConfigError(
+                    "configs/exports.yaml",
+                    f"exports.{key}.{slug}",
+                    f"an entry for {slug!r}, a source of configs/build.yaml build.sources (the dataset "
+                    f"card and Croissant state every built source's {key})",
+                )
     fallback = cfg["release"]["task_names"]
     for tid, t in cfg["tasks"].items():
         _template_covers_its_sources(tid, t)
         if t["task_name"] is None and tid not in fallback:
-            raise ConfigError(f"configs/tasks/{tid}.yaml", "task_name", "a public task name (here or in "
-                              "configs/release.yaml task_names)")
+            raise ConfigError(
+                f"configs/tasks/{tid}.yaml",
+                "task_name",
+                "a public task name (here or in configs/release.yaml task_names)",
+            )
         if t["task_name"] is not None and tid in fallback and fallback[tid] != t["task_name"]:
-            raise ConfigError("configs/release.yaml", f"release.task_names.{tid}",
-                              f"the task_name of configs/tasks/{tid}.yaml ({t['task_name']!r}); keep one")
+            raise ConfigError(
+                "configs/release.yaml",
+                f"release.task_names.{tid}",
+                f"the task_name of configs/tasks/{tid}.yaml ({t['task_name']!r}); keep one",
+            )
 
 
 def _labels_cover_the_built_sources(cfg: dict) -> None:
@@ -171,9 +195,12 @@ def _labels_cover_the_built_sources(cfg: dict) -> None:
         have = set(cfg["labels"][section]) - (set(model.model_fields) - {"entries"})
         for slug in cfg["build"]["sources"]:
             if slug not in have:
-                raise ConfigError("configs/labels.yaml", f"labels.{section}.{slug}",
-                                  f"an entry for {slug!r}, a source of configs/build.yaml build.sources (give "
-                                  f"`method: none` or `mode: none` if it has no {section} rule)")
+                raise ConfigError(
+                    "configs/labels.yaml",
+                    f"labels.{section}.{slug}",
+                    f"an entry for {slug!r}, a source of configs/build.yaml build.sources (give "
+                    f"`method: none` or `mode: none` if it has no {section} rule)",
+                )
 
 
 def _template_covers_its_sources(tid: str, t: dict) -> None:
@@ -192,35 +219,48 @@ def _template_covers_its_sources(tid: str, t: dict) -> None:
                 raise ConfigError(file, key, f"an entry for source {slug!r} or a `default` entry")
 
 
-def _load_dict(config_dir: Path | None = None, upstream: dict[str, str] | None = None,
-               scale: str | None = None, variants: dict[str, str] | None = None) -> dict:
+def _load_dict(
+    config_dir: Path | None = None,
+    upstream: dict[str, str] | None = None,
+    scale: str | None = None,
+    variants: dict[str, str] | None = None,
+) -> dict:
     """The validated configs as a plain dict, roots resolved and scale applied (what `Settings` is built from)."""
     cfg = copy.deepcopy(read_settings(config_dir, variants))
     build = cfg["build"]
     if scale:
         if scale not in build["quota_scale"]:
-            raise ConfigError("configs/build.yaml", "build.scale", f"one of {sorted(build['quota_scale'])} "
-                              f"(quota_scale keys), got {scale!r}")
+            raise ConfigError(
+                "configs/build.yaml",
+                "build.scale",
+                f"one of {sorted(build['quota_scale'])} (quota_scale keys), got {scale!r}",
+            )
         build["scale"] = scale
     for slug, src in cfg["sources"].items():
         # every adapter reads within the build's declared-size bounds (upstream_adapters.get_adapter)
         src["adapter"] = {**src.get("adapter", {}), "input_limits": dict(build["input_limits"])}
-        root = (upstream or {}).get(slug) or os.environ.get(f"PROCESSBENCH_ROOT_{slug.upper()}") or \
-            str(src["root"]).replace("{scale}", build["scale"])
+        root = (
+            (upstream or {}).get(slug)
+            or os.environ.get(f"PROCESSBENCH_ROOT_{slug.upper()}")
+            or str(src["root"]).replace("{scale}", build["scale"])
+        )
         root = Path(root)
         src["root"] = root if root.is_absolute() else (REPO_ROOT / root)
     return cfg
 
 
-def load_settings(config_dir: Path | None = None, upstream: dict[str, str] | None = None,
-                  scale: str | None = None, variants: dict[str, str] | None = None) -> Settings:
+def load_settings(
+    config_dir: Path | None = None,
+    upstream: dict[str, str] | None = None,
+    scale: str | None = None,
+    variants: dict[str, str] | None = None,
+) -> Settings:
     """The validated configs as one frozen `Settings`. `upstream` maps slug -> root path (overrides sources.yaml and
     the PROCESSBENCH_ROOT_<SLUG> environment variables); `scale` overrides build.scale (demo | release); `variants`
     ({task_id: name}) overrides the templates' `variant` (read_settings)."""
     from pipeline.settings.root import Settings
 
     return Settings.model_validate(_load_dict(config_dir, upstream, scale, variants))
-
 
 
 def path_in_repo(p: str | Path) -> Path:
@@ -231,8 +271,9 @@ def path_in_repo(p: str | Path) -> Path:
 # ------------------------------------------------------------------------------------------- the split's policy
 
 
-def load_split_policy(config_file: Path | None = None, config_dir: Path | None = None,
-                      cfg: Settings | None = None) -> tuple[dict, int]:
+def load_split_policy(
+    config_file: Path | None = None, config_dir: Path | None = None, cfg: Settings | None = None
+) -> tuple[dict, int]:
     """The split policy (plain values: what the split package computes with) and its seed (split.seed, null =
     build.release_seed), of `cfg` (else the configs of `config_dir`), with `config_file` (YAML shaped like
     configs/split.yaml, with or without the top-level `split:` key; may be partial) merged over the split section and

@@ -105,16 +105,15 @@ def _expected(err: dict, root, loc) -> str:
         return "this required key to be set"
     if kind == "value_error" and "registered source slug" in err["msg"] and "entries" in loc:
         # a key of a per-source section that is no source: maybe a misspelt shared key of the section
-        _, section = _walk(root, loc[:loc.index("entries")])
+        _, section = _walk(root, loc[: loc.index("entries")])
         shared = _allowed(section)[:-1]
         near = difflib.get_close_matches(str(loc[loc.index("entries") + 1]), shared, n=1)
         if shared:
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            return f"a shared key of the section ({', '.join(shared)}){hint} or " \
-                   f"{err['msg'][len('Value error, '):]}"
+            return f"a shared key of the section ({', '.join(shared)}){hint} or {err['msg'][len('Value error, ') :]}"
     msg = err["msg"]
     for lead in ("Value error, ", "Input should be "):
-        msg = msg[len(lead):] if msg.startswith(lead) else msg
+        msg = msg[len(lead) :] if msg.startswith(lead) else msg
     if "input" in err and kind not in ("value_error", "assertion_error", "union_tag_invalid"):
         return f"{msg[0].lower()}{msg[1:]} (got {err['input']!r})"
     return msg

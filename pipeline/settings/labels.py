@@ -31,7 +31,7 @@ class SpeedSection(BySource):
 class GripperHold(Strict):
     enabled: bool = True
     open_quantile: float = 0.95
-    closed_width: float = 0.0                    # mm when fully closed on nothing (hardware constant)
+    closed_width: float = 0.0  # mm when fully closed on nothing (hardware constant)
     close_delta: float = 3.0
     hold_margin: float = 2.0
     min_run_frames: int = 6
@@ -47,8 +47,8 @@ class EffortDrop(Strict):
     sigma_floor: float = 1e-6
     min_effort_range: float = 0.0
     boundary_ignore: int = 0
-    onset_window: int = Field(10, ge=1)          # a contact must step down within this many frames (not drift)
-    no_gripper_motion_tasks: list[str] = []      # tasks annotated with no gripper motion: no contact labels
+    onset_window: int = Field(10, ge=1)  # a contact must step down within this many frames (not drift)
+    no_gripper_motion_tasks: list[str] = []  # tasks annotated with no gripper motion: no contact labels
     # holding read from the gripper opening too (IR gripper_width, GM-100 effector.position in m): off by default
     gripper: GripperHold = GripperHold(enabled=False)
 
@@ -67,8 +67,8 @@ class ForceHysteresis(Strict):
 class LowLevelLabels(Strict):
     method: Literal["low_level_labels"]
     no_contact_labels: list[str] = []
-    hold_start_labels: list[str] = []            # an object is held from the end of one of these ...
-    hold_end_labels: list[str] = []              # ... until one of these ends (holding is contact)
+    hold_start_labels: list[str] = []  # an object is held from the end of one of these ...
+    hold_end_labels: list[str] = []  # ... until one of these ends (holding is contact)
 
 
 class NoMethod(Strict):
@@ -87,13 +87,13 @@ class ContactSpeed(Strict):
     method: Literal["contact_speed"]
     low_velocity: float
     contact_window: int
-    speed_channel: Literal["speed", "speed_full"] = "speed"   # the IR channel low_velocity was tuned on
+    speed_channel: Literal["speed", "speed_full"] = "speed"  # the IR channel low_velocity was tuned on
 
 
 class LowLevelMap(Strict):
     method: Literal["low_level_map"]
-    no_action: str                               # phase of "No action." segments
-    map: dict[str, Union[str, dict[str, str]]]   # low-level verb -> phase, or {high-level verb | default: phase}
+    no_action: str  # phase of "No action." segments
+    map: dict[str, Union[str, dict[str, str]]]  # low-level verb -> phase, or {high-level verb | default: phase}
 
 
 PhaseRule = Annotated[Union[ContactSpeed, LowLevelMap, NoMethod], Field(discriminator="method")]
@@ -108,7 +108,7 @@ class AbsoluteMotion(Strict):
     mode: Literal["absolute"]
     stationary: float
     moving: float
-    combine: Optional[Literal["max", "none"]] = None   # bimanual: the unit's state from the faster arm
+    combine: Optional[Literal["max", "none"]] = None  # bimanual: the unit's state from the faster arm
     omit_unset = frozenset({"combine"})
 
 
@@ -153,8 +153,9 @@ class NoMode(Strict):
 
 
 class ActivitySection(BySource):
-    entries: dict[Slug, Annotated[Union[HysteresisActivity, QuantileActivity, NoMode],
-                                  Field(discriminator="mode")]] = {}
+    entries: dict[
+        Slug, Annotated[Union[HysteresisActivity, QuantileActivity, NoMode], Field(discriminator="mode")]
+    ] = {}
 
 
 class ArmTypeRule(Strict):
@@ -246,7 +247,7 @@ class OutcomeSection(BySource):
 # ================================================================================================ configs/labels.yaml
 class LabelsFile(Strict):
     version: int = 1
-    phases: list[str]                            # T1 closed set, in process order
+    phases: list[str]  # T1 closed set, in process order
     progress_bins: dict[str, Annotated[list[float], Field(min_length=2, max_length=2)]]  # bin -> [lo, hi]
     speed: SpeedSection = SpeedSection()
     contact: ContactSection = ContactSection()

@@ -32,47 +32,49 @@ from pipeline.settings.types import OneOrPerSource, PerSource, Slug, Strict, Tas
 class BuildSamples(Strict):
     seed: int = 7
     encoder_timeout_s: float = Field(300.0, gt=0)  # per sample video and attempt; a hung encoder is killed
-    encoder_attempts: int = Field(2, ge=1)         # attempts per video before the generation fails naming the file
+    encoder_attempts: int = Field(2, ge=1)  # attempts per video before the generation fails naming the file
 
 
 class BuildItems(Strict):
-    gate_margin: float = Field(0.05, ge=0)      # select this share above each quota (frames stage)
-    max_gate_rounds: int = Field(5, ge=1)       # rounds of replacements for what the visual gate dropped
+    gate_margin: float = Field(0.05, ge=0)  # select this share above each quota (frames stage)
+    max_gate_rounds: int = Field(5, ge=1)  # rounds of replacements for what the visual gate dropped
 
 
 class BuildExecutor(Strict):
     engine: Literal["in_process", "multiprocess", "dask"] = "multiprocess"
-    max_concurrent: int = Field(0, ge=0)        # steps at a time / local Dask workers; 0 = number of cores
-    dask_address: Optional[str] = None          # an existing Dask scheduler; null = a local cluster
-    priority: dict[Slug, int] = {}              # source -> Dagster step priority (higher first when several wait)
+    max_concurrent: int = Field(0, ge=0)  # steps at a time / local Dask workers; 0 = number of cores
+    dask_address: Optional[str] = None  # an existing Dask scheduler; null = a local cluster
+    priority: dict[Slug, int] = {}  # source -> Dagster step priority (higher first when several wait)
     native_threads: Optional[int] = Field(1, ge=1)  # threads per BLAS / OpenMP pool in each build process; null =
-                                                    # the libraries' default (pool.limit_native_threads)
+    # the libraries' default (pool.limit_native_threads)
 
 
 class IrLimits(Strict):
     """Sane ranges at the IR boundary (upstream_adapters/ir.py validate_unit): a unit outside is quarantined."""
-    fps: list[float] = Field([1.0, 1000.0], min_length=2, max_length=2)   # nominal fps of the primary camera, [min, max]
-    rating: list[int] = Field([-1, 9], min_length=2, max_length=2)        # RH20T metadata.json rating, [min, max]
-    duration_max_s: float = Field(86400.0, gt=0)         # span of the primary-camera clock
-    position_abs_max: float = Field(1000.0, gt=0)        # |pos_x/y/z| (m, or rad for joint-angle proxies)
-    speed_abs_max: float = Field(1000.0, gt=0)           # |speed|
-    gripper_abs_max: float = Field(100000.0, gt=0)       # |gripper_effort|, |gripper_width|
-    force_abs_max: float = Field(100000.0, gt=0)         # |force| (N)
+
+    fps: list[float] = Field([1.0, 1000.0], min_length=2, max_length=2)  # nominal fps of the primary camera, [min, max]
+    rating: list[int] = Field([-1, 9], min_length=2, max_length=2)  # RH20T metadata.json rating, [min, max]
+    duration_max_s: float = Field(86400.0, gt=0)  # span of the primary-camera clock
+    position_abs_max: float = Field(1000.0, gt=0)  # |pos_x/y/z| (m, or rad for joint-angle proxies)
+    speed_abs_max: float = Field(1000.0, gt=0)  # |speed|
+    gripper_abs_max: float = Field(100000.0, gt=0)  # |gripper_effort|, |gripper_width|
+    force_abs_max: float = Field(100000.0, gt=0)  # |force| (N)
 
 
 class InputLimits(Strict):
     """Bounds on what one upstream file may declare (upstream_adapters/storage/limits.py InputLimits), checked
     before anything is allocated: a file past one costs its unit, quarantined naming the file and the bound."""
-    max_video_samples: int = Field(5_000_000, gt=0)       # samples one video track declares (MP4 sample table)
-    max_hdf5_dataset_bytes: int = Field(2 << 30, gt=0)    # declared size of one HDF5 dataset read whole
-    max_image_pixels: int = Field(50_000_000, gt=0)       # width x height of one encoded image, from its header
-    max_metadata_bytes: int = Field(64 << 20, gt=0)       # one metadata / list file or JSON archive member
-    max_json_depth: int = Field(64, gt=0, le=900)         # nesting of one JSON document (below CPython's limit)
+
+    max_video_samples: int = Field(5_000_000, gt=0)  # samples one video track declares (MP4 sample table)
+    max_hdf5_dataset_bytes: int = Field(2 << 30, gt=0)  # declared size of one HDF5 dataset read whole
+    max_image_pixels: int = Field(50_000_000, gt=0)  # width x height of one encoded image, from its header
+    max_metadata_bytes: int = Field(64 << 20, gt=0)  # one metadata / list file or JSON archive member
+    max_json_depth: int = Field(64, gt=0, le=900)  # nesting of one JSON document (below CPython's limit)
 
 
 class BuildFile(Strict):
     release_seed: int = 42
-    scale: str = "demo"                          # a key of quota_scale: demo | release
+    scale: str = "demo"  # a key of quota_scale: demo | release
     sources: list[Slug]
     work_dir: str = "build/work"
     release_dir: str = "release"
@@ -91,14 +93,16 @@ class BuildFile(Strict):
 class ArchiveLimits(Strict):
     """Bounds on reading archives (upstream_adapters/storage/limits.py): a member past them is refused before it is
     inflated and its unit quarantined; an archive expanding past max_archive_bytes is not read further."""
-    max_member_bytes: int = Field(4 << 30, gt=0)            # one member's uncompressed size
-    max_compression_ratio: float = Field(200.0, gt=1)       # uncompressed / compressed size of one member
-    max_archive_bytes: int = Field(1 << 40, gt=0)           # what one archive may expand to in total
+
+    max_member_bytes: int = Field(4 << 30, gt=0)  # one member's uncompressed size
+    max_compression_ratio: float = Field(200.0, gt=1)  # uncompressed / compressed size of one member
+    max_archive_bytes: int = Field(1 << 40, gt=0)  # what one archive may expand to in total
 
 
 class AdapterOptions(Strict):
     """Keyword options of the adapter's constructor (each adapter checks its own); the ones shared by several
     adapters are typed here."""
+
     model_config = ConfigDict(extra="allow")
     omit_unset: ClassVar[frozenset[str]] = frozenset({"archive_limits"})
     archive_limits: Optional[ArchiveLimits] = None
@@ -108,10 +112,10 @@ class AdapterOptions(Strict):
 
 
 class SourceEntry(Strict):
-    name: str                                    # display name (GM-100, ...)
+    name: str  # display name (GM-100, ...)
     unit_type: Literal["episode", "recording"]
-    root: str                                    # relative to the repository; {scale} = build.scale
-    adapter: AdapterOptions = AdapterOptions()   # keyword options of the adapter's constructor
+    root: str  # relative to the repository; {scale} = build.scale
+    adapter: AdapterOptions = AdapterOptions()  # keyword options of the adapter's constructor
     ingest_shards: int = Field(1, ge=1, le=4096)  # ingest steps its units are spread over (stable hash of the id)
 
 
@@ -120,13 +124,19 @@ SourcesFile = dict[Slug, SourceEntry]
 # ================================================================================================ configs/split.yaml
 
 
-UnitKey = Literal["task_id", "operator_id", "scene_id", "config_id", "taxonomy",  # IR unit fields a key may name
-                  "content_hash"]
+UnitKey = Literal[
+    "task_id",
+    "operator_id",
+    "scene_id",
+    "config_id",
+    "taxonomy",  # IR unit fields a key may name
+    "content_hash",
+]
 
 
 class SplitSource(Strict):
     group_unit: str
-    merge_keys: list[Union[UnitKey, list[UnitKey]]] = []   # a unit field, or a tuple of fields (composite key)
+    merge_keys: list[Union[UnitKey, list[UnitKey]]] = []  # a unit field, or a tuple of fields (composite key)
     task_weights: dict[TaskId, float] = {}
 
 
@@ -167,7 +177,7 @@ class SplitOurs(Strict):
 class OodLevel(Strict):
     key: Literal["task_id", "operator_id", "scene_id", "config_id", "taxonomy"]
     item_share: float = Field(gt=0, lt=1)
-    families: list[TaskId] = []                  # L3 only: families never trained on
+    families: list[TaskId] = []  # L3 only: families never trained on
     omit_unset: ClassVar[frozenset[str]] = frozenset({"families"})
 
 
@@ -178,11 +188,11 @@ class OodSource(Strict):
 
 
 class OodBalance(Strict):
-    enabled: bool = True                         # choose the held-out values that balance the level's answer labels
-    restarts: int = Field(16, ge=0)              # seeded random starts of the local search, beside the seeded draw
+    enabled: bool = True  # choose the held-out values that balance the level's answer labels
+    restarts: int = Field(16, ge=0)  # seeded random starts of the local search, beside the seeded draw
     max_sweeps: int = Field(50, ge=1)
-    size_weight: float = Field(0.1, ge=0)        # per unit of (items − goal) / goal above the goal
-    max_over_goal: float = Field(1.0, ge=0)      # items ≤ max((1 + this) · goal, (1 + max_over_draw) · the draw's)
+    size_weight: float = Field(0.1, ge=0)  # per unit of (items − goal) / goal above the goal
+    max_over_goal: float = Field(1.0, ge=0)  # items ≤ max((1 + this) · goal, (1 + max_over_draw) · the draw's)
     max_over_draw: float = Field(0.1, ge=0)
 
 
@@ -194,7 +204,7 @@ class SplitOod(Strict):
 
 class SplitFile(Strict):
     eval_ratio: float = Field(0.15, gt=0, lt=1)
-    seed: Optional[int] = None                   # null = build.release_seed
+    seed: Optional[int] = None  # null = build.release_seed
     rule: Literal["ours", "public"] = "ours"
     split_policy: str = ""
     sources: dict[Slug, SplitSource] = {}
@@ -203,21 +213,21 @@ class SplitFile(Strict):
     public_rule: SplitPublicRule = SplitPublicRule()
     ours: SplitOurs = SplitOurs()
     ood: SplitOod = SplitOod()
-    workers: int = Field(0, ge=0)                # processes the sources' searches run on (0 = cores)
+    workers: int = Field(0, ge=0)  # processes the sources' searches run on (0 = cores)
 
 
 # ================================================================================================ configs/frames.yaml
 
 
 class FramesCache(Strict):
-    dir: str = "frame_cache"                     # under build.work_dir
+    dir: str = "frame_cache"  # under build.work_dir
     png_compression: int = Field(1, ge=0, le=9)
     png_filter: Literal["none", "sub", "up", "avg", "paeth", "fast", "all"] = "up"
-    check_pixels_on_lookup: bool = True          # decode + hash every cache hit (false: CRC/key only on lookup)
+    check_pixels_on_lookup: bool = True  # decode + hash every cache hit (false: CRC/key only on lookup)
 
 
 class FramesImage(Strict):
-    max_side: Optional[int] = Field(640, ge=1)   # null = native size
+    max_side: Optional[int] = Field(640, ge=1)  # null = native size
 
 
 class FramesStats(Strict):
@@ -225,7 +235,7 @@ class FramesStats(Strict):
 
 
 class FramesGate(Strict):
-    black_max_mean: Optional[float] = 10.0       # null = off
+    black_max_mean: Optional[float] = 10.0  # null = off
     flat_max_std: Optional[float] = 2.0
     identical: bool = True
     near_identical_max_mad: Optional[float] = 0.5
@@ -248,7 +258,7 @@ class FramesFile(Strict):
     version: int = 1
     decoder: Literal["auto", "pyav", "decord"] = "auto"
     decoder_threads: int = Field(1, ge=0)
-    workers: int = Field(0, ge=0)                # 0 = number of cores; 1 = in-process
+    workers: int = Field(0, ge=0)  # 0 = number of cores; 1 = in-process
     mp_context: Literal["forkserver", "spawn", "fork"] = "forkserver"
     in_flight_per_worker: int = Field(2, ge=1)
     cache: FramesCache = FramesCache()
@@ -263,6 +273,7 @@ class FramesFile(Strict):
 
 class ReleaseFiles(Strict):
     """Release-relative posix file names, one per artefact."""
+
     eval_parquet: str = "splits/processbench_eval.parquet"
     eval_jsonl: str = "splits/processbench_eval.jsonl"
     sft_parquet: str = "splits/processdata_sft.parquet"
@@ -277,7 +288,7 @@ class ReleaseFiles(Strict):
     split_groups_eval: str = "metadata/split_groups_eval.txt"
     split_groups_sft: str = "metadata/split_groups_sft.txt"
     provenance: str = "metadata/provenance.json"
-    steps_eval_parquet: str = "splits/processbench_steps_eval.parquet"   # T13 step track (docs/steps.md)
+    steps_eval_parquet: str = "splits/processbench_steps_eval.parquet"  # T13 step track (docs/steps.md)
     steps_eval_jsonl: str = "splits/processbench_steps_eval.jsonl"
     steps_sft_parquet: str = "splits/processdata_steps_sft.parquet"
     steps_sft_jsonl: str = "splits/processdata_steps_sft.jsonl"
@@ -296,7 +307,7 @@ class ReleaseFile(Strict):
     hf_split_names: dict[Literal["eval", "sft"], str] = {"eval": "test", "sft": "train"}
     files: ReleaseFiles = ReleaseFiles()
     documents: list[str] = ["prompt_templates", "reconstruction", "provenance"]
-    task_names: dict[TaskId, str] = {}           # only for a task whose template has no task_name
+    task_names: dict[TaskId, str] = {}  # only for a task whose template has no task_name
     max_file_bytes: int = Field(16 << 30, gt=0)  # the validator reads no release file larger (pipeline/validate_files)
 
 
@@ -305,6 +316,7 @@ class ReleaseFile(Strict):
 
 class Window(Strict):
     """Which frames an item shows, relative to its anchor / segment / unit (the keys a family reads)."""
+
     offsets: Optional[list[int]] = None
     centers: Optional[list[float]] = None
     relative: Optional[list[float]] = None
@@ -320,20 +332,41 @@ class Window(Strict):
     gaps: Optional[list[int]] = None
     # T5 step view: `strip` frames spanning the step start -> end, then the query frame (marked)
     strip: Optional[int] = Field(None, ge=2)
-    query_min_gap: Optional[int] = Field(None, ge=0)     # frames between the query and every strip frame
-    min_step_sec: Optional[float] = Field(None, ge=0)    # shorter steps: boundaries uncertain, skipped
+    query_min_gap: Optional[int] = Field(None, ge=0)  # frames between the query and every strip frame
+    min_step_sec: Optional[float] = Field(None, ge=0)  # shorter steps: boundaries uncertain, skipped
     edge_margin_sec: Optional[float] = Field(None, ge=0)  # steps this close to the unit's ends may be cut: skipped
     # T7 recognition: `relative` fractions of [start, decisive moment] (RH20T: the episode end)
     until_decisive: Optional[bool] = None
     windows_per_unit: Optional[int] = Field(None, ge=1)  # every unit used gives exactly this many windows
-    same_task_pools: Optional[bool] = None               # T7: success and failure in equal numbers per task and scene
+    same_task_pools: Optional[bool] = None  # T7: success and failure in equal numbers per task and scene
     # T8/T9: consecutive frames must lie in different contact runs (before grasp / held / after release)
     state_change: Optional[Literal["contact", "pixels"]] = None
     # the families test which keys a window has: a key the file leaves out stays out
-    omit_unset: ClassVar[frozenset[str]] = frozenset({
-        "offsets", "centers", "relative", "shifts", "margin_ratio", "min_margin", "min_step", "mode", "step_sec",
-        "min_sep_sec", "max_gap_steps", "margin_frac", "gaps", "strip", "query_min_gap", "min_step_sec",
-        "edge_margin_sec", "until_decisive", "windows_per_unit", "same_task_pools", "state_change"})
+    omit_unset: ClassVar[frozenset[str]] = frozenset(
+        {
+            "offsets",
+            "centers",
+            "relative",
+            "shifts",
+            "margin_ratio",
+            "min_margin",
+            "min_step",
+            "mode",
+            "step_sec",
+            "min_sep_sec",
+            "max_gap_steps",
+            "margin_frac",
+            "gaps",
+            "strip",
+            "query_min_gap",
+            "min_step_sec",
+            "edge_margin_sec",
+            "until_decisive",
+            "windows_per_unit",
+            "same_task_pools",
+            "state_change",
+        }
+    )
 
 
 class Candidates(Strict):
@@ -342,16 +375,17 @@ class Candidates(Strict):
     boundary_margin: Optional[OneOrPerSource(int)] = None
     cap_per_label: Optional[OneOrPerSource(int)] = None
     cap_per_unit: Optional[OneOrPerSource(int)] = None
-    by_source: ClassVar[frozenset[str]] = frozenset({"pool_factor", "stride", "boundary_margin", "cap_per_label",
-                                                     "cap_per_unit"})
+    by_source: ClassVar[frozenset[str]] = frozenset(
+        {"pool_factor", "stride", "boundary_margin", "cap_per_label", "cap_per_unit"}
+    )
 
 
 class Distractors(Strict):
     policy: Literal["all", "neighbours", "pairs", "context", "permutations", "uniform"] = "all"
-    order: Optional[list[str]] = None            # neighbours: process order
+    order: Optional[list[str]] = None  # neighbours: process order
     hard: Optional[dict[str, list[str]]] = None  # pairs: answer -> hard distractors
-    exclude_current: bool = True                 # context (T11)
-    exclude_neighbours: bool = True              # context (T12)
+    exclude_current: bool = True  # context (T11)
+    exclude_neighbours: bool = True  # context (T12)
 
 
 class Prompt(Strict):
@@ -371,45 +405,60 @@ class RenderLabel(Strict):
 class Render(Strict):
     kind: Literal["labelled_frames", "panels"]
     size: Optional[Union[int, list[int]]] = None  # null = native size
-    gap: int = 0                                  # panels: pixels between them
+    gap: int = 0  # panels: pixels between them
     label: RenderLabel = RenderLabel()
 
 
 class TaskFile(Strict):
     task_id: TaskId
-    task_name: Optional[str] = None               # public name; else release.yaml task_names
+    task_name: Optional[str] = None  # public name; else release.yaml task_names
     name_aliases: list[str] = []
-    legacy_alias: Optional[OneOrPerSource(str)] = None   # null = the task id
+    legacy_alias: Optional[OneOrPerSource(str)] = None  # null = the task id
     input_type: Literal["single_frame", "frame_sequence", "labelled_frames", "panel_composite"]
-    num_choices: int = Field(ge=2, le=6)          # at most len(pipeline.release.schema.CHOICE_LETTERS)
+    num_choices: int = Field(ge=2, le=6)  # at most len(pipeline.release.schema.CHOICE_LETTERS)
     sources: list[Slug]
-    quota: dict[Slug, int]                        # release-scale quota per source
+    quota: dict[Slug, int]  # release-scale quota per source
     question: OneOrPerSource(str)
-    labels: Optional[PerSource(dict[str, str])] = None   # closed label set: label -> choice text
+    labels: Optional[PerSource(dict[str, str])] = None  # closed label set: label -> choice text
     frames: PerSource(Window)
     candidates: Candidates = Candidates()
     min_gap: OneOrPerSource(int) = 0
     balance_labels: OneOrPerSource(bool) = False
-    equal_per_unit: OneOrPerSource(bool) = False   # every unit used gives the same number of items (pipeline/items/selection.py)
+    equal_per_unit: OneOrPerSource(bool) = (
+        False  # every unit used gives the same number of items (pipeline/items/selection.py)
+    )
     distractors: Distractors = Distractors()
     display_labels: Optional[list[str]] = None
     choice_order: Optional[Literal["canonical"]] = None
     prompt: Optional[Prompt] = None
     render: Optional[Render] = None
     require_motion_between: bool = False
-    window_in_run: Optional[PerSource(bool)] = None      # T4
-    eligible_arm_types: Optional[PerSource(list[str])] = None   # T4
-    per_arm: Optional[PerSource(bool)] = None            # T6
-    question_changed_from_public: Optional[str] = None   # why the question differs from the public one (prompt docs)
-    variant: str = "default"                      # a key of `variants` (pipeline.settings.config.apply_variant) or default
-    step_name: Optional[OneOrPerSource(str)] = None     # T5: how the question names the step ({text}, {arm_pattern})
-    exclude_cameras: list[str] = []               # cameras (wrist views) a family never shows
+    window_in_run: Optional[PerSource(bool)] = None  # T4
+    eligible_arm_types: Optional[PerSource(list[str])] = None  # T4
+    per_arm: Optional[PerSource(bool)] = None  # T6
+    question_changed_from_public: Optional[str] = None  # why the question differs from the public one (prompt docs)
+    variant: str = "default"  # a key of `variants` (pipeline.settings.config.apply_variant) or default
+    step_name: Optional[OneOrPerSource(str)] = None  # T5: how the question names the step ({text}, {arm_pattern})
+    exclude_cameras: list[str] = []  # cameras (wrist views) a family never shows
     # T8/T9: every two frames of an item differ by at least this grey-thumbnail MAD (the frames stage's gate drops
     # the item otherwise: frames that look alike cannot be put in order); null = no minimum
     min_pixel_distance: Optional[OneOrPerSource(Optional[float])] = None
-    by_source: ClassVar[frozenset[str]] = frozenset({
-        "legacy_alias", "question", "labels", "frames", "min_gap", "balance_labels", "equal_per_unit", "window_in_run",
-        "eligible_arm_types", "per_arm", "step_name", "min_pixel_distance"})
+    by_source: ClassVar[frozenset[str]] = frozenset(
+        {
+            "legacy_alias",
+            "question",
+            "labels",
+            "frames",
+            "min_gap",
+            "balance_labels",
+            "equal_per_unit",
+            "window_in_run",
+            "eligible_arm_types",
+            "per_arm",
+            "step_name",
+            "min_pixel_distance",
+        }
+    )
 
 
 # ----------------------------------------------------------------------------------------- validity.yaml
@@ -417,14 +466,21 @@ class ValidityLimits(Strict):
     blind_over_random: float = Field(ge=0)
     blind_over_prior: float = Field(ge=0)
     option_only_over_reference: float = Field(ge=0)
-    exact_shared_fraction: Optional[float] = Field(None, ge=0, le=1)   # null = reported, not checked
+    exact_shared_fraction: Optional[float] = Field(None, ge=0, le=1)  # null = reported, not checked
     near_shared_fraction: Optional[float] = Field(None, ge=0, le=1)
-    metadata_over_reference: float = Field(0.03, ge=0)                # a model-facing column alone - reference
-    row_count_over_reference: Optional[float] = Field(0.03, ge=0)     # a unit's row count - reference (null: reported)
+    metadata_over_reference: float = Field(0.03, ge=0)  # a model-facing column alone - reference
+    row_count_over_reference: Optional[float] = Field(0.03, ge=0)  # a unit's row count - reference (null: reported)
 
 
-_LIMIT_NAME = Literal["blind_over_random", "blind_over_prior", "option_only_over_reference", "exact_shared_fraction",
-                      "near_shared_fraction", "metadata_over_reference", "row_count_over_reference"]
+_LIMIT_NAME = Literal[
+    "blind_over_random",
+    "blind_over_prior",
+    "option_only_over_reference",
+    "exact_shared_fraction",
+    "near_shared_fraction",
+    "metadata_over_reference",
+    "row_count_over_reference",
+]
 
 
 class ValidityBagOfWords(Strict):
@@ -444,13 +500,13 @@ class ValidityTemporal(Strict):
 
 
 class ValidityRowCountNull(Strict):
-    permutations: int = Field(200, ge=0)          # row-count shuffles among groups per cell; 0 = no null
-    quantile: float = Field(0.99, gt=0, lt=1)    # the null's quantile the row count must clear (plus its limit)
+    permutations: int = Field(200, ge=0)  # row-count shuffles among groups per cell; 0 = no null
+    quantile: float = Field(0.99, gt=0, lt=1)  # the null's quantile the row count must clear (plus its limit)
 
 
 class ValidityHuman(Strict):
-    ci: float = Field(0.95, gt=0, lt=1)          # Wilson interval of human accuracy per cell
-    min_judgments: int = Field(20, ge=1)         # fewer: the cell is not called decidable
+    ci: float = Field(0.95, gt=0, lt=1)  # Wilson interval of human accuracy per cell
+    min_judgments: int = Field(20, ge=1)  # fewer: the cell is not called decidable
 
 
 class ValidityFile(Strict):
@@ -481,7 +537,7 @@ class ExportsFiles(Strict):
     lmms_eval_dir: str
     grpo_sft: str
     grpo_eval: str
-    visualprocessbench_eval: str = "exports/visualprocessbench/processbench_steps_eval.jsonl"   # T13, docs/steps.md
+    visualprocessbench_eval: str = "exports/visualprocessbench/processbench_steps_eval.jsonl"  # T13, docs/steps.md
     visualprocessbench_sft: str = "exports/visualprocessbench/processdata_steps_sft.jsonl"
 
 
@@ -489,8 +545,8 @@ class ExportsScore(Strict):
     bootstrap_samples: int = Field(1000, ge=1)
     seed: int = 20260101
     ci: float = Field(0.95, gt=0, lt=1)
-    bare_letter_fallback: bool = True     # accept a bare letter when no <ANSWER> tag is given
-    min_ci_groups: int = Field(5, ge=2)   # fewer split groups in a slice: its interval is not estimable (null)
+    bare_letter_fallback: bool = True  # accept a bare letter when no <ANSWER> tag is given
+    min_ci_groups: int = Field(5, ge=2)  # fewer split groups in a slice: its interval is not estimable (null)
 
 
 class ExportsFile(Strict):
@@ -498,10 +554,10 @@ class ExportsFile(Strict):
     pretty_name: str
     hub_repo: str
     version: str
-    images_prefix: str = "images"         # folder of `processbench reconstruct --out` the exports point into
+    images_prefix: str = "images"  # folder of `processbench reconstruct --out` the exports point into
     dir: str = "exports"
     citation: str
-    licences: dict[Slug, str]             # per-source licence terms spelled out on the card
+    licences: dict[Slug, str]  # per-source licence terms spelled out on the card
     intended_use: str
     limitations: str
     biases: str
@@ -513,6 +569,13 @@ class ExportsFile(Strict):
 from pipeline.settings.labels import LabelsFile  # noqa: E402  (its own file: the largest model)
 from pipeline.settings.steps import StepTaskFile  # noqa: E402,F401  (configs/tasks/T13.yaml, the step track)
 
-FILE_MODELS: dict[str, Any] = {"build": BuildFile, "sources": SourcesFile, "labels": LabelsFile, "split": SplitFile,
-                               "frames": FramesFile, "release": ReleaseFile, "validity": ValidityFile,
-                               "exports": ExportsFile}
+FILE_MODELS: dict[str, Any] = {
+    "build": BuildFile,
+    "sources": SourcesFile,
+    "labels": LabelsFile,
+    "split": SplitFile,
+    "frames": FramesFile,
+    "release": ReleaseFile,
+    "validity": ValidityFile,
+    "exports": ExportsFile,
+}

@@ -15,8 +15,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.settings.models import (BuildFile, ExportsFile, FramesFile, ReleaseFile, SourceEntry, SplitFile, TaskFile,
-                               ValidityFile)
+from pipeline.settings.models import (
+    BuildFile,
+    ExportsFile,
+    FramesFile,
+    ReleaseFile,
+    SourceEntry,
+    SplitFile,
+    TaskFile,
+    ValidityFile,
+)
 from pipeline.settings.errors import ConfigError
 from pipeline.settings.labels import LabelsFile
 from pipeline.settings.steps import StepTaskFile
@@ -25,12 +33,14 @@ from pipeline.settings.types import Slug, Strict, TaskId
 
 class Source(SourceEntry):
     """A source's entry as the build uses it: `root` resolved (upstream override, environment, {scale})."""
+
     root: Path
 
 
 class Settings(Strict):
     """Every file of configs/ (fields in the order of their file names, then the task templates in task order: the
     multiple-choice families in `tasks`, the `track: steps` templates (T13, pipeline/steps/) in `step_tasks`)."""
+
     build: BuildFile
     exports: ExportsFile
     frames: FramesFile
@@ -54,8 +64,11 @@ class Settings(Strict):
         for t in self.task_ids:  # the loader checks this too; a copy changed after loading is checked here
             name = self.tasks[t].task_name
             if name is not None and t in fallback and fallback[t] != name:
-                raise ConfigError("configs/release.yaml", f"release.task_names.{t}",
-                                  f"the task_name of configs/tasks/{t}.yaml ({name!r}); keep one")
+                raise ConfigError(
+                    "configs/release.yaml",
+                    f"release.task_names.{t}",
+                    f"the task_name of configs/tasks/{t}.yaml ({name!r}); keep one",
+                )
         names = {t: self.tasks[t].task_name or fallback[t] for t in self.task_ids}
         extra = {t: n for t, n in fallback.items() if t not in names}
         return dict(sorted({**names, **extra}.items(), key=lambda kv: int(kv[0][1:])))

@@ -9,8 +9,8 @@ from pipeline.settings.types import Strict
 
 
 class ValidityStepsNgram(Strict):
-    order: int = Field(2, ge=1, le=5)             # sentences of context + 1
-    alpha: float = Field(1.0, gt=0)              # Dirichlet smoothing towards the shorter context
+    order: int = Field(2, ge=1, le=5)  # sentences of context + 1
+    alpha: float = Field(1.0, gt=0)  # Dirichlet smoothing towards the shorter context
 
 
 class ValidityStepsClassifier(Strict):
@@ -20,7 +20,8 @@ class ValidityStepsClassifier(Strict):
 
 class ValiditySteps(Strict):
     """The T13 step track's blind gates (pipeline/steps/gates.py)."""
-    min_steps: int = Field(200, ge=1)            # (source, level) cells with fewer scored eval steps: reported only
-    max_over_random: float = Field(0.10, ge=0)   # each gate's step macro-F1 - random (a guess at the wrong rate)
+
+    min_steps: int = Field(200, ge=1)  # (source, level) cells with fewer scored eval steps: reported only
+    max_over_random: float = Field(0.10, ge=0)  # each gate's step macro-F1 - random (a guess at the wrong rate)
     ngram: ValidityStepsNgram = ValidityStepsNgram()
     text_classifier: ValidityStepsClassifier = ValidityStepsClassifier()

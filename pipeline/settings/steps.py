@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from pipeline.settings.types import OneOrPerSource, PerSource, Slug, Strict, TaskId
 
+
 class StepRange(Strict):
     min: int = Field(ge=1)
     max: int = Field(ge=1)
@@ -21,15 +22,16 @@ class StepRange(Strict):
 
 class StepBalance(Strict):
     """pipeline/steps/balance.py: items are dropped until step labels are independent of the blind gates' features."""
-    max_chi2: float = Field(gt=0)                 # stop once every feature value's chi-square (1 dof) is at most this
-    min_support: int = Field(ge=1)                # feature values with fewer scored steps are not weighed
-    keep_at_least: float = Field(ge=0, le=1)      # never keep fewer than this share of the source's items
+
+    max_chi2: float = Field(gt=0)  # stop once every feature value's chi-square (1 dof) is at most this
+    min_support: int = Field(ge=1)  # feature values with fewer scored steps are not weighed
+    keep_at_least: float = Field(ge=0, le=1)  # never keep fewer than this share of the source's items
 
 
 class StepPrompt(Strict):
-    intro: str                                    # {goal}
-    step: str                                     # {n}, {images}, {sentence}
-    answer: str                                   # {num_steps}
+    intro: str  # {goal}
+    step: str  # {n}, {images}, {sentence}
+    answer: str  # {num_steps}
 
 
 StepSentences = Union[list[str], dict[Literal["positive", "negative"], list[str]]]
@@ -39,11 +41,12 @@ INJECTED_KINDS = ("swapped_frames", "substituted_chain", "contact_flipped", "out
 
 class StepTaskFile(Strict):
     """configs/tasks/T13.yaml: the process-verification step track (pipeline/steps/, docs/steps.md)."""
+
     track: Literal["steps"]
     task_id: TaskId
     task_name: str
     sources: list[Slug]
-    quota: dict[Slug, int]                        # items per source at release scale
+    quota: dict[Slug, int]  # items per source at release scale
     goal: OneOrPerSource(str)
     step_kinds: PerSource(list[Literal[STEP_KINDS]])
     sentences: dict[Literal[STEP_KINDS], StepSentences]
@@ -55,7 +58,7 @@ class StepTaskFile(Strict):
     neutral_margin: int = Field(2, ge=0)
     idle_phases: list[str] = []
     cap_per_unit: OneOrPerSource(Annotated[int, Field(ge=1)]) = 6
-    balance: OneOrPerSource(StepBalance) | None = None   # sources not named: no thinning
+    balance: OneOrPerSource(StepBalance) | None = None  # sources not named: no thinning
     window_shift: float = Field(0.5, gt=0, le=1)  # a unit's item windows start this share of the longest one apart
     share_clean: float = Field(0.3, ge=0, le=1)
     injected: list[Literal[INJECTED_KINDS]]
@@ -64,8 +67,9 @@ class StepTaskFile(Strict):
     prompt_version: str
     prompt: StepPrompt
     variant: str = "default"
-    by_source: ClassVar[frozenset[str]] = frozenset({"goal", "step_kinds", "failure_claims_wrong_share",
-                                                   "cap_per_unit", "balance"})
+    by_source: ClassVar[frozenset[str]] = frozenset(
+        {"goal", "step_kinds", "failure_claims_wrong_share", "cap_per_unit", "balance"}
+    )
 
     @model_validator(mode="after")
     def _covered(self):

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_seriali
 
 import upstream_adapters
 
+
 class Strict(BaseModel):
     """Base of every settings model: unknown keys are errors. Fields named in `omit_unset` are left out of the dump
     when the file does not set them (for sections whose code distinguishes "absent" from any value)."""
@@ -32,8 +33,10 @@ class Strict(BaseModel):
 
     @classmethod
     def _resolves_per_source(cls) -> bool:
-        return bool(cls.by_source) or any(isinstance(f.annotation, type) and issubclass(f.annotation, Strict)
-                                          and f.annotation._resolves_per_source() for f in cls.model_fields.values())
+        return bool(cls.by_source) or any(
+            isinstance(f.annotation, type) and issubclass(f.annotation, Strict) and f.annotation._resolves_per_source()
+            for f in cls.model_fields.values()
+        )
 
     @model_serializer(mode="wrap")
     def _dump(self, handler):
@@ -82,8 +85,10 @@ class BySource(Strict):
         if not isinstance(data, dict):
             return data
         shared = set(cls.model_fields) - {"entries"}
-        return {**{k: v for k, v in data.items() if k in shared},
-                "entries": {k: v for k, v in data.items() if k not in shared}}
+        return {
+            **{k: v for k, v in data.items() if k in shared},
+            "entries": {k: v for k, v in data.items() if k not in shared},
+        }
 
     @model_serializer(mode="wrap")
     def _dump(self, handler):

@@ -43,9 +43,17 @@ Group ids: a unit's group is its unit_id (the public release) unless the policy 
 "<key>=<smallest value of key in the group>" (first listed key the group has a value of; fields joined by "+",
 values by ","). Merged ids contain "=" and never collide with unit ids.
 """
+
 from .assign import split_items
-from .checks import (group_count_problems, group_lists, held_out_problems, isolation_key_problems, leaked_groups,
-                     level_count_problems, level_share_warnings)
+from .checks import (
+    group_count_problems,
+    group_lists,
+    held_out_problems,
+    isolation_key_problems,
+    leaked_groups,
+    level_count_problems,
+    level_share_warnings,
+)
 from .groups import GROUPS_SCHEMA, build_groups
 from .objective import Selection, SplitPool, make_pool
 from .ours import our_rule
@@ -54,7 +62,26 @@ from .pool_file import split_pool_file
 from .public import public_rule
 from .report import eval_letter_report
 
-__all__ = ["GROUPS_SCHEMA", "UNIT_KEYS", "Selection", "SplitPool", "build_groups", "eval_letter_report", "family_sort_key",
-           "group_count_problems", "group_lists", "held_out_problems", "isolation_key_problems", "leaked_groups",
-           "level_count_problems", "level_share_warnings", "load_policy", "make_pool", "n_eval_groups",
-           "our_rule", "public_rule", "split_items", "split_pool_file"]
+__all__ = [
+    "GROUPS_SCHEMA",
+    "UNIT_KEYS",
+    "Selection",
+    "SplitPool",
+    "build_groups",
+    "eval_letter_report",
+    "family_sort_key",
+    "group_count_problems",
+    "group_lists",
+    "held_out_problems",
+    "isolation_key_problems",
+    "leaked_groups",
+    "level_count_problems",
+    "level_share_warnings",
+    "load_policy",
+    "make_pool",
+    "n_eval_groups",
+    "our_rule",
+    "public_rule",
+    "split_items",
+    "split_pool_file",
+]

@@ -12,8 +12,7 @@ def leaked_groups(items: pl.DataFrame) -> list[str]:
     sources would also be reported (conservative)."""
     if not items.height:
         return []
-    both = (items.group_by("split_group_id").agg(pl.col("split").n_unique().alias("k"))
-            .filter(pl.col("k") > 1))
+    both = items.group_by("split_group_id").agg(pl.col("split").n_unique().alias("k")).filter(pl.col("k") > 1)
     return sorted(both["split_group_id"].to_list())
 
 
@@ -26,13 +25,15 @@ def group_count_problems(summary: dict, policy: dict) -> list[str]:
     """Sources whose eval group count differs from round(eval_ratio × groups) (OOD levels add their groups on top)."""
     out = []
     for slug, s in sorted(summary.get("sources", {}).items()):
-        ood_groups = sum(int(v.get("groups", 0)) for v in (s.get("ood") or {}).values() if isinstance(v, dict)
-                         and "held_out_values" in v)
+        ood_groups = sum(
+            int(v.get("groups", 0))
+            for v in (s.get("ood") or {}).values()
+            if isinstance(v, dict) and "held_out_values" in v
+        )
         want = s.get("eval_groups_target", 0) + ood_groups
         if s["eval_groups"] != want:
             out.append(f"{slug}: {s['eval_groups']} eval groups, expected {want}")
     return out
-
 
 
 def _with_unit_fields(items: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
@@ -48,8 +49,13 @@ def isolation_key_problems(items: pl.DataFrame, groups: pl.DataFrame, policy: di
     for source in sorted(df["source"].unique().to_list()):
         sub = df.filter(pl.col("source") == source)
         for key in merge_keys(source_policy(policy, source)):
-            both = (sub.drop_nulls(list(key)).group_by(list(key)).agg(pl.col("split").n_unique().alias("k"))
-                    .filter(pl.col("k") > 1).sort(list(key)))
+            both = (
+                sub.drop_nulls(list(key))
+                .group_by(list(key))
+                .agg(pl.col("split").n_unique().alias("k"))
+                .filter(pl.col("k") > 1)
+                .sort(list(key))
+            )
             if both.height:
                 eg = [",".join(r) for r in both.select(list(key)).head(3).iter_rows()]
                 out.append(f"{source}: {both.height} {key_name(key)} values in both eval and sft, e.g. {eg}")
@@ -115,6 +121,8 @@ def level_share_warnings(summary: dict, policy: dict) -> list[str]:
             goal = float(rep.get("items_goal", 0))
             exhausted = rep.get("values_available", 0) - len(rep.get("held_out_values", [])) <= 1
             if got == 0 or (got < goal and not exhausted):
-                out.append(f"{source}: {level} holds {got} items, configured share {conf[level]['item_share']} "
-                           f"of the source is {goal:.0f}")
+                out.append(
+                    f"{source}: {level} holds {got} items, configured share {conf[level]['item_share']} "
+                    f"of the source is {goal:.0f}"
+                )
     return out

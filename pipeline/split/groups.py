@@ -63,8 +63,13 @@ def merged_ids(unit_ids: list[str], values: dict[tuple[str, ...], list]) -> list
 
 
 # build_groups' table, which the split stage also writes (split/groups.parquet) for its checks to read
-GROUPS_SCHEMA = {"source": pl.String, "unit_id": pl.String, "split_group_id": pl.String, "unit_task_id": pl.String,
-                 **{c: pl.String for c in UNIT_KEYS[1:]}}
+GROUPS_SCHEMA = {
+    "source": pl.String,
+    "unit_id": pl.String,
+    "split_group_id": pl.String,
+    "unit_task_id": pl.String,
+    **{c: pl.String for c in UNIT_KEYS[1:]},
+}
 
 
 def build_groups(items: pl.DataFrame, units: pl.DataFrame | None, policy: dict) -> pl.DataFrame:
@@ -76,19 +81,28 @@ def build_groups(items: pl.DataFrame, units: pl.DataFrame | None, policy: dict) 
     cols = ["source", "unit_id", *UNIT_KEYS]
     frames = []
     if units is not None and units.height:
-        u = units.select([pl.col(c).cast(pl.String) if c in units.columns else pl.lit(None, pl.String).alias(c)
-                          for c in cols])
+        u = units.select(
+            [pl.col(c).cast(pl.String) if c in units.columns else pl.lit(None, pl.String).alias(c) for c in cols]
+        )
         frames.append(u)
     if items is not None and items.height:
-        it = items.select("source", "unit_id").unique().with_columns(
-            [pl.lit(None, pl.String).alias(c) for c in UNIT_KEYS])
+        it = (
+            items.select("source", "unit_id")
+            .unique()
+            .with_columns([pl.lit(None, pl.String).alias(c) for c in UNIT_KEYS])
+        )
         frames.append(it.select(cols))
     if not frames:
         return pl.DataFrame(schema=GROUPS_SCHEMA)
     # the units table wins over the bare (source, unit_id) rows of items
-    table = (pl.concat(frames).with_row_index("__o")
-             .sort("__o").unique(subset=["source", "unit_id"], keep="first", maintain_order=True)
-             .drop("__o").sort("source", "unit_id"))
+    table = (
+        pl.concat(frames)
+        .with_row_index("__o")
+        .sort("__o")
+        .unique(subset=["source", "unit_id"], keep="first", maintain_order=True)
+        .drop("__o")
+        .sort("source", "unit_id")
+    )
     out = []
     for source in table["source"].unique().sort().to_list():
         sub = table.filter(pl.col("source") == source)

@@ -35,8 +35,9 @@ class LevelProblem:
     """One level's choice: per value the groups it holds; per group its items, family and answer-label counts. A set
     of values holds the union of their groups (values whose groups are disjoint, the usual case, simply add up)."""
 
-    def __init__(self, free: pl.DataFrame, col: str, vals: list[str], policy: dict, source: str,
-                 size_weight: float = 1.0):
+    def __init__(
+        self, free: pl.DataFrame, col: str, vals: list[str], policy: dict, source: str, size_weight: float = 1.0
+    ):
         self.vals = vals
         self.size_weight = size_weight
         pool = make_pool(free, policy, source, group_col="__gid")
@@ -48,7 +49,7 @@ class LevelProblem:
         self.disjoint = bool((self.incidence.sum(0) <= 1).all())
         self.g_sizes = pool.counts.sum(1)
         self.g_letters = None if pool.letters is None else pool.letters.transpose(1, 0, 2).reshape(pool.n, -1)
-        self.shape = None if pool.letters is None else pool.letters.shape[::2]     # (K, T)
+        self.shape = None if pool.letters is None else pool.letters.shape[::2]  # (K, T)
         if self.disjoint:  # per value sums: a set's counts are sums over its values
             self.v_sizes = self.incidence @ self.g_sizes
             self.v_letters = None if self.g_letters is None else self.incidence @ self.g_letters
@@ -68,9 +69,9 @@ class LevelProblem:
         if self.g_letters is None:
             return np.zeros(len(masks))
         flat = masks.astype(float) @ self.v_letters if self.disjoint else self._held(masks) @ self.g_letters
-        Lc = flat.reshape(len(masks), *self.shape)                      # (M, K, T)
-        n = Lc.sum(1)                                                   # (M, T)
-        share = np.where(n > 0, Lc.max(1) / np.maximum(n, 1.0), 1.0)    # a family the level lacks: as one label
+        Lc = flat.reshape(len(masks), *self.shape)  # (M, K, T)
+        n = Lc.sum(1)  # (M, T)
+        share = np.where(n > 0, Lc.max(1) / np.maximum(n, 1.0), 1.0)  # a family the level lacks: as one label
         return ((self.k * share - 1.0) * self.present).sum(-1)
 
     def objective(self, masks: np.ndarray, goal: float) -> np.ndarray:
@@ -106,8 +107,9 @@ def _moves(mask: np.ndarray) -> np.ndarray:
     return np.array(out, dtype=bool).reshape(-1, len(mask))
 
 
-def _search(prob: LevelProblem, start: np.ndarray, goal: float, cap: float, max_values: int, sweeps: int
-            ) -> tuple[np.ndarray, float]:
+def _search(
+    prob: LevelProblem, start: np.ndarray, goal: float, cap: float, max_values: int, sweeps: int
+) -> tuple[np.ndarray, float]:
     cur = start.copy()
     cur_f = float(prob.objective(cur[None], goal)[0])
     for _ in range(sweeps):
@@ -126,8 +128,9 @@ def _search(prob: LevelProblem, start: np.ndarray, goal: float, cap: float, max_
     return cur, cur_f
 
 
-def choose_values(free: pl.DataFrame, col: str, vals: list[str], goal: float, policy: dict, seed: int,
-                  source: str, level: str) -> tuple[list[str], dict]:
+def choose_values(
+    free: pl.DataFrame, col: str, vals: list[str], goal: float, policy: dict, seed: int, source: str, level: str
+) -> tuple[list[str], dict]:
     """The held-out values of one level and a report: the seeded draw's and the chosen set's label term B and items."""
     bal = policy["ood"].get("balance") or OodBalance().model_dump()  # a hand-made policy: the defaults
     order = np_rng(seed, "split-ood", source, level).permutation(len(vals)).tolist()
@@ -138,8 +141,12 @@ def choose_values(free: pl.DataFrame, col: str, vals: list[str], goal: float, po
     drawn_items = float(prob.items(drawn)[0])
     if bal["enabled"] and prob.g_letters is not None and drawn_items >= goal:
         cap = max((1.0 + float(bal["max_over_goal"])) * goal, (1.0 + float(bal["max_over_draw"])) * drawn_items)
-        starts = [drawn] + [prob.draw(np_rng(seed, "split-ood-start", source, level, r).permutation(len(vals)).tolist(),
-                                      goal, max_values) for r in range(int(bal["restarts"]))]
+        starts = [drawn] + [
+            prob.draw(
+                np_rng(seed, "split-ood-start", source, level, r).permutation(len(vals)).tolist(), goal, max_values
+            )
+            for r in range(int(bal["restarts"]))
+        ]
         best_f = np.inf
         for s in starts:
             if not goal <= float(prob.items(s)[0]) <= cap:  # a random start may hold one value larger than the cap
@@ -150,6 +157,10 @@ def choose_values(free: pl.DataFrame, col: str, vals: list[str], goal: float, po
         method = "label balance"
     chosen = sorted(vals[i] for i in np.flatnonzero(best))
     labels = prob.labels_term(np.array([drawn, best]))
-    report = {"method": method, "label_term": round(float(labels[1]), 6),
-              "label_term_seeded_draw": round(float(labels[0]), 6), "items_seeded_draw": int(drawn_items)}
+    report = {
+        "method": method,
+        "label_term": round(float(labels[1]), 6),
+        "label_term_seeded_draw": round(float(labels[0]), 6),
+        "items_seeded_draw": int(drawn_items),
+    }
     return chosen, report

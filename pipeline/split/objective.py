@@ -19,13 +19,13 @@ class SplitPool:
     """One source's selection problem: per-group family counts (and answer-letter counts), targets and weights."""
 
     source: str
-    group_ids: list[str]                 # sorted
-    families: list[str]                  # T1.. in natural order
-    counts: np.ndarray                   # (n, T) items per group and family
-    letters: np.ndarray | None           # (K, n, T) answers per group and family: letters A-F (K = 6), or the
-                                         # answer labels of `values` (objective.balance_on); None: no answers
-    num_choices: np.ndarray              # (T,) choices per family (letter term: k·majority share − 1)
-    weights: np.ndarray                  # (T,)
+    group_ids: list[str]  # sorted
+    families: list[str]  # T1.. in natural order
+    counts: np.ndarray  # (n, T) items per group and family
+    letters: np.ndarray | None  # (K, n, T) answers per group and family: letters A-F (K = 6), or the
+    # answer labels of `values` (objective.balance_on); None: no answers
+    num_choices: np.ndarray  # (T,) choices per family (letter term: k·majority share − 1)
+    weights: np.ndarray  # (T,)
     eval_ratio: float
     zero_penalty: float = 2.5
     items_weight: float = 0.35
@@ -64,8 +64,9 @@ class SplitPool:
     # A matmul's bits for a row depend on the row's place in the batch (the BLAS kernels' blocking): callers keep
     # their batches' shapes and row order. `may_be_zero` (T,) (with work, C (B, T)): the families whose counts can be
     # 0 in C; the zero penalties of the others are left out (see _zero_sums_exact)
-    def share_obj(self, C: np.ndarray, tot, work: dict | None = None,
-                  may_be_zero: np.ndarray | None = None) -> np.ndarray:
+    def share_obj(
+        self, C: np.ndarray, tot, work: dict | None = None, may_be_zero: np.ndarray | None = None
+    ) -> np.ndarray:
         if work is None:
             dev = np.abs(C - self.target) @ self._scale + (C <= 0) @ self._zero
             return dev + self.items_weight * np.abs(tot - self.target_total) / max(self.target_total, 1.0)
@@ -89,8 +90,14 @@ class SplitPool:
 
     def share_work(self, shape: tuple[int, ...]) -> dict:
         rows = int(np.prod(shape[:-1]))
-        return {"d": np.empty(shape), "z": np.empty(shape, dtype=bool), "J": np.empty(shape[:-1]),
-                "b": np.empty(shape[:-1]), "t": np.empty(shape[:-1]), "target": np.tile(self.target, rows)}
+        return {
+            "d": np.empty(shape),
+            "z": np.empty(shape, dtype=bool),
+            "J": np.empty(shape[:-1]),
+            "b": np.empty(shape[:-1]),
+            "t": np.empty(shape[:-1]),
+            "target": np.tile(self.target, rows),
+        }
 
     # L for eval answer counts Lc (K, T) or a batch (K, B, T): answers on the first axis (fast reductions). Families
     # count alike here: task_weights weigh the shares (J); an answer imbalance is a leak whatever the family's weight
@@ -131,19 +138,25 @@ class SplitPool:
 
 @dataclass
 class Selection:
-    mask: np.ndarray                     # (n,) bool, True = eval
-    share: float                         # J
-    letters: float                       # L (0 without answers)
+    mask: np.ndarray  # (n,) bool, True = eval
+    share: float  # J
+    letters: float  # L (0 without answers)
     method: str
     best_worst_dev_pts: float | None = None  # exact search: the least worst-family deviation any eval set reaches
-    dominance_relaxed: bool = False          # exact search: families_not_worse_than_public set aside for the bound
+    dominance_relaxed: bool = False  # exact search: families_not_worse_than_public set aside for the bound
 
     def eval_groups(self, pool: SplitPool) -> list[str]:
         return [g for g, m in zip(pool.group_ids, self.mask) if m]
 
 
-def make_pool(items: pl.DataFrame, policy: dict, source: str | None = None, group_col: str = "split_group_id",
-              families: list[str] | None = None, balance_on: str | None = None) -> SplitPool:
+def make_pool(
+    items: pl.DataFrame,
+    policy: dict,
+    source: str | None = None,
+    group_col: str = "split_group_id",
+    families: list[str] | None = None,
+    balance_on: str | None = None,
+) -> SplitPool:
     """The selection problem of one source's items (columns task_id, `group_col`, optional answer, num_choices)."""
     source = source or (items["source"][0] if "source" in items.columns and items.height else "")
     sp = source_policy(policy, source)
@@ -172,7 +185,9 @@ def make_pool(items: pl.DataFrame, policy: dict, source: str | None = None, grou
         k = np.array([float(len(vs)) for vs in values])
     elif "answer" in items.columns and items["answer"].drop_nulls().len():
         ans = items["answer"].to_list()
-        l_idx = np.array([CHOICE_LETTERS.find(a) if isinstance(a, str) and len(a) == 1 else -1 for a in ans], dtype=np.int64)
+        l_idx = np.array(
+            [CHOICE_LETTERS.find(a) if isinstance(a, str) and len(a) == 1 else -1 for a in ans], dtype=np.int64
+        )
         ok = l_idx >= 0
         letters = np.zeros((len(CHOICE_LETTERS), len(gids), len(fams)))
         np.add.at(letters, (l_idx[ok], g_idx[ok], f_idx[ok]), 1.0)
@@ -186,9 +201,16 @@ def make_pool(items: pl.DataFrame, policy: dict, source: str | None = None, grou
                 seen = np.flatnonzero(letters[:, :, t].sum(1))
                 k[t] = (seen.max() + 1) if seen.size else 1
     weights = np.array([float(sp["task_weights"].get(f, 1.0)) for f in fams])
-    return SplitPool(source=source, group_ids=gids, families=fams, counts=counts, letters=letters, values=values,
-                     num_choices=np.maximum(k, 1.0), weights=weights, eval_ratio=float(policy["eval_ratio"]),
-                     zero_penalty=float(obj["zero_penalty"]),
-                     items_weight=float(obj["items_weight"]))
-
-
+    return SplitPool(
+        source=source,
+        group_ids=gids,
+        families=fams,
+        counts=counts,
+        letters=letters,
+        values=values,
+        num_choices=np.maximum(k, 1.0),
+        weights=weights,
+        eval_ratio=float(policy["eval_ratio"]),
+        zero_penalty=float(obj["zero_penalty"]),
+        items_weight=float(obj["items_weight"]),
+    )

@@ -40,8 +40,16 @@ class _State:
     K = J + lam·(L + mu·L1) + rho·max(0, J − cap)   (L1: the letters' L1 distance from uniform, a smooth companion
     of the majority-share term L that guides the search off its plateaus)."""
 
-    def __init__(self, pool: SplitPool, mask: np.ndarray, lam: float = 0.0, mu: float = 0.0,
-                 cap: float = math.inf, rho: float = 0.0, top: int = 64):
+    def __init__(
+        self,
+        pool: SplitPool,
+        mask: np.ndarray,
+        lam: float = 0.0,
+        mu: float = 0.0,
+        cap: float = math.inf,
+        rho: float = 0.0,
+        top: int = 64,
+    ):
         self.pool, self.lam, self.mu, self.cap, self.rho, self.top = pool, lam, mu, cap, rho, max(1, int(top))
         self.use_letters = lam > 0 and pool.letters is not None
         self.mask = np.asarray(mask, dtype=bool).copy()
@@ -85,7 +93,7 @@ class _State:
         if self._uns is None:
             uns = np.flatnonzero(~self.mask)
             c_uns = np.zeros((-(-uns.size // _ROWS) * _ROWS, self.pool.counts.shape[1]))  # padded: see _wins
-            c_uns[:uns.size] = self.pool.counts[uns]
+            c_uns[: uns.size] = self.pool.counts[uns]
             self._uns = (uns, c_uns, self.pool.sizes[uns])
         return self._uns
 
@@ -98,7 +106,7 @@ class _State:
         q_now = _q(self.K)
         Js, ins = [], []
         width = _ROWS * c_uns.shape[1]
-        C2 = buf["C2"][:uns.size]
+        C2 = buf["C2"][: uns.size]
         for o in batch:
             # integer-valued float64 counts: these sums are exact, whatever the order of the additions; _ROWS rows at
             # a time (a broadcast over short rows is slow). A family can be at 0 only where the base is.
@@ -115,8 +123,10 @@ class _State:
         nb, per = len(batch), ins[0].size
         cand = np.concatenate(ins)
         n_ans, n_fam = self.Lc.shape
-        Lc2 = ((self.Lc[:, None, :] - p.letters[:, batch, :])[:, :, None, :]
-               + p.letters[:, cand, :].reshape(n_ans, nb, per, n_fam)).reshape(n_ans, nb * per, n_fam)
+        Lc2 = (
+            (self.Lc[:, None, :] - p.letters[:, batch, :])[:, :, None, :]
+            + p.letters[:, cand, :].reshape(n_ans, nb, per, n_fam)
+        ).reshape(n_ans, nb * per, n_fam)
         K2 = _q(self.objective(np.concatenate(Js), Lc2)).reshape(nb, per)
         j = np.argmin(K2, axis=1)
         return [int(cand[b * per + j[b]]) if K2[b, j[b]] < q_now else -1 for b in range(nb)]
@@ -149,9 +159,12 @@ class _State:
                 if not batch:
                     break
                 if buf is None:  # the candidate count never changes (one group out, one in)
-                    buf = {"C2": np.empty_like(c_uns), "t2": np.empty_like(s_uns),
-                           "base": np.empty((_ROWS, c_uns.shape[1])),
-                           "share": self.pool.share_work((uns.size, c_uns.shape[1]))}
+                    buf = {
+                        "C2": np.empty_like(c_uns),
+                        "t2": np.empty_like(s_uns),
+                        "base": np.empty((_ROWS, c_uns.shape[1])),
+                        "share": self.pool.share_work((uns.size, c_uns.shape[1])),
+                    }
                 for (pos, o), i in zip(batch, self._wins([o for _, o in batch], buf)):
                     if i < 0:
                         settled.add(o)
@@ -202,8 +215,16 @@ def _combo_parts(n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return heads, tails, head_of, tail_of
 
 
-def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: float, chunk: int,
-           cfg: dict, public_mask: np.ndarray | None = None) -> Selection:
+def _exact(
+    pool: SplitPool,
+    lam: float,
+    mu: float,
+    cap_public: float,
+    slack: float,
+    chunk: int,
+    cfg: dict,
+    public_mask: np.ndarray | None = None,
+) -> Selection:
     """Every eval set of size m. Eligible sets, in order of precedence:
     1. worst family deviation D(S) = max_t |n_t/N_t − r| (points) ≤ max(max_family_deviation_pts, min_S D(S)): the
        bound, or the best any set reaches when none meets it (null bound: every set);
@@ -222,7 +243,7 @@ def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: flo
     J_all, D_all, dom_all = [], [], []
     work = None
     for s in range(0, head_of.size, chunk):
-        C = c_head[head_of[s:s + chunk]] + c_tail[tail_of[s:s + chunk]]
+        C = c_head[head_of[s : s + chunk]] + c_tail[tail_of[s : s + chunk]]
         if work is None or work["d"].shape != C.shape:
             work = pool.share_work(C.shape)
         J_all.append(_q(pool.share_obj(C, C.sum(1), work)))
@@ -251,9 +272,9 @@ def _exact(pool: SplitPool, lam: float, mu: float, cap_public: float, slack: flo
         l_head = pool.letters[:, heads, :].sum(2)  # (K, sets, T): exact integer sums as above
         l_tail = pool.letters[:, tails, :].sum(2)
         for s in range(0, feas.size, chunk):
-            f = feas[s:s + chunk]
+            f = feas[s : s + chunk]
             Lc = l_head[:, head_of[f], :] + l_tail[:, tail_of[f], :]
-            K[s:s + chunk] = _q(J[feas[s:s + chunk]] + lam * (pool.letter_obj(Lc) + mu * pool.letter_l1(Lc)))
+            K[s : s + chunk] = _q(J[feas[s : s + chunk]] + lam * (pool.letter_obj(Lc) + mu * pool.letter_l1(Lc)))
         best = int(feas[int(np.argmin(K))])
     mask = np.zeros(n, dtype=bool)
     mask[heads[head_of[best]]] = True
@@ -278,8 +299,7 @@ def our_rule(pool: SplitPool, policy: dict, seed: int, baseline: Selection | Non
     baseline = baseline or public_rule(pool, policy)
     slack = float(cfg["share_slack"])
     if math.comb(pool.n, pool.n_eval) <= int(cfg["exact_max_combinations"]):
-        return _exact(pool, lam, mu, baseline.share, slack, int(cfg["exact_chunk"]), cfg,
-                      public_mask=baseline.mask)
+        return _exact(pool, lam, mu, baseline.share, slack, int(cfg["exact_chunk"]), cfg, public_mask=baseline.mask)
 
     sweeps, rho = int(cfg["max_sweeps"]), float(cfg["cap_penalty"])
     top = int(cfg["letter_candidates"])
@@ -292,7 +312,7 @@ def our_rule(pool: SplitPool, policy: dict, seed: int, baseline: Selection | Non
             start = baseline.mask
         else:
             start = np.zeros(pool.n, dtype=bool)
-            start[np_rng(seed, "split-start", pool.source, r).permutation(pool.n)[:pool.n_eval]] = True
+            start[np_rng(seed, "split-start", pool.source, r).permutation(pool.n)[: pool.n_eval]] = True
         st = _State(pool, start)
         st.sweep(np_rng(seed, "split-phase1", pool.source, r), sweeps)
         phase1.append(st)
@@ -323,4 +343,3 @@ def our_rule(pool: SplitPool, policy: dict, seed: int, baseline: Selection | Non
             best = pub
     ev = pool.evaluate(best.mask)
     return Selection(best.mask.copy(), ev["share"], ev["letters"], "local_search")
-

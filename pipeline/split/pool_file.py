@@ -24,8 +24,9 @@ def _row_sort_key(row: dict) -> tuple:
     return (str(row["source"]), str(row["split_group_id"]), ident, compact_json(row))
 
 
-def split_pool_file(items_jsonl: Path, out_dir: Path, config_file: Path | None = None,
-                    cfg: Settings | None = None) -> dict:
+def split_pool_file(
+    items_jsonl: Path, out_dir: Path, config_file: Path | None = None, cfg: Settings | None = None
+) -> dict:
     """Split any item pool: rows need source, task_id, split_group_id (everything else passes through; `answer` letters
     enable the letter term). Writes out_dir/eval.jsonl, sft.jsonl (rows + split, sorted, canonical compact JSON) and
     split_summary.json; returns the summary."""
@@ -41,12 +42,16 @@ def split_pool_file(items_jsonl: Path, out_dir: Path, config_file: Path | None =
                 raise ValueError(f"{Path(items_jsonl).name} line {n}: missing {', '.join(lack)}")
             rows.append(row)
     cols: dict[str, list] = {
-        "source": [str(r["source"]) for r in rows], "task_id": [str(r["task_id"]) for r in rows],
+        "source": [str(r["source"]) for r in rows],
+        "task_id": [str(r["task_id"]) for r in rows],
         "split_group_id": [str(r["split_group_id"]) for r in rows],
         "unit_id": [str(r.get("unit_id") or r.get("source_unit_id") or r["split_group_id"]) for r in rows],
-        "answer": [r.get("answer") if isinstance(r.get("answer"), str) and r.get("answer") in CHOICE_LETTERS else None
-                   for r in rows],
-        "num_choices": [int(r["num_choices"]) if isinstance(r.get("num_choices"), int) else None for r in rows]}
+        "answer": [
+            r.get("answer") if isinstance(r.get("answer"), str) and r.get("answer") in CHOICE_LETTERS else None
+            for r in rows
+        ],
+        "num_choices": [int(r["num_choices"]) if isinstance(r.get("num_choices"), int) else None for r in rows],
+    }
     for k in ("source_task_id", *UNIT_KEYS[1:]):
         if any(r.get(k) is not None for r in rows):
             cols[k] = [None if r.get(k) is None else str(r[k]) for r in rows]
@@ -54,8 +59,11 @@ def split_pool_file(items_jsonl: Path, out_dir: Path, config_file: Path | None =
     # the rows' split_group_id is the isolation unit; units sharing an isolation key of the policy merge as in the build
     frame = frame.with_row_index("__line").with_columns(pl.col("split_group_id").alias("unit_id"))
     fields = [c for c in ("source_task_id", *UNIT_KEYS[1:]) if c in frame.columns]
-    units = (frame.group_by("source", "unit_id").agg([pl.col(c).drop_nulls().first() for c in fields])
-             .rename({"source_task_id": "task_id"} if "source_task_id" in fields else {}))
+    units = (
+        frame.group_by("source", "unit_id")
+        .agg([pl.col(c).drop_nulls().first() for c in fields])
+        .rename({"source_task_id": "task_id"} if "source_task_id" in fields else {})
+    )
     out, summary = split_items(frame, build_groups(frame, units, policy), policy, seed)
     by_split: dict[str, list[dict]] = {"eval": [], "sft": []}
     has_level = "eval_level" in out.columns

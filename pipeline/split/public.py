@@ -60,8 +60,8 @@ def _public_swaps(pool: SplitPool, mask: np.ndarray, passes: int, limit: int) ->
         if not sel.size or not uns.size:
             break
         delta = pool.counts @ (pool.weights * (pool.target - C) / np.maximum(pool.target, 1.0))
-        outs = sel[np.lexsort((sel, delta[sel]))][:max(1, min(len(sel), limit))]        # ascending (delta, id)
-        ins = uns[np.lexsort((-uns, -delta[uns]))][:max(1, min(len(uns), limit))]       # descending (delta, id)
+        outs = sel[np.lexsort((sel, delta[sel]))][: max(1, min(len(sel), limit))]  # ascending (delta, id)
+        ins = uns[np.lexsort((-uns, -delta[uns]))][: max(1, min(len(uns), limit))]  # descending (delta, id)
         C2 = C[None, None, :] - pool.counts[outs][:, None, :] + pool.counts[ins][None, :, :]
         t2 = tot - pool.sizes[outs][:, None] + pool.sizes[ins][None, :]
         sc = pool.share_obj(C2, t2).ravel()
@@ -92,4 +92,3 @@ def public_rule(pool: SplitPool, policy: dict) -> Selection:
         if best is None or score < best - _EPS:
             best_mask, best = mask, score
     return Selection(best_mask, float(best), pool.evaluate(best_mask)["letters"], "public")
-

@@ -29,11 +29,14 @@ def _letter_report(pool: SplitPool, mask: np.ndarray) -> dict:
         k = int(pool.num_choices[t])
         n = float(Lc[:, t].sum())
         names = pool.values[t] if pool.values is not None else CHOICE_LETTERS
-        out[fam] = {"num_choices": k,
-                    ("letter_counts" if pool.values is None else "answer_counts"):
-                        {names[i]: int(Lc[i, t]) for i in range(max(k, _last_letter(Lc[:, t])))},
-                    "majority_share": _r(Lc[:, t].max() / n) if n else None,
-                    "random": _r(1.0 / k)}
+        out[fam] = {
+            "num_choices": k,
+            ("letter_counts" if pool.values is None else "answer_counts"): {
+                names[i]: int(Lc[i, t]) for i in range(max(k, _last_letter(Lc[:, t])))
+            },
+            "majority_share": _r(Lc[:, t].max() / n) if n else None,
+            "random": _r(1.0 / k),
+        }
     return out
 
 
@@ -54,24 +57,35 @@ def _shares(pool: SplitPool, mask: np.ndarray) -> dict:
 def _deviation_report(pool: SplitPool, ours: Selection, public: Selection, rule: str, bound: float | None) -> dict:
     """The worst family's |eval share − eval_ratio| in points: the bound, each rule's value, whether the rule in use
     meets it, and (exact search only; null after local search) the least value any eval set of the pool reaches."""
+
     def worst(s: Selection) -> float:
         return _r(pool.worst_dev_pts(pool.counts[s.mask].sum(0)))
+
     used = worst(ours if rule == "ours" else public)
-    return {"bound": None if bound is None else _r(bound), "ours": worst(ours), "public": worst(public),
-            "best_achievable": None if ours.best_worst_dev_pts is None else _r(ours.best_worst_dev_pts),
-            "bound_met": None if bound is None else bool(used <= _r(bound)),
-            "families_not_worse_than_public_relaxed": bool(ours.dominance_relaxed)}
+    return {
+        "bound": None if bound is None else _r(bound),
+        "ours": worst(ours),
+        "public": worst(public),
+        "best_achievable": None if ours.best_worst_dev_pts is None else _r(ours.best_worst_dev_pts),
+        "bound_met": None if bound is None else bool(used <= _r(bound)),
+        "families_not_worse_than_public_relaxed": bool(ours.dominance_relaxed),
+    }
 
 
-def _selection_report(pool: SplitPool, ours: Selection, public: Selection, rule: str, lam: float,
-                      bound: float | None = None) -> dict:
+def _selection_report(
+    pool: SplitPool, ours: Selection, public: Selection, rule: str, lam: float, bound: float | None = None
+) -> dict:
     def obj(s: Selection) -> dict:
         return {"share": _r(s.share), "letters": _r(s.letters), "combined": _r(s.share + lam * s.letters)}
-    return {"rule": rule, "method": ours.method if rule == "ours" else "public",
-            "family_deviation_pts": _deviation_report(pool, ours, public, rule, bound),
-            "objective": {"ours": obj(ours), "public": obj(public)},
-            "task_eval_share_ours": _shares(pool, ours.mask), "task_eval_share_public": _shares(pool, public.mask),
-            "answer_balance_eval_ours": _letter_report(pool, ours.mask),
-            "majority_share_eval_public": {f: v["majority_share"]
-                                           for f, v in _letter_report(pool, public.mask).items()},
-            "task_target_eval": {f: _r(pool.target[t]) for t, f in enumerate(pool.families)}}
+
+    return {
+        "rule": rule,
+        "method": ours.method if rule == "ours" else "public",
+        "family_deviation_pts": _deviation_report(pool, ours, public, rule, bound),
+        "objective": {"ours": obj(ours), "public": obj(public)},
+        "task_eval_share_ours": _shares(pool, ours.mask),
+        "task_eval_share_public": _shares(pool, public.mask),
+        "answer_balance_eval_ours": _letter_report(pool, ours.mask),
+        "majority_share_eval_public": {f: v["majority_share"] for f, v in _letter_report(pool, public.mask).items()},
+        "task_target_eval": {f: _r(pool.target[t]) for t, f in enumerate(pool.families)},
+    }

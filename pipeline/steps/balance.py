@@ -23,8 +23,12 @@ if TYPE_CHECKING:
 
 
 def step_features(st: dict, position: int, num_steps: int) -> list[str]:
-    out = [f"kind={st['kind']}:{st.get('claim')}", f"pos={position}", f"end={num_steps - 1 - position}",
-           f"n={num_steps}"]
+    out = [
+        f"kind={st['kind']}:{st.get('claim')}",
+        f"pos={position}",
+        f"end={num_steps - 1 - position}",
+        f"n={num_steps}",
+    ]
     return out + [f"{k}={v}" for k, v in sorted(st["fields"].items())]
 
 

@@ -35,6 +35,7 @@ def position_prior(sft_steps: list[dict], eval_steps: list[dict]) -> list[int]:
     def rate(key):
         c = wrong.get(key)
         return c[-1] / (c[-1] + c[1]) if c else None
+
     out = []
     for s in eval_steps:
         base = rate((s["source"],))
@@ -59,12 +60,12 @@ class _ChainModel:
     def add(self, context: tuple, token: str) -> None:
         self.n += 1
         for k in range(len(context) + 1):
-            self.counts[context[len(context) - k:]][token] += 1
+            self.counts[context[len(context) - k :]][token] += 1
 
     def logp(self, context: tuple, token: str) -> float:
         p = (self.counts[()][token] + 1) / (self.n + self.vocab + 1)
         for k in range(1, len(context) + 1):
-            c = self.counts.get(context[len(context) - k:])
+            c = self.counts.get(context[len(context) - k :])
             if c:
                 p = (c[token] + self.alpha * p) / (sum(c.values()) + self.alpha)
         return math.log(p)
@@ -72,7 +73,7 @@ class _ChainModel:
 
 def _context(steps_of_item: list[str], i: int, order: int) -> tuple:
     ctx = [BOS] * (order - 1) + steps_of_item[:i]
-    return tuple(ctx[len(ctx) - (order - 1):]) if order > 1 else ()
+    return tuple(ctx[len(ctx) - (order - 1) :]) if order > 1 else ()
 
 
 def _chains(steps: list[dict]) -> dict[str, list[str]]:
@@ -103,8 +104,9 @@ def _document(s: dict) -> str:
     words = s["sentence"].lower().split()
     prev = (s["previous"] or "").lower().split()
     n, i = s["num_steps"], s["position"]
-    return " ".join(words + [f"prev_{w}" for w in prev] +
-                    [f"pos_{i}", f"n_{n}", f"pos_{i}_of_{n}", f"from_end_{n - 1 - i}"])
+    return " ".join(
+        words + [f"prev_{w}" for w in prev] + [f"pos_{i}", f"n_{n}", f"pos_{i}_of_{n}", f"from_end_{n - 1 - i}"]
+    )
 
 
 def text_classifier(sft_steps: list[dict], eval_steps: list[dict], C: float = 1.0, max_iter: int = 200) -> list[int]:

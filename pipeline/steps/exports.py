@@ -1,9 +1,9 @@
 """The step track in the card, Croissant and VisualProcessBench's own layout (docs/steps.md "Exports").
 
-    step_configs(release_dir, cfg)    # the card's configs: `process_steps` (what a model may see, plus the gold
-                                      # `response` struct and `answer`) and `process_steps_reconstruction`
-    visualprocessbench_texts(release_dir, cfg)   # [(release-relative jsonl, text)], one file per part
-    step_record_sets(release_dir, cfg)           # Croissant file objects and record sets of the step files
+step_configs(release_dir, cfg)    # the card's configs: `process_steps` (what a model may see, plus the gold
+                                  # `response` struct and `answer`) and `process_steps_reconstruction`
+visualprocessbench_texts(release_dir, cfg)   # [(release-relative jsonl, text)], one file per part
+step_record_sets(release_dir, cfg)           # Croissant file objects and record sets of the step files
 """
 
 from __future__ import annotations
@@ -51,19 +51,33 @@ def step_configs(release_dir: Path, cfg: Settings) -> dict[str, dict[str, tuple[
     parts = step_parts(release_dir, cfg)
     if not parts:
         return {}
-    return {name: {p[0]: (f"{hf_dir}/{name}/{p[0]}.parquet", p[3].select(cols)) for p in parts}
-            for name, cols in ((STEP_CONFIG, STEP_CONFIG_COLUMNS),
-                               (STEP_RECONSTRUCTION_CONFIG, STEP_RECONSTRUCTION_COLUMNS))}
+    return {
+        name: {p[0]: (f"{hf_dir}/{name}/{p[0]}.parquet", p[3].select(cols)) for p in parts}
+        for name, cols in (
+            (STEP_CONFIG, STEP_CONFIG_COLUMNS),
+            (STEP_RECONSTRUCTION_CONFIG, STEP_RECONSTRUCTION_COLUMNS),
+        )
+    }
 
 
 def visualprocessbench_rows(df: pl.DataFrame) -> list[dict]:
     """VisualProcessBench's jsonl fields (image: paths relative to the `processbench reconstruct` folder, question,
     answer, response: {steps, process_correctness}, policy_model, data_source) plus the item id."""
-    return [{"id": r["item_id"], "image": list(r["image"]), "question": r["question"], "answer": r["answer"],
-             "response": {"steps": list(r["response"]["steps"]),
-                          "process_correctness": list(r["response"]["process_correctness"])},
-             "policy_model": POLICY_MODEL, "data_source": r["source"]}
-            for r in df.select("item_id", "image", "question", "answer", "response", "source").iter_rows(named=True)]
+    return [
+        {
+            "id": r["item_id"],
+            "image": list(r["image"]),
+            "question": r["question"],
+            "answer": r["answer"],
+            "response": {
+                "steps": list(r["response"]["steps"]),
+                "process_correctness": list(r["response"]["process_correctness"]),
+            },
+            "policy_model": POLICY_MODEL,
+            "data_source": r["source"],
+        }
+        for r in df.select("item_id", "image", "question", "answer", "response", "source").iter_rows(named=True)
+    ]
 
 
 def visualprocessbench_texts(release_dir: Path, cfg: Settings) -> list[tuple[str, str]]:
@@ -71,8 +85,11 @@ def visualprocessbench_texts(release_dir: Path, cfg: Settings) -> list[tuple[str
     out = []
     for _, level, _, df in step_parts(release_dir, cfg):
         split = df["split"][0]
-        rel = level_file_name(xf[f"visualprocessbench_{split}"], level) if split == "eval" else \
-            xf["visualprocessbench_sft"]
+        rel = (
+            level_file_name(xf[f"visualprocessbench_{split}"], level)
+            if split == "eval"
+            else xf["visualprocessbench_sft"]
+        )
         out.append((rel, common.jsonl(visualprocessbench_rows(df))))
     return out
 
@@ -82,9 +99,16 @@ def step_record_sets(release_dir: Path, cfg: Settings, record_set) -> tuple[list
     files, sets = [], []
     for name, level, rel, df in step_parts(release_dir, cfg):
         fid = rel.replace("/", "_")
-        files.append({"@type": "cr:FileObject", "@id": fid, "name": fid, "contentUrl": rel,
-                      "encodingFormat": "application/x-parquet",
-                      "sha256": writers.sha256_file(Path(release_dir) / rel)})
+        files.append(
+            {
+                "@type": "cr:FileObject",
+                "@id": fid,
+                "name": fid,
+                "contentUrl": rel,
+                "encodingFormat": "application/x-parquet",
+                "sha256": writers.sha256_file(Path(release_dir) / rel),
+            }
+        )
         part = common.Part(df["split"][0], level, f"{STEP_CONFIG}_{name}", df)
         sets.append(record_set(part, fid))
     return files, sets
@@ -106,5 +130,5 @@ step's sentence is true of its frames, -1 false, 0 neutral (idle, or next to a l
 Wrong steps come from the sources' own failure records (REASSEMBLE primitives and actions, RH20T ratings) and from
 errors placed in the frames. `{STEP_RECONSTRUCTION_CONFIG}` holds each step's frames and the bookkeeping, by
 `item_id`: never show it to a model. The same rows in VisualProcessBench's jsonl layout:
-`{xf['visualprocessbench_eval']}` (and per level, SFT).
+`{xf["visualprocessbench_eval"]}` (and per level, SFT).
 """

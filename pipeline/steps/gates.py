@@ -29,11 +29,12 @@ GATES = ("all_correct", "coin_flip", "position_prior", "ngram", "text_classifier
 
 def _predict(sft: list[dict], ev: list[dict], scfg: ValiditySteps) -> dict[str, list[int]]:
     ng, tc = scfg.ngram, scfg.text_classifier
-    return {"all_correct": baselines.all_correct(ev),
-            "position_prior": baselines.position_prior(sft, ev),
-            "ngram": baselines.ngram(sft, ev, int(ng.order), float(ng.alpha)),
-            "text_classifier": baselines.text_classifier(sft, ev, float(tc.C),
-                                                         int(tc.max_iter))}
+    return {
+        "all_correct": baselines.all_correct(ev),
+        "position_prior": baselines.position_prior(sft, ev),
+        "ngram": baselines.ngram(sft, ev, int(ng.order), float(ng.alpha)),
+        "text_classifier": baselines.text_classifier(sft, ev, float(tc.C), int(tc.max_iter)),
+    }
 
 
 def _f1(gold: list[int], pred: list[int]) -> float | None:
@@ -63,9 +64,13 @@ def step_gates(eval_df, sft_df, scfg: ValiditySteps) -> dict:
         for level in sorted({s["level"] for s in e}):
             idx = [i for i, s in enumerate(e) if s["level"] == level and s["gold"] in (1, -1)]
             gold = [e[i]["gold"] for i in idx]
-            cell = {"source": source, "level": level, "eval_steps": len(idx),
-                    "eval_items": len({e[i]["item_id"] for i in idx}),
-                    "wrong_share": round(sum(g == -1 for g in gold) / len(gold), 4) if gold else None}
+            cell = {
+                "source": source,
+                "level": level,
+                "eval_steps": len(idx),
+                "eval_items": len({e[i]["item_id"] for i in idx}),
+                "wrong_share": round(sum(g == -1 for g in gold) / len(gold), 4) if gold else None,
+            }
             coin = macro_f1(np.sum([coin_counts(g) for g in gold], axis=0))[0] if gold else float("nan")
             cell["coin_flip"] = None if np.isnan(coin) else round(float(coin), 4)
             for name, p in preds.items():
@@ -73,8 +78,14 @@ def step_gates(eval_df, sft_df, scfg: ValiditySteps) -> dict:
             cell["random"] = rate_guess(gold)
             cell["checked"] = len(idx) >= int(scfg.min_steps)
             cells.append(cell)
-    return {"min_steps": int(scfg.min_steps), "max_over_random": float(scfg.max_over_random),
-            "eval_items": eval_df.height, "sft_items": sft_df.height, "gates": list(GATES), "cells": cells}
+    return {
+        "min_steps": int(scfg.min_steps),
+        "max_over_random": float(scfg.max_over_random),
+        "eval_items": eval_df.height,
+        "sft_items": sft_df.height,
+        "gates": list(GATES),
+        "cells": cells,
+    }
 
 
 def gate_problems(report: dict, scfg: ValiditySteps) -> list[str]:
@@ -86,27 +97,38 @@ def gate_problems(report: dict, scfg: ValiditySteps) -> list[str]:
             continue
         for g in GATES:
             if c[g] is not None and c[g] - c["random"] > lim + 1e-9:
-                out.append(f"{c['source']}/T13/{c['level']}: blind step gate {g} macro-F1 {c[g]:.3f} exceeds "
-                           f"random {c['random']:.3f} by more than {lim:.2f}")
+                out.append(
+                    f"{c['source']}/T13/{c['level']}: blind step gate {g} macro-F1 {c[g]:.3f} exceeds "
+                    f"random {c['random']:.3f} by more than {lim:.2f}"
+                )
     return out
 
 
 def gate_markdown(report: dict) -> list[str]:
     """The validity report's step section."""
-    lines = ["", "## Step track (T13): blind gates", "",
-             "Step macro-F1 on the step eval files of predictors that never see an image, trained on the source's SFT",
-             "steps (pipeline/steps/gates.py): all-correct, coin flip (expected), error-position prior, an n-gram",
-             "model of step chains, a text-only classifier on step sentences and positions. random = a guess at the",
-             "cell's own wrong-step rate (0.5: the best a guess that ignores the step reaches). Checked cells",
-             f"(at least {report['min_steps']} scored steps) must keep every gate within "
-             f"{report['max_over_random']:.2f} of random.", "",
-             "| source | level | steps | items | wrong share | random | coin flip | all-correct | position prior "
-             "| n-gram | text classifier | checked |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "",
+        "## Step track (T13): blind gates",
+        "",
+        "Step macro-F1 on the step eval files of predictors that never see an image, trained on the source's SFT",
+        "steps (pipeline/steps/gates.py): all-correct, coin flip (expected), error-position prior, an n-gram",
+        "model of step chains, a text-only classifier on step sentences and positions. random = a guess at the",
+        "cell's own wrong-step rate (0.5: the best a guess that ignores the step reaches). Checked cells",
+        f"(at least {report['min_steps']} scored steps) must keep every gate within "
+        f"{report['max_over_random']:.2f} of random.",
+        "",
+        "| source | level | steps | items | wrong share | random | coin flip | all-correct | position prior "
+        "| n-gram | text classifier | checked |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
 
     def f(x):
         return "–" if x is None else f"{x:.3f}"
+
     for c in report["cells"]:
-        lines.append(f"| {c['source']} | {c['level']} | {c['eval_steps']} | {c['eval_items']} | {f(c['wrong_share'])} "
-                     f"| {f(c['random'])} | {f(c['coin_flip'])} | {f(c['all_correct'])} | {f(c['position_prior'])} | {f(c['ngram'])} "
-                     f"| {f(c['text_classifier'])} | {'yes' if c['checked'] else 'no'} |")
+        lines.append(
+            f"| {c['source']} | {c['level']} | {c['eval_steps']} | {c['eval_items']} | {f(c['wrong_share'])} "
+            f"| {f(c['random'])} | {f(c['coin_flip'])} | {f(c['all_correct'])} | {f(c['position_prior'])} | {f(c['ngram'])} "
+            f"| {f(c['text_classifier'])} | {'yes' if c['checked'] else 'no'} |"
+        )
     return lines

@@ -47,12 +47,33 @@ def near_change(frames: list[int], window: tuple[int, int], margin: int) -> bool
     return any(f - window[0] < margin or window[1] - f < margin for f in frames)
 
 
-def make_step(kind: str, window: tuple[int, int], tpl: StepTaskFile, *, fields: dict | None = None, truth=None,
-              unit_id: str, camera: str, idle: bool = False, natural: str | None = None, **extra) -> dict:
+def make_step(
+    kind: str,
+    window: tuple[int, int],
+    tpl: StepTaskFile,
+    *,
+    fields: dict | None = None,
+    truth=None,
+    unit_id: str,
+    camera: str,
+    idle: bool = False,
+    natural: str | None = None,
+    **extra,
+) -> dict:
     frames = step_frames(window, tpl)
-    step = {"kind": kind, "fields": dict(fields or {}), "truth": truth, "claim": truth, "unit_id": unit_id,
-            "camera": camera, "window": (int(window[0]), int(window[1])), "frames": frames, "label": 1,
-            "error": None, **extra}
+    step = {
+        "kind": kind,
+        "fields": dict(fields or {}),
+        "truth": truth,
+        "claim": truth,
+        "unit_id": unit_id,
+        "camera": camera,
+        "window": (int(window[0]), int(window[1])),
+        "frames": frames,
+        "label": 1,
+        "error": None,
+        **extra,
+    }
     if idle or near_change(frames, step["window"], int(tpl.neutral_margin)):
         step["label"] = 0
     elif natural is not None:
@@ -92,26 +113,57 @@ def timeline_steps(slug: str, uid: str, camera: str, lab: dict, tpl: StepTaskFil
     out = []
     if "phase" in kinds:
         for v, s, e in _frame_runs(fr, "phase", m):
-            out.append(make_step("phase", (s, e), tpl, fields={"phase": v}, unit_id=uid, camera=camera,
-                                 idle=v in idle_phases, value=v))
+            out.append(
+                make_step(
+                    "phase",
+                    (s, e),
+                    tpl,
+                    fields={"phase": v},
+                    unit_id=uid,
+                    camera=camera,
+                    idle=v in idle_phases,
+                    value=v,
+                )
+            )
     if "coordination" in kinds:
         for v, s, e in _frame_runs(fr, "coord", m):
-            out.append(make_step("coordination", (s, e), tpl, fields={"coord": tpl.coordination_text[v]},
-                                 unit_id=uid, camera=camera, idle=v == "both_idle", value=v))
+            out.append(
+                make_step(
+                    "coordination",
+                    (s, e),
+                    tpl,
+                    fields={"coord": tpl.coordination_text[v]},
+                    unit_id=uid,
+                    camera=camera,
+                    idle=v == "both_idle",
+                    value=v,
+                )
+            )
     for kind, col in (("contact", "contact"), ("activity", "active")):
         if kind not in kinds:
             continue
         for arm in sorted(set(arms["arm"].to_list())):
             a = arms.filter(pl.col("arm") == arm)
             for v, s, e in _frame_runs(a, col, m):
-                out.append(make_step(kind, (s, e), tpl, fields={"arm": _arm_name(arm, kind)}, truth=bool(v),
-                                     unit_id=uid, camera=camera, value=f"{arm}:{bool(v)}"))
+                out.append(
+                    make_step(
+                        kind,
+                        (s, e),
+                        tpl,
+                        fields={"arm": _arm_name(arm, kind)},
+                        truth=bool(v),
+                        unit_id=uid,
+                        camera=camera,
+                        value=f"{arm}:{bool(v)}",
+                    )
+                )
     order = {k: i for i, k in enumerate(kinds)}
     return sorted(out, key=lambda st: (st["window"][0], order[st["kind"]], st["fields"].get("arm", "")))
 
 
-def outcome_step(uid: str, camera: str, num_frames: int, outcome: str | None, tpl: StepTaskFile, at: int | None = None
-                 ) -> dict | None:
+def outcome_step(
+    uid: str, camera: str, num_frames: int, outcome: str | None, tpl: StepTaskFile, at: int | None = None
+) -> dict | None:
     """The closing step: the recorded outcome, shown by the unit's last frames (or those from frame `at`)."""
     if outcome not in ("success", "failure"):
         return None
@@ -138,16 +190,32 @@ def reassemble_actions(uid: str, camera: str, lab: dict, ir: dict, tpl: StepTask
         steps = []
         for p in chain.iter_rows(named=True):
             good = ok.get((int(p["parent_index"]), int(p["seg_index"])))
-            steps.append(make_step("primitive", (p["start_frame"], p["end_frame"]), tpl,
-                                   fields={"primitive": p["text"], "action": h["text"]}, unit_id=uid, camera=camera,
-                                   idle=p["text"].lower().startswith("no action"),
-                                   natural=None if good is not False else "natural_primitive_failure",
-                                   value=p["text"], action=int(h["seg_index"])))
+            steps.append(
+                make_step(
+                    "primitive",
+                    (p["start_frame"], p["end_frame"]),
+                    tpl,
+                    fields={"primitive": p["text"], "action": h["text"]},
+                    unit_id=uid,
+                    camera=camera,
+                    idle=p["text"].lower().startswith("no action"),
+                    natural=None if good is not False else "natural_primitive_failure",
+                    value=p["text"],
+                    action=int(h["seg_index"]),
+                )
+            )
         w = int(tpl.two_frames_from)
         he = int(h["end_frame"])
-        end = make_step("action_outcome", (max(int(h["start_frame"]), he - w + 1), he), tpl,
-                        fields={"action": h["text"]}, truth=h["success"] is not False, unit_id=uid, camera=camera,
-                        action=int(h["seg_index"]))
+        end = make_step(
+            "action_outcome",
+            (max(int(h["start_frame"]), he - w + 1), he),
+            tpl,
+            fields={"action": h["text"]},
+            truth=h["success"] is not False,
+            unit_id=uid,
+            camera=camera,
+            action=int(h["seg_index"]),
+        )
         end["label"] = 1  # the action's end, not a label change inside the step
         steps.append(end)
         out.append(steps)
@@ -194,11 +262,15 @@ def unit_drafts(slug: str, unit: dict, lab: dict, ir: dict, tpl: StepTaskFile, k
 
 def holds_failure(draft: dict) -> bool:
     """A draft with a step the source records as failed (a natural error, or an outcome whose record is failure)."""
-    return any(st["error"] is not None or st["truth"] is False and st["kind"] in ("outcome", "action_outcome")
-               for st in draft["steps"])
+    return any(
+        st["error"] is not None or st["truth"] is False and st["kind"] in ("outcome", "action_outcome")
+        for st in draft["steps"]
+    )
 
 
-def build_drafts(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: StepTaskFile, quota: int, seed: int) -> list[dict]:
+def build_drafts(
+    slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: StepTaskFile, quota: int, seed: int
+) -> list[dict]:
     """A source's draft items: every unit's candidates, at most `cap_per_unit` per unit (seeded), then `quota` items
     dealt over the units in turn (seeded order), so as many units as possible are covered. `units` carries unit_id,
     camera, num_frames, outcome (labels units table) and the unit's split columns."""
@@ -213,8 +285,13 @@ def build_drafts(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: StepT
         order = sorted(rng.permutation(len(cands)).tolist(), key=lambda i: not holds_failure(cands[i]))
         picked = [cands[i] for i in sorted(order[:cap])]
         for d in picked:
-            d.update({k: unit[k] for k in ("split", "eval_level", "split_group_id", "unit_type", "task_id",
-                                           "licence") if k in unit})
+            d.update(
+                {
+                    k: unit[k]
+                    for k in ("split", "eval_level", "split_group_id", "unit_type", "task_id", "licence")
+                    if k in unit
+                }
+            )
         per_unit.append(picked)
     order = rng_for(seed, "steps_units", slug).permutation(len(per_unit)) if per_unit else []
     out, depth = [], 0

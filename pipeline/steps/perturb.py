@@ -49,11 +49,17 @@ def _content(st: dict):
 
 def swapped_frames(d: dict, target: int, ctx: dict) -> bool:
     steps = d["steps"]
-    pairs = [(i, j) for i in range(len(steps)) for j in range(i + 1, len(steps))
-             if _free(steps[i]) and _free(steps[j]) and steps[i]["kind"] == steps[j]["kind"]
-             and steps[i]["kind"] != "outcome" and _content(steps[i]) != _content(steps[j])
-             and (steps[i]["kind"] not in ("contact", "activity")
-                  or steps[i]["fields"]["arm"] == steps[j]["fields"]["arm"])]
+    pairs = [
+        (i, j)
+        for i in range(len(steps))
+        for j in range(i + 1, len(steps))
+        if _free(steps[i])
+        and _free(steps[j])
+        and steps[i]["kind"] == steps[j]["kind"]
+        and steps[i]["kind"] != "outcome"
+        and _content(steps[i]) != _content(steps[j])
+        and (steps[i]["kind"] not in ("contact", "activity") or steps[i]["fields"]["arm"] == steps[j]["fields"]["arm"])
+    ]
     pair = _nearest(pairs, target, lambda p: p[0])
     if pair is None:
         return False
@@ -94,9 +100,17 @@ def contact_flipped(d: dict, target: int, ctx: dict) -> bool:
     does not take the kind."""
     steps = d["steps"]
     margin = int(ctx["tpl"].neutral_margin)
-    cands = [(i, j) for i, st in enumerate(steps) if st["kind"] == "contact" and _free(st)
-             for j, o in enumerate(steps) if j != i and o["kind"] == "contact" and o["label"] == 1
-             and o["fields"]["arm"] == st["fields"]["arm"] and o["truth"] != st["truth"]]
+    cands = [
+        (i, j)
+        for i, st in enumerate(steps)
+        if st["kind"] == "contact" and _free(st)
+        for j, o in enumerate(steps)
+        if j != i
+        and o["kind"] == "contact"
+        and o["label"] == 1
+        and o["fields"]["arm"] == st["fields"]["arm"]
+        and o["truth"] != st["truth"]
+    ]
     for i, j in sorted(cands, key=lambda c: (abs(c[0] - target), c[0], abs(c[1] - c[0]), c[1])):
         other = steps[j]
         frames = _unshown_frames(other, len(other["frames"]), _shown(steps, skip=i), margin)
@@ -144,15 +158,26 @@ def truncated_complete(d: dict, target: int, ctx: dict) -> bool:
             continue
         start = prev["window"][1] + 1
         shown = _shown(body[:k])  # the closing frames are none a kept step shows
-        if prev["unit_id"] == d["unit_id"] and start + w - 1 < last["window"][0] and not any(
-                (d["unit_id"], f) in shown for f in step_frames((start, start + w - 1), tpl)):
+        if (
+            prev["unit_id"] == d["unit_id"]
+            and start + w - 1 < last["window"][0]
+            and not any((d["unit_id"], f) in shown for f in step_frames((start, start + w - 1), tpl))
+        ):
             cands.append((k, start))
     pick = _nearest(cands, target, lambda c: c[0])
     if pick is None:
         return False
     k, start = pick
-    end = make_step(last["kind"], (start, start + w - 1), tpl, fields=last["fields"], truth=True,
-                    unit_id=d["unit_id"], camera=d["camera"], **({"action": last["action"]} if "action" in last else {}))
+    end = make_step(
+        last["kind"],
+        (start, start + w - 1),
+        tpl,
+        fields=last["fields"],
+        truth=True,
+        unit_id=d["unit_id"],
+        camera=d["camera"],
+        **({"action": last["action"]} if "action" in last else {}),
+    )
     end["label"], end["error"] = -1, "truncated_complete"
     d["steps"] = body[:k] + [end]
     return True
@@ -170,11 +195,17 @@ def substituted_chain(d: dict, target: int, ctx: dict) -> bool:
             continue
         texts = [st["value"] for st in mine]
         for donor in ctx["donors"].get(mine[0]["fields"]["action"], []):
-            if donor["unit_id"] == d["unit_id"] or (donor["split"], donor["eval_level"]) != \
-                    (d.get("split"), d.get("eval_level")) or len(donor["chain"]) != len(mine):
+            if (
+                donor["unit_id"] == d["unit_id"]
+                or (donor["split"], donor["eval_level"]) != (d.get("split"), d.get("eval_level"))
+                or len(donor["chain"]) != len(mine)
+            ):
                 continue
-            diff = [p for p, st in enumerate(donor["chain"]) if st["value"] != texts[p]
-                    and st["label"] != 0 and mine[p]["label"] != 0]
+            diff = [
+                p
+                for p, st in enumerate(donor["chain"])
+                if st["value"] != texts[p] and st["label"] != 0 and mine[p]["label"] != 0
+            ]
             if diff:
                 first = idx[diff[0]]
                 if best is None or (abs(first - target), first) < (abs(best[0] - target), best[0]):
@@ -185,8 +216,13 @@ def substituted_chain(d: dict, target: int, ctx: dict) -> bool:
     _, idx, donor = best
     for p, i in enumerate(idx):
         mine, other = steps[i], donor["chain"][p]
-        new = {**mine, "frames": list(other["frames"]), "window": other["window"], "unit_id": other["unit_id"],
-               "camera": other["camera"]}
+        new = {
+            **mine,
+            "frames": list(other["frames"]),
+            "window": other["window"],
+            "unit_id": other["unit_id"],
+            "camera": other["camera"],
+        }
         if mine["label"] == 0 or other["label"] == 0:
             new["label"], new["error"] = 0, None
         elif other["value"] != mine["value"]:
@@ -212,13 +248,25 @@ def failure_claims(drafts: list[dict], share: float | None) -> FailureClaims | N
     """The budget over a source's drafts (None: no limit), counting the failure claims that are true."""
     if share is None:
         return None
-    correct = sum(1 for d in drafts for st in d["steps"] if st["kind"] in ("outcome", "action_outcome")
-                  and st["claim"] is False and st["truth"] is False and st["label"] == 1)
+    correct = sum(
+        1
+        for d in drafts
+        for st in d["steps"]
+        if st["kind"] in ("outcome", "action_outcome")
+        and st["claim"] is False
+        and st["truth"] is False
+        and st["label"] == 1
+    )
     return FailureClaims(share, correct)
 
 
-KINDS = {"swapped_frames": swapped_frames, "substituted_chain": substituted_chain, "contact_flipped": contact_flipped,
-         "outcome_flipped": outcome_flipped, "truncated_complete": truncated_complete}
+KINDS = {
+    "swapped_frames": swapped_frames,
+    "substituted_chain": substituted_chain,
+    "contact_flipped": contact_flipped,
+    "outcome_flipped": outcome_flipped,
+    "truncated_complete": truncated_complete,
+}
 
 
 def donors_of(chains: list[dict]) -> dict[str, list[dict]]:
@@ -234,8 +282,11 @@ def inject(drafts: list[dict], tpl: StepTaskFile, seed: int, slug: str, donors: 
     rng = rng_for(seed, "steps_inject", slug)
     kinds = [k for k in tpl.injected if k in KINDS]
     used = {k: 0 for k in kinds}
-    ctx = {"tpl": tpl, "donors": donors or {},
-           "claims": failure_claims(drafts, tpl.for_source(slug).failure_claims_wrong_share)}
+    ctx = {
+        "tpl": tpl,
+        "donors": donors or {},
+        "claims": failure_claims(drafts, tpl.for_source(slug).failure_claims_wrong_share),
+    }
     dealt = 0
     for d in drafts:
         d["injected"] = None

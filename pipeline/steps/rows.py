@@ -28,17 +28,47 @@ if TYPE_CHECKING:
 IMAGE_TAG = "<image>"
 RESPONSE_TYPE = pl.Struct({"steps": pl.List(pl.String), "process_correctness": pl.List(pl.Int64)})
 STEP_SCHEMA = {
-    "item_id": pl.String, "split": pl.String, "source": pl.String, "source_slug": pl.String,
-    "source_task_id": pl.String, "source_unit_type": pl.String, "source_unit_id": pl.String, "task_id": pl.String,
-    "task_name": pl.String, "eval_level": pl.String, "split_group_id": pl.String, "image": pl.List(pl.String),
-    "question": pl.String, "response": RESPONSE_TYPE, "step_image_index_json": pl.String, "prompt": pl.String,
-    "answer": pl.String, "num_steps": pl.Int64, "first_error_index": pl.Int64, "step_error_kinds_json": pl.String,
-    "step_reconstruction_keys_json": pl.String, "image_hashes_json": pl.String, "licence": pl.String,
-    "split_version": pl.String, "builder_version": pl.String, "prompt_version": pl.String,
+    "item_id": pl.String,
+    "split": pl.String,
+    "source": pl.String,
+    "source_slug": pl.String,
+    "source_task_id": pl.String,
+    "source_unit_type": pl.String,
+    "source_unit_id": pl.String,
+    "task_id": pl.String,
+    "task_name": pl.String,
+    "eval_level": pl.String,
+    "split_group_id": pl.String,
+    "image": pl.List(pl.String),
+    "question": pl.String,
+    "response": RESPONSE_TYPE,
+    "step_image_index_json": pl.String,
+    "prompt": pl.String,
+    "answer": pl.String,
+    "num_steps": pl.Int64,
+    "first_error_index": pl.Int64,
+    "step_error_kinds_json": pl.String,
+    "step_reconstruction_keys_json": pl.String,
+    "image_hashes_json": pl.String,
+    "licence": pl.String,
+    "split_version": pl.String,
+    "builder_version": pl.String,
+    "prompt_version": pl.String,
 }
 # shown to a model (plus the images): never the gold labels, error kinds, frames or units
-STEP_MODEL_FACING = ("item_id", "source", "task_id", "task_name", "eval_level", "split_group_id", "image", "question",
-                     "step_image_index_json", "prompt", "num_steps")
+STEP_MODEL_FACING = (
+    "item_id",
+    "source",
+    "task_id",
+    "task_name",
+    "eval_level",
+    "split_group_id",
+    "image",
+    "question",
+    "step_image_index_json",
+    "prompt",
+    "num_steps",
+)
 
 
 class Sentences:
@@ -80,8 +110,14 @@ def answer_text(labels: list[int]) -> str:
 
 def recon_key(slug: str, st: dict, units: dict) -> dict:
     u = units[(slug, st["unit_id"])]
-    return {"camera": st["camera"], "frame_indices": [int(f) for f in st["frames"]], "source": slug,
-            "source_task_id": u["task_id"], "source_unit_id": st["unit_id"], "source_unit_type": u["unit_type"]}
+    return {
+        "camera": st["camera"],
+        "frame_indices": [int(f) for f in st["frames"]],
+        "source": slug,
+        "source_task_id": u["task_id"],
+        "source_unit_id": st["unit_id"],
+        "source_unit_type": u["unit_type"],
+    }
 
 
 def step_rows(drafts: list[dict], units: dict, hashes: dict, tpl: StepTaskFile, cfg: Settings) -> pl.DataFrame:
@@ -110,23 +146,36 @@ def step_rows(drafts: list[dict], units: dict, hashes: dict, tpl: StepTaskFile, 
             image_hashes += [hashes[(slug, st["unit_id"], st["camera"], int(f))] for f in st["frames"]]
         question = goal(tpl, slug)
         u = units[(slug, d["unit_id"])]
-        rows.append({
-            "item_id": item_id, "split": split, "source": names[slug], "source_slug": slug,
-            "source_task_id": u["task_id"], "source_unit_type": u["unit_type"], "source_unit_id": d["unit_id"],
-            "task_id": tpl.task_id, "task_name": tpl.task_name, "eval_level": d.get("eval_level"),
-            "split_group_id": d["split_group_id"],
-            "image": [f"{images_prefix}/{image_filename(item_id, i)}" for i in range(k)],
-            "question": question, "response": {"steps": texts, "process_correctness": labels},
-            "step_image_index_json": compact_json(index),
-            "prompt": prompt_text(tpl, question, texts, [len(st["frames"]) for st in d["steps"]]),
-            "answer": answer_text(labels), "num_steps": len(texts),
-            "first_error_index": next((i for i, v in enumerate(labels) if v == -1), -1),
-            "step_error_kinds_json": compact_json(errors),
-            "step_reconstruction_keys_json": compact_json([recon_key(slug, st, units) for st in d["steps"]]),
-            "image_hashes_json": compact_json(image_hashes), "licence": u["licence"],
-            "split_version": rel.split_version, "builder_version": rel.builder_version,
-            "prompt_version": tpl.prompt_version,
-        })
+        rows.append(
+            {
+                "item_id": item_id,
+                "split": split,
+                "source": names[slug],
+                "source_slug": slug,
+                "source_task_id": u["task_id"],
+                "source_unit_type": u["unit_type"],
+                "source_unit_id": d["unit_id"],
+                "task_id": tpl.task_id,
+                "task_name": tpl.task_name,
+                "eval_level": d.get("eval_level"),
+                "split_group_id": d["split_group_id"],
+                "image": [f"{images_prefix}/{image_filename(item_id, i)}" for i in range(k)],
+                "question": question,
+                "response": {"steps": texts, "process_correctness": labels},
+                "step_image_index_json": compact_json(index),
+                "prompt": prompt_text(tpl, question, texts, [len(st["frames"]) for st in d["steps"]]),
+                "answer": answer_text(labels),
+                "num_steps": len(texts),
+                "first_error_index": next((i for i, v in enumerate(labels) if v == -1), -1),
+                "step_error_kinds_json": compact_json(errors),
+                "step_reconstruction_keys_json": compact_json([recon_key(slug, st, units) for st in d["steps"]]),
+                "image_hashes_json": compact_json(image_hashes),
+                "licence": u["licence"],
+                "split_version": rel.split_version,
+                "builder_version": rel.builder_version,
+                "prompt_version": tpl.prompt_version,
+            }
+        )
     return pl.DataFrame(rows, schema=STEP_SCHEMA)
 
 
@@ -149,7 +198,8 @@ def row_problems(row: dict) -> list[str]:
     if len(hashes) != len(row["image"]) or row["prompt"].count(IMAGE_TAG) != len(row["image"]):
         out.append(f"{row['item_id']}: images, hashes and <image> tags differ in number")
     if any((k is None) != (v != -1) for k, v in zip(kinds, labels)) or any(
-            k is not None and k not in STEP_ERROR_KINDS for k in kinds):
+        k is not None and k not in STEP_ERROR_KINDS for k in kinds
+    ):
         out.append(f"{row['item_id']}: an error kind per -1 step and only there")
     want = next((i for i, v in enumerate(labels) if v == -1), -1)
     if row["first_error_index"] != want:

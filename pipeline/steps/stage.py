@@ -41,23 +41,28 @@ def group_sides(split_items: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame
     MCQ item are left out). A group's level is the lowest level of its items (held-out families add L3 items to L1
     and L2 groups; a group the split holds out whole is L3 throughout)."""
     has_level = "eval_level" in split_items.columns
-    side = (split_items.with_columns(pl.col("eval_level") if has_level else pl.lit(None, pl.String).alias("eval_level"))
-            .group_by("source", "split_group_id")
-            .agg(pl.col("split").unique().sort().alias("splits"),
-                 pl.col("eval_level").drop_nulls().unique().sort().first().alias("eval_level")))
+    side = (
+        split_items.with_columns(pl.col("eval_level") if has_level else pl.lit(None, pl.String).alias("eval_level"))
+        .group_by("source", "split_group_id")
+        .agg(
+            pl.col("split").unique().sort().alias("splits"),
+            pl.col("eval_level").drop_nulls().unique().sort().first().alias("eval_level"),
+        )
+    )
     both = side.filter(pl.col("splits").list.len() > 1)
     if both.height:
         raise ValueError(f"split/items.parquet: groups on both sides: {both['split_group_id'].to_list()[:5]}")
     side = side.with_columns(pl.col("splits").list.first().alias("split")).drop("splits")
-    return groups.select("source", "unit_id", "split_group_id").join(side, on=["source", "split_group_id"],
-                                                                      how="inner")
+    return groups.select("source", "unit_id", "split_group_id").join(side, on=["source", "split_group_id"], how="inner")
 
 
 def _source_tables(cfg: Settings, slug: str) -> tuple[dict, dict]:
     wd = work_dir(cfg)
     ir = {t: pl.read_parquet(wd / "ir" / slug / f"{t}.parquet") for t in ("units", "segments")}
-    lab = {t: pl.read_parquet(wd / "labels" / slug / f"{t}.parquet")
-           for t in ("units", "frames", "arms", "primitives", "segments")}
+    lab = {
+        t: pl.read_parquet(wd / "labels" / slug / f"{t}.parquet")
+        for t in ("units", "frames", "arms", "primitives", "segments")
+    }
     return ir, lab
 
 
@@ -66,8 +71,15 @@ def _donor_chains(slug: str, units: pl.DataFrame, lab: dict, ir: dict, tpl: Step
     for u in units.iter_rows(named=True):
         for steps in reassemble_actions(u["unit_id"], u["camera"], lab, ir, tpl):
             chain = [s for s in steps if s["kind"] == "primitive"]
-            out.append({"unit_id": u["unit_id"], "split": u["split"], "eval_level": u["eval_level"],
-                        "action_text": chain[0]["fields"]["action"], "chain": chain})
+            out.append(
+                {
+                    "unit_id": u["unit_id"],
+                    "split": u["split"],
+                    "eval_level": u["eval_level"],
+                    "action_text": chain[0]["fields"]["action"],
+                    "chain": chain,
+                }
+            )
     return out
 
 
@@ -76,9 +88,12 @@ def source_drafts(cfg: Settings, slug: str, tid: str, sides: pl.DataFrame) -> tu
     seed = int(cfg.build.release_seed)
     ir, lab = _source_tables(cfg, slug)
     outcome = lab["units"].select("unit_id", "outcome")
-    units = (ir["units"].select("unit_id", "camera", "num_frames", "unit_type", "task_id", "licence")
-             .join(outcome, on="unit_id", how="left")
-             .join(sides.filter(pl.col("source") == slug).drop("source"), on="unit_id", how="left"))
+    units = (
+        ir["units"]
+        .select("unit_id", "camera", "num_frames", "unit_type", "task_id", "licence")
+        .join(outcome, on="unit_id", how="left")
+        .join(sides.filter(pl.col("source") == slug).drop("source"), on="unit_id", how="left")
+    )
     no_side = units.filter(pl.col("split").is_null())
     units = units.filter(pl.col("split").is_not_null())
     scale = float(cfg.build.quota_scale[cfg.build.scale])
@@ -89,17 +104,24 @@ def source_drafts(cfg: Settings, slug: str, tid: str, sides: pl.DataFrame) -> tu
     donors = perturb.donors_of(_donor_chains(slug, units, lab, ir, tpl)) if "primitive" in kinds else {}
     injected = perturb.inject(drafts, tpl, seed, slug, donors)
     kept = balance(drafts, tpl.for_source(slug).balance)
-    short = {"quota": quota, "items": len(kept), "units": units.height,
-             "units_with_items": len({d["unit_id"] for d in kept}), "dropped_by_balance": len(drafts) - len(kept)}
+    short = {
+        "quota": quota,
+        "items": len(kept),
+        "units": units.height,
+        "units_with_items": len({d["unit_id"] for d in kept}),
+        "dropped_by_balance": len(drafts) - len(kept),
+    }
     if len(kept) < quota:  # every candidate window of every unit is taken (or thinned): the pool limits
         log.warning("step items: %s", shortfall_text(slug, short))
     return kept, {"units_without_side": no_side.height, **short, **injected}
 
 
 def shortfall_text(slug: str, s: dict) -> str:
-    text = (f"{slug}: {s['items']} step items of a quota of {s['quota']} ({s['quota'] - s['items']} short): its "
-            f"{s['units']} units with a split side hold no more candidate windows (steps.max, window_shift, "
-            f"cap_per_unit in configs/tasks/T13.yaml)")
+    text = (
+        f"{slug}: {s['items']} step items of a quota of {s['quota']} ({s['quota'] - s['items']} short): its "
+        f"{s['units']} units with a split side hold no more candidate windows (steps.max, window_shift, "
+        f"cap_per_unit in configs/tasks/T13.yaml)"
+    )
     if s.get("dropped_by_balance"):
         text += f"; {s['dropped_by_balance']} candidates were left out by `balance` (the blind gates' thinning)"
     return text
@@ -118,21 +140,29 @@ def step_shortfall(cfg: Settings) -> list[str]:
 def _hashes(cfg: Settings, drafts: list[dict]) -> tuple[dict, list[str]]:
     """(slug, unit_id, camera, frame) -> image sha256 of every shown frame (decoded into the frame cache as the
     items stage does, the same size policy); the frames that could not be read, worded."""
-    wanted = sorted({(d["source"], st["unit_id"], st["camera"], int(f)) for d in drafts for st in d["steps"]
-                     for f in st["frames"]})
+    wanted = sorted(
+        {(d["source"], st["unit_id"], st["camera"], int(f)) for d in drafts for st in d["steps"] for f in st["frames"]}
+    )
     if not wanted:
         return {}, []
-    req = pl.DataFrame({"source": [w[0] for w in wanted], "unit_id": [w[1] for w in wanted],
-                        "camera": [w[2] for w in wanted], "frame_indices": [[w[3]] for w in wanted],
-                        "frame_indices_json": [compact_json([w[3]]) for w in wanted],
-                        "render_spec_json": [None] * len(wanted)},
-                       schema_overrides={"render_spec_json": pl.String})
+    req = pl.DataFrame(
+        {
+            "source": [w[0] for w in wanted],
+            "unit_id": [w[1] for w in wanted],
+            "camera": [w[2] for w in wanted],
+            "frame_indices": [[w[3]] for w in wanted],
+            "frame_indices_json": [compact_json([w[3]]) for w in wanted],
+            "render_spec_json": [None] * len(wanted),
+        },
+        schema_overrides={"render_spec_json": pl.String},
+    )
     cache = FrameCache.from_config(cfg)
     readers = AdapterReaders.from_config(cfg)
     requests = req.select("source", "unit_id", "camera", pl.col("frame_indices").list.first().alias("frame_index"))
     table = extract_from_config(requests, readers, cache, cfg)
-    hashed = add_image_hashes(req, table, cache, cfg.frames.image.model_dump(), open_reader=readers,
-                              workers=cfg.frames.workers)
+    hashed = add_image_hashes(
+        req, table, cache, cfg.frames.image.model_dump(), open_reader=readers, workers=cfg.frames.workers
+    )
     out, bad = {}, []
     for w, h in zip(wanted, hashed["image_hashes_json"].to_list()):
         if h is None:
@@ -144,8 +174,9 @@ def _hashes(cfg: Settings, drafts: list[dict]) -> tuple[dict, list[str]]:
 
 def build_step_rows(cfg: Settings) -> tuple[pl.DataFrame, dict]:
     wd = work_dir(cfg)
-    sides = group_sides(pl.read_parquet(wd / "split" / "items.parquet"),
-                        pl.read_parquet(wd / "split" / "groups.parquet"))
+    sides = group_sides(
+        pl.read_parquet(wd / "split" / "items.parquet"), pl.read_parquet(wd / "split" / "groups.parquet")
+    )
     frames, summary = [], {"sources": {}}
     built = list(cfg.build.sources)
     for tid, tpl in cfg.step_tasks.items():
@@ -157,8 +188,13 @@ def build_step_rows(cfg: Settings) -> tuple[pl.DataFrame, dict]:
             for u in pl.read_parquet(wd / "ir" / slug / "units.parquet").iter_rows(named=True):
                 units[(slug, u["unit_id"])] = {k: u[k] for k in ("task_id", "unit_type", "licence")}
         hashes, bad = _hashes(cfg, drafts)
-        kept = [d for d in drafts if all((d["source"], st["unit_id"], st["camera"], int(f)) in hashes
-                                         for st in d["steps"] for f in st["frames"])]
+        kept = [
+            d
+            for d in drafts
+            if all(
+                (d["source"], st["unit_id"], st["camera"], int(f)) in hashes for st in d["steps"] for f in st["frames"]
+            )
+        ]
         for b in bad:
             log.warning("step items: %s", b)
         summary["frames_not_decodable"] = bad
@@ -177,12 +213,17 @@ def step_counts(rows: pl.DataFrame) -> dict:
         labels = [v for r in sub["response"].to_list() for v in r["process_correctness"]]
         kinds = [k for j in sub["step_error_kinds_json"].to_list() for k in json.loads(j) if k]
         natural = sum(1 for k in kinds if k.startswith("natural_"))
-        out[slug] = {"items": sub.height, "steps": len(labels), "scored_steps": sum(1 for v in labels if v != 0),
-                     "wrong_steps": len(kinds), "natural_wrong_steps": natural,
-                     "natural_error_share": round(natural / len(kinds), 4) if kinds else 0.0,
-                     "items_without_error": int((sub["first_error_index"] == -1).sum()),
-                     "items_per_split": {s: int(n) for s, n in sub.group_by("split").len().sort("split").iter_rows()},
-                     "error_kinds": {k: kinds.count(k) for k in sorted(set(kinds))}}
+        out[slug] = {
+            "items": sub.height,
+            "steps": len(labels),
+            "scored_steps": sum(1 for v in labels if v != 0),
+            "wrong_steps": len(kinds),
+            "natural_wrong_steps": natural,
+            "natural_error_share": round(natural / len(kinds), 4) if kinds else 0.0,
+            "items_without_error": int((sub["first_error_index"] == -1).sum()),
+            "items_per_split": {s: int(n) for s, n in sub.group_by("split").len().sort("split").iter_rows()},
+            "error_kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
+        }
     return out
 
 

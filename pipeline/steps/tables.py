@@ -31,6 +31,8 @@ def absent_step_track(root: Path, files: dict[str, str]) -> set[str]:
     step track), none when any is (then every step file must be there)."""
     keys = {k for k in STEP_FILE_KEYS if k in files}
     return keys if not any((Path(root) / files[k]).is_file() for k in keys) else set()
+
+
 NATURAL_PREFIX = "natural_"  # error kinds starting with it come from the sources' own failure annotations
 
 
@@ -44,8 +46,10 @@ def step_files(cfg: Settings, release_dir: Path | None = None) -> dict[str, tupl
     keys = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl")
     if not all(files.get(k) for k in keys):
         return {}
-    out = {lv: (level_file_name(files["steps_eval_parquet"], lv), level_file_name(files["steps_eval_jsonl"], lv))
-           for lv in LEVELS}
+    out = {
+        lv: (level_file_name(files["steps_eval_parquet"], lv), level_file_name(files["steps_eval_jsonl"], lv))
+        for lv in LEVELS
+    }
     out["sft"] = (files["steps_sft_parquet"], files["steps_sft_jsonl"])
     if release_dir is None:
         return out
@@ -56,8 +60,16 @@ def step_files(cfg: Settings, release_dir: Path | None = None) -> dict[str, tupl
 
 
 # what the scorer and the gates read of a step row (step_rows): the rest (prompts, images, keys) only costs memory
-SCORE_COLUMNS = ("item_id", "source", "source_slug", "eval_level", "split_group_id", "num_steps", "response",
-                 "step_error_kinds_json")
+SCORE_COLUMNS = (
+    "item_id",
+    "source",
+    "source_slug",
+    "eval_level",
+    "split_group_id",
+    "num_steps",
+    "response",
+    "step_error_kinds_json",
+)
 
 
 def read_step_tables(release_dir: Path, cfg: Settings, columns=SCORE_COLUMNS) -> dict[str, pl.DataFrame] | None:
@@ -68,8 +80,10 @@ def read_step_tables(release_dir: Path, cfg: Settings, columns=SCORE_COLUMNS) ->
         return None
     root = Path(release_dir)
     cols = list(columns) if columns is not None else None
-    ev = pl.concat([pl.read_parquet(root / pq, columns=cols) for part, (pq, _) in found.items() if part != "sft"],
-                   how="vertical_relaxed")
+    ev = pl.concat(
+        [pl.read_parquet(root / pq, columns=cols) for part, (pq, _) in found.items() if part != "sft"],
+        how="vertical_relaxed",
+    )
     sf = pl.read_parquet(root / found["sft"][0], columns=cols) if "sft" in found else ev.clear()
     return {"eval": ev, "sft": sf}
 
@@ -95,8 +109,19 @@ def step_rows(df: pl.DataFrame) -> list[dict]:
         gold = [int(g) for g in r["response"]["process_correctness"]]
         kinds = json.loads(r["step_error_kinds_json"]) if r.get("step_error_kinds_json") else [None] * len(steps)
         for i, (sentence, g, kind) in enumerate(zip(steps, gold, kinds)):
-            out.append({"item_id": r["item_id"], "source": r["source"], "source_slug": r.get("source_slug"),
-                        "level": level_of(r), "split_group_id": r["split_group_id"], "position": i,
-                        "num_steps": len(steps), "sentence": sentence, "previous": steps[i - 1] if i else None,
-                        "gold": g, "kind": kind if g == -1 else None})
+            out.append(
+                {
+                    "item_id": r["item_id"],
+                    "source": r["source"],
+                    "source_slug": r.get("source_slug"),
+                    "level": level_of(r),
+                    "split_group_id": r["split_group_id"],
+                    "position": i,
+                    "num_steps": len(steps),
+                    "sentence": sentence,
+                    "previous": steps[i - 1] if i else None,
+                    "gold": g,
+                    "kind": kind if g == -1 else None,
+                }
+            )
     return out

@@ -34,8 +34,11 @@ def _file_tables(rows: pl.DataFrame, cfg: Settings) -> dict[str, tuple[str, pl.D
         raise ValueError(f"step rows of eval levels without a step file: {unknown} (pipeline/steps/tables.py LEVELS)")
     out = {}
     for lv in LEVELS:
-        part = ev.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") == lv)) if lv == "L1" else \
-            ev.filter(pl.col("eval_level") == lv)
+        part = (
+            ev.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") == lv))
+            if lv == "L1"
+            else ev.filter(pl.col("eval_level") == lv)
+        )
         if lv == "L1" or part.height:
             out[names[lv][0]] = (names[lv][1], part.sort("item_id"))
     out[names["sft"][0]] = (names["sft"][1], rows.filter(pl.col("split") == "sft").sort("item_id"))
@@ -43,11 +46,19 @@ def _file_tables(rows: pl.DataFrame, cfg: Settings) -> dict[str, tuple[str, pl.D
 
 
 def manifest(tables: dict, summary: dict, cfg: Settings) -> dict:
-    return {"task_id": "T13", "files": {pq: {"jsonl": jl, "items": df.height,
-                                             "steps": int(df["num_steps"].sum() or 0),
-                                             "split_groups": df["split_group_id"].n_unique()}
-                                        for pq, (jl, df) in sorted(tables.items())},
-            "sources": summary.get("counts", {})}
+    return {
+        "task_id": "T13",
+        "files": {
+            pq: {
+                "jsonl": jl,
+                "items": df.height,
+                "steps": int(df["num_steps"].sum() or 0),
+                "split_groups": df["split_group_id"].n_unique(),
+            }
+            for pq, (jl, df) in sorted(tables.items())
+        },
+        "sources": summary.get("counts", {}),
+    }
 
 
 def write_step_files(rows: pl.DataFrame, summary: dict, cfg: Settings, out_dir: Path) -> list[str]:
@@ -116,8 +127,10 @@ def step_problems(release_dir: Path, cfg: Settings, mcq_groups: dict[str, set[st
     other = {"eval": "sft", "sft": "eval"}
     across = sorted({g for g, s in sides.items() for side in s if g in mcq_groups.get(other[side], set())})
     out += [f"step split group {g}: on both sides" for g in both[:10]]
-    out += [f"split group {g}: on one side in the step files, on the other in the multiple-choice files"
-            for g in across[:10]]
+    out += [
+        f"split group {g}: on one side in the step files, on the other in the multiple-choice files"
+        for g in across[:10]
+    ]
     return out
 
 
@@ -125,18 +138,37 @@ def step_recon_rows(release_dir: Path, cfg: Settings) -> pl.DataFrame:
     """What `processbench reconstruct` needs of the step items: one row per (item, step) with the step's unit,
     camera, frames and image hashes, `first_image` = the index of the step's first image in the item (the image
     files are <item_id>_<k>.png, as the rows' `image` list names them), and `file`."""
-    cols = {"item_id": pl.String, "source_slug": pl.String, "source_unit_id": pl.String, "camera": pl.String,
-            "frame_indices_json": pl.String, "render_spec_json": pl.String, "image_hashes_json": pl.String,
-            "file": pl.String, "first_image": pl.Int64}
+    cols = {
+        "item_id": pl.String,
+        "source_slug": pl.String,
+        "source_unit_id": pl.String,
+        "camera": pl.String,
+        "frame_indices_json": pl.String,
+        "render_spec_json": pl.String,
+        "image_hashes_json": pl.String,
+        "file": pl.String,
+        "first_image": pl.Int64,
+    }
     rows = []
     for rel, df in step_tables(release_dir, cfg).items():
-        for r in df.select("item_id", "source_slug", "step_reconstruction_keys_json", "step_image_index_json",
-                           "image_hashes_json").iter_rows(named=True):
+        for r in df.select(
+            "item_id", "source_slug", "step_reconstruction_keys_json", "step_image_index_json", "image_hashes_json"
+        ).iter_rows(named=True):
             hashes = json.loads(r["image_hashes_json"])
-            for key, index in zip(json.loads(r["step_reconstruction_keys_json"]), json.loads(r["step_image_index_json"])):
-                rows.append({"item_id": r["item_id"], "source_slug": r["source_slug"],
-                             "source_unit_id": key["source_unit_id"], "camera": key["camera"],
-                             "frame_indices_json": io.compact_json(key["frame_indices"]), "render_spec_json": None,
-                             "image_hashes_json": io.compact_json([hashes[i] for i in index]), "file": rel,
-                             "first_image": index[0]})
+            for key, index in zip(
+                json.loads(r["step_reconstruction_keys_json"]), json.loads(r["step_image_index_json"])
+            ):
+                rows.append(
+                    {
+                        "item_id": r["item_id"],
+                        "source_slug": r["source_slug"],
+                        "source_unit_id": key["source_unit_id"],
+                        "camera": key["camera"],
+                        "frame_indices_json": io.compact_json(key["frame_indices"]),
+                        "render_spec_json": None,
+                        "image_hashes_json": io.compact_json([hashes[i] for i in index]),
+                        "file": rel,
+                        "first_image": index[0],
+                    }
+                )
     return pl.DataFrame(rows, schema=cols)

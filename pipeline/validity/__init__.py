@@ -27,8 +27,14 @@ from pathlib import Path
 from pipeline.release.schema import CHOICE_COLUMNS
 from .baselines import cell_baselines
 from pipeline.core.seeding import py_rng
-from .metadata import (column_accuracy, metadata_problems, predictor_columns, row_count_accuracy, row_count_null,
-                       row_counts)
+from .metadata import (
+    column_accuracy,
+    metadata_problems,
+    predictor_columns,
+    row_count_accuracy,
+    row_count_null,
+    row_counts,
+)
 from .images import FrameThumbs, shared_images, temporal_gaps
 from .report import render_markdown
 
@@ -41,8 +47,21 @@ __all__ = ["audit", "problems", "run_validity"]
 
 REPORT_FILES = ("validity_report.json", "validity_report.md")  # in the release's metadata/ folder
 # the release columns the audit reads: the rest of a row (prompts, targets, specs) would only cost the worker memory
-AUDIT_COLUMNS = ("source_slug", "task_id", "source_unit_id", "camera", "frame_indices_json", "image_hashes_json",
-                 "question", *CHOICE_COLUMNS, "num_choices", "answer", "answer_text", "split_group_id", "eval_level")
+AUDIT_COLUMNS = (
+    "source_slug",
+    "task_id",
+    "source_unit_id",
+    "camera",
+    "frame_indices_json",
+    "image_hashes_json",
+    "question",
+    *CHOICE_COLUMNS,
+    "num_choices",
+    "answer",
+    "answer_text",
+    "split_group_id",
+    "eval_level",
+)
 
 
 def _level(r: dict):
@@ -64,8 +83,9 @@ def _own_values(rows: list[dict]):
     return lambda col: [r.get(col) for r in rows]
 
 
-def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: ValidityFile, thumbs=None, fps_of=None,
-          column_values=None) -> dict:
+def audit(
+    eval_rows: list[dict], sft_rows: list[dict], vcfg: ValidityFile, thumbs=None, fps_of=None, column_values=None
+) -> dict:
     """Per (source, family, eval level): baselines against the (source, family)'s SFT rows, metadata baselines,
     shared images (needs `thumbs`), T8/T9 gaps (needs `fps_of`). `column_values(col) -> (eval values, sft values)`
     aligned with the rows gives the public columns the rows themselves do not carry (run_validity reads them one at a
@@ -76,8 +96,10 @@ def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: ValidityFile, thumb
         sf[(r["source_slug"], r["task_id"])].append(i)
     k = int(vcfg.near_duplicate.hamming)
     tfam = set(vcfg.temporal.families)
-    keys = sorted(set(ev) | {(s, t, None) for s, t in sf if not any(c[:2] == (s, t) for c in ev)},
-                  key=lambda c: (c[0], _family_order(c[1]), str(c[2] or "")))
+    keys = sorted(
+        set(ev) | {(s, t, None) for s, t in sf if not any(c[:2] == (s, t) for c in ev)},
+        key=lambda c: (c[0], _family_order(c[1]), str(c[2] or "")),
+    )
     present = set().union(*(r.keys() for r in eval_rows[:1] + sft_rows[:1])) if (eval_rows or sft_rows) else set()
     if column_values is None:
         columns = predictor_columns(present)
@@ -92,19 +114,30 @@ def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: ValidityFile, thumb
             for key in keys:
                 e, s = ev.get(key, []), sf.get(key[:2], [])
                 if e:
-                    meta[key][col] = column_accuracy([sf_vals[i] for i in s], [sft_rows[i] for i in s],
-                                                     [ev_vals[i] for i in e], [eval_rows[i] for i in e])
+                    meta[key][col] = column_accuracy(
+                        [sf_vals[i] for i in s],
+                        [sft_rows[i] for i in s],
+                        [ev_vals[i] for i in e],
+                        [eval_rows[i] for i in e],
+                    )
         e_cnt, s_cnt = row_counts(eval_rows, _level), row_counts(sft_rows, lambda r: None)
         rc_null = vcfg.row_count_null
         for key in keys:
             e, s = ev.get(key, []), sf.get(key[:2], [])
             if e:
-                args = ([s_cnt[i] for i in s], [sft_rows[i] for i in s], [e_cnt[i] for i in e],
-                        [eval_rows[i] for i in e])
+                args = (
+                    [s_cnt[i] for i in s],
+                    [sft_rows[i] for i in s],
+                    [e_cnt[i] for i in e],
+                    [eval_rows[i] for i in e],
+                )
                 meta[key]["row_count"] = row_count_accuracy(*args)
-                null[key] = row_count_null(*args, int(rc_null.permutations),
-                                           float(rc_null.quantile),
-                                           py_rng(0, "validity.row_count_null", *map(str, key)))
+                null[key] = row_count_null(
+                    *args,
+                    int(rc_null.permutations),
+                    float(rc_null.quantile),
+                    py_rng(0, "validity.row_count_null", *map(str, key)),
+                )
     cells = []
     for source, task, level in keys:
         e = [eval_rows[i] for i in ev.get((source, task, level), [])]
@@ -118,8 +151,13 @@ def audit(eval_rows: list[dict], sft_rows: list[dict], vcfg: ValidityFile, thumb
         if fps_of is not None and task in tfam:
             cell["temporal"] = temporal_gaps(e + s, fps_of, thumbs or (lambda *a: None))
         cells.append(cell)
-    return {"version": 2, "eval_items": len(eval_rows), "sft_items": len(sft_rows),
-            "near_duplicate_hamming": k, "cells": cells}
+    return {
+        "version": 2,
+        "eval_items": len(eval_rows),
+        "sft_items": len(sft_rows),
+        "near_duplicate_hamming": k,
+        "cells": cells,
+    }
 
 
 def limits_of(vcfg: ValidityFile, level) -> dict:
@@ -133,8 +171,9 @@ def _reference(c: dict, tol: float, prior_levels=()) -> tuple[bool, float, str]:
     the prior below random). In `prior_levels` (the held-out levels, balanced only as far as their pool allows) never
     less than the cell's own top-label share either: the level's prior, which the scorer reports beside its score."""
     balanced = c["eval_label_share"] <= c["random"] + tol
-    ref, name = (c["random"], "random") if balanced or c["label_prior"] <= c["random"] else \
-        (c["label_prior"], "label prior")
+    ref, name = (
+        (c["random"], "random") if balanced or c["label_prior"] <= c["random"] else (c["label_prior"], "label prior")
+    )
     if c.get("level") in prior_levels and c["eval_label_share"] > ref:
         ref, name = c["eval_label_share"], "level prior"
     return balanced, ref, name
@@ -181,11 +220,14 @@ def problems(report: dict, vcfg: ValidityFile) -> list[str]:
         balanced, ref, ref_name = _reference(c, tol, vcfg.prior_reference_levels)
         blind_lim = float(lim["blind_over_random"] if balanced else lim["blind_over_prior"])
         if c["blind"] - ref > blind_lim + 1e-9:
-            out.append(f"{where}: blind text-only {c['blind']:.3f} exceeds {ref_name} {ref:.3f} by more than "
-                       f"{blind_lim:.2f}")
+            out.append(
+                f"{where}: blind text-only {c['blind']:.3f} exceeds {ref_name} {ref:.3f} by more than {blind_lim:.2f}"
+            )
         if c["option_only"] - ref > float(lim["option_only_over_reference"]) + 1e-9:
-            out.append(f"{where}: option-set-only {c['option_only']:.3f} exceeds {ref_name} {ref:.3f} by more than "
-                       f"{float(lim['option_only_over_reference']):.2f}")
+            out.append(
+                f"{where}: option-set-only {c['option_only']:.3f} exceeds {ref_name} {ref:.3f} by more than "
+                f"{float(lim['option_only_over_reference']):.2f}"
+            )
         out += [f"{where}: {m}" for m in metadata_problems(c, ref, lim)]
     if report.get("steps"):  # the T13 step track's blind gates (pipeline/steps/gates.py)
         from ..steps.gates import gate_problems
@@ -206,8 +248,9 @@ def _fps_table(wd: Path, sources: list[str]):
     return lambda source, unit_id: fps.get((source, unit_id))
 
 
-def run_validity(cfg: Settings, release_dir: Path | None = None, work_dir: Path | None = None,
-                 checksums: bool = True) -> dict:
+def run_validity(
+    cfg: Settings, release_dir: Path | None = None, work_dir: Path | None = None, checksums: bool = True
+) -> dict:
     """The stage: audit the written release splits (+ the items' frame thumbnails, the IR's fps), write
     metadata/validity_report.json and .md, re-write checksums.sha256 to cover them (when the release has one and
     `checksums`; the release stage writes it once at its end), and return {"problems": [...], "cells": n}."""
@@ -226,8 +269,11 @@ def run_validity(cfg: Settings, release_dir: Path | None = None, work_dir: Path 
     have = {k: [set(pl.read_parquet_schema(f)) for f in v] for k, v in paths.items()}
 
     def read(split: str, cols: list[str]) -> pl.DataFrame:  # the same columns of every file of a split, in order
-        return pl.concat([pl.read_parquet(f, columns=[c for c in cols if c in h]) for f, h in
-                          zip(paths[split], have[split])], how="diagonal_relaxed")
+        return pl.concat(
+            [pl.read_parquet(f, columns=[c for c in cols if c in h]) for f, h in zip(paths[split], have[split])],
+            how="diagonal_relaxed",
+        )
+
     ev, sf = (read(k, list(AUDIT_COLUMNS)).to_dicts() for k in ("eval", "sft"))
     common = set.intersection(*have["eval"], *have["sft"])
 
@@ -235,9 +281,11 @@ def run_validity(cfg: Settings, release_dir: Path | None = None, work_dir: Path 
         if col is None:
             return predictor_columns(common)
         return tuple(read(k, [col])[col].to_list() for k in ("eval", "sft"))
+
     sources = sorted({r["source_slug"] for r in ev + sf})
-    report = audit(ev, sf, vcfg, thumbs=FrameThumbs(wd, sources), fps_of=_fps_table(wd, sources),
-                   column_values=column_values)
+    report = audit(
+        ev, sf, vcfg, thumbs=FrameThumbs(wd, sources), fps_of=_fps_table(wd, sources), column_values=column_values
+    )
     from ..steps.gates import step_gates
     from ..steps.tables import read_step_tables
 
@@ -291,8 +339,10 @@ def command(args) -> int:
         summary = run_validity(cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir))
         for p in summary["problems"]:
             print(f"VALIDITY: {p}")
-        print(f"{args.release}/metadata/validity_report.md: {summary['cells']} cells, "
-              f"{len(summary['problems'])} problem(s)")
+        print(
+            f"{args.release}/metadata/validity_report.md: {summary['cells']} cells, "
+            f"{len(summary['problems'])} problem(s)"
+        )
         rc = 1 if summary["problems"] else 0
     if args.human:
         try:
@@ -301,6 +351,8 @@ def command(args) -> int:
             print(f"processbench validity: {exc}")
             return 2
         for c in human["cells"]:
-            print(f"HUMAN: {c['source']}/{c['family']}: accuracy {c['accuracy']:.3f} over {c['judgments']} "
-                  f"judgments (chance {c['chance']:.3f}){'' if c['decidable'] else ' NOT DECIDABLE'}")
+            print(
+                f"HUMAN: {c['source']}/{c['family']}: accuracy {c['accuracy']:.3f} over {c['judgments']} "
+                f"judgments (chance {c['chance']:.3f}){'' if c['decidable'] else ' NOT DECIDABLE'}"
+            )
     return rc

@@ -102,8 +102,7 @@ def _bow_text(r: dict) -> str:
     return r["question"] + " " + " ".join("opt_" + "_".join(o.split()) for o in options(r))
 
 
-def bag_of_words_acc(sft_rows: list[dict], eval_rows: list[dict], C: float = 1.0,
-                     max_iter: int = 200) -> float | None:
+def bag_of_words_acc(sft_rows: list[dict], eval_rows: list[dict], C: float = 1.0, max_iter: int = 200) -> float | None:
     """A logistic regression over word counts of question + option texts predicting the answer text; the item's
     option with the highest probability is the prediction."""
     if not eval_rows:
@@ -130,14 +129,14 @@ def bag_of_words_acc(sft_rows: list[dict], eval_rows: list[dict], C: float = 1.0
 def cell_baselines(sft_rows: list[dict], eval_rows: list[dict], bow: ValidityBagOfWords | None = None) -> dict:
     bow = bow or ValidityBagOfWords()
     out = {
-        "eval_n": len(eval_rows), "sft_n": len(sft_rows),
+        "eval_n": len(eval_rows),
+        "sft_n": len(sft_rows),
         "random": random_acc(eval_rows),
         "label_prior": label_prior_acc(sft_rows, eval_rows),
         "eval_label_share": eval_label_share(eval_rows),
         "majority_letter": majority_letter_acc(sft_rows, eval_rows),
         "memoriser": memoriser_acc(sft_rows, eval_rows),
-        "bag_of_words": bag_of_words_acc(sft_rows, eval_rows, float(bow.C),
-                                         int(bow.max_iter)) if sft_rows else None,
+        "bag_of_words": bag_of_words_acc(sft_rows, eval_rows, float(bow.C), int(bow.max_iter)) if sft_rows else None,
         "option_only": option_only_acc(sft_rows, eval_rows),
     }
     blind = [v for v in (out["memoriser"], out["bag_of_words"]) if v is not None]

@@ -39,18 +39,29 @@ def load_verdicts(files: list[Path]) -> list[dict]:
         except (OSError, ValueError) as exc:
             raise ValueError(f"{f}: not a readable JSON verdicts file ({exc})") from None
         if not isinstance(data, dict) or data.get("format") != VERDICTS_FORMAT:
-            raise ValueError(f"{f}: not a {VERDICTS_FORMAT} file (format {data.get('format')!r})"
-                             if isinstance(data, dict) else f"{f}: not a {VERDICTS_FORMAT} file")
+            raise ValueError(
+                f"{f}: not a {VERDICTS_FORMAT} file (format {data.get('format')!r})"
+                if isinstance(data, dict)
+                else f"{f}: not a {VERDICTS_FORMAT} file"
+            )
         if data.get("version") != VERDICTS_VERSION:
             raise ValueError(f"{f}: verdicts version {data.get('version')!r}, expected {VERDICTS_VERSION}")
         who = str(data.get("annotator") or "anonymous")
         for i, v in enumerate(data.get("verdicts") or []):
             ans, ct = v.get("answer"), bool(v.get("cannot_tell"))
             if not v.get("item_id") or (ans is None) != ct or (ans is not None and ans not in CHOICE_LETTERS):
-                raise ValueError(f"{f}: verdict {i} is not {{item_id, answer: letter, cannot_tell: false}} or "
-                                 f"{{item_id, answer: null, cannot_tell: true}}: {v!r}")
-            rows[(who, v["item_id"])] = {"annotator": who, "source": data.get("source"), "family": data.get("family"),
-                                         "item_id": v["item_id"], "answer": ans, "cannot_tell": ct}
+                raise ValueError(
+                    f"{f}: verdict {i} is not {{item_id, answer: letter, cannot_tell: false}} or "
+                    f"{{item_id, answer: null, cannot_tell: true}}: {v!r}"
+                )
+            rows[(who, v["item_id"])] = {
+                "annotator": who,
+                "source": data.get("source"),
+                "family": data.get("family"),
+                "item_id": v["item_id"],
+                "answer": ans,
+                "cannot_tell": ct,
+            }
     return [rows[k] for k in sorted(rows)]
 
 
@@ -83,9 +94,12 @@ def _agreement(judged: dict[str, dict[str, str]]) -> dict:
     if not pairs:
         return {"pairs": 0, "shared_items": 0, "agreement": None, "kappa": None}
     kap = [p[2] for p in pairs if p[2] is not None]
-    return {"pairs": len(pairs), "shared_items": sum(p[0] for p in pairs),
-            "agreement": round(sum(p[1] for p in pairs) / len(pairs), 4),
-            "kappa": round(sum(kap) / len(kap), 4) if kap else None}
+    return {
+        "pairs": len(pairs),
+        "shared_items": sum(p[0] for p in pairs),
+        "agreement": round(sum(p[1] for p in pairs) / len(pairs), 4),
+        "kappa": round(sum(kap) / len(kap), 4) if kap else None,
+    }
 
 
 def human_report(verdicts: list[dict], key: dict[str, tuple], hcfg: ValidityHuman) -> dict:
@@ -99,7 +113,7 @@ def human_report(verdicts: list[dict], key: dict[str, tuple], hcfg: ValidityHuma
             src, fam, _, _ = key[v["item_id"]]
             cells[(src, fam)].append(v)
     out = []
-    for (src, fam) in sorted(cells, key=lambda c: (c[0], int(c[1][1:]) if c[1][1:].isdigit() else 999)):
+    for src, fam in sorted(cells, key=lambda c: (c[0], int(c[1][1:]) if c[1][1:].isdigit() else 999)):
         vs = cells[(src, fam)]
         correct = sum(v["answer"] == key[v["item_id"]][2] for v in vs)
         chance = sum(1 / int(key[v["item_id"]][3]) for v in vs) / len(vs)
@@ -107,15 +121,29 @@ def human_report(verdicts: list[dict], key: dict[str, tuple], hcfg: ValidityHuma
         judged: dict[str, dict[str, str]] = defaultdict(dict)
         for v in vs:
             judged[v["annotator"]][v["item_id"]] = "?" if v["cannot_tell"] else v["answer"]
-        out.append({"source": src, "family": fam, "judgments": len(vs), "items": len({v["item_id"] for v in vs}),
-                    "annotators": sorted(judged), "accuracy": round(correct / len(vs), 4),
-                    "cannot_tell": round(sum(v["cannot_tell"] for v in vs) / len(vs), 4),
-                    "chance": round(chance, 4), "ci": [round(lo, 4), round(hi, 4)],
-                    "decidable": bool(len(vs) >= min_n and lo > chance),
-                    "agreement": _agreement(judged)})
-    return {"ci": float(hcfg.ci), "min_judgments": min_n, "annotators": sorted({v["annotator"] for v in verdicts}),
-            "unknown_items": unknown, "cells": out,
-            "not_decidable": [f"{c['source']}/{c['family']}" for c in out if not c["decidable"]]}
+        out.append(
+            {
+                "source": src,
+                "family": fam,
+                "judgments": len(vs),
+                "items": len({v["item_id"] for v in vs}),
+                "annotators": sorted(judged),
+                "accuracy": round(correct / len(vs), 4),
+                "cannot_tell": round(sum(v["cannot_tell"] for v in vs) / len(vs), 4),
+                "chance": round(chance, 4),
+                "ci": [round(lo, 4), round(hi, 4)],
+                "decidable": bool(len(vs) >= min_n and lo > chance),
+                "agreement": _agreement(judged),
+            }
+        )
+    return {
+        "ci": float(hcfg.ci),
+        "min_judgments": min_n,
+        "annotators": sorted({v["annotator"] for v in verdicts}),
+        "unknown_items": unknown,
+        "cells": out,
+        "not_decidable": [f"{c['source']}/{c['family']}" for c in out if not c["decidable"]],
+    }
 
 
 def _z(ci: float) -> float:
@@ -130,35 +158,49 @@ def answer_key(release: Path, cfg: Settings) -> dict[str, tuple]:
 
     from pipeline.release.files import file_names, level_file_names
 
-    paths = [release / file_names(cfg)["eval_parquet"]] + [release / level_file_names(cfg, lv)["parquet"]
-                                                            for lv in ("L2", "L3")]
+    paths = [release / file_names(cfg)["eval_parquet"]] + [
+        release / level_file_names(cfg, lv)["parquet"] for lv in ("L2", "L3")
+    ]
     key = {}
     for p in paths:
         if p.exists():
-            for r in pl.read_parquet(p, columns=["item_id", "source_slug", "task_id", "answer", "num_choices"]).iter_rows():
+            for r in pl.read_parquet(
+                p, columns=["item_id", "source_slug", "task_id", "answer", "num_choices"]
+            ).iter_rows():
                 key[r[0]] = (r[1], r[2], r[3], int(r[4]))
     return key
 
 
 def human_markdown(human: dict) -> list[str]:
     """The report's human-check section (markdown lines)."""
+
     def f(x):
         return "–" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
 
-    lines = ["", "## Human check", "",
-             f"Verdicts of {len(human['annotators'])} annotator(s) ({', '.join(human['annotators'])}) on the review "
-             f"pages, against the key; \"cannot tell\" counts as not correct. {int(human['ci'] * 100)} % Wilson "
-             f"interval over judgments; decidable = lower bound above chance with at least {human['min_judgments']} "
-             "judgments. Agreement: mean over annotator pairs of the share of equal verdicts on shared items, and "
-             "Cohen's kappa.", "",
-             "| source | family | judgments | human acc. | interval | chance | cannot tell | agreement | kappa "
-             "| decidable |", "|---|---|---:|---:|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "",
+        "## Human check",
+        "",
+        f"Verdicts of {len(human['annotators'])} annotator(s) ({', '.join(human['annotators'])}) on the review "
+        f'pages, against the key; "cannot tell" counts as not correct. {int(human["ci"] * 100)} % Wilson '
+        f"interval over judgments; decidable = lower bound above chance with at least {human['min_judgments']} "
+        "judgments. Agreement: mean over annotator pairs of the share of equal verdicts on shared items, and "
+        "Cohen's kappa.",
+        "",
+        "| source | family | judgments | human acc. | interval | chance | cannot tell | agreement | kappa "
+        "| decidable |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
     for c in human["cells"]:
         a = c["agreement"]
-        lines.append(f"| {c['source']} | {c['family']} | {c['judgments']} | {f(c['accuracy'])} "
-                     f"| [{f(c['ci'][0])}, {f(c['ci'][1])}] | {f(c['chance'])} | {f(c['cannot_tell'])} "
-                     f"| {f(a['agreement'])} | {f(a['kappa'])} | {'yes' if c['decidable'] else '**no**'} |")
+        lines.append(
+            f"| {c['source']} | {c['family']} | {c['judgments']} | {f(c['accuracy'])} "
+            f"| [{f(c['ci'][0])}, {f(c['ci'][1])}] | {f(c['chance'])} | {f(c['cannot_tell'])} "
+            f"| {f(a['agreement'])} | {f(a['kappa'])} | {'yes' if c['decidable'] else '**no**'} |"
+        )
     lines += ["", "Not decidable by humans: " + (", ".join(human["not_decidable"]) or "none")]
     if human["unknown_items"]:
-        lines.append(f"Verdicts on {len(human['unknown_items'])} item(s) not in this release's eval files were ignored.")
+        lines.append(
+            f"Verdicts on {len(human['unknown_items'])} item(s) not in this release's eval files were ignored."
+        )
     return lines

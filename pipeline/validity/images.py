@@ -113,8 +113,12 @@ def shared_images(sft_rows: list[dict], eval_rows: list[dict], thumbs, k: int) -
     hits = iter(near_matches(flat, ref, k))
     near = sum(1 for hs in per_item if any([next(hits) for _ in hs]))
     n = len(eval_rows)
-    return {"exact_shared": exact, "near_shared": near, "near_shared_fraction": round(near / n, 4) if n else None,
-            "frames_without_thumb": missing}
+    return {
+        "exact_shared": exact,
+        "near_shared": near,
+        "near_shared_fraction": round(near / n, 4) if n else None,
+        "frames_without_thumb": missing,
+    }
 
 
 def temporal_gaps(rows: list[dict], fps_of, thumbs) -> dict:
@@ -132,7 +136,12 @@ def temporal_gaps(rows: list[dict], fps_of, thumbs) -> dict:
         b = thumbs(r["source_slug"], r["source_unit_id"], r["camera"], fr[j + 1])
         if a is not None and b is not None:
             diffs.append(thumb_mad(a, b))
-    q = (lambda xs, p: round(float(np.quantile(xs, p)), 3) if xs else None)
-    return {"n": len(rows), "median_gap_s": round(median(gaps), 3) if gaps else None, "p10_gap_s": q(gaps, 0.1),
-            "median_visual_diff": round(median(diffs), 3) if diffs else None, "p10_visual_diff": q(diffs, 0.1),
-            "items_without_gap": missing}
+    q = lambda xs, p: round(float(np.quantile(xs, p)), 3) if xs else None
+    return {
+        "n": len(rows),
+        "median_gap_s": round(median(gaps), 3) if gaps else None,
+        "p10_gap_s": q(gaps, 0.1),
+        "median_visual_diff": round(median(diffs), 3) if diffs else None,
+        "p10_visual_diff": q(diffs, 0.1),
+        "items_without_gap": missing,
+    }

@@ -33,8 +33,9 @@ from pipeline.release.schema import CHOICE_COLUMNS, COLUMN_NAMES, MODEL_FACING_C
 from .baselines import credit, keyed_acc, label_prior, options
 
 # the answer itself (gold is in every file), the question and options (text baselines), the split (one value per file)
-NOT_PREDICTORS = frozenset({"answer", "answer_text", "sft_target", "question", *CHOICE_COLUMNS, "split",
-                            "num_choices", "eval_level"})
+NOT_PREDICTORS = frozenset(
+    {"answer", "answer_text", "sft_target", "question", *CHOICE_COLUMNS, "split", "num_choices", "eval_level"}
+)
 ROW_COUNT = "row_count"
 _LIST = re.compile(r"\[\s*\d+(?:\s*,\s*\d+)+\s*\]")  # a bracketed list of two or more numbers
 
@@ -60,14 +61,15 @@ def _order(value) -> str | None:
 
 def row_counts(rows: list[dict], level_key) -> list[int]:
     """Per row: the rows of its split group in its file (level_key(row)) and family."""
-    key = [(level_key(r), r.get("source_slug"), r["task_id"], r.get("split_group_id", r.get("source_unit_id")))
-           for r in rows]
+    key = [
+        (level_key(r), r.get("source_slug"), r["task_id"], r.get("split_group_id", r.get("source_unit_id")))
+        for r in rows
+    ]
     c = Counter(key)
     return [c[k] for k in key]
 
 
-def column_accuracy(sft_values: list, sft_rows: list[dict], eval_values: list, eval_rows: list[dict]
-                    ) -> float | None:
+def column_accuracy(sft_values: list, sft_rows: list[dict], eval_values: list, eval_rows: list[dict]) -> float | None:
     """The better of the value and order memorisers of one column (values aligned with the rows)."""
     if not eval_rows:
         return None
@@ -78,8 +80,9 @@ def column_accuracy(sft_values: list, sft_rows: list[dict], eval_values: list, e
     return max(a for a in accs if a is not None)
 
 
-def row_count_accuracy(sft_counts: list[int], sft_rows: list[dict], eval_counts: list[int], eval_rows: list[dict]
-                       ) -> float | None:
+def row_count_accuracy(
+    sft_counts: list[int], sft_rows: list[dict], eval_counts: list[int], eval_rows: list[dict]
+) -> float | None:
     return keyed_acc(sft_counts, sft_rows, eval_counts, eval_rows) if eval_rows else None
 
 
@@ -87,8 +90,15 @@ def _group(r: dict):
     return r.get("split_group_id", r.get("source_unit_id"))
 
 
-def row_count_null(sft_counts: list[int], sft_rows: list[dict], eval_counts: list[int], eval_rows: list[dict],
-                   permutations: int, quantile: float, rng) -> float | None:
+def row_count_null(
+    sft_counts: list[int],
+    sft_rows: list[dict],
+    eval_counts: list[int],
+    eval_rows: list[dict],
+    permutations: int,
+    quantile: float,
+    rng,
+) -> float | None:
     """The `quantile` of the row count's accuracy with the counts shuffled among groups (eval and SFT apart): what
     row counts that carry no label score in this cell (module docstring). None when permutations is 0."""
     if not eval_rows or permutations <= 0:

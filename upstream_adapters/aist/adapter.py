@@ -86,7 +86,6 @@ IMAGES = "observations/images"
 _UNIT_RE = re.compile(r"(task_\d+)_episode_(\d+)")
 
 
-
 class AistAdapter(AistLayout, SourceAdapter):
     slug = SLUG
     name = "AIST-Bimanual"
@@ -101,18 +100,26 @@ class AistAdapter(AistLayout, SourceAdapter):
         "row_mismatch_tolerance": "largest row-count gap of qpos/qvel/camera cut to the common prefix (default 5)",
         "member_memory_limit": "deflated zip members up to this many bytes are inflated in memory (default 512 MiB)",
         "archive_limits": "{max_member_bytes, max_compression_ratio, max_archive_bytes}: a deflated zip member past "
-                          "them is refused (its episode quarantined) before it is inflated",
+        "them is refused (its episode quarantined) before it is inflated",
         "task_table": "CSV task_id,task_name,taxonomy of the AIST tasks (default: the shipped configs/aist_tasks.csv)",
         "jpeg_channel_order": "rgb | bgr: channel order the JPEG rows were encoded from. rgb (default, the public "
-                              "build's PIL decoding) keeps the decoded colours; bgr swaps red and blue back for rows "
-                              "written the ALOHA way (cv2.imencode of RGB arrays)",
+        "build's PIL decoding) keeps the decoded colours; bgr swaps red and blue back for rows "
+        "written the ALOHA way (cv2.imencode of RGB arrays)",
     }
 
-    def __init__(self, camera: str = "cam_high", tasks: Sequence[str] | None = None,
-                 task_ids: dict[str, str] | None = None, left_xy: Sequence[int] = (0, 1),
-                 right_xy: Sequence[int] = (7, 8), row_mismatch_tolerance: int = 5,
-                 member_memory_limit: int = 512 * 1024 * 1024, task_table: str | None = None,
-                 jpeg_channel_order: str = "rgb", archive_limits: ArchiveLimits | dict | None = None):
+    def __init__(
+        self,
+        camera: str = "cam_high",
+        tasks: Sequence[str] | None = None,
+        task_ids: dict[str, str] | None = None,
+        left_xy: Sequence[int] = (0, 1),
+        right_xy: Sequence[int] = (7, 8),
+        row_mismatch_tolerance: int = 5,
+        member_memory_limit: int = 512 * 1024 * 1024,
+        task_table: str | None = None,
+        jpeg_channel_order: str = "rgb",
+        archive_limits: ArchiveLimits | dict | None = None,
+    ):
         """See `options` for every option; in short:
         camera: the primary camera under observations/images (ProcessBench: cam_high).
         tasks: task ids to keep (e.g. ["task_004"]); None keeps every task present in the root.
@@ -214,8 +221,9 @@ class AistAdapter(AistLayout, SourceAdapter):
                 try:
                     zf = zipfile.ZipFile(zpath)
                 except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-                    raise UnitError(f"task zip is not a readable zip archive: {self._clean(root, exc)}",
-                                    file=ep.rel) from None
+                    raise UnitError(
+                        f"task zip is not a readable zip archive: {self._clean(root, exc)}", file=ep.rel
+                    ) from None
                 stack.append(zf)
                 try:
                     info = zf.getinfo(ep.member)
@@ -232,8 +240,9 @@ class AistAdapter(AistLayout, SourceAdapter):
                 f = h5py.File(src, "r")
             except (OSError, ValueError, RuntimeError) as exc:
                 what = f"zip member {ep.member!r}" if ep.member else "episode file"
-                raise UnitError(f"cannot open {what} as HDF5 (corrupt or truncated): {self._clean(root, exc)}",
-                                file=label) from None
+                raise UnitError(
+                    f"cannot open {what} as HDF5 (corrupt or truncated): {self._clean(root, exc)}", file=label
+                ) from None
             stack.append(f)
             refuse_hdf5_links(f, label)  # data from another file must not enter the IR or a frame
             yield f
@@ -278,8 +287,10 @@ class AistAdapter(AistLayout, SourceAdapter):
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
             if buf is not None:
                 buf.close()
-            raise UnitError(f"zip member {info.filename!r} cannot be inflated (corrupt or truncated): "
-                            f"{self._clean(root, exc)}", file=label) from None
+            raise UnitError(
+                f"zip member {info.filename!r} cannot be inflated (corrupt or truncated): {self._clean(root, exc)}",
+                file=label,
+            ) from None
         if in_memory:
             self._inflated = (key, data)
             return io.BytesIO(data)
@@ -306,8 +317,9 @@ class AistAdapter(AistLayout, SourceAdapter):
             log.info("%s %s: %s", SLUG, unit_id, note)
         return ir
 
-    def _read_episode(self, f: h5py.File, root: Path, task: _Task, ep: _Episode, unit_id: str,
-                      notes: list[str]) -> tuple[dict, pa.Table, pa.Table]:
+    def _read_episode(
+        self, f: h5py.File, root: Path, task: _Task, ep: _Episode, unit_id: str, notes: list[str]
+    ) -> tuple[dict, pa.Table, pa.Table]:
         label = ep.label
         raw_rate = f.attrs.get("frame_rate")
         if raw_rate is None:
@@ -321,19 +333,25 @@ class AistAdapter(AistLayout, SourceAdapter):
             if not np.isfinite(fps) or fps <= 0:
                 raise UnitError(f"root attr 'frame_rate' is not a positive number: {raw_rate!r}", file=label)
 
-        notes.append(f"JPEG colour order assumed {self.jpeg_channel_order!r} (option jpeg_channel_order; the real "
-                     "files' encoder is unverified, rgb is the public build's PIL convention)")
+        notes.append(
+            f"JPEG colour order assumed {self.jpeg_channel_order!r} (option jpeg_channel_order; the real "
+            "files' encoder is unverified, rgb is the public build's PIL convention)"
+        )
         images = f.get(IMAGES)
         if not isinstance(images, h5py.Group):
             raise UnitError(f"episode has no {IMAGES} group", file=label)
         cameras = sorted(k for k in images.keys() if isinstance(images.get(k), h5py.Dataset))
         if self.camera not in cameras:
-            raise UnitError(f"camera {self.camera!r} missing: {IMAGES}/{self.camera} not in episode "
-                            f"(cameras: {cameras})", file=label)
+            raise UnitError(
+                f"camera {self.camera!r} missing: {IMAGES}/{self.camera} not in episode (cameras: {cameras})",
+                file=label,
+            )
         prim = images[self.camera]
         if prim.ndim != 2 or prim.dtype != np.uint8:
-            raise UnitError(f"{IMAGES}/{self.camera} is not (T, L) uint8 JPEG rows: shape {prim.shape}, "
-                            f"dtype {prim.dtype}", file=label)
+            raise UnitError(
+                f"{IMAGES}/{self.camera} is not (T, L) uint8 JPEG rows: shape {prim.shape}, dtype {prim.dtype}",
+                file=label,
+            )
 
         arrays = {}
         for key in ("qpos", "qvel"):
@@ -350,14 +368,25 @@ class AistAdapter(AistLayout, SourceAdapter):
         n = min(counts.values())
         if max(counts.values()) != n:
             if max(counts.values()) - n > self.row_mismatch_tolerance:
-                raise UnitError(f"row counts disagree beyond {self.row_mismatch_tolerance} rows {counts}: the "
-                                "row-index alignment of signals and images cannot be trusted", file=label)
+                raise UnitError(
+                    f"row counts disagree beyond {self.row_mismatch_tolerance} rows {counts}: the "
+                    "row-index alignment of signals and images cannot be trusted",
+                    file=label,
+                )
             notes.append(f"row counts differ {counts}: unit cut to the common first {n} rows")
         if n <= 0:
             raise UnitError("episode has no rows", file=label)
         for i in sorted({0, n - 1}):
-            if _decode_jpeg_row(prim[i], self.jpeg_channel_order, self.input_limits.max_image_pixels,
-                                f"frame {i} of {IMAGES}/{self.camera}", label) is None:
+            if (
+                _decode_jpeg_row(
+                    prim[i],
+                    self.jpeg_channel_order,
+                    self.input_limits.max_image_pixels,
+                    f"frame {i} of {IMAGES}/{self.camera}",
+                    label,
+                )
+                is None
+            ):
                 raise UnitError(f"frame {i} of {IMAGES}/{self.camera} does not decode as JPEG", file=label)
         qpos = np.asarray(arrays["qpos"][:n], dtype=np.float64)
         qvel = np.asarray(arrays["qvel"][:n], dtype=np.float64)
@@ -410,27 +439,32 @@ class AistAdapter(AistLayout, SourceAdapter):
 
         idx = np.arange(n, dtype=np.int64)
         parts = []
-        for arm, xy, joints, grip in (("left", self.left_xy, slice(0, 6), 6), ("right", self.right_xy, slice(7, 13), 13)):
+        for arm, xy, joints, grip in (
+            ("left", self.left_xy, slice(0, 6), 6),
+            ("right", self.right_xy, slice(7, 13), 13),
+        ):
             speed = np.linalg.norm(qvel[:, joints], axis=1)
             null = pa.nulls(n, pa.float64())
-            parts.append(pa.Table.from_arrays(
-                [
-                    pa.array(np.full(n, SLUG, dtype=object), pa.string()),
-                    pa.array(np.full(n, unit_id, dtype=object), pa.string()),
-                    pa.array(np.full(n, arm, dtype=object), pa.string()),
-                    pa.array(idx, pa.int64()),
-                    pa.array(idx / fps, pa.float64()),
-                    float_column(qpos[:, xy[0]]),
-                    float_column(qpos[:, xy[1]]),
-                    null,
-                    float_column(speed),
-                    null,
-                    float_column(qpos[:, grip]),
-                    null,
-                    null,  # speed_full: `speed` is already the norm of the arm's whole qvel
-                ],
-                schema=SIGNALS_SCHEMA,
-            ))
+            parts.append(
+                pa.Table.from_arrays(
+                    [
+                        pa.array(np.full(n, SLUG, dtype=object), pa.string()),
+                        pa.array(np.full(n, unit_id, dtype=object), pa.string()),
+                        pa.array(np.full(n, arm, dtype=object), pa.string()),
+                        pa.array(idx, pa.int64()),
+                        pa.array(idx / fps, pa.float64()),
+                        float_column(qpos[:, xy[0]]),
+                        float_column(qpos[:, xy[1]]),
+                        null,
+                        float_column(speed),
+                        null,
+                        float_column(qpos[:, grip]),
+                        null,
+                        null,  # speed_full: `speed` is already the norm of the arm's whole qvel
+                    ],
+                    schema=SIGNALS_SCHEMA,
+                )
+            )
         signals = pa.concat_tables(parts)
         return unit, frames, signals
 
@@ -448,8 +482,9 @@ class AistAdapter(AistLayout, SourceAdapter):
             raise UnitError(f"task zip is not readable: {type(exc).__name__}", file=ep.rel) from None
         return [(ep.label, path, (info.CRC, info.file_size, info.compress_size, info.header_offset))]
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto",
-                    threads: int = 1) -> dict[int, np.ndarray]:
+    def read_frames(
+        self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto", threads: int = 1
+    ) -> dict[int, np.ndarray]:
         """JPEG rows are decoded with OpenCV; `decoder`/`threads` concern container video and are not used here."""
         root = Path(root)
         want = sorted({int(i) for i in indices})
@@ -478,13 +513,20 @@ class AistAdapter(AistLayout, SourceAdapter):
                     runs.append([i])
             for run in runs:
                 try:
-                    block = ds[run[0]:run[-1] + 1]
+                    block = ds[run[0] : run[-1] + 1]
                 except (OSError, ValueError, RuntimeError) as exc:
-                    raise UnitError(f"cannot read rows {run[0]}..{run[-1]} of {IMAGES}/{camera}: "
-                                    f"{self._clean(root, exc)}", file=label) from None
+                    raise UnitError(
+                        f"cannot read rows {run[0]}..{run[-1]} of {IMAGES}/{camera}: {self._clean(root, exc)}",
+                        file=label,
+                    ) from None
                 for k, i in enumerate(run):
-                    img = _decode_jpeg_row(block[k], self.jpeg_channel_order, self.input_limits.max_image_pixels,
-                                           f"frame {i} of {IMAGES}/{camera}", label)
+                    img = _decode_jpeg_row(
+                        block[k],
+                        self.jpeg_channel_order,
+                        self.input_limits.max_image_pixels,
+                        f"frame {i} of {IMAGES}/{camera}",
+                        label,
+                    )
                     if img is None:
                         raise UnitError(f"frame {i} of {IMAGES}/{camera} does not decode as JPEG", file=label)
                     out[i] = img
@@ -520,8 +562,13 @@ def image_pixels(data: bytes) -> int | None:
     return int(width) * int(height)
 
 
-def _decode_jpeg_row(row: np.ndarray, channel_order: str = "rgb", max_pixels: int | None = None,
-                     where: str = "image", file: str | None = None) -> np.ndarray | None:
+def _decode_jpeg_row(
+    row: np.ndarray,
+    channel_order: str = "rgb",
+    max_pixels: int | None = None,
+    where: str = "image",
+    file: str | None = None,
+) -> np.ndarray | None:
     """One zero-padded JPEG row -> HxWx3 RGB. channel_order "bgr": the JPEG was encoded from an RGB array handed to
     cv2.imencode (which takes BGR), so a standard decode has red and blue swapped and is swapped back.
     `max_pixels` (input_limits.max_image_pixels): an image whose header declares more is refused before decoding
@@ -531,8 +578,11 @@ def _decode_jpeg_row(row: np.ndarray, channel_order: str = "rgb", max_pixels: in
         return None
     pixels = image_pixels(data) if max_pixels is not None else None
     if pixels is not None and pixels > max_pixels:
-        raise UnitError(f"{where} declares {pixels} pixels, over input_limits.max_image_pixels ({max_pixels}): "
-                        "refused before decoding", file=file)
+        raise UnitError(
+            f"{where} declares {pixels} pixels, over input_limits.max_image_pixels ({max_pixels}): "
+            "refused before decoding",
+            file=file,
+        )
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     if img is None or img.ndim != 3:
         return None

@@ -84,8 +84,10 @@ class AistLayout:
     def _known_tasks(self, root: Path) -> dict[str, tuple[str, str | None]]:
         """task_name -> (task_id, taxonomy): the public task table, extended (and overridden) by a manifest in the
         root when there is one."""
-        table = read_task_table(self.task_table or TASK_TABLE, "task table "
-                                f"{Path(self.task_table).name if self.task_table else 'configs/aist_tasks.csv'}")
+        table = read_task_table(
+            self.task_table or TASK_TABLE,
+            f"task table {Path(self.task_table).name if self.task_table else 'configs/aist_tasks.csv'}",
+        )
         return {**table, **(self._read_manifest(root) or {})}
 
     def _read_manifest(self, root: Path) -> dict[str, tuple[str, str | None]] | None:
@@ -95,8 +97,9 @@ class AistLayout:
         try:
             text = read_metadata(root, MANIFEST, self.input_limits.max_metadata_bytes)
         except UnitError as exc:
-            raise SourceError(f"{SLUG}: manifest {MANIFEST} in root {root.name!r} is unreadable: "
-                              f"{exc.reason}") from None
+            raise SourceError(
+                f"{SLUG}: manifest {MANIFEST} in root {root.name!r} is unreadable: {exc.reason}"
+            ) from None
         if not text.strip():
             return {}
         return parse_task_table(text, f"manifest {MANIFEST} in root {root.name!r}")
@@ -136,8 +139,13 @@ class AistLayout:
                 try:
                     subs = sorted(os.listdir(path))
                 except OSError as exc:  # one unreadable folder: its <task_id>_unreadable unit is quarantined
-                    found[entry] = _Task(entry, "dir", entry, task_id=entry,
-                                         error=f"task folder {entry!r} cannot be listed: {type(exc).__name__}")
+                    found[entry] = _Task(
+                        entry,
+                        "dir",
+                        entry,
+                        task_id=entry,
+                        error=f"task folder {entry!r} cannot be listed: {type(exc).__name__}",
+                    )
                     continue
                 for sub in subs:
                     subrel = f"{entry}/{sub}"
@@ -153,17 +161,21 @@ class AistLayout:
             try:
                 listing = os.listdir(path)
             except OSError as exc:
-                found[entry] = _Task(entry, "dir", entry, error=f"task folder {entry!r} cannot be listed: "
-                                                                  f"{type(exc).__name__}")
+                found[entry] = _Task(
+                    entry, "dir", entry, error=f"task folder {entry!r} cannot be listed: {type(exc).__name__}"
+                )
                 continue
             if any(_EPISODE_RE.fullmatch(n) for n in listing) or (path / entry).is_dir():
                 found[entry] = _Task(entry, "dir", entry)  # an extracted zip; wins over the zip itself
             elif any(n.lower().endswith(".hdf5") for n in listing):
-                found[entry] = _Task(entry, "dir", entry, error=f"task folder {entry!r} holds .hdf5 files but none "
-                                                                "named episode_N.hdf5")
+                found[entry] = _Task(
+                    entry, "dir", entry, error=f"task folder {entry!r} holds .hdf5 files but none named episode_N.hdf5"
+                )
         if not found:
-            raise SourceError(f"{SLUG}: root {root.name!r} holds no AIST task zips (<task_name>.zip) or task "
-                              "folders (<task_name>/episode_N.hdf5)")
+            raise SourceError(
+                f"{SLUG}: root {root.name!r} holds no AIST task zips (<task_name>.zip) or task "
+                "folders (<task_name>/episode_N.hdf5)"
+            )
         for tname, task in found.items():
             m = (manifest or {}).get(tname)
             if m and task.taxonomy is None:
@@ -178,23 +190,35 @@ class AistLayout:
             if task.task_id in owner:
                 for t in tasks:
                     if t.task_id == task.task_id:
-                        t.error = (f"task id {task.task_id} is claimed by several task names "
-                                   f"({owner[task.task_id]!r}, {task.task_name!r})")
+                        t.error = (
+                            f"task id {task.task_id} is claimed by several task names "
+                            f"({owner[task.task_id]!r}, {task.task_name!r})"
+                        )
             owner.setdefault(task.task_id, task.task_name)
         if self.tasks is not None:
             have = {t.task_id for t in tasks}
             known = have | {v[0] for v in (manifest or {}).values()} | set(self.task_ids.values())
             unknown = sorted(set(self.tasks) - known)
             if unknown:
-                raise SourceError(f"{SLUG}: requested tasks {unknown} are neither in {MANIFEST} nor in root "
-                                  f"{root.name!r}")
+                raise SourceError(
+                    f"{SLUG}: requested tasks {unknown} are neither in {MANIFEST} nor in root {root.name!r}"
+                )
             keep = set(self.tasks)
             tasks = [t for t in tasks if t.task_id in keep]
             for tid in sorted(keep - have):
                 name = next((n for n, v in (manifest or {}).items() if v[0] == tid), None) or next(
-                    (n for n, v in self.task_ids.items() if v == tid), tid)
-                tasks.append(_Task(name, "zip", f"{name}.zip", task_id=tid, absent=True,
-                                   error=f"task {tid} ({name}) has no zip or folder in the root"))
+                    (n for n, v in self.task_ids.items() if v == tid), tid
+                )
+                tasks.append(
+                    _Task(
+                        name,
+                        "zip",
+                        f"{name}.zip",
+                        task_id=tid,
+                        absent=True,
+                        error=f"task {tid} ({name}) has no zip or folder in the root",
+                    )
+                )
         return tasks
 
     def _list_episodes(self, root: Path, task: _Task) -> None:
@@ -205,8 +229,14 @@ class AistLayout:
             return
         try:
             st = os.stat(safe_join(root, task.rel))
-            key = (os.path.realpath(safe_join(root, task.rel)), task.task_name, task.kind, st.st_size,
-                   st.st_mtime_ns, st.st_ino)
+            key = (
+                os.path.realpath(safe_join(root, task.rel)),
+                task.task_name,
+                task.kind,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ino,
+            )
         except (OSError, UnitError):
             key = None
         cache = self.__dict__.setdefault("_listings", {})  # per-process state (not pickled: `_` prefix)
@@ -275,15 +305,21 @@ class AistLayout:
                 m = _EPISODE_RE.fullmatch(name.split("/")[-1])
                 if m:
                     n = int(m.group(1))
-                    refused.setdefault(n, _Episode(n, task.rel, name, f"zip member {name!r} is a symlink; links "
-                                                                       "inside archives are refused"))
+                    refused.setdefault(
+                        n,
+                        _Episode(
+                            n, task.rel, name, f"zip member {name!r} is a symlink; links inside archives are refused"
+                        ),
+                    )
                 continue
             if why:
                 m = _EPISODE_RE.fullmatch(re.split(r"[/\\]", name)[-1])
                 if m:
                     n = int(m.group(1))
-                    refused.setdefault(n, _Episode(n, task.rel, name, f"zip member name {name!r} is unsafe "
-                                                                       f"({why}); refused (zip-slip)"))
+                    refused.setdefault(
+                        n,
+                        _Episode(n, task.rel, name, f"zip member name {name!r} is unsafe ({why}); refused (zip-slip)"),
+                    )
                 continue
             m = exact.fullmatch(name)
             rank = 0
@@ -295,8 +331,9 @@ class AistLayout:
                     ranked[n] = (rank, name, info.file_size)
         for n, (_, name, size) in ranked.items():
             # an empty member is refused from the directory read here, never by opening the zip again for it
-            task.episodes[n] = _Episode(n, task.rel, name, None if size else
-                                        f"zip member {name!r} is empty (0 bytes): not an HDF5 episode")
+            task.episodes[n] = _Episode(
+                n, task.rel, name, None if size else f"zip member {name!r} is empty (0 bytes): not an HDF5 episode"
+            )
         for n, ep in refused.items():
             task.episodes.setdefault(n, ep)
         if not task.episodes:
@@ -314,9 +351,13 @@ class AistLayout:
             if task.error:
                 raise self._lost(root, tasks, task, task.error, units)
             if task.task_id is None:
-                raise UnitError(f"task {task.task_name!r} has no task id: it is not in the AIST task table "
-                                f"(configs/aist_tasks.csv), the root's {MANIFEST} nor the task_ids option"
-                                + (f" ({units} episodes not read)" if units else ""), file=task.rel, units=units)
+                raise UnitError(
+                    f"task {task.task_name!r} has no task id: it is not in the AIST task table "
+                    f"(configs/aist_tasks.csv), the root's {MANIFEST} nor the task_ids option"
+                    + (f" ({units} episodes not read)" if units else ""),
+                    file=task.rel,
+                    units=units,
+                )
             self._list_episodes(root, task)
             raise self._lost(root, tasks, task, task.error or f"task {task.task_id} is unreadable", units)
 
@@ -328,8 +369,9 @@ class AistLayout:
             typical = self._typical_count(root, tasks, task)
             if typical and typical > len(task.episodes):
                 units = typical - len(task.episodes)
-                why += (f" (counted as {units} lost episodes: the median of this source's readable tasks"
-                        + (f", less the {len(task.episodes)} its local headers name)" if task.episodes else ")"))
+                why += f" (counted as {units} lost episodes: the median of this source's readable tasks" + (
+                    f", less the {len(task.episodes)} its local headers name)" if task.episodes else ")"
+                )
         return UnitError(why, file=task.rel, units=units)
 
     def _typical_count(self, root: Path, tasks: list[_Task], but: _Task) -> int | None:

@@ -50,8 +50,16 @@ import numpy as np
 import pyarrow as pa
 
 from upstream_adapters.media import video
-from upstream_adapters.base import (SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join,
-                   typical_units)
+from upstream_adapters.base import (
+    SourceAdapter,
+    check_unit_id,
+    load_json,
+    path_free,
+    read_metadata,
+    require_root,
+    safe_join,
+    typical_units,
+)
 from upstream_adapters.gm100.signals import COL_GRIP, signals_table
 from upstream_adapters.storage import lerobot_v3 as v3
 from upstream_adapters.storage.lerobot import (
@@ -119,8 +127,8 @@ class Gm100Adapter(SourceAdapter):
     options = {
         "camera": "primary camera: the video feature without 'observation.images.' (default camera_top)",
         "frame_count_tolerance": "largest gap between the primary video's frames and the parquet's rows accepted "
-                                 "(cut to the decodable common prefix, with a note); larger gaps are quarantined "
-                                 "(default 2; 0 = strict)",
+        "(cut to the decodable common prefix, with a note); larger gaps are quarantined "
+        "(default 2; 0 = strict)",
     }
     arm_layout = "bimanual"  # the Cobot Magic hardware; single/bimanual task typing is derived by the labels stage
     signal_semantics = {
@@ -136,7 +144,7 @@ class Gm100Adapter(SourceAdapter):
     def __init__(self, camera: str = "camera_top", frame_count_tolerance: int = 2):
         if int(frame_count_tolerance) < 0:
             raise ValueError(f"frame_count_tolerance must be >= 0, not {frame_count_tolerance!r}")
-        self.camera = camera[len(VIDEO_PREFIX):] if camera.startswith(VIDEO_PREFIX) else camera
+        self.camera = camera[len(VIDEO_PREFIX) :] if camera.startswith(VIDEO_PREFIX) else camera
         self.frame_count_tolerance = int(frame_count_tolerance)
         super().__init__()
 
@@ -252,8 +260,10 @@ class Gm100Adapter(SourceAdapter):
             notes.append(f"kept without camera(s) {', '.join(missing)}: video not downloaded (a partial download)")
         offset, span = self._video_span(meta, ep, self.camera)
         try:
-            n_video = video.count_frames(safe_join(root, primary_rel),
-                                         max_samples=self.input_limits.max_video_samples) - offset
+            n_video = (
+                video.count_frames(safe_join(root, primary_rel), max_samples=self.input_limits.max_video_samples)
+                - offset
+            )
         except video.DecodeError as exc:
             raise UnitError(f"{self.camera} video cannot be read: {exc}", file=primary_rel) from None
         if span is not None:
@@ -263,8 +273,10 @@ class Gm100Adapter(SourceAdapter):
 
         if n_video != n:
             gap = n - n_video
-            what = (f"{self.camera} video has {n_video} decodable frames but the parquet has {n} rows "
-                    f"({abs(gap)} frame{'s' if abs(gap) != 1 else ''} {'short' if gap > 0 else 'extra'})")
+            what = (
+                f"{self.camera} video has {n_video} decodable frames but the parquet has {n} rows "
+                f"({abs(gap)} frame{'s' if abs(gap) != 1 else ''} {'short' if gap > 0 else 'extra'})"
+            )
             if abs(gap) <= self.frame_count_tolerance:
                 keep = self._decodable(root, primary_rel, min(n, n_video), offset)
                 note = f"{what}: cut to the first {keep} frames (tolerance {self.frame_count_tolerance})"
@@ -341,18 +353,21 @@ class Gm100Adapter(SourceAdapter):
         root = Path(root)
         task, ep = self._parse(root, unit_id)
         meta = self._task_meta(root, task)
-        rels = [f"{task}/meta/info.json",
-                f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=f'{task}/meta/info.json')}"]
+        rels = [
+            f"{task}/meta/info.json",
+            f"{task}/{_fill(meta.data_path, ep, meta.chunks_size, file=f'{task}/meta/info.json')}",
+        ]
         if meta.video_path is not None:
             rels += [self._video_rel(meta, task, ep, cam) for cam in sorted(meta.video_keys)]
         return [(r, safe_join(root, r), None) for r in rels]
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto",
-                    threads: int = 1) -> dict[int, np.ndarray]:
+    def read_frames(
+        self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto", threads: int = 1
+    ) -> dict[int, np.ndarray]:
         root = Path(root)
         task, ep = self._parse(root, unit_id)
         meta = self._task_meta(root, task)
-        cam = camera[len(VIDEO_PREFIX):] if camera.startswith(VIDEO_PREFIX) else camera
+        cam = camera[len(VIDEO_PREFIX) :] if camera.startswith(VIDEO_PREFIX) else camera
         self._video_key(meta, cam)
         rel_v = self._video_rel(meta, task, ep, cam)
         path = safe_join(root, rel_v)
@@ -365,11 +380,17 @@ class Gm100Adapter(SourceAdapter):
             return {}
         offset, span = self._video_span(meta, ep, cam)
         if span is not None and max(want) >= span:
-            raise UnitError(f"{cam} frames {[i for i in want if i >= span][:5]} outside the episode ({span} frames)",
-                            file=rel_v)
+            raise UnitError(
+                f"{cam} frames {[i for i in want if i >= span][:5]} outside the episode ({span} frames)", file=rel_v
+            )
         try:
-            got = video.read_frames(path, [offset + i for i in want], decoder=decoder, threads=threads,
-                                    max_samples=self.input_limits.max_video_samples)
+            got = video.read_frames(
+                path,
+                [offset + i for i in want],
+                decoder=decoder,
+                threads=threads,
+                max_samples=self.input_limits.max_video_samples,
+            )
         except video.DecodeError as exc:
             raise UnitError(path_free(f"{cam} video: {exc}", path, rel_v), file=rel_v) from None
         return {i: got[offset + i] for i in want}
@@ -383,16 +404,25 @@ class Gm100Adapter(SourceAdapter):
             if TASK_RE.match(task):
                 safe_join(root, task)  # raises for a task folder escaping the root
                 # the episodes it stands for, counted as lost: as many as the other task folders list (median)
-                units = typical_units(len(self._list_episodes(root, t)[0]) for t in sorted(os.listdir(root))
-                                      if TASK_RE.match(t) and t != task)
+                units = typical_units(
+                    len(self._list_episodes(root, t)[0])
+                    for t in sorted(os.listdir(root))
+                    if TASK_RE.match(t) and t != task
+                )
                 try:
                     os.listdir(root / task)
-                    why = ("task folder has no meta/info.json and no episode files" if not
-                           (root / task / "meta" / "info.json").is_file() else "task folder lists no episodes (no "
-                           "meta/episodes.jsonl entries and no episode parquet files)")
+                    why = (
+                        "task folder has no meta/info.json and no episode files"
+                        if not (root / task / "meta" / "info.json").is_file()
+                        else "task folder lists no episodes (no "
+                        "meta/episodes.jsonl entries and no episode parquet files)"
+                    )
                 except OSError as exc:
-                    why = ("task folder is missing" if isinstance(exc, FileNotFoundError)
-                           else f"task folder cannot be read: {type(exc).__name__}")
+                    why = (
+                        "task folder is missing"
+                        if isinstance(exc, FileNotFoundError)
+                        else f"task folder cannot be read: {type(exc).__name__}"
+                    )
                 raise UnitError(why, file=task, units=units)
         m = UNIT_RE.match(unit_id)
         if not m:
@@ -415,8 +445,9 @@ class Gm100Adapter(SourceAdapter):
         if not info_path.is_file():
             raise UnitError("meta/info.json is missing: the task folder is not a LeRobot dataset", file=info_rel)
         try:
-            info = load_json(read_metadata(root, info_rel, self.input_limits.max_metadata_bytes), info_rel,
-                             self.input_limits)
+            info = load_json(
+                read_metadata(root, info_rel, self.input_limits.max_metadata_bytes), info_rel, self.input_limits
+            )
         except UnitError as exc:
             raise UnitError(f"meta/info.json is not readable: {exc.reason}", file=info_rel) from None
         if not isinstance(info, dict):
@@ -432,16 +463,29 @@ class Gm100Adapter(SourceAdapter):
         elif tasks_path.is_file():
             tasks = {}
             for row in _read_jsonl_quiet(root, tasks_rel, self.input_limits):
-                if isinstance(row, dict) and isinstance(row.get("task_index"), int) \
-                        and isinstance(row.get("task"), str):
+                if (
+                    isinstance(row, dict)
+                    and isinstance(row.get("task_index"), int)
+                    and isinstance(row.get("task"), str)
+                ):
                     tasks[row["task_index"]] = row["task"]
         else:
             notes.append("meta/tasks.jsonl is missing: language is null")
         licence = _card_licence(root, f"{task}/README.md") or self._licence_of_root(root) or "unknown"
-        meta = _TaskMeta(task=task, info=info, fps=float(fps), data_path=data_path,
-                         video_path=video_path if isinstance(video_path, str) and video_path else None,
-                         chunks_size=chunks, video_keys=video_keys, features=features, tasks=tasks,
-                         licence=licence, notes=notes, episodes=episodes)
+        meta = _TaskMeta(
+            task=task,
+            info=info,
+            fps=float(fps),
+            data_path=data_path,
+            video_path=video_path if isinstance(video_path, str) and video_path else None,
+            chunks_size=chunks,
+            video_keys=video_keys,
+            features=features,
+            tasks=tasks,
+            licence=licence,
+            notes=notes,
+            episodes=episodes,
+        )
         if len(self._meta_cache) > 512:
             self._meta_cache.clear()
         self._meta_cache[stamp] = meta

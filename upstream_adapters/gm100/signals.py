@@ -7,7 +7,11 @@ import numpy as np
 import pyarrow as pa
 
 from upstream_adapters.ir import SIGNALS_SCHEMA
-from upstream_adapters.storage.lerobot import arm_slices as _arm_slices, matrix as _matrix, names_swapped as _names_swapped
+from upstream_adapters.storage.lerobot import (
+    arm_slices as _arm_slices,
+    matrix as _matrix,
+    names_swapped as _names_swapped,
+)
 
 COL_POS = "observation.state.arm.position"
 COL_VEL = "observation.state.arm.velocity"
@@ -25,8 +29,9 @@ def _per_gripper(m, features: dict, col: str, channel: str, notes: list[str]) ->
     return {"left": 1, "right": 0} if _names_swapped(features.get(col), 1) else {"left": 0, "right": 1}
 
 
-def signals_table(slug: str, table: pa.Table, features: dict, unit_id: str, t_sec: np.ndarray, data_rel: str,
-                  notes: list[str]) -> pa.Table:
+def signals_table(
+    slug: str, table: pa.Table, features: dict, unit_id: str, t_sec: np.ndarray, data_rel: str, notes: list[str]
+) -> pa.Table:
     """Arms `left` and `right` of the Cobot Magic from one episode's parquet (channel mapping: gm100.py)."""
     n = table.num_rows
     pos = _matrix(table, COL_POS, features, data_rel)

@@ -39,14 +39,32 @@ _MOOV = frozenset({b"mvhd", b"trak", b"udta", b"iods"})
 _CONTAINERS = frozenset({b"trak", b"mdia", b"minf", b"stbl", b"edts", b"dinf"})
 # the boxes of the track the fast path knows; any other (sample groups, partial sync samples, compact sizes,
 # track references, ...) sends the file to FFmpeg
-_TRAK = _CONTAINERS | {b"tkhd", b"elst", b"mdhd", b"hdlr", b"vmhd", b"dref", b"stsd", b"stts", b"ctts", b"stss",
-                       b"stsc", b"stsz", b"stco", b"co64", b"sdtp", b"udta"}
+_TRAK = _CONTAINERS | {
+    b"tkhd",
+    b"elst",
+    b"mdhd",
+    b"hdlr",
+    b"vmhd",
+    b"dref",
+    b"stsd",
+    b"stts",
+    b"ctts",
+    b"stss",
+    b"stsc",
+    b"stsz",
+    b"stco",
+    b"co64",
+    b"sdtp",
+    b"udta",
+}
 # per-file payloads, interpreted here: only their version and flags go into the header key
 _PER_FILE = frozenset({b"elst", b"stts", b"ctts", b"stss", b"stsc", b"stsz", b"stco", b"co64", b"sdtp"})
 # (creation, modification) and duration byte ranges of the full boxes' payloads, by version: blanked in the key
-_TIMES = {b"mvhd": {0: ((4, 12), (16, 20)), 1: ((4, 20), (24, 32))},
-          b"tkhd": {0: ((4, 12), (20, 24)), 1: ((4, 20), (28, 36))},
-          b"mdhd": {0: ((4, 12), (16, 20)), 1: ((4, 20), (24, 32))}}
+_TIMES = {
+    b"mvhd": {0: ((4, 12), (16, 20)), 1: ((4, 20), (24, 32))},
+    b"tkhd": {0: ((4, 12), (20, 24)), 1: ((4, 20), (28, 36))},
+    b"mdhd": {0: ((4, 12), (16, 20)), 1: ((4, 20), (24, 32))},
+}
 
 
 class _Unsupported(Exception):
@@ -143,8 +161,9 @@ class _Table:
 
     __slots__ = ("moov", "box", "sizes", "starts", "stts", "edit", "timing")
 
-    def __init__(self, moov: bytes, box: dict, sizes: list[int], starts: list[int], stts,
-                 edit: tuple[int, int, tuple] | None):
+    def __init__(
+        self, moov: bytes, box: dict, sizes: list[int], starts: list[int], stts, edit: tuple[int, int, tuple] | None
+    ):
         self.moov, self.box, self.sizes, self.starts, self.stts = moov, box, sizes, starts, stts
         self.edit = None if edit is None else edit[:2]
         self.timing = None if edit is None else edit[2]  # _timing's answer, when the edit check computed it
@@ -219,7 +238,7 @@ def _version(buf: bytes, start: int) -> int:
 def _keyed(key, buf: bytes, typ: bytes, s: int, e: int) -> None:
     """Add a box to the header key: type and payload, without its per-file parts."""
     if typ in _PER_FILE:
-        key.update(typ + buf[s:s + 4])
+        key.update(typ + buf[s : s + 4])
         return
     payload = bytearray(buf[s:e])
     for a, b in _TIMES.get(typ, {}).get(buf[s] if e > s else 0, ()):
@@ -231,7 +250,7 @@ def _keyed(key, buf: bytes, typ: bytes, s: int, e: int) -> None:
             raise _Unsupported("sample entry")
         for kid, ks, ke in _boxes(buf, entry + 86, entry + size):
             if kid == b"btrt":
-                payload[ks - s:ke - s] = bytes(ke - ks)
+                payload[ks - s : ke - s] = bytes(ke - ks)
     key.update(typ + struct.pack(">Q", e - s) + bytes(payload))
 
 
@@ -250,12 +269,12 @@ def _count(moov: bytes, file_size: int, key) -> _Table:
     (movie_scale,) = struct.unpack_from(">I", moov, mvhd[0][0] + (20 if v == 1 else 12))
     box = _flatten(moov, *traks[0], key)
     s, e = box[b"hdlr"]
-    if moov[s + 8:s + 12] != b"vide":
+    if moov[s + 8 : s + 12] != b"vide":
         raise _Unsupported("not a video track")
     v = _version(moov, box[b"mdhd"][0])
     (media_scale,) = struct.unpack_from(">I", moov, box[b"mdhd"][0] + (20 if v == 1 else 12))
     s, _ = box[b"dref"]  # one data reference, in this file (FFmpeg does not follow others by default)
-    if struct.unpack_from(">I", moov, s + 4)[0] != 1 or moov[s + 12:s + 16] != b"url " or not moov[s + 19] & 1:
+    if struct.unpack_from(">I", moov, s + 4)[0] != 1 or moov[s + 12 : s + 16] != b"url " or not moov[s + 19] & 1:
         raise _Unsupported("data reference")
     s, _ = box[b"stsd"]
     if struct.unpack_from(">I", moov, s + 4)[0] != 1:
@@ -392,7 +411,7 @@ def _keyframes_are_flagged(fh: BinaryIO, table: _Table, keys: list[int]) -> bool
     moov = table.moov
     s, _ = table.box[b"stsd"]
     entry = s + 8
-    fmt = moov[entry + 4:entry + 8]
+    fmt = moov[entry + 4 : entry + 8]
     if fmt in _FLAGGED_FROM_STSS:
         return True
     if fmt not in _AVC:

@@ -201,8 +201,10 @@ def check_declared(src: VideoSource, max_samples: int | None) -> None:
         return
     n = _table(src, lambda fh: mp4_index.declared_samples(fh, max_boxes=max_samples + 1))
     if n is not None and n > max_samples:
-        raise DecodeError(f"video declares {n} samples in one track, over input_limits.max_video_samples "
-                          f"({max_samples}): refused before indexing")
+        raise DecodeError(
+            f"video declares {n} samples in one track, over input_limits.max_video_samples "
+            f"({max_samples}): refused before indexing"
+        )
 
 
 def probe(src: VideoSource) -> VideoIndex:
@@ -299,8 +301,9 @@ def decord_is_exact(index: VideoIndex) -> bool:
     return index.codec in DECORD_SAFE_CODECS and not index.open_gop and _decord_installed()
 
 
-def read_frames(src: VideoSource, indices: Sequence[int], decoder: str = "auto",
-                threads: int = 1, max_samples: int | None = None) -> dict[int, np.ndarray]:
+def read_frames(
+    src: VideoSource, indices: Sequence[int], decoder: str = "auto", threads: int = 1, max_samples: int | None = None
+) -> dict[int, np.ndarray]:
     """Decode exactly `indices` (any order, duplicates allowed) -> {index: HxWx3 RGB uint8}.
 
     decoder: "auto" (see `decoder_order`), "pyav" or "decord" (forced; DecodeError where decord is not exact:
@@ -437,8 +440,9 @@ def _decode_run(c, s, target_of: dict[int, int]):
         cc.skip_frame = "DEFAULT"
 
 
-def _read_sequential(data: str | bytes, index: VideoIndex, want: list[int], threads: int,
-                     out: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+def _read_sequential(
+    data: str | bytes, index: VideoIndex, want: list[int], threads: int, out: dict[int, np.ndarray]
+) -> dict[int, np.ndarray]:
     """Last resort: decode from the start without seeking; match by pts, or by position when pts are absent."""
     pts_to_i = {p: i for i, p in enumerate(index.pts)}
     need = set(want) - set(out)

@@ -64,8 +64,15 @@ import numpy as np
 import pyarrow as pa
 
 from upstream_adapters.media import video
-from upstream_adapters.base import (SourceAdapter, check_unit_id, hdf5_read, read_metadata_bytes, refuse_hdf5_links, require_root,
-                   safe_join)
+from upstream_adapters.base import (
+    SourceAdapter,
+    check_unit_id,
+    hdf5_read,
+    read_metadata_bytes,
+    refuse_hdf5_links,
+    require_root,
+    safe_join,
+)
 from upstream_adapters.ir import (
     FRAMES_SCHEMA,
     SEGMENTS_SCHEMA,
@@ -130,15 +137,17 @@ class ReassembleAdapter(SourceAdapter):
     # ------------------------------------------------------------------ discovery
     @staticmethod
     def _prefix(root: Path) -> str:
-        """"data/" for the release layout (data/<rec>.h5), "" for a flat folder of <rec>.h5 files."""
+        """ "data/" for the release layout (data/<rec>.h5), "" for a flat folder of <rec>.h5 files."""
         return "data/" if Path(root, "data").is_dir() else ""
 
     def _data_dir(self, root: Path) -> Path:
         root = require_root(root, SLUG)
         data = Path(root, self._prefix(root))
         if data == Path(root) and not any(p.suffix == ".h5" for p in Path(root).iterdir()):
-            raise SourceError(f"{SLUG}: root {root.name!r} has no data/ directory and no .h5 recordings "
-                              "(expected data/<recording>.h5 or a flat folder of <recording>.h5)")
+            raise SourceError(
+                f"{SLUG}: root {root.name!r} has no data/ directory and no .h5 recordings "
+                "(expected data/<recording>.h5 or a flat folder of <recording>.h5)"
+            )
         return data
 
     def _split_files(self, root: Path, issues: list | None = None) -> dict[str, list[str]]:
@@ -168,8 +177,13 @@ class ReassembleAdapter(SourceAdapter):
                 except UnicodeDecodeError:
                     if issues is not None:
                         shown = raw.decode("utf-8", "replace").strip()[:80]
-                        issues.append((f"splits/{name}", f"line {number} of the split list is not UTF-8 text "
-                                                         f"({shown!r}): the recording it names is not read"))
+                        issues.append(
+                            (
+                                f"splits/{name}",
+                                f"line {number} of the split list is not UTF-8 text "
+                                f"({shown!r}): the recording it names is not read",
+                            )
+                        )
                     continue
                 rid = line.strip()
                 if rid.endswith(".h5"):
@@ -186,14 +200,16 @@ class ReassembleAdapter(SourceAdapter):
         try:
             ids = sorted(p.stem for p in data.iterdir() if p.suffix == ".h5" and not p.name.startswith("."))
         except OSError as exc:
-            raise SourceError(f"{SLUG}: the recordings folder of root {root.name!r} cannot be listed "
-                              f"({type(exc).__name__})") from None
+            raise SourceError(
+                f"{SLUG}: the recordings folder of root {root.name!r} cannot be listed ({type(exc).__name__})"
+            ) from None
         splits = self._split_files(root, self.issues)
         if self.only_split is not None:
             if self.only_split not in splits:
                 why = next((r for f, r in self.issues if f == f"splits/{self.only_split}.txt"), None)
-                raise SourceError(f"{SLUG}: root {root.name!r} has no splits/{self.only_split}.txt"
-                                  + (f" ({why})" if why else ""))
+                raise SourceError(
+                    f"{SLUG}: root {root.name!r} has no splits/{self.only_split}.txt" + (f" ({why})" if why else "")
+                )
             # Every listed recording is returned, present or not: a listed recording missing from data/ then
             # fails in read_unit and is quarantined (visible) instead of silently vanishing.
             ids = sorted(set(splits[self.only_split]))
@@ -216,8 +232,9 @@ class ReassembleAdapter(SourceAdapter):
         try:
             return h5py.File(path, "r")
         except (OSError, ValueError) as exc:
-            raise UnitError(f"cannot open HDF5 file: {exc.__class__.__name__}: {str(exc).split(' (')[0]}",
-                            file=relpath) from exc
+            raise UnitError(
+                f"cannot open HDF5 file: {exc.__class__.__name__}: {str(exc).split(' (')[0]}", file=relpath
+            ) from exc
 
     @staticmethod
     def _cameras(h5: h5py.File) -> list[str]:
@@ -245,8 +262,10 @@ class ReassembleAdapter(SourceAdapter):
             vals = np.asarray(hdf5_read(rs[name], relpath, self.input_limits), dtype=np.float64)
             ts = self._timestamps(h5, name, relpath)
         elif name in PER_AXIS and all(isinstance(rs.get(k), h5py.Dataset) for k in PER_AXIS[name]):
-            cols = [np.asarray(hdf5_read(rs[k], relpath, self.input_limits), dtype=np.float64).reshape(-1)
-                    for k in PER_AXIS[name]]
+            cols = [
+                np.asarray(hdf5_read(rs[k], relpath, self.input_limits), dtype=np.float64).reshape(-1)
+                for k in PER_AXIS[name]
+            ]
             m = min(c.size for c in cols)
             vals = np.stack([c[:m] for c in cols], axis=-1)
             ts = self._timestamps(h5, name, relpath)
@@ -301,8 +320,9 @@ class ReassembleAdapter(SourceAdapter):
         except UnitError:
             raise
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
-            raise UnitError(f"unreadable HDF5 content: {exc.__class__.__name__}: {str(exc).split(' (')[0]}",
-                            file=relpath) from exc
+            raise UnitError(
+                f"unreadable HDF5 content: {exc.__class__.__name__}: {str(exc).split(' (')[0]}", file=relpath
+            ) from exc
 
     def _read_open(self, root: Path, unit_id: str, h5: h5py.File, relpath: str) -> UnitIR:
         refuse_hdf5_links(h5, relpath)  # data from another file must not enter the IR
@@ -339,9 +359,14 @@ class ReassembleAdapter(SourceAdapter):
         frame_idx = np.arange(n, dtype=np.int64)
 
         frames = pa.Table.from_arrays(
-            [pa.array([SLUG] * n, pa.string()), pa.array([unit_id] * n, pa.string()),
-             pa.array([cam] * n, pa.string()), pa.array(frame_idx, pa.int64()), pa.array(t_sec, pa.float64()),
-             pa.array(cam_ts, pa.float64())],
+            [
+                pa.array([SLUG] * n, pa.string()),
+                pa.array([unit_id] * n, pa.string()),
+                pa.array([cam] * n, pa.string()),
+                pa.array(frame_idx, pa.int64()),
+                pa.array(t_sec, pa.float64()),
+                pa.array(cam_ts, pa.float64()),
+            ],
             schema=FRAMES_SCHEMA,
         )
 
@@ -358,14 +383,21 @@ class ReassembleAdapter(SourceAdapter):
         three = lambda a: a.shape[1] >= 3
         pose3 = pose if pose is not None and three(pose) else None
         signals = pa.Table.from_arrays(
-            [pa.array([SLUG] * n, pa.string()), pa.array([unit_id] * n, pa.string()),
-             pa.array(["single"] * n, pa.string()), pa.array(frame_idx, pa.int64()), pa.array(t_sec, pa.float64()),
-             col(pose3, lambda a: a[:, 0]), col(pose3, lambda a: a[:, 1]), col(pose3, lambda a: a[:, 2]),
-             col(vel if vel is not None and three(vel) else None, lambda a: np.linalg.norm(a[:, :3], axis=1)),
-             null,  # gripper_effort: see the module docstring
-             col(grip if grip is not None and grip.shape[1] >= 2 else None, lambda a: a[:, 0] + a[:, 1]),
-             col(force if force is not None and three(force) else None, lambda a: np.linalg.norm(a[:, :3], axis=1)),
-             null],  # speed_full: `speed` is already the translational norm
+            [
+                pa.array([SLUG] * n, pa.string()),
+                pa.array([unit_id] * n, pa.string()),
+                pa.array(["single"] * n, pa.string()),
+                pa.array(frame_idx, pa.int64()),
+                pa.array(t_sec, pa.float64()),
+                col(pose3, lambda a: a[:, 0]),
+                col(pose3, lambda a: a[:, 1]),
+                col(pose3, lambda a: a[:, 2]),
+                col(vel if vel is not None and three(vel) else None, lambda a: np.linalg.norm(a[:, :3], axis=1)),
+                null,  # gripper_effort: see the module docstring
+                col(grip if grip is not None and grip.shape[1] >= 2 else None, lambda a: a[:, 0] + a[:, 1]),
+                col(force if force is not None and three(force) else None, lambda a: np.linalg.norm(a[:, :3], axis=1)),
+                null,
+            ],  # speed_full: `speed` is already the translational norm
             schema=SIGNALS_SCHEMA,
         )
 
@@ -398,8 +430,9 @@ class ReassembleAdapter(SourceAdapter):
         path, relpath = self._h5_path(Path(root), unit_id)
         return [(relpath, path, None)]
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto",
-                    threads: int = 1) -> dict[int, np.ndarray]:
+    def read_frames(
+        self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto", threads: int = 1
+    ) -> dict[int, np.ndarray]:
         root = Path(root)
         path, relpath = self._h5_path(root, unit_id)
         want = [int(i) for i in indices]
@@ -418,8 +451,9 @@ class ReassembleAdapter(SourceAdapter):
         except (OSError, KeyError, ValueError) as exc:
             raise UnitError(f"cannot read camera {camera!r}: {exc.__class__.__name__}: {exc}", file=relpath) from exc
         try:
-            got = video.read_frames(blob, want, decoder=decoder, threads=threads,
-                                    max_samples=self.input_limits.max_video_samples)
+            got = video.read_frames(
+                blob, want, decoder=decoder, threads=threads, max_samples=self.input_limits.max_video_samples
+            )
         except video.DecodeError as exc:
             raise UnitError(f"camera {camera!r}: {exc}", file=relpath) from exc
         return {i: got[i] for i in want}

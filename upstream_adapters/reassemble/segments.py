@@ -80,8 +80,9 @@ def _group(gid: h5g.GroupID, name: bytes) -> h5g.GroupID | None:
     return obj if isinstance(obj, h5g.GroupID) else None
 
 
-def _ordered_groups(gid: h5g.GroupID, where: str, relpath: str, check_index: bool,
-                    scalar: _Scalars) -> list[tuple[int, h5g.GroupID]]:
+def _ordered_groups(
+    gid: h5g.GroupID, where: str, relpath: str, check_index: bool, scalar: _Scalars
+) -> list[tuple[int, h5g.GroupID]]:
     """The child groups of `gid` by their integer name; a child group whose name is not an index, or (check_index)
     whose `index` dataset disagrees with its name, fails the unit. Other children (datasets) are skipped."""
     out = []
@@ -95,14 +96,22 @@ def _ordered_groups(gid: h5g.GroupID, where: str, relpath: str, check_index: boo
         if check_index:
             idx = scalar(g, "index")
             if idx is not None and str(int(np.asarray(idx).reshape(-1)[0])) != name:
-                raise UnitError(f"{where}/{name}/index is {int(np.asarray(idx).reshape(-1)[0])}, not {name}",
-                                file=relpath)
+                raise UnitError(
+                    f"{where}/{name}/index is {int(np.asarray(idx).reshape(-1)[0])}, not {name}", file=relpath
+                )
         out.append((int(name), g))
     return sorted(out, key=lambda x: x[0])
 
 
-def segment_rows(h5: h5py.File, slug: str, unit_id: str, cam_ts: np.ndarray, t0: float, relpath: str,
-                 limits: InputLimits = InputLimits()) -> list[dict]:
+def segment_rows(
+    h5: h5py.File,
+    slug: str,
+    unit_id: str,
+    cam_ts: np.ndarray,
+    t0: float,
+    relpath: str,
+    limits: InputLimits = InputLimits(),
+) -> list[dict]:
     """The `segments` rows of one open recording, its primary camera's timestamps `cam_ts` (Unix s) and frame-0
     time `t0`; a malformed group fails the unit (UnitError naming the group and `relpath`)."""
     info = h5.get("segments_info")
@@ -128,10 +137,19 @@ def segment_rows(h5: h5py.File, slug: str, unit_id: str, cam_ts: np.ndarray, t0:
         lo, hi = max(0, min(lo, n - 1)), max(0, min(hi, n - 1))
         if hi < lo:
             return None  # shorter than one frame interval: contains no frame
-        return {"source": slug, "unit_id": unit_id, "level": level, "seg_index": seg_index,
-                "parent_index": parent, "text": text, "start_frame": lo, "end_frame": hi,
-                "start_sec": start - t0, "end_sec": end - t0,
-                "success": None if succ is None else bool(np.asarray(succ).reshape(-1)[0])}
+        return {
+            "source": slug,
+            "unit_id": unit_id,
+            "level": level,
+            "seg_index": seg_index,
+            "parent_index": parent,
+            "text": text,
+            "start_frame": lo,
+            "end_frame": hi,
+            "start_sec": start - t0,
+            "end_sec": end - t0,
+            "success": None if succ is None else bool(np.asarray(succ).reshape(-1)[0]),
+        }
 
     for i, g in _ordered_groups(info.id, "segments_info", relpath, True, scalar):
         where = f"segments_info/{i}"

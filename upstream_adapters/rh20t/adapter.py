@@ -51,7 +51,15 @@ import numpy as np
 import pyarrow as pa
 
 from upstream_adapters.media import video
-from upstream_adapters.base import SourceAdapter, check_unit_id, load_json, path_free, read_metadata, require_root, safe_join
+from upstream_adapters.base import (
+    SourceAdapter,
+    check_unit_id,
+    load_json,
+    path_free,
+    read_metadata,
+    require_root,
+    safe_join,
+)
 from upstream_adapters.rh20t.scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
 from upstream_adapters.rh20t.parse import _col, _int_ms, _nearest, _samples, _serial_entry
 from upstream_adapters.storage.limits import ArchiveLimits
@@ -112,14 +120,19 @@ class Rh20tAdapter(SourceAdapter):
         "cfgs": "configurations read, e.g. [cfg2] (default [cfg2]; null = all present)",
         "sync_tolerance_ms": "largest gap (ms) between a frame and the signal sample matched to it (default 100)",
         "frame_count_tolerance": "largest gap between video frames and timestamps kept as the common prefix "
-                                    "(default 2)",
+        "(default 2)",
         "archive_limits": "{max_member_bytes, max_compression_ratio, max_archive_bytes}: a tar.gz member past them "
-                          "is refused (its scene quarantined), an archive past max_archive_bytes is not read further",
+        "is refused (its scene quarantined), an archive past max_archive_bytes is not read further",
     }
 
-    def __init__(self, camera: str = "036422060215", cfgs: Sequence[str | int] | None = ("cfg2",),
-                 sync_tolerance_ms: float = 100.0, frame_count_tolerance: int = 2,
-                 archive_limits: ArchiveLimits | dict | None = None):
+    def __init__(
+        self,
+        camera: str = "036422060215",
+        cfgs: Sequence[str | int] | None = ("cfg2",),
+        sync_tolerance_ms: float = 100.0,
+        frame_count_tolerance: int = 2,
+        archive_limits: ArchiveLimits | dict | None = None,
+    ):
         camera = str(camera)
         if camera.startswith("cam_"):
             camera = camera[4:]
@@ -209,10 +222,14 @@ class Rh20tAdapter(SourceAdapter):
         root = self._split_root(root)[0]
         if not containers:
             if skipped:
-                raise SourceError(f"rh20t: root {root.name!r} holds {skipped} but none of the selected cfgs "
-                                  f"{sorted(f'cfg{c}' for c in self.cfgs or [])}")
-            raise SourceError(f"rh20t: root {root.name!r} holds no RH20T_cfgN/ folder, RH20T_cfgN.tar.gz archive "
-                              "or robot scene folder (expected the RH20T resized release layout)")
+                raise SourceError(
+                    f"rh20t: root {root.name!r} holds {skipped} but none of the selected cfgs "
+                    f"{sorted(f'cfg{c}' for c in self.cfgs or [])}"
+                )
+            raise SourceError(
+                f"rh20t: root {root.name!r} holds no RH20T_cfgN/ folder, RH20T_cfgN.tar.gz archive "
+                "or robot scene folder (expected the RH20T resized release layout)"
+            )
         ids: set[str] = set()
         readable = 0
         for kind, name, cfg in containers:
@@ -226,8 +243,12 @@ class Rh20tAdapter(SourceAdapter):
                 healthy = arc.damage is None
                 if arc.damage:
                     self.issues.append((name, f"damaged archive: {arc.damage}"))
-                    log.warning("rh20t: archive %s is damaged (%s); %d scenes seen before the damage will be "
-                                "quarantined", name, arc.damage, len(arc.scenes))
+                    log.warning(
+                        "rh20t: archive %s is damaged (%s); %d scenes seen before the damage will be quarantined",
+                        name,
+                        arc.damage,
+                        len(arc.scenes),
+                    )
                 for bad in arc.ignored[:20]:
                     self.issues.append((name, f"unsafe member name ignored: {bad!r}"))
                 scenes = list(arc.scenes)
@@ -242,8 +263,9 @@ class Rh20tAdapter(SourceAdapter):
                 if kind == "root" and not self._selected(scfg):
                     continue
                 if kind != "root" and scfg != cfg:
-                    self.issues.append((f"{name}/{s}" if kind == "dir" else name,
-                                        f"scene of cfg {scfg} inside {name} ignored"))
+                    self.issues.append(
+                        (f"{name}/{s}" if kind == "dir" else name, f"scene of cfg {scfg} inside {name} ignored")
+                    )
                     continue
                 ids.add(s)
                 readable += healthy
@@ -274,8 +296,9 @@ class Rh20tAdapter(SourceAdapter):
                 arc = self._archive(root, name)
                 if unit_id in arc.scenes:
                     return _TarScene(root, arc, unit_id), ids
-        raise UnitError(f"scene {unit_id} not found under RH20T_cfg{ids['cfg_number']}/ or "
-                        f"RH20T_cfg{ids['cfg_number']}.tar.gz")
+        raise UnitError(
+            f"scene {unit_id} not found under RH20T_cfg{ids['cfg_number']}/ or RH20T_cfg{ids['cfg_number']}.tar.gz"
+        )
 
     # -- language -------------------------------------------------------------------------------------------------
 
@@ -294,9 +317,11 @@ class Rh20tAdapter(SourceAdapter):
         cached = self._languages.get(str(p))
         if cached is None or cached[0] != key or key is None:
             try:
-                table = load_json(read_metadata(base, "task_description.json",
-                                                self.input_limits.max_metadata_bytes),
-                                  "task_description.json", self.input_limits)
+                table = load_json(
+                    read_metadata(base, "task_description.json", self.input_limits.max_metadata_bytes),
+                    "task_description.json",
+                    self.input_limits,
+                )
                 error = None if isinstance(table, dict) else "not a JSON object"
             except UnitError as exc:
                 table, error = {}, exc.reason
@@ -317,8 +342,9 @@ class Rh20tAdapter(SourceAdapter):
         cam = self.camera
         cameras = scene.cameras()
         if cam not in cameras:
-            raise UnitError(f"primary camera {cam} has no color.mp4 (cameras: {cameras})",
-                            file=scene.where(f"cam_{cam}"))
+            raise UnitError(
+                f"primary camera {cam} has no color.mp4 (cameras: {cameras})", file=scene.where(f"cam_{cam}")
+            )
         rel_ts, rel_mp4 = f"cam_{cam}/timestamps.npy", f"cam_{cam}/color.mp4"
         rels = ["metadata.json", rel_ts, *REQUIRED_TRANSFORMED, rel_mp4]
         if isinstance(scene, _FolderScene):
@@ -334,16 +360,28 @@ class Rh20tAdapter(SourceAdapter):
         if "rating" not in meta:
             notes.append("metadata.json has no 'rating': rating is null")
         if rating is not None:
-            if isinstance(rating, bool) or not isinstance(rating, (int, float)) or not math.isfinite(rating) \
-                    or rating != int(rating):
+            if (
+                isinstance(rating, bool)
+                or not isinstance(rating, (int, float))
+                or not math.isfinite(rating)
+                or rating != int(rating)
+            ):
                 raise UnitError(f"metadata.json rating {rating!r} is not an integer", file=scene.where("metadata.json"))
             rating = int(rating)
 
         def npy(rel):
             try:
                 return load_npy(data[rel])
-            except (ValueError, EOFError, pickle.UnpicklingError, OSError, TypeError, AttributeError,
-                    IndexError, KeyError) as exc:
+            except (
+                ValueError,
+                EOFError,
+                pickle.UnpicklingError,
+                OSError,
+                TypeError,
+                AttributeError,
+                IndexError,
+                KeyError,
+            ) as exc:
                 raise UnitError(f"{rel} cannot be loaded: {exc}", file=scene.where(rel)) from None
 
         # clock
@@ -354,11 +392,14 @@ class Rh20tAdapter(SourceAdapter):
         if np.any(np.diff(ts) < 0):  # the official API reads sorted(timestamps['color'])
             k = int(np.sum(np.diff(ts) < 0))
             ts = np.sort(ts, kind="stable")
-            notes.append(f"{rel_ts}['color'] was not increasing ({k} step{'s' if k != 1 else ''} back): sorted, as "
-                         "the official rh20t_api does (frame i <-> the i-th smallest timestamp)")
+            notes.append(
+                f"{rel_ts}['color'] was not increasing ({k} step{'s' if k != 1 else ''} back): sorted, as "
+                "the official rh20t_api does (frame i <-> the i-th smallest timestamp)"
+            )
         if np.any(np.diff(ts) == 0):
-            raise UnitError(f"{rel_ts}['color'] is not strictly increasing (duplicate timestamps)",
-                            file=scene.where(rel_ts))
+            raise UnitError(
+                f"{rel_ts}['color'] is not strictly increasing (duplicate timestamps)", file=scene.where(rel_ts)
+            )
 
         # video: frame count must match the clock (frame i <-> timestamps[i])
         src = scene.video(rel_mp4, data)
@@ -372,13 +413,18 @@ class Rh20tAdapter(SourceAdapter):
             raise UnitError(f"{rel_mp4} has no frames", file=scene.where(rel_mp4))
         if n_video != len(ts):
             if abs(n_video - len(ts)) > self.frame_count_tolerance:
-                raise UnitError(f"{rel_mp4} has {n_video} frames but {rel_ts}['color'] has {len(ts)} timestamps "
-                                f"(tolerance {self.frame_count_tolerance})", file=scene.where(rel_mp4))
+                raise UnitError(
+                    f"{rel_mp4} has {n_video} frames but {rel_ts}['color'] has {len(ts)} timestamps "
+                    f"(tolerance {self.frame_count_tolerance})",
+                    file=scene.where(rel_mp4),
+                )
         n = min(n_video, len(ts))
         if n_video != len(ts):
             n = self._decodable(src, n, scene.where(rel_mp4))
-            notes.append(f"{rel_mp4} has {n_video} frames but {rel_ts}['color'] has {len(ts)} timestamps: "
-                         f"kept the first {n} (frame i <-> timestamps[i])")
+            notes.append(
+                f"{rel_mp4} has {n_video} frames but {rel_ts}['color'] has {len(ts)} timestamps: "
+                f"kept the first {n} (frame i <-> timestamps[i])"
+            )
         if n < 2:
             raise UnitError(f"{rel_mp4} has fewer than 2 timestamped frames", file=scene.where(rel_mp4))
         ts = ts[:n]
@@ -388,16 +434,19 @@ class Rh20tAdapter(SourceAdapter):
         # signals on the primary camera's frames
         tol = self.sync_tolerance_ms
         rel_tcp, rel_ft, rel_gr = REQUIRED_TRANSFORMED
-        tcp_ts, tcp = _samples(_serial_entry(npy(rel_tcp), cam, rel_tcp, scene.where(rel_tcp)), rel_tcp,
-                               scene.where(rel_tcp), "tcp", 3)
-        ft_ts, ft = _samples(_serial_entry(npy(rel_ft), cam, rel_ft, scene.where(rel_ft)), rel_ft,
-                             scene.where(rel_ft), "zeroed", 3)
-        gr_ts, gr = _samples(_serial_entry(npy(rel_gr), cam, rel_gr, scene.where(rel_gr)), rel_gr,
-                             scene.where(rel_gr), "gripper_info", 1)
-        pos = [_nearest(tcp_ts, tcp[:, k], ts, tol) for k in range(3)] if tcp.shape[1] >= 3 else [
-            np.full(n, np.nan)] * 3
-        force = (_nearest(ft_ts, np.linalg.norm(ft[:, :3], axis=1), ts, tol) if ft.shape[1] >= 3
-                 else np.full(n, np.nan))
+        tcp_ts, tcp = _samples(
+            _serial_entry(npy(rel_tcp), cam, rel_tcp, scene.where(rel_tcp)), rel_tcp, scene.where(rel_tcp), "tcp", 3
+        )
+        ft_ts, ft = _samples(
+            _serial_entry(npy(rel_ft), cam, rel_ft, scene.where(rel_ft)), rel_ft, scene.where(rel_ft), "zeroed", 3
+        )
+        gr_ts, gr = _samples(
+            _serial_entry(npy(rel_gr), cam, rel_gr, scene.where(rel_gr)), rel_gr, scene.where(rel_gr), "gripper_info", 1
+        )
+        pos = (
+            [_nearest(tcp_ts, tcp[:, k], ts, tol) for k in range(3)] if tcp.shape[1] >= 3 else [np.full(n, np.nan)] * 3
+        )
+        force = _nearest(ft_ts, np.linalg.norm(ft[:, :3], axis=1), ts, tol) if ft.shape[1] >= 3 else np.full(n, np.nan)
         width = _nearest(gr_ts, gr[:, 0], ts, tol)
         for rel, chan, arr in ((rel_tcp, "pos", pos[0]), (rel_ft, "force", force), (rel_gr, "gripper_width", width)):
             k = int(np.isnan(arr).sum())
@@ -475,8 +524,9 @@ class Rh20tAdapter(SourceAdapter):
         scene, _ = self._locate(root, unit_id)
         return scene.files()
 
-    def read_frames(self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto",
-                    threads: int = 1) -> dict[int, np.ndarray]:
+    def read_frames(
+        self, root: Path, unit_id: str, camera: str, indices: Sequence[int], decoder: str = "auto", threads: int = 1
+    ) -> dict[int, np.ndarray]:
         camera = str(camera)
         camera = camera[4:] if camera.startswith("cam_") else camera
         if not CAMERA_RE.fullmatch(camera):
@@ -488,10 +538,12 @@ class Rh20tAdapter(SourceAdapter):
         rel = f"cam_{camera}/color.mp4"
         src = scene.video(rel)
         try:
-            got = video.read_frames(src, idx, decoder=decoder, threads=threads,
-                                    max_samples=self.input_limits.max_video_samples)
+            got = video.read_frames(
+                src, idx, decoder=decoder, threads=threads, max_samples=self.input_limits.max_video_samples
+            )
         except video.DecodeError as exc:
             msg = f"{rel}: {exc}"
-            raise UnitError(path_free(msg, src, scene.where(rel)) if isinstance(src, Path) else msg,
-                            file=scene.where(rel)) from None
+            raise UnitError(
+                path_free(msg, src, scene.where(rel)) if isinstance(src, Path) else msg, file=scene.where(rel)
+            ) from None
         return {i: got[i] for i in idx}

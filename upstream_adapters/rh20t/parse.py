@@ -9,7 +9,6 @@ import pyarrow as pa
 from upstream_adapters.ir import UnitError
 
 
-
 def _int_ms(values, what: str, where: str) -> np.ndarray:
     try:
         arr = np.asarray(values)
@@ -74,7 +73,7 @@ def _value_rows(raws: list, n: int) -> np.ndarray:
     out = np.full((len(raws), width), np.nan)
     for i, v in enumerate(vals):
         if v is not None:
-            out[i, :len(v)] = v
+            out[i, : len(v)] = v
     return out
 
 

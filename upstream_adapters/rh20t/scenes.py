@@ -99,8 +99,9 @@ class _TarScene:
         self.path = safe_join(root, archive.rel)
         self.members = archive.scenes[scene]
         if archive.damage:
-            raise UnitError(f"archive {archive.rel} is damaged, its scenes are not trusted: {archive.damage}",
-                            file=archive.rel)
+            raise UnitError(
+                f"archive {archive.rel} is damaged, its scenes are not trusted: {archive.damage}", file=archive.rel
+            )
         top = self.members.get("")
         if top is not None and top.kind not in ("dir",):
             raise UnitError("scene folder is a link inside the archive (refused)", file=self.where(""))
@@ -111,16 +112,22 @@ class _TarScene:
         return f"{self.archive.rel}:{name}"
 
     def cameras(self) -> list[str]:
-        return sorted({rel.split("/")[0][4:] for rel, m in self.members.items()
-                       if rel.startswith("cam_") and rel.endswith("/color.mp4") and rel.count("/") == 1})
+        return sorted(
+            {
+                rel.split("/")[0][4:]
+                for rel, m in self.members.items()
+                if rel.startswith("cam_") and rel.endswith("/color.mp4") and rel.count("/") == 1
+            }
+        )
 
     def _member(self, rel: str) -> _Member:
         m = self.members.get(rel)
         if m is None:
             raise UnitError(f"missing {rel}", file=self.where(rel))
         if m.kind != "file":
-            raise UnitError(f"{rel} is not a regular file in the archive ({m.kind}; links are refused)",
-                            file=self.where(rel))
+            raise UnitError(
+                f"{rel} is not a regular file in the archive ({m.kind}; links are refused)", file=self.where(rel)
+            )
         return m
 
     def read(self, rels: Sequence[str], json_max: int | None = None) -> dict[str, bytes]:
@@ -134,14 +141,14 @@ class _TarScene:
         except MemberRefused as exc:
             raise UnitError(str(exc), file=f"{self.archive.rel}:{exc.member}") from None
         except (ArchiveDamaged, OSError) as exc:
-            raise UnitError(f"cannot read scene from archive {self.archive.rel}: {exc}",
-                            file=self.archive.rel) from None
+            raise UnitError(
+                f"cannot read scene from archive {self.archive.rel}: {exc}", file=self.archive.rel
+            ) from None
         return {rel: got[m.name] for rel, m in members.items()}
 
     def files(self) -> list[tuple[str, Path, tuple | None]]:
         """The archive, once per member of the scene with the member's identity (for the unit fingerprint)."""
-        return [(f"{self.archive.rel}:{m.name}", self.path, (m.offset, m.size, m.kind))
-                for m in self.members.values()]
+        return [(f"{self.archive.rel}:{m.name}", self.path, (m.offset, m.size, m.kind)) for m in self.members.values()]
 
     def video(self, rel: str, data: dict[str, bytes] | None = None):
         if data is not None and rel in data:

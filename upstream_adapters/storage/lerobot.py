@@ -37,7 +37,6 @@ LICENCES = {
 }
 
 
-
 def stat(p: Path):
     try:
         st = os.stat(p)
@@ -109,8 +108,9 @@ def scan_template(tdir: Path, template: str) -> set[int]:
         pattern += re.escape(literal)
         if name is None:
             continue
-        pattern += r"(?P<episode_index>\d+)" if name == "episode_index" and "(?P<episode_index>" not in pattern \
-            else r"[^/]+"
+        pattern += (
+            r"(?P<episode_index>\d+)" if name == "episode_index" and "(?P<episode_index>" not in pattern else r"[^/]+"
+        )
     if "(?P<episode_index>" not in pattern:
         return set()
     rx = re.compile(pattern)
@@ -246,7 +246,7 @@ def parse_info(info: dict, info_rel: str) -> tuple[float, str, str | None, dict,
     if not isinstance(features, dict):
         raise UnitError("meta/info.json has no features", file=info_rel)
     video_keys = {
-        (k[len(VIDEO_PREFIX):] if k.startswith(VIDEO_PREFIX) else k): k
+        (k[len(VIDEO_PREFIX) :] if k.startswith(VIDEO_PREFIX) else k): k
         for k, f in features.items()
         if isinstance(f, dict) and f.get("dtype") == "video"
     }

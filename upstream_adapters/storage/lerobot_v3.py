@@ -60,16 +60,20 @@ def read_episodes(root: Path, task: str) -> dict[int, EpisodeV3]:
                 ep = int(r["episode_index"])
                 data = (int(r["data/chunk_index"]), int(r["data/file_index"]))
             except (KeyError, TypeError, ValueError):
-                raise UnitError("episode metadata lacks episode_index or data/chunk_index, data/file_index",
-                                file=rel) from None
+                raise UnitError(
+                    "episode metadata lacks episode_index or data/chunk_index, data/file_index", file=rel
+                ) from None
             videos = {}
             for k in r:
                 if k.startswith("videos/") and k.endswith("/chunk_index"):
-                    key = k[len("videos/"):-len("/chunk_index")]
+                    key = k[len("videos/") : -len("/chunk_index")]
                     try:
-                        videos[key] = (int(r[k]), int(r[f"videos/{key}/file_index"]),
-                                       float(r[f"videos/{key}/from_timestamp"]),
-                                       float(r[f"videos/{key}/to_timestamp"]))
+                        videos[key] = (
+                            int(r[k]),
+                            int(r[f"videos/{key}/file_index"]),
+                            float(r[f"videos/{key}/from_timestamp"]),
+                            float(r[f"videos/{key}/to_timestamp"]),
+                        )
                     except (KeyError, TypeError, ValueError):
                         continue  # this camera's location is incomplete: treated as not present
             length = r.get("length")
@@ -95,8 +99,9 @@ def read_tasks(root: Path, task: str) -> dict[int, str] | None:
 
 def fill(template: str, chunk: int, file: int, video_key: str | None = None, where: str | None = None) -> str:
     try:
-        return template.format_map({"chunk_index": chunk, "file_index": file,
-                                    **({"video_key": video_key} if video_key else {})})
+        return template.format_map(
+            {"chunk_index": chunk, "file_index": file, **({"video_key": video_key} if video_key else {})}
+        )
     except (KeyError, IndexError, ValueError) as exc:
         raise UnitError(f"unsupported v3.0 path template {template!r} ({exc})", file=where) from None
 
@@ -108,8 +113,10 @@ def episode_rows(path: Path, rel: str, episode: int, columns) -> pa.Table:
         names = pf.schema_arrow.names
         if "episode_index" not in names:
             raise UnitError("v3.0 data parquet has no episode_index column", file=rel)
-        t = pf.read(columns=[c for c in columns if c in names] + (
-            ["episode_index"] if "episode_index" not in columns else []), use_threads=False)
+        t = pf.read(
+            columns=[c for c in columns if c in names] + (["episode_index"] if "episode_index" not in columns else []),
+            use_threads=False,
+        )
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UnitError(f"data parquet cannot be read: {exc}", file=rel) from None
     return t.filter(pc.equal(t.column("episode_index"), episode))

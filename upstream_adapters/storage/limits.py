@@ -31,12 +31,16 @@ class ArchiveLimits:
     def refuse(self, name: str, size: int, compressed: int | None) -> str | None:
         """Why member `name` (`size` bytes, `compressed` bytes in the archive when known) must not be read, or None."""
         if size > self.max_member_bytes:
-            return (f"archive member {name!r} expands to {size} bytes, over archive_limits.max_member_bytes "
-                    f"({self.max_member_bytes})")
+            return (
+                f"archive member {name!r} expands to {size} bytes, over archive_limits.max_member_bytes "
+                f"({self.max_member_bytes})"
+            )
         if compressed is not None and size > self.max_compression_ratio * max(compressed, 1):
-            return (f"archive member {name!r} expands {size / max(compressed, 1):.0f}x ({compressed} -> {size} "
-                    f"bytes), over archive_limits.max_compression_ratio ({self.max_compression_ratio:g}): "
-                    "refused as a decompression bomb")
+            return (
+                f"archive member {name!r} expands {size / max(compressed, 1):.0f}x ({compressed} -> {size} "
+                f"bytes), over archive_limits.max_compression_ratio ({self.max_compression_ratio:g}): "
+                "refused as a decompression bomb"
+            )
         return None
 
 
@@ -49,6 +53,7 @@ class InputLimits:
     (a few KB of header can declare GBs): a file past a bound costs its unit, quarantined with the file and the bound
     named. The values come from `build.input_limits` (configs/build.yaml, typed by pipeline/settings/models.py
     `InputLimits`); every adapter gets them as `adapter.input_limits` (upstream_adapters.get_adapter)."""
+
     max_video_samples: int = 5_000_000  # samples (frames) one video track declares: MP4 sample table / fragments
     max_hdf5_dataset_bytes: int = 2 << 30  # declared size (shape x item size) of one HDF5 dataset read whole
     max_image_pixels: int = 50_000_000  # width x height of one encoded image row, from its header

@@ -123,7 +123,7 @@ class _GzReader:
                 self._fill()
                 continue
             take = int(min(avail, need))
-            parts.append(self._buf[self._off:self._off + take])
+            parts.append(self._buf[self._off : self._off + take])
             self._off += take
             self._upos += take
             need -= take
@@ -203,8 +203,10 @@ class TarGzIndex:
                         close_last(reader._cpos)
                         last = None
                         if ti.offset_data + ti.size > arc.limits.max_archive_bytes:
-                            raise ArchiveDamaged(f"the archive expands past archive_limits.max_archive_bytes "
-                                                 f"({arc.limits.max_archive_bytes}); not read further")
+                            raise ArchiveDamaged(
+                                f"the archive expands past archive_limits.max_archive_bytes "
+                                f"({arc.limits.max_archive_bytes}); not read further"
+                            )
                         name = ti.name
                         while name.startswith("./"):
                             name = name[2:]
@@ -212,8 +214,15 @@ class TarGzIndex:
                         if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
                             arc.ignored.append(name)
                             continue
-                        kind = ("file" if ti.isreg() else "dir" if ti.isdir()
-                                else "link" if (ti.issym() or ti.islnk()) else "other")
+                        kind = (
+                            "file"
+                            if ti.isreg()
+                            else "dir"
+                            if ti.isdir()
+                            else "link"
+                            if (ti.issym() or ti.islnk())
+                            else "other"
+                        )
                         member = Member(name, ti.offset_data, ti.size, kind)
                         last = (member, reader._cpos) if kind == "file" else None
                         arc.record(parts, member)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 _LOCAL = b"PK\x03\x04"
 
+
 class Window(io.RawIOBase):
     """A read-only, seekable view of `size` bytes at `offset` of a file: a stored zip member without extracting."""
 
@@ -49,7 +50,6 @@ class Window(io.RawIOBase):
         if not self.closed:
             self._fh.close()
         super().close()
-
 
 
 def unsafe_member(name: str) -> str | None:
@@ -124,9 +124,9 @@ def local_members(path: Path, limit: int = 100_000) -> tuple[list[str], bool]:
 def _zip64_csize(extra: bytes) -> int | None:
     i = 0
     while i + 4 <= len(extra):
-        tag, size = struct.unpack("<HH", extra[i:i + 4])
+        tag, size = struct.unpack("<HH", extra[i : i + 4])
         if tag == 1 and size >= 16:
-            return struct.unpack("<Q", extra[i + 12:i + 20])[0]
+            return struct.unpack("<Q", extra[i + 12 : i + 20])[0]
         i += 4 + size
     return None
 
@@ -146,9 +146,9 @@ def _stored_end(fh, start: int) -> int | None:
             if len(buf) < i + 24:
                 break
             at = base + i
-            if struct.unpack("<I", buf[i + 8:i + 12])[0] == at - start:
+            if struct.unpack("<I", buf[i + 8 : i + 12])[0] == at - start:
                 return at + 16
-            if struct.unpack("<Q", buf[i + 8:i + 16])[0] == at - start:
+            if struct.unpack("<Q", buf[i + 8 : i + 16])[0] == at - start:
                 return at + 24
             i = buf.find(b"PK\x07\x08", i + 1)
         keep = max(0, len(buf) - 24)  # a signature may straddle two chunks
