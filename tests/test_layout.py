@@ -18,8 +18,11 @@ LINT = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["ruff"]["lin
 
 
 def code_files(root: Path) -> list[Path]:
-    skip = {"tests", ".venv", "build", "release"}  # top-level folders only (pipeline/release/ is code)
-    return sorted(p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in skip)
+    skip = {"tests", "build", "release"}  # top-level folders only (pipeline/release/ is code)
+    # hidden top-level folders hold virtualenvs (.venv, lmms-eval's .venv-lmms) and tool state, not the project's code
+    return sorted(
+        p for p in root.rglob("*.py") if (top := p.relative_to(root).parts[0]) not in skip and not top.startswith(".")
+    )
 
 
 def naming_many_sources(files: list[Path], slugs: list[str]) -> list[str]:
