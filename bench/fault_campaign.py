@@ -42,6 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 import polars as pl  # noqa: E402 - after sys.path names the repository
 import yaml  # noqa: E402 - after sys.path names the repository
@@ -51,6 +52,7 @@ from pipeline.core import io as pio  # noqa: E402 - after sys.path names the rep
 from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
 from pipeline.ingest.run import ingest_source, units_lost  # noqa: E402 - after sys.path names the repository
 from pipeline.release.validate import validate_release  # noqa: E402 - after sys.path names the repository
+from regen import build as build_demo  # noqa: E402 - after sys.path names the repository
 
 
 def bad_inputs(tmp: Path) -> list[tuple[str, bool, str]]:
@@ -401,26 +403,7 @@ def publish_kills(points: int) -> tuple[int, int, str]:
 def demo_release(tmp: Path) -> Path:
     """A demo release built in `tmp` (the tampers need a full build: exports, provenance, the validity report)."""
     env = dict(os.environ, PYTHONHASHSEED="0", DAGSTER_HOME=str(tmp / "dagster_home"))
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "assets.cli",
-            "build",
-            "--samples",
-            "--scale",
-            "demo",
-            "--work-dir",
-            str(tmp / "work"),
-            "--release-dir",
-            str(tmp / "release"),
-        ],
-        cwd=REPO,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    return tmp / "release"
+    return build_demo(tmp, env=env, capture=True)
 
 
 def table(judged: list[dict], kills: tuple[int, int, str] | None) -> str:

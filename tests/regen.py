@@ -13,7 +13,9 @@ REPO = Path(__file__).resolve().parent.parent
 LOCK = REPO / "tests" / "regen" / "demo.sha256"
 
 
-def build(out: Path) -> Path:
+def build(out: Path, env: dict[str, str] | None = None, capture: bool = False) -> Path:
+    """The demo release built from the sample corpora into `out/release` (work folder `out/work`); `env` replaces the
+    environment of the build process, `capture` keeps its output off the terminal."""
     release = out / "release"
     cmd = [
         sys.executable,
@@ -28,7 +30,7 @@ def build(out: Path) -> Path:
         "--release-dir",
         str(release),
     ]
-    subprocess.run(cmd, check=True, cwd=REPO)
+    subprocess.run(cmd, check=True, cwd=REPO, env=env, capture_output=capture)
     return release
 
 
