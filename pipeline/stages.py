@@ -36,7 +36,7 @@ from pipeline.release import writers
 from pipeline.items.choices import assign_letters, deal_options, display_order
 from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
-from .validity import REPORT_FILES, run_validity
+from .validity import REPORT_FILES, run_validity, state_fingerprint
 from pipeline.core.errors import ProjectError, SourceUnusable
 from pipeline.core.digests import code_digest, config_part, digest, file_digest, table_digest
 from .families import Context, enabled_families, family_candidates, merge_candidates
@@ -468,6 +468,7 @@ def run_release(cfg: Settings) -> dict:
     exported, validity = run_beside(_validity_part, cfg, lambda: run_exports(cfg, release_dir(cfg), checksums=False))
     # every file it covers written: the release fingerprint, stated in provenance.json, the card and the validity report
     fingerprint, sums = stamp_release(release_dir(cfg), cfg)
+    state_fingerprint(release_dir(cfg), fingerprint)
     # last, once: an interrupted step leaves checksums that do not match, never a release that looks complete
     writers.write_checksums(release_dir(cfg), cfg, known=sums)
     return {k: v for k, v in out.items() if k != "files"} | {

@@ -4,8 +4,8 @@
     mcq_uid(row, variant)                  -> the uid of a multiple-choice release row (release columns)
     step_uid(row, variant)                 -> the uid of a T13 step-track row (step columns)
     fingerprint_of(sums, excluded)         -> 64 hex: sha256 of the checksum lines of the covered files
-    stamp_release(release_dir, cfg)        -> the fingerprint, written into provenance.json, the card, the validity
-                                              report (the release step's last act before checksums.sha256)
+    stamp_release(release_dir, cfg)        -> the fingerprint, written into provenance.json and the card (with the
+                                              validity report's, the release step's last act before checksums.sha256)
     read_identity(release_dir[, cfg])      -> ReleaseIdentity(fingerprint, items: item_id -> item_uid, ...)
     release_fingerprint(release_dir[, cfg])-> the fingerprint alone (no item file read)
 
@@ -48,7 +48,13 @@ import polars as pl
 
 from pipeline.core import io
 from pipeline.core.errors import ProjectError
-from pipeline.release.files import file_names, release_files_on_disk, sha256_file
+from pipeline.release.files import (
+    VALIDITY_REPORT_FILES,
+    file_names,
+    not_a_release,
+    release_files_on_disk,
+    sha256_file,
+)
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -142,15 +148,13 @@ def template_variants(cfg: Settings) -> dict[str, str]:
 
 def excluded_files(cfg: Settings) -> list[str]:
     """The release files the fingerprint does not cover (module docstring), sorted."""
-    from pipeline.validity import REPORT_FILES
-
     files = file_names(cfg)
     return sorted(
         {
             files["checksums"],
             files["provenance"],
             cfg.exports.files.card,
-            *(f"metadata/{name}" for name in REPORT_FILES),
+            *(f"metadata/{name}" for name in VALIDITY_REPORT_FILES),
         }
     )
 
@@ -235,8 +239,9 @@ def stated_fingerprint(release_dir: Path, cfg: Settings) -> str | None:
 
 def stamp_release(release_dir: Path, cfg: Settings) -> tuple[str, dict[str, str]]:
     """Compute the fingerprint of a release folder whose covered files are final, and state it in
-    metadata/provenance.json (with the item_uid version and the template variants the uids were derived with), the
-    card (its placeholder line) and the validity report when they are there. Returns
+    metadata/provenance.json (with the item_uid version and the template variants the uids were derived with) and the
+    card (its placeholder line) when it is there; the validity report is the release step's to state it in
+    (pipeline/validity state_fingerprint). Returns
     (fingerprint, {release-relative file: sha256} of the covered files), which the caller's checksums.sha256 reuses."""
     root = Path(release_dir)
     excluded = excluded_files(cfg)
@@ -260,13 +265,6 @@ def stamp_release(release_dir: Path, cfg: Settings) -> tuple[str, dict[str, str]
         if text.count(fingerprint_line(None)) != 1:
             raise ValueError(f"{cfg.exports.files.card}: no single fingerprint placeholder line to state it on")
         io.atomic_write_text(card, text.replace(fingerprint_line(None), fingerprint_line(fp)))
-    from pipeline.validity import REPORT_FILES, write_report
-
-    report = root / "metadata" / REPORT_FILES[0]
-    if report.is_file():
-        doc = json.loads(report.read_text(encoding="utf-8"))
-        doc[FINGERPRINT_KEY] = fp
-        write_report(doc, report.parent)
     return fp, sums
 
 
@@ -392,8 +390,6 @@ def _items(root: Path, cfg: Settings, sums: dict[str, str]) -> pl.DataFrame:
 
 
 def _open(release_dir: Path, cfg: Settings | None) -> tuple[Path, Settings, dict[str, str]]:
-    from pipeline.release.validate import not_a_release
-
     if cfg is None:
         from pipeline.settings.config import load_settings
 

@@ -32,6 +32,7 @@ from pipeline.steps.write import step_problems
 from pipeline.release.scan import release_leaks
 from pipeline.release.validate_derived import export_problems, provenance_problems, validity_problems
 from pipeline.release.validate_files import check_files, max_file_bytes
+from pipeline.release.files import not_a_release
 from pipeline.release.schema import (
     CHOICE_COLUMNS,
     CHOICE_LETTERS,
@@ -443,17 +444,6 @@ def _forbidden_keys(obj, where: str = "") -> list[str]:
         for i, v in enumerate(obj):
             out += _forbidden_keys(v, f"{where}[{i}]")
     return out
-
-
-def not_a_release(root: Path, files: dict[str, str]) -> str | None:
-    """One line when the folder holds none of a release's files (a wrong folder, not a damaged release)."""
-    names = [files["checksums"], *sorted(v for k, v in files.items() if k != "checksums")]
-    if any((root / rel).exists() for rel in names):
-        return None
-    return (
-        f"{Path(root).absolute()} is not a ProcessBench release: none of its files is there ({names[0]}, "
-        f"{names[1]}, ...); give the folder a build published (release/ by default)"
-    )
 
 
 def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool = True) -> list[str]:

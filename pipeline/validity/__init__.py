@@ -24,6 +24,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from pipeline.release.files import VALIDITY_REPORT_FILES
 from pipeline.release.schema import CHOICE_COLUMNS
 from .baselines import cell_baselines
 from pipeline.core.seeding import py_rng
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["audit", "problems", "run_validity"]
 
 
-REPORT_FILES = ("validity_report.json", "validity_report.md")  # in the release's metadata/ folder
+REPORT_FILES = VALIDITY_REPORT_FILES  # in the release's metadata/ folder (named in pipeline/release/files.py)
 # the release columns the audit reads: the rest of a row (prompts, targets, specs) would only cost the worker memory
 AUDIT_COLUMNS = (
     "source_slug",
@@ -313,6 +314,16 @@ def write_report(report: dict, metadata_dir: Path) -> None:
 
     atomic_write_bytes(metadata_dir / REPORT_FILES[0], (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
     atomic_write_bytes(metadata_dir / REPORT_FILES[1], render_markdown(report).encode())
+
+
+def state_fingerprint(release_dir: Path, fingerprint: str) -> None:
+    """Name the audited release in its validity report (`release_fingerprint`, json and md) when there is one: the
+    release step does once the fingerprint is known (pipeline/release/identity.py stamp_release)."""
+    path = Path(release_dir) / "metadata" / REPORT_FILES[0]
+    if path.is_file():
+        report = json.loads(path.read_text(encoding="utf-8"))
+        report["release_fingerprint"] = fingerprint
+        write_report(report, path.parent)
 
 
 def merge_human(cfg: Settings, release_dir: Path, files: list[Path]) -> dict:
