@@ -10,21 +10,10 @@ import subprocess
 import sys
 
 import polars as pl
-import pytest
 
-from factories import build_identified, make_cfg, make_items
+from factories import build_identified, make_items
 from pipeline.core.digests import REPO
 from pipeline.release.diff import cell_table, diff_releases
-
-
-@pytest.fixture()
-def release(tmp_path):
-    """A release written by the writers (no exports), with its identity stated and its checksums written, as the
-    release step ends."""
-    cfg = make_cfg()
-    out = tmp_path / "release"
-    fp = build_identified(out, cfg)
-    return out, cfg, fp
 
 
 def _placed(rows: list[tuple]) -> pl.DataFrame:
@@ -63,8 +52,8 @@ def test_diff_cells_count_kept_added_removed_and_moved_items():
     assert [k for k, v in cells.items() if v["same_items"]] == [("rh20t", "T1", "L2")]
 
 
-def test_diff_of_two_releases_names_exactly_the_cells_whose_items_differ(release, tmp_path):
-    out, cfg, fp = release
+def test_diff_of_two_releases_names_exactly_the_cells_whose_items_differ(identified_release, tmp_path):
+    out, cfg, fp = identified_release
     same = diff_releases(out, out, cfg)
     assert same["identical"] and same["items"]["kept"] == same["items"]["old"]
     other = tmp_path / "other"
@@ -93,8 +82,8 @@ def _diff_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_diff_cli_exit_codes_and_bad_input(release, tmp_path):
-    out, cfg, _ = release
+def test_diff_cli_exit_codes_and_bad_input(identified_release, tmp_path):
+    out, cfg, _ = identified_release
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     r = _diff_cli(str(out), str(copy), "--out", str(tmp_path / "report"))

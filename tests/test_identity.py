@@ -13,7 +13,7 @@ import subprocess
 import polars as pl
 import pytest
 
-from factories import build, build_identified, make_cfg, make_items, make_step_row, make_units
+from factories import build, make_cfg, make_items, make_step_row, make_units
 from pipeline.core.io import compact_json
 from pipeline.release import identity, writers
 from pipeline.release.identity import ReleaseIdentityError, mcq_uid, read_identity, step_uid
@@ -179,18 +179,8 @@ def test_the_fingerprint_is_the_sha256_of_the_covered_checksum_lines():
     assert identity.fingerprint_of(sums | {"c.txt": "5" * 64}, excluded) != fp
 
 
-@pytest.fixture()
-def release(tmp_path):
-    """A release written by the writers (no exports), with its identity stated and its checksums written, as the
-    release step ends."""
-    cfg = make_cfg()
-    out = tmp_path / "release"
-    fp = build_identified(out, cfg)
-    return out, cfg, fp
-
-
-def test_the_reader_gives_the_stated_fingerprint_and_every_uid(release):
-    out, cfg, fp = release
+def test_the_reader_gives_the_stated_fingerprint_and_every_uid(identified_release):
+    out, cfg, fp = identified_release
     ident = read_identity(out, cfg)
     assert ident.fingerprint == fp == identity.release_fingerprint(out, cfg)
     assert json.loads((out / "metadata" / "provenance.json").read_text())["release_fingerprint"] == fp
@@ -206,72 +196,60 @@ def test_the_reader_gives_the_stated_fingerprint_and_every_uid(release):
     assert shell.stdout.split()[0] == fp
 
 
-def _one_line(exc: pytest.ExceptionInfo, *words: str) -> None:
-    msg = str(exc.value)
+def _refused(read, path, cfg, *words: str) -> None:
+    """`read(path, cfg)` raises ReleaseIdentityError: one line holding every word."""
+    with pytest.raises(ReleaseIdentityError) as e:
+        read(path, cfg)
+    msg = str(e.value)
     assert "\n" not in msg and all(w in msg for w in words), msg
 
 
-def test_the_reader_refuses_a_folder_that_is_not_a_release_or_of_an_older_format(release, tmp_path):
-    out, cfg, _ = release
-    with pytest.raises(ReleaseIdentityError) as e:
-        read_identity(tmp_path / "nowhere", cfg)
-    _one_line(e, "nowhere", "not a folder")
+def test_the_reader_refuses_a_folder_that_is_not_a_release_or_of_an_older_format(identified_release, tmp_path):
+    out, cfg, _ = identified_release
+    _refused(read_identity, tmp_path / "nowhere", cfg, "nowhere", "not a folder")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ReleaseIdentityError) as e:
-        read_identity(tmp_path / "empty", cfg)
-    _one_line(e, "empty", "not a ProcessBench release")
+    _refused(read_identity, tmp_path / "empty", cfg, "empty", "not a ProcessBench release")
     old = tmp_path / "old"
     build(old, cfg)  # the writers alone: no identity stated (a release of an older format)
     writers.write_checksums(old, cfg)
-    with pytest.raises(ReleaseIdentityError) as e:
-        read_identity(old, cfg)
-    _one_line(e, str(old), "older format", "release_fingerprint")
+    _refused(read_identity, old, cfg, str(old), "older format", "release_fingerprint")
     # rows without item_uid, the identity stated over them: an older format too
     pq = old / "splits" / "processbench_eval.parquet"
     pl.read_parquet(pq).drop("item_uid").write_parquet(pq)
     identity.stamp_release(old, cfg)
     writers.write_checksums(old, cfg)
-    with pytest.raises(ReleaseIdentityError) as e:
-        read_identity(old, cfg)
-    _one_line(e, "older format", "item_uid", "processbench_eval.parquet")
+    _refused(read_identity, old, cfg, "older format", "item_uid", "processbench_eval.parquet")
 
 
-def test_the_reader_refuses_a_truncated_or_foreign_file(release, tmp_path):
-    out, cfg, _ = release
-    pq = out / "splits" / "processdata_sft.parquet"
-    data = pq.read_bytes()
+def test_the_reader_refuses_a_truncated_or_foreign_file(identified_release):
+    out, cfg, _ = identified_release
+    pq, prov, sums = (
+        out / "splits" / "processdata_sft.parquet",
+        out / "metadata" / "provenance.json",
+        out / "checksums.sha256",
+    )
+    data, text = pq.read_bytes(), prov.read_text()
     pq.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ReleaseIdentityError) as e:
-        read_identity(out, cfg)
-    _one_line(e, "processdata_sft.parquet", "truncated")
+    _refused(read_identity, out, cfg, "processdata_sft.parquet", "truncated")
     assert identity.release_fingerprint(out, cfg)  # the fingerprint alone reads no item file
     pq.write_bytes(data)
-    prov = out / "metadata" / "provenance.json"
-    text = prov.read_text()
     prov.write_text(text[: len(text) // 2])
-    with pytest.raises(ReleaseIdentityError) as e:
-        read_identity(out, cfg)
-    _one_line(e, "provenance.json", "unreadable")
-    doc = json.loads(text)
-    prov.write_text(json.dumps(doc | {"release_fingerprint": "0" * 64}))  # another release's provenance
-    with pytest.raises(ReleaseIdentityError) as e:
-        identity.release_fingerprint(out, cfg)
-    _one_line(e, "release_fingerprint", "checksums.sha256")
+    _refused(read_identity, out, cfg, "provenance.json", "unreadable")
+    # another release's provenance
+    prov.write_text(json.dumps(json.loads(text) | {"release_fingerprint": "0" * 64}))
+    _refused(identity.release_fingerprint, out, cfg, "release_fingerprint", "checksums.sha256")
     prov.write_text(text)
-    sums = out / "checksums.sha256"
     sums.write_text(sums.read_text()[:-30])
-    with pytest.raises(ReleaseIdentityError) as e:
-        read_identity(out, cfg)
-    _one_line(e, "checksums.sha256")
+    _refused(read_identity, out, cfg, "checksums.sha256")
 
 
-def test_the_validator_recomputes_each_uid_and_the_fingerprint(release):
+def test_the_validator_recomputes_each_uid_and_the_fingerprint(identified_release):
     from pipeline.release.validate import validate_release
 
-    out, cfg, _ = release
+    out, cfg, _ = identified_release
     pq = out / "splits" / "processbench_eval.parquet"
     df = pl.read_parquet(pq)
-    # an answer edited with its letter and target, parquet and jsonl agreeing: only the uid gives it away
+    # a question edited, parquet and jsonl agreeing, checksums rewritten: the uid and the fingerprint give it away
     edited = df.with_columns(
         pl.when(pl.int_range(pl.len()) == 0)
         .then(pl.lit("other question"))
@@ -288,6 +266,37 @@ def test_the_validator_recomputes_each_uid_and_the_fingerprint(release):
     assert any("release_fingerprint is not the sha256" in p for p in problems), problems
 
 
+def test_a_uid_on_two_rows_and_a_provenance_of_another_identity_are_refused(identified_release):
+    from pipeline.core import io
+    from pipeline.release.validate import validate_release
+
+    out, cfg, _ = identified_release
+    pq = out / "splits" / "processdata_sft.parquet"
+    df = pl.read_parquet(pq)
+    twice = df.with_columns(
+        pl.when(pl.int_range(pl.len()) == 1)
+        .then(pl.lit(df["item_uid"][0]))
+        .otherwise(pl.col("item_uid"))
+        .alias("item_uid")
+    )
+    twice.write_parquet(pq)
+    (out / "splits" / "processdata_sft.jsonl").write_bytes(io.jsonl_bytes(twice))
+    prov = out / "metadata" / "provenance.json"
+    identity.stamp_release(out, cfg)  # the fingerprint stated again over the edited rows
+    writers.write_checksums(out, cfg)
+    problems = validate_release(out, cfg, leaks=False)
+    assert any(f"is also the uid of {df['item_id'][0]}" in p for p in problems), problems
+    assert not any("release_fingerprint is not the sha256" in p for p in problems), problems
+    _refused(read_identity, out, cfg, "item_uid", "2 rows")
+    edit = {"item_uid_version": 0, "release_fingerprint_excludes": ["README.md"]}
+    prov.write_text(json.dumps(json.loads(prov.read_text()) | edit))
+    writers.write_checksums(out, cfg)
+    problems = validate_release(out, cfg, leaks=False)
+    assert any("item_uid_version 0" in p for p in problems), problems
+    assert any("release_fingerprint_excludes is not" in p for p in problems), problems
+    _refused(read_identity, out, cfg, "older format", "item_uid version 0")
+
+
 def test_reconstruct_and_validity_refuse_a_release_without_identity_in_one_line(tmp_path, capsys):
     from assets.cli import main
 
@@ -302,3 +311,17 @@ def test_reconstruct_and_validity_refuse_a_release_without_identity_in_one_line(
     rc = main(["validity", "--release", str(old), "--human", str(tmp_path / "verdicts.json")])
     out = capsys.readouterr().out.strip()
     assert rc == 2 and "\n" not in out and "older format" in out, out
+
+
+def test_a_validity_report_of_another_release_is_refused(identified_release):
+    from pipeline.release.validate import validate_release
+
+    out, cfg, fp = identified_release
+    report = out / "metadata" / "validity_report.json"
+    report.write_text(json.dumps({"cells": [], "release_fingerprint": "0" * 64}))
+    writers.write_checksums(out, cfg)
+    assert identity.release_fingerprint(out, cfg) == fp  # the report is not covered: the release is still itself
+    assert any("release_fingerprint '000" in p and fp in p for p in validate_release(out, cfg, leaks=False))
+    report.write_text(json.dumps({"cells": [], "release_fingerprint": fp}))  # the report of this release
+    writers.write_checksums(out, cfg)
+    assert not any("release_fingerprint" in p for p in validate_release(out, cfg, leaks=False))
