@@ -347,6 +347,7 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     survivors = None  # items that passed the gate so far, over all rounds
     quarantine_parts, frame_parts = [], []
     need = {t: q for t, q in quotas.items() if q}
+    gate_dropped: dict[str, int] = {}  # per family: candidates the gate rejected (the shortfall record says so)
     for _ in range(int(gate_cfg.max_gate_rounds)):
         if not need:
             break
@@ -358,6 +359,9 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
         tried |= set(batch["candidate_key"].to_list())
         table = extract_from_config(requests_from_items(batch), readers, cache, cfg, progress=progress)
         kept, quarantined = gate_items(batch, table, cfg)
+        dropped = batch.filter(~pl.col("candidate_key").is_in(kept["candidate_key"].implode()))
+        for t, n in dropped.group_by("task_id").len().iter_rows():
+            gate_dropped[t] = gate_dropped.get(t, 0) + int(n)
         kept = kept.drop("select_rank")
         survivors = kept if survivors is None else pl.concat([survivors, kept], how="vertical_relaxed")
         quarantine_parts.append(quarantined)
@@ -377,7 +381,8 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
         )
     frames = item_frames(items, frame_table if frame_table is not None else pl.DataFrame(schema=FRAME_TABLE_SCHEMA))
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
-    short = items_mod.shortfall(items, quotas, source=slug, pool=pool)
+    unit_word = cfg.sources[slug].unit_type
+    short = items_mod.shortfall(items, quotas, source=slug, pool=pool, gate_dropped=gate_dropped, unit_word=unit_word)
     write_parquet(files["items"], items)
     write_parquet(files["quarantine"], quarantine)
     write_parquet(files["frames"], frames)
