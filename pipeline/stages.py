@@ -32,6 +32,7 @@ from . import source_help
 from . import split as split_mod
 from pipeline.core import work_tables
 from pipeline.release import writers
+from pipeline.release.quotas import counts as quota_counts, quota_cells
 from pipeline.items.choices import assign_letters, deal_options, display_order
 from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
@@ -457,15 +458,26 @@ def run_release(cfg: Settings) -> dict:
         s: json.loads((work_dir(cfg) / "ir" / s / "corpus.json").read_text(encoding="utf-8")) for s in sources(cfg)
     }
     warnings = eval_level_warnings(cfg)
+    step_rows, step_summary = _step_items(cfg)
+    cells = quota_cells(cfg, quota_counts(eval_df, sft_df, step_rows), shortfall(cfg), step_summary)
     documents = {
         "prompt_templates": prompt_templates_markdown(cfg),
         "reconstruction": reconstruction_markdown(cfg),
-        "provenance": provenance.provenance_json(cfg, corpora, warnings),
+        "provenance": provenance.provenance_json(cfg, corpora, warnings, cells),
     }
     out = writers.write_release(
-        eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents, checksums=False, warnings=warnings
+        eval_df,
+        sft_df,
+        _split_summary(cfg),
+        cfg,
+        release_dir(cfg),
+        documents,
+        checksums=False,
+        warnings=warnings,
+        quotas=cells,
     )
-    out["files"] += write_step_files(*_step_items(cfg), cfg, release_dir(cfg))  # the T13 step track
+    out["files"] += write_step_files(step_rows, step_summary, cfg, release_dir(cfg))  # the T13 step track
+    del step_rows
     del eval_df, sft_df  # the exports read the files back (the main eval file holds L1 only): free these first
     # card, Croissant, trainer/harness files here, and the validity audit's report in a worker: each reads the files
     # just written and writes files of its own, so the two run side by side
