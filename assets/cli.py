@@ -179,10 +179,8 @@ def cmd_build(args) -> int:
             held = f"version {after}" if after else "the last good release, if any"
             print(f"release NOT published: {Path(release).absolute()} is unchanged ({held})", file=sys.stderr)
         return 1
-    for warning in result["warnings"]:
-        print(f"check warning: {warning}", file=sys.stderr)
-    for failed in result["failed_checks"]:
-        print(f"check failed: {failed}", file=sys.stderr)
+    for text in result["warnings"] + result["failed_checks"]:  # `check warning: ...` / `check failed: ...`, in words
+        print(text, file=sys.stderr)
     _report(Path(release).absolute(), result, time.time() - t, {slug: str(cfg.sources[slug].root) for slug in chosen})
     return 1 if result["failed_checks"] else 0
 

@@ -513,6 +513,23 @@ def quarantine_shares(cfg: Settings, slug: str | None = None) -> dict[str, float
     return out
 
 
+def quarantine_reasons(cfg: Settings, slug: str) -> list[tuple[str, int]]:
+    """The reasons a source's units were quarantined (ingest, then labels), most units first: (reason, units)."""
+    frames = [
+        pl.read_parquet(p)
+        for p in (
+            work_dir(cfg) / "ir" / slug / "quarantine.parquet",
+            work_dir(cfg) / "labels" / f"{slug}_quarantine.parquet",
+        )
+        if p.exists()
+    ]
+    counts: dict[str, int] = {}
+    for df in frames:
+        for r in df.iter_rows(named=True):
+            counts[r["reason"]] = counts.get(r["reason"], 0) + int(r.get("units") or 1)
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def shortfall(cfg: Settings, slug: str | None = None) -> list[dict]:
     """Families below their quota, from the frames stage's reports (all sources when slug is None)."""
     out = []
