@@ -516,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rv = sub.add_parser("review", help="human check: one HTML page per source and family with sampled eval items")
     rv.add_argument("--release", required=True, help="the release folder whose eval items are sampled")
-    rv.add_argument("--images", required=True, help="the images folder `processbench reconstruct` wrote")
+    rv.add_argument("--images", required=True, help="the folder `processbench reconstruct --out` wrote, or its images/")
     rv.add_argument("--out", required=True, help="where the HTML pages go (open index.html from disk)")
     rv.add_argument("--per-cell", type=int, default=100, help="items per (source, family) page (default 100)")
     rv.add_argument("--seed", type=int, help="sampling seed (default: build.release_seed)")
@@ -566,7 +566,7 @@ def _add_eval_parser(sub) -> None:
         "eval", help="ask an OpenAI-compatible endpoint every eval item, store, score (docs/evaluation.md)"
     )
     e.add_argument("--release", required=True, help="the release folder whose eval items are asked")
-    e.add_argument("--images", help="the folder `processbench reconstruct --out` wrote")
+    e.add_argument("--images", help="the folder `processbench reconstruct --out` wrote, or its images/")
     e.add_argument(
         "--upstream",
         action="append",
