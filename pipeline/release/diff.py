@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 CELL_KEYS = ("track", "source", "family", "place")
 COUNTS = ("old", "new", "kept", "added", "removed", "moved_in", "moved_out")
-# provenance keys compared on their own (the rest: one line per differing key)
-_OWN = {FINGERPRINT_KEY, "config_sections", "config_sha256", "code", "sources"}
+# provenance keys compared on their own (the rest: one line per differing key); `quotas` (what each cell delivers)
+# is what the rows hold, compared item by item
+_OWN = {FINGERPRINT_KEY, "config_sections", "config_sha256", "code", "sources", "quotas"}
 
 
 def _placed(ident: ReleaseIdentity) -> pl.DataFrame:
