@@ -15,7 +15,8 @@ import pytest
 from pipeline.settings.config import load_settings
 from pipeline.frames.pixels import encode_png
 from pipeline.release.prompts import format_prompt
-from pipeline.release.files import file_names
+from pipeline.release.files import file_names, write_checksums
+from pipeline.release.identity import stamp_release
 from pipeline.review import build_review, sample_cells
 from pipeline.validity.human import human_report, load_verdicts
 
@@ -84,6 +85,9 @@ def _release(tmp: Path, n: int = 6) -> tuple[Path, Path, list[dict]]:
             }
         )
     )
+    # the release's identity, stated as the release step ends (`processbench validity` reads it first)
+    (rel / "metadata" / "provenance.json").write_text('{"builder_version": "processbench_build_v2"}\n')
+    write_checksums(rel, CFG, known=stamp_release(rel, CFG)[1])
     img.mkdir()
     rng = np.random.default_rng(0)
     for r in rows:
