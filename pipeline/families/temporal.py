@@ -121,7 +121,7 @@ def _segment_sets(ctx: Context, uid: str, fcfg: dict, k: int) -> list[tuple[int,
     return sorted(out)
 
 
-def _set_rules(spec: Spec, k: int) -> dict[str, Rule]:
+def _set_rules(spec: Spec, ctx: Context, k: int) -> dict[str, Rule]:
     """The rules a family's frame sets pass, by template key (min_sep_sec, require_motion_between, state_change,
     cap_per_unit), and those that leave out whole units (exclude_cameras, contact)."""
     sets, unit = f"sets of {k} frames", spec.unit_word
@@ -149,7 +149,12 @@ def _set_rules(spec: Spec, k: int) -> dict[str, Rule]:
             sets,
             "had two consecutive frames with no grasp or release between them",
         ),
-        "cap_per_unit": spec.rule("cap_per_unit", "candidates.cap_per_unit", sets, f"lay past the cap per {unit}"),
+        "cap_per_unit": spec.rule(
+            "cap_per_unit",
+            "candidates.cap_per_unit",
+            sets,
+            f"lay past the cap of {spec.cap('cap_per_unit', len(ctx.unit_ids)) or 0:,} per {unit}",
+        ),
     }
 
 
@@ -187,7 +192,7 @@ def _frame_sets(spec: Spec, ctx: Context, uid: str, k: int, rules: dict[str, Rul
 def _ordering(spec: Spec, ctx: Context, k: int):
     pool = Pool(spec, ctx.units)
     labels = list(spec.get("display_labels"))
-    rules = _set_rules(spec, k)
+    rules = _set_rules(spec, ctx, k)
     for uid in ctx.unit_ids:
         for chrono in _frame_sets(spec, ctx, uid, k, rules):
             key = "f" + "-".join(str(f) for f in chrono)
