@@ -393,16 +393,17 @@ def test_verdicts_of_another_build_merge_for_unchanged_items_only(tmp_path, caps
     assert f"ann1_mcq.json: 2 of {len(mcq)} verdicts name items not in this release" in out
     n_changed = changed_steps[0]["num_steps"]
     assert f"ann1_steps.json: {n_changed} of {sum(r['num_steps'] for r in steps)} verdicts name items" in out
-    assert f"made for release {fp_a}, this is {fp_b}" in out and "--drop-unknown" in out
+    assert f"made for release {fp_a[:12]}…, this is {fp_b[:12]}…" in out and "--drop-unknown" in out
     assert (b / "metadata" / "validity_report.json").read_bytes() == before
     # asked to drop them: the unchanged items merged by uid (their answers right against b's key), the rest counted
     assert cli(["validity", "--release", str(b), "--human", str(f_mcq), str(f_steps), "--drop-unknown"]) == 0
     out = capsys.readouterr().out
     assert f"ann1_mcq.json (ann1, gm100 T2): {len(mcq) - 2} of {len(mcq)} verdicts merged, 2 on items" in out
-    assert f"made for another release ({fp_a})" in out
+    assert f"made for another release ({fp_a[:12]}…)" in out
     human = _report(b)["human"]
     files = {r["file"]: r for r in human["files"]}
     assert files["ann1_mcq.json"]["refused"] == 2 and not files["ann1_mcq.json"]["this_release"]
+    assert files["ann1_mcq.json"]["release_fingerprint"] == fp_a  # whole in the report
     assert files["ann1_steps.json"]["refused"] == n_changed
     assert sum(c["judgments"] for c in human["cells"]) == len(mcq) - 2
     assert all(c["accuracy"] == 1.0 for c in human["cells"])  # matched to the same item: the key agrees
@@ -413,7 +414,7 @@ def test_verdicts_of_another_build_merge_for_unchanged_items_only(tmp_path, caps
     assert classes["correct"]["judgments"] == labels.count(1) and classes["correct"]["agreement"] == 0.0
     assert classes["neutral"]["judgments"] == labels.count(0)
     md = (b / "metadata" / "validity_report.md").read_text()
-    assert f"another release ({fp_a})" in md and "Left out (--drop-unknown)" in md
+    assert f"another release ({fp_a[:12]}…)" in md and "Left out (--drop-unknown)" in md
     # its own release's file: merged whole, "this release"
     f_own = _verdict_file(
         tmp_path / "ann2.json",

@@ -371,6 +371,8 @@ def command(args) -> int:
         )
         rc = 1 if summary["problems"] else 0
     if args.human:
+        from .human import short
+
         try:
             files = [Path(f) for f in args.human]
             human = merge_human(cfg, Path(args.release), files, bool(args.drop_unknown), fingerprint)
@@ -383,7 +385,7 @@ def command(args) -> int:
                 f"HUMAN: {r['file']} ({r['annotator']}, {r['source']} {r['family']}): {r['merged']} of "
                 f"{r['verdicts']} verdicts merged"
                 + (f", {r['refused']} on items not in this release left out" if r["refused"] else "")
-                + ("" if r["this_release"] else f"; made for another release ({r['release_fingerprint']})")
+                + ("" if r["this_release"] else f"; made for another release ({short(r['release_fingerprint'])})")
             )
         for c in human["cells"]:
             print(

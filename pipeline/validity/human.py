@@ -195,6 +195,11 @@ def release_keys(release: Path, cfg: Settings) -> dict[str, dict]:
 # ------------------------------------------------------------------------------------------------ matching by uid
 
 
+def short(fingerprint: str) -> str:
+    """A fingerprint as a line shows it: its first 12 hex digits (the report's JSON keeps it whole)."""
+    return fingerprint[:12] + "…" if len(fingerprint) > 12 else fingerprint
+
+
 def verdict_problem(v: ChoiceVerdict | StepVerdict, size: int) -> str | None:
     """Why a verdict cannot be one on its item, an item of `size` options (multiple choice) or steps (None: it can)."""
     if isinstance(v, StepVerdict):
@@ -225,9 +230,8 @@ def match_verdicts(files: list[VerdictFile], keys: dict, fingerprint: str, drop_
         other = f.release_fingerprint != fingerprint
         if unknown:
             refusals.append(
-                f"{f.name}: {len(unknown)} of {len(f.verdicts)} verdicts name items not in this release "
-                f"(first: {unknown[0].item_uid})"
-                + (f"; the file was made for release {f.release_fingerprint}, this is {fingerprint}" if other else "")
+                f"{f.name}: {len(unknown)} of {len(f.verdicts)} verdicts name items not in this release"
+                + (f"; made for release {short(f.release_fingerprint)}, this is {short(fingerprint)}" if other else "")
             )
         for v in f.verdicts:
             if v.item_uid in known:
@@ -455,7 +459,7 @@ def human_markdown(human: dict) -> list[str]:
         "|---|---|---|---:|---:|---:|---|",
     ]
     for r in human.get("files", []):
-        made = "this release" if r["this_release"] else f"another release ({r['release_fingerprint']})"
+        made = "this release" if r["this_release"] else f"another release ({short(r['release_fingerprint'])})"
         lines.append(
             f"| {r['file']} | {r['annotator']} | {r['source']} {r['family']} | {r['verdicts']} | {r['merged']} "
             f"| {r['refused']} | {made} |"
