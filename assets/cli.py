@@ -8,8 +8,8 @@ processbench ingest --source SLUG --root PATH --out DIR
 processbench split --items POOL.jsonl --out DIR [--config FILE]
 processbench validate DIR
 processbench diff OLD NEW [--out DIR]
-processbench validity --release DIR [--work-dir DIR] [--human FILE ...]
-processbench review --release DIR --images DIR --out DIR [--per-cell 100]
+processbench validity --release DIR [--work-dir DIR] [--human FILE ... [--drop-unknown]]
+processbench review --release DIR --images DIR --out DIR [--per-cell 100] [--prefill FILE ...]
 processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
 processbench eval --release DIR (--images DIR | --upstream gm100=PATH ...) --base-url URL --model NAME --out DIR
 processbench score --release DIR --predictions FILE [--step-predictions FILE] --out DIR
@@ -532,16 +532,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--human",
         nargs="+",
         metavar="FILE",
-        help="verdict files exported from `processbench review` pages: merged into the report",
+        help="verdict files exported from `processbench review` pages: merged into the report by item uid",
+    )
+    va.add_argument(
+        "--drop-unknown",
+        action="store_true",
+        help="with --human: leave out (and count) verdicts on items not in this release, instead of refusing",
     )
     va.set_defaults(func=cmd_validity)
 
-    rv = sub.add_parser("review", help="human check: one HTML page per source and family with sampled eval items")
+    rv = sub.add_parser(
+        "review", help="human check: one HTML page per source and family (per source for T13) with sampled eval items"
+    )
     rv.add_argument("--release", required=True, help="the release folder whose eval items are sampled")
     rv.add_argument("--images", required=True, help="the folder `processbench reconstruct --out` wrote, or its images/")
     rv.add_argument("--out", required=True, help="where the HTML pages go (open index.html from disk)")
     rv.add_argument("--per-cell", type=int, default=100, help="items per (source, family) page (default 100)")
     rv.add_argument("--seed", type=int, help="sampling seed (default: build.release_seed)")
+    rv.add_argument(
+        "--prefill",
+        nargs="+",
+        metavar="FILE",
+        help="verdict files of an earlier build: pre-fill each annotator's verdicts on the unchanged items (same uid)",
+    )
     rv.set_defaults(func=cmd_review)
 
     r = sub.add_parser("reconstruct", help="rebuild and verify every item's frames from upstream data")

@@ -326,18 +326,26 @@ def state_fingerprint(release_dir: Path, fingerprint: str) -> None:
         write_report(report, path.parent)
 
 
-def merge_human(cfg: Settings, release_dir: Path, files: list[Path]) -> dict:
+def merge_human(
+    cfg: Settings, release_dir: Path, files: list[Path], drop_unknown: bool = False, fingerprint: str | None = None
+) -> dict:
     """Add the human check (verdict files of pipeline/review.py pages) to the release's validity report as its
-    `human` section (json + md; checksums re-written when the release has them); returns that section."""
+    `human` section (json + md; checksums re-written when the release has them); returns that section. Verdicts are
+    matched by item uid (pipeline/validity/human.py); every file is read and matched before the report is touched, so
+    a bad file (ValueError naming it) changes nothing. `fingerprint`: the release's, when the caller has read it."""
+    from pipeline.release.identity import release_fingerprint
     from pipeline.release.writers import file_names, write_checksums
-    from .human import answer_key, human_report, load_verdicts
+    from .human import human_report, load_verdicts, match_verdicts, release_keys
 
     rel = Path(release_dir)
     path = rel / "metadata" / REPORT_FILES[0]
     if not path.exists():
         raise FileNotFoundError(f"{path}: no validity report to merge into (run the audit first: --work-dir)")
     report = json.loads(path.read_text(encoding="utf-8"))
-    report["human"] = human_report(load_verdicts(files), answer_key(rel, cfg), cfg.validity.human)
+    keys = release_keys(rel, cfg)
+    fingerprint = fingerprint or release_fingerprint(rel, cfg)
+    merged = match_verdicts(load_verdicts(files), keys, fingerprint, drop_unknown)
+    report["human"] = human_report(merged, keys, cfg.validity.human)
     write_report(report, rel / "metadata")
     if (rel / file_names(cfg)["checksums"]).exists():
         write_checksums(rel, cfg)
@@ -345,8 +353,8 @@ def merge_human(cfg: Settings, release_dir: Path, files: list[Path]) -> dict:
 
 
 def command(args) -> int:
-    """`processbench validity --release DIR [--work-dir DIR] [--human FILE ...]`: audit a written release (with
-    --work-dir), merge human verdicts into its report (with --human), print its problems."""
+    """`processbench validity --release DIR [--work-dir DIR] [--human FILE ... [--drop-unknown]]`: audit a written
+    release (with --work-dir), merge human verdicts into its report (with --human), print its problems."""
     from pipeline.settings.config import load_settings
 
     cfg = load_settings()
@@ -374,14 +382,32 @@ def command(args) -> int:
         )
         rc = 1 if summary["problems"] else 0
     if args.human:
+        from .human import short
+
         try:
-            human = merge_human(cfg, Path(args.release), [Path(f) for f in args.human])
+            files = [Path(f) for f in args.human]
+            human = merge_human(cfg, Path(args.release), files, bool(args.drop_unknown), fingerprint)
         except (ValueError, FileNotFoundError) as exc:
-            print(f"processbench validity: {exc}")
+            for line in str(exc).splitlines():
+                print(f"processbench validity: {line}")
             return 2
+        for r in human["files"]:
+            print(
+                f"HUMAN: {r['file']} ({r['annotator']}, {r['source']} {r['family']}): {r['merged']} of "
+                f"{r['verdicts']} verdicts merged"
+                + (f", {r['refused']} on items not in this release left out" if r["refused"] else "")
+                + ("" if r["this_release"] else f"; made for another release ({short(r['release_fingerprint'])})")
+            )
         for c in human["cells"]:
             print(
                 f"HUMAN: {c['source']}/{c['family']}: accuracy {c['accuracy']:.3f} over {c['judgments']} "
                 f"judgments (chance {c['chance']:.3f}){'' if c['decidable'] else ' NOT DECIDABLE'}"
             )
+        for c in human["steps"]:
+            if c["source"] == "all":
+                agrees = "no label verdict" if c["agreement"] is None else f"agrees {c['agreement']:.3f}"
+                print(
+                    f"HUMAN: steps/{c['class']}: {agrees} over {c['judgments']} judgments (right {c['right']:.3f}, "
+                    f"wrong {c['wrong']:.3f}, unsure {c['unsure']:.3f})"
+                )
     return rc
