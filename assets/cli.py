@@ -7,6 +7,7 @@ processbench samples --scale demo|release --out DIR [--sources ...] [--seed N]
 processbench ingest --source SLUG --root PATH --out DIR
 processbench split --items POOL.jsonl --out DIR [--config FILE]
 processbench validate DIR
+processbench diff OLD NEW [--out DIR]
 processbench validity --release DIR [--work-dir DIR] [--human FILE ...]
 processbench review --release DIR --images DIR --out DIR [--per-cell 100]
 processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
@@ -197,6 +198,10 @@ def _report(release: Path, result: dict, seconds: float, roots: dict[str, str]) 
     if (release / "splits").is_dir():
         print(f"\nitems per source and split / eval level:\n{counts_text(release)}\n")
     print(f"release {what}: {release}")
+    from pipeline.release.identity import stated_fingerprint
+
+    if fingerprint := stated_fingerprint(release, load_settings()):
+        print(f"release fingerprint: {fingerprint}")
     print("next:\n" + "\n".join(f"  {c}" for c in next_commands(release, roots)))
 
 
@@ -293,14 +298,22 @@ def cmd_validate(args) -> int:
     return 1 if problems else 0
 
 
+def cmd_diff(args) -> int:
+    from pipeline.release.diff import command  # logic lives in pipeline/release/diff.py
+
+    return command(args)
+
+
 def cmd_reconstruct(args) -> int:
     from pipeline.frames.reconstruct import reconstruct, reconstruct_summary
+    from pipeline.release.identity import release_fingerprint
 
     upstream = _upstream(args.upstream)
     if not upstream:
         raise SystemExit("give at least one --upstream SLUG=PATH")
     cfg = load_settings(upstream=upstream)
     out = Path(args.out).resolve()
+    fingerprint = release_fingerprint(Path(args.release), cfg)  # ReleaseIdentityError: one line (main)
     report = reconstruct(
         Path(args.release),
         {s: cfg.sources[s].root for s in upstream},
@@ -308,6 +321,7 @@ def cmd_reconstruct(args) -> int:
         out,
         sources=sorted(upstream),
         progress=True,
+        fingerprint=fingerprint,
     )
     print(reconstruct_summary(report, out, cfg))
     bad = sum(int(r["missing"]) + int(r["differs"]) for r in report["sources"].values())
@@ -526,6 +540,14 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a release folder against its schema, manifests and checksums")
     v.add_argument("dir", help="the release folder (release/ by default)")
     v.set_defaults(func=cmd_validate)
+
+    df = sub.add_parser(
+        "diff", help="what changed between two releases, by item_uid: items, comparable cells, provenance"
+    )
+    df.add_argument("old", help="the older release folder")
+    df.add_argument("new", help="the newer release folder")
+    df.add_argument("--out", help="also write diff.md and diff.json into this folder")
+    df.set_defaults(func=cmd_diff)
 
     va = sub.add_parser("validity", help="audit a release: text-only baselines, shared images, T8/T9 gaps")
     va.add_argument("--release", required=True, help="the release folder")

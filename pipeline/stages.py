@@ -28,6 +28,7 @@ import polars as pl
 
 from pipeline.items import selection as items_mod
 from pipeline.release import provenance
+from pipeline.release.identity import stamp_release
 from . import source_help
 from . import split as split_mod
 from pipeline.core import work_tables
@@ -465,11 +466,14 @@ def run_release(cfg: Settings) -> dict:
     # card, Croissant, trainer/harness files here, and the validity audit's report in a worker: each reads the files
     # just written and writes files of its own, so the two run side by side
     exported, validity = run_beside(_validity_part, cfg, lambda: run_exports(cfg, release_dir(cfg), checksums=False))
+    # every file it covers written: the release fingerprint, stated in provenance.json, the card and the validity report
+    fingerprint, sums = stamp_release(release_dir(cfg), cfg)
     # last, once: an interrupted step leaves checksums that do not match, never a release that looks complete
-    writers.write_checksums(release_dir(cfg), cfg)
+    writers.write_checksums(release_dir(cfg), cfg, known=sums)
     return {k: v for k, v in out.items() if k != "files"} | {
         "files": len(out["files"]) + len(files_written(exported)),
         "validity_problems": len(validity["problems"]),
+        "release_fingerprint": fingerprint,
         # each export's rows and files: the materialization of its asset (assets/tables.py export_tables)
         "exports": {name: {"rows": r["rows"], "files": len(r["files"])} for name, r in exported.items()},
     }

@@ -86,11 +86,13 @@ def release_files_on_disk(out_dir: Path, cfg: Settings) -> list[str]:
     return sorted(rels)
 
 
-def write_checksums(out_dir: Path, cfg: Settings) -> dict[str, str]:
+def write_checksums(out_dir: Path, cfg: Settings, known: dict[str, str] | None = None) -> dict[str, str]:
     """(Re)write checksums.sha256 over every file now in the release (`sha256sum -c` format, sorted by path). A later
-    stage that adds files to the release (exports) calls this again when it is done."""
+    stage that adds files to the release (exports) calls this again when it is done. `known`: digests the caller has
+    just computed of files it has not written since (not hashed again)."""
     out_dir = Path(out_dir)
-    sums = {rel: sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
+    known = known or {}
+    sums = {rel: known.get(rel) or sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
     io.atomic_write_text(out_dir / file_names(cfg)["checksums"], "".join(f"{h}  {rel}\n" for rel, h in sums.items()))
     return sums
 

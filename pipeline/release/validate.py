@@ -508,8 +508,26 @@ def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool
     }
     for problem in step_problems(root, cfg, mcq):  # the T13 step files (pipeline/steps/write.py)
         report.add(problem)
+    for problem in _uid_problems(root, cfg, every):  # item_uid of every row (pipeline/release/identity.py)
+        report.add(problem)
     problems = report.done() + model_facing_problems(root, cfg, skip=too_big)
     return problems + release_leaks(root, cfg, skip=too_big) if leaks else problems
+
+
+def _uid_problems(root: Path, cfg: Settings, every: dict[str, pl.DataFrame]) -> list[str]:
+    """Each row's item_uid recomputed from the row (with the template variants the release was built with), and no
+    uid on two rows of any file, either track."""
+    from pipeline.release.identity import built_variants, uid_problems
+    from pipeline.steps.rows import STEP_SCHEMA
+    from pipeline.steps.write import step_tables
+
+    mcq = [df for df in every.values() if "item_uid" in df.columns]
+    try:
+        steps = [(rel, df) for rel, df in step_tables(root, cfg).items() if list(df.schema) == list(STEP_SCHEMA)]
+    except Exception:  # noqa: BLE001 - unreadable step files are reported by step_problems
+        steps = []
+    table = pl.concat(mcq, how="vertical_relaxed") if mcq else None
+    return uid_problems(table, steps, built_variants(root, cfg))
 
 
 def _check_levels(

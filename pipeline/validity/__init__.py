@@ -249,11 +249,17 @@ def _fps_table(wd: Path, sources: list[str]):
 
 
 def run_validity(
-    cfg: Settings, release_dir: Path | None = None, work_dir: Path | None = None, checksums: bool = True
+    cfg: Settings,
+    release_dir: Path | None = None,
+    work_dir: Path | None = None,
+    checksums: bool = True,
+    fingerprint: str | None = None,
 ) -> dict:
     """The stage: audit the written release splits (+ the items' frame thumbnails, the IR's fps), write
     metadata/validity_report.json and .md, re-write checksums.sha256 to cover them (when the release has one and
-    `checksums`; the release stage writes it once at its end), and return {"problems": [...], "cells": n}."""
+    `checksums`; the release stage writes it once at its end), and return {"problems": [...], "cells": n}.
+    `fingerprint`: the audited release's (`release_fingerprint` in the report; inside the build the release step
+    states it once it is known: pipeline/release/identity.py stamp_release)."""
     import polars as pl
 
     from pipeline.settings.config import path_in_repo
@@ -294,6 +300,8 @@ def run_validity(
         report["steps"] = step_gates(steps["eval"], steps["sft"], vcfg.steps)
     report["problems"] = problems(report, vcfg)
     report["warnings"] = warnings(report, vcfg)
+    if fingerprint is not None:
+        report["release_fingerprint"] = fingerprint
     write_report(report, rel / "metadata")
     if checksums and (rel / names["checksums"]).exists():  # the report is part of the release: cover it
         write_checksums(rel, cfg)
@@ -334,9 +342,19 @@ def command(args) -> int:
     if not args.work_dir and not args.human:
         print("processbench validity: give --work-dir (the audit), --human FILE ... (merge verdicts), or both")
         return 2
+    from pipeline.release.identity import ReleaseIdentityError, release_fingerprint
+
+    try:  # the report names the release it audits
+        fingerprint = release_fingerprint(Path(args.release), cfg)
+    except ReleaseIdentityError as exc:
+        print(f"processbench validity: error: {exc}")
+        return 2
+    print(f"release {args.release}: fingerprint {fingerprint}")
     rc = 0
     if args.work_dir:
-        summary = run_validity(cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir))
+        summary = run_validity(
+            cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir), fingerprint=fingerprint
+        )
         for p in summary["problems"]:
             print(f"VALIDITY: {p}")
         print(
