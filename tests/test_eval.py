@@ -350,11 +350,11 @@ def test_endless_and_oversized_bodies_fail_their_item_in_bounded_memory(demo_rel
     ids = [it.item_id for it in chosen]
     out = tmp_path / "run"
     faults = {ids[1]: ["endless"], ids[2]: ["huge"], ids[3]: ["drip"]}
-    code = (
-        "import resource, sys\n"
+    code = (  # VmHWM: the peak RSS of this process's own memory (ru_maxrss would count the forking parent's)
+        "import sys\n"
         "from assets.cli import main\n"
         "rc = main(sys.argv[1:])\n"
-        "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "print('PEAK_KB', [x.split()[1] for x in open('/proc/self/status') if x.startswith('VmHWM')][0])\n"
         "sys.exit(rc)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
@@ -386,8 +386,8 @@ def test_endless_and_oversized_bodies_fail_their_item_in_bounded_memory(demo_rel
         ]
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    peak_mb = int(proc.stdout.split("MAXRSS_KB")[1].split()[0]) / 1024
-    assert peak_mb < 400, peak_mb
+    peak_mb = int(proc.stdout.split("PEAK_KB")[1].split()[0]) / 1024
+    assert peak_mb < 400, peak_mb  # 268 MB measured on the demo release, of which ~170 MB are the imports
     rows = {p["item_id"]: p for p in _preds(out)}
     cap = 64 * 32 + 65536  # ClientOptions.body_cap() at --max-tokens 64
     assert "over the cap" in rows[ids[1]]["error"] and "announced" in rows[ids[2]]["error"]

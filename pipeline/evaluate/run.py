@@ -40,6 +40,7 @@ import httpx
 import numpy as np
 
 from pipeline.core import io
+from pipeline.release.identity import read_identity
 
 from .client import (
     Outcome,
@@ -114,8 +115,9 @@ def request_key(item: EvalItem, opts: EvalOptions) -> str:
 
 
 def item_uid(item: EvalItem, release_fp: str | None) -> str:
-    """The store's item key: the release's item_uid; a release without uids keys by (release, item id)."""
-    return item.item_uid or f"{release_fp or 'unknown-release'}:{item.item_id}"
+    """The store's item key: the release's item_uid (a row without one, which a release read through
+    pipeline/release/identity.py never has, keys by release and item id)."""
+    return item.item_uid or f"{release_fp}:{item.item_id}"
 
 
 def endpoint_host(base_url: str) -> str:
@@ -400,12 +402,6 @@ def _percentiles(values: list[float]) -> dict:
     return {f"p{q}": round(float(np.percentile(arr, q)), 3) for q in (50, 90, 99)}
 
 
-def release_fingerprint(release: Path) -> str | None:
-    from pipeline.scoring.mcq import release_fingerprint as fp
-
-    return fp(release)
-
-
 def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
     """Run (or resume) the eval; returns the summary (also written to <out>/run_summary.json). `complete` is False
     when an item has no answer (failed, not asked, or the run was interrupted or stopped); `stopped` names a failure
@@ -418,7 +414,9 @@ def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
     if not items:
         raise ValueError("no eval item matches the chosen levels / families / sources / tracks")
     check_prompt_version(items, cfg)
-    release_fp = release_fingerprint(opts.release)
+    # the fingerprint, every item file checked against the release's checksums first (another release's file, a
+    # truncated one, or a release of a format without identities: one line, exit 2)
+    release_fp = read_identity(opts.release, cfg).fingerprint
     out.mkdir(parents=True, exist_ok=True)
     stats = Stats()
     interrupted = False
@@ -430,7 +428,13 @@ def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
         def prepare_images(todo: list[EvalItem]) -> Path:
             if opts.upstream:
                 images_dir, _ = reconstruct_for(
-                    todo, opts.release, opts.upstream, cfg, out / RECONSTRUCTED_DIR, progress=opts.progress or None
+                    todo,
+                    opts.release,
+                    opts.upstream,
+                    cfg,
+                    out / RECONSTRUCTED_DIR,
+                    progress=opts.progress or None,
+                    fingerprint=release_fp,
                 )
                 return Path(images_dir)
             if opts.images is None:

@@ -4,8 +4,8 @@ a lost machine) keeps every answer it was told about, and at worst a torn last l
 warning). Nothing is ever rewritten or removed but that torn tail.
 
 A record is keyed by (item uid, request hash, identity key):
-- the item uid is what the item *is* (the release's `item_uid`), so a rebuilt release's unchanged items find their
-  answers whatever their position id; a release without uids keys by (release fingerprint, item id);
+- the item uid is what the item *is* (the release's `item_uid`, pipeline/release/identity.py), so a rebuilt
+  release's unchanged items find their answers whatever their position id (a CircularEval copy: `<uid>.c<k>`);
 - the request hash covers everything else the model is shown or asked with (the prompt text, the image hashes, max
   tokens, temperature, seed, image size);
 - the identity key covers who answers: the `--model` name, the endpoint's own model id and root (`GET /models`) and

@@ -469,12 +469,16 @@ def _score_mcq(tables: dict, predictions: Path, cfg: Settings, levels: list[str]
     return m, items
 
 
-def release_fingerprint(release_dir: Path) -> str | None:
-    """The release's fingerprint (from its checksums); None when it has no checksums file."""
-    import hashlib
+def release_fingerprint(release_dir: Path, cfg: Settings) -> str | None:
+    """The release's fingerprint (pipeline/release/identity.py) for metrics.json; None for a release that states none
+    (an older format: its predictions are scored all the same)."""
+    from pipeline.release.identity import ReleaseIdentityError, release_fingerprint as fingerprint
 
-    path = Path(release_dir) / "checksums.sha256"
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None  # TODO(w36): its API
+    try:
+        return fingerprint(release_dir, cfg)
+    except ReleaseIdentityError as exc:
+        log.warning("%s: scored without a release fingerprint", exc)
+        return None
 
 
 def _check_levels(tables: list[pl.DataFrame], levels: list[str] | None) -> None:
@@ -528,20 +532,21 @@ def score(
         )
         md = (md + "\n" if md else "") + step_score.markdown(m["steps"])
         written = (written or list(OUTPUTS[:2])) + list(STEP_OUTPUTS)
-    m["release"] = release_fingerprint(release_dir)
+    m["release"] = release_fingerprint(release_dir, cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     io.atomic_write_text(out_dir / OUTPUTS[0], io.dumps_json(m))
     io.atomic_write_text(out_dir / OUTPUTS[1], md)
+    stamp = pl.lit(m["release"], dtype=pl.String).alias("release")  # every per-item row names its release
     if items is not None:
-        io.write_jsonl(out_dir / OUTPUTS[2], items)
+        io.write_jsonl(out_dir / OUTPUTS[2], items.with_columns(stamp))
         plot(
             m,
             out_dir / OUTPUTS[3],
             f"{Path(predictions).name}: accuracy per family (levels {', '.join(m['predictions']['levels'])})",
         )
     if step_tables is not None:
-        io.write_jsonl(out_dir / STEP_OUTPUTS[0], per_step)
+        io.write_jsonl(out_dir / STEP_OUTPUTS[0], per_step.with_columns(stamp))
     m["outputs"] = [str(out_dir / f) for f in written]
     return m
 
