@@ -12,6 +12,7 @@ processbench validity --release DIR [--work-dir DIR] [--human FILE ... [--drop-u
 processbench review --release DIR --images DIR --out DIR [--per-cell 100] [--prefill FILE ...]
 processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
 processbench eval --release DIR (--images DIR | --upstream gm100=PATH ...) --base-url URL --model NAME --out DIR
+processbench compare RUN_DIR RUN_DIR ... --out DIR
 processbench score --release DIR --predictions FILE [--step-predictions FILE] --out DIR
 processbench dev [--host 127.0.0.1] [--port 3000]
 """
@@ -384,13 +385,15 @@ def cmd_score(args) -> int:
 def cmd_eval(args) -> int:
     """Thin shell over pipeline/evaluate/ (docs/evaluation.md)."""
     from pipeline.evaluate.options import ClientOptions
-    from pipeline.evaluate.run import EvalOptions, PreflightError, run_eval, summary_text
+    from pipeline.evaluate.run import EvalOptions, run_eval, summary_text
 
     if bool(args.images) == bool(args.upstream):
         raise UsageError("give either --images DIR (what `processbench reconstruct --out` wrote) or --upstream")
     for name in ("concurrency", "retries", "max_tokens", "limit", "image_max_side"):
         if getattr(args, name) is not None and getattr(args, name) < (0 if name in ("retries", "limit") else 1):
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number")
+    if not args.timeout > 0:
+        raise UsageError("--timeout must be a positive number of seconds")
     upstream = _upstream(args.upstream)
     cfg = load_settings(upstream=upstream)
     client = ClientOptions(
@@ -413,26 +416,45 @@ def cmd_eval(args) -> int:
         levels=args.levels,
         families=args.families,
         sources=args.sources,
+        tracks=args.tracks,
         limit=args.limit,
         image_max_side=args.image_max_side,
         api_key_env=args.api_key_env,
         progress=not args.no_progress,
         circular=args.circular,
+        retry_refused=args.retry_refused,
     )
     try:
         summary = run_eval(opts, cfg)
-    except PreflightError as exc:
-        print(f"processbench eval: preflight failed, nothing else sent: {exc}", file=sys.stderr)
-        return 2
     except (ValueError, FileNotFoundError) as exc:
         print(f"processbench eval: error: {exc}", file=sys.stderr)
         return 2
     print(summary_text(summary))
-    print(
-        f"report: {Path(args.out) / 'metrics.md'} (metrics.json, per_item.jsonl, accuracy_by_task.png, "
-        f"predictions.jsonl, run_summary.json)"
-    )
+    if summary["stopped"]:
+        print(f"processbench eval: stopped: {summary['stopped']}", file=sys.stderr)
+    print(f"report: {Path(args.out) / 'metrics.md'}; answers: {', '.join(summary['predictions'].values())}")
+    if summary["stopped"]:
+        return 2
     return 0 if summary["complete"] else 130 if summary["interrupted"] else 1
+
+
+def cmd_compare(args) -> int:
+    """Thin shell over pipeline/scoring/compare.py."""
+    from pipeline.scoring.compare import RunError, compare, write_report
+
+    try:
+        rep = compare([Path(d) for d in args.runs], load_settings(), args.allow_mixed_releases)
+    except RunError as exc:
+        print(f"processbench compare: {exc}", file=sys.stderr)
+        return 2
+    written = write_report(rep, Path(args.out))
+    for p in rep["pairs"]:
+        d = p["overall"]
+        ci = "n/e" if d["ci95"] is None else f"[{d['ci95'][0]:.4f}, {d['ci95'][1]:.4f}]"
+        diff = "–" if d["difference"] is None else f"{d['difference']:+.4f}"
+        print(f"{p['a']} - {p['b']}: {diff} (95% CI {ci}) on {d['n']} items both answered")
+    print(f"written: {', '.join(str(w) for w in written)}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -585,6 +607,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_eval_parser(sub)
 
+    cp = sub.add_parser(
+        "compare", help="several eval runs of one release side by side: accuracies, baselines, paired differences"
+    )
+    cp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="folders `processbench eval --out` wrote")
+    cp.add_argument("--out", required=True, help="folder for compare.md, compare.json and compare.png")
+    cp.add_argument(
+        "--allow-mixed-releases",
+        action="store_true",
+        help="compare runs of different releases (release fingerprints) on the items they share (by item_uid)",
+    )
+    cp.set_defaults(func=cmd_compare)
+
     d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")
     d.add_argument("--host", default="127.0.0.1", help="interface the UI listens on (default 127.0.0.1)")
     d.add_argument("--port", type=int, default=3000, help="port of the UI (default 3000)")
@@ -613,6 +647,10 @@ def _add_eval_parser(sub) -> None:
     e.add_argument("--out", required=True, help="responses, predictions.jsonl and the report land here")
     e.add_argument("--concurrency", type=int, default=dflt.concurrency, help="requests in flight at most")
     e.add_argument("--levels", help="comma-separated eval levels (default: every level of the release)")
+    e.add_argument(
+        "--tracks",
+        help="mcq (multiple choice, T1-T12), steps (the T13 step track) or both, comma-separated (default both)",
+    )
     e.add_argument("--families", help="comma-separated task ids or names (default: all)")
     e.add_argument("--sources", help="comma-separated source slugs (default: all)")
     e.add_argument("--limit", type=int, help="the first N selected items (by item id)")
@@ -625,6 +663,11 @@ def _add_eval_parser(sub) -> None:
     e.add_argument("--image-max-side", type=int, help="downscale images whose longer side exceeds PX")
     e.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument(
+        "--retry-refused",
+        action="store_true",
+        help="ask refused, truncated and empty answers again (kept and scored as they are otherwise)",
+    )
     e.add_argument(
         "--circular",
         action="store_true",

@@ -1,4 +1,5 @@
-"""Benchmark `processbench eval`'s own overhead per item: every eval item of a release asked of a local
+"""Benchmark `processbench eval`'s own overhead per item: every eval item of a release (both tracks: multiple choice and
+the T13 step items) asked of a local
 OpenAI-compatible server that answers at once (tests/eval_server.py, in its own process, so its JSON parsing does not
 share our interpreter), at concurrency 1 and 64. Image reading, hash check and PNG/base64 encoding are included, as are
 the request, the response parsing and the store's append + fsync. Per item it reports the wall time (what a run
@@ -110,8 +111,8 @@ def one_run(release: Path, images: Path, base_url: str, concurrency: int, out: P
     t, cpu = time.perf_counter(), time.process_time()
     s = run_eval(opts, cfg)
     wall, cpu = time.perf_counter() - t, time.process_time() - cpu
-    if s["answered"] != s["items"]:
-        raise SystemExit(f"bench run incomplete: {s['failures'][:3]}")
+    if not s["complete"]:
+        raise SystemExit(f"bench run incomplete: {s['stopped'] or s['failures'][:3]}")
     return {
         "items": s["items"],
         "wall_s": round(wall, 3),

@@ -44,14 +44,14 @@ from pathlib import Path
 from pipeline.core.seeding import stable_hash
 from pipeline.release.prompts import format_prompt
 from pipeline.release.schema import CHOICE_LETTERS
+from pipeline.validity.human import (
+    VERDICTS_FORMAT,
+    VERDICTS_VERSION,
+)  # the file format lives with its reader
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
-VERDICTS_FORMAT = "processbench-review-verdicts"
-VERDICTS_VERSION = 2  # 2: item uids and the release fingerprint (1 had positional item ids only)
-TRACKS = ("mcq", "steps")
-STEP_VERDICTS = ("right", "wrong", "unsure")
 ITEM_COLUMNS = ("item_id", "item_uid", "source_slug", "task_id", "eval_level", "question")
 MCQ_COLUMNS = (*ITEM_COLUMNS, "num_choices", *[f"choice_{c}" for c in CHOICE_LETTERS])
 STEP_COLUMNS = (*ITEM_COLUMNS, "response", "step_image_index_json")

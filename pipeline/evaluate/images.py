@@ -66,7 +66,13 @@ def load_item_images(
 
 
 def reconstruct_for(
-    items: list[EvalItem], release_dir: Path, upstream: dict[str, Path], cfg: Settings, out_dir: Path, progress=None
+    items: list[EvalItem],
+    release_dir: Path,
+    upstream: dict[str, Path],
+    cfg: Settings,
+    out_dir: Path,
+    progress=None,
+    fingerprint: str | None = None,
 ) -> tuple[Path, dict]:
     """Reconstruct (and hash-verify) the images of `items` from the upstream folders into `out_dir`, by the code of
     `processbench reconstruct`. Returns (the images folder to read, the reconstruction report). Items of sources not
@@ -78,6 +84,13 @@ def reconstruct_for(
     ids = {base_id(it.item_id) for it in items}  # a CircularEval copy shows its item's images
     sources = sorted({it.source for it in items} & set(upstream))
     report = reconstruct(
-        Path(release_dir), upstream, cfg, Path(out_dir), sources=sources, item_ids=ids, progress=progress
+        Path(release_dir),
+        upstream,
+        cfg,
+        Path(out_dir),
+        sources=sources,
+        item_ids=ids,
+        progress=progress,
+        fingerprint=fingerprint,
     )
     return Path(out_dir) / cfg.frames.reconstruction.images_dir, report  # where `reconstruct` writes them

@@ -47,9 +47,13 @@ from pydantic import (
     model_validator,
 )
 
-from ..review import STEP_VERDICTS, TRACKS, VERDICTS_FORMAT, VERDICTS_VERSION
 from pipeline.core.io import strict_json
+from pipeline.release.identity import TRACKS
 from pipeline.release.schema import CHOICE_LETTERS
+
+VERDICTS_FORMAT = "processbench-review-verdicts"
+VERDICTS_VERSION = 2  # 2: item uids and the release fingerprint (1 had positional item ids only)
+STEP_VERDICTS = ("right", "wrong", "unsure")
 
 if TYPE_CHECKING:
     from pipeline.settings.models import ValidityHuman
