@@ -7,10 +7,12 @@ processbench samples --scale demo|release --out DIR [--sources ...] [--seed N]
 processbench ingest --source SLUG --root PATH --out DIR
 processbench split --items POOL.jsonl --out DIR [--config FILE]
 processbench validate DIR
-processbench validity --release DIR [--work-dir DIR] [--human FILE ...]
-processbench review --release DIR --images DIR --out DIR [--per-cell 100]
+processbench diff OLD NEW [--out DIR]
+processbench validity --release DIR [--work-dir DIR] [--human FILE ... [--drop-unknown]]
+processbench review --release DIR --images DIR --out DIR [--per-cell 100] [--prefill FILE ...]
 processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
 processbench eval --release DIR (--images DIR | --upstream gm100=PATH ...) --base-url URL --model NAME --out DIR
+processbench compare RUN_DIR RUN_DIR ... --out DIR
 processbench score --release DIR --predictions FILE [--step-predictions FILE] --out DIR
 processbench dev [--host 127.0.0.1] [--port 3000]
 """
@@ -179,10 +181,8 @@ def cmd_build(args) -> int:
             held = f"version {after}" if after else "the last good release, if any"
             print(f"release NOT published: {Path(release).absolute()} is unchanged ({held})", file=sys.stderr)
         return 1
-    for warning in result["warnings"]:
-        print(f"check warning: {warning}", file=sys.stderr)
-    for failed in result["failed_checks"]:
-        print(f"check failed: {failed}", file=sys.stderr)
+    for text in result["warnings"] + result["failed_checks"]:  # `check warning: ...` / `check failed: ...`, in words
+        print(text, file=sys.stderr)
     _report(Path(release).absolute(), result, time.time() - t, {slug: str(cfg.sources[slug].root) for slug in chosen})
     return 1 if result["failed_checks"] else 0
 
@@ -196,6 +196,10 @@ def _report(release: Path, result: dict, seconds: float, roots: dict[str, str]) 
     if (release / "splits").is_dir():
         print(f"\nitems per source and split / eval level:\n{counts_text(release)}\n")
     print(f"release {what}: {release}")
+    from pipeline.release.identity import stated_fingerprint
+
+    if fingerprint := stated_fingerprint(release, load_settings()):
+        print(f"release fingerprint: {fingerprint}")
     print("next:\n" + "\n".join(f"  {c}" for c in next_commands(release, roots)))
 
 
@@ -292,14 +296,22 @@ def cmd_validate(args) -> int:
     return 1 if problems else 0
 
 
+def cmd_diff(args) -> int:
+    from pipeline.release.diff import command  # logic lives in pipeline/release/diff.py
+
+    return command(args)
+
+
 def cmd_reconstruct(args) -> int:
     from pipeline.frames.reconstruct import reconstruct, reconstruct_summary
+    from pipeline.release.identity import release_fingerprint
 
     upstream = _upstream(args.upstream)
     if not upstream:
         raise SystemExit("give at least one --upstream SLUG=PATH")
     cfg = load_settings(upstream=upstream)
     out = Path(args.out).resolve()
+    fingerprint = release_fingerprint(Path(args.release), cfg)  # ReleaseIdentityError: one line (main)
     report = reconstruct(
         Path(args.release),
         {s: cfg.sources[s].root for s in upstream},
@@ -307,6 +319,7 @@ def cmd_reconstruct(args) -> int:
         out,
         sources=sorted(upstream),
         progress=True,
+        fingerprint=fingerprint,
     )
     print(reconstruct_summary(report, out, cfg))
     bad = sum(int(r["missing"]) + int(r["differs"]) for r in report["sources"].values())
@@ -372,13 +385,15 @@ def cmd_score(args) -> int:
 def cmd_eval(args) -> int:
     """Thin shell over pipeline/evaluate/ (docs/evaluation.md)."""
     from pipeline.evaluate.options import ClientOptions
-    from pipeline.evaluate.run import EvalOptions, PreflightError, run_eval, summary_text
+    from pipeline.evaluate.run import EvalOptions, run_eval, summary_text
 
     if bool(args.images) == bool(args.upstream):
         raise UsageError("give either --images DIR (what `processbench reconstruct --out` wrote) or --upstream")
     for name in ("concurrency", "retries", "max_tokens", "limit", "image_max_side"):
         if getattr(args, name) is not None and getattr(args, name) < (0 if name in ("retries", "limit") else 1):
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number")
+    if not args.timeout > 0:
+        raise UsageError("--timeout must be a positive number of seconds")
     upstream = _upstream(args.upstream)
     cfg = load_settings(upstream=upstream)
     client = ClientOptions(
@@ -401,26 +416,45 @@ def cmd_eval(args) -> int:
         levels=args.levels,
         families=args.families,
         sources=args.sources,
+        tracks=args.tracks,
         limit=args.limit,
         image_max_side=args.image_max_side,
         api_key_env=args.api_key_env,
         progress=not args.no_progress,
         circular=args.circular,
+        retry_refused=args.retry_refused,
     )
     try:
         summary = run_eval(opts, cfg)
-    except PreflightError as exc:
-        print(f"processbench eval: preflight failed, nothing else sent: {exc}", file=sys.stderr)
-        return 2
     except (ValueError, FileNotFoundError) as exc:
         print(f"processbench eval: error: {exc}", file=sys.stderr)
         return 2
     print(summary_text(summary))
-    print(
-        f"report: {Path(args.out) / 'metrics.md'} (metrics.json, per_item.jsonl, accuracy_by_task.png, "
-        f"predictions.jsonl, run_summary.json)"
-    )
+    if summary["stopped"]:
+        print(f"processbench eval: stopped: {summary['stopped']}", file=sys.stderr)
+    print(f"report: {Path(args.out) / 'metrics.md'}; answers: {', '.join(summary['predictions'].values())}")
+    if summary["stopped"]:
+        return 2
     return 0 if summary["complete"] else 130 if summary["interrupted"] else 1
+
+
+def cmd_compare(args) -> int:
+    """Thin shell over pipeline/scoring/compare.py."""
+    from pipeline.scoring.compare import RunError, compare, write_report
+
+    try:
+        rep = compare([Path(d) for d in args.runs], load_settings(), args.allow_mixed_releases)
+    except RunError as exc:
+        print(f"processbench compare: {exc}", file=sys.stderr)
+        return 2
+    written = write_report(rep, Path(args.out))
+    for p in rep["pairs"]:
+        d = p["overall"]
+        ci = "n/e" if d["ci95"] is None else f"[{d['ci95'][0]:.4f}, {d['ci95'][1]:.4f}]"
+        diff = "–" if d["difference"] is None else f"{d['difference']:+.4f}"
+        print(f"{p['a']} - {p['b']}: {diff} (95% CI {ci}) on {d['n']} items both answered")
+    print(f"written: {', '.join(str(w) for w in written)}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -505,6 +539,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("dir", help="the release folder (release/ by default)")
     v.set_defaults(func=cmd_validate)
 
+    df = sub.add_parser(
+        "diff", help="what changed between two releases, by item_uid: items, comparable cells, provenance"
+    )
+    df.add_argument("old", help="the older release folder")
+    df.add_argument("new", help="the newer release folder")
+    df.add_argument("--out", help="also write diff.md and diff.json into this folder")
+    df.set_defaults(func=cmd_diff)
+
     va = sub.add_parser("validity", help="audit a release: text-only baselines, shared images, T8/T9 gaps")
     va.add_argument("--release", required=True, help="the release folder")
     va.add_argument("--work-dir", help="the build's work folder (frame cache, IR): run the audit")
@@ -512,16 +554,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--human",
         nargs="+",
         metavar="FILE",
-        help="verdict files exported from `processbench review` pages: merged into the report",
+        help="verdict files exported from `processbench review` pages: merged into the report by item uid",
+    )
+    va.add_argument(
+        "--drop-unknown",
+        action="store_true",
+        help="with --human: leave out (and count) verdicts on items not in this release, instead of refusing",
     )
     va.set_defaults(func=cmd_validity)
 
-    rv = sub.add_parser("review", help="human check: one HTML page per source and family with sampled eval items")
+    rv = sub.add_parser(
+        "review", help="human check: one HTML page per source and family (per source for T13) with sampled eval items"
+    )
     rv.add_argument("--release", required=True, help="the release folder whose eval items are sampled")
-    rv.add_argument("--images", required=True, help="the images folder `processbench reconstruct` wrote")
+    rv.add_argument("--images", required=True, help="the folder `processbench reconstruct --out` wrote, or its images/")
     rv.add_argument("--out", required=True, help="where the HTML pages go (open index.html from disk)")
     rv.add_argument("--per-cell", type=int, default=100, help="items per (source, family) page (default 100)")
     rv.add_argument("--seed", type=int, help="sampling seed (default: build.release_seed)")
+    rv.add_argument(
+        "--prefill",
+        nargs="+",
+        metavar="FILE",
+        help="verdict files of an earlier build: pre-fill each annotator's verdicts on the unchanged items (same uid)",
+    )
     rv.set_defaults(func=cmd_review)
 
     r = sub.add_parser("reconstruct", help="rebuild and verify every item's frames from upstream data")
@@ -552,6 +607,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_eval_parser(sub)
 
+    cp = sub.add_parser(
+        "compare", help="several eval runs of one release side by side: accuracies, baselines, paired differences"
+    )
+    cp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="folders `processbench eval --out` wrote")
+    cp.add_argument("--out", required=True, help="folder for compare.md, compare.json and compare.png")
+    cp.add_argument(
+        "--allow-mixed-releases",
+        action="store_true",
+        help="compare runs of different releases (release fingerprints) on the items they share (by item_uid)",
+    )
+    cp.set_defaults(func=cmd_compare)
+
     d = sub.add_parser("dev", help="start the Dagster UI (stops cleanly on Ctrl-C or SIGTERM)")
     d.add_argument("--host", default="127.0.0.1", help="interface the UI listens on (default 127.0.0.1)")
     d.add_argument("--port", type=int, default=3000, help="port of the UI (default 3000)")
@@ -568,7 +635,7 @@ def _add_eval_parser(sub) -> None:
         "eval", help="ask an OpenAI-compatible endpoint every eval item, store, score (docs/evaluation.md)"
     )
     e.add_argument("--release", required=True, help="the release folder whose eval items are asked")
-    e.add_argument("--images", help="the folder `processbench reconstruct --out` wrote")
+    e.add_argument("--images", help="the folder `processbench reconstruct --out` wrote, or its images/")
     e.add_argument(
         "--upstream",
         action="append",
@@ -580,6 +647,10 @@ def _add_eval_parser(sub) -> None:
     e.add_argument("--out", required=True, help="responses, predictions.jsonl and the report land here")
     e.add_argument("--concurrency", type=int, default=dflt.concurrency, help="requests in flight at most")
     e.add_argument("--levels", help="comma-separated eval levels (default: every level of the release)")
+    e.add_argument(
+        "--tracks",
+        help="mcq (multiple choice, T1-T12), steps (the T13 step track) or both, comma-separated (default both)",
+    )
     e.add_argument("--families", help="comma-separated task ids or names (default: all)")
     e.add_argument("--sources", help="comma-separated source slugs (default: all)")
     e.add_argument("--limit", type=int, help="the first N selected items (by item id)")
@@ -592,6 +663,11 @@ def _add_eval_parser(sub) -> None:
     e.add_argument("--image-max-side", type=int, help="downscale images whose longer side exceeds PX")
     e.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument(
+        "--retry-refused",
+        action="store_true",
+        help="ask refused, truncated and empty answers again (kept and scored as they are otherwise)",
+    )
     e.add_argument(
         "--circular",
         action="store_true",

@@ -24,6 +24,7 @@ from pipeline import stages
 from pipeline.items.choices import LETTER_COLUMNS
 from pipeline.exports import EXPORTERS
 from pipeline.release.files import file_names
+from pipeline.release.quotas import shortfall_lines
 from pipeline.families.common import CANDIDATE_SCHEMA
 from pipeline.frames.extract import ITEM_FRAMES_SCHEMA
 from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
@@ -51,17 +52,23 @@ def _polars(schema: pa.Schema) -> dict:
 class TableCheck:
     """One check of a table, declared with the table below (assets/checks.py makes it a Dagster asset check, evaluated
     inside the step that writes the table): `run(cfg)` is a plain function returning (passed, metadata). An ERROR
-    check that fails keeps the release from being published; a WARN one (warn=True) is reported."""
+    check that fails keeps the release from being published; a WARN one (warn=True) is reported.
+
+    What a person reads when it does not pass: the metadata's `sentences` (what fell short or failed, by how much,
+    why; its `problems` when it has no sentences of its own) and `advice` (what to do); assets/checks.py prints them
+    and keeps the whole metadata in the event log and the work folder."""
 
     name: str
     description: str
     run: Callable[[dict], tuple[bool, dict]]
     blocking: bool = False
     warn: bool = False
+    advice: str = ""
 
 
 def problems_check(name: str, description: str, find: Callable[[Settings], list[str]], **kw) -> TableCheck:
-    """A check that passes when `find(cfg)` (a plain function of pipeline.stages) returns no problems."""
+    """A check that passes when `find(cfg)` (a plain function of pipeline.stages) returns no problems, each of them
+    a sentence."""
 
     def run(cfg):
         problems = find(cfg)
@@ -75,19 +82,26 @@ def quarantine_check(slug: str) -> TableCheck:
         limit = cfg.build.max_quarantine_share
         shares = stages.quarantine_shares(cfg, slug)
         over = {s: v for s, v in shares.items() if v > limit}
-        return not over, {"shares": shares, "limit": limit, "over": over}
+        sentences = [
+            f"{s}: {v:.1%} of its units were quarantined at ingest or labels, over the limit of {limit:.1%}"
+            + "".join(f"; most often: {why} ({n} units)" for why, n in stages.quarantine_reasons(cfg, s)[:1])
+            for s, v in sorted(over.items())
+        ]
+        return not over, {"shares": shares, "limit": limit, "over": over, "sentences": sentences}
 
     return TableCheck(
         "quarantine_share",
         "Quarantined units (ingest, then labels) stay under build.max_quarantine_share of the source's units.",
         run,
+        advice=f"ir/{slug}/quarantine.parquet and labels/{slug}_quarantine.parquet give each unit's reason: repair "
+        "or download those units again, or raise build.max_quarantine_share (configs/build.yaml) if the loss is known",
     )
 
 
 def quota_check(slug: str) -> TableCheck:
     def run(cfg):
         short = stages.shortfall(cfg, slug)
-        return not short, {"shortfall": short}
+        return not short, {"shortfall": short, "sentences": shortfall_lines(short, cfg)}
 
     return TableCheck(
         "quotas_met",
@@ -95,17 +109,24 @@ def quota_check(slug: str) -> TableCheck:
         "padded; it warns rather than fails, since small corpora may lack candidates).",
         run,
         warn=True,
+        advice="nothing is padded, and the card, the manifests and task_distribution.csv state each shortfall; a "
+        "larger corpus, a lower quota, or a looser rule of those the reason names (min_gap, equal_per_unit in "
+        "configs/tasks/T*.yaml; a candidate rule's config key is in the full record's left_out) closes it",
     )
 
 
 def _no_group_in_both_splits(cfg):
     leaked = stages.leaked_groups(cfg)
-    return not leaked, {"leaked_groups": leaked[:50], "n_leaked": len(leaked)}
+    sentences = [f"{len(leaked)} split groups have items in eval and in SFT, e.g. {', '.join(leaked[:3])}"]
+    return not leaked, {"leaked_groups": leaked[:50], "n_leaked": len(leaked), "sentences": sentences}
 
 
 def _release_path_free(cfg):
     leaks = stages.release_path_leaks(cfg)
-    return not leaks, {"leaks": leaks[:50]}
+    return not leaks, {"leaks": leaks[:50], "problems": leaks[:50], "n_problems": len(leaks)}
+
+
+SPLIT_BUG = "the release is not published; this is a defect of the split (pipeline/split/): report it with split/"
 
 
 SPLIT_ITEMS_CHECKS = (
@@ -114,6 +135,7 @@ SPLIT_ITEMS_CHECKS = (
         "No split group (or merged group) has items on both sides.",
         _no_group_in_both_splits,
         blocking=True,
+        advice=SPLIT_BUG + "items.parquet",
     ),
     problems_check(
         "isolation_keys_hold",
@@ -121,6 +143,7 @@ SPLIT_ITEMS_CHECKS = (
         "task has items on both sides, recomputed from the units' own fields.",
         stages.split_isolation_problems,
         blocking=True,
+        advice=SPLIT_BUG + "items.parquet and split/groups.parquet",
     ),
 )
 SPLIT_SUMMARY_CHECKS = (
@@ -128,11 +151,14 @@ SPLIT_SUMMARY_CHECKS = (
         "eval_group_counts",
         "Per-source eval group counts are the configured round(eval_ratio × groups).",
         stages.eval_group_count_problems,
+        advice="the split chose another number of eval groups than configs/split.yaml asks: report it with "
+        "split/summary.json",
     ),
     problems_check(
         "eval_level_counts",
         "Every eval item has a level, and the rows per level (L1, L2, L3) match split_summary.json.",
         stages.eval_level_problems,
+        advice=SPLIT_BUG + "summary.json and split/items.parquet",
     ),
     problems_check(
         "eval_level_shares",
@@ -140,6 +166,8 @@ SPLIT_SUMMARY_CHECKS = (
         "level a small corpus cannot fill warns and is recorded in provenance.json and the card).",
         stages.eval_level_warnings,
         warn=True,
+        advice="the levels it holds are right, and provenance.json and the card record the gap; a larger corpus or a "
+        "smaller item_share under ood in configs/split.yaml changes it",
     ),
 )
 VALIDITY_CHECKS = (
@@ -149,6 +177,9 @@ VALIDITY_CHECKS = (
         "and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
         stages.validity_problems,
         blocking=True,
+        advice="the release is not published: the validity report (metadata/validity_report.md of the staging "
+        "folder) gives each family's figures; change the family's template (configs/tasks/) rather than the limits "
+        "of configs/validity.yaml",
     ),
 )
 # on the checksums file, written last: the whole release
@@ -158,12 +189,16 @@ RELEASE_CHECKS = (
         "The release validates: schema, parquet == jsonl, counts across files, checksums, isolation.",
         stages.release_problems,
         blocking=True,
+        advice="the release is not published: the writers and the validator disagree, a defect to report with "
+        "`processbench validate` run on the staging folder",
     ),
     TableCheck(
         "release_path_free",
         "No absolute path, this machine's folders, user name or host name in any release file (parquet rows included).",
         _release_path_free,
         blocking=True,
+        advice="the release is not published: remove the path, user or host name from the config or upstream text "
+        "the named file took it from",
     ),
 )
 
@@ -347,7 +382,8 @@ def source_steps(slug: str, shards: int = 1) -> list[Step]:
             lambda cfg: stages.run_candidates(cfg, slug),
             (candidates,),
             names(ir) + names(labels),
-            (f"tasks.{slug}", "labels", "build"),
+            # sources.<slug>: its unit word is in the figures of what each family's rules left out
+            (f"tasks.{slug}", "labels", "build", f"sources.{slug}"),
             f"Candidate items of every family for {slug} from the templates in configs/tasks/.",
             slug,
         ),
@@ -439,6 +475,8 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
                     "units may hold fewer candidate windows).",
                     step_shortfall,
                     warn=True,
+                    advice="nothing is padded, and the card and the manifests state it; more units, or more windows "
+                    "per unit in configs/tasks/T13.yaml, close it",
                 ),
             ),
         ),

@@ -1,4 +1,5 @@
-"""Benchmark `processbench eval`'s own overhead per item: every eval item of a release asked of a local
+"""Benchmark `processbench eval`'s own overhead per item: every eval item of a release (both tracks: multiple choice and
+the T13 step items) asked of a local
 OpenAI-compatible server that answers at once (tests/eval_server.py, in its own process, so its JSON parsing does not
 share our interpreter), at concurrency 1 and 64. Image reading, hash check and PNG/base64 encoding are included, as are
 the request, the response parsing and the store's append + fsync. Per item it reports the wall time (what a run
@@ -51,10 +52,11 @@ def _release_and_images(args, cfg, tmp: Path) -> tuple[Path, Path]:
         cli(["build", "--samples", "--release-dir", str(release)])
         if not (release / cfg.release.files.eval_parquet).is_file():
             raise SystemExit("the demo build wrote no release")
-    if args.images:
-        return release, Path(args.images)
+    from pipeline.frames.reconstruct import images_folder, reconstruct
+
+    if args.images:  # `reconstruct --out`'s folder or its images/ folder
+        return release, images_folder(Path(args.images), cfg)
     from pipeline.evaluate.items import load_items
-    from pipeline.frames.reconstruct import reconstruct
 
     items = load_items(release, cfg)
     given = dict(pair.split("=", 1) for pair in args.upstream or [])
@@ -70,7 +72,7 @@ def _release_and_images(args, cfg, tmp: Path) -> tuple[Path, Path]:
             f"corpora the release was built from, or --images)"
         )
     print(f"images of {len(items)} items rebuilt in {time.perf_counter() - t:.1f}s", flush=True)
-    return release, tmp / "images"
+    return release, images_folder(tmp / "images", cfg)
 
 
 def image_cost(release: Path, images: Path, cfg) -> dict:
@@ -109,8 +111,8 @@ def one_run(release: Path, images: Path, base_url: str, concurrency: int, out: P
     t, cpu = time.perf_counter(), time.process_time()
     s = run_eval(opts, cfg)
     wall, cpu = time.perf_counter() - t, time.process_time() - cpu
-    if s["answered"] != s["items"]:
-        raise SystemExit(f"bench run incomplete: {s['failures'][:3]}")
+    if not s["complete"]:
+        raise SystemExit(f"bench run incomplete: {s['stopped'] or s['failures'][:3]}")
     return {
         "items": s["items"],
         "wall_s": round(wall, 3),

@@ -16,7 +16,13 @@ from pipeline.frames.cache import FrameCache
 from pipeline.frames.extract import extract_frames, requests_from_items
 from pipeline.frames.pixels import decode_png, pixel_sha256
 from pipeline.frames.readers import AdapterReaders
-from pipeline.frames.reconstruct import reconstruct, reconstruct_summary, reconstruction_markdown
+from pipeline.frames.reconstruct import (
+    ImagesFolderError,
+    images_folder,
+    reconstruct,
+    reconstruct_summary,
+    reconstruction_markdown,
+)
 from pipeline.frames.render import add_image_hashes
 from pipeline.core.io import compact_json, write_parquet
 from upstream_adapters.media import video
@@ -144,6 +150,29 @@ def test_round_trip_all_hashes_match(setup, tmp_path):
     assert saved == report and str(tmp_path) not in (out / "reconstruction_report.json").read_text()
 
 
+def test_the_images_are_found_from_the_reconstruct_folder_or_its_images_folder(setup, tmp_path):
+    """Issue 40: every command that reads the images (eval, review) takes `reconstruct --out`'s folder or its images
+    folder, through images_folder; anything else is one line saying what was expected."""
+    cfg, upstream, release, _ = setup
+    out = tmp_path / "out"
+    reconstruct(release, {"fake": upstream}, cfg, out)
+    assert images_folder(out, cfg) == out / "images" == images_folder(out / "images", cfg)
+    moved = shutil.copytree(out / "images", tmp_path / "frames")  # the images alone, under another name
+    assert images_folder(moved, cfg) == moved
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("x")
+    (tmp_path / "a_file").write_text("x")
+    for bad, what in (("nowhere", "no such folder"), ("plain", "neither holds images/"), ("a_file", "not a folder")):
+        with pytest.raises(ImagesFolderError) as exc:
+            images_folder(tmp_path / bad, cfg)
+        msg = str(exc.value)
+        assert "\n" not in msg and what in msg and str(tmp_path / bad) in msg
+        assert (
+            "expected the folder `processbench reconstruct --out` wrote (with images/ and reconstruction_report.json"
+            in msg
+        )
+
+
 def test_corrupted_and_missing_units_are_reported(setup, tmp_path):
     cfg, upstream, release, _ = setup
     _write_unit(upstream, "ep1", "h264", shift=1)  # same layout, different pixels
@@ -204,9 +233,18 @@ def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, ca
     text = reconstruct_summary(report, out.resolve(), cfg)
     assert f"  {l2}  1 items: 1 ok; 3 images written" in text
     assert f"12 images in {out.resolve() / 'images'}" in text
+    fp = "f" * 64  # the release's fingerprint (pipeline/release/identity.py): in the report and the summary
+    again = reconstruct(release, {"fake": upstream}, cfg, out, fingerprint=fp)
+    assert json.loads((out / cfg.frames.reconstruction.report_file).read_text())["release_fingerprint"] == fp
+    assert reconstruct_summary(again, out, cfg).startswith(f"release fingerprint: {fp}\n")
+    monkeypatch.setattr("pipeline.release.identity.release_fingerprint", lambda path, cfg: fp)
     monkeypatch.setattr(
         "pipeline.frames.reconstruct.reconstruct",
-        lambda *a, **k: (report, k)[0] if k.get("progress") is True else pytest.fail("progress bar not switched on"),
+        lambda *a, **k: (
+            (report, k)[0]
+            if k.get("progress") is True and k.get("fingerprint") == fp
+            else pytest.fail("progress bar not switched on, or the fingerprint not passed")
+        ),
     )
     monkeypatch.setitem(upstream_adapters.ADAPTERS, "fake", f"{__name__}:FakeAdapter")
     monkeypatch.setattr(cli, "load_settings", lambda **kw: cfg)

@@ -171,22 +171,57 @@ def test_gold_scores_one(demo_release, tmp_path, cfg, capsys):
 
 
 def test_label_prior_predictor_scores_the_reported_label_prior(demo_release, tmp_path, cfg):
-    """Answering each (source, family)'s most frequent SFT answer text scores exactly each cell's label_prior; and no
-    cell's interval has zero width."""
+    """label_prior per cell = the expected score of answering, among each item's options, the most frequent SFT
+    answer text of its (source, family), a uniform pick among the texts that tie: where nothing ties, a predictor
+    answering that text scores it exactly; where texts tie, the earliest tied option (the old rule, a position habit)
+    scores something else in some cells, and the hand-computed expectation is what is reported. No cell's interval
+    has zero width."""
+    from collections import Counter
+
+    from pipeline.validity.baselines import options
+
     tables = score.read_release(demo_release, cfg)
     by_cell, by_family = score._label_priors(tables["sft"])
-    preds = {}
-    for r in tables["eval"].iter_rows(named=True):
-        text = score.label_prior_choice(r, by_cell, by_family)
-        preds[r["item_id"]] = "<ANSWER>" + next(c for c in "ABCDEF" if r[f"choice_{c}"] == text) + "</ANSWER>"
-    m, _ = _run(demo_release, tmp_path, cfg, preds)
+    rows = tables["eval"].to_dicts()
+    preds, expect = {}, {}
+    for r in rows:
+        prior = by_cell.get((r["source"], r["task_id"])) or by_family.get(r["task_id"]) or Counter()
+        opts = options(r)
+        top = max(prior.get(o, 0) for o in opts)
+        tied = [o for o in opts if prior.get(o, 0) == top]
+        letter = next(c for c in "ABCDEF" if r[f"choice_{c}"] == tied[0])
+        preds[r["item_id"]] = f"<ANSWER>{letter}</ANSWER>"
+        key = (r["source"], r["task_id"], score._level(r))
+        expect.setdefault(key, []).append((1 / len(tied) if r["answer_text"] in tied else 0.0, len(tied) > 1))
+    (tmp_path / "first").mkdir()
+    m, _ = _run(demo_release, tmp_path / "first", cfg, preds)
     assert len(m["cells"]) > 40
+    differ = 0
     for c in m["cells"]:
-        assert c["accuracy"] == c["baselines"]["label_prior"], c
+        hits = expect[(c["source"], c["family"], c["level"])]
+        assert c["baselines"]["label_prior"] == round(sum(h for h, _ in hits) / len(hits), 4), c
+        if not any(t for _, t in hits):
+            assert c["accuracy"] == c["baselines"]["label_prior"], c
+        differ += c["accuracy"] != c["baselines"]["label_prior"]
         assert c["ci95"] is None or c["ci95"][0] < c["ci95"][1]
         assert c["baselines"]["image_free_best"] == max(c["baselines"][b] for b in score.BASELINES)
         assert c["clears_image_free"] is not True
+    assert differ > 0  # the demo has ties where "the earliest option" is not the expectation
     assert any(c["ci95"] is None and "split group" in c["ci95_note"] for c in m["cells"])
+
+
+def test_label_prior_ties_score_their_expectation_not_the_first_option():
+    """Two SFT answer texts tie: the baseline is 1/2 on every item whose answer is one of them, wherever it stands
+    (answering the earliest tied option would score 1 when the answer comes first and 0 when it comes second)."""
+    from collections import Counter
+
+    prior = {("s", "T1"): Counter({"a": 3, "b": 3, "c": 1})}
+    row = {"source": "s", "task_id": "T1", "num_choices": 3, "choice_A": "a", "choice_B": "b", "choice_C": "c"}
+    assert score.label_prior_credit(row | {"answer_text": "a"}, prior, {}) == 0.5
+    assert score.label_prior_credit(row | {"answer_text": "b"}, prior, {}) == 0.5
+    assert score.label_prior_credit(row | {"answer_text": "c"}, prior, {}) == 0.0
+    swapped = row | {"choice_A": "b", "choice_B": "a"}
+    assert score.label_prior_credit(swapped | {"answer_text": "a"}, prior, {}) == 0.5
 
 
 def test_levels_filter_keeps_other_levels_out_of_extra(demo_release, tmp_path, cfg):

@@ -170,7 +170,7 @@ def test_score_cli_reports_steps_beside_the_mcq_scores(tmp_path):
         == 0
     )
     m = json.loads((only / "metrics.json").read_text())
-    assert list(m) == ["steps"] and set(m["steps"]["by_level"]) == {"L2"}
+    assert set(m) == {"steps", "release"} and set(m["steps"]["by_level"]) == {"L2"}
     assert not (only / "per_item.jsonl").exists()
 
 

@@ -1,15 +1,22 @@
 """The response store of an eval run: one JSON line per finished request in `<out>/responses.jsonl`, appended with one
 `write` on an O_APPEND descriptor and fsync'd before the next record, so a run stopped at any point (Ctrl-C, kill -9,
-a lost machine) keeps every answer it was told about, and at worst a torn last line (ignored on reading, with a
-warning).
+a lost machine) keeps every answer it was told about, and at worst a torn last line (cut off on reading, with a
+warning). Nothing is ever rewritten or removed but that torn tail.
 
-A record is keyed by (item id, model, prompt version, request hash); the request hash covers everything else the
-model is shown or asked with (the prompt text, the image hashes, max tokens, temperature, seed, image size), so a
-changed request is asked again and an unchanged one never is. Only `status: ok` records count as answered: an item
-that failed for good is asked again by the next run.
+A record is keyed by (item uid, request hash, identity key):
+- the item uid is what the item *is* (the release's `item_uid`, pipeline/release/identity.py), so a rebuilt
+  release's unchanged items find their answers whatever their position id (a CircularEval copy: `<uid>.c<k>`);
+- the request hash covers everything else the model is shown or asked with (the prompt text, the image hashes, max
+  tokens, temperature, seed, image size);
+- the identity key covers who answers: the `--model` name, the endpoint's own model id and root (`GET /models`) and
+  the base URL's host. The server's `system_fingerprint` is recorded with each answer; a run reuses an answer only
+  when it equals the fingerprint the server reports now (run.py).
+Only answers (outcome answered, refused, truncated, empty) are reused; a failed item is asked again by the next run.
+Records of the store's first format (keyed by item id and model name: their server is unknown) and records longer
+than the run's bound (an answer past the body cap) are never reused; each kind is counted and named once.
 
-`predictions.jsonl` is a pure function of the store and the run's item list (sorted by item id), so the same command
-run twice writes the same bytes.
+`predictions.jsonl` / `step_predictions.jsonl` are pure functions of the store and the run's item list (sorted by
+item id), so the same command run twice writes the same bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ from pipeline.core import io
 log = logging.getLogger(__name__)
 STORE_FILE = "responses.jsonl"
 PREDICTIONS_FILE = "predictions.jsonl"
-KEY_FIELDS = ("item_id", "model", "prompt_version", "request_hash")
+STEP_PREDICTIONS_FILE = "step_predictions.jsonl"
+KEY_FIELDS = ("item_uid", "request_hash", "identity_key")
+ANSWER_OUTCOMES = frozenset({"answered", "refused", "truncated", "empty"})
 
 
 def request_hash(params: dict) -> str:
@@ -37,41 +46,89 @@ def key_of(record: dict) -> tuple:
     return tuple(record[k] for k in KEY_FIELDS)
 
 
-class ResponseStore:
-    """Append-only jsonl store; `answered` maps a key to its `ok` record (the last one when a key was written twice)."""
+def _lines(path: Path, max_bytes: int):
+    """(line number, bytes, terminated, offset after it) of a file, each line read with at most `max_bytes` held in
+    memory; a longer line is given as None (skipped to its end in bounded reads)."""
+    with open(path, "rb") as fh:
+        n = 0
+        while True:
+            line = fh.readline(max_bytes + 1)
+            if not line:
+                return
+            n += 1
+            if len(line) > max_bytes and not line.endswith(b"\n"):
+                while line and not line.endswith(b"\n"):
+                    line = fh.readline(max_bytes + 1)
+                yield n, None, True, fh.tell()
+                continue
+            yield n, line, line.endswith(b"\n"), fh.tell()
 
-    def __init__(self, out_dir: Path):
+
+class ResponseStore:
+    """Append-only jsonl store. `answers[key]`: the newest answer record of a key; `failed[key]`: the newest failure
+    of a key not answered since."""
+
+    def __init__(self, out_dir: Path, max_record_bytes: int = 64 << 20):
         self.path = Path(out_dir) / STORE_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.answered: dict[tuple, dict] = {}
+        self.max_record_bytes = int(max_record_bytes)
+        self.answers: dict[tuple, dict] = {}
         self.failed: dict[tuple, dict] = {}
+        self.identities: dict[str, dict] = {}  # identity key -> identity, of every record read or written
+        self.legacy = self.oversized = 0
         self._load()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def _load(self) -> None:
         if not self.path.is_file():
             return
-        data = self.path.read_bytes()
-        lines = data.split(b"\n")
-        for n, line in enumerate(lines, 1):
+        size = self.path.stat().st_size
+        for n, line, terminated, offset in _lines(self.path, self.max_record_bytes):
+            if line is None:
+                self.oversized += 1
+                continue
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
-                key = key_of(rec)
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
-                if n == len(lines):  # the last line, unterminated: a write cut short by a kill
+                if not isinstance(rec, dict):
+                    raise TypeError("not an object")
+            except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
+                if not terminated and offset == size:  # the last line, unterminated: a write cut short by a kill
                     log.warning(
                         "%s:%d: torn last record ignored (the run was stopped while writing it)", self.path.name, n
                     )
-                    self._truncate_to(len(data) - len(line))
+                    self._truncate_to(size - len(line))
                     continue
                 raise ValueError(f"{self.path}:{n}: not a response record ({exc})") from None
-            if rec.get("status") == "ok":
-                self.answered[key] = rec
-                self.failed.pop(key, None)
-            else:
-                self.failed[key] = rec
+            if not all(isinstance(rec.get(k), str) for k in KEY_FIELDS):
+                self.legacy += 1
+                continue
+            self._index(rec)
+        if self.legacy:
+            log.warning(
+                "%s: %d record(s) of the store's first format (keyed by item id and model name, their server "
+                "unknown) are not reused: those items are asked again",
+                self.path.name,
+                self.legacy,
+            )
+        if self.oversized:
+            log.warning(
+                "%s: %d record(s) over %d bytes (an answer past the body cap) are not read: asked again",
+                self.path.name,
+                self.oversized,
+                self.max_record_bytes,
+            )
+
+    def _index(self, rec: dict) -> None:
+        key = key_of(rec)
+        if isinstance(rec.get("identity"), dict):
+            self.identities.setdefault(rec["identity_key"], rec["identity"])
+        if rec.get("outcome") in ANSWER_OUTCOMES:
+            self.answers[key] = rec
+            self.failed.pop(key, None)
+        else:
+            self.failed[key] = rec
 
     def _truncate_to(self, size: int) -> None:
         with open(self.path, "r+b") as fh:
@@ -80,7 +137,7 @@ class ResponseStore:
             os.fsync(fh.fileno())
 
     def get(self, key: tuple) -> dict | None:
-        return self.answered.get(key)
+        return self.answers.get(key)
 
     def append(self, record: dict) -> None:
         """Write one record durably (one write + fsync) and index it."""
@@ -89,12 +146,7 @@ class ResponseStore:
         while view:  # os.write on a regular file writes it all at once in practice; loop for the contract
             view = view[os.write(self._fd, view) :]
         os.fsync(self._fd)
-        key = key_of(record)
-        if record.get("status") == "ok":
-            self.answered[key] = record
-            self.failed.pop(key, None)
-        else:
-            self.failed[key] = record
+        self._index(record)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -108,32 +160,56 @@ class ResponseStore:
         self.close()
 
 
-PREDICTION_FIELDS = ("item_id", "response", "model", "usage", "latency_s", "attempts", "error")
+# what a predictions row carries (a step row names its answer `prediction`, as the step scorer reads it)
+PREDICTION_FIELDS = (
+    "item_id",
+    "item_uid",
+    "release",
+    "response",
+    "outcome",
+    "finish_reason",
+    "model",
+    "model_id",
+    "host",
+    "system_fingerprint",
+    "usage",
+    "latency_s",
+    "attempts",
+    "error",
+)
 
 
-def prediction_row(item_id: str, record: dict | None, model: str) -> dict:
-    """One predictions.jsonl row: the stored answer, or the failure (response null, error set: scored wrong)."""
+def prediction_row(item_id: str, record: dict | None, model: str, item_uid: str | None = None, release=None) -> dict:
+    """One predictions row: the stored answer with its outcome, or the failure (response null, error set: scored
+    wrong), or `missing` (not asked: error "not run")."""
+    ident = (record or {}).get("identity") or {}
+    row = {k: (record or {}).get(k) for k in PREDICTION_FIELDS} | {
+        "item_id": item_id,
+        "item_uid": item_uid,
+        "release": release,
+        "model": model,
+        "model_id": ident.get("model_id"),
+        "host": ident.get("host"),
+    }
     if record is None:
-        return {
-            "item_id": item_id,
-            "response": None,
-            "model": model,
-            "usage": None,
-            "latency_s": None,
-            "attempts": 0,
-            "error": "not run",
-        }
-    row = {k: record.get(k) for k in PREDICTION_FIELDS} | {"item_id": item_id, "model": model}
+        row |= {"outcome": "missing", "attempts": 0, "error": "not run"}
+    elif row["outcome"] not in ANSWER_OUTCOMES:
+        row["outcome"] = "failed"
     # nested mappings in key order: a record read back from the store (sorted keys) and one just received (the
     # server's order) give the same bytes
     return {k: dict(sorted(v.items())) if isinstance(v, dict) else v for k, v in row.items()}
 
 
-def write_predictions(out_dir: Path, rows: list[dict]) -> Path:
-    """predictions.jsonl, sorted by item id, written atomically."""
-    path = Path(out_dir) / PREDICTIONS_FILE
+def write_predictions(out_dir: Path, rows: list[dict], name: str = PREDICTIONS_FILE, answer_field="response") -> Path:
+    """A predictions file, sorted by item id, written atomically (`answer_field`: the name of the answer)."""
+    path = Path(out_dir) / name
     text = "".join(
-        json.dumps({k: r[k] for k in PREDICTION_FIELDS}, ensure_ascii=False, separators=(",", ":")) + "\n"
+        json.dumps(
+            {(answer_field if k == "response" else k): r[k] for k in PREDICTION_FIELDS},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        + "\n"
         for r in sorted(rows, key=lambda r: r["item_id"])
     )
     io.atomic_write_text(path, text)

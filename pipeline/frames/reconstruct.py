@@ -9,6 +9,9 @@ Reads the release tables (configs/release.yaml files.eval_parquet / files.sft_pa
 recorded hash) to <out_dir>/images/<item_id>_<k>.png. Per source it reports items ok / missing (the unit or a frame
 could not be read) / differs (decoded, but the pixels differ from the release) / unverified (no hash recorded).
 The full per-item list of problems goes to <out_dir>/reconstruction_report.json.
+
+Every command that reads these images (`eval --images`, `review --images`) takes that <out_dir> or its images/
+folder: `images_folder(path, cfg)` is the one place that tells them apart.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +29,7 @@ import polars as pl
 
 from upstream_adapters.media import video
 
+from pipeline.core.errors import ProjectError
 from pipeline.core.io import write_json
 from pipeline.core.pool import run_tasks
 from pipeline.release.files import eval_level_files
@@ -53,6 +59,38 @@ COLUMNS = [
     "image_hashes_json",
 ]
 STATUSES = ("ok", "missing", "differs", "unverified")
+_IMAGE_NAME = re.compile(r".+_\d+\.png")  # render.image_filename: <item_id>_<k>.png
+
+
+class ImagesFolderError(ProjectError):
+    """A folder given as --images that is neither `reconstruct --out`'s folder nor its images folder."""
+
+
+def images_folder(path: Path, cfg: Settings) -> Path:
+    """The folder holding the reconstructed image files (<item_id>_<k>.png), given either the folder `processbench
+    reconstruct --out` wrote (its `frames.reconstruction.images_dir`, images/, inside) or that images folder itself
+    (it holds such files, or it is named so beside the reconstruction report). ImagesFolderError, one line saying
+    what was expected, for anything else."""
+    rc = cfg.frames.reconstruction
+    path = Path(path)
+    expected = (
+        f"expected the folder `processbench reconstruct --out` wrote (with {rc.images_dir}/ and {rc.report_file} in "
+        f"it) or that {rc.images_dir}/ folder (with <item_id>_<k>.png files)"
+    )
+    if not path.is_dir():
+        raise ImagesFolderError(
+            f"--images {path.absolute()}: {'not a folder' if path.exists() else 'no such folder'}; {expected}"
+        )
+    if (path / rc.images_dir).is_dir():
+        return path / rc.images_dir
+    if (path.name == rc.images_dir and (path.parent / rc.report_file).is_file()) or _holds_images(path):
+        return path
+    raise ImagesFolderError(f"--images {path.absolute()}: neither holds {rc.images_dir}/ nor any image; {expected}")
+
+
+def _holds_images(path: Path) -> bool:
+    with os.scandir(path) as entries:
+        return any(e.is_file() and _IMAGE_NAME.fullmatch(e.name) for e in entries)
 
 
 @dataclass(frozen=True)
@@ -184,9 +222,11 @@ def reconstruct(
     workers: int | None = None,
     progress=None,
     item_ids=None,
+    fingerprint: str | None = None,
 ) -> dict:
     """Rebuild and verify the images of every item of `sources` (default: the slugs in `upstream`); `item_ids`: only
-    these items (what `processbench eval --upstream` asks about).
+    these items (what `processbench eval --upstream` asks about); `fingerprint`: the release's
+    (pipeline/release/identity.py release_fingerprint), recorded in the report as `release_fingerprint`.
 
     Returns {"sources": {slug: {"items", "ok", "missing", "differs", "unverified"}}, "files": {release file:
     {"items", "ok", "missing", "differs", "unverified", "images"}} (every eval level and SFT), "images_written": n,
@@ -291,6 +331,7 @@ def reconstruct(
         key=lambda r: r["item_id"],
     )
     report = {
+        **({"release_fingerprint": fingerprint} if fingerprint else {}),
         "sources": per_source,
         "files": per_file,
         "images_written": sum(r["images"] for r in results),
@@ -432,7 +473,8 @@ def reconstruct_summary(report: dict, out: Path, cfg: Settings) -> str:
         return f"{r['items']} items: {r['ok']} ok" + (f", {extra}" if extra else "")
 
     width = max((len(f) for f in report["files"]), default=0)
-    lines = ["reconstructed, per release file:"]
+    lines = [f"release fingerprint: {report['release_fingerprint']}"] if report.get("release_fingerprint") else []
+    lines += ["reconstructed, per release file:"]
     lines += [f"  {f:<{width}}  {counts(r)}; {r['images']} images written" for f, r in report["files"].items()]
     lines += ["per source:"] + [f"  {s}: {counts(r)}" for s, r in sorted(report["sources"].items())]
     lines += [f"{report['images_written']} images in {out / rc.images_dir}", f"per-item report: {out / rc.report_file}"]

@@ -15,8 +15,9 @@ These scores are zero for any such habit and positive only when the answer follo
   half): 0.5 for any constant or random answer.
 - T7 `success_minus_failure`: P(answer success | success) - P(answer success | failure): 0 for any label habit.
 An unparseable answer counts as a coin flip (neutral: half of each pair, tau 0). Each score is given per source and
-over the family's eval items, with a percentile bootstrap interval resampling split groups (exports.yaml `score`:
-bootstrap_samples, seed, ci), like the accuracy intervals.
+over the family's eval items, with the accuracy intervals' percentile bootstrap resampling split groups (exports.yaml
+`score`: bootstrap_samples, seed, ci, min_ci_groups): null with a `ci95_note` when it is not estimable (too few groups,
+or every resample giving the same value), never a zero-width interval.
 
     bias_free(eval_df, items, cfg) -> {family: {"all": block, "by_source": {slug: block}}}
 """
@@ -33,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.release.schema import CHOICE_LETTERS
+from pipeline.scoring.bootstrap import group_bootstrap
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -46,19 +48,22 @@ def _choice_text(row: dict, letter: str | None) -> str | None:
     return row.get(f"choice_{letter}")
 
 
-def _boot(groups: list[str], sums: np.ndarray, stat: Callable[[np.ndarray], float | None], sc: dict) -> dict:
-    """Point value and percentile bootstrap over split groups of a statistic of summed per-group vectors."""
+def _boot(groups: list[str], sums: np.ndarray, stat: Callable[[np.ndarray], float | None], sc) -> dict:
+    """Point value and the scorers' one split-group bootstrap (pipeline/scoring/bootstrap.py) of a statistic of summed
+    per-group vectors: no interval (`ci95` null, `ci95_note` says why) with too few groups or when every resample
+    agrees, never a zero-width one."""
     value = stat(sums.sum(axis=0))
     out = {"value": None if value is None else round(float(value), 4), "groups": len(groups), "ci95": None}
-    if value is None or len(groups) < 2:
+    if value is None:
         return out
-    rng = np.random.default_rng(int(sc.seed))
-    idx = rng.integers(0, len(groups), size=(int(sc.bootstrap_samples), len(groups)))
-    vals = [stat(s) for s in sums[idx].sum(axis=1)]
-    vals = np.array([v for v in vals if v is not None], dtype=float)
-    if vals.size:
-        a = (1 - float(sc.ci)) / 2
-        out["ci95"] = [round(float(np.quantile(vals, a)), 4), round(float(np.quantile(vals, 1 - a)), 4)]
+
+    def values(tot: np.ndarray) -> np.ndarray:
+        return np.array([np.nan if (v := stat(s)) is None else v for s in tot], dtype=float)
+
+    ci, note = group_bootstrap(sums, values, sc)
+    out["ci95"] = ci
+    if note:
+        out["ci95_note"] = note
     return out
 
 

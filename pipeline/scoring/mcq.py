@@ -34,7 +34,8 @@ from pipeline.core import io
 from pipeline.exports.common import read_tables
 from pipeline.scoring.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.scoring.bias import bias_free
-from pipeline.validity.baselines import options, pick
+from pipeline.scoring.outcomes import OUTCOME_NAMES, ROW_OUTCOMES, SERVER_ANSWERED, item_outcome, outcome_counts
+from pipeline.validity.baselines import credit, options
 
 if TYPE_CHECKING:
     from pipeline.settings.models import ExportsScore
@@ -57,8 +58,10 @@ METRIC_DEFINITIONS = {
     "invalid_rate": "share of items whose response is unparseable or missing.",
     "random": "Σ_i (1 / num_choices_i) / n: the expected accuracy of a uniform guess.",
     "label_prior": "the accuracy of always answering, among an item's options, the answer text most frequent among "
-    "the SFT answers of its (source, family) (the earliest option on ties; SFT answers of the family "
-    "from every source when the source has none): what a model learns from SFT labels alone.",
+    "the SFT answers of its (source, family) (SFT answers of the family from every source when the source has "
+    "none); where t options tie for the top, the expected accuracy of a uniform pick among them (1/t when the "
+    "answer is one of them), as the validity audit computes it: what a model learns from SFT labels alone, with "
+    "no position habit.",
     "majority": "the share of the cell's most frequent answer text among its own items (the level's label prior; a "
     "slice averages its cells', weighted by items): what a model biased to that label scores.",
     "image_free_best": "max(random, label_prior, majority): the best score reachable without the images.",
@@ -67,6 +70,13 @@ METRIC_DEFINITIONS = {
     "than score.min_ci_groups groups or when every resample gives the same value.",
     "clears_image_free": "ci95's lower bound > image_free_best (null when ci95 is not estimable).",
     "task_macro / source_macro": "the mean over families (sources) of their accuracy; intervals resample split groups.",
+    "outcomes": "every eval item of the slice counted once: answered (a parseable answer), invalid (an answer that "
+    "does not parse), refused (finish_reason content_filter or the server's refusal: wrong whatever it says), "
+    "truncated (finish_reason length), empty (no text), failed (the request failed: no answer) and missing (no "
+    "prediction, or not asked); a predictions file without outcomes gives answered / invalid / failed / missing.",
+    "answered_accuracy": "Σ_i correct_i / the slice's items the server answered (answered, invalid, refused, truncated "
+    "and empty; failed and missing left out): the model's accuracy where it was asked and answered, beside accuracy, "
+    "whose denominator n is every eval item of the slice.",
 }
 
 
@@ -85,12 +95,14 @@ def parse_answer(response, num_choices: int, bare_fallback: bool = True) -> str 
     return letter if letter in writers.CHOICE_LETTERS[:num_choices] else None
 
 
-def read_predictions(path: Path, field: str = "response") -> dict[str, object]:
-    """{item_id: response} of a jsonl file (`field`: the key of the answer; step predictions name it `prediction`);
-    a clear error naming the file and line for bytes that are not UTF-8, a line that is not JSON, a row without
-    item_id / the answer, an item predicted twice."""
+def read_prediction_rows(path: Path, field: str = "response") -> dict[str, tuple[object, str]]:
+    """{item_id: (answer, outcome)} of a jsonl file (`field`: the key of the answer; step predictions name it
+    `prediction`). The outcome is the row's `outcome` (what `processbench eval` writes), else `failed` for a null
+    answer with an `error`, `missing` for a null answer without one, `answered` otherwise. A clear error naming the
+    file and line for bytes that are not UTF-8, a line that is not JSON, a row without item_id / the answer, an item
+    predicted twice."""
     path = Path(path)
-    preds: dict[str, object] = {}
+    preds: dict[str, tuple[object, str]] = {}
     for n, raw in enumerate(path.read_bytes().splitlines(), 1):
         try:
             line = raw.decode("utf-8")
@@ -106,8 +118,16 @@ def read_predictions(path: Path, field: str = "response") -> dict[str, object]:
             raise ValueError(f"{path}:{n}: a row needs `item_id` and `{field}`")
         if row["item_id"] in preds:
             raise ValueError(f"{path}:{n}: item {row['item_id']} predicted twice")
-        preds[row["item_id"]] = row[field]
+        outcome = row.get("outcome")
+        if outcome not in ROW_OUTCOMES:
+            outcome = "answered" if row[field] is not None else "failed" if row.get("error") else "missing"
+        preds[row["item_id"]] = (row[field], outcome)
     return preds
+
+
+def read_predictions(path: Path, field: str = "response") -> dict[str, object]:
+    """{item_id: answer} of a jsonl file (read_prediction_rows without the outcomes)."""
+    return {k: v[0] for k, v in read_prediction_rows(path, field).items()}
 
 
 def read_release(release_dir: Path, cfg: Settings) -> dict[str, pl.DataFrame]:
@@ -125,19 +145,27 @@ def _label_priors(sft_df: pl.DataFrame) -> tuple[dict, dict]:
     return by_cell, by_family
 
 
-def label_prior_choice(row: dict, by_cell: dict, by_family: dict) -> str:
-    """The option the label-prior baseline answers: the one most frequent among its (source, family)'s SFT answer
-    texts (the family's over every source when the source has none; the earliest option on ties)."""
+def label_prior_credit(row: dict, by_cell: dict, by_family: dict) -> float:
+    """The label-prior baseline's expected hit on an item: the options most frequent among its (source, family)'s SFT
+    answer texts (the family's over every source when the source has none), picked uniformly when several tie
+    (pipeline/validity/baselines.py `credit`, the validity audit's own rule)."""
     prior = by_cell.get((row["source"], row["task_id"])) or by_family.get(row["task_id"]) or Counter()
-    return pick(options(row), prior)
+    return credit(options(row), prior, row["answer_text"])
 
 
 def _level(row: dict) -> str:
     return "none" if row.get("eval_level") is None else str(row["eval_level"])
 
 
-def item_table(eval_df: pl.DataFrame, sft_df: pl.DataFrame, preds: dict, bare_fallback: bool = True) -> pl.DataFrame:
-    """One row per eval item: its cell, label, prediction, correct / invalid, and the per-item baselines."""
+def item_table(
+    eval_df: pl.DataFrame,
+    sft_df: pl.DataFrame,
+    preds: dict,
+    bare_fallback: bool = True,
+    outcomes: dict[str, str] | None = None,
+) -> pl.DataFrame:
+    """One row per eval item: its cell, label, prediction, outcome, correct / invalid, and the per-item baselines.
+    `outcomes`: item id -> the predictions row's outcome (a refused answer is wrong whatever it says)."""
     by_cell, by_family = _label_priors(sft_df)
     rows = eval_df.to_dicts()
     tops: dict[tuple, str] = {}
@@ -146,11 +174,14 @@ def item_table(eval_df: pl.DataFrame, sft_df: pl.DataFrame, preds: dict, bare_fa
         tops[key] = min(c, key=lambda t: (-c[t], t))
     out = []
     for r in rows:
-        pred = parse_answer(preds.get(r["item_id"]), int(r["num_choices"]), bare_fallback)
+        iid = r["item_id"]
+        row_outcome = (outcomes or {}).get(iid, "answered" if preds.get(iid) is not None else None)
+        pred = None if row_outcome == "refused" else parse_answer(preds.get(iid), int(r["num_choices"]), bare_fallback)
         level = _level(r)
         out.append(
             {
-                "item_id": r["item_id"],
+                "item_id": iid,
+                "item_uid": r.get("item_uid"),
                 "task_id": r["task_id"],
                 "source": r["source"],
                 "level": level,
@@ -158,14 +189,15 @@ def item_table(eval_df: pl.DataFrame, sft_df: pl.DataFrame, preds: dict, bare_fa
                 "answer": r["answer"],
                 "answer_text": r["answer_text"],
                 "prediction": pred,
+                "outcome": item_outcome(row_outcome, pred is not None),
                 "correct": float(pred == r["answer"]),
                 "invalid": float(pred is None),
                 "random": 1.0 / int(r["num_choices"]),
-                "label_prior": float(label_prior_choice(r, by_cell, by_family) == r["answer_text"]),
+                "label_prior": label_prior_credit(r, by_cell, by_family),
                 "majority": float(tops[(r["source"], r["task_id"], level)] == r["answer_text"]),
             }
         )
-    return pl.DataFrame(out, schema_overrides={"prediction": pl.String})
+    return pl.DataFrame(out, schema_overrides={"prediction": pl.String, "item_uid": pl.String})
 
 
 def _group(rows: list[dict], key) -> dict:
@@ -222,7 +254,13 @@ def _with_ci(out: dict, name: str, ci: tuple) -> None:
         out[f"{name}_note"] = ci[1]
 
 
-def _block(df: pl.DataFrame, sc: ExportsScore, macro: tuple[str, ...] = ()) -> dict:
+def answered_accuracy(df: pl.DataFrame) -> float | None:
+    """Accuracy over the items the server answered (SERVER_ANSWERED); None when it answered none."""
+    asked = df.filter(pl.col("outcome").is_in(list(SERVER_ANSWERED)))
+    return round(float(asked["correct"].mean()), 4) if asked.height else None
+
+
+def _block(df: pl.DataFrame, sc: ExportsScore, macro: tuple[str, ...] = (), outcomes: bool = False) -> dict:
     base = {b: round(float(df[b].mean()), 4) for b in BASELINES}
     base["image_free_best"] = max(base.values())
     out = {
@@ -233,6 +271,9 @@ def _block(df: pl.DataFrame, sc: ExportsScore, macro: tuple[str, ...] = ()) -> d
         "invalid_rate": round(float(df["invalid"].mean()), 4),
     }
     _with_ci(out, "ci95", _ci(df, None, sc))
+    if outcomes:
+        out["answered_accuracy"] = answered_accuracy(df)
+        out["outcomes"] = outcome_counts(df["outcome"].to_list())
     out["baselines"] = base
     out["clears_image_free"] = None if out["ci95"] is None else bool(out["ci95"][0] > base["image_free_best"])
     for col, name in (("task_id", "task_macro"), ("source", "source_macro")):
@@ -246,10 +287,10 @@ def _block(df: pl.DataFrame, sc: ExportsScore, macro: tuple[str, ...] = ()) -> d
 
 def metrics(items: pl.DataFrame, cfg: Settings) -> dict:
     sc = cfg.exports.score
-    out = {"overall": _block(items, sc, ("task_id", "source"))}
+    out = {"overall": _block(items, sc, ("task_id", "source"), outcomes=True)}
     for key, col in (("by_task", "task_id"), ("by_source", "source"), ("by_level", "level")):
         vals = sorted(items[col].unique().to_list(), key=writers.task_number if col == "task_id" else str)
-        out[key] = {v: _block(items.filter(pl.col(col) == v), sc) for v in vals}
+        out[key] = {v: _block(items.filter(pl.col(col) == v), sc, outcomes=True) for v in vals}
     cells = items.select(*CELL_KEY).unique()
     order = sorted(cells.iter_rows(), key=lambda c: (c[2], c[0], writers.task_number(c[1])))
     out["cells"] = [
@@ -310,8 +351,32 @@ def markdown(m: dict) -> str:
     ]
     for c in m["cells"]:
         lines.append(f"| {c['source']} | {c['family']} | {c['level']} " + cols(c))
+    lines += ["", *outcomes_markdown(m)]
     lines += ["", "Definitions:", ""] + [f"- **{k}**: {v}" for k, v in m["definitions"].items()]
     return "\n".join(lines) + "\n"
+
+
+def outcomes_markdown(m: dict) -> list[str]:
+    """What became of every eval item, and the denominator of each accuracy."""
+    head = "| slice | n | " + " | ".join(OUTCOME_NAMES) + " | accuracy (of n) | answered accuracy |"
+    lines = [
+        "Outcomes: every eval item counted once. Denominators: accuracy, balanced accuracy, the intervals and every "
+        "baseline use n, every eval item of the slice (invalid, refused, truncated, empty, failed and missing answers "
+        "count wrong); answered accuracy uses the items the server answered (answered + invalid + refused + "
+        "truncated + empty).",
+        "",
+        head,
+        "|" + "---|" * (len(OUTCOME_NAMES) + 4),
+    ]
+    slices = [("overall", m["overall"])] + [(f"level {k}", b) for k, b in m["by_level"].items()]
+    for name, b in slices:
+        o = b["outcomes"]
+        lines.append(
+            f"| {name} | {b['n']} | "
+            + " | ".join(str(o[k]) for k in OUTCOME_NAMES)
+            + f" | {b['accuracy']:.4f} | {fmt(b['answered_accuracy'])} |"
+        )
+    return lines
 
 
 PLOT_COLOURS = {"random": "#d62728", "label_prior": "#ff7f0e", "majority": "#2ca02c", "image_free_best": "#000000"}
@@ -372,7 +437,8 @@ STEP_OUTPUTS = ("per_step.jsonl",)  # with step predictions (the T13 step track,
 
 def _score_mcq(tables: dict, predictions: Path, cfg: Settings, levels: list[str] | None) -> tuple[dict, pl.DataFrame]:
     ev = tables["eval"]
-    preds = read_predictions(predictions)
+    rows = read_prediction_rows(predictions)
+    preds = {k: v[0] for k, v in rows.items()}
     all_ids = set(ev["item_id"].to_list())
     if levels:
         ev = ev.filter(pl.col("eval_level").fill_null("none").is_in(list(levels)))
@@ -384,7 +450,9 @@ def _score_mcq(tables: dict, predictions: Path, cfg: Settings, levels: list[str]
         log.warning("%d eval items have no prediction (scored wrong and invalid), e.g. %s", len(missing), missing[:3])
     if extra:
         log.warning("%d predictions name no eval item (ignored), e.g. %s", len(extra), extra[:3])
-    items = item_table(ev, tables["sft"], preds, bool(cfg.exports.score.bare_letter_fallback))
+    items = item_table(
+        ev, tables["sft"], preds, bool(cfg.exports.score.bare_letter_fallback), {k: v[1] for k, v in rows.items()}
+    )
     m = metrics(items, cfg)
     m["bias_free"] = bias_free(
         ev, items, cfg
@@ -399,6 +467,18 @@ def _score_mcq(tables: dict, predictions: Path, cfg: Settings, levels: list[str]
         "extra_examples": extra[:10],
     }
     return m, items
+
+
+def release_fingerprint(release_dir: Path, cfg: Settings) -> str | None:
+    """The release's fingerprint (pipeline/release/identity.py) for metrics.json; None for a release that states none
+    (an older format: its predictions are scored all the same)."""
+    from pipeline.release.identity import ReleaseIdentityError, release_fingerprint as fingerprint
+
+    try:
+        return fingerprint(release_dir, cfg)
+    except ReleaseIdentityError as exc:
+        log.warning("%s: scored without a release fingerprint", exc)
+        return None
 
 
 def _check_levels(tables: list[pl.DataFrame], levels: list[str] | None) -> None:
@@ -441,28 +521,32 @@ def score(
         written = list(OUTPUTS)
     md = markdown(m) if m else ""
     if step_tables is not None:
+        step_rows = read_prediction_rows(step_predictions, "prediction")
         m["steps"], per_step = step_score.score_steps(
             step_tables,
-            read_predictions(step_predictions, "prediction"),
+            {k: v[0] for k, v in step_rows.items()},
             Path(step_predictions).name,
             cfg.exports.score,
             levels,
+            {k: v[1] for k, v in step_rows.items()},
         )
         md = (md + "\n" if md else "") + step_score.markdown(m["steps"])
         written = (written or list(OUTPUTS[:2])) + list(STEP_OUTPUTS)
+    m["release"] = release_fingerprint(release_dir, cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     io.atomic_write_text(out_dir / OUTPUTS[0], io.dumps_json(m))
     io.atomic_write_text(out_dir / OUTPUTS[1], md)
+    stamp = pl.lit(m["release"], dtype=pl.String).alias("release")  # every per-item row names its release
     if items is not None:
-        io.write_jsonl(out_dir / OUTPUTS[2], items)
+        io.write_jsonl(out_dir / OUTPUTS[2], items.with_columns(stamp))
         plot(
             m,
             out_dir / OUTPUTS[3],
             f"{Path(predictions).name}: accuracy per family (levels {', '.join(m['predictions']['levels'])})",
         )
     if step_tables is not None:
-        io.write_jsonl(out_dir / STEP_OUTPUTS[0], per_step)
+        io.write_jsonl(out_dir / STEP_OUTPUTS[0], per_step.with_columns(stamp))
     m["outputs"] = [str(out_dir / f) for f in written]
     return m
 
@@ -474,6 +558,11 @@ def _print_summary(m: dict) -> None:
             f"accuracy {o['accuracy']:.4f} (n={o['n']}, invalid {o['invalid_rate']:.4f}, 95% CI "
             f"{ci_text(o['ci95'])}); balanced {o['balanced_accuracy']:.4f}; task-macro "
             f"{o['task_macro_accuracy']:.4f}; missing {m['predictions']['missing']}, extra {m['predictions']['extra']}"
+        )
+        print(
+            "outcomes: "
+            + ", ".join(f"{k} {o['outcomes'][k]}" for k in OUTCOME_NAMES)
+            + f"; accuracy of the {o['outcomes']['server_answered']} answered {fmt(o['answered_accuracy'])}"
         )
         for lv, b in m["by_level"].items():
             print(

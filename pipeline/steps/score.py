@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.scoring.bootstrap import ci_text, fmt, group_bootstrap
+from pipeline.scoring.outcomes import item_outcome, outcome_counts
 from pipeline.steps import baselines
 from pipeline.steps.parse import parse_steps
 from pipeline.steps.tables import kind_class, step_rows
@@ -293,6 +294,15 @@ def markdown(m: dict) -> str:
             + " |"
         )
 
+    o = m["predictions"]["outcomes"]
+    lines[1:1] = [
+        "Outcomes: "
+        + ", ".join(f"{k} {v}" for k, v in o.items() if k != "server_answered")
+        + f" ({o['server_answered']} answered by the server). Denominators: every metric scores every step of every "
+        "eval item of the slice; a step of an invalid, refused, truncated-past-parsing, empty, failed or missing "
+        "prediction counts as predicted the opposite of its gold label.",
+        "",
+    ]
     lines.append("| overall " + cols(m["overall"]))
     for key in ("by_level", "by_source"):
         lines += [f"| {key[3:]} {name} " + cols(b) for name, b in m[key].items()]
@@ -314,16 +324,31 @@ def markdown(m: dict) -> str:
 
 
 def score_steps(
-    tables: dict[str, pl.DataFrame], preds: dict, file_name: str, sc: ExportsScore, levels: list[str] | None = None
+    tables: dict[str, pl.DataFrame],
+    preds: dict,
+    file_name: str,
+    sc: ExportsScore,
+    levels: list[str] | None = None,
+    outcomes: dict[str, str] | None = None,
 ) -> tuple[dict, pl.DataFrame]:
     """The step metrics of predictions ({item_id: prediction}, from the file `file_name`) against the step tables
     ({"eval", "sft"}; `levels` selects eval levels), with the per-step rows. Missing predictions are invalid; extra
-    ones are counted."""
+    ones are counted. `outcomes` (item id -> the predictions row's outcome): a refused answer is invalid whatever it
+    says, and `predictions.outcomes` counts every eval item's outcome (pipeline/scoring/mcq.py OUTCOME_NAMES)."""
     ev = tables["eval"]
     all_ids = set(ev["item_id"].to_list())
     if levels:
         ev = ev.filter(pl.col("eval_level").fill_null("none").is_in(list(levels)))
     known = set(ev["item_id"].to_list())
+    outcomes = outcomes or {}
+    preds = {k: (None if outcomes.get(k) == "refused" else v) for k, v in preds.items()}
+    per_item = [
+        item_outcome(
+            outcomes.get(i, "answered" if preds.get(i) is not None else None) if i in preds else None,
+            parse_steps(preds.get(i), n) is not None,
+        )
+        for i, n in zip(ev["item_id"].to_list(), ev["num_steps"].to_list())
+    ]
     steps, items = score_table(ev, tables["sft"], preds)
     m = step_metrics(steps, items, sc)
     missing, extra = sorted(known - set(preds)), sorted(set(preds) - all_ids)
@@ -334,5 +359,6 @@ def score_steps(
         "other_levels": len((set(preds) & all_ids) - known),
         "missing_examples": missing[:10],
         "extra_examples": extra[:10],
+        "outcomes": outcome_counts(per_item),
     }
     return m, steps.select("item_id", "source", "level", "position", "gold", "prediction", "kind")

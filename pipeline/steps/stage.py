@@ -113,14 +113,15 @@ def source_drafts(cfg: Settings, slug: str, tid: str, sides: pl.DataFrame) -> tu
         "cap_per_unit": int(tpl.for_source(slug).cap_per_unit),
     }
     if len(drafts) < quota:  # every candidate of every unit is taken: the pool limits
-        short["shortfall_reason"] = shortfall_reason(slug, short, tpl)
-        log.warning("step items: %s", shortfall_text(slug, short))
+        short["reason"] = shortfall_reason(slug, short, tpl)
+        # one short line (at most 200 characters); the reason is in steps/summary.json and the quota record
+        log.warning("step items: %s: %d of a quota of %d; the pool holds no more", slug, len(drafts), quota)
     return drafts, {"units_without_side": no_side.height, **short, **injected}
 
 
 def shortfall_reason(slug: str, s: dict, tpl: StepTaskFile) -> str:
     """Why a source's pool holds fewer step items than its quota, in words with the pool's figures (the summary's
-    `shortfall_reason`: the card and the manifests quote it)."""
+    `reason`: step_reason, so the quota record, the card and the manifests quote it)."""
     kinds = tpl.for_source(slug).step_kinds or []
     if "primitive" in kinds:
         made = (
@@ -140,8 +141,24 @@ def shortfall_reason(slug: str, s: dict, tpl: StepTaskFile) -> str:
 
 
 def shortfall_text(slug: str, s: dict) -> str:
-    head = f"{slug}: {s['items']} step items of a quota of {s['quota']} ({s['quota'] - s['items']} short)"
-    return f"{head}: {s['shortfall_reason']}" if s.get("shortfall_reason") else head
+    return (
+        f"{slug}: {s['items']} step items of a quota of {s['quota']} ({s['quota'] - s['items']} short): "
+        + step_reason(s)
+    )
+
+
+def step_reason(s: dict) -> str:
+    """Why a source's step items fall short of its quota, in words: the `reason` its summary entry records
+    (shortfall_reason), else made from the entry's figures (units with a split side, units without a side)."""
+    if isinstance(s.get("reason"), str) and s["reason"].strip():
+        return s["reason"].strip()
+    text = (
+        f"its {s.get('units', 0)} units with a split side hold no more candidate windows (steps.max, window_shift, "
+        f"cap_per_unit in configs/tasks/T13.yaml)"
+    )
+    if s.get("units_without_side"):
+        text += f"; {s['units_without_side']} units have no split side (no multiple-choice item in their group)"
+    return text
 
 
 def step_shortfall(cfg: Settings) -> list[str]:

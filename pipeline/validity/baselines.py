@@ -25,11 +25,6 @@ def _acc(hits: list[float]) -> float | None:
     return round(sum(hits) / len(hits), 4) if hits else None
 
 
-def pick(opts: list[str], score: dict[str, float]) -> str:
-    """The option with the highest score; the earliest option on ties (options are in letter order)."""
-    return max(opts, key=lambda o: (score.get(o, 0.0), -opts.index(o)))
-
-
 def credit(opts: list[str], score: dict[str, float], answer: str) -> float:
     """The expected hit of picking among the top-scored options uniformly: 1/t when the answer is one of t tied."""
     top = max(score.get(o, 0.0) for o in opts)
