@@ -914,3 +914,47 @@ def break_zip(bad: Path, how: str, setattr_) -> None:
         bad.write_bytes(data[: len(data) // 2])
     else:
         raise ValueError(f"unknown zip damage {how!r}: one of {ZIP_DAMAGE}")
+
+
+def reassemble_tables(uids=("r1", "r2"), success_low=None) -> tuple[dict, dict]:
+    """REASSEMBLE-like units: two high-level actions each, four primitives each (r2's chain of 'Pick gear.' differs
+    from r1's at position 2)."""
+    prim, segs, low = [], [], []
+    for uid in uids:
+        chains = {
+            0: ("Pick gear.", ["Approach", "Grasp", "Lift", "Release"]),
+            1: ("Insert gear.", ["Approach", "Align", "Push", "Release"]),
+        }
+        if uid != uids[0]:
+            chains[0] = ("Pick gear.", ["Approach", "Grasp", "Twist", "Release"])
+        f = 0
+        for h, (text, chain) in chains.items():
+            hs = f
+            for j, p in enumerate(chain):
+                prim.append(
+                    {
+                        "unit_id": uid,
+                        "parent_index": h,
+                        "seg_index": j,
+                        "text": p,
+                        "start_frame": f,
+                        "end_frame": f + 29,
+                    }
+                )
+                ok = not (success_low and (uid, h, j) in success_low)
+                low.append({"unit_id": uid, "level": "low", "parent_index": h, "seg_index": j, "success": ok})
+                f += 30
+            segs.append(
+                {
+                    "unit_id": uid,
+                    "seg_index": h,
+                    "text": text,
+                    "no_action": False,
+                    "start_frame": hs,
+                    "end_frame": f - 1,
+                    "success": True,
+                }
+            )
+    lab = {"primitives": pl.DataFrame(prim), "segments": pl.DataFrame(segs)}
+    ir = {"segments": pl.DataFrame(low)}
+    return lab, ir

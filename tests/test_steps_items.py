@@ -10,6 +10,7 @@ import json
 import polars as pl
 import pytest
 
+from factories import reassemble_tables
 from pipeline.settings.config import load_settings
 from pipeline.steps import items, perturb
 from pipeline.steps.rows import STEP_MODEL_FACING, row_problems, step_rows
@@ -72,50 +73,6 @@ def timeline_tables(
     lab = {"frames": frames, "arms": arms}
     unit = {"unit_id": uid, "camera": "cam", "num_frames": n, "outcome": outcome}
     return lab, {}, unit
-
-
-def reassemble_tables(uids=("r1", "r2"), success_low=None) -> tuple[dict, dict]:
-    """REASSEMBLE-like units: two high-level actions each, four primitives each (r2's chain of 'Pick gear.' differs
-    from r1's at position 2)."""
-    prim, segs, low = [], [], []
-    for uid in uids:
-        chains = {
-            0: ("Pick gear.", ["Approach", "Grasp", "Lift", "Release"]),
-            1: ("Insert gear.", ["Approach", "Align", "Push", "Release"]),
-        }
-        if uid != uids[0]:
-            chains[0] = ("Pick gear.", ["Approach", "Grasp", "Twist", "Release"])
-        f = 0
-        for h, (text, chain) in chains.items():
-            hs = f
-            for j, p in enumerate(chain):
-                prim.append(
-                    {
-                        "unit_id": uid,
-                        "parent_index": h,
-                        "seg_index": j,
-                        "text": p,
-                        "start_frame": f,
-                        "end_frame": f + 29,
-                    }
-                )
-                ok = not (success_low and (uid, h, j) in success_low)
-                low.append({"unit_id": uid, "level": "low", "parent_index": h, "seg_index": j, "success": ok})
-                f += 30
-            segs.append(
-                {
-                    "unit_id": uid,
-                    "seg_index": h,
-                    "text": text,
-                    "no_action": False,
-                    "start_frame": hs,
-                    "end_frame": f - 1,
-                    "success": True,
-                }
-            )
-    lab = {"primitives": pl.DataFrame(prim), "segments": pl.DataFrame(segs)}
-    ir = {"segments": pl.DataFrame(low)}
-    return lab, ir
 
 
 def _diff(before: list[dict], after: list[dict]) -> list[int]:

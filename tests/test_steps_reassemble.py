@@ -12,10 +12,9 @@ import polars as pl
 import pytest
 
 from factories import reassemble_plan_tables
+from factories import reassemble_tables
 from pipeline.settings.config import load_settings
 from pipeline.steps import items, perturb
-
-from tests.test_steps_items import reassemble_tables
 
 
 @pytest.fixture(scope="module")
