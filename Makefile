@@ -13,6 +13,11 @@
 #                                       frame-extraction, split and build benchmarks (cold build, rebuild with nothing
 #                                       changed, rebuild after one template edit) and the eval runner's overhead per
 #                                       item against a local server (numbers, not pass/fail)
+#   make bench-steps [BENCH_STEPS_ARGS="--sources reassemble,aist"]
+#                                       the step track (T13) built at release scale from the sample corpora, one source
+#                                       at a time at nice 19, and the gate table of docs/steps.md printed (slow: GM-100
+#                                       about half an hour cold on 2 cores; the work folders under build/bench_steps
+#                                       are kept so later runs only redo the changed steps)
 #   make faults [FAULT_ARGS="--publish-kills 3"]
 #                                       the fault campaign: every kind of bench/fault_kinds.yaml planted and counted
 #                                       (faults survived, bad inputs handled, tampers caught, bombs under 1 GiB);
@@ -40,7 +45,7 @@ LMMS_VENV   := .venv-lmms
 LMMS_PYTHON ?= $(shell for p in python3.11 "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.11.*/bin/python3.11; do \
 	  "$$p" -c '' 2>/dev/null && { echo "$$p"; break; }; done)
 
-.PHONY: venv lmms-venv rebuild test test-fast lint format dev check-regen regen-lock bench faults validate clean distclean
+.PHONY: venv lmms-venv rebuild test test-fast lint format dev check-regen regen-lock bench bench-steps faults validate clean distclean
 
 venv: $(VENV)/.installed .dagster_home/dagster.yaml
 
@@ -102,6 +107,9 @@ bench: venv
 	$(BIN)/python bench/bench_split.py
 	$(BIN)/python bench/bench_build.py --scale $(SCALE) $(BENCH_UPSTREAM)
 	$(BIN)/python bench/bench_eval.py
+
+bench-steps: venv
+	$(BIN)/python bench/step_gates.py $(BENCH_STEPS_ARGS)
 
 faults: venv
 	$(BIN)/python bench/fault_campaign.py $(FAULT_ARGS)

@@ -785,6 +785,67 @@ def write_step_files(release_dir: Path, cfg: Settings, eval_rows: list[dict], sf
     return out
 
 
+def reassemble_plan_tables(n_units: int, seed: int = 0, fps: float = 10.0, eval_share: float = 0.4):
+    """REASSEMBLE-shaped label tables without video: each unit's high-level actions and low-level chains planned by the
+    release-scale sample generator (upstream_adapters/samples/reassemble_plan.py: the real vocabulary, about one action
+    in ten failing with its chain cut at the failed primitive), in frames at `fps`. Returns (lab, ir, units): the
+    labels tables the step track reads, the IR low-level `success` flags, and the units table build_drafts takes
+    (one split group per unit; the first `eval_share` of them eval L1, the rest SFT)."""
+    from upstream_adapters.samples.reassemble_plan import plan_recording
+
+    prim, segs, low, units = [], [], [], []
+    n_eval = int(round(eval_share * n_units))
+    for k in range(n_units):
+        uid = f"2025-01-{10 + k // 60:02d}-{k % 60:02d}-00-00"
+        plan = plan_recording(np.random.default_rng([seed, k]), "release", force_failure=k % 7 == 3)
+
+        def frame(t: float) -> int:
+            return int(round(t * fps))
+
+        for h, seg in enumerate(plan):
+            segs.append(
+                {
+                    "unit_id": uid,
+                    "seg_index": h,
+                    "text": seg.text,
+                    "no_action": not seg.low,
+                    "start_frame": frame(seg.start),
+                    "end_frame": frame(seg.end) - 1,
+                    "success": bool(seg.success),
+                }
+            )
+            for j, lo in enumerate(seg.low):
+                prim.append(
+                    {
+                        "unit_id": uid,
+                        "parent_index": h,
+                        "seg_index": j,
+                        "text": lo.text,
+                        "start_frame": frame(lo.start),
+                        "end_frame": frame(lo.end) - 1,
+                    }
+                )
+                low.append({"unit_id": uid, "level": "low", "parent_index": h, "seg_index": j, "success": lo.success})
+        units.append(
+            {
+                "unit_id": uid,
+                "camera": "hama1",
+                "num_frames": frame(plan[-1].end),
+                "outcome": None,
+                "split": "eval" if k < n_eval else "sft",
+                "eval_level": "L1" if k < n_eval else None,
+                "split_group_id": f"reassemble:{uid}",
+                "unit_type": "recording",
+                "task_id": "assembly",
+                "licence": "CC BY 4.0",
+            }
+        )
+    lab = {"primitives": pl.DataFrame(prim), "segments": pl.DataFrame(segs)}
+    ir = {"segments": pl.DataFrame(low)}
+    schema = {"outcome": pl.String, "eval_level": pl.String}
+    return lab, ir, pl.DataFrame(units, schema_overrides=schema)
+
+
 # ------------------------------------------------------------------------------------------ broken upstream containers
 AIST_GOOD = {"insert_usb_cable": "task_004", "close_cardboard_box": "task_089"}
 AIST_BAD = ("insert_rod_board", "task_016")
@@ -853,3 +914,47 @@ def break_zip(bad: Path, how: str, setattr_) -> None:
         bad.write_bytes(data[: len(data) // 2])
     else:
         raise ValueError(f"unknown zip damage {how!r}: one of {ZIP_DAMAGE}")
+
+
+def reassemble_tables(uids=("r1", "r2"), success_low=None) -> tuple[dict, dict]:
+    """REASSEMBLE-like units: two high-level actions each, four primitives each (r2's chain of 'Pick gear.' differs
+    from r1's at position 2)."""
+    prim, segs, low = [], [], []
+    for uid in uids:
+        chains = {
+            0: ("Pick gear.", ["Approach", "Grasp", "Lift", "Release"]),
+            1: ("Insert gear.", ["Approach", "Align", "Push", "Release"]),
+        }
+        if uid != uids[0]:
+            chains[0] = ("Pick gear.", ["Approach", "Grasp", "Twist", "Release"])
+        f = 0
+        for h, (text, chain) in chains.items():
+            hs = f
+            for j, p in enumerate(chain):
+                prim.append(
+                    {
+                        "unit_id": uid,
+                        "parent_index": h,
+                        "seg_index": j,
+                        "text": p,
+                        "start_frame": f,
+                        "end_frame": f + 29,
+                    }
+                )
+                ok = not (success_low and (uid, h, j) in success_low)
+                low.append({"unit_id": uid, "level": "low", "parent_index": h, "seg_index": j, "success": ok})
+                f += 30
+            segs.append(
+                {
+                    "unit_id": uid,
+                    "seg_index": h,
+                    "text": text,
+                    "no_action": False,
+                    "start_frame": hs,
+                    "end_frame": f - 1,
+                    "success": True,
+                }
+            )
+    lab = {"primitives": pl.DataFrame(prim), "segments": pl.DataFrame(segs)}
+    ir = {"segments": pl.DataFrame(low)}
+    return lab, ir

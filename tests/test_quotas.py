@@ -80,10 +80,10 @@ def test_the_step_track_reason_is_the_summary_s_own_or_made_from_its_figures():
         "short": 6,
         "reason": "few windows per unit; 2 more were dropped because their frames could not be read",
     }
-    cells = Q.quota_cells(CFG, delivered | {("gm100", "T13"): 20}, [], _summary(items=20, dropped_by_balance=3))
+    cells = Q.quota_cells(CFG, delivered | {("gm100", "T13"): 20}, [], _summary(items=20, units_without_side=3))
     (cell,) = [c for c in cells if "short" in c]
     assert cell["reason"].startswith("its 9 units with a split side hold no more candidate windows")
-    assert "3 candidates were left out by `balance`" in cell["reason"]
+    assert "3 units have no split side" in cell["reason"]
 
 
 def test_the_validator_holds_the_cells_to_the_rows():

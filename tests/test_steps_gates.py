@@ -17,6 +17,12 @@ def vcfg():
     return load_settings().validity
 
 
+def _pooled(scfg):
+    """The pooled gates alone: no per-class cell fitted (tests/test_steps_blind.py checks those; fitting them on
+    these tables would cost CI minutes)."""
+    return scfg.model_copy(update={"classes": scfg.classes.model_copy(update={"min_wrong": 10**6})})
+
+
 def _tables(giveaway=None, n_eval=300, n_sft=1200):
     ev = synthetic_step_rows(n_eval, seed=1, giveaway=giveaway)
     sf = synthetic_step_rows(n_sft, split="sft", seed=2, giveaway=giveaway, start=10_000)
@@ -24,16 +30,18 @@ def _tables(giveaway=None, n_eval=300, n_sft=1200):
 
 
 def test_a_clean_track_passes_every_gate(vcfg):
-    rep = step_gates(*_tables(), vcfg.steps)
+    scfg = _pooled(vcfg.steps)
+    rep = step_gates(*_tables(), scfg)
     (cell,) = rep["cells"]
     assert cell["checked"] and cell["eval_steps"] >= vcfg.steps.min_steps
     assert all(cell[g] is not None for g in GATES)
-    assert gate_problems(rep, vcfg.steps) == [], cell
+    assert gate_problems(rep, scfg) == [], cell
 
 
 def test_a_word_only_in_wrong_steps_fails_the_text_gates(vcfg):
-    rep = step_gates(*_tables(giveaway="suddenly"), vcfg.steps)
-    found = gate_problems(rep, vcfg.steps)
+    scfg = _pooled(vcfg.steps)
+    rep = step_gates(*_tables(giveaway="suddenly"), scfg)
+    found = gate_problems(rep, scfg)
     assert any("text_classifier" in p and p.startswith("reassemble/T13/L1") for p in found), found
     assert any("ngram" in p for p in found), found  # the wrong step's sentence is a new token in the chain
     (cell,) = rep["cells"]
@@ -45,7 +53,7 @@ def test_a_word_only_in_wrong_steps_fails_the_text_gates(vcfg):
 
 
 def test_a_cell_below_min_steps_is_reported_not_checked(vcfg):
-    scfg = vcfg.steps.model_copy(update={"min_steps": 10**6})
+    scfg = _pooled(vcfg.steps).model_copy(update={"min_steps": 10**6})
     rep = step_gates(*_tables(giveaway="suddenly", n_eval=40, n_sft=200), scfg)
     assert not rep["cells"][0]["checked"] and gate_problems(rep, scfg) == []
     assert any("| no |" in line for line in gate_markdown(rep))

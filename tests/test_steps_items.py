@@ -10,6 +10,7 @@ import json
 import polars as pl
 import pytest
 
+from factories import reassemble_tables
 from pipeline.settings.config import load_settings
 from pipeline.steps import items, perturb
 from pipeline.steps.rows import STEP_MODEL_FACING, row_problems, step_rows
@@ -74,50 +75,6 @@ def timeline_tables(
     return lab, {}, unit
 
 
-def reassemble_tables(uids=("r1", "r2"), success_low=None) -> tuple[dict, dict]:
-    """REASSEMBLE-like units: two high-level actions each, four primitives each (r2's chain of 'Pick gear.' differs
-    from r1's at position 2)."""
-    prim, segs, low = [], [], []
-    for uid in uids:
-        chains = {
-            0: ("Pick gear.", ["Approach", "Grasp", "Lift", "Release"]),
-            1: ("Insert gear.", ["Approach", "Align", "Push", "Release"]),
-        }
-        if uid != uids[0]:
-            chains[0] = ("Pick gear.", ["Approach", "Grasp", "Twist", "Release"])
-        f = 0
-        for h, (text, chain) in chains.items():
-            hs = f
-            for j, p in enumerate(chain):
-                prim.append(
-                    {
-                        "unit_id": uid,
-                        "parent_index": h,
-                        "seg_index": j,
-                        "text": p,
-                        "start_frame": f,
-                        "end_frame": f + 29,
-                    }
-                )
-                ok = not (success_low and (uid, h, j) in success_low)
-                low.append({"unit_id": uid, "level": "low", "parent_index": h, "seg_index": j, "success": ok})
-                f += 30
-            segs.append(
-                {
-                    "unit_id": uid,
-                    "seg_index": h,
-                    "text": text,
-                    "no_action": False,
-                    "start_frame": hs,
-                    "end_frame": f - 1,
-                    "success": True,
-                }
-            )
-    lab = {"primitives": pl.DataFrame(prim), "segments": pl.DataFrame(segs)}
-    ir = {"segments": pl.DataFrame(low)}
-    return lab, ir
-
-
 def _diff(before: list[dict], after: list[dict]) -> list[int]:
     keys = ("frames", "claim", "unit_id", "window")
     return [i for i, (a, b) in enumerate(zip(before, after)) if any(a[k] != b[k] for k in keys)]
@@ -142,6 +99,25 @@ def test_a_step_near_a_label_change_is_neutral(tpl):
     assert short["label"] == 0 and long["label"] == 1 and len(long["frames"]) == 2
 
 
+def test_steps_of_overlapping_runs_show_frames_apart(tpl):
+    # contact runs with the windows of phase runs: before placement their steps show the same frames
+    same = [(False, 30, 69), (True, 70, 109), (False, 110, 299)]
+    lab, ir, unit = timeline_tables(contact_runs=same)
+    kinds = ["phase", "contact", "outcome"]
+    raw = items.timeline_steps("rh20t", "u1", "cam", lab, tpl, kinds)
+    assert _shared_frames(raw, tpl.min_frame_gap)
+    d = _timeline_draft(tpl, same)  # the unit's whole timeline, then its closing step
+    assert not _shared_frames(d["steps"], tpl.min_frame_gap)
+    steps = d["steps"]
+    assert len(steps) == len(raw) + 1  # every step kept (and the closing one), each frame inside its own window
+    assert all(st["window"][0] <= f <= st["window"][1] for st in steps for f in st["frames"])
+    scored = [st for st in steps if st["label"] != 0]
+    assert len(scored) == sum(st["label"] != 0 for st in raw) + 1  # away from the runs' ends, as before
+    # a window with no room left: its step is left out rather than shown beside another
+    tight = [items.make_step("phase", (10, 14), tpl, fields={"phase": p}, unit_id="u", camera="c") for p in "ab"]
+    assert len(items.place_frames(tight, tpl)) == 1
+
+
 def test_a_smaller_window_shift_gives_a_unit_more_items(tpl):
     lab, ir, unit = timeline_tables()
     kinds = ["phase", "contact", "outcome"]
@@ -152,9 +128,20 @@ def test_a_smaller_window_shift_gives_a_unit_more_items(tpl):
         ]
         for shift in (0.5, 0.2, 1.0)
     }
-    # 9 timeline steps, windows of 3-9 of them (the closing outcome step makes 4-10): int(9 x shift) apart
-    assert starts[1.0] == ["u1/0000"] and starts[0.5] == ["u1/0000", "u1/0004"]
-    assert starts[0.2] == [f"u1/{a:04d}" for a in range(7)]
+    # 9 timeline steps, windows of 4-10 of them int(10 x shift) apart, and the unit's closing item
+    assert starts[1.0] == ["u1/0000", "u1/closing"] and starts[0.5] == ["u1/0000", "u1/0005", "u1/closing"]
+    assert starts[0.2] == [f"u1/{a:04d}" for a in (0, 2, 4)] + ["u1/closing"]
+
+
+def test_the_outcome_closes_one_item_after_the_units_first_steps(tpl):
+    lab, ir, unit = timeline_tables(outcome="failure")
+    drafts = items.unit_drafts("rh20t", unit, lab, ir, tpl, ["phase", "contact", "outcome"])
+    closing = [d for d in drafts if any(st["kind"] == "outcome" for st in d["steps"])]
+    assert [d["key"] for d in closing] == ["u1/closing"]
+    (d,) = closing
+    tl = items.timeline_steps("rh20t", "u1", "cam", lab, tpl, ["phase", "contact", "outcome"])
+    assert [st["window"] for st in d["steps"][:-1]] == [st["window"] for st in tl[: tpl.closing_after]]
+    assert d["steps"][-1]["kind"] == "outcome" and d["steps"][-1]["truth"] is False
 
 
 def test_natural_errors_come_from_the_records(tpl):
@@ -174,11 +161,20 @@ def test_natural_errors_come_from_the_records(tpl):
 
 # ------------------------------------------------------------------------------------------- injected errors
 def _timeline_draft(tpl, contact_runs=None) -> dict:
+    """The unit's longest window, then its outcome step (as the closing item ends): the perturbations on a whole
+    process. Frames as unit_drafts places them."""
     lab, ir, unit = timeline_tables(contact_runs=contact_runs)
     drafts = items.unit_drafts("rh20t", unit, lab, ir, tpl, ["phase", "contact", "outcome"])
-    d = max(drafts, key=lambda d: len(d["steps"]))
+    closing = next(d for d in drafts if d["key"].endswith("/closing"))
+    d = max((d for d in drafts if d is not closing), key=lambda d: len(d["steps"]))
+    d["steps"] = d["steps"] + [closing["steps"][-1]]
     d.update(split="eval", eval_level="L1", split_group_id="g1")
     return d
+
+
+def _first_contact(d: dict) -> int:
+    """The first correct contact step of a draft: a site every injected kind but the closing ones can take."""
+    return next(i for i, s in enumerate(d["steps"]) if s["kind"] == "contact" and s["label"] == 1)
 
 
 @pytest.mark.parametrize("kind", ["swapped_frames", "contact_flipped", "outcome_flipped", "truncated_complete"])
@@ -188,7 +184,8 @@ def test_a_planted_error_is_labelled_where_it_was_planted(tpl, kind):
         d["steps"] = d["steps"][:5] + d["steps"][-1:]
     before = copy.deepcopy(d["steps"])
     closing = kind in ("outcome_flipped", "truncated_complete")
-    target = len(before) - 1 if closing else 2
+    # the site: the closing step, or a step of the kind the error lives on (a contact step for contact_flipped)
+    target = len(before) - 1 if closing else _first_contact(d)
     if closing:  # the closing outcome step takes an error only where the dealt position is its own
         assert not perturb.KINDS[kind](copy.deepcopy(d), 2, {"tpl": tpl, "donors": {}})
     assert perturb.KINDS[kind](d, target, {"tpl": tpl, "donors": {}})
@@ -209,12 +206,10 @@ def test_a_planted_error_is_labelled_where_it_was_planted(tpl, kind):
             assert (a["label"], a["error"]) == (b["label"], b["error"])
 
 
-def _shared_frames(steps: list[dict]) -> set:
-    seen, shared = set(), set()
-    for st in steps:
-        for key in {(st["unit_id"], f) for f in st["frames"]}:
-            (shared if key in seen else seen).add(key)
-    return shared
+def _shared_frames(steps: list[dict], gap: int = 4) -> set:
+    """(unit, frame) pairs of two steps closer than `gap` frames (T13's min_frame_gap)."""
+    shown = [(i, st["unit_id"], f) for i, st in enumerate(steps) for f in st["frames"]]
+    return {(u, f, g) for i, u, f in shown for j, v, g in shown if i < j and u == v and abs(f - g) < gap}
 
 
 # contact runs that share no window with a phase run: no two steps of the drafted item show the same frame
@@ -243,7 +238,10 @@ def test_no_error_kind_makes_two_steps_show_the_same_frame(tpl, kind):
 def test_a_flipped_contact_shows_other_frames_of_the_opposite_run(tpl):
     d = _timeline_draft(tpl, DISJOINT_CONTACT)
     before = copy.deepcopy(d["steps"])
-    assert perturb.contact_flipped(d, 2, {"tpl": tpl, "donors": {}})
+    ctx = {"tpl": tpl, "donors": {}}
+    sites = [i for i, s in enumerate(d["steps"]) if s["kind"] == "contact"]
+    site = next(i for i in sites if perturb.contact_flipped(copy.deepcopy(d), i, ctx))  # one the frames leave room at
+    assert perturb.contact_flipped(d, site, ctx)
     (i,) = _diff(before, d["steps"])
     st = d["steps"][i]
     runs = [o for o in before if o["kind"] == "contact" and o["truth"] != st["truth"]]
@@ -259,40 +257,12 @@ def test_a_flipped_contact_shows_other_frames_of_the_opposite_run(tpl):
     assert not any(
         perturb.contact_flipped(copy.deepcopy(short), t, {"tpl": tpl, "donors": {}}) for t in range(len(short["steps"]))
     )
-    longer = _timeline_draft(tpl, [(False, 60, 65), (True, 66, 71)])  # 6 frames: one more frame that is not neutral
-    assert perturb.contact_flipped(longer, 0, {"tpl": tpl, "donors": {}})
+    # 20 frames: two frames away from the ends and min_frame_gap from the two its own step shows
+    longer = _timeline_draft(tpl, [(False, 60, 79), (True, 80, 99)])
+    assert any(perturb.contact_flipped(copy.deepcopy(longer), t, {"tpl": tpl, "donors": {}}) for t in range(9))
 
 
-def test_a_substituted_chain_is_labelled_where_the_primitives_differ(tpl):
-    lab, ir = reassemble_tables()
-    units = pl.DataFrame(
-        {"unit_id": ["r1", "r2"], "camera": ["cam", "cam"], "split": ["eval", "eval"], "eval_level": ["L1", "L1"]}
-    )
-    from pipeline.steps.stage import _donor_chains
-
-    donors = perturb.donors_of(_donor_chains("reassemble", units, lab, ir, tpl))
-    acts = items.reassemble_actions("r1", "cam", lab, ir, tpl)
-    d = {
-        "source": "reassemble",
-        "unit_id": "r1",
-        "camera": "cam",
-        "split": "eval",
-        "eval_level": "L1",
-        "steps": acts[0] + acts[1],
-    }
-    before = copy.deepcopy(d["steps"])
-    assert perturb.substituted_chain(d, 0, {"tpl": tpl, "donors": donors})
-    wrong = [i for i, s in enumerate(d["steps"]) if s["label"] == -1]
-    assert wrong == [2] and d["steps"][2]["error"] == "substituted_chain"  # Lift vs r2's Twist
-    assert {s["unit_id"] for s in d["steps"][:4]} == {"r2"} and d["steps"][2]["fields"] == before[2]["fields"]
-    # a donor on the other side of the split is never used (isolation)
-    units = units.with_columns(pl.Series("split", ["eval", "sft"]))
-    donors = perturb.donors_of(_donor_chains("reassemble", units, lab, ir, tpl))
-    d["steps"] = copy.deepcopy(before)
-    assert not perturb.substituted_chain(d, 0, {"tpl": tpl, "donors": donors})
-
-
-def test_inject_keeps_a_share_clean_and_spreads_kinds(tpl):
+def test_inject_draws_sites_per_step_and_spreads_kinds(tpl):
     drafts = []
     for k in range(60):
         d = _timeline_draft(tpl)
@@ -300,16 +270,47 @@ def test_inject_keeps_a_share_clean_and_spreads_kinds(tpl):
             d["steps"] = d["steps"][:5] + d["steps"][-1:]
         d["key"] = f"u1/{k:04d}"
         drafts.append(d)
-    report = perturb.inject(drafts, tpl, SEED, "rh20t")
-    clean = report["clean_or_natural_only"] / len(drafts)
-    assert abs(clean - tpl.share_clean) < 0.2
+    free_steps = sum(perturb._free(st) for d in drafts for st in d["steps"])
+    # no budgets, and a higher rate than the release's: each closing kind gets sites among 60 items
+    free = tpl.model_copy(update={"max_wrong_share": 1.0, "failure_claims_wrong_share": None, "error_rate": 0.3})
+    report = perturb.inject(drafts, free, SEED, "rh20t")
     used = report["injected"]
+    # every correct step is a site error_rate of the time (some sites drawn take no error: `missed`)
+    drawn = (sum(used.values()) + sum(report["missed"].values())) / free_steps
+    assert abs(drawn - free.error_rate) < 0.06, drawn
     assert used["substituted_chain"] == 0 and min(used[k] for k in ("swapped_frames", "contact_flipped")) >= 5
     assert min(used[k] for k in ("outcome_flipped", "truncated_complete")) >= 1
-    # the closing step is wrong no more often than a dealt position is the last one (not half the time)
-    assert sum(d["steps"][-1]["label"] == -1 for d in drafts) / len(drafts) < 0.3
+    assert all(isinstance(d["injected"], list) for d in drafts)
+    assert 0 < report["clean_or_natural_only"] < len(drafts)
+    # the closing step is wrong about as often as any other step: no more than twice the rate
+    assert sum(d["steps"][-1]["label"] == -1 for d in drafts) / len(drafts) < 2 * free.error_rate
     firsts = {perturb.first_error_index(d["steps"]) for d in drafts if d["injected"]}
     assert len(firsts) >= 3  # error positions spread over the step indices
+
+
+def test_an_injected_kind_stays_within_its_share_of_a_step_kind(tpl):
+    drafts = []
+    for k in range(60):
+        d = _timeline_draft(tpl)
+        d["key"] = f"u1/{k:04d}"
+        drafts.append(d)
+    share = 0.05
+    contact = sum(st["kind"] == "contact" and st["label"] != 0 for d in drafts for st in d["steps"])
+    report = perturb.inject(drafts, tpl.model_copy(update={"max_wrong_share": share}), SEED, "rh20t")
+    flipped = sum(st["error"] == "contact_flipped" for d in drafts for st in d["steps"])
+    assert 0 < flipped <= share * contact and report["injected"]["contact_flipped"] == flipped
+    for kind in ("phase", "contact"):  # two swapped steps per item, each within the budget of its kind
+        n = sum(st["kind"] == kind and st["label"] != 0 for d in drafts for st in d["steps"])
+        assert (
+            sum(st["kind"] == kind and st["error"] == "swapped_frames" for d in drafts for st in d["steps"])
+            <= share * n
+        )
+    # at 1.0 the same items take many more
+    again = [_timeline_draft(tpl) for _ in range(60)]
+    for k, d in enumerate(again):
+        d["key"] = f"u1/{k:04d}"
+    perturb.inject(again, tpl.model_copy(update={"max_wrong_share": 1.0}), SEED, "rh20t")
+    assert sum(st["error"] == "contact_flipped" for d in again for st in d["steps"]) > flipped
 
 
 # ------------------------------------------------------------------------------------------- rows

@@ -68,3 +68,22 @@ def test_a_group_moved_across_the_tracks_is_found(demo_release, tmp_path):
     ).write_parquet(release / rel)
     problems = validate_release(release, cfg)
     assert any(sft_group in p and "multiple-choice" in p for p in problems), problems
+
+
+def test_the_card_says_what_each_source_s_wrong_steps_are():
+    from pipeline.steps.exports import STEP_RECONSTRUCTION_CONFIG, wrong_step_lines
+
+    def part(rows):
+        return ("x.parquet", pl.DataFrame(rows, schema=["source_slug", "step_error_kinds_json"], orient="row"))
+
+    configs = {
+        STEP_RECONSTRUCTION_CONFIG: {
+            "L1": part([("rh20t", '[null,"swapped_frames","natural_outcome"]'), ("gm100", "[null,null]")]),
+            "train": part([("rh20t", '["swapped_frames",null]'), ("gm100", '["contact_flipped"]')]),
+        }
+    }
+    assert wrong_step_lines(configs) == [
+        "- gm100: 1 wrong steps: contact_flipped 1",
+        "- rh20t: 3 wrong steps: natural_outcome 1, swapped_frames 2",
+    ]
+    assert wrong_step_lines({}) == []

@@ -20,14 +20,6 @@ class StepRange(Strict):
         return self
 
 
-class StepBalance(Strict):
-    """pipeline/steps/balance.py: items are dropped until step labels are independent of the blind gates' features."""
-
-    max_chi2: float = Field(gt=0)  # stop once every feature value's chi-square (1 dof) is at most this
-    min_support: int = Field(ge=1)  # feature values with fewer scored steps are not weighed
-    keep_at_least: float = Field(ge=0, le=1)  # never keep fewer than this share of the source's items
-
-
 class StepPrompt(Strict):
     intro: str  # {goal}
     step: str  # {n}, {images}, {sentence}
@@ -56,19 +48,21 @@ class StepTaskFile(Strict):
     frames_per_step: StepRange
     two_frames_from: int = Field(12, ge=2)
     neutral_margin: int = Field(2, ge=0)
+    min_frame_gap: int = Field(4, ge=1)  # two steps of one unit (so of one item) show no frames closer than this
     idle_phases: list[str] = []
     cap_per_unit: OneOrPerSource(Annotated[int, Field(ge=1)]) = 6
-    balance: OneOrPerSource(StepBalance) | None = None  # sources not named: no thinning
     window_shift: float = Field(0.5, gt=0, le=1)  # a unit's item windows start this share of the longest one apart
-    share_clean: float = Field(0.3, ge=0, le=1)
+    error_rate: float = Field(0.1, gt=0, le=1)  # each scored step is the site of an injected error this often
+    max_wrong_share: float = Field(0.08, gt=0, le=1)  # one injected kind makes at most this share of a step kind wrong
+    closing_after: int = Field(3, ge=1)  # the item that closes with a unit's outcome step: its first steps before it
     injected: list[Literal[INJECTED_KINDS]]
-    outcome_failure_wording: float = Field(0.5, ge=0, le=1)
+    outcome_failure_wording: OneOrPerSource(Annotated[float, Field(ge=0, le=1)]) = 0.5
     failure_claims_wrong_share: OneOrPerSource(float) | None = None  # outcome_flipped budget (perturb.FailureClaims)
     prompt_version: str
     prompt: StepPrompt
     variant: str = "default"
     by_source: ClassVar[frozenset[str]] = frozenset(
-        {"goal", "step_kinds", "failure_claims_wrong_share", "cap_per_unit", "balance"}
+        {"goal", "step_kinds", "failure_claims_wrong_share", "cap_per_unit", "outcome_failure_wording"}
     )
 
     @model_validator(mode="after")

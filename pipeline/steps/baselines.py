@@ -9,7 +9,10 @@ one verdict (1 / -1) per eval step; only scored steps (gold 1 / -1) train them.
                                              - where the step is likelier after its predecessors in wrong than in
                                              correct chains
     text_classifier(sft, eval, C, max_iter)  logistic regression (class-balanced) on the words of the step and of its
-                                             predecessor, its position and the step count
+                                             neighbours, its position, its distance from the end and the step count
+    boosted(sft, eval, params)               gradient-boosted trees (class-balanced) on other features: the words of
+                                             the step, of two neighbours each side and of the item's last step,
+                                             hashed per place; the position, distance from the end, step count
 """
 
 from __future__ import annotations
@@ -103,9 +106,13 @@ def ngram(sft_steps: list[dict], eval_steps: list[dict], order: int = 2, alpha: 
 def _document(s: dict) -> str:
     words = s["sentence"].lower().split()
     prev = (s["previous"] or "").lower().split()
+    nxt = (s.get("next") or "").lower().split()
     n, i = s["num_steps"], s["position"]
     return " ".join(
-        words + [f"prev_{w}" for w in prev] + [f"pos_{i}", f"n_{n}", f"pos_{i}_of_{n}", f"from_end_{n - 1 - i}"]
+        words
+        + [f"prev_{w}" for w in prev]
+        + [f"next_{w}" for w in nxt]
+        + [f"pos_{i}", f"n_{n}", f"pos_{i}_of_{n}", f"from_end_{n - 1 - i}"]
     )
 
 
@@ -120,6 +127,56 @@ def text_classifier(sft_steps: list[dict], eval_steps: list[dict], C: float = 1.
 
     vec = CountVectorizer(token_pattern=r"[^\s]+", lowercase=False, ngram_range=(1, 2), binary=True)
     x = vec.fit_transform([_document(s) for s in train])
-    model = LogisticRegression(C=C, max_iter=max_iter, class_weight="balanced")
+    model = LogisticRegression(C=C, max_iter=max_iter, class_weight="balanced", solver="liblinear", random_state=0)
     model.fit(x, [s["gold"] for s in train])
     return [int(v) for v in model.predict(vec.transform([_document(s) for s in eval_steps]))]
+
+
+BOOSTED_HASHED = 32  # hashed word features per neighbour
+
+
+def _tree_features(steps: list[dict]) -> list[list[float]]:
+    """Per step: the words of the step, of two neighbours each side and of the item's last step, each hashed into
+    BOOSTED_HASHED binary features; the position, the distance from the end and the step count. Items are read from
+    `steps` in their order."""
+    import zlib
+
+    chains = _chains(steps)
+    out = []
+    for s in steps:
+        chain, i, n = chains[s["item_id"]], s["position"], s["num_steps"]
+        row = []
+        for j in (i, i - 1, i - 2, i + 1, i + 2, len(chain) - 1):
+            bits = [0.0] * BOOSTED_HASHED
+            for w in (chain[j] if 0 <= j < len(chain) else "").lower().split():
+                bits[zlib.crc32(w.encode()) % BOOSTED_HASHED] = 1.0
+            row += bits
+        out.append(row + [float(i), float(n - 1 - i), float(n)])
+    return out
+
+
+def boosted(sft_steps: list[dict], eval_steps: list[dict], params: dict | None = None) -> list[int]:
+    """Gradient-boosted trees (scikit-learn's HistGradientBoostingClassifier, class-balanced, fixed seed) on
+    _tree_features: a model family and feature set apart from the linear text classifier's bag of words."""
+    train = scored(sft_steps)
+    if len({s["gold"] for s in train}) < 2:
+        return [train[0]["gold"] if train else 1] * len(eval_steps)
+    if not eval_steps:
+        return []
+    import numpy as np
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    keep = {id(s) for s in train}
+    x = np.asarray([row for s, row in zip(sft_steps, _tree_features(sft_steps)) if id(s) in keep])
+    p = dict(params or {})
+    model = HistGradientBoostingClassifier(
+        class_weight="balanced",
+        early_stopping=False,
+        random_state=0,
+        max_iter=int(p.get("max_iter", 100)),
+        learning_rate=float(p.get("learning_rate", 0.1)),
+        max_leaf_nodes=int(p.get("max_leaf_nodes", 15)),
+        min_samples_leaf=int(p.get("min_samples_leaf", 20)),
+    )
+    model.fit(x, [s["gold"] for s in train])
+    return [int(v) for v in model.predict(np.asarray(_tree_features(eval_steps)))]

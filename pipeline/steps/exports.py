@@ -8,6 +8,8 @@ step_record_sets(release_dir, cfg)           # Croissant file objects and record
 
 from __future__ import annotations
 
+import json
+
 from typing import TYPE_CHECKING
 
 from pathlib import Path
@@ -117,6 +119,24 @@ def step_record_sets(release_dir: Path, cfg: Settings, record_set) -> tuple[list
     return files, sets
 
 
+def wrong_step_lines(configs: dict) -> list[str]:
+    """Per source, what its wrong steps are: the count of each error kind over every step file (the reconstruction
+    config's `step_error_kinds_json`), natural kinds first."""
+    counts: dict[str, dict[str, int]] = {}
+    for _, df in configs.get(STEP_RECONSTRUCTION_CONFIG, {}).values():
+        if not {"source_slug", "step_error_kinds_json"} <= set(df.columns):
+            return []
+        for slug, kinds in df.select("source_slug", "step_error_kinds_json").iter_rows():
+            for k in json.loads(kinds):
+                if k is not None:
+                    counts.setdefault(slug, {})[k] = counts.setdefault(slug, {}).get(k, 0) + 1
+    out = []
+    for slug in sorted(counts):
+        kinds = sorted(counts[slug].items(), key=lambda kv: (not kv[0].startswith("natural_"), kv[0]))
+        out.append(f"- {slug}: {sum(counts[slug].values())} wrong steps: " + ", ".join(f"{k} {n}" for k, n in kinds))
+    return out
+
+
 def step_section(configs: dict, cfg: Settings) -> str:
     """The card's section on the step track (empty when the release has none)."""
     if STEP_CONFIG not in configs:
@@ -134,4 +154,9 @@ Wrong steps come from the sources' own failure records (REASSEMBLE primitives an
 errors placed in the frames. `{STEP_RECONSTRUCTION_CONFIG}` holds each step's frames and the bookkeeping, by
 `item_id`: never show it to a model. The same rows in VisualProcessBench's jsonl layout:
 `{xf["visualprocessbench_eval"]}` (and per level, SFT).
+
+Wrong steps per source (natural_*: the source's own failure records; the others placed in the frames, docs/steps.md
+"Labels"):
+
+{chr(10).join(wrong_step_lines(configs)) or "- none"}
 """

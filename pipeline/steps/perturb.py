@@ -2,20 +2,29 @@
 is worded: the sentences come from the same templates as correct steps, and nothing in a row's model-facing text or
 in a file name says which step was touched (docs/steps.md).
 
-    swapped_frames      two steps of one kind whose contents differ swap their frames: both become false (two
-                        primitives, two phases, a gripper's contact and no-contact runs, the ends of two different
-                        high-level actions)
-    substituted_chain   REASSEMBLE: the frames of a high-level action's low-level chain are replaced by the chain of
-                        the same action in another recording on the same split side and level (positions whose
-                        primitive differs become false)
-    contact_flipped     a contact sentence states the opposite of the derived contact state: it keeps its sentence
-                        and is shown by frames of the same gripper's opposite-state run that no other step shows
+    swapped_frames      the step and another step of its kind whose content differs swap their frames: both become
+                        false (two primitives, two phases, a gripper's contact and no-contact runs, the ends of two
+                        different high-level actions)
+    substituted_chain   REASSEMBLE: a primitive step is shown by the frames of another recording's chain of the same
+                        high-level action (same split side and level), of a primitive that differs from the step's
+    contact_flipped     a contact step keeps its sentence and is shown by frames of a run of the same gripper in the
+                        opposite state: its claim states the opposite of what its frames show
     outcome_flipped     an outcome sentence states failure where the record says success
     truncated_complete  the process is cut short and closes with the success claim, shown by the frames right after
-                        the last kept step (the task is not complete there; none a kept step shows)
+                        the last kept step (the task is not complete there; none a kept step shows, nor one within
+                        `min_frame_gap` of them)
 
-`inject` deals a kind to each item that is not kept clean (`share_clean`): the applicable kind used least so far
-(config order breaks ties), placed as near as the item allows to a target step index dealt evenly over positions.
+Where (`inject`): every correct scored step is the site of an injected error with the same probability
+(`error_rate`, drawn per step), so neither a step's position nor its item tells it; the kind is drawn among those the
+site's step kind admits (SITES). A kind the site cannot take (no partner to swap with, no opposite contact run, a
+claim budget spent) leaves the site correct rather than passing it to another kind: a fallback would give the kinds
+an item can take alone (a contact flip where no swap fits) to the items and steps where they are the only choice,
+and their context would tell them. One kind makes at most `max_wrong_share` of the scored steps of a step kind and
+claim wrong. An item may take several errors.
+
+Each kind is `KINDS[kind](draft, site, ctx) -> bool` (False: not applicable, the draft unchanged); ctx holds the
+template (`tpl`), a draw `u` in [0, 1) for the kind's own choices (the partner, the run, the donor), the donors of
+substituted_chain and the failure-claim budget (`claims`).
 """
 
 from __future__ import annotations
@@ -23,20 +32,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeline.core.seeding import rng as rng_for
-from .items import make_step, set_claim, step_frames
+from .items import make_step, set_claim, step_frames, too_close
 
 if TYPE_CHECKING:
     from pipeline.settings.steps import StepTaskFile
 
-NEAR_FRACTIONS = 10  # target positions are dealt over this many equal fractions of an item's length
+OUTCOME_KINDS = ("outcome", "action_outcome")
 
 
 def _free(st: dict) -> bool:
     return st["label"] == 1 and st["error"] is None
 
 
-def _nearest(cands: list, target: int, pos=lambda c: c):
-    return min(cands, key=lambda c: (abs(pos(c) - target), pos(c))) if cands else None
+def _from_draw(cands: list, ctx: dict) -> list:
+    """`cands` (in a fixed order) rotated to start at the one the draw `ctx["u"]` falls on (0 without one): each is as
+    likely to be tried first."""
+    if not cands:
+        return []
+    k = min(len(cands) - 1, int(float(ctx.get("u") or 0.0) * len(cands)))
+    return cands[k:] + cands[:k]
 
 
 def _content(st: dict):
@@ -47,23 +61,25 @@ def _content(st: dict):
     return st.get("value")
 
 
-def swapped_frames(d: dict, target: int, ctx: dict) -> bool:
+def swapped_frames(d: dict, site: int, ctx: dict) -> bool:
+    """The site and a partner (drawn among the steps of its kind, free, whose content differs; a contact or activity
+    step: of the same arm) swap their frames."""
     steps = d["steps"]
-    pairs = [
-        (i, j)
-        for i in range(len(steps))
-        for j in range(i + 1, len(steps))
-        if _free(steps[i])
-        and _free(steps[j])
-        and steps[i]["kind"] == steps[j]["kind"]
-        and steps[i]["kind"] != "outcome"
-        and _content(steps[i]) != _content(steps[j])
-        and (steps[i]["kind"] not in ("contact", "activity") or steps[i]["fields"]["arm"] == steps[j]["fields"]["arm"])
-    ]
-    pair = _nearest(pairs, target, lambda p: p[0])
-    if pair is None:
+    a = steps[site]
+    if not _free(a) or a["kind"] == "outcome":
         return False
-    a, b = steps[pair[0]], steps[pair[1]]
+    partners = [
+        j
+        for j, b in enumerate(steps)
+        if j != site
+        and _free(b)
+        and b["kind"] == a["kind"]
+        and _content(b) != _content(a)
+        and (a["kind"] not in ("contact", "activity") or a["fields"]["arm"] == b["fields"]["arm"])
+    ]
+    if not partners:
+        return False
+    b = steps[_from_draw(partners, ctx)[0]]
     for k in ("frames", "window", "unit_id"):
         a[k], b[k] = b[k], a[k]
     for st in (a, b):
@@ -76,58 +92,58 @@ def _shown(steps: list[dict], skip: int | None = None) -> set[tuple[str, int]]:
     return {(st["unit_id"], f) for j, st in enumerate(steps) if j != skip for f in st["frames"]}
 
 
-def _unshown_frames(run: dict, count: int, taken: set[tuple[str, int]], margin: int) -> list[int] | None:
-    """`count` frames inside `run`'s window (at least `margin` frames from its ends, so not neutral) that no frame of
-    `taken` is: each the one farthest from the taken frames and from those picked before (ties: the earlier).
-    None when there are not that many."""
+def _unshown_frames(run: dict, count: int, taken: set[tuple[str, int]], margin: int, gap: int) -> list[int] | None:
+    """`count` frames inside `run`'s window (at least `margin` frames from its ends, so not neutral) at least `gap`
+    frames from every frame of `taken` and from each other: each the one farthest from the taken frames and from
+    those picked before (ties: the earlier). None when there are not that many."""
     uid, (s, e) = run["unit_id"], run["window"]
     lo, hi = s + margin, e - margin
-    busy = [f for u, f in taken if u == uid and lo - 1 <= f <= hi + 1] + [lo - 1, hi + 1]
+    busy = [f for u, f in taken if u == uid and lo - gap <= f <= hi + gap] + [lo - 1, hi + 1]
     picked: list[int] = []
     for _ in range(count):
-        cands = [f for f in range(lo, hi + 1) if (uid, f) not in taken and f not in picked]
+        cands = [f for f in range(lo, hi + 1) if not too_close([f], uid, taken | {(uid, p) for p in picked}, gap)]
         if not cands:
             return None
         picked.append(max(cands, key=lambda f: (min(abs(f - a) for a in busy + picked), -f)))
     return sorted(picked)
 
 
-def contact_flipped(d: dict, target: int, ctx: dict) -> bool:
-    """A contact step keeps its sentence but is shown by other frames of a run of the same gripper in the opposite
-    contact state (another step of the item), frames no other step of the item shows: so its claim states the
-    opposite of what its frames show, and no two steps show the same image. The claim chain stays the alternating
-    one of the derived runs: the text alone does not tell the step. An item whose opposite runs have no such frames
-    does not take the kind."""
+def contact_flipped(d: dict, site: int, ctx: dict) -> bool:
+    """The site (a contact step) keeps its sentence but is shown by frames of a run of the same gripper in the
+    opposite state - any such run of the unit (`d["runs"]`: the unit's contact runs; without it, the item's own
+    contact steps), drawn, at least `neutral_margin` from the run's ends and `min_frame_gap` from every frame another
+    step of the item shows. The claim chain stays the alternating one of the derived runs, so the text alone does not
+    tell the step; any contact step of a unit with both states can take it (with the item's own runs only, steps next
+    to the item's other state - the last no-contact run after a release - were flipped three times as often)."""
     steps = d["steps"]
-    margin = int(ctx["tpl"].neutral_margin)
-    cands = [
-        (i, j)
-        for i, st in enumerate(steps)
-        if st["kind"] == "contact" and _free(st)
-        for j, o in enumerate(steps)
-        if j != i
-        and o["kind"] == "contact"
+    st = steps[site]
+    if st["kind"] != "contact" or not _free(st):
+        return False
+    margin, gap = int(ctx["tpl"].neutral_margin), int(ctx["tpl"].min_frame_gap)
+    runs = [
+        o
+        for o in d.get("runs") or [o for o in steps if o["kind"] == "contact"]
+        if o["kind"] == "contact"
         and o["label"] == 1
+        and o["unit_id"] == st["unit_id"]
         and o["fields"]["arm"] == st["fields"]["arm"]
         and o["truth"] != st["truth"]
     ]
-    for i, j in sorted(cands, key=lambda c: (abs(c[0] - target), c[0], abs(c[1] - c[0]), c[1])):
-        other = steps[j]
-        frames = _unshown_frames(other, len(other["frames"]), _shown(steps, skip=i), margin)
+    for other in _from_draw(sorted(runs, key=lambda o: o["window"]), ctx):
+        frames = _unshown_frames(other, len(st["frames"]), _shown(steps, skip=site), margin, gap)
         if frames is None:
             continue
-        st = steps[i]
         st["frames"], st["window"], st["unit_id"] = frames, other["window"], other["unit_id"]
         st["label"], st["error"] = -1, "contact_flipped"
         return True
     return False
 
 
-def outcome_flipped(d: dict, target: int, ctx: dict) -> bool:
-    """Only the step at the dealt target (an outcome step is then wrong as often as any position), and only while
-    the source's failure claims stay wrong at most `failure_claims_wrong_share` of the time (ctx `claims`)."""
-    st = d["steps"][target] if 0 <= target < len(d["steps"]) else None
-    if st is None or st["kind"] not in ("outcome", "action_outcome") or st["truth"] is not True or not _free(st):
+def outcome_flipped(d: dict, site: int, ctx: dict) -> bool:
+    """The site (an outcome step whose record is success) states failure, only while the source's failure claims
+    stay wrong at most `failure_claims_wrong_share` of the time (ctx `claims`)."""
+    st = d["steps"][site]
+    if st["kind"] not in OUTCOME_KINDS or st["truth"] is not True or not _free(st):
         return False
     claims = ctx.get("claims")
     if claims is not None and not claims.room():
@@ -138,36 +154,27 @@ def outcome_flipped(d: dict, target: int, ctx: dict) -> bool:
     return True
 
 
-def truncated_complete(d: dict, target: int, ctx: dict) -> bool:
-    """Keep the steps before index k, then the success claim shown by the frames right after step k-1."""
+def truncated_complete(d: dict, site: int, ctx: dict) -> bool:
+    """The site (the closing outcome step, the item's last) claims success shown by the frames right after the step
+    before it, before the closing window: the process is cut there, and keeps its length (a shorter item would tell
+    it). A REASSEMBLE action whose whole chain is shown ends where its last primitive does: no room, never taken."""
     steps, tpl = d["steps"], ctx["tpl"]
     last = steps[-1]
-    if last["kind"] not in ("outcome", "action_outcome") or last["truth"] is not True or not _free(last):
+    if site != len(steps) - 1 or last["kind"] not in OUTCOME_KINDS or last["truth"] is not True or not _free(last):
         return False
-    if target != len(steps) - 1:
-        return False  # the closing step takes an error only where the dealt position is the last
     w = int(tpl.two_frames_from)
     body = steps[:-1]
-    cands = []
-    # a truncated process keeps its length: the closing claim moves to the frames right after the last kept step,
-    # before the closing window (so the item's length does not tell a truncated process). A REASSEMBLE action's last
-    # primitive ends where the action does, so its chain leaves no such room and it never takes this kind.
-    for k in range(len(body), len(body) + 1):
-        prev = body[k - 1]
-        if last["kind"] == "action_outcome" and (prev["kind"] != "primitive" or prev["action"] != last["action"]):
-            continue
-        start = prev["window"][1] + 1
-        shown = _shown(body[:k])  # the closing frames are none a kept step shows
-        if (
-            prev["unit_id"] == d["unit_id"]
-            and start + w - 1 < last["window"][0]
-            and not any((d["unit_id"], f) in shown for f in step_frames((start, start + w - 1), tpl))
-        ):
-            cands.append((k, start))
-    pick = _nearest(cands, target, lambda c: c[0])
-    if pick is None:
+    prev = body[-1]
+    if last["kind"] == "action_outcome" and (prev["kind"] != "primitive" or prev["action"] != last["action"]):
         return False
-    k, start = pick
+    start = prev["window"][1] + 1
+    shown = _shown(body)  # the closing frames are none a kept step shows, nor near one
+    if (
+        prev["unit_id"] != d["unit_id"]
+        or start + w - 1 >= last["window"][0]
+        or too_close(step_frames((start, start + w - 1), tpl), d["unit_id"], shown, int(tpl.min_frame_gap))
+    ):
+        return False
     end = make_step(
         last["kind"],
         (start, start + w - 1),
@@ -179,58 +186,48 @@ def truncated_complete(d: dict, target: int, ctx: dict) -> bool:
         **({"action": last["action"]} if "action" in last else {}),
     )
     end["label"], end["error"] = -1, "truncated_complete"
-    d["steps"] = body[:k] + [end]
+    d["steps"] = body + [end]
     return True
 
 
-def substituted_chain(d: dict, target: int, ctx: dict) -> bool:
-    """REASSEMBLE: the chain of one of the item's high-level actions, frames from another recording's chain of the
-    same action (same number of primitives, at least one differs; same split side and eval level)."""
+def substituted_chain(d: dict, site: int, ctx: dict) -> bool:
+    """REASSEMBLE: the site (a primitive step) is shown by the frames of a primitive of another recording's chain of
+    the same high-level action (same split side and eval level) whose primitive differs from the step's: of those,
+    the one nearest the step's place in its own chain, none within `min_frame_gap` of a frame another step of the
+    item shows (two sites of an item may draw the same donor); donors are tried from a drawn one on. Any primitive can take
+    it (substituting a whole chain made only the positions where two recordings' chains of an action differ wrong:
+    an Align in a Pick, a Nudge in an Insert, and the text told them)."""
     steps = d["steps"]
-    best = None
-    for act in sorted({st["action"] for st in steps if st["kind"] == "primitive"}):
-        idx = [i for i, st in enumerate(steps) if st["kind"] == "primitive" and st["action"] == act]
-        mine = [steps[i] for i in idx]
-        if any(st["error"] not in (None, "natural_primitive_failure") for st in mine):
-            continue
-        texts = [st["value"] for st in mine]
-        for donor in ctx["donors"].get(mine[0]["fields"]["action"], []):
-            if (
-                donor["unit_id"] == d["unit_id"]
-                or (donor["split"], donor["eval_level"]) != (d.get("split"), d.get("eval_level"))
-                or len(donor["chain"]) != len(mine)
-            ):
-                continue
-            diff = [
-                p
-                for p, st in enumerate(donor["chain"])
-                if st["value"] != texts[p] and st["label"] != 0 and mine[p]["label"] != 0
-            ]
-            if diff:
-                first = idx[diff[0]]
-                if best is None or (abs(first - target), first) < (abs(best[0] - target), best[0]):
-                    best = (first, idx, donor)
-                break
-    if best is None:
+    st = steps[site]
+    if st["kind"] != "primitive" or not _free(st):
         return False
-    _, idx, donor = best
-    for p, i in enumerate(idx):
-        mine, other = steps[i], donor["chain"][p]
-        new = {
-            **mine,
+    place = sum(1 for o in steps[:site] if o["kind"] == "primitive" and o["action"] == st["action"])
+    donors = [
+        c
+        for c in ctx["donors"].get(st["fields"]["action"], [])
+        if c["unit_id"] != d["unit_id"] and (c["split"], c["eval_level"]) == (d.get("split"), d.get("eval_level"))
+    ]
+    shown, gap = _shown(steps, skip=site), int(ctx["tpl"].min_frame_gap)
+    for donor in _from_draw(donors, ctx):
+        far = [
+            (abs(q - place), q)
+            for q, o in enumerate(donor["chain"])
+            if o["value"] != st["value"] and o["label"] == 1 and not too_close(o["frames"], o["unit_id"], shown, gap)
+        ]
+        if not far:
+            continue
+        other = donor["chain"][min(far)[1]]
+        steps[site] = {
+            **st,
             "frames": list(other["frames"]),
             "window": other["window"],
             "unit_id": other["unit_id"],
             "camera": other["camera"],
+            "label": -1,
+            "error": "substituted_chain",
         }
-        if mine["label"] == 0 or other["label"] == 0:
-            new["label"], new["error"] = 0, None
-        elif other["value"] != mine["value"]:
-            new["label"], new["error"] = -1, "substituted_chain"
-        else:
-            new["label"], new["error"] = other["label"], other["error"]
-        steps[i] = new
-    return True
+        return True
+    return False
 
 
 class FailureClaims:
@@ -252,10 +249,7 @@ def failure_claims(drafts: list[dict], share: float | None) -> FailureClaims | N
         1
         for d in drafts
         for st in d["steps"]
-        if st["kind"] in ("outcome", "action_outcome")
-        and st["claim"] is False
-        and st["truth"] is False
-        and st["label"] == 1
+        if st["kind"] in OUTCOME_KINDS and st["claim"] is False and st["truth"] is False and st["label"] == 1
     )
     return FailureClaims(share, correct)
 
@@ -267,6 +261,19 @@ KINDS = {
     "outcome_flipped": outcome_flipped,
     "truncated_complete": truncated_complete,
 }
+# the step kinds each injected kind can take as its site (None: every kind but the outcome step)
+SITES = {
+    "swapped_frames": None,
+    "substituted_chain": ("primitive",),
+    "contact_flipped": ("contact",),
+    "outcome_flipped": OUTCOME_KINDS,
+    "truncated_complete": OUTCOME_KINDS,
+}
+
+
+def admits(kind: str, step_kind: str) -> bool:
+    sites = SITES[kind]
+    return step_kind != "outcome" if sites is None else step_kind in sites
 
 
 def donors_of(chains: list[dict]) -> dict[str, list[dict]]:
@@ -277,32 +284,94 @@ def donors_of(chains: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+def _sentence_kind(st: dict) -> tuple:
+    """What a step's sentence says apart from its fields: its step kind and claim (a contact and a no-contact
+    claim read differently)."""
+    return st["kind"], st["claim"]
+
+
+def _sentence_counts(steps: list[dict]) -> dict[tuple, int]:
+    """Scored steps per sentence kind."""
+    out: dict[tuple, int] = {}
+    for st in steps:
+        if st["label"] in (1, -1):
+            out[_sentence_kind(st)] = out.get(_sentence_kind(st), 0) + 1
+    return out
+
+
+class Budgets:
+    """One injected kind makes at most `share` of the scored steps of a sentence kind wrong, over a source's drafts.
+    The scored steps are counted as errors change them (outcome_flipped turns a success claim into a failure claim:
+    its share is of the failure claims it adds to)."""
+
+    def __init__(self, drafts: list[dict], share: float):
+        self.share = share
+        self.scored: dict[tuple, int] = {}
+        for d in drafts:
+            for k, n in _sentence_counts(d["steps"]).items():
+                self.scored[k] = self.scored.get(k, 0) + n
+        self.wrong: dict[tuple[str, tuple], int] = {}
+
+    def take(self, kind: str, before: list[dict], after: list[dict]) -> bool:
+        """Whether the change of one draft's steps from `before` to `after` (kind `kind` injected) keeps every
+        sentence kind within the share; if so it is counted."""
+        old, new = _sentence_counts(before), _sentence_counts(after)
+        scored = {k: self.scored.get(k, 0) + new.get(k, 0) - old.get(k, 0) for k in set(self.scored) | set(new)}
+        hit: dict[tuple, int] = {}
+        for side, steps in ((1, after), (-1, before)):
+            for st in steps:
+                if st["error"] == kind and st["label"] == -1:
+                    hit[_sentence_kind(st)] = hit.get(_sentence_kind(st), 0) + side
+        if any(self.wrong.get((kind, k), 0) + n > self.share * scored.get(k, 0) for k, n in hit.items() if n > 0):
+            return False
+        self.scored = scored
+        for k, n in hit.items():
+            self.wrong[(kind, k)] = self.wrong.get((kind, k), 0) + n
+        return True
+
+
 def inject(drafts: list[dict], tpl: StepTaskFile, seed: int, slug: str, donors: dict | None = None) -> dict:
-    """Inject errors into `drafts` (in place, in their order); returns the counts per kind and the targets missed."""
+    """Inject errors into `drafts` (in place, in a drawn order; module docstring): returns the errors per kind, the
+    sites drawn that took none (`missed`) and the items without an injected error. Each draft gets `injected`, the
+    kinds it took in order."""
     rng = rng_for(seed, "steps_inject", slug)
     kinds = [k for k in tpl.injected if k in KINDS]
     used = {k: 0 for k in kinds}
+    missed = {k: 0 for k in kinds}
+    budgets = Budgets(drafts, float(tpl.max_wrong_share))
+    rate = float(tpl.error_rate)
     ctx = {
         "tpl": tpl,
         "donors": donors or {},
         "claims": failure_claims(drafts, tpl.for_source(slug).failure_claims_wrong_share),
     }
-    dealt = 0
-    for d in drafts:
-        d["injected"] = None
-        if rng.random() < float(tpl.share_clean):
-            continue
-        frac = ((dealt * 7) % NEAR_FRACTIONS + 0.5) / NEAR_FRACTIONS  # 7 is coprime to 10: every fraction in turn
-        dealt += 1
-        target = int(frac * len(d["steps"]))
-        for kind in sorted(kinds, key=lambda k: (used[k], kinds.index(k))):
+    for k in rng.permutation(len(drafts)).tolist():  # a drawn order: a budget runs out over all units alike
+        d = drafts[k]
+        d["injected"] = []
+        draws = rng.random((len(d["steps"]), 3)).tolist()  # per step: site or not, which kind, the kind's own draw
+        for site, (take, which, u) in enumerate(draws):
+            if take >= rate or site >= len(d["steps"]) or not _free(d["steps"][site]):
+                continue  # not drawn, or already wrong (a partner of an earlier swap), neutral or a natural error
+            options = [kind for kind in kinds if admits(kind, d["steps"][site]["kind"])]
+            if not options:
+                continue
+            kind = options[int(which * len(options))]
+            ctx["u"] = u
             snapshot = [dict(st) for st in d["steps"]]
-            if KINDS[kind](d, target, ctx):
+            claims = ctx["claims"].wrong if ctx["claims"] is not None else None
+            if KINDS[kind](d, site, ctx) and budgets.take(kind, snapshot, d["steps"]):
                 used[kind] += 1
-                d["injected"] = kind
-                break
+                d["injected"].append(kind)
+                continue
+            if claims is not None:
+                ctx["claims"].wrong = claims
             d["steps"] = snapshot
-    return {"injected": used, "clean_or_natural_only": sum(1 for d in drafts if d["injected"] is None)}
+            missed[kind] += 1
+    return {
+        "injected": used,
+        "missed": missed,
+        "clean_or_natural_only": sum(1 for d in drafts if not d["injected"]),
+    }
 
 
 def first_error_index(steps: list[dict]) -> int:

@@ -24,7 +24,6 @@ from ..frames.render import add_image_hashes
 from pipeline.core.io import compact_json, write_json, write_parquet
 from pipeline.core.paths import work_dir
 from . import BUILDERS, perturb
-from .balance import balance
 from .items import reassemble_actions, set_outcome_wording
 from .rows import STEP_SCHEMA, step_rows
 
@@ -98,22 +97,47 @@ def source_drafts(cfg: Settings, slug: str, tid: str, sides: pl.DataFrame) -> tu
     units = units.filter(pl.col("split").is_not_null())
     scale = float(cfg.build.quota_scale[cfg.build.scale])
     quota = max(1, round(int(tpl.quota[slug]) * scale))
-    drafts = BUILDERS[tid](slug, units, lab, ir, tpl, quota, seed)
+    pool: dict = {}
+    drafts = BUILDERS[tid](slug, units, lab, ir, tpl, quota, seed, pool)
     set_outcome_wording(drafts, tpl, seed, slug)
     kinds = tpl.for_source(slug).step_kinds or []
     donors = perturb.donors_of(_donor_chains(slug, units, lab, ir, tpl)) if "primitive" in kinds else {}
     injected = perturb.inject(drafts, tpl, seed, slug, donors)
-    kept = balance(drafts, tpl.for_source(slug).balance)
     short = {
         "quota": quota,
-        "items": len(kept),
+        "items": len(drafts),
         "units": units.height,
-        "units_with_items": len({d["unit_id"] for d in kept}),
-        "dropped_by_balance": len(drafts) - len(kept),
+        "units_with_items": len({d["unit_id"] for d in drafts}),
+        "candidates": pool.get("candidates", len(drafts)),
+        "candidates_after_cap": pool.get("after_cap", len(drafts)),
+        "cap_per_unit": int(tpl.for_source(slug).cap_per_unit),
     }
-    if len(kept) < quota:  # every candidate window of every unit is taken (or thinned): the pool limits
-        log.warning("step items: %s", shortfall_text(slug, short))
-    return kept, {"units_without_side": no_side.height, **short, **injected}
+    if len(drafts) < quota:  # every candidate of every unit is taken: the pool limits
+        short["reason"] = shortfall_reason(slug, short, tpl)
+        # one short line (at most 200 characters); the reason is in steps/summary.json and the quota record
+        log.warning("step items: %s: %d of a quota of %d; the pool holds no more", slug, len(drafts), quota)
+    return drafts, {"units_without_side": no_side.height, **short, **injected}
+
+
+def shortfall_reason(slug: str, s: dict, tpl: StepTaskFile) -> str:
+    """Why a source's pool holds fewer step items than its quota, in words with the pool's figures (the summary's
+    `reason`: step_reason, so the quota record, the card and the manifests quote it)."""
+    kinds = tpl.for_source(slug).step_kinds or []
+    if "primitive" in kinds:
+        made = (
+            f"its {s['units']} recordings with a split side give one candidate item per high-level action (the action "
+            f"last, after the whole previous one when that succeeded): {s['candidates']} in all"
+        )
+        more = "a second item ending with the same action would repeat its steps (a near-copy)"
+    else:
+        made = (
+            f"its {s['units']} units with a split side give {s['candidates']} candidate windows of at most "
+            f"{tpl.steps.max} steps, starting window_shift ({tpl.window_shift}) x the longest window apart"
+        )
+        more = "windows closer together would share most of their steps (near-copies of one another)"
+    capped = s["candidates"] - s["candidates_after_cap"]
+    cap = f", {capped} left out by cap_per_unit ({s['cap_per_unit']})" if capped else ""
+    return f"{made}{cap}; {more}"
 
 
 def shortfall_text(slug: str, s: dict) -> str:
@@ -124,16 +148,14 @@ def shortfall_text(slug: str, s: dict) -> str:
 
 
 def step_reason(s: dict) -> str:
-    """Why a source's step items fall short of its quota, in words: the `reason` its summary entry records, else
-    made from the entry's figures (units with a split side, candidates thinned by `balance`, units without a side)."""
+    """Why a source's step items fall short of its quota, in words: the `reason` its summary entry records
+    (shortfall_reason), else made from the entry's figures (units with a split side, units without a side)."""
     if isinstance(s.get("reason"), str) and s["reason"].strip():
         return s["reason"].strip()
     text = (
         f"its {s.get('units', 0)} units with a split side hold no more candidate windows (steps.max, window_shift, "
         f"cap_per_unit in configs/tasks/T13.yaml)"
     )
-    if s.get("dropped_by_balance"):
-        text += f"; {s['dropped_by_balance']} candidates were left out by `balance` (the blind gates' thinning)"
     if s.get("units_without_side"):
         text += f"; {s['units_without_side']} units have no split side (no multiple-choice item in their group)"
     return text

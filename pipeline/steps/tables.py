@@ -99,9 +99,18 @@ def kind_class(kind: str | None) -> str | None:
     return "natural" if kind.startswith(NATURAL_PREFIX) else "injected"
 
 
+def error_class(kind: str | None) -> str | None:
+    """The class of wrong step the per-class gates score alone: "natural" for every natural_* kind (the sources'
+    own failure records), else the injected kind itself (None for a step that is not wrong)."""
+    if kind is None:
+        return None
+    return "natural" if kind.startswith(NATURAL_PREFIX) else kind
+
+
 def step_rows(df: pl.DataFrame) -> list[dict]:
     """One dict per step of every item of a step table: item_id, source, source_slug, level, split_group_id,
-    position (0-based), num_steps, sentence, previous sentence, gold (1 / -1 / 0), kind (error kind or None)."""
+    position (0-based), num_steps, sentence, previous and next sentence (None at the ends), gold (1 / -1 / 0),
+    kind (error kind or None)."""
     out = []
     cols = ["item_id", "source", "source_slug", "eval_level", "split_group_id", "response", "step_error_kinds_json"]
     for r in df.select([c for c in cols if c in df.columns]).iter_rows(named=True):
@@ -120,6 +129,7 @@ def step_rows(df: pl.DataFrame) -> list[dict]:
                     "num_steps": len(steps),
                     "sentence": sentence,
                     "previous": steps[i - 1] if i else None,
+                    "next": steps[i + 1] if i + 1 < len(steps) else None,
                     "gold": g,
                     "kind": kind if g == -1 else None,
                 }

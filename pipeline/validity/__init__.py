@@ -293,10 +293,12 @@ def run_validity(
     report = audit(
         ev, sf, vcfg, thumbs=FrameThumbs(wd, sources), fps_of=_fps_table(wd, sources), column_values=column_values
     )
-    from ..steps.gates import step_gates
+    from ..steps.gates import GATE_COLUMNS, step_gates
     from ..steps.tables import read_step_tables
 
-    steps = read_step_tables(rel, cfg)  # None without step files: the report is as before the step track
+    steps = read_step_tables(
+        rel, cfg, columns=GATE_COLUMNS
+    )  # None without step files: the report is as before the step track
     if steps is not None:
         report["steps"] = step_gates(steps["eval"], steps["sft"], vcfg.steps)
     report["problems"] = problems(report, vcfg)
