@@ -97,10 +97,11 @@ def cmd_samples(args) -> int:
 def cmd_build(args) -> int:
     from pipeline.release import publish
     from pipeline.release.publish import LockError
-    from pipeline.stages import missing_corpus
+    from pipeline.source_help import missing_corpus
 
+    from . import run  # Dagster, the orchestration shell, only when a step has to run (assets/run.py)
     from .fingerprint import use_hash_store
-    from .run import BuildFailed, BuildSettings, GraphMismatch, rebuild  # Dagster is the orchestration shell
+    from .options import BuildOptions
 
     upstream = _upstream(args.upstream)
     variants = _variants(args.variant)
@@ -118,7 +119,7 @@ def cmd_build(args) -> int:
         for m in missing:
             print(f"processbench: error: {m}", file=sys.stderr)
         return 2
-    settings = BuildSettings(
+    settings = BuildOptions(
         config_dir=args.config_dir or "",
         scale=args.scale or "",
         upstream=upstream or {},
@@ -127,18 +128,19 @@ def cmd_build(args) -> int:
         sources=chosen or [],
         variants=variants,
     )
-    release = settings.config().build.release_dir
-    before = publish.current_version(settings.config())  # what the CLI says comes from what happened to the link
+    build_cfg = settings.config()
+    release = build_cfg.build.release_dir
+    before = publish.current_version(build_cfg)  # what the CLI says comes from what happened to the link
     use_repo_dagster_home()
     t = time.time()
     token = uuid.uuid4().hex
     try:
         # the lock before the samples: a second `make rebuild` never rewrites the corpora this build reads
-        with publish.build_lock(settings.config(), token) as cleaned:
+        with publish.build_lock(build_cfg, token) as cleaned:
             for what in cleaned:
                 tqdm.write(f"[build] {what} (left by an interrupted build)")
             # the sample check below and the planner read the upstream files' content hashes from the work folder
-            use_hash_store(settings.config(), verify=args.verify)
+            use_hash_store(build_cfg, verify=args.verify)
             if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
                 scale, seed = cfg.build.scale, cfg.build.samples.seed
                 for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
@@ -151,7 +153,7 @@ def cmd_build(args) -> int:
                 for m in missing:
                     print(f"processbench: error: {m}", file=sys.stderr)
                 return 2
-            result = rebuild(
+            result = run.rebuild(
                 settings,
                 log=lambda m: tqdm.write(m),
                 executor=args.executor,
@@ -164,12 +166,12 @@ def cmd_build(args) -> int:
     except (LockError, publish.ReleaseFolderError) as exc:
         print(f"build not started: {exc}", file=sys.stderr)
         return 3
-    except GraphMismatch as exc:
+    except run.GraphMismatch as exc:
         print(f"processbench: error: {exc}", file=sys.stderr)
         return 2
-    except BuildFailed as exc:
+    except run.BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
-        after = publish.current_version(settings.config())
+        after = publish.current_version(build_cfg)
         if after != before:
             print(
                 f"release published -> {Path(release).absolute()} (version {after}) before the build failed",
@@ -476,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="generator seed (default: configs/build.yaml build.samples.seed)")
     s.set_defaults(func=cmd_samples)
 
-    from pipeline.ingest.run import OPTIONS_HELP, IngestHelpFormatter
+    from pipeline.source_help import OPTIONS_HELP, IngestHelpFormatter
 
     i = sub.add_parser(
         "ingest",

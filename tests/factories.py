@@ -580,7 +580,8 @@ def build_demo(
     configs of `config_dir` (default: the repository's), of `sources` (default: every source of build.sources)."""
     import dagster as dg
 
-    from assets.run import BuildSettings, rebuild
+    from assets.run import rebuild
+    from assets.settings import BuildSettings
 
     settings = BuildSettings(
         config_dir=config_dir,
