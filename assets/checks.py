@@ -6,13 +6,17 @@ isolation and counts, release validity and path-freedom) and are declared next t
 (`Table.checks`). The check functions are plain functions of cfg, evaluated inside the step that writes their asset.
 """
 
+import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
 
+from pipeline.core.io import write_json
+from pipeline.core.paths import work_dir
 from pipeline.release.schema import DESCRIPTIONS
 
 from .tables import Step, Table, TableCheck
@@ -55,8 +59,9 @@ def preview_markdown(df: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-# text tables of the release: one row per line (.jsonl items, .txt split groups), a CSV after its header line
-LINE_TABLES = {".jsonl": 0, ".txt": 0, ".csv": 1}
+# text tables of the release: one row per line (.jsonl items, .txt split groups, checksums.sha256 files), a CSV after
+# its header line
+LINE_TABLES = {".jsonl": 0, ".txt": 0, ".csv": 1, ".sha256": 0}
 
 
 def _line_rows(path, header: int) -> int:
@@ -69,7 +74,7 @@ def table_metadata(table: Table, cfg: Settings) -> dict:
     meta: dict = {"path": dg.MetadataValue.path(table.path)}
     if not path.is_file():
         return meta
-    if table.schema is None:
+    if path.suffix != ".parquet":  # a parquet file without a registered schema (the step files) has its footer too
         if path.suffix in LINE_TABLES:
             meta["dagster/row_count"] = _line_rows(path, LINE_TABLES[path.suffix])
         return meta
@@ -99,6 +104,7 @@ class Check:
     run: Callable[[dict], tuple[bool, dict]]
     blocking: bool = False
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
+    advice: str = ""  # what to do when it does not pass
 
     def spec(self) -> dg.AssetCheckSpec:
         return dg.AssetCheckSpec(
@@ -106,8 +112,19 @@ class Check:
         )
 
     def evaluate(self, cfg: Settings) -> dg.AssetCheckResult:
+        """The check's result: its own metadata (the full record, also written to the work folder while it does not
+        pass: `record_path`), plus `sentences` (what a person reads), `what_to_do` and `record`."""
         passed, meta = self.run(cfg)
+        words = {} if passed else {"sentences": sentences(meta), "what_to_do": self.advice}
+        path = record_path(cfg, self.asset, self.name)
+        if passed:
+            path.unlink(missing_ok=True)
+        else:
+            record = {"asset": self.asset, "check": self.name, "severity": self.severity.value, **meta, **words}
+            write_json(path, record)
+            words["record"] = path.relative_to(work_dir(cfg)).as_posix()
         meta = {k: (v if isinstance(v, (int, float, str)) else dg.MetadataValue.json(v)) for k, v in meta.items()}
+        meta |= {k: (dg.MetadataValue.json(v) if isinstance(v, list) else v) for k, v in words.items()}
         return dg.AssetCheckResult(
             asset_key=dg.AssetKey(self.asset.split("/")),
             check_name=self.name,
@@ -117,16 +134,60 @@ class Check:
         )
 
 
+CHECKS_DIR = "checks"  # under the work folder: the full record of every check that does not pass, one JSON each
+
+
+def record_path(cfg: Settings, asset: str, name: str) -> Path:
+    return work_dir(cfg) / CHECKS_DIR / asset / f"{name}.json"
+
+
+def sentences(meta: dict) -> list[str]:
+    """What a check that does not pass says, one sentence per finding: its own `sentences`, else its `problems`
+    (and how many more there are), else its other metadata in words."""
+    if meta.get("sentences"):
+        return [str(s) for s in meta["sentences"]]
+    problems = [str(p) for p in meta.get("problems") or []]
+    more = int(meta.get("n_problems", len(problems))) - len(problems)
+    if problems:
+        return problems + ([f"and {more} more"] if more > 0 else [])
+    return [f"{k}: {v}" for k, v in meta.items() if isinstance(v, (int, float, str))] or ["it did not pass"]
+
+
+# a printed line at most this long (the terminal's lines: no dict or list repr, nothing past LINE_MAX)
+LINE_WIDTH, LINE_MAX, SHOWN = 118, 200, 5
+
+
+def check_lines(kind: str, asset: str, name: str, said: list[str], advice: str, record: str | None = None) -> list[str]:
+    """A check that did not pass as lines a person reads: `check warning: <asset> <check>`, a bullet per sentence
+    (the first SHOWN; the rest are counted), what to do, and where the full record is; wrapped under LINE_MAX."""
+    lines = [f"check {kind}: {asset} {name}"]
+    for text in said[:SHOWN]:
+        lines += textwrap.wrap(
+            text, LINE_WIDTH, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False
+        )
+    if len(said) > SHOWN:
+        lines.append(f"  - and {len(said) - SHOWN} more")
+    if advice:
+        lines += textwrap.wrap(
+            f"what to do: {advice}", LINE_WIDTH, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+        )
+    if record:
+        lines.append(f"  full record: {record} in the work folder, and the run's event log")
+    return [ln if len(ln) <= LINE_MAX else ln[: LINE_MAX - 1] + "…" for ln in lines]
+
+
 def _schema_check(table: Table) -> Check:
     def run(cfg):
         problems = schema_problems(table, cfg)
-        return not problems, {"problems": problems[:50]}
+        return not problems, {"problems": problems[:50], "n_problems": len(problems)}
 
     return Check(
         table.name,
         "schema",
         f"{table.path} has the registered columns and dtypes{' (and no others)' if table.exact else ''}.",
         run,
+        advice="the step wrote other columns than its table declares (assets/tables.py): run the build again with "
+        "--force; if it stays, the step's code and the registry disagree, a defect to report",
     )
 
 
@@ -138,6 +199,7 @@ def _declared(table: Table, check: TableCheck) -> Check:
         check.run,
         blocking=check.blocking,
         severity=dg.AssetCheckSeverity.WARN if check.warn else dg.AssetCheckSeverity.ERROR,
+        advice=check.advice,
     )
 
 

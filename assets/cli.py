@@ -181,10 +181,8 @@ def cmd_build(args) -> int:
             held = f"version {after}" if after else "the last good release, if any"
             print(f"release NOT published: {Path(release).absolute()} is unchanged ({held})", file=sys.stderr)
         return 1
-    for warning in result["warnings"]:
-        print(f"check warning: {warning}", file=sys.stderr)
-    for failed in result["failed_checks"]:
-        print(f"check failed: {failed}", file=sys.stderr)
+    for text in result["warnings"] + result["failed_checks"]:  # `check warning: ...` / `check failed: ...`, in words
+        print(text, file=sys.stderr)
     _report(Path(release).absolute(), result, time.time() - t, {slug: str(cfg.sources[slug].root) for slug in chosen})
     return 1 if result["failed_checks"] else 0
 
@@ -520,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rv = sub.add_parser("review", help="human check: one HTML page per source and family with sampled eval items")
     rv.add_argument("--release", required=True, help="the release folder whose eval items are sampled")
-    rv.add_argument("--images", required=True, help="the images folder `processbench reconstruct` wrote")
+    rv.add_argument("--images", required=True, help="the folder `processbench reconstruct --out` wrote, or its images/")
     rv.add_argument("--out", required=True, help="where the HTML pages go (open index.html from disk)")
     rv.add_argument("--per-cell", type=int, default=100, help="items per (source, family) page (default 100)")
     rv.add_argument("--seed", type=int, help="sampling seed (default: build.release_seed)")
@@ -570,7 +568,7 @@ def _add_eval_parser(sub) -> None:
         "eval", help="ask an OpenAI-compatible endpoint every eval item, store, score (docs/evaluation.md)"
     )
     e.add_argument("--release", required=True, help="the release folder whose eval items are asked")
-    e.add_argument("--images", help="the folder `processbench reconstruct --out` wrote")
+    e.add_argument("--images", help="the folder `processbench reconstruct --out` wrote, or its images/")
     e.add_argument(
         "--upstream",
         action="append",

@@ -79,7 +79,7 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
             deps=[_key(r) for r in step.reads],
             description=t.description,
             group_name=t.group or step.group,
-            kinds={"parquet" if t.parquet else "file"},
+            kinds={"parquet" if t.path.endswith(".parquet") else "file"},
             tags={"source": step.source} if step.source else None,
         )
         for t in step.writes

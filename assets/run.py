@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING
 
+import textwrap
 import uuid
 
 from pipeline.release import publish
@@ -38,11 +39,26 @@ class GraphMismatch(RuntimeError):
 
 
 def _failed_checks(result: dg.ExecutionResult, severity: dg.AssetCheckSeverity) -> list[str]:
+    return check_texts(result.get_asset_check_evaluations(), severity)
+
+
+def check_texts(evaluations, severity: dg.AssetCheckSeverity) -> list[str]:
+    """The checks of this severity that did not pass (a run's AssetCheckEvaluations, from its result or its event
+    log), each as the lines a person reads (assets/checks.py check_lines: what fell short, by how much, why, what to
+    do, where the full record is), joined by newlines."""
+    import dagster as dg
+
+    from .checks import check_lines, sentences
+
+    kind = "warning" if severity == dg.AssetCheckSeverity.WARN else "failed"
     out = []
-    for ev in result.get_asset_check_evaluations():
+    for ev in evaluations:
         if not ev.passed and ev.severity == severity:
             meta = {k: getattr(v, "value", v) for k, v in ev.metadata.items()}
-            out.append(f"{ev.asset_key.to_user_string()}:{ev.check_name} {meta}")
+            said = meta.get("sentences") if isinstance(meta.get("sentences"), list) else sentences(meta)
+            advice, record = str(meta.get("what_to_do") or ""), meta.get("record")
+            lines = check_lines(kind, ev.asset_key.to_user_string(), ev.check_name, said, advice, record)
+            out.append("\n".join(lines))
     return out
 
 
@@ -158,7 +174,9 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
                 failures = [e for e in res.all_events if e.is_failure]
                 # the steps' own reasons; the run's failure only when no step said why (it repeats them)
                 errors = [_failure_text(e) for e in ([e for e in failures if e.step_key] or failures)][:5]
-                raise BuildFailed(f"run {res.run_id} failed: " + "; ".join(errors + failed + _held_units(cfg)))
+                raise BuildFailed(
+                    "\n".join([f"run {res.run_id} failed:", *map(_wrapped, errors + _held_units(cfg)), *failed])
+                )
             return {
                 "failed_checks": failed,
                 "warnings": warnings,
@@ -172,12 +190,20 @@ def _held_units(cfg: Settings) -> list[str]:
     """The units ingest processes held when they died (pipeline/ingest/guard.py): a step killed while reading one
     names it instead of a bare crash."""
     from pipeline.ingest.guard import held_note
-    from pipeline.stages import work_dir
+    from pipeline.core.paths import work_dir
 
     ir = work_dir(cfg) / "ir"
     states = [(ir / s, s) for s in cfg.build.sources]
     states += [(p.with_suffix(""), p.parts[-3]) for p in sorted(ir.glob("*/shards/*.reading"))]
     return [note for state, slug in states if (note := held_note(state, slug))]
+
+
+def _wrapped(text: str) -> str:
+    """A step's failure or a held unit as indented lines under LINE_MAX."""
+    from .checks import LINE_MAX, LINE_WIDTH
+
+    lines = textwrap.wrap(text, LINE_WIDTH, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False)
+    return "\n".join(ln if len(ln) <= LINE_MAX else ln[: LINE_MAX - 1] + "…" for ln in lines)
 
 
 def _failure_text(event) -> str:

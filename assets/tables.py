@@ -73,17 +73,23 @@ def schema_of(module: str, name: str, *extra: dict) -> Callable[[], dict]:
 class TableCheck:
     """One check of a table, declared with the table below (assets/checks.py makes it a Dagster asset check, evaluated
     inside the step that writes the table): `run(cfg)` is a plain function returning (passed, metadata). An ERROR
-    check that fails keeps the release from being published; a WARN one (warn=True) is reported."""
+    check that fails keeps the release from being published; a WARN one (warn=True) is reported.
+
+    What a person reads when it does not pass: the metadata's `sentences` (what fell short or failed, by how much,
+    why; its `problems` when it has no sentences of its own) and `advice` (what to do); assets/checks.py prints them
+    and keeps the whole metadata in the event log and the work folder."""
 
     name: str
     description: str
     run: Callable[[dict], tuple[bool, dict]]
     blocking: bool = False
     warn: bool = False
+    advice: str = ""
 
 
 def problems_check(name: str, description: str, find: Callable[[Settings], list[str]], **kw) -> TableCheck:
-    """A check that passes when `find(cfg)` (a plain function, e.g. a `stage_call`) returns no problems."""
+    """A check that passes when `find(cfg)` (a plain function, e.g. a `stage_call`) returns no problems, each of them
+    a sentence."""
 
     def run(cfg):
         problems = find(cfg)
@@ -97,19 +103,30 @@ def quarantine_check(slug: str) -> TableCheck:
         limit = cfg.build.max_quarantine_share
         shares = _attr("pipeline.stages", "quarantine_shares")(cfg, slug)
         over = {s: v for s, v in shares.items() if v > limit}
-        return not over, {"shares": shares, "limit": limit, "over": over}
+        reasons = _attr("pipeline.stages", "quarantine_reasons")
+        sentences = [
+            f"{s}: {v:.1%} of its units were quarantined at ingest or labels, over the limit of {limit:.1%}"
+            + "".join(f"; most often: {why} ({n} units)" for why, n in reasons(cfg, s)[:1])
+            for s, v in sorted(over.items())
+        ]
+        return not over, {"shares": shares, "limit": limit, "over": over, "sentences": sentences}
 
     return TableCheck(
         "quarantine_share",
         "Quarantined units (ingest, then labels) stay under build.max_quarantine_share of the source's units.",
         run,
+        advice=f"ir/{slug}/quarantine.parquet and labels/{slug}_quarantine.parquet give each unit's reason: repair "
+        "or download those units again, or raise build.max_quarantine_share (configs/build.yaml) if the loss is known",
     )
 
 
 def quota_check(slug: str) -> TableCheck:
     def run(cfg):
         short = _attr("pipeline.stages", "shortfall")(cfg, slug)
-        return not short, {"shortfall": short}
+        return not short, {
+            "shortfall": short,
+            "sentences": _attr("pipeline.release.quotas", "shortfall_lines")(short, cfg),
+        }
 
     return TableCheck(
         "quotas_met",
@@ -117,17 +134,24 @@ def quota_check(slug: str) -> TableCheck:
         "padded; it warns rather than fails, since small corpora may lack candidates).",
         run,
         warn=True,
+        advice="nothing is padded, and the card, the manifests and task_distribution.csv state each shortfall; a "
+        "larger corpus, or a lower quota or looser selection (min_gap, equal_per_unit) in configs/tasks/T*.yaml, "
+        "closes it",
     )
 
 
 def _no_group_in_both_splits(cfg):
     leaked = _attr("pipeline.stages", "leaked_groups")(cfg)
-    return not leaked, {"leaked_groups": leaked[:50], "n_leaked": len(leaked)}
+    sentences = [f"{len(leaked)} split groups have items in eval and in SFT, e.g. {', '.join(leaked[:3])}"]
+    return not leaked, {"leaked_groups": leaked[:50], "n_leaked": len(leaked), "sentences": sentences}
 
 
 def _release_path_free(cfg):
     leaks = _attr("pipeline.stages", "release_path_leaks")(cfg)
-    return not leaks, {"leaks": leaks[:50]}
+    return not leaks, {"leaks": leaks[:50], "problems": leaks[:50], "n_problems": len(leaks)}
+
+
+SPLIT_BUG = "the release is not published; this is a defect of the split (pipeline/split/): report it with split/"
 
 
 SPLIT_ITEMS_CHECKS = (
@@ -136,6 +160,7 @@ SPLIT_ITEMS_CHECKS = (
         "No split group (or merged group) has items on both sides.",
         _no_group_in_both_splits,
         blocking=True,
+        advice=SPLIT_BUG + "items.parquet",
     ),
     problems_check(
         "isolation_keys_hold",
@@ -143,6 +168,7 @@ SPLIT_ITEMS_CHECKS = (
         "task has items on both sides, recomputed from the units' own fields.",
         stage_call("split_isolation_problems"),
         blocking=True,
+        advice=SPLIT_BUG + "items.parquet and split/groups.parquet",
     ),
 )
 SPLIT_SUMMARY_CHECKS = (
@@ -150,11 +176,14 @@ SPLIT_SUMMARY_CHECKS = (
         "eval_group_counts",
         "Per-source eval group counts are the configured round(eval_ratio × groups).",
         stage_call("eval_group_count_problems"),
+        advice="the split chose another number of eval groups than configs/split.yaml asks: report it with "
+        "split/summary.json",
     ),
     problems_check(
         "eval_level_counts",
         "Every eval item has a level, and the rows per level (L1, L2, L3) match split_summary.json.",
         stage_call("eval_level_problems"),
+        advice=SPLIT_BUG + "summary.json and split/items.parquet",
     ),
     problems_check(
         "eval_level_shares",
@@ -162,6 +191,8 @@ SPLIT_SUMMARY_CHECKS = (
         "level a small corpus cannot fill warns and is recorded in provenance.json and the card).",
         stage_call("eval_level_warnings"),
         warn=True,
+        advice="the levels it holds are right, and provenance.json and the card record the gap; a larger corpus or a "
+        "smaller item_share under ood in configs/split.yaml changes it",
     ),
 )
 VALIDITY_CHECKS = (
@@ -171,6 +202,9 @@ VALIDITY_CHECKS = (
         "and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
         stage_call("validity_problems"),
         blocking=True,
+        advice="the release is not published: the validity report (metadata/validity_report.md of the staging "
+        "folder) gives each family's figures; change the family's template (configs/tasks/) rather than the limits "
+        "of configs/validity.yaml",
     ),
 )
 # on the checksums file, written last: the whole release
@@ -180,12 +214,16 @@ RELEASE_CHECKS = (
         "The release validates: schema, parquet == jsonl, counts across files, checksums, isolation.",
         stage_call("release_problems"),
         blocking=True,
+        advice="the release is not published: the writers and the validator disagree, a defect to report with "
+        "`processbench validate` run on the staging folder",
     ),
     TableCheck(
         "release_path_free",
         "No absolute path, this machine's folders, user name or host name in any release file (parquet rows included).",
         _release_path_free,
         blocking=True,
+        advice="the release is not published: remove the path, user or host name from the config or upstream text "
+        "the named file took it from",
     ),
 )
 
@@ -494,6 +532,8 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
                     "units may hold fewer candidate windows).",
                     stage_call("step_shortfall", module="pipeline.steps.stage"),
                     warn=True,
+                    advice="nothing is padded, and the card and the manifests state it; more units, or more windows "
+                    "per unit in configs/tasks/T13.yaml, close it",
                 ),
             ),
         ),

@@ -51,10 +51,11 @@ def _release_and_images(args, cfg, tmp: Path) -> tuple[Path, Path]:
         cli(["build", "--samples", "--release-dir", str(release)])
         if not (release / cfg.release.files.eval_parquet).is_file():
             raise SystemExit("the demo build wrote no release")
-    if args.images:
-        return release, Path(args.images)
+    from pipeline.frames.reconstruct import images_folder, reconstruct
+
+    if args.images:  # `reconstruct --out`'s folder or its images/ folder
+        return release, images_folder(Path(args.images), cfg)
     from pipeline.evaluate.items import load_items
-    from pipeline.frames.reconstruct import reconstruct
 
     items = load_items(release, cfg)
     given = dict(pair.split("=", 1) for pair in args.upstream or [])
@@ -70,7 +71,7 @@ def _release_and_images(args, cfg, tmp: Path) -> tuple[Path, Path]:
             f"corpora the release was built from, or --images)"
         )
     print(f"images of {len(items)} items rebuilt in {time.perf_counter() - t:.1f}s", flush=True)
-    return release, tmp / "images"
+    return release, images_folder(tmp / "images", cfg)
 
 
 def image_cost(release: Path, images: Path, cfg) -> dict:

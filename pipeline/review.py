@@ -158,20 +158,23 @@ def build_review(
 
 
 def command(args) -> int:
+    from pipeline.frames.reconstruct import images_folder
     from pipeline.settings.config import load_settings
 
+    cfg = load_settings()
+    images = images_folder(Path(args.images), cfg)  # `reconstruct --out`'s folder or its images/ folder
     summary = build_review(
         Path(args.release),
-        Path(args.images),
+        images,
         Path(args.out),
-        load_settings(),
+        cfg,
         per_cell=int(args.per_cell),
         seed=args.seed,
     )
     for p in summary["pages"]:
         print(f"{Path(args.out) / p['page']}: {p['items']} items")
     if summary["missing_images"]:
-        print(f"{len(summary['missing_images'])} sampled items have no images under {args.images} (left out)")
+        print(f"{len(summary['missing_images'])} sampled items have no images in {images} (left out)")
     return 0 if summary["pages"] else 1
 
 

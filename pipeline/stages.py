@@ -33,6 +33,7 @@ from .source_help import missing_corpus
 from . import split as split_mod
 from pipeline.core import work_tables
 from pipeline.release import writers
+from pipeline.release.quotas import counts as quota_counts, quota_cells
 from pipeline.items.choices import assign_letters, deal_options, display_order
 from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
@@ -261,6 +262,7 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     survivors = None  # items that passed the gate so far, over all rounds
     quarantine_parts, frame_parts = [], []
     need = {t: q for t, q in quotas.items() if q}
+    gate_dropped: dict[str, int] = {}  # per family: candidates the gate rejected (the shortfall record says so)
     for _ in range(int(gate_cfg.max_gate_rounds)):
         if not need:
             break
@@ -272,6 +274,9 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
         tried |= set(batch["candidate_key"].to_list())
         table = extract_from_config(requests_from_items(batch), readers, cache, cfg, progress=progress)
         kept, quarantined = gate_items(batch, table, cfg)
+        dropped = batch.filter(~pl.col("candidate_key").is_in(kept["candidate_key"].implode()))
+        for t, n in dropped.group_by("task_id").len().iter_rows():
+            gate_dropped[t] = gate_dropped.get(t, 0) + int(n)
         kept = kept.drop("select_rank")
         survivors = kept if survivors is None else pl.concat([survivors, kept], how="vertical_relaxed")
         quarantine_parts.append(quarantined)
@@ -291,7 +296,8 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
         )
     frames = item_frames(items, frame_table if frame_table is not None else pl.DataFrame(schema=FRAME_TABLE_SCHEMA))
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
-    short = items_mod.shortfall(items, quotas, source=slug, pool=pool)
+    unit_word = cfg.sources[slug].unit_type
+    short = items_mod.shortfall(items, quotas, source=slug, pool=pool, gate_dropped=gate_dropped, unit_word=unit_word)
     write_parquet(d / f"{slug}.parquet", items)
     write_parquet(d / f"{slug}_quarantine.parquet", quarantine)
     write_parquet(d / f"{slug}_frames.parquet", frames)
@@ -366,15 +372,26 @@ def run_release(cfg: Settings) -> dict:
         s: json.loads((work_dir(cfg) / "ir" / s / "corpus.json").read_text(encoding="utf-8")) for s in sources(cfg)
     }
     warnings = eval_level_warnings(cfg)
+    step_rows, step_summary = _step_items(cfg)
+    cells = quota_cells(cfg, quota_counts(eval_df, sft_df, step_rows), shortfall(cfg), step_summary)
     documents = {
         "prompt_templates": prompt_templates_markdown(cfg),
         "reconstruction": reconstruction_markdown(cfg),
-        "provenance": provenance.provenance_json(cfg, corpora, warnings),
+        "provenance": provenance.provenance_json(cfg, corpora, warnings, cells),
     }
     out = writers.write_release(
-        eval_df, sft_df, _split_summary(cfg), cfg, release_dir(cfg), documents, checksums=False, warnings=warnings
+        eval_df,
+        sft_df,
+        _split_summary(cfg),
+        cfg,
+        release_dir(cfg),
+        documents,
+        checksums=False,
+        warnings=warnings,
+        quotas=cells,
     )
-    out["files"] += write_step_files(*_step_items(cfg), cfg, release_dir(cfg))  # the T13 step track
+    out["files"] += write_step_files(step_rows, step_summary, cfg, release_dir(cfg))  # the T13 step track
+    del step_rows
     del eval_df, sft_df  # the exports read the files back (the main eval file holds L1 only): free these first
     # card, Croissant, trainer/harness files here, and the validity audit's report in a worker: each reads the files
     # just written and writes files of its own, so the two run side by side
@@ -408,6 +425,23 @@ def quarantine_shares(cfg: Settings, slug: str | None = None) -> dict[str, float
         n_labels = units_lost(pl.read_parquet(at_labels)) if at_labels.exists() else 0
         out[s] = round((n_ingest + n_labels) / max(1, n_kept + n_ingest), 4)
     return out
+
+
+def quarantine_reasons(cfg: Settings, slug: str) -> list[tuple[str, int]]:
+    """The reasons a source's units were quarantined (ingest, then labels), most units first: (reason, units)."""
+    frames = [
+        pl.read_parquet(p)
+        for p in (
+            work_dir(cfg) / "ir" / slug / "quarantine.parquet",
+            work_dir(cfg) / "labels" / f"{slug}_quarantine.parquet",
+        )
+        if p.exists()
+    ]
+    counts: dict[str, int] = {}
+    for df in frames:
+        for r in df.iter_rows(named=True):
+            counts[r["reason"]] = counts.get(r["reason"], 0) + int(r.get("units") or 1)
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def shortfall(cfg: Settings, slug: str | None = None) -> list[dict]:

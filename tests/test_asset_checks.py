@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import polars as pl
@@ -81,6 +82,15 @@ def test_quarantine_share_fails_when_most_units_are_quarantined(copy):
     pl.concat([q, planted]).write_parquet(work / "ir" / "gm100" / "quarantine.parquet")
     res = check.evaluate(cfg)
     assert not res.passed and "gm100" in res.metadata["over"].value
+    (said,) = res.metadata["sentences"].value  # in words: by how much, and the most common reason
+    assert re.fullmatch(
+        r"gm100: \d+\.\d% of its units were quarantined at ingest or labels, over the limit of "
+        r"\d+\.\d%; most often: planted \(\d+ units\)",
+        said,
+    ), said
+    record = work / res.metadata["record"].value  # the full record, in the work folder
+    assert json.loads(record.read_text())["over"] == res.metadata["over"].value
+    assert "quarantine.parquet" in res.metadata["what_to_do"].value
 
 
 def test_quotas_met_warns_on_a_shortfall(copy):
@@ -91,8 +101,15 @@ def test_quotas_met_warns_on_a_shortfall(copy):
     )
     res = check.evaluate(cfg)
     assert not res.passed and res.severity.value == "WARN"
+    # a record without the frames stage's figures still reads as a sentence
+    assert res.metadata["sentences"].value == [
+        "AIST-Bimanual T1 Phase Recognition: 3 of 5 items (2 short): the selection found 3 usable candidates for a "
+        "quota of 5"
+    ]
+    assert (work / "checks" / "items" / "aist" / "quotas_met.json").is_file()
     (work / "items" / "aist_shortfall.json").write_text("[]")
     assert check.evaluate(cfg).passed
+    assert not (work / "checks" / "items" / "aist" / "quotas_met.json").exists()  # only what does not pass
 
 
 def test_step_quotas_met_warns_with_the_figures_on_a_shortfall(copy):
@@ -126,6 +143,7 @@ def test_no_group_in_both_splits_fails_on_a_leaked_group(copy):
     leaked.write_parquet(work / "split" / "items.parquet")
     res = check.evaluate(cfg)
     assert not res.passed and group in res.metadata["leaked_groups"].value
+    assert res.metadata["sentences"].value == [f"1 split groups have items in eval and in SFT, e.g. {group}"]
 
 
 def test_eval_group_counts_fails_when_a_source_has_one_eval_group_too_many(copy):
@@ -244,3 +262,34 @@ def test_ui_metadata_has_column_descriptions_and_row_counts_of_text_tables(demo_
     # the work folder's tables carry no release descriptions
     work = table_metadata(tables["items/gm100"], cfg)["dagster/column_schema"].columns
     assert all(c.description is None for c in work)
+
+
+REPR = re.compile(r"\{'|\['|\{\"|\[\{|': ")  # a Python dict or list printed as it is
+
+
+def test_no_check_line_of_the_demo_build_is_long_or_a_python_repr(demo_release):
+    """Issue 40: the build printed `check warning: items/aist:quotas_met {'shortfall': [{'missing': 806, ...` on one
+    line of several hundred characters. The session build's check results, read back from its Dagster event log,
+    printed as `processbench build` prints them: sentences, what to do, where the record is."""
+    import dagster as dg
+
+    from assets.run import check_texts
+
+    with dg.DagsterInstance.local_temp(str(demo_release.parent / "dagster_home")) as inst:
+        evaluations = [
+            e.dagster_event.asset_check_evaluation_data
+            for run in inst.get_runs()
+            for e in inst.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        ]
+    assert evaluations
+    texts = [
+        t for sev in (dg.AssetCheckSeverity.WARN, dg.AssetCheckSeverity.ERROR) for t in check_texts(evaluations, sev)
+    ]
+    quota = [t for t in texts if t.startswith("check warning: items/") and "quotas_met" in t]
+    assert quota, "the demo build's shortfalls are warned about"
+    for t in quota:  # what fell short, by how much, why, what to do
+        assert re.search(r"T\d+ [A-Z][\w -]+: \d+ of \d+ items \(\d+ short\): \w", t.replace("\n    ", " ")), t
+        assert "what to do:" in t and "full record: checks/" in t
+    lines = [ln for t in texts for ln in t.splitlines()]
+    assert all(len(ln) <= 200 for ln in lines), max(lines, key=len)
+    assert not [ln for ln in lines if REPR.search(ln)]

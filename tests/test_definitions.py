@@ -17,7 +17,9 @@ import polars as pl
 
 from assets.definitions import defs
 
+from assets.checks import checks_for
 from assets.definitions import CHECKS, STEPS, TABLES, build_job
+from assets.tables import all_steps, tables_by_name
 from pipeline.settings.config import load_settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,6 +95,23 @@ def test_checks_are_generated_from_the_schema_registries():
         ("items/gm100", "quotas_met"),
     } <= checks
     assert sum(map(len, CHECKS.values())) == len(checks)
+
+
+def test_every_check_says_what_to_do_and_its_lines_stay_short():
+    """Issue 40: every check that can warn or fail has words for a person (assets/tables.py `advice`, the schema
+    checks' in assets/checks.py), and its printed lines stay under 200 characters whatever its findings."""
+    from assets.checks import check_lines, sentences
+
+    checks = [c for s in STEPS for c in checks_for(s)]
+    assert {c.name for c in checks} >= {"schema", "quotas_met", "quarantine_share", "release_valid", "validity_limits"}
+    assert not [(c.asset, c.name) for c in checks if not c.advice]
+    long = "a finding of many words " * 30
+    lines = check_lines("warning", "items/aist", "quotas_met", [long] * 8, long, "checks/items/aist/quotas_met.json")
+    assert lines[0] == "check warning: items/aist quotas_met" and "  - and 3 more" in lines
+    assert all(len(ln) <= 200 for ln in lines) and len(lines) > 10
+    assert all(len(ln) <= 200 for ln in check_lines("failed", "a", "b", ["x" * 500], ""))  # one long word: broken
+    assert sentences({"problems": ["a", "b"], "n_problems": 60}) == ["a", "b", "and 58 more"]
+    assert sentences({"sentences": ["said"], "problems": ["p"]}) == ["said"]
 
 
 def test_the_build_job_covers_every_step_in_one_run_with_a_choice_of_engine():
@@ -173,6 +192,25 @@ def test_ui_serves_the_graph_with_row_counts_and_stops_on_sigterm(demo_release):
             meta = got[asset]["assetMaterializations"][0]["metadataEntries"]
             rows = {e["label"]: e.get("intValue") for e in meta}
             assert rows["dagster/row_count"] == pl.read_parquet(demo_release.parent / "work" / "items" / table).height
+        # issue 40: every materialized table, not 88 of 90 (the step files had none): parquet, jsonl, csv, txt,
+        # checksums and the exports
+        cfg = load_settings(scale="demo").with_values(
+            {"build.work_dir": str(demo_release.parent / "work"), "build.release_dir": str(demo_release)}
+        )
+        kinds = (".parquet", ".jsonl", ".csv", ".txt", ".sha256")
+        tables = [
+            name
+            for name, t in tables_by_name(all_steps(cfg)).items()
+            if t.group == "exports" or Path(t.path).suffix in kinds
+        ]
+        assert len(tables) >= 90 and {"release/steps_eval_parquet", "release/steps_sft_parquet"} <= set(tables)
+        no_count = [
+            n
+            for n in tables
+            if not got[n]["assetMaterializations"]
+            or "dagster/row_count" not in {e["label"] for e in got[n]["assetMaterializations"][0]["metadataEntries"]}
+        ]
+        assert not no_count
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=60)

@@ -295,6 +295,19 @@ def test_images_that_differ_from_the_release_are_not_sent(demo_release, images, 
     assert rows[victim.item_id]["attempts"] == 0
 
 
+def test_images_takes_the_reconstruct_folder_or_its_images_folder(demo_release, images, tmp_path, capsys):
+    """Issue 40: one convention for every command that reads the images (pipeline/frames/reconstruct.py
+    images_folder): `reconstruct --out`'s folder (the other tests) or its images/ folder; else one line."""
+    with FakeOpenAI(demo_release, MODEL) as server:
+        assert _eval(demo_release, images / "images", server, tmp_path / "run") == 0
+        assert len(set(server.asked)) == LIMIT
+        (tmp_path / "empty").mkdir()
+        capsys.readouterr()
+        assert _eval(demo_release, tmp_path / "empty", server, tmp_path / "run2") == 2
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert "expected the folder `processbench reconstruct --out` wrote" in line
+
+
 @pytest.mark.parametrize("families", ["T5", "T8", "T9", "T10"])  # five frames, labelled frames, a composite, REASSEMBLE
 def test_upstream_reconstructs_on_the_fly(demo_release, demo_samples, tmp_path, cfg, families):
     out = tmp_path / "run"
@@ -345,15 +358,16 @@ def test_items_cover_every_level_and_refuse_unknown_selections(demo_release, cfg
             load_items(demo_release, cfg, **kw)
 
 
-def test_image_max_side_downscales_after_the_hash_check(images, chosen):
+def test_image_max_side_downscales_after_the_hash_check(images, chosen, cfg):
     import base64
 
     import cv2
     import numpy as np
 
     from pipeline.evaluate.images import load_item_images
+    from pipeline.frames.reconstruct import images_folder
 
-    item = chosen[0]
+    item, images = chosen[0], images_folder(images, cfg)
     full = load_item_images(item, images)
     small = load_item_images(item, images, max_side=64)
     decode = [

@@ -125,6 +125,11 @@ def test_t7_reassemble_balanced_from_a_success_heavy_pool_and_the_shortfall_repo
             "pool": 6,
             "pool_labels": {no: 3, yes: 3},
             "selected_labels": {no: 3, yes: 3},
+            "gate_dropped": 0,
+            "near_selected": 0,
+            "min_gap": 0,
+            "equal_per_unit": False,
+            "reason": f"its candidate pool holds only 6 items ({no} 3, {yes} 3), all of them taken",
         }
     ]
     # the planted defect: without the pairing the pool is success-heavy and the quota fills with successes

@@ -564,3 +564,31 @@ def test_equal_per_unit_from_the_template():
     assert I._template_settings(t, "reassemble")[2] is False
     q = I.quotas(CFG, "rh20t")
     assert q.settings["T7"]["equal_per_unit"] is True
+
+
+def test_a_shortfall_record_says_where_the_candidates_went():
+    """Issue 40: the record of a short family gives its pool, its labels, what the visual gate and the spacing rule
+    left out, and a sentence made of those figures (no text written per family)."""
+    pool = _fake_pool(n_units=2, per_unit=10, gap=5)  # 20 candidates, 5 frames apart, labels a-d in turn
+    q = I.Quotas({"T1": 30}, {"T1": {"min_gap": 12, "balance_labels": False, "equal_per_unit": False}})
+    sel = I.select_candidates(pool, q, seed=0)
+    (rec,) = I.shortfall(sel, q, source="gm100", pool=pool, unit_word="episode")
+    assert 0 < sel.height < 20 and rec["near_selected"] == 20 - sel.height  # every other one is too close
+    assert rec["reason"] == (
+        f"its candidate pool holds only 20 items (a 6, b 6, c 4, d 4): {sel.height} taken, {20 - sel.height} lie "
+        "within 12 frames of an item chosen from the same episode (min_gap)"
+    )
+    # a pool larger than the quota, one family's candidates rejected by the visual gate, the rest spaced out
+    q = I.Quotas({"T1": 10}, {"T1": {"min_gap": 12, "balance_labels": False, "equal_per_unit": False}})
+    (rec,) = I.shortfall(sel.head(6), q, source="gm100", pool=pool.head(12), gate_dropped={"T1": 2})
+    assert rec["gate_dropped"] == 2 and rec["pool"] == 12 and rec["selected"] == 6
+    assert rec["reason"].startswith("of its 12 candidates (a 4, b 4, c 2, d 2), 6 were taken and 2 failed the visual")
+    # equal numbers per unit: what the gap and the gate do not explain is said to be that rule's
+    q = I.Quotas({"T1": 15}, {"T1": {"min_gap": 0, "balance_labels": False, "equal_per_unit": True}})
+    (rec,) = I.shortfall(pool.head(12), q, source="gm100", pool=pool, unit_word="recording")
+    assert rec["reason"].endswith(
+        "12 were taken and 8 were left out so that every recording gives the same number of items (equal_per_unit)"
+    )
+    # the whole pool taken
+    (rec,) = I.shortfall(pool, {"T1": 25}, source="gm100", pool=pool)
+    assert rec["reason"] == "its candidate pool holds only 20 items (a 6, b 6, c 4, d 4), all of them taken"

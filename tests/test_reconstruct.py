@@ -16,7 +16,13 @@ from pipeline.frames.cache import FrameCache
 from pipeline.frames.extract import extract_frames, requests_from_items
 from pipeline.frames.pixels import decode_png, pixel_sha256
 from pipeline.frames.readers import AdapterReaders
-from pipeline.frames.reconstruct import reconstruct, reconstruct_summary, reconstruction_markdown
+from pipeline.frames.reconstruct import (
+    ImagesFolderError,
+    images_folder,
+    reconstruct,
+    reconstruct_summary,
+    reconstruction_markdown,
+)
 from pipeline.frames.render import add_image_hashes
 from pipeline.core.io import compact_json, write_parquet
 from upstream_adapters.media import video
@@ -142,6 +148,29 @@ def test_round_trip_all_hashes_match(setup, tmp_path):
             assert pixel_sha256(img) == h
     saved = json.loads((out / "reconstruction_report.json").read_text())
     assert saved == report and str(tmp_path) not in (out / "reconstruction_report.json").read_text()
+
+
+def test_the_images_are_found_from_the_reconstruct_folder_or_its_images_folder(setup, tmp_path):
+    """Issue 40: every command that reads the images (eval, review) takes `reconstruct --out`'s folder or its images
+    folder, through images_folder; anything else is one line saying what was expected."""
+    cfg, upstream, release, _ = setup
+    out = tmp_path / "out"
+    reconstruct(release, {"fake": upstream}, cfg, out)
+    assert images_folder(out, cfg) == out / "images" == images_folder(out / "images", cfg)
+    moved = shutil.copytree(out / "images", tmp_path / "frames")  # the images alone, under another name
+    assert images_folder(moved, cfg) == moved
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("x")
+    (tmp_path / "a_file").write_text("x")
+    for bad, what in (("nowhere", "no such folder"), ("plain", "neither holds images/"), ("a_file", "not a folder")):
+        with pytest.raises(ImagesFolderError) as exc:
+            images_folder(tmp_path / bad, cfg)
+        msg = str(exc.value)
+        assert "\n" not in msg and what in msg and str(tmp_path / bad) in msg
+        assert (
+            "expected the folder `processbench reconstruct --out` wrote (with images/ and reconstruction_report.json"
+            in msg
+        )
 
 
 def test_corrupted_and_missing_units_are_reported(setup, tmp_path):

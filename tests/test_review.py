@@ -92,6 +92,27 @@ def _release(tmp: Path, n: int = 6) -> tuple[Path, Path, list[dict]]:
     return rel, img, rows
 
 
+def test_review_takes_the_reconstruct_folder_as_eval_does(tmp_path, capsys):
+    """Issue 40: `review --images` took only the images folder; given `reconstruct --out`'s folder it left every item
+    out. Both are taken now (pipeline/frames/reconstruct.py images_folder), and a folder with neither is one line."""
+    from assets.cli import main as cli
+
+    rel, img, rows = _release(tmp_path)  # tmp/images/<item_id>_<k>.png: what `reconstruct --out tmp` writes
+    (tmp_path / CFG.frames.reconstruction.report_file).write_text("{}")
+    n_files = len(list(img.iterdir()))
+    for given in (tmp_path, img):
+        out = tmp_path / f"review_{given.name}"
+        args = ["review", "--release", str(rel), "--images", str(given), "--out", str(out), "--per-cell", "50"]
+        assert cli(args) == 0
+        assert "no images" not in capsys.readouterr().out
+        assert len(list((out / "images").iterdir())) == n_files  # every sampled item kept with its images
+    (tmp_path / "empty").mkdir()
+    args = ["review", "--release", str(rel), "--images", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]
+    assert cli(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "expected the folder `processbench reconstruct --out` wrote" in line and str(tmp_path / "empty") in line
+
+
 def test_sample_is_seeded_and_capped():
     rows = [{"item_id": f"i{i:03d}", "source_slug": "gm100", "task_id": "T2"} for i in range(50)]
     a, b = sample_cells(rows, 10, 7), sample_cells(list(reversed(rows)), 10, 7)

@@ -356,11 +356,12 @@ def test_task_distribution_baselines():
     ev = _table(rows)
     text = writers.task_distribution_csv(ev, cfg)
     assert text.splitlines() == [
-        "task_id,task_name,eval_n,num_choices,random_acc,majority_acc,label_prior_acc,label_prior_answer",
-        "T1,Phase Recognition,8,4,0.2500,0.3750,0.3750,label A",  # the label prior: the most frequent answer text
-        "T2,Contact Detection,3,2,0.5000,0.6667,0.6667,label B",
-        "T3,Motion Direction Prediction,2,2|4,0.3750,0.5000,0.5000,label A",
-        "T10,Current Primitive Recognition,1,4,0.2500,1.0000,1.0000,label A",
+        "task_id,task_name,eval_n,num_choices,random_acc,majority_acc,label_prior_acc,label_prior_answer,"
+        "delivered,quota,shortfall_reason",  # the quota columns: empty without the build's quota cells
+        "T1,Phase Recognition,8,4,0.2500,0.3750,0.3750,label A,,,",  # the label prior: the most frequent answer text
+        "T2,Contact Detection,3,2,0.5000,0.6667,0.6667,label B,,,",
+        "T3,Motion Direction Prediction,2,2|4,0.3750,0.5000,0.5000,label A,,,",
+        "T10,Current Primitive Recognition,1,4,0.2500,1.0000,1.0000,label A,,,",
     ]
     assert writers.majority_baselines(ev, 4) == {"T1": 0.375, "T2": 0.6667, "T3": 0.5, "T10": 1.0}
     assert writers.random_baselines(ev, 4)["T3"] == 0.375

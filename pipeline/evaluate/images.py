@@ -1,5 +1,5 @@
 """An item's images as the request carries them: read from the folder `processbench reconstruct --out` writes
-(images/<item_id>_<k>.png, the references the exports use), checked pixel for pixel against the release's
+(images/<item_id>_<k>.png, the references the exports use; that folder or its images/ folder is given), checked pixel for pixel against the release's
 image_hashes_json (the hash the build and `reconstruct` use: pipeline/frames/render.py `image_hashes`), optionally
 downscaled (--image-max-side: INTER_AREA, the build's size policy, never upscaled), and encoded as PNG data URLs.
 
@@ -30,15 +30,16 @@ class ImageError(Exception):
 def load_item_images(
     item: EvalItem, images_dir: Path, max_side: int | None = None, png_compression: int = 1
 ) -> list[str]:
-    """The item's images as `data:image/png;base64,...` URLs, in the release's order."""
+    """The item's images as `data:image/png;base64,...` URLs, in the release's order; `images_dir`: the folder of
+    the image files (pipeline/frames/reconstruct.py `images_folder`), where each reference's file name lies."""
     urls = []
     for k, rel in enumerate(item.images):
-        path = Path(images_dir) / rel
+        path = Path(images_dir) / rel.rsplit("/", 1)[-1]
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             raise ImageError(
-                f"item {item.item_id}: image {k} missing ({rel} under --images; run `processbench "
+                f"item {item.item_id}: image {k} missing ({path.name} in {images_dir}; run `processbench "
                 f"reconstruct` for its source or pass --upstream)"
             ) from None
         try:
@@ -79,4 +80,4 @@ def reconstruct_for(
     report = reconstruct(
         Path(release_dir), upstream, cfg, Path(out_dir), sources=sources, item_ids=ids, progress=progress
     )
-    return Path(out_dir), report
+    return Path(out_dir) / cfg.frames.reconstruction.images_dir, report  # where `reconstruct` writes them

@@ -29,6 +29,8 @@ import numpy as np
 from pipeline.core import io
 
 from .client import Outcome, Stats, ask, build_payload, completions_url, preflight_reason
+from pipeline.frames.reconstruct import images_folder
+
 from .images import ImageError, load_item_images, reconstruct_for
 from .items import EvalItem, check_prompt_version, load_items
 from .options import ClientOptions
@@ -187,6 +189,8 @@ def run_eval(opts: EvalOptions, cfg: Settings) -> dict:
             )
         if todo and images_dir is None:
             raise ValueError("give --images DIR (the folder `processbench reconstruct --out` wrote) or --upstream")
+        if todo and not opts.upstream:
+            images_dir = images_folder(images_dir, cfg)  # that folder or its images/ folder, else one line
         bar = None
         if todo and opts.progress:
             from tqdm import tqdm

@@ -128,11 +128,14 @@ def _visualprocessbench(run: Run) -> Iterator[Output]:
 
 
 def _card(run: Run) -> Iterator[Output]:
+    from pipeline.release.quotas import recorded_quotas
     from pipeline.steps.exports import step_configs  # (it imports pipeline.exports)
 
     configs = card.config_tables(run.tables, run.cfg) | step_configs(run.release_dir, run.cfg)  # + the T13 track's
     warnings = common.recorded_warnings(run.release_dir, run.cfg)
-    yield Output(common.export_files(run.cfg)["card"], card.card_markdown(run.tables, run.cfg, configs, warnings))
+    quotas = recorded_quotas(run.release_dir, run.cfg)  # what each cell delivers against its quota, and why
+    text = card.card_markdown(run.tables, run.cfg, configs, warnings, quotas)
+    yield Output(common.export_files(run.cfg)["card"], text)
     facing_names = card.model_facing_configs(configs)
     for name, splits in configs.items():
         for rel, df in splits.values():

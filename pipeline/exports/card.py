@@ -171,9 +171,13 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def card_markdown(tables: dict[str, pl.DataFrame], cfg: Settings, configs: dict | None = None, warnings=()) -> str:
+def card_markdown(
+    tables: dict[str, pl.DataFrame], cfg: Settings, configs: dict | None = None, warnings=(), quotas=()
+) -> str:
     """The card; `configs`: config_tables(tables, cfg) when the caller has them already; `warnings`: what the build
-    recorded in provenance.json (an eval level the corpus cannot fill), a section of their own when there are any."""
+    recorded in provenance.json (an eval level the corpus cannot fill), a section of their own when there are any;
+    `quotas`: provenance.json's quota cells, a line each (pipeline/release/quotas.py `card_section`)."""
+    from pipeline.release.quotas import card_section
     from pipeline.scoring.mcq import METRIC_DEFINITIONS  # the one place each metric is defined
     from pipeline.steps.exports import step_section
 
@@ -247,6 +251,7 @@ indices alone give the temporal families away). The canonical files under `split
 
 {_table(["task", "name", *names, "sources"], task_rows)}
 {step_section(configs, cfg)}
+{card_section(list(quotas), cfg)}
 ## Sources and licences
 
 The release contains no pixels. Licence: `other`, the terms of each source apply to its items and frames:

@@ -9,6 +9,9 @@ Reads the release tables (configs/release.yaml files.eval_parquet / files.sft_pa
 recorded hash) to <out_dir>/images/<item_id>_<k>.png. Per source it reports items ok / missing (the unit or a frame
 could not be read) / differs (decoded, but the pixels differ from the release) / unverified (no hash recorded).
 The full per-item list of problems goes to <out_dir>/reconstruction_report.json.
+
+Every command that reads these images (`eval --images`, `review --images`) takes that <out_dir> or its images/
+folder: `images_folder(path, cfg)` is the one place that tells them apart.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +29,7 @@ import polars as pl
 
 from upstream_adapters.media import video
 
+from pipeline.core.errors import ProjectError
 from pipeline.core.io import write_json
 from pipeline.core.pool import run_tasks
 from pipeline.release.files import eval_level_files
@@ -53,6 +59,38 @@ COLUMNS = [
     "image_hashes_json",
 ]
 STATUSES = ("ok", "missing", "differs", "unverified")
+_IMAGE_NAME = re.compile(r".+_\d+\.png")  # render.image_filename: <item_id>_<k>.png
+
+
+class ImagesFolderError(ProjectError):
+    """A folder given as --images that is neither `reconstruct --out`'s folder nor its images folder."""
+
+
+def images_folder(path: Path, cfg: Settings) -> Path:
+    """The folder holding the reconstructed image files (<item_id>_<k>.png), given either the folder `processbench
+    reconstruct --out` wrote (its `frames.reconstruction.images_dir`, images/, inside) or that images folder itself
+    (it holds such files, or it is named so beside the reconstruction report). ImagesFolderError, one line saying
+    what was expected, for anything else."""
+    rc = cfg.frames.reconstruction
+    path = Path(path)
+    expected = (
+        f"expected the folder `processbench reconstruct --out` wrote (with {rc.images_dir}/ and {rc.report_file} in "
+        f"it) or that {rc.images_dir}/ folder (with <item_id>_<k>.png files)"
+    )
+    if not path.is_dir():
+        raise ImagesFolderError(
+            f"--images {path.absolute()}: {'not a folder' if path.exists() else 'no such folder'}; {expected}"
+        )
+    if (path / rc.images_dir).is_dir():
+        return path / rc.images_dir
+    if (path.name == rc.images_dir and (path.parent / rc.report_file).is_file()) or _holds_images(path):
+        return path
+    raise ImagesFolderError(f"--images {path.absolute()}: neither holds {rc.images_dir}/ nor any image; {expected}")
+
+
+def _holds_images(path: Path) -> bool:
+    with os.scandir(path) as entries:
+        return any(e.is_file() and _IMAGE_NAME.fullmatch(e.name) for e in entries)
 
 
 @dataclass(frozen=True)

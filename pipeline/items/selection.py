@@ -53,6 +53,7 @@ import polars as pl
 
 from pipeline.families.common import scale_quota
 from pipeline.core.seeding import py_rng
+from pipeline.items.shortfall import shortfall  # noqa: F401 - re-exported: selection.shortfall stays valid
 
 if TYPE_CHECKING:
     from pipeline.settings.models import TaskFile
@@ -471,46 +472,3 @@ def select_candidates(
         .drop("_o")
         .select(list(out_schema))
     )
-
-
-def shortfall(
-    items: pl.DataFrame, quotas: dict, source: str | None = None, pool: pl.DataFrame | None = None
-) -> list[dict]:
-    """Families with fewer items than their quota: [{source, task_id, quota, selected, missing}] (never padded).
-    `quotas` is {task: n} for one source (give `source` when items may be empty) or {source: {task: n}}. With the
-    candidate `pool`, each entry also says why: `pool` (the family's candidates), `pool_labels` and `selected_labels`
-    ({answer_text: n}), e.g. a family that takes its labels in equal numbers from a one-sided pool."""
-    have: dict[tuple[str, str], int] = defaultdict(int)
-    if items.height:
-        for r in items.group_by(["source", "task_id"]).len().iter_rows(named=True):
-            have[(r["source"], r["task_id"])] = int(r["len"])
-    want: dict[tuple[str, str], int] = {}
-    if quotas and all(isinstance(v, dict) for v in quotas.values()):
-        for s, qs in quotas.items():
-            for t, q in qs.items():
-                want[(s, t)] = int(q)
-    else:
-        srcs = {source} if source else ({s for s, _ in have} or {None})
-        for s in srcs:
-            for t, q in (quotas or {}).items():
-                want[(s, t)] = int(q)
-    out = []
-    for (s, t), q in sorted(want.items(), key=lambda kv: (str(kv[0][0]), _task_order(kv[0][1]))):
-        got = have.get((s, t), 0)
-        if got < q:
-            out.append({"source": s, "task_id": t, "quota": q, "selected": got, "missing": q - got})
-            if pool is not None:
-                out[-1].update(_label_counts(pool, s, t, "pool"), **_label_counts(items, s, t, "selected"))
-    return out
-
-
-def _label_counts(df: pl.DataFrame, source: str | None, task_id: str, name: str) -> dict:
-    """{name: rows, name_labels: {answer_text: rows}} of one (source, task) of a pool or selection (`name` selected:
-    the labels only)."""
-    if df.height == 0:
-        sub = df
-    else:
-        sub = df.filter((pl.col("task_id") == task_id) & ((pl.col("source") == source) if source else pl.lit(True)))
-    labels = dict(sorted(sub.group_by("answer_text").len().iter_rows())) if sub.height else {}
-    out = {f"{name}_labels": {str(k): int(v) for k, v in labels.items()}}
-    return out if name == "selected" else {name: sub.height, **out}

@@ -143,5 +143,8 @@ def provenance(cfg: Settings, corpora: dict[str, dict], warnings=()) -> dict:
     } | ({"warnings": list(warnings)} if warnings else {})
 
 
-def provenance_json(cfg: Settings, corpora: dict[str, dict], warnings=()) -> str:
-    return dumps_json(provenance(cfg, corpora, warnings))
+def provenance_json(cfg: Settings, corpora: dict[str, dict], warnings=(), quotas=()) -> str:
+    """provenance.json; `quotas`: what each (source, family) and each source's step track delivers against its quota
+    and why a short one is short (pipeline/release/quotas.py), the record the card, the manifests and
+    task_distribution.csv repeat; present when given."""
+    return dumps_json(provenance(cfg, corpora, warnings) | ({"quotas": list(quotas)} if quotas else {}))

@@ -28,7 +28,8 @@ from pipeline.exports.common import recorded_warnings
 from pipeline.ingest.run import unit_id_problem
 from pipeline.core.io import compact_json
 from pipeline.core.leaks import find_path_leaks
-from pipeline.steps.write import step_problems
+from pipeline.steps.write import step_problems, step_tables
+from pipeline.release.quotas import counts as quota_counts, quota_problems, recorded_quotas
 from pipeline.release.scan import release_leaks
 from pipeline.release.validate_derived import export_problems, provenance_problems, validity_problems
 from pipeline.release.validate_files import check_files, max_file_bytes
@@ -337,7 +338,12 @@ def _check_metadata(
         if not isinstance(m, dict):
             continue
         want = writers.build_manifest(
-            split, df, cfg, "L1" if split == "eval" and has_levels else None, recorded_warnings(root, cfg)
+            split,
+            df,
+            cfg,
+            "L1" if split == "eval" and has_levels else None,
+            recorded_warnings(root, cfg),
+            recorded_quotas(root, cfg),
         )
         for key in sorted(set(m) - set(want)):
             report.add(f"{rel}: unknown key {key!r} (the build writes none)")
@@ -417,13 +423,17 @@ def _check_task_distribution(root: Path, files: dict, ev: pl.DataFrame | None, c
             report.add(f"{rel}: header is not {','.join(writers.TASK_DISTRIBUTION_HEADER)}")
         else:
             total = 0
-            for row in got_rows[1:]:
+            for n, row in enumerate(got_rows[1:], 2):
                 try:
-                    total += int(row[2])
-                except (IndexError, ValueError):
-                    report.add(f"{rel}: bad row {row}")
+                    total += int(row[2]) if len(row) == len(got_rows[0]) and row[2] != "" else 0
+                except ValueError:
+                    report.add(f"{rel}:{n}: eval_n {row[2]!r} is not a number")
+                if len(row) != len(got_rows[0]):
+                    report.add(f"{rel}:{n}: {len(row)} fields, the header has {len(got_rows[0])}")
             _eq(report, f"{rel} sum of eval_n", total, ev.height)
-            want_rows = list(csv.reader(writers.task_distribution_csv(ev, cfg).splitlines()))
+            want_rows = list(
+                csv.reader(writers.task_distribution_csv(ev, cfg, recorded_quotas(root, cfg)).splitlines())
+            )
             if got_rows != want_rows:
                 diff = [(g, w) for g, w in zip(got_rows, want_rows) if g != w][:2]
                 report.add(
@@ -508,8 +518,24 @@ def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool
     }
     for problem in step_problems(root, cfg, mcq):  # the T13 step files (pipeline/steps/write.py)
         report.add(problem)
+    for problem in _quota_problems(root, cfg, every, read):
+        report.add(problem)
     problems = report.done() + model_facing_problems(root, cfg, skip=too_big)
     return problems + release_leaks(root, cfg, skip=too_big) if leaks else problems
+
+
+def _quota_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFrame], read_json) -> list[str]:
+    """provenance.json's quota cells against the rows of both tracks (pipeline/release/quotas.py); the manifests, the
+    CSV and the card are held to these cells where they are checked."""
+    rel = writers.file_names(cfg)["provenance"]
+    doc = read_json(root / rel) if (root / rel).is_file() else None
+    if not isinstance(doc, dict) or "quotas" not in doc:
+        return []
+    try:
+        steps = list(step_tables(root, cfg).values())
+    except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
+        steps = []  # unreadable step files: reported by step_problems
+    return quota_problems(doc["quotas"], quota_counts(*tables.values(), *steps), rel)
 
 
 def _check_levels(
@@ -543,7 +569,9 @@ def _check_levels(
         _eq(report, f"split_summary eval_levels.{level}.items", listed[level].get("items"), df.height)
         if (root / lf["manifest"]).is_file():
             m = _read_json(root / lf["manifest"], report)
-            want = writers.build_manifest("eval", df, cfg, level, recorded_warnings(root, cfg))
+            want = writers.build_manifest(
+                "eval", df, cfg, level, recorded_warnings(root, cfg), recorded_quotas(root, cfg)
+            )
             if isinstance(m, dict) and m != want:
                 diff = sorted(k for k in set(m) | set(want) if m.get(k) != want.get(k))
                 report.add(f"{lf['manifest']}: differs from its rows in {diff[:5]}")

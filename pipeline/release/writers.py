@@ -23,6 +23,7 @@ import polars as pl
 
 from pipeline.core import io
 from pipeline.core.leaks import find_path_leaks
+from pipeline.release import quotas as quotas_mod
 from pipeline.release.schema import CHOICE_LETTERS  # noqa: F401 - re-exported (pipeline/scoring/mcq.py reads writers.CHOICE_LETTERS)
 from pipeline.release.schema import COLUMN_NAMES, polars_schema, schema_markdown
 from pipeline.release.files import merge_checked as _merge
@@ -93,19 +94,28 @@ TASK_DISTRIBUTION_HEADER = (
     "majority_acc",
     "label_prior_acc",
     "label_prior_answer",
+    *quotas_mod.CSV_COLUMNS,
 )
 
 
-def task_distribution_csv(eval_df: pl.DataFrame, cfg: Settings) -> str:
+def task_distribution_csv(eval_df: pl.DataFrame, cfg: Settings, quotas=()) -> str:
     """metadata/task_distribution.csv: one row per task present in eval, in task order. num_choices is the single
-    value of the task, or its distinct values joined by '|' when a task mixes them; floats with fixed decimals."""
-    dec = int(cfg.release.float_decimals)
-    tnames = cfg.task_names()
+    value of the task, or its distinct values joined by '|' when a task mixes them; floats with fixed decimals.
+    The last columns (`delivered`, `quota`, `shortfall_reason`) sum the task's quota cells (`quotas`,
+    pipeline/release/quotas.py) over its sources; a task with cells but no eval row here (the T13 step track) gets a
+    row of its own whose eval columns are empty."""
+    dec, quotas = int(cfg.release.float_decimals), list(quotas)
+    tnames = cfg.task_names() | {t: tpl.task_name for t, tpl in cfg.step_tasks.items()}
     rnd, maj = random_baselines(eval_df, 12), majority_baselines(eval_df, 12)
     buf = _stdio.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(TASK_DISTRIBUTION_HEADER)
-    for task in rnd:
+    for task in sorted(set(rnd) | set(quotas_mod.csv_tasks(quotas)), key=task_number):
+        if task not in rnd:
+            w.writerow(
+                [task, tnames.get(task, task), "", "", "", "", "", "", *quotas_mod.csv_values(quotas, task, cfg)]
+            )
+            continue
         sub = eval_df.filter(pl.col("task_id") == task)
         nc = sorted(set(sub.get_column("num_choices").to_list()))
         # majority_acc is the letter prior (kept at random by the letter assignment); the label prior is the share of
@@ -122,6 +132,7 @@ def task_distribution_csv(eval_df: pl.DataFrame, cfg: Settings) -> str:
                 _fmt(maj[task], dec),
                 _fmt(top_n / sub.height, dec),
                 top,
+                *quotas_mod.csv_values(quotas, task, cfg),
             ]
         )
     return buf.getvalue()
@@ -207,9 +218,13 @@ def build_split_summary(eval_df: pl.DataFrame, sft_df: pl.DataFrame, split_summa
     return _merge(computed, extra)
 
 
-def build_manifest(split: str, df: pl.DataFrame, cfg: Settings, level: str | None = None, warnings=()) -> dict:
+def build_manifest(
+    split: str, df: pl.DataFrame, cfg: Settings, level: str | None = None, warnings=(), quotas=()
+) -> dict:
     """A split's manifest; with `level`, the manifest of that eval level's own files. `warnings`: what the build
-    recorded in provenance.json (an eval level the corpus could not fill), repeated in every eval manifest."""
+    recorded in provenance.json (an eval level the corpus could not fill), repeated in every eval manifest;
+    `quotas`: provenance.json's quota cells (delivered, quota and why a short one is short, for the whole release),
+    repeated in every manifest."""
     rc = cfg.release
     files = file_names(cfg)
     dec = int(rc.float_decimals)
@@ -262,6 +277,8 @@ def build_manifest(split: str, df: pl.DataFrame, cfg: Settings, level: str | Non
         manifest["eval_level"] = level
     if split == "eval" and warnings:
         manifest["warnings"] = list(warnings)
+    if quotas:
+        manifest["quotas"] = list(quotas)
     return manifest
 
 
@@ -317,12 +334,15 @@ def write_release(
     documents: dict[str, str],
     checksums: bool = True,
     warnings=(),
+    quotas=(),
 ) -> dict:
     """Write the release folder. Every file is written atomically; checksums.sha256 is written last, so an interrupted
     run leaves a release that fails validation instead of one that looks complete (checksums=False: the caller writes
     it once after adding more files, as the release stage does). Returns
     {"files": [relpath, ...] (written here, sorted), "eval_items", "sft_items", "eval_groups", "sft_groups"}.
-    `warnings`: the build's recorded warnings (provenance.json's), repeated in the eval manifests."""
+    `warnings`: the build's recorded warnings (provenance.json's), repeated in the eval manifests; `quotas`: its
+    quota cells (provenance.json's, pipeline/release/quotas.py), repeated in every manifest and summed per family in
+    task_distribution.csv."""
     out_dir = Path(out_dir)
     rc = cfg.release
     files = file_names(cfg)
@@ -344,7 +364,7 @@ def write_release(
         summary["eval_levels"] = eval_levels_summary(levels, cfg)
     texts[files["split_summary"]] = io.dumps_json(summary)
     for split, df, lv in (("eval", main_eval, next(iter(levels))), ("sft", sft_df, None)):
-        texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg, lv, warnings))
+        texts[files[f"{split}_manifest"]] = io.dumps_json(build_manifest(split, df, cfg, lv, warnings, quotas))
         texts[files[f"split_groups_{split}"]] = "".join(g + "\n" for g in _groups(df))
     tables = [
         (files["eval_parquet"], files["eval_jsonl"], main_eval),
@@ -354,10 +374,10 @@ def write_release(
         if lv in (None, "L1"):
             continue
         lf = level_file_names(cfg, lv)
-        texts[lf["manifest"]] = io.dumps_json(build_manifest("eval", df, cfg, lv, warnings))
+        texts[lf["manifest"]] = io.dumps_json(build_manifest("eval", df, cfg, lv, warnings, quotas))
         texts[lf["split_groups"]] = "".join(g + "\n" for g in _groups(df))
         tables.append((lf["parquet"], lf["jsonl"], df))
-    texts[files["task_distribution"]] = task_distribution_csv(main_eval, cfg)
+    texts[files["task_distribution"]] = task_distribution_csv(main_eval, cfg, quotas)
     texts[files["schema"]] = schema_markdown(rc, schema_source_names(cfg))
     for key in wanted_docs:
         texts[files[key]] = documents[key] if documents[key].endswith("\n") else documents[key] + "\n"

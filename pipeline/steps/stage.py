@@ -117,13 +117,25 @@ def source_drafts(cfg: Settings, slug: str, tid: str, sides: pl.DataFrame) -> tu
 
 
 def shortfall_text(slug: str, s: dict) -> str:
+    return (
+        f"{slug}: {s['items']} step items of a quota of {s['quota']} ({s['quota'] - s['items']} short): "
+        + step_reason(s)
+    )
+
+
+def step_reason(s: dict) -> str:
+    """Why a source's step items fall short of its quota, in words: the `reason` its summary entry records, else
+    made from the entry's figures (units with a split side, candidates thinned by `balance`, units without a side)."""
+    if isinstance(s.get("reason"), str) and s["reason"].strip():
+        return s["reason"].strip()
     text = (
-        f"{slug}: {s['items']} step items of a quota of {s['quota']} ({s['quota'] - s['items']} short): its "
-        f"{s['units']} units with a split side hold no more candidate windows (steps.max, window_shift, "
+        f"its {s.get('units', 0)} units with a split side hold no more candidate windows (steps.max, window_shift, "
         f"cap_per_unit in configs/tasks/T13.yaml)"
     )
     if s.get("dropped_by_balance"):
         text += f"; {s['dropped_by_balance']} candidates were left out by `balance` (the blind gates' thinning)"
+    if s.get("units_without_side"):
+        text += f"; {s['units_without_side']} units have no split side (no multiple-choice item in their group)"
     return text
 
 
