@@ -87,9 +87,13 @@ def cmd_samples(args) -> int:
     cfg = load_settings(scale=args.scale)
     out = Path(args.out)
     seed = cfg.build.samples.seed if args.seed is None else args.seed
+    factor = args.units_factor
+    if factor < 1 or (factor != 1 and args.scale != "release"):
+        raise UsageError(f"--units-factor takes an integer >= 1 with --scale release, got {factor} ({args.scale})")
     for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({args.scale})", unit="source"):
         t = time.time()
-        _write_samples(slug, out / slug, args.scale, seed, cfg.sources[slug].adapter.options(), _encoder_limits(cfg))
+        options, limits = cfg.sources[slug].adapter.options(), _encoder_limits(cfg)
+        _write_samples(slug, out / slug, args.scale, seed, options, limits, units_factor=factor)
         tqdm.write(f"{slug}: written to {out / slug} in {time.time() - t:.1f}s")
     return 0
 
@@ -212,16 +216,18 @@ def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: Sourc
     _write_samples(slug, root, scale, seed, options, limits)
 
 
-def _write_samples(slug: str, root: Path, scale: str, seed: int, options: dict, limits: dict) -> None:
+def _write_samples(
+    slug: str, root: Path, scale: str, seed: int, options: dict, limits: dict, units_factor: int = 1
+) -> None:
     """(Re)write a corpus from scratch (a half-written one is never reused) and record what wrote it. `limits`: the
-    encoder's timeout and attempts (build.samples)."""
+    encoder's timeout and attempts (build.samples); `units_factor`: K times the release scale's units."""
     from pipeline.release import provenance
     from upstream_adapters import write_samples
 
     provenance.forget_sample_record(slug, root)
     shutil.rmtree(root, ignore_errors=True)
-    write_samples(slug, root, scale=scale, seed=seed, **limits)
-    provenance.write_sample_record(slug, root, scale, seed, options)
+    write_samples(slug, root, scale=scale, seed=seed, units_factor=units_factor, **limits)
+    provenance.write_sample_record(slug, root, scale, seed, options, units_factor)
 
 
 # the instance of the repository's .dagster_home: no telemetry, and step processes' own console loggers at INFO (their
@@ -474,6 +480,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="folder that gets one sub-folder per source (created)")
     s.add_argument("--sources", help="comma-separated subset of sources (default: every source of the build)")
     s.add_argument("--seed", type=int, help="generator seed (default: configs/build.yaml build.samples.seed)")
+    s.add_argument(
+        "--units-factor",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --scale release: K times the release scale's units per source (GM-100 episodes per task, RH20T "
+        "scenes, REASSEMBLE recordings, AIST episodes per task; the quotas stay), for the cost curve "
+        "(bench/bench_cost_curve.py)",
+    )
     s.set_defaults(func=cmd_samples)
 
     from pipeline.source_help import OPTIONS_HELP, IngestHelpFormatter
