@@ -1,5 +1,5 @@
 """One step of a built work folder, alone (numbers, not pass/fail): wall and CPU time and peak memory of a step of the
-registry (assets/tables.py), run as the build runs it (its `hides` hidden), optionally under cProfile. For finding
+registry (assets/tables.py), run as the build runs it (its `hides` hidden), optionally under cProfile (CPU time). For finding
 what a step spends, after `bench_build.py --keep DIR` left a release-scale build behind.
 
     python bench/bench_stage.py STEP --keep DIR [--scale release] [--upstream SLUG=PATH ...] [--copy]
@@ -86,7 +86,8 @@ def main() -> int:
     if args.cold:
         shutil.rmtree(work / cfg.frames.cache.dir, ignore_errors=True)
     view = hidden_view(cfg, step.hides)  # as the build runs it (assets/fingerprint.py run_step)
-    prof = cProfile.Profile() if args.profile else None
+    # CPU time, not wall: a busy machine stretches every wait, the CPU a function burns stays what it is
+    prof = cProfile.Profile(time.process_time) if args.profile else None
     t0 = time.time()
     c0 = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
     try:
