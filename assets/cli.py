@@ -7,8 +7,9 @@ processbench samples --scale demo|release --out DIR [--sources ...] [--seed N]
 processbench ingest --source SLUG --root PATH --out DIR
 processbench split --items POOL.jsonl --out DIR [--config FILE]
 processbench validate DIR
-processbench validity --release DIR [--work-dir DIR] [--human FILE ...]
-processbench review --release DIR --images DIR --out DIR [--per-cell 100]
+processbench diff OLD NEW [--out DIR]
+processbench validity --release DIR [--work-dir DIR] [--human FILE ... [--drop-unknown]]
+processbench review --release DIR --images DIR --out DIR [--per-cell 100] [--prefill FILE ...]
 processbench reconstruct --release DIR --upstream gm100=PATH ... [--out DIR]
 processbench eval --release DIR (--images DIR | --upstream gm100=PATH ...) --base-url URL --model NAME --out DIR
 processbench score --release DIR --predictions FILE [--step-predictions FILE] --out DIR
@@ -200,6 +201,10 @@ def _report(release: Path, result: dict, seconds: float, roots: dict[str, str]) 
     if (release / "splits").is_dir():
         print(f"\nitems per source and split / eval level:\n{counts_text(release)}\n")
     print(f"release {what}: {release}")
+    from pipeline.release.identity import stated_fingerprint
+
+    if fingerprint := stated_fingerprint(release, load_settings()):
+        print(f"release fingerprint: {fingerprint}")
     print("next:\n" + "\n".join(f"  {c}" for c in next_commands(release, roots)))
 
 
@@ -298,14 +303,22 @@ def cmd_validate(args) -> int:
     return 1 if problems else 0
 
 
+def cmd_diff(args) -> int:
+    from pipeline.release.diff import command  # logic lives in pipeline/release/diff.py
+
+    return command(args)
+
+
 def cmd_reconstruct(args) -> int:
     from pipeline.frames.reconstruct import reconstruct, reconstruct_summary
+    from pipeline.release.identity import release_fingerprint
 
     upstream = _upstream(args.upstream)
     if not upstream:
         raise SystemExit("give at least one --upstream SLUG=PATH")
     cfg = load_settings(upstream=upstream)
     out = Path(args.out).resolve()
+    fingerprint = release_fingerprint(Path(args.release), cfg)  # ReleaseIdentityError: one line (main)
     report = reconstruct(
         Path(args.release),
         {s: cfg.sources[s].root for s in upstream},
@@ -313,6 +326,7 @@ def cmd_reconstruct(args) -> int:
         out,
         sources=sorted(upstream),
         progress=True,
+        fingerprint=fingerprint,
     )
     print(reconstruct_summary(report, out, cfg))
     bad = sum(int(r["missing"]) + int(r["differs"]) for r in report["sources"].values())
@@ -520,6 +534,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("dir", help="the release folder (release/ by default)")
     v.set_defaults(func=cmd_validate)
 
+    df = sub.add_parser(
+        "diff", help="what changed between two releases, by item_uid: items, comparable cells, provenance"
+    )
+    df.add_argument("old", help="the older release folder")
+    df.add_argument("new", help="the newer release folder")
+    df.add_argument("--out", help="also write diff.md and diff.json into this folder")
+    df.set_defaults(func=cmd_diff)
+
     va = sub.add_parser("validity", help="audit a release: text-only baselines, shared images, T8/T9 gaps")
     va.add_argument("--release", required=True, help="the release folder")
     va.add_argument("--work-dir", help="the build's work folder (frame cache, IR): run the audit")
@@ -527,16 +549,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--human",
         nargs="+",
         metavar="FILE",
-        help="verdict files exported from `processbench review` pages: merged into the report",
+        help="verdict files exported from `processbench review` pages: merged into the report by item uid",
+    )
+    va.add_argument(
+        "--drop-unknown",
+        action="store_true",
+        help="with --human: leave out (and count) verdicts on items not in this release, instead of refusing",
     )
     va.set_defaults(func=cmd_validity)
 
-    rv = sub.add_parser("review", help="human check: one HTML page per source and family with sampled eval items")
+    rv = sub.add_parser(
+        "review", help="human check: one HTML page per source and family (per source for T13) with sampled eval items"
+    )
     rv.add_argument("--release", required=True, help="the release folder whose eval items are sampled")
     rv.add_argument("--images", required=True, help="the folder `processbench reconstruct --out` wrote, or its images/")
     rv.add_argument("--out", required=True, help="where the HTML pages go (open index.html from disk)")
     rv.add_argument("--per-cell", type=int, default=100, help="items per (source, family) page (default 100)")
     rv.add_argument("--seed", type=int, help="sampling seed (default: build.release_seed)")
+    rv.add_argument(
+        "--prefill",
+        nargs="+",
+        metavar="FILE",
+        help="verdict files of an earlier build: pre-fill each annotator's verdicts on the unchanged items (same uid)",
+    )
     rv.set_defaults(func=cmd_review)
 
     r = sub.add_parser("reconstruct", help="rebuild and verify every item's frames from upstream data")

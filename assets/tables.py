@@ -135,8 +135,8 @@ def quota_check(slug: str) -> TableCheck:
         run,
         warn=True,
         advice="nothing is padded, and the card, the manifests and task_distribution.csv state each shortfall; a "
-        "larger corpus, or a lower quota or looser selection (min_gap, equal_per_unit) in configs/tasks/T*.yaml, "
-        "closes it",
+        "larger corpus, a lower quota, or a looser rule of those the reason names (min_gap, equal_per_unit in "
+        "configs/tasks/T*.yaml; a candidate rule's config key is in the full record's left_out) closes it",
     )
 
 
@@ -428,7 +428,8 @@ def source_steps(slug: str, shards: int = 1) -> list[Step]:
             stage_call("run_candidates", slug),
             (candidates,),
             names(ir) + names(labels),
-            (f"tasks.{slug}", "labels", "build"),
+            # sources.<slug>: its unit word is in the figures of what each family's rules left out
+            (f"tasks.{slug}", "labels", "build", f"sources.{slug}"),
             f"Candidate items of every family for {slug} from the templates in configs/tasks/.",
             slug,
             hides=QUESTION_TEXT,

@@ -8,8 +8,10 @@ Work folder layout (configs/build.yaml `work_dir`):
     ir/<slug>/{units,frames,signals,segments,quarantine}.parquet   ingest
     ir/<slug>/shards/<k>/*.parquet                                 ingest shard k (sources.<slug>.ingest_shards > 1)
     labels/<slug>/<table>.parquet                                  labels
-    candidates/<slug>.parquet                                      candidate items (over-complete pool)
-    candidates/<slug>/<task>.<key>.parquet                         one family's part of it (see run_candidates)
+    candidates/<slug>.parquet                                      candidate items (over-complete pool); its footer
+                                                                   holds what each family's rules left out (left_out)
+    candidates/<slug>/<task>.<key>.parquet                         one family's part of it and its figures (see
+                                                                   run_candidates)
     items/<slug>.parquet, items/<slug>_quarantine.parquet          selected, visually gated, images hashed
     items/<slug>_frames.parquet                                    the items' frames: pixel hash, grey thumbnail
     frame_cache/                                                   content-addressed decoded frames
@@ -28,6 +30,7 @@ import polars as pl
 
 from pipeline.items import selection as items_mod
 from pipeline.release import provenance
+from pipeline.release.identity import stamp_release
 from . import source_help
 from .source_help import missing_corpus
 from . import split as split_mod
@@ -37,10 +40,10 @@ from pipeline.release.quotas import counts as quota_counts, quota_cells
 from pipeline.items.choices import assign_letters, deal_options, display_order
 from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
-from .validity import REPORT_FILES, run_validity
+from .validity import REPORT_FILES, run_validity, state_fingerprint
 from pipeline.core.errors import ProjectError, SourceUnusable
 from pipeline.core.digests import code_digest, config_part, digest, file_digest
-from .families import Context, enabled_families, family_candidates, merge_candidates
+from .families import Context, enabled_families, family_part, merge_candidates
 from .families.no_items import units_without_items
 from .frames.cache import FrameCache
 from .frames.extract import FRAME_TABLE_SCHEMA, extract_from_config, item_frames, requests_from_items
@@ -182,8 +185,9 @@ def load_labels(cfg: Settings, slug: str) -> dict[str, pl.DataFrame]:
 
 # --------------------------------------------------------------------------------------------------- candidates
 def family_keys(cfg: Settings, slug: str, families: list[str]) -> dict[str, str]:
-    """What one family's candidates of a source depend on: the code, the labels and build settings, the source's IR
-    and label tables, and the family's own template. One key per family, so a template edit changes one key."""
+    """What one family's candidates of a source depend on, and the figures of what its rules left out: the code, the
+    labels and build settings, the source's unit word (in the figures' words), the source's IR and label tables, and
+    the family's own template. One key per family, so a template edit changes one key."""
     wd = work_dir(cfg)
     inputs = {
         p.relative_to(wd).as_posix(): file_digest(p)
@@ -194,36 +198,56 @@ def family_keys(cfg: Settings, slug: str, families: list[str]) -> dict[str, str]
         "source": slug,
         "code": code_digest(("pipeline", "upstream_adapters")),
         "config": config_part(cfg, ("labels", "build")),
+        "unit_type": cfg.sources[slug].unit_type,
         "inputs": inputs,
     }
     return {t: digest({**base, "family": t, "template": cfg.tasks[t].model_dump()}) for t in families}
 
 
+LEFT_OUT = "processbench.left_out"  # the parquet footer key of a pool's (or a part's) left_out figures
+
+
+def left_out(path: Path) -> dict | list | None:
+    """The left_out figures a candidate pool (or one family's part of it) holds in its footer: {task: [figures]}
+    of a pool, [figures] of a part (pipeline/families/common.py LeftOut); None when it holds none."""
+    try:
+        text = pl.read_parquet_metadata(path).get(LEFT_OUT)
+        return json.loads(text) if text is not None else None
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return None
+
+
 def run_candidates(cfg: Settings, slug: str) -> dict:
     """The candidate pool of one source. Each family's part is kept in candidates/<slug>/<task>.<key>.parquet (key:
-    family_keys); a family whose key is unchanged is read back, the others are generated, so editing one template
-    regenerates that family only. The pool is the parts merged (the same bytes either way)."""
+    family_keys) with, in its footer, what the family's rules left out (the figures the frames stage words a
+    shortfall's reason with); a family whose key is unchanged is read back, figures and all, the others are
+    generated, so editing one template regenerates that family only. The pool is the parts merged (the same bytes
+    either way), its footer the families' figures ({task: [figures]})."""
     wd = work_dir(cfg)
     memo = wd / "candidates" / slug
     families = enabled_families(cfg, slug)
     names = {t: f"{t}.{k[:24]}.parquet" for t, k in family_keys(cfg, slug, families).items()}
-    ctx, parts, generated = None, [], []
+    ctx, parts, generated, figures = None, [], [], {}
     for t in families:
         path = memo / names[t]
-        # a part is used only with the bytes its record holds: a cut or edited one is generated again
-        if (part := work_tables.read_checked(path, f"candidates_{slug}")) is not None:
+        # a part is used only with the bytes its record holds (figures included): a cut or edited one is made again
+        if (part := work_tables.read_checked(path, f"candidates_{slug}")) is not None and isinstance(
+            kept := left_out(path), list
+        ):
             parts.append(part)
+            figures[t] = kept
             continue
         if ctx is None:  # the tables are read only when a family has to be generated, each when first needed
             ctx = Context(slug, ParquetTables(wd / "ir" / slug), ParquetTables(wd / "labels" / slug), cfg)
-        parts.append(family_candidates(t, slug, ctx))
-        work_tables.write_checked(path, parts[-1])
+        part, figures[t] = family_part(t, slug, ctx)
+        parts.append(part)
+        work_tables.write_checked(path, part, {LEFT_OUT: json.dumps(figures[t], sort_keys=True)})
         generated.append(t)
     for p in memo.glob("*.parquet"):  # parts of old keys, or of families the source no longer has
         if p.name not in names.values():
             work_tables.remove(p)
     pool = merge_candidates(slug, parts)
-    write_parquet(wd / "candidates" / f"{slug}.parquet", pool)
+    write_parquet(wd / "candidates" / f"{slug}.parquet", pool, {LEFT_OUT: json.dumps(figures, sort_keys=True)})
     ctx = None  # the generators' per-unit arrays are no longer needed
     kept = pl.read_parquet(wd / "ir" / slug / "units.parquet", columns=["unit_id"])
     # kept units that give nothing, with why (none: the units table alone says so, no other table is read)
@@ -242,6 +266,11 @@ def run_candidates(cfg: Settings, slug: str) -> dict:
         },
         "no_items": silent.height,  # and the first 50 units with their reason:
         "no_items_units": {r["unit_id"]: r["reason"] for r in silent.head(50).iter_rows(named=True)},
+        # what each family's rules left out: `rule: excluded of considered what`
+        "left_out": {
+            t: [f"{r['name']}: {r['excluded']:,} of {r['considered']:,} {r['what']}" for r in rules if r["excluded"]]
+            for t, rules in figures.items()
+        },
     }
 
 
@@ -254,6 +283,7 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     gate_cfg = cfg.build.items
     wd = work_dir(cfg)
     pool = pl.read_parquet(wd / "candidates" / f"{slug}.parquet")
+    rules = left_out(wd / "candidates" / f"{slug}.parquet")
     quotas = items_mod.quotas(cfg, slug)
     d = wd / "items"
     cache = FrameCache.from_config(cfg)
@@ -297,7 +327,15 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     frames = item_frames(items, frame_table if frame_table is not None else pl.DataFrame(schema=FRAME_TABLE_SCHEMA))
     quarantine = pl.concat(quarantine_parts, how="vertical_relaxed") if quarantine_parts else quarantine_frame([])
     unit_word = cfg.sources[slug].unit_type
-    short = items_mod.shortfall(items, quotas, source=slug, pool=pool, gate_dropped=gate_dropped, unit_word=unit_word)
+    short = items_mod.shortfall(
+        items,
+        quotas,
+        source=slug,
+        pool=pool,
+        gate_dropped=gate_dropped,
+        unit_word=unit_word,
+        left_out=rules if isinstance(rules, dict) else None,
+    )
     write_parquet(d / f"{slug}.parquet", items)
     write_parquet(d / f"{slug}_quarantine.parquet", quarantine)
     write_parquet(d / f"{slug}_frames.parquet", frames)
@@ -396,11 +434,15 @@ def run_release(cfg: Settings) -> dict:
     # card, Croissant, trainer/harness files here, and the validity audit's report in a worker: each reads the files
     # just written and writes files of its own, so the two run side by side
     exported, validity = run_beside(_validity_part, cfg, lambda: run_exports(cfg, release_dir(cfg), checksums=False))
+    # every file it covers written: the release fingerprint, stated in provenance.json, the card and the validity report
+    fingerprint, sums = stamp_release(release_dir(cfg), cfg)
+    state_fingerprint(release_dir(cfg), fingerprint)
     # last, once: an interrupted step leaves checksums that do not match, never a release that looks complete
-    writers.write_checksums(release_dir(cfg), cfg)
+    writers.write_checksums(release_dir(cfg), cfg, known=sums)
     return {k: v for k, v in out.items() if k != "files"} | {
         "files": len(out["files"]) + len(files_written(exported)),
         "validity_problems": len(validity["problems"]),
+        "release_fingerprint": fingerprint,
         # each export's rows and files: the materialization of its asset (assets/tables.py export_tables)
         "exports": {name: {"rows": r["rows"], "files": len(r["files"])} for name, r in exported.items()},
     }

@@ -43,3 +43,14 @@ def demo_samples(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def demo_release(demo_samples, tmp_path_factory) -> Path:
     return build_demo(demo_samples, tmp_path_factory.mktemp("build1"))
+
+
+@pytest.fixture()
+def identified_release(tmp_path):
+    """(folder, cfg, fingerprint) of a release written by the writers (no exports) with its identity stated and its
+    checksums written, as the release step ends (tests/factories.py build_identified)."""
+    from factories import build_identified, make_cfg
+
+    cfg = make_cfg()
+    out = tmp_path / "release"
+    return out, cfg, build_identified(out, cfg)

@@ -6,6 +6,7 @@ never imports another test file).
     synthetic_pool(source, ...)                 (ir, labels, candidate pool) of that IR under the configs
     make_cfg() / make_units() / make_items()    a small release config, its units and split items (the writers)
     build(out_dir, cfg, items, summary)         a release folder written from those
+    build_identified(out_dir, cfg, items)       ... with its identity stated and its checksums (as the release step)
     hold_build_lock(cfg, token, ready, stop)    a process body holding the build lock until `stop` is set
     build_demo(samples, out, ...)               one demo build through Dagster into out/{work,release}
     aist_root_with_bad_zip(tmp, how, setattr_)  an AIST root of two good task zips and one damaged `how`
@@ -559,6 +560,18 @@ def build(out_dir: Path, cfg=None, items=None, summary=None):
     return ev, sft, result
 
 
+def build_identified(out_dir: Path, cfg=None, items=None) -> str:
+    """`build`, then the release identity stated and the checksums written as the release step ends
+    (pipeline/release/identity.py stamp_release); returns the release fingerprint."""
+    from pipeline.release.identity import stamp_release
+
+    cfg = cfg or make_cfg()
+    build(out_dir, cfg, items)
+    fp, sums = stamp_release(out_dir, cfg)
+    writers.write_checksums(out_dir, cfg, known=sums)
+    return fp
+
+
 # ------------------------------------------------------------------------------------------ builds
 
 
@@ -574,10 +587,13 @@ def build_demo(
     executor: str = "in_process",
     config_dir: str = "",
     sources: list[str] | None = None,
+    variants: dict[str, str] | None = None,
     **kw,
 ) -> Path:
     """Run the `build` job in one Dagster run (a throw-away instance under `out`) into `out`/{work,release}, with the
-    configs of `config_dir` (default: the repository's), of `sources` (default: every source of build.sources)."""
+    configs of `config_dir` (default: the repository's), of `sources` (default: every source of build.sources), with
+    the template `variants` ({task: name}, as `processbench build --variant`). A work folder already under `out` (a
+    copy of another build's) is reused: only the steps whose inputs changed run."""
     import dagster as dg
 
     from assets.run import rebuild
@@ -590,6 +606,7 @@ def build_demo(
         work_dir=str(out / "work"),
         release_dir=str(out / "release"),
         sources=sources or [],
+        variants=variants or {},
     )
     (out / "dagster_home").mkdir(parents=True, exist_ok=True)
     with dg.DagsterInstance.local_temp(
@@ -638,6 +655,7 @@ def make_step_row(
 ) -> dict:
     """One T13 step item in the row shape of the step files (the contract both halves of the track code against):
     `correctness` 1 / -1 / 0 per step; `kinds` the error kind of each -1 step (default: `swapped_frames`)."""
+    from pipeline.release.identity import step_uid
     from pipeline.steps.parse import format_steps
 
     k = len(correctness)
@@ -647,8 +665,9 @@ def make_step_row(
     unit = f"unit_{n:04d}"
     first = next((i for i, c in enumerate(correctness) if c == -1), -1)
     images = [f"images/{item_id}/{i}.png" for i in range(k)]
-    return {
+    row = {
         "item_id": item_id,
+        "item_uid": None,
         "split": split,
         "source": source,
         "source_slug": slug,
@@ -687,6 +706,7 @@ def make_step_row(
         "builder_version": "processbench_build_v2",
         "prompt_version": "steps_v1",
     }
+    return row | {"item_uid": step_uid(row, "default")}  # the uid of what the row holds (pipeline/release/identity.py)
 
 
 def step_table(rows: list[dict]) -> pl.DataFrame:

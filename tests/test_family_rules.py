@@ -10,7 +10,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from factories import synthetic_pool
+from factories import synthetic_ir, synthetic_pool
+from pipeline.families import Context, family_part
+from pipeline.labels import compute_labels
 from pipeline.items import selection as items_mod
 from pipeline.settings.config import apply_variant, load_settings, read_task
 from pipeline.families.outcome import same_task_segments
@@ -91,12 +93,14 @@ def test_t7_segment_pairs_same_task_then_scene():
 
 def _t7_selection(cfg, quota: int):
     """REASSEMBLE T7 on 6 hand-made recordings (about 9 actions each, one failed in every other recording): the pool,
-    the selection of `quota` items and its shortfall, as the items step makes them."""
-    _, _, pool = synthetic_pool("reassemble", n_units=6, cfg=cfg)
-    pool = pool.filter(pl.col("task_id") == "T7")
+    the selection of `quota` items and its shortfall, as the items step makes them (with the generator's figures)."""
+    ir = synthetic_ir("reassemble", n_units=6, n_frames=1200)
+    pool, figures = family_part(
+        "T7", "reassemble", Context("reassemble", ir, compute_labels("reassemble", ir, cfg), cfg)
+    )
     q = items_mod.Quotas({"T7": quota}, {"T7": {"min_gap": 0, "balance_labels": True, "equal_per_unit": False}})
     sel = items_mod.select_candidates(pool, q, seed=0, cfg_tasks=cfg.tasks)
-    return pool, sel, items_mod.shortfall(sel, q, source="reassemble", pool=pool)
+    return pool, sel, items_mod.shortfall(sel, q, source="reassemble", pool=pool, left_out={"T7": figures})
 
 
 def test_t7_reassemble_balanced_from_a_success_heavy_pool_and_the_shortfall_reported():
@@ -115,29 +119,51 @@ def test_t7_reassemble_balanced_from_a_success_heavy_pool_and_the_shortfall_repo
         for ans in (yes, no)
     }
     assert tasks[yes] == tasks[no]  # the hand-made failures' tasks all have a success elsewhere: same task pools
-    assert short == [
-        {
-            "source": "reassemble",
-            "task_id": "T7",
-            "quota": 20,
-            "selected": 6,
-            "missing": 14,
-            "pool": 6,
-            "pool_labels": {no: 3, yes: 3},
-            "selected_labels": {no: 3, yes: 3},
-            "gate_dropped": 0,
-            "near_selected": 0,
-            "min_gap": 0,
-            "equal_per_unit": False,
-            "reason": f"its candidate pool holds only 6 items ({no} 3, {yes} 3), all of them taken",
-        }
+    # issue 40: the pool is small because the pairing left out every success without a failure to pair it with;
+    # counted here from the hand-made segments themselves (actions with an outcome; "No action." has none)
+    high = [
+        r for r in synthetic_ir("reassemble", n_units=6, n_frames=1200)["segments"].to_dicts() if r["level"] == "high"
     ]
+    outcome = [r for r in high if r["text"] != "No action." and r["success"] is not None]
+    n_fail = sum(1 for r in outcome if not r["success"])
+    assert n_fail == 3 and len(outcome) > 40
+    (rec,) = short
+    pairing = next(r for r in rec["left_out"] if r["name"] == "same_task_pools")
+    assert pairing == {
+        "name": "same_task_pools",
+        "setting": "tasks.T7.frames.same_task_pools",
+        "what": "outcome segments",
+        "why": "had no segment of the other outcome to be paired with in the same task or recording",
+        "considered": len(outcome),
+        "excluded": len(outcome) - 2 * n_fail,
+        "excluded_labels": {"success": len(outcome) - 2 * n_fail},
+    }
+    assert [r["excluded"] for r in rec["left_out"] if r["name"] != "same_task_pools"] == [0, 0, 0, 0]
+    assert {k: v for k, v in rec.items() if k != "left_out"} == {
+        "source": "reassemble",
+        "task_id": "T7",
+        "quota": 20,
+        "selected": 6,
+        "missing": 14,
+        "pool": 6,
+        "pool_labels": {no: 3, yes: 3},
+        "selected_labels": {no: 3, yes: 3},
+        "gate_dropped": 0,
+        "near_selected": 0,
+        "min_gap": 0,
+        "equal_per_unit": False,
+        "reason": f"its candidate pool holds only 6 items ({no} 3, {yes} 3), all of them taken: of {len(outcome)} "
+        f"outcome segments, {len(outcome) - 6} (all success) had no segment of the other outcome to be paired with "
+        "in the same task or recording (same_task_pools)",
+    }
     # the planted defect: without the pairing the pool is success-heavy and the quota fills with successes
     frames = CFG.tasks["T7"].frames["reassemble"].model_dump(exclude_none=True)
     off = CFG.with_values({"tasks.T7.frames.reassemble": {**frames, "same_task_pools": False}})
     _, sel_off, short_off = _t7_selection(off, 20)
     c_off = dict(sel_off.group_by("answer_text").len().iter_rows())
     assert c_off[yes] > 2 * c_off[no] and not short_off
+    (rec_off,) = _t7_selection(off, 500)[2]
+    assert "same_task_pools" not in rec_off["reason"] and not [r for r in rec_off["left_out"] if r["excluded"]]
     # the public forecast keeps the public pools (every labelled segment): reported against its prior
     pub = CFG.with_values({"tasks.T7": read_task("T7", variant="public")})
     pool_pub = _t7_selection(pub, 20)[0]
@@ -149,9 +175,9 @@ def test_t5_strip_covers_the_step_and_uncertain_steps_are_skipped():
     assert strip_frames(7, 10, 5)[0] == 7 and strip_frames(7, 10, 5)[-1] == 10
     # 30 fps, 300 frames: a 2 s step in the middle is fine; one touching either end, or too short, is skipped
     assert step_skip_reason(100, 160, 300, 30.0, 1.0, 0.1) is None
-    assert "first or last frame" in step_skip_reason(1, 100, 300, 30.0, 1.0, 0.1)
-    assert "first or last frame" in step_skip_reason(150, 298, 300, 30.0, 1.0, 0.1)
-    assert "shorter than 1.0 s" in step_skip_reason(100, 120, 300, 30.0, 1.0, 0.1)
+    assert step_skip_reason(1, 100, 300, 30.0, 1.0, 0.1) == "edge_margin_sec"
+    assert step_skip_reason(150, 298, 300, 30.0, 1.0, 0.1) == "edge_margin_sec"
+    assert step_skip_reason(100, 120, 300, 30.0, 1.0, 0.1) == "min_step_sec"
 
 
 def test_contact_runs_on_hand_made_contact():

@@ -196,7 +196,7 @@ def test_the_release_step_writes_its_checksums_once(demo_samples, demo_release, 
     shutil.copytree(demo_release, release)
     cfg = _settings(demo_samples, demo_release.parent / "work", release).config()
     calls, real = [], writers.write_checksums
-    monkeypatch.setattr(writers, "write_checksums", lambda out, c: calls.append(out) or real(out, c))
+    monkeypatch.setattr(writers, "write_checksums", lambda out, c, **kw: calls.append(out) or real(out, c, **kw))
     stages.run_release(cfg)
     assert len(calls) == 1
     tree = lambda root: {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

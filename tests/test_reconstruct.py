@@ -233,9 +233,18 @@ def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, ca
     text = reconstruct_summary(report, out.resolve(), cfg)
     assert f"  {l2}  1 items: 1 ok; 3 images written" in text
     assert f"12 images in {out.resolve() / 'images'}" in text
+    fp = "f" * 64  # the release's fingerprint (pipeline/release/identity.py): in the report and the summary
+    again = reconstruct(release, {"fake": upstream}, cfg, out, fingerprint=fp)
+    assert json.loads((out / cfg.frames.reconstruction.report_file).read_text())["release_fingerprint"] == fp
+    assert reconstruct_summary(again, out, cfg).startswith(f"release fingerprint: {fp}\n")
+    monkeypatch.setattr("pipeline.release.identity.release_fingerprint", lambda path, cfg: fp)
     monkeypatch.setattr(
         "pipeline.frames.reconstruct.reconstruct",
-        lambda *a, **k: (report, k)[0] if k.get("progress") is True else pytest.fail("progress bar not switched on"),
+        lambda *a, **k: (
+            (report, k)[0]
+            if k.get("progress") is True and k.get("fingerprint") == fp
+            else pytest.fail("progress bar not switched on, or the fingerprint not passed")
+        ),
     )
     monkeypatch.setitem(upstream_adapters.ADAPTERS, "fake", f"{__name__}:FakeAdapter")
     monkeypatch.setattr(cli, "load_settings", lambda **kw: cfg)

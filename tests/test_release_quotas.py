@@ -89,3 +89,28 @@ def test_a_planted_wrong_count_fails_the_validator(demo_release, tmp_path):
     assert any(p.startswith(f"{FILES['sft_manifest']}: quotas = ") for p in problems), problems
     assert any(p.startswith(f"{FILES['task_distribution']}: differs from the eval rows") for p in problems), problems
     assert any(p.startswith("README.md: differs from the export") for p in problems), problems
+
+
+def test_every_short_cell_names_the_rule_that_limited_its_pool(demo_release):
+    """Issue 40: a short family's reason says why its candidate pool is the size it is, from the figures its
+    generator recorded (the frames stage's shortfall record `left_out`): the rule that left out the largest share of
+    what it looked at is named, with its counts (REASSEMBLE T7: the pairing of failures with successes; AIST T3: the
+    calibrated-direction rule). T13's reason is the step track's own."""
+    cells = recorded_quotas(demo_release, CFG)
+    records = {
+        (r["source"], r["task_id"]): r
+        for p in sorted((demo_release.parent / "work" / "items").glob("*_shortfall.json"))
+        for r in json.loads(p.read_text())
+    }
+    short = [c for c in cells if c.get("short") and c["task_id"] in CFG.tasks]
+    assert {("reassemble", "T7"), ("aist", "T3")} <= {(c["source"], c["task_id"]) for c in short}
+    for c in short:
+        rules = [r for r in records[(c["source"], c["task_id"])]["left_out"] if r["excluded"]]
+        assert rules, c  # something limited the pool, and the record says what
+        top = max(rules, key=lambda r: r["excluded"] / r["considered"])
+        said = f"of {top['considered']:,} {top['what']}, {top['excluded']:,}"
+        assert said in c["reason"] and f"({top['name']})" in c["reason"], (c, top)
+    named = {(c["source"], c["task_id"]): c["reason"] for c in short}
+    assert "(all success) had no segment of the other outcome" in named[("reassemble", "T7")]
+    assert named[("reassemble", "T7")].endswith("(same_task_pools)")
+    assert "so are not asked about (calibrated_direction)" in named[("aist", "T3")]

@@ -13,6 +13,7 @@ from factories import fake_hash, make_cfg, make_items, make_units
 from pipeline.release import writers
 from pipeline.release import schema
 from pipeline.core import io
+from pipeline.release.identity import mcq_uid
 
 
 # ---------------------------------------------------------------- bytes
@@ -201,10 +202,14 @@ OLD_SFT_ROW = {
     "image_hashes_json": '["2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6"]',
     "eval_level": None,
 }
-# sha256 of the jsonl mirror the per-row build wrote for each of the two tables (re-pinned for prompt_version v3)
+# item_uid: the one-row function's uid of what each row holds (pipeline/release/identity.py), last column
+OLD_EVAL_ROW["item_uid"] = mcq_uid(OLD_EVAL_ROW, "default")
+OLD_SFT_ROW["item_uid"] = mcq_uid(OLD_SFT_ROW, "default")
+# sha256 of the jsonl mirror the per-row build wrote for each of the two tables (re-pinned for prompt_version v3,
+# and for item_uid)
 OLD_JSONL_SHA256 = {
-    "eval": "1b2673d7c4d8d1bdf6ad277e964bfcc5e4ec61d5f92d228ba487f5feeb57f082",
-    "sft": "7b683b092678089ebadb3ce5985d5a6e0fe239a108bb7f146e9c23217374c4a1",
+    "eval": "5bdb81f82fd06d83c46c54c951745b92bddd308e8910720b1dcb9b41b3d66df8",
+    "sft": "3d73cadeae11908b40a21bf001f3067a1a5524f44f683ef91f17ef3b565e036e",
 }
 
 

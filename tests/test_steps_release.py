@@ -49,7 +49,7 @@ def test_step_files_keep_the_contract_and_the_isolation(demo_release):
     assert step_problems(demo_release, cfg, mcq) == []
     vpb = demo_release / cfg.exports.files.visualprocessbench_eval
     first = json.loads(vpb.read_text().splitlines()[0])
-    assert set(first) == {"id", "image", "question", "answer", "response", "policy_model", "data_source"}
+    assert set(first) == {"id", "item_uid", "image", "question", "answer", "response", "policy_model", "data_source"}
     assert first["image"][0].startswith("images/") and set(first["response"]) == {"steps", "process_correctness"}
 
 

@@ -11,6 +11,7 @@ import pytest
 from factories import build, make_cfg
 from pipeline.release import writers
 from pipeline.core import io
+from pipeline.release.identity import mcq_uid
 from pipeline.release.validate import find_path_leaks, validate_release
 
 FILES = make_cfg().release.files.model_dump()
@@ -361,6 +362,8 @@ def test_line_separators_the_writer_keeps_inside_strings_are_accepted(release):
         .otherwise(pl.col("question"))
         .alias("question")
     )
+    # the writer derives each row's item_uid from what it holds (pipeline/release/identity.py)
+    df = df.with_columns(pl.Series("item_uid", [mcq_uid(r, "default") for r in df.iter_rows(named=True)]))
     _rewrite_split(release, "sft", df)
     assert "\u2028" in (release / FILES["sft_jsonl"]).read_text(encoding="utf-8")
     assert validate_release(release, make_cfg()) == []

@@ -267,7 +267,7 @@ def test_uniform_policy_is_seeded(policy):
     assert [options(r) for r in a] == [options(r) for r in b]
 
 
-def test_run_validity_writes_the_report_into_the_release(tmp_path):
+def test_run_validity_writes_the_report_into_the_release(tmp_path, capsys):
     import polars as pl
 
     from assets.cli import main
@@ -284,7 +284,18 @@ def test_run_validity_writes_the_report_into_the_release(tmp_path):
     rep = json.loads((rel / "metadata" / "validity_report.json").read_text())
     assert rep["cells"][0]["images"]["frames_without_thumb"] == 660  # no frame cache: counted, never silent
     assert "## Problems" in (rel / "metadata" / "validity_report.md").read_text()
+    # the command reads the release's fingerprint first: a folder that is not a release is one line, exit 2
+    assert main(["validity", "--release", str(rel), "--work-dir", str(wd)]) == 2
+    assert capsys.readouterr().out.strip().count("\n") == 0
+    from pipeline.release.identity import stamp_release
+    from pipeline.release.writers import write_checksums
+
+    (rel / "metadata" / "provenance.json").write_text('{"builder_version": "processbench_build_v2"}\n')
+    fp, _ = stamp_release(rel, load_settings())  # a release's identity stated, as the release step ends
+    write_checksums(rel, load_settings())
     assert main(["validity", "--release", str(rel), "--work-dir", str(wd)]) == 1
+    rep = json.loads((rel / "metadata" / "validity_report.json").read_text())
+    assert rep["release_fingerprint"] == fp and f"`{fp}`" in (rel / "metadata" / "validity_report.md").read_text()
     (rel / "checksums.sha256").write_text("")
     run_validity(load_settings(), release_dir=rel, work_dir=wd)
     sums = (rel / "checksums.sha256").read_text()

@@ -60,6 +60,7 @@ EXPECTED_COLUMNS = [
     "render_spec_json",
     "image_hashes_json",
     "eval_level",
+    "item_uid",
 ]
 
 

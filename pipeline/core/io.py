@@ -74,13 +74,14 @@ def write_json(path: Path, obj) -> None:
     atomic_write_text(path, dumps_json(obj))
 
 
-def write_parquet(path: Path, df: pl.DataFrame) -> None:
-    """Parquet with fixed settings (zstd, no statistics drift): identical bytes for identical frames and versions."""
+def write_parquet(path: Path, df: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
+    """Parquet with fixed settings (zstd, no statistics drift): identical bytes for identical frames and versions.
+    `metadata`: key-value pairs kept in the file's footer (pl.read_parquet_metadata reads them back)."""
     path = Path(path)
     fd, tmp = _temp_file(path)
     os.close(fd)
     try:
-        df.write_parquet(tmp, compression="zstd", compression_level=3, statistics=True)
+        df.write_parquet(tmp, compression="zstd", compression_level=3, statistics=True, metadata=metadata)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

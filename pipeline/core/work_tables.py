@@ -3,7 +3,7 @@ and is checked against that record when read back. A table that is missing its r
 never used: the caller builds it again (and says so), so damage in the work folder costs time, never a wrong row or
 a failed build.
 
-    write_checked(path, df)                   # the parquet, then `<name>.check.json` beside it: {"sha256", "rows"}
+    write_checked(path, df, metadata)         # the parquet, then `<name>.check.json` beside it: {"sha256", "rows"}
     df = read_checked(path, what)             # the table, or None (logged with the reason) when it fails its record
     rec = record_of(path, rows)               # {"sha256", "rows"} of a file just written (kept by the caller)
     problem = check(path, rec)                # None when the file still has the recorded bytes
@@ -55,11 +55,12 @@ def check(path: Path, rec) -> str | None:
         return f"damaged: not a readable table (it held {rec['rows']} rows when written)"
 
 
-def write_checked(path: Path, df: pl.DataFrame) -> None:
-    """The table, then its record (a run cut between the two leaves a table without a record: not used)."""
+def write_checked(path: Path, df: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
+    """The table (with `metadata` in its footer, covered by the record), then its record (a run cut between the two
+    leaves a table without a record: not used)."""
     path = Path(path)
     check_path(path).unlink(missing_ok=True)
-    write_parquet(path, df)
+    write_parquet(path, df, metadata)
     atomic_write_text(check_path(path), json.dumps(record_of(path, df.height), sort_keys=True) + "\n")
 
 

@@ -25,6 +25,7 @@ from pipeline.release import writers
 from pipeline.core import io
 from pipeline.exports import card, common, consumers, croissant, facing, lmms
 from pipeline.core.leaks import find_path_leaks
+from pipeline.release.identity import stated_fingerprint
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -134,7 +135,8 @@ def _card(run: Run) -> Iterator[Output]:
     configs = card.config_tables(run.tables, run.cfg) | step_configs(run.release_dir, run.cfg)  # + the T13 track's
     warnings = common.recorded_warnings(run.release_dir, run.cfg)
     quotas = recorded_quotas(run.release_dir, run.cfg)  # what each cell delivers against its quota, and why
-    text = card.card_markdown(run.tables, run.cfg, configs, warnings, quotas)
+    fingerprint = stated_fingerprint(run.release_dir, run.cfg)  # None while the release step builds: stated last
+    text = card.card_markdown(run.tables, run.cfg, configs, warnings, quotas, fingerprint)
     yield Output(common.export_files(run.cfg)["card"], text)
     facing_names = card.model_facing_configs(configs)
     for name, splits in configs.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import io as _io
+import re
 
 import polars as pl
 import pyarrow as pa
@@ -171,13 +172,44 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def identity_section(cfg: Settings, fingerprint: str | None) -> str:
+    """The card's section on item and release identity (pipeline/release/identity.py); `fingerprint`: the one
+    provenance.json states (None until the release step states it: a placeholder line it then replaces)."""
+    from pipeline.release.identity import excluded_files, fingerprint_line
+
+    excluded = excluded_files(cfg)
+    pattern = "|".join(re.escape(rel) for rel in excluded)
+    return f"""## Release identity
+
+{fingerprint_line(fingerprint)}
+
+The fingerprint is the sha256 of the lines of `{writers.file_names(cfg)["checksums"]}` for every file of the release
+but the ones that state it or that `processbench validity` rewrites (`release_fingerprint_excludes` in
+`{writers.file_names(cfg)["provenance"]}`):
+
+    grep -v -E '  ({pattern})$' {writers.file_names(cfg)["checksums"]} | sha256sum
+
+Every item carries `item_uid`, derived from what the item is (its family and template variant, the path-free keys of
+its frames in display order, its question, options in order and answer; for T13 its steps, their frames and labels),
+never from its position: the same item has the same `item_uid` in every build that holds it, so results are matched
+across releases by it, and `processbench diff OLD NEW` says which items and cells two releases share.
+"""
+
+
 def card_markdown(
-    tables: dict[str, pl.DataFrame], cfg: Settings, configs: dict | None = None, warnings=(), quotas=()
+    tables: dict[str, pl.DataFrame],
+    cfg: Settings,
+    configs: dict | None = None,
+    warnings=(),
+    quotas=(),
+    fingerprint: str | None = None,
 ) -> str:
     """The card; `configs`: config_tables(tables, cfg) when the caller has them already; `warnings`: what the build
     recorded in provenance.json (an eval level the corpus cannot fill), a section of their own when there are any;
-    `quotas`: provenance.json's quota cells, a line each (pipeline/release/quotas.py `card_section`)."""
+    `quotas`: provenance.json's quota cells, a line each (pipeline/release/quotas.py `card_section`);
+    `fingerprint`: the release fingerprint provenance.json states (identity_section)."""
     from pipeline.release.quotas import card_section
+
     from pipeline.scoring.mcq import METRIC_DEFINITIONS  # the one place each metric is defined
     from pipeline.steps.exports import step_section
 
@@ -236,9 +268,9 @@ Splits (every config has them):
 {split_lines}
 
 No item, and no episode, is in two splits: items are split by `split_group_id`. Configs: `default`, one per task
-family (`T1` ... `T12`) and one per source (`source_<slug>`) hold what a model may be shown: `item_id`, `source`,
-`task_id`, `task_name`, `eval_level`, `split_group_id`, `question`, `choice_A` ... `choice_F`, `num_choices`,
-`answer` and `images` (the image files, relative to the reconstruction folder). `{RECONSTRUCTION_CONFIG}` holds,
+family (`T1` ... `T12`) and one per source (`source_<slug>`) hold what a model may be shown: `item_id`, `item_uid`,
+`source`, `task_id`, `task_name`, `eval_level`, `split_group_id`, `question`, `choice_A` ... `choice_F`,
+`num_choices`, `answer` and `images` (the image files, relative to the reconstruction folder). `{RECONSTRUCTION_CONFIG}` holds,
 per `item_id`, the columns that locate, render and check the frames (frame indices, `visual_ref`, reconstruction
 key, render spec, display labels, image hashes) and the release bookkeeping: never show them to a model (frame
 indices alone give the temporal families away). The canonical files under `splits/` carry every column.
@@ -247,6 +279,7 @@ indices alone give the temporal families away). The canonical files under `split
     bench = load_dataset("{ec.hub_repo}")          # {", ".join(names)}
     keys = load_dataset("{ec.hub_repo}", "{RECONSTRUCTION_CONFIG}")  # join on item_id
 
+{identity_section(cfg, fingerprint)}
 ## Tasks
 
 {_table(["task", "name", *names, "sources"], task_rows)}

@@ -62,6 +62,7 @@ TSV_COLUMNS = (
     "l2-category",
     "eval_level",
     "item_id",
+    "item_uid",
     "split_group_id",
 )
 
@@ -100,6 +101,7 @@ def vlmevalkit_tsv(rows: list[common.ModelRow], cfg: Settings, circular: bool = 
                     r["source"],
                     r["eval_level"] or "",
                     r["item_id"],
+                    r["item_uid"],
                     r["split_group_id"],
                 ]
             )
@@ -123,7 +125,10 @@ def grpo_rows(rows: list[common.ModelRow]) -> list[dict]:
                 ],
                 "images": m.images,
                 "solution": f"<answer>{r['answer']}</answer>",
-                **{c: r[c] for c in ("item_id", "source", "task_id", "eval_level", "split_group_id", "answer")},
+                **{
+                    c: r[c]
+                    for c in ("item_id", "item_uid", "source", "task_id", "eval_level", "split_group_id", "answer")
+                },
             }
         )
     return out

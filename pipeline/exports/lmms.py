@@ -51,6 +51,7 @@ def _doc(m: common.ModelRow, prompt: str | None = None, answer: str | None = Non
     r = m.row
     doc = {
         "item_id": r["item_id"],
+        "item_uid": r["item_uid"],
         "task_id": r["task_id"],
         "source": r["source"],
         "eval_level": r["eval_level"],

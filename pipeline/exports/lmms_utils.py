@@ -39,8 +39,8 @@ def parse_answer(response):
 
 def _scored(doc, results):
     pred = parse_answer(results[0] if results else "")
-    return {"item_id": doc["item_id"], "source": doc["source"], "split_group_id": doc["split_group_id"],
-            "score": float(pred == doc["answer"])}
+    return {"item_id": doc["item_id"], "item_uid": doc["item_uid"], "source": doc["source"],
+            "split_group_id": doc["split_group_id"], "score": float(pred == doc["answer"])}
 
 
 def process_results(doc, results):

@@ -3,6 +3,7 @@ YAML template (configs/tasks/T<n>.yaml), emitting an over-complete pool of candi
 
     pool = build_candidates("gm100", ir, labels, cfg)     # polars DataFrame, sorted by candidate_key
     part = family_candidates("T5", "gm100", Context("gm100", ir, labels, cfg))   # one family's part of the pool
+    part, left_out = family_part("T5", "gm100", ctx)      # and what its rules left out, per rule (figures)
     pool = merge_candidates("gm100", parts)                # the pool from its parts (pipeline/stages.py keeps them)
 
 Template keys read here (per source where a mapping is keyed by source slugs and/or `default`; the model of a
@@ -11,6 +12,9 @@ template, with every key and its type, is pipeline/settings/models.py TaskFile):
     (closed label set: label -> choice text), frames (offsets / relative / centers / grid / segment_midpoints),
     candidates (stride, boundary_margin, cap_per_label, cap_per_unit), min_gap, balance_labels, distractors
     (policy all | neighbours | pairs | context | permutations), display_labels, choice_order, render, prompt.
+Each generator counts, per rule it applies, what the rule looked at and what it left out (common.py `Spec.rule`,
+`LeftOut`): the figures are kept with the family's part of the pool and word a quota shortfall's reason
+(pipeline/items/shortfall.py), e.g. REASSEMBLE T7's `same_task_pools` leaving out the successes no failure pairs.
 The selection (pipeline.items.selection) picks the quota from the pool; nothing here is random except seeded choices
 (display order of T8/T9, ties among distractors), keyed by the candidate key, so the pool is deterministic.
 """
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 
-from .common import CANDIDATE_SCHEMA, Spec, empty_candidates
+from .common import CANDIDATE_SCHEMA, LeftOut, Spec, empty_candidates
 from .context import Context
 from .framewise import t1_phase, t2_contact, t3_direction, t4_coordination, t6_motion
 from .outcome import t7_outcome
@@ -51,6 +55,8 @@ GENERATORS = {
 __all__ = [
     "build_candidates",
     "family_candidates",
+    "family_part",
+    "LeftOut",
     "merge_candidates",
     "enabled_families",
     "Context",
@@ -70,9 +76,15 @@ def enabled_families(cfg: Settings, source: str) -> list[str]:
 
 def family_candidates(task_id: str, source: str, ctx: Context) -> pl.DataFrame:
     """One family's candidates for one source (CANDIDATE_SCHEMA; the family must be enabled for the source)."""
+    return family_part(task_id, source, ctx)[0]
+
+
+def family_part(task_id: str, source: str, ctx: Context) -> tuple[pl.DataFrame, list[dict]]:
+    """One family's candidates for one source and what its generator's rules left out (`LeftOut.figures()`)."""
     if task_id not in GENERATORS:
         raise KeyError(f"no generator for task family {task_id}")
-    return GENERATORS[task_id](Spec(ctx.cfg, task_id, source), ctx)
+    spec = Spec(ctx.cfg, task_id, source)
+    return GENERATORS[task_id](spec, ctx), spec.left_out.figures()
 
 
 def merge_candidates(source: str, parts: list[pl.DataFrame]) -> pl.DataFrame:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import itertools
 import json
 import math
+from collections import Counter
 from functools import cached_property
 
 import numpy as np
@@ -46,6 +47,51 @@ def empty_candidates() -> pl.DataFrame:
     return pl.DataFrame(schema=CANDIDATE_SCHEMA)
 
 
+class Rule:
+    """One rule of a family generator, with what it looked at and what it left out (summed over units): `count` as it
+    is applied. `name` is short (usually the config key's last part), `setting` the config key that sets it, `what`
+    the things it looks at (a plural noun: arms, outcome segments, anchors), `why` what befell the ones it left out
+    (a predicate: "were not asked about: ...")."""
+
+    __slots__ = ("name", "setting", "what", "why", "considered", "excluded", "labels")
+
+    def __init__(self, name: str, setting: str, what: str, why: str):
+        self.name, self.setting, self.what, self.why = name, setting, what, why
+        self.considered, self.excluded = 0, 0
+        self.labels: Counter = Counter()
+
+    def count(self, considered: int, excluded: int = 0, labels: dict | None = None) -> None:
+        """`considered` looked at, `excluded` of them left out (`labels`: the left-out ones by answer label)."""
+        self.considered += int(considered)
+        self.excluded += int(excluded)
+        if labels:
+            self.labels.update({str(k): int(v) for k, v in labels.items() if v})
+
+    def figures(self) -> dict:
+        out = {k: getattr(self, k) for k in ("name", "setting", "what", "why", "considered", "excluded")}
+        return out | ({"excluded_labels": dict(sorted(self.labels.items()))} if self.labels else {})
+
+
+class LeftOut:
+    """What one family's own rules left out on the way to its candidate pool, as figures per rule: the generator
+    declares a rule where it applies it (`rule`, the same name again returns the same one) and counts what it looked
+    at and what it left out. `figures()` (rules that looked at something, in the order declared) is kept with the
+    family's part of the pool (pipeline/stages.py run_candidates) and words the shortfall's reason
+    (pipeline/items/shortfall.py): nothing is written per (source, family), a new rule brings its own words."""
+
+    def __init__(self):
+        self._rules: dict[tuple[str, str], Rule] = {}
+
+    def rule(self, name: str, setting: str, what: str, why: str) -> Rule:
+        key = (name, what)
+        if key not in self._rules:
+            self._rules[key] = Rule(name, setting, what, why)
+        return self._rules[key]
+
+    def figures(self) -> list[dict]:
+        return [r.figures() for r in self._rules.values() if r.considered]
+
+
 def scale_quota(q: int, scale: float) -> int:
     """Release quota -> quota at `scale`: rounded half up, at least 1 for a family the source has (q > 0)."""
     if q <= 0:
@@ -63,6 +109,25 @@ class Spec:
         self.t = cfg.tasks[task_id]
         self.r = self.t.for_source(source)  # every per-source value resolved for this source
         self.seed = int(cfg.build.release_seed)
+        self.left_out = LeftOut()  # what the generator's rules leave out, per rule (figures)
+
+    def rule(self, name: str, key: str, what: str, why: str, setting: str | None = None) -> Rule:
+        """A rule of this family's generator, set by its template key `key` (`frames.same_task_pools`), or by the
+        config key `setting` of another file (`labels.direction.aist.mapping`)."""
+        return self.left_out.rule(name, setting or f"tasks.{self.task_id}.{key}", what, why)
+
+    def cap_rule(self, cap: int | None, what: str = "anchors") -> Rule | None:
+        """The per-unit, per-label cap (`cap()` of candidates.cap_per_label) as a rule over `what` (None: no cap)."""
+        if cap is None:
+            return None
+        why = f"lay past the cap of {cap:,} per {self.unit_word} and label"
+        return self.rule("cap_per_label", "candidates.cap_per_label", what, why)
+
+    @cached_property
+    def unit_word(self) -> str:
+        """The source's unit (episode, recording) in the rules' words."""
+        src = self.cfg.sources.get(self.source) if isinstance(self.cfg.sources, dict) else None
+        return str(getattr(src, "unit_type", None) or "unit")
 
     def get(self, key: str, default=None):
         """The template key resolved for this source; `default` where it resolves to None."""
@@ -331,6 +396,13 @@ class Pool:
         self.input_type = str(spec.get("input_type"))
         self.legacy = spec.legacy
         self.prefix = f"{spec.task_id}|{spec.source}|"
+        self.options = spec.rule(
+            "distractors",
+            "distractors.policy",
+            "candidates",
+            f"could not be given {self.n_choices - 1} plausible wrong option{'s' if self.n_choices != 2 else ''} "
+            "(never padded)",
+        )
 
     def add(
         self,
@@ -356,7 +428,9 @@ class Pool:
         if answer_text is None:
             answer_text = self.texts[answer]
             distractors = [self.texts[d] for d in distractors]
+        self.options.considered += 1
         if len(distractors) != self.n_choices - 1:
+            self.options.excluded += 1
             return  # the label space cannot fill the options: never padded
         u = self.units[unit_id]
         r = self.rows

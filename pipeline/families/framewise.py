@@ -11,7 +11,7 @@ import numpy as np
 
 from pipeline import labels as L
 
-from .common import Pool, Spec, evenly, label_runs, relative_frames, rnd, stride_anchors
+from .common import Pool, Rule, Spec, evenly, label_runs, relative_frames, rnd, stride_anchors
 from .context import Context
 
 
@@ -26,10 +26,14 @@ def _anchors(
     allowed=None,
     window_in_run: bool = False,
     ok=None,
+    capped: Rule | None = None,
+    refused: Rule | None = None,
 ) -> list[tuple[object, int, list[int]]]:
-    """(label, anchor, frames) over the label runs of one unit, capped per label."""
+    """(label, anchor, frames) over the label runs of one unit, capped per label; `capped` counts the anchors the cap
+    left out, `refused` those `ok` refused."""
     per_label: dict[object, list] = {}
     mn, mx = min(offsets), max(offsets)
+    tried = 0
     for s, e, lab in label_runs(labels):
         if allowed is not None and lab not in allowed:
             continue
@@ -38,12 +42,18 @@ def _anchors(
             lo, hi = max(lo, s - mn), min(hi, e - 1 - mx)
         for a in stride_anchors(lo, hi + 1, 0, stride):
             f = [a + o for o in offsets]
+            tried += 1
             if ok is not None and not ok(a, f):
                 continue
             per_label.setdefault(lab, []).append((lab, a, f))
     out = []
     for lab in sorted(per_label, key=str):
         out.extend(evenly(per_label[lab], cap))
+    found = sum(len(v) for v in per_label.values())
+    if refused is not None:
+        refused.count(tried, tried - found)
+    if capped is not None:
+        capped.count(found, found - len(out))
     return out
 
 
@@ -57,11 +67,14 @@ def t1_phase(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     offsets, stride, margin, cap = _params(spec, ctx)
     allowed = set(spec.label_texts)
+    capped = spec.cap_rule(cap)
     for uid in ctx.unit_ids:
         fr = ctx.frames.get(uid)
         if fr is None:
             continue
-        for lab, a, f in _anchors(fr["phase"], ctx.n(uid), offsets, stride, margin, cap, allowed=allowed):
+        for lab, a, f in _anchors(
+            fr["phase"], ctx.n(uid), offsets, stride, margin, cap, allowed=allowed, capped=capped
+        ):
             pool.add(uid, f"f{a}", lab, f, a)
     return pool.frame()
 
@@ -69,13 +82,17 @@ def t1_phase(spec: Spec, ctx: Context):
 def t2_contact(spec: Spec, ctx: Context):
     pool = Pool(spec, ctx.units)
     offsets, stride, margin, cap = _params(spec, ctx)
+    capped = spec.cap_rule(cap)
+    unlabelled = spec.rule("contact", "", "arms", "had no contact label", setting=f"labels.contact.{spec.source}")
     for uid in ctx.unit_ids:
         for arm, d in sorted((ctx.arms.get(uid) or {}).items()):
             c = d["contact"]
-            if all(x is None for x in c):
+            none = all(x is None for x in c)
+            unlabelled.count(1, none)
+            if none:
                 continue
             labs = np.array([None if x is None else ("contact" if x else "no_contact") for x in c], dtype=object)
-            for lab, a, f in _anchors(labs, ctx.n(uid), offsets, stride, margin, cap):
+            for lab, a, f in _anchors(labs, ctx.n(uid), offsets, stride, margin, cap, capped=capped):
                 key = f"{arm}|f{a}" if arm != "single" else f"f{a}"
                 pool.add(uid, key, lab, f, a, qfields={"arm": arm}, meta={"arm": arm})
     return pool.frame()
@@ -95,16 +112,27 @@ def t3_direction(spec: Spec, ctx: Context):
     _check_offsets(
         spec, ctx.cfg.labels.direction.for_source(spec.source).offsets, f"labels.direction.{spec.source}.offsets"
     )
+    capped = spec.cap_rule(cap)
+    calibrated = spec.rule(
+        "calibrated_direction",
+        "",
+        "arms",
+        f"had a calibrated mapping naming fewer than {spec.num_choices} directions, so are not asked about",
+        setting=f"labels.direction.{spec.source}.mapping",
+    )
     for uid in ctx.unit_ids:
         for arm, d in sorted((ctx.arms.get(uid) or {}).items()):
             # only the directions the (source, camera, arm) mapping names: a label outside it would be a stale table
             mapped = L.direction_mapping(ctx.cfg, spec.source, ctx.units[uid]["camera"], arm)
             allowed = set(spec.label_texts) & set(mapped)
+            calibrated.count(1, len(allowed) < spec.num_choices)
             if len(allowed) < spec.num_choices:
                 # the question names the arm: an option its mapping never labels is ruled out by the text alone
                 # (GM-100 right arm: left/right only; AIST left arm: no `left`), so the arm gets no T3 items
                 continue
-            for lab, a, f in _anchors(d["direction"], ctx.n(uid), offsets, stride, margin, cap, allowed=allowed):
+            for lab, a, f in _anchors(
+                d["direction"], ctx.n(uid), offsets, stride, margin, cap, allowed=allowed, capped=capped
+            ):
                 key = f"{arm}|f{a}" if arm != "single" else f"f{a}"
                 pool.add(
                     uid,
@@ -123,8 +151,24 @@ def t4_coordination(spec: Spec, ctx: Context):
     offsets, stride, margin, cap = _params(spec, ctx)
     eligible = spec.get("eligible_arm_types")
     in_run = bool(spec.get("window_in_run", True))
+    capped = spec.cap_rule(cap)
+    arm_type = spec.rule(
+        "eligible_arm_types",
+        "eligible_arm_types",
+        f"{spec.unit_word}s",
+        "had an arm type the family does not ask about",
+    )
+    mixed = (
+        None
+        if in_run
+        else spec.rule(
+            "window_in_run", "window_in_run", "anchors", "had a frame of their window in another coordination state"
+        )
+    )
     for uid in ctx.unit_ids:
-        if eligible is not None and ctx.units[uid].get("arm_type") not in set(eligible):
+        out = eligible is not None and ctx.units[uid].get("arm_type") not in set(eligible)
+        arm_type.count(1, out)
+        if out:
             continue
         fr = ctx.frames.get(uid)
         if fr is None:
@@ -135,7 +179,16 @@ def t4_coordination(spec: Spec, ctx: Context):
             return all(coord[x] == coord[a] for x in f)
 
         for lab, a, f in _anchors(
-            coord, ctx.n(uid), offsets, stride, margin, cap, window_in_run=in_run, ok=None if in_run else same_state
+            coord,
+            ctx.n(uid),
+            offsets,
+            stride,
+            margin,
+            cap,
+            window_in_run=in_run,
+            ok=None if in_run else same_state,
+            capped=capped,
+            refused=mixed,
         ):
             pool.add(uid, f"f{a}", lab, f, a)
     return pool.frame()
@@ -149,6 +202,7 @@ def t6_motion(spec: Spec, ctx: Context):
     offsets, stride, margin, cap = _params(spec, ctx)
     _check_offsets(spec, ctx.cfg.labels.motion.window, "labels.motion.window")
     per_arm = bool(spec.get("per_arm", False))
+    capped = spec.cap_rule(cap)
     for uid in ctx.unit_ids:
         if per_arm:
             sources = [(arm, d["motion"], d["motion_mean"]) for arm, d in sorted((ctx.arms.get(uid) or {}).items())]
@@ -158,7 +212,7 @@ def t6_motion(spec: Spec, ctx: Context):
                 continue
             sources = [(None, fr["motion"], fr["motion_mean"])]
         for arm, labs, mean in sources:
-            for lab, a, f in _anchors(labs, ctx.n(uid), offsets, stride, margin, cap):
+            for lab, a, f in _anchors(labs, ctx.n(uid), offsets, stride, margin, cap, capped=capped):
                 key = f"{arm}|f{a}" if arm not in (None, "single") else f"f{a}"
                 meta = {"speed_mean": rnd(mean[a])}
                 if arm is not None:
@@ -172,6 +226,15 @@ def _t6_segments(spec: Spec, ctx: Context, pool: Pool):
     fcfg = spec.frames
     fracs = fcfg["relative"]
     cap = spec.cap("cap_per_label", len(ctx.unit_ids), len(spec.label_texts))
+    capped = spec.cap_rule(cap, "segments")
+    short = spec.rule("frames", "frames.relative", "segments", f"had too few frames to show {len(fracs)} distinct ones")
+    between = spec.rule(
+        "motion_thresholds",
+        "",
+        "segments",
+        "had a mean speed between the stationary and moving thresholds",
+        setting=f"labels.motion.{spec.source}",
+    )
     for uid in ctx.unit_ids:
         arm = (ctx.arms.get(uid) or {}).get("single")
         if arm is None:
@@ -191,15 +254,20 @@ def _t6_segments(spec: Spec, ctx: Context, pool: Pool):
             f = relative_frames(
                 int(lo), int(hi), fracs, float(fcfg.get("margin_ratio", 0.0)), int(fcfg.get("min_margin", 0))
             )
+            short.count(1, f is None or f[-1] >= ctx.n(uid))
             if f is None or f[-1] >= ctx.n(uid):
                 continue
             m = float(np.nanmean(arm["speed_s"][f].astype(float))) if len(f) else np.nan
             lab = L.classify_motion(m, still, move)
+            between.count(1, lab is None)
             if lab is None:
                 continue
             per_label.setdefault(lab, []).append((key, lab, f, m))
         for lab in sorted(per_label):
-            for key, lab_, f, m in evenly(per_label[lab], cap):
+            kept = evenly(per_label[lab], cap)
+            if capped is not None:
+                capped.count(len(per_label[lab]), len(per_label[lab]) - len(kept))
+            for key, lab_, f, m in kept:
                 pool.add(
                     uid, key, lab_, f, f[len(f) // 2], qfields={"arm": ""}, meta={"speed_mean": rnd(m), "segment": key}
                 )

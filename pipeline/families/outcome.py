@@ -21,9 +21,9 @@ reports the family's quota shortfall (a warning with the figures) rather than fi
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from .common import Pool, Spec, evenly, relative_frames
+from .common import Pool, Rule, Spec, evenly, relative_frames
 from .context import Context
 
 _LABEL = {True: "success", False: "failure"}
@@ -66,13 +66,21 @@ def same_task_segments(rows: list[tuple[str, int, str, str]]) -> set[tuple[str, 
     return keep
 
 
-def _segment_rows(segs: list[dict], n: int, fracs, margin_ratio, min_margin, min_step) -> dict[str, list]:
-    """{label: [(key, label, frames, meta)]} of one unit's labelled action segments (REASSEMBLE)."""
+def _segment_rows(
+    segs: list[dict], n: int, fracs, margin_ratio, min_margin, min_step, rules: tuple[Rule, Rule]
+) -> dict[str, list]:
+    """{label: [(key, label, frames, meta)]} of one unit's labelled action segments (REASSEMBLE); `rules` count the
+    action segments without an outcome and the outcome segments too short for the frames."""
     found: dict[str, list] = {}
+    unlabelled, short = rules
     for s in segs:
-        if s["no_action"] or s["success"] is None:
+        if s["no_action"]:
+            continue
+        unlabelled.count(1, s["success"] is None)
+        if s["success"] is None:
             continue
         f = relative_frames(int(s["start_frame"]), int(s["end_frame"]), fracs, margin_ratio, min_margin, min_step)
+        short.count(1, f is None or f[-1] >= n)
         if f is None or f[-1] >= n:
             continue
         lab = _LABEL[bool(s["success"])]
@@ -99,8 +107,9 @@ def _window_rows(
     return found
 
 
-def _paired_segments(ctx: Context, per: list[tuple[str, list, bool]]) -> list[tuple[str, list, bool]]:
-    """`per` with only the segments that `same_task_segments` pairs (rows of whole units kept)."""
+def _paired_segments(ctx: Context, per: list[tuple[str, list, bool]], rule: Rule) -> list[tuple[str, list, bool]]:
+    """`per` with only the segments that `same_task_segments` pairs (rows of whole units kept); `rule` counts the
+    segments left unpaired, by label."""
     text = {(s["unit_id"], int(s["seg_index"])): str(s["text"]) for segs in ctx.segments.values() for s in segs}
     seg_rows = [
         (uid, meta["segment"], text[(uid, meta["segment"])], lab)
@@ -109,6 +118,8 @@ def _paired_segments(ctx: Context, per: list[tuple[str, list, bool]]) -> list[tu
         if "segment" in meta
     ]
     keep = same_task_segments(seg_rows)
+    if seg_rows:
+        rule.count(len(seg_rows), len(seg_rows) - len(keep), Counter(r[3] for r in seg_rows if r[:2] not in keep))
     return [
         (uid, [x for x in rows if "segment" not in x[3] or (uid, x[3]["segment"]) in keep], first)
         for uid, rows, first in per
@@ -127,29 +138,72 @@ def t7_outcome(spec: Spec, ctx: Context):
     per_unit = fcfg.get("windows_per_unit")
     cap = spec.cap("cap_per_label", len(ctx.unit_ids), len(spec.label_texts))
     same = bool(fcfg.get("same_task_pools"))
-    unit_ids = ctx.unit_ids
-    if same:  # whole units (RH20T): paired per task here; segments (REASSEMBLE): paired below
-        whole = [u for u in unit_ids if not ctx.segments.get(u)]
+    unit_ids, units = ctx.unit_ids, f"{spec.unit_word}s"
+    outcome_at = f"labels.outcome.{spec.source}"
+    # whole units (RH20T): the unit's outcome; segments (REASSEMBLE): each high-level action's
+    whole = [u for u in unit_ids if not ctx.segments.get(u)] if fcfg.get("shifts") is not None else []
+    outcome = {u: ctx.units[u].get("outcome") for u in whole}
+    rated = [u for u in whole if outcome[u] in ("success", "failure")]
+    if whole:  # excluded ratings (-1, missing) never make T7 items
+        spec.rule("outcome", "", units, "had no success or failure rating", setting=outcome_at).count(
+            len(whole), len(whole) - len(rated)
+        )
+    if same and rated:  # whole units: paired per task here; segments: paired below
         task = dict(zip(ctx.ir["units"]["unit_id"].to_list(), ctx.ir["units"]["task_id"].to_list()))
-        kept = set(same_task_units({u: ctx.units[u].get("outcome") for u in whole}, task, whole))
+        kept = set(same_task_units(outcome, task, whole))
+        spec.rule(
+            "same_task_pools",
+            "frames.same_task_pools",
+            f"rated {units}",
+            f"had no {spec.unit_word} of the other outcome in the same task to be paired with",
+        ).count(len(rated), len(rated) - len(kept), Counter(outcome[u] for u in rated if u not in kept))
         unit_ids = [u for u in unit_ids if ctx.segments.get(u) or u in kept]
+    elif same:
+        unit_ids = [u for u in unit_ids if ctx.segments.get(u)]
+    seg_rules = (
+        spec.rule("outcome", "", "action segments", "had no success annotation", setting=outcome_at),
+        spec.rule(
+            "frames",
+            "frames.relative",
+            "outcome segments",
+            f"had too few frames to show {len(geom[0])} at least {geom[3]} apart",
+        ),
+    )
+    capped = spec.cap_rule(cap, "outcome segments")
+    few = spec.rule("windows_per_unit", "frames.windows_per_unit", units, f"had room for fewer than {per_unit} windows")
     per: list[tuple[str, list, bool]] = []  # (unit, rows, anchor on the first frame) in unit order
     for uid in unit_ids:
         n = ctx.n(uid)
         if ctx.segments.get(uid):
-            found = _segment_rows(ctx.segments[uid], n, *geom)
+            found = _segment_rows(ctx.segments[uid], n, *geom, seg_rules)
         elif fcfg.get("shifts") is not None:
+            if outcome[uid] not in ("success", "failure"):
+                continue
             found = _window_rows(ctx.units[uid], n, fcfg["shifts"], bool(fcfg.get("until_decisive")), *geom)
         else:
             continue
         if per_unit is not None:
             rows = [x for lab in sorted(found) for x in found[lab]]
+            lacking = len(rows) < int(per_unit)
+            few.count(1, lacking, {outcome[uid]: 1} if lacking and uid in outcome else None)
             if len(rows) >= int(per_unit):  # fewer windows than every unit gives: left out, not short
                 per.append((uid, evenly(rows, int(per_unit)), True))
         else:
-            per.append((uid, [x for lab in sorted(found) for x in evenly(found[lab], cap)], False))
+            rows = []
+            for lab in sorted(found):
+                kept_rows = evenly(found[lab], cap)
+                if capped is not None:
+                    capped.count(len(found[lab]), len(found[lab]) - len(kept_rows))
+                rows += kept_rows
+            per.append((uid, rows, False))
     if same:
-        per = _paired_segments(ctx, per)
+        pairing = spec.rule(
+            "same_task_pools",
+            "frames.same_task_pools",
+            "outcome segments",
+            f"had no segment of the other outcome to be paired with in the same task or {spec.unit_word}",
+        )
+        per = _paired_segments(ctx, per, pairing)
     for uid, rows, first in per:
         for key, lab, f, meta in rows:
             pool.add(uid, key, lab, f, f[0] if first else f[len(f) // 2], meta=meta)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .common import Pool, Spec, relative_frames, window_at_progress
+from .common import Pool, Rule, Spec, relative_frames, window_at_progress
 from .context import Context
 
 
@@ -55,14 +55,27 @@ def _chains(ctx: Context, uid: str) -> dict[int, list[str]]:
     return {int(s["seg_index"]): list(s["chain"] or []) for s in ctx.segments.get(uid, [])}
 
 
-def _windows(lo: int, hi: int, n: int, offsets, centers, margin_ratio, min_margin):
+def _windows(lo: int, hi: int, n: int, offsets, centers, margin_ratio, min_margin, rule: Rule | None = None):
+    """The frame windows at `centers` of a segment: one per distinct centre that fits the segment and the unit
+    (`rule` counts the centres that do not)."""
     seen = set()
     for c in centers:
         w = window_at_progress(int(lo), int(hi), c, offsets, margin_ratio, min_margin)
-        if w is None or w[1][0] < 0 or w[1][-1] >= n or w[0] in seen:
+        bad = w is None or w[1][0] < 0 or w[1][-1] >= n
+        if rule is not None and (bad or w[0] not in seen):
+            rule.count(1, bad)
+        if bad or w[0] in seen:
             continue
         seen.add(w[0])
         yield c, w[0], w[1]
+
+
+def _rules(spec: Spec, what: str) -> tuple[Rule, Rule]:
+    """The closed label set (labels) and the frame window (frames) as rules over `what` and its windows."""
+    return (
+        spec.rule("labels", "labels", what, "had an action outside the family's closed label set"),
+        spec.rule("frames", "frames.offsets", "windows", f"did not fit their segment or the {spec.unit_word}"),
+    )
 
 
 def t10_current(spec: Spec, ctx: Context):
@@ -70,14 +83,16 @@ def t10_current(spec: Spec, ctx: Context):
     offsets, centers, mr, mm = _params(spec)
     vocab = set(spec.label_texts)
     used = _source_stats(ctx)[0] if _uniform(spec) else None
+    outside, unfit = _rules(spec, "low-level segments")
     for uid in ctx.unit_ids:
         prims = ctx.primitives.get(uid, [])
         rec, chains = _recording_vocab(prims), _chains(ctx, uid)
         for p in prims:
+            outside.count(1, p["text"] not in vocab)
             if p["text"] not in vocab:
                 continue
             context = sorted(used) if used is not None else chains.get(int(p["parent_index"]), []) + rec
-            for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm):
+            for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm, unfit):
                 pool.add(
                     uid,
                     f"p{p['parent_index']}.{p['seg_index']}|c{a}",
@@ -96,15 +111,19 @@ def t11_next(spec: Spec, ctx: Context):
     vocab = set(spec.label_texts)
     excl_cur = bool(spec.t.distractors.exclude_current)
     nexts = _source_stats(ctx)[1] if _uniform(spec) else None
+    outside, unfit = _rules(spec, "low-level segments followed by another action")
     for uid in ctx.unit_ids:
         prims = ctx.primitives.get(uid, [])
         rec, chains = _recording_vocab(prims), _chains(ctx, uid)
         for p in prims:
             nxt = p["next_text"]
-            if nxt is None or nxt not in vocab:
+            if nxt is None:
+                continue
+            outside.count(1, nxt not in vocab)
+            if nxt not in vocab:
                 continue
             context = sorted(nexts) if nexts is not None else chains.get(int(p["parent_index"]), []) + rec
-            for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm):
+            for c, a, f in _windows(p["start_frame"], p["end_frame"], ctx.n(uid), offsets, centers, mr, mm, unfit):
                 pool.add(
                     uid,
                     f"p{p['parent_index']}.{p['seg_index']}|c{a}",
@@ -133,6 +152,10 @@ def t12_chain(spec: Spec, ctx: Context):
     vocab = set(spec.label_texts)
     excl_nb = bool(spec.t.distractors.exclude_neighbours)
     mids = sorted(_source_stats(ctx)[2]) if _uniform(spec) else None
+    outside, unfit = _rules(spec, "middle chain elements")
+    short = spec.rule(
+        "frames", "frames.relative", "middle chain elements", "had a neighbour too short to show its frames"
+    )
     for uid in ctx.unit_ids:
         rec = _recording_vocab(ctx.primitives.get(uid, []))
         n = ctx.n(uid)
@@ -143,15 +166,18 @@ def t12_chain(spec: Spec, ctx: Context):
             starts, ends = [int(x) for x in s["chain_start"]], [int(x) for x in s["chain_end"]]
             for m in range(1, len(chain) - 1):
                 prev, masked, nxt = chain[m - 1], chain[m], chain[m + 1]
+                outside.count(1, masked not in vocab)
                 if masked not in vocab:
                     continue
                 before = relative_frames(starts[m - 1], ends[m - 1], nb_fracs, mr, mm) if nb_fracs else []
                 after = relative_frames(starts[m + 1], ends[m + 1], nb_fracs, mr, mm) if nb_fracs else []
+                short.count(1, before is None or after is None)
                 if before is None or after is None:
                     continue  # a neighbour too short to show
                 context = mids if mids is not None else [x for x in chain if x not in (prev, nxt)] + rec
-                for c, a, f in _windows(starts[m], ends[m], n, offsets, centers, mr, mm):
+                for c, a, f in _windows(starts[m], ends[m], n, offsets, centers, mr, mm, unfit):
                     frames = [*before, *f, *after]
+                    unfit.count(0, frames[0] < 0 or frames[-1] >= n)
                     if frames[0] < 0 or frames[-1] >= n:
                         continue
                     pool.add(

@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.core.seeding import py_rng
 
-from .common import Pool, Spec, evenly, order_distractors, permutations_of
+from .common import Pool, Rule, Spec, evenly, order_distractors, permutations_of
 from .context import Context
 
 
@@ -56,7 +56,16 @@ def _gap_table(k: int, gmax: int) -> np.ndarray:
     return np.concatenate([np.zeros((gaps.shape[0], 1), dtype=np.int64), np.cumsum(gaps, axis=1)], axis=1)
 
 
-def _grid_sets(ctx: Context, uid: str, fcfg: dict, k: int, require_motion: bool) -> list[tuple[int, ...]]:
+def _grid_sets(
+    ctx: Context, uid: str, fcfg: dict, k: int, require_motion: bool, rules: dict[str, Rule] | None = None
+) -> list[tuple[int, ...]]:
+    """The unit's frame sets on the grid; `rules` (by template key) count the sets each rule leaves out."""
+    rules = rules or {}
+
+    def count(name: str, before, after) -> None:
+        if name in rules:
+            rules[name].count(int(np.count_nonzero(before)), int(np.count_nonzero(before & ~after)))
+
     n, fps = ctx.n(uid), ctx.fps(uid)
     step = max(1, int(round(float(fcfg["step_sec"]) * fps)))
     min_sep = max(1, int(round(float(fcfg["min_sep_sec"]) * fps)))
@@ -70,15 +79,22 @@ def _grid_sets(ctx: Context, uid: str, fcfg: dict, k: int, require_motion: bool)
     idx = idx[idx[:, -1] < grid.size]
     f = grid[idx]  # (c, k) frames, increasing
     keep = np.all(np.diff(f, axis=1) >= min_sep, axis=1)
+    count("min_sep_sec", np.ones(len(f), dtype=bool), keep)
     if require_motion:
         moving = np.concatenate(([0], np.cumsum(~ctx.stationary(uid))))
+        before = keep.copy()
         for j in range(k - 1):
             keep &= (moving[f[:, j + 1] + 1] - moving[f[:, j]]) > 0
+        count("require_motion_between", before, keep)
     runs = fcfg.get("_runs")
     if runs is not None:  # consecutive frames in different contact runs
+        before = keep.copy()
         keep &= np.all(np.diff(runs[f], axis=1) != 0, axis=1)
+        count("state_change", before, keep)
     f = f[keep]  # rows are in lexicographic order
     cap = fcfg.get("_cap")
+    if cap is not None:
+        count("cap_per_unit", np.ones(f.shape[0], dtype=bool), np.arange(f.shape[0]) < int(cap))
     if cap is not None and f.shape[0] > cap:
         f = f[[i for i in evenly(list(range(f.shape[0])), int(cap))]]
     return [tuple(row) for row in f.tolist()]
@@ -105,25 +121,69 @@ def _segment_sets(ctx: Context, uid: str, fcfg: dict, k: int) -> list[tuple[int,
     return sorted(out)
 
 
-def _frame_sets(spec: Spec, ctx: Context, uid: str, k: int) -> list[tuple[int, ...]]:
+def _set_rules(spec: Spec, ctx: Context, k: int) -> dict[str, Rule]:
+    """The rules a family's frame sets pass, by template key (min_sep_sec, require_motion_between, state_change,
+    cap_per_unit), and those that leave out whole units (exclude_cameras, contact)."""
+    sets, unit = f"sets of {k} frames", spec.unit_word
+    fcfg = spec.frames
+    return {
+        "exclude_cameras": spec.rule("exclude_cameras", "exclude_cameras", f"{unit}s", "came from an excluded camera"),
+        "contact": spec.rule(
+            "state_change",
+            "frames.state_change",
+            f"{unit}s",
+            "had no contact label to place a grasp or release between frames",
+        ),
+        "min_sep_sec": spec.rule(
+            "min_sep_sec", "frames.min_sep_sec", sets, f"had two frames closer than {fcfg.get('min_sep_sec')} s"
+        ),
+        "require_motion_between": spec.rule(
+            "require_motion_between",
+            "require_motion_between",
+            sets,
+            "had only stationary frames between two of their frames",
+        ),
+        "state_change": spec.rule(
+            "state_change",
+            "frames.state_change",
+            sets,
+            "had two consecutive frames with no grasp or release between them",
+        ),
+        "cap_per_unit": spec.rule(
+            "cap_per_unit",
+            "candidates.cap_per_unit",
+            sets,
+            f"lay past the cap of {spec.cap('cap_per_unit', len(ctx.unit_ids)) or 0:,} per {unit}",
+        ),
+    }
+
+
+def _frame_sets(spec: Spec, ctx: Context, uid: str, k: int, rules: dict[str, Rule]) -> list[tuple[int, ...]]:
     fcfg = spec.frames
     mode = fcfg.get("mode", "grid")
     cap = spec.cap("cap_per_unit", len(ctx.unit_ids))
-    if ctx.units[uid]["camera"] in set(spec.get("exclude_cameras") or ()):
+    excluded = ctx.units[uid]["camera"] in set(spec.get("exclude_cameras") or ())
+    rules["exclude_cameras"].count(1, excluded)
+    if excluded:
         return []
     runs = None
     if fcfg.get("state_change") == "contact":
         runs = _unit_runs(ctx, uid)
+        rules["contact"].count(1, runs is None)
         if runs is None:
             return []
     if mode == "grid":
         sets = _grid_sets(
-            ctx, uid, {**fcfg, "_cap": cap, "_runs": runs}, k, bool(spec.get("require_motion_between", False))
+            ctx, uid, {**fcfg, "_cap": cap, "_runs": runs}, k, bool(spec.get("require_motion_between", False)), rules
         )
     elif mode == "segment_midpoints":
         sets = _segment_sets(ctx, uid, fcfg, k)
         if runs is not None:
-            sets = [f for f in sets if all(runs[a] != runs[b] for a, b in zip(f, f[1:]))]
+            kept = [f for f in sets if all(runs[a] != runs[b] for a, b in zip(f, f[1:]))]
+            rules["state_change"].count(len(sets), len(sets) - len(kept))
+            sets = kept
+        if cap is not None:  # (grid mode caps its sets itself)
+            rules["cap_per_unit"].count(len(sets), max(0, len(sets) - int(cap)))
     else:
         raise ValueError(f"{spec.task_id}: unknown frame mode {mode!r}")
     return evenly(sorted(sets), cap)
@@ -132,8 +192,9 @@ def _frame_sets(spec: Spec, ctx: Context, uid: str, k: int) -> list[tuple[int, .
 def _ordering(spec: Spec, ctx: Context, k: int):
     pool = Pool(spec, ctx.units)
     labels = list(spec.get("display_labels"))
+    rules = _set_rules(spec, ctx, k)
     for uid in ctx.unit_ids:
-        for chrono in _frame_sets(spec, ctx, uid, k):
+        for chrono in _frame_sets(spec, ctx, uid, k, rules):
             key = "f" + "-".join(str(f) for f in chrono)
             ckey = f"{spec.task_id}|{spec.source}|{uid}|{key}"
             order = list(range(k))

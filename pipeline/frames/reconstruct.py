@@ -222,9 +222,11 @@ def reconstruct(
     workers: int | None = None,
     progress=None,
     item_ids=None,
+    fingerprint: str | None = None,
 ) -> dict:
     """Rebuild and verify the images of every item of `sources` (default: the slugs in `upstream`); `item_ids`: only
-    these items (what `processbench eval --upstream` asks about).
+    these items (what `processbench eval --upstream` asks about); `fingerprint`: the release's
+    (pipeline/release/identity.py release_fingerprint), recorded in the report as `release_fingerprint`.
 
     Returns {"sources": {slug: {"items", "ok", "missing", "differs", "unverified"}}, "files": {release file:
     {"items", "ok", "missing", "differs", "unverified", "images"}} (every eval level and SFT), "images_written": n,
@@ -329,6 +331,7 @@ def reconstruct(
         key=lambda r: r["item_id"],
     )
     report = {
+        **({"release_fingerprint": fingerprint} if fingerprint else {}),
         "sources": per_source,
         "files": per_file,
         "images_written": sum(r["images"] for r in results),
@@ -470,7 +473,8 @@ def reconstruct_summary(report: dict, out: Path, cfg: Settings) -> str:
         return f"{r['items']} items: {r['ok']} ok" + (f", {extra}" if extra else "")
 
     width = max((len(f) for f in report["files"]), default=0)
-    lines = ["reconstructed, per release file:"]
+    lines = [f"release fingerprint: {report['release_fingerprint']}"] if report.get("release_fingerprint") else []
+    lines += ["reconstructed, per release file:"]
     lines += [f"  {f:<{width}}  {counts(r)}; {r['images']} images written" for f, r in report["files"].items()]
     lines += ["per source:"] + [f"  {s}: {counts(r)}" for s, r in sorted(report["sources"].items())]
     lines += [f"{report['images_written']} images in {out / rc.images_dir}", f"per-item report: {out / rc.report_file}"]

@@ -8,8 +8,16 @@ The record (items/<slug>_shortfall.json) says for each short family what was ask
 `missing`) and, given the candidate pool, where its candidates went: `pool` and `pool_labels` (the family's
 candidates and their answer labels), `selected_labels`, `gate_dropped` (tried and rejected by the visual gate),
 `near_selected` (left out because they lie closer than the family's `min_gap` to an item taken from the same unit),
-the family's `min_gap` and `equal_per_unit`, and `reason`: those figures worded (`shortfall_reason`). Nothing is
-explained per family in code: the sentence is made from the figures alone, so a new family or source gets its own.
+the family's `min_gap` and `equal_per_unit`; `left_out`: why the pool is the size it is, what the family generator's
+own rules left out before any selection, a figure per rule (pipeline/families/common.py `LeftOut`: `name`, the config
+key `setting`, `what` it looked at, `considered`, `excluded`, `excluded_labels`, `why`); and `reason`: those figures
+worded (`shortfall_reason`), e.g. REASSEMBLE T7 on the demo corpus:
+
+    its candidate pool holds only 2 items (No 1, Yes 1), all of them taken: of 23 outcome segments, 21 (all success)
+    had no segment of the other outcome to be paired with in the same task or recording (same_task_pools)
+
+Nothing is explained per family in code: the sentence is made from the figures alone, so a new family, rule or
+source gets its own.
 """
 
 from __future__ import annotations
@@ -30,13 +38,15 @@ def shortfall(
     pool: pl.DataFrame | None = None,
     gate_dropped: dict[str, int] | None = None,
     unit_word: str = "unit",
+    left_out: dict[str, list[dict]] | None = None,
 ) -> list[dict]:
     """Families with fewer items than their quota: [{source, task_id, quota, selected, missing}] (never padded).
     `quotas` is {task: n} for one source (give `source` when items may be empty) or {source: {task: n}}; a
     `Quotas` dict (pipeline/items/selection.py) also gives each family's min_gap and equal_per_unit. With the
     candidate `pool`, each entry also says where the candidates went and why, in figures and in a sentence (module
     docstring); `gate_dropped`: {task: candidates the visual gate rejected}; `unit_word`: the source's unit
-    (episode, recording) in that sentence."""
+    (episode, recording) in that sentence; `left_out`: {task: the generator's figures per rule} (the candidate
+    pool's, pipeline/stages.py `left_out`)."""
     have: dict[tuple[str, str], int] = defaultdict(int)
     if items.height:
         for r in items.group_by(["source", "task_id"]).len().iter_rows(named=True):
@@ -67,6 +77,7 @@ def shortfall(
                 near_selected=_near_selected(pool, items, s, t, min_gap),
                 min_gap=min_gap,
                 equal_per_unit=bool(st.get("equal_per_unit", False)),
+                left_out=[dict(r) for r in (left_out or {}).get(t, []) if isinstance(r, dict)],
             )
             rec["reason"] = shortfall_reason(rec, unit_word)
         out.append(rec)
@@ -107,10 +118,14 @@ def _labels(counts: dict | None) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in (counts or {}).items())
 
 
+RULES_SHOWN = 3  # the generator's rules a reason names at most (those that left out the largest share first)
+
+
 def shortfall_reason(rec: dict, unit_word: str = "unit") -> str:
     """Why a family fell short, as a sentence made from the record's figures: how large its candidate pool is and
     where the candidates not taken went (the visual gate, the spacing rule `min_gap`, the same count from every
-    unit `equal_per_unit`). A record without the pool's figures says what it has."""
+    unit `equal_per_unit`), and what the generator's own rules left out of the pool (`left_out`: `rules_reason`).
+    A record without the pool's figures says what it has."""
     selected, quota = int(rec.get("selected", 0)), int(rec.get("quota", 0))
     if not isinstance(rec.get("pool"), int):
         return f"the selection found {selected:,} usable candidates for a quota of {quota:,}"
@@ -129,11 +144,42 @@ def shortfall_reason(rec: dict, unit_word: str = "unit") -> str:
         )
     elif rest:
         where.append(f"{rest:,} were not reached by the selection")
+    rules = rules_reason(rec.get("left_out"))
     if pool < quota:
         head = f"its candidate pool holds only {pool:,} items" + (f" ({labels})" if labels else "")
-        return head + (", all of them taken" if not where else f": {selected:,} taken, " + _and(where))
+        if not where:
+            return head + ", all of them taken" + (f": {rules}" if rules else "")
+        return head + f": {selected:,} taken, " + _and(where) + (f"; before selection, {rules}" if rules else "")
     head = f"of its {pool:,} candidates" + (f" ({labels})" if labels else "")
-    return f"{head}, {selected:,} were taken and " + _and(where) if where else f"{head}, {selected:,} were taken"
+    text = f"{head}, {selected:,} were taken and " + _and(where) if where else f"{head}, {selected:,} were taken"
+    return text + (f"; before selection, {rules}" if rules else "")
+
+
+def rules_reason(figures, shown: int = RULES_SHOWN) -> str:
+    """What a family generator's rules left out of its pool, from their figures (pipeline/families/common.py
+    `LeftOut`): "of 18 arms, 9 had a calibrated mapping naming fewer than 4 directions, so are not asked about
+    (calibrated_direction)", for the `shown` rules that left out the largest share of what they looked at, in the
+    generator's order ('' when no rule left anything out)."""
+    rules = [
+        r
+        for r in (figures if isinstance(figures, list) else [])
+        if isinstance(r, dict) and isinstance(r.get("excluded"), int) and r["excluded"] > 0 and r.get("considered")
+    ]
+    top = sorted(range(len(rules)), key=lambda i: (-rules[i]["excluded"] / rules[i]["considered"], i))[:shown]
+    parts = []
+    for i in sorted(top):
+        r = rules[i]
+        by = {str(k): int(v) for k, v in (r.get("excluded_labels") or {}).items() if v}
+        split = ""
+        if len(by) == 1 and sum(by.values()) == r["excluded"]:
+            split = f" (all {next(iter(by))})"
+        elif by:
+            split = f" ({_labels(by)})"
+        parts.append(
+            f"of {int(r['considered']):,} {r.get('what', 'candidates')}, {r['excluded']:,}{split} "
+            f"{r.get('why', 'were left out')} ({r.get('name', 'a rule')})"
+        )
+    return "; ".join(parts)
 
 
 def _and(parts: list[str]) -> str:

@@ -22,6 +22,8 @@ from pipeline.core import io
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
+# The validity audit's report, in the release's metadata/ folder (pipeline/validity writes it).
+VALIDITY_REPORT_FILES = ("validity_report.json", "validity_report.md")
 # Keys that betray wall-clock time or the machine; refused in any metadata handed to the writers
 # (docs/release-format.md, "Determinism").
 FORBIDDEN_KEYS = frozenset(
@@ -92,11 +94,13 @@ def release_files_on_disk(out_dir: Path, cfg: Settings) -> list[str]:
     return sorted(rels)
 
 
-def write_checksums(out_dir: Path, cfg: Settings) -> dict[str, str]:
+def write_checksums(out_dir: Path, cfg: Settings, known: dict[str, str] | None = None) -> dict[str, str]:
     """(Re)write checksums.sha256 over every file now in the release (`sha256sum -c` format, sorted by path). A later
-    stage that adds files to the release (exports) calls this again when it is done."""
+    stage that adds files to the release (exports) calls this again when it is done. `known`: digests the caller has
+    just computed of files it has not written since (not hashed again)."""
     out_dir = Path(out_dir)
-    sums = {rel: sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
+    known = known or {}
+    sums = {rel: known.get(rel) or sha256_file(out_dir / rel) for rel in release_files_on_disk(out_dir, cfg)}
     io.atomic_write_text(out_dir / file_names(cfg)["checksums"], "".join(f"{h}  {rel}\n" for rel, h in sums.items()))
     return sums
 
@@ -125,6 +129,17 @@ def release_damage(out_dir: Path, cfg: Settings) -> list[str]:
             out.append(f"{name}: other bytes than its checksum")
     out += [f"{name}: not in {rel}" for name in release_files_on_disk(out_dir, cfg) if name not in listed]
     return out
+
+
+def not_a_release(root: Path, files: dict[str, str]) -> str | None:
+    """One line when the folder holds none of a release's files (a wrong folder, not a damaged release)."""
+    names = [files["checksums"], *sorted(v for k, v in files.items() if k != "checksums")]
+    if any((root / rel).exists() for rel in names):
+        return None
+    return (
+        f"{Path(root).absolute()} is not a ProcessBench release: none of its files is there ({names[0]}, "
+        f"{names[1]}, ...); give the folder a build published (release/ by default)"
+    )
 
 
 def level_file_name(rel: str, level: str | None) -> str:

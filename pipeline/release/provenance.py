@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.core.digests import without_no_output_keys
+from pipeline.core.digests import REPO, digest, file_digest, without_no_output_keys
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -120,9 +120,45 @@ def config_hash(cfg: Settings) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def config_sections(cfg: Settings) -> dict[str, str]:
+    """sha256 of each part of the configuration (without the NO_OUTPUT_KEYS): one per configs/ section, one per
+    built source's entry (`sources.<slug>`) and one per template (`tasks.<T>`, `step_tasks.<T>`), so that
+    `processbench diff` can say which parts two releases were built with differ."""
+    doc = cfg.model_dump()
+    out = {}
+    for section, value in sorted(doc.items()):
+        if section in ("sources", "tasks", "step_tasks") and isinstance(value, dict):
+            for name, entry in sorted(value.items()):
+                if section != "sources" or name in cfg.build.sources:
+                    out[f"{section}.{name}"] = digest(without_no_output_keys(section, entry, per_source=True))
+        else:
+            out[section] = digest(without_no_output_keys(section, value))
+    return out
+
+
+def code_versions(cfg: Settings) -> dict:
+    """The versions of the code that wrote the release: the builder, split rule, prompt protocol, renderer and frame
+    decoder versions, and the sha256 of requirements.lock (the dependency set). No digest of the source files: it
+    would change the demo release's lock with every commit (docs/release-format.md "Item and release identity")."""
+    from pipeline.frames.render import RENDER_VERSION
+    from upstream_adapters.media.video import DECODER_VERSION
+
+    rc = cfg.release
+    return {
+        "builder_version": rc.builder_version,
+        "split_version": rc.split_version,
+        "prompt_version": rc.prompt_version,
+        "render_version": RENDER_VERSION,
+        "decoder_version": DECODER_VERSION,
+        "requirements_lock_sha256": file_digest(REPO / "requirements.lock"),
+    }
+
+
 def provenance(cfg: Settings, corpora: dict[str, dict], warnings=()) -> dict:
     """What provenance.json holds; `warnings`: the statistics the corpus could not meet (an eval level it cannot
-    fill), present only when there are any (the card repeats them)."""
+    fill), present only when there are any (the card repeats them). The release identity (fingerprint, item_uid
+    version, template variants) is added last, by the release step (pipeline/release/identity.py stamp_release)."""
+
     rc = cfg.release
     sources = {}
     for slug in cfg.build.sources:
@@ -144,6 +180,8 @@ def provenance(cfg: Settings, corpora: dict[str, dict], warnings=()) -> dict:
         "scale": cfg.build.scale,
         "release_seed": cfg.build.release_seed,
         "config_sha256": config_hash(cfg),
+        "config_sections": config_sections(cfg),
+        "code": code_versions(cfg),
         "sources_built": list(sources),
         "from_sample_data": "samples" in origins,
         "sources": sources,

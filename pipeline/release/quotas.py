@@ -7,8 +7,9 @@ delivered and the quota, and for each shortfall why, in a sentence made from wha
 
 A cell is {"source", "task_id", "delivered", "quota"}, plus {"short", "reason"} when delivered < quota. The reasons
 come from the frames stage's shortfall records (items/<slug>_shortfall.json: the pool, its labels, what the visual
-gate and the spacing rule left out; pipeline/items/shortfall.py) and the step stage's summary (steps/summary.json;
-pipeline/steps/stage.py `step_reason`), never from a text written per cell. provenance.json holds the one record;
+gate and the spacing rule left out, and what the family generator's own rules left out of the pool, `left_out`;
+pipeline/items/shortfall.py) and the step stage's summary (steps/summary.json; pipeline/steps/stage.py
+`step_reason`), never from a text written per cell. provenance.json holds the one record;
 the eval and SFT manifests repeat it, task_distribution.csv sums it per family (`delivered`, `quota`,
 `shortfall_reason`) and the card gives a line per cell. The validator holds the record to the rows (a cell's
 `delivered` is the items the release files hold) and every copy to the record.

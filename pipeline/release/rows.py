@@ -29,6 +29,7 @@ import polars as pl
 
 from pipeline.core import io
 from pipeline.release.files import source_names, task_number
+from pipeline.release.identity import MCQ_UID_COLUMNS, mcq_uid, template_variants
 from pipeline.release.schema import (
     CHOICE_COLUMNS,
     CHOICE_LETTERS,
@@ -211,7 +212,17 @@ def _joined(items: pl.DataFrame, units: pl.DataFrame, names: dict) -> pl.DataFra
     return joined
 
 
-def _columns(split: str, rc: dict, names: dict, tnames: dict) -> list[pl.Expr]:
+def _uid_column(exprs: dict[str, pl.Expr], variants: dict[str, str]) -> pl.Expr:
+    """item_uid of every row, from the row's own release columns (pipeline/release/identity.py mcq_uid)."""
+    needed = (*MCQ_UID_COLUMNS, *CHOICE_COLUMNS)
+
+    def uids(s: pl.Series) -> pl.Series:
+        return pl.Series([mcq_uid(r, variants[r["task_id"]]) for r in s.to_list()], dtype=pl.String)
+
+    return pl.struct(*(exprs[c].alias(c) for c in needed)).map_batches(uids, return_dtype=pl.String)
+
+
+def _columns(split: str, rc: dict, names: dict, tnames: dict, variants: dict[str, str]) -> list[pl.Expr]:
     """The release columns of one split's sorted rows, in schema order."""
     col = pl.col
     refs = reference_columns(
@@ -252,6 +263,7 @@ def _columns(split: str, rc: dict, names: dict, tnames: dict) -> list[pl.Expr]:
         "sft_target": refs["sft_target"],
         **{c: col(c) for c in ("licence", "render_spec_json", "image_hashes_json", "eval_level")},
     }
+    exprs["item_uid"] = _uid_column(exprs, variants)
     if list(exprs) != list(COLUMN_NAMES):
         raise AssertionError(f"release columns out of step with pipeline/release/schema.py: {list(exprs)}")
     return [e.alias(c) for c, e in exprs.items()]
@@ -264,6 +276,7 @@ def release_tables(items: pl.DataFrame, units: pl.DataFrame, cfg: Settings) -> t
     _check_columns(units, REQUIRED_UNIT_COLUMNS, "units")
     rc = cfg.release
     names, tnames = source_names(cfg), cfg.task_names()
+    variants = template_variants(cfg)
     rows = _joined(items, units, names)
     # A group id names one isolation group: it never spans splits.
     both = rows.group_by("split_group_id").agg(pl.col("split").n_unique().alias("n")).filter(pl.col("n") > 1)
@@ -291,7 +304,7 @@ def release_tables(items: pl.DataFrame, units: pl.DataFrame, cfg: Settings) -> t
             raise ValueError(problem)
     schema = polars_schema()
     eval_df, sft_df = (
-        rows.filter(pl.col("split") == split).select(_columns(split, rc, names, tnames)).cast(schema)
+        rows.filter(pl.col("split") == split).select(_columns(split, rc, names, tnames, variants)).cast(schema)
         for split in SPLITS
     )
     return eval_df, sft_df

@@ -3,7 +3,8 @@
 This module is the one place the release columns are defined. The writers build the eval/SFT tables in this order,
 `metadata/schema.md` is generated from it (`schema_markdown`), and the validator compares every release parquet with it.
 The columns up to `sft_target` are the public RoboProcessBench row schema (docs/release-format.md, in its order);
-`licence`, `render_spec_json`, `image_hashes_json` and `eval_level` are our additions (docs/release-format.md).
+`licence`, `render_spec_json`, `image_hashes_json`, `eval_level` and `item_uid` are our additions (docs/release-format.md;
+`item_uid`: pipeline/release/identity.py).
 
 Reference strings (docs/upstream-formats.md), built only from path-free keys:
     visual_ref              = "{slug}/{unit_type}/{unit_id}/{camera}/frames[{i:06d},{j:06d},...]"
@@ -27,6 +28,7 @@ CHOICE_COLUMNS = tuple(f"choice_{c}" for c in CHOICE_LETTERS)
 # What a model may be shown: model-facing configs and exports carry only these columns (plus the images).
 MODEL_FACING_COLUMNS = (
     "item_id",
+    "item_uid",  # a one-way digest over fields no model-facing file shows (pipeline/release/identity.py)
     "source",
     "task_id",
     "task_name",
@@ -117,6 +119,14 @@ COLUMNS: tuple[tuple[str, pa.DataType, bool, str], ...] = (
         "(one per frame; one for a panel composite).",
     ),
     ("eval_level", _S, True, "Out-of-distribution level (L1/L2/L3) when the split defines them, else null."),
+    (
+        "item_uid",
+        _S,
+        False,
+        "What the item is, the same in every build that holds it: 32 hex digits of sha256 over the family, its "
+        "template variant, the reconstruction key (frames in display order), the display labels, the question, the "
+        "options in order and the answer (not over item_id, split, level or images; docs/release-format.md).",
+    ),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c[0] for c in COLUMNS)
@@ -124,7 +134,7 @@ DESCRIPTIONS: dict[str, str] = {c[0]: c[3] for c in COLUMNS}
 NON_NULLABLE: tuple[str, ...] = tuple(c[0] for c in COLUMNS if not c[2])
 RELEASE_SCHEMA = pa.schema([pa.field(n, t, nullable=nl) for n, t, nl, _ in COLUMNS])
 # Columns added to the public schema by this builder.
-ADDED_COLUMNS = ("licence", "render_spec_json", "image_hashes_json", "eval_level")
+ADDED_COLUMNS = ("licence", "render_spec_json", "image_hashes_json", "eval_level", "item_uid")
 
 
 def polars_schema() -> pl.Schema:

@@ -33,6 +33,7 @@ from pipeline.release.quotas import counts as quota_counts, quota_problems, reco
 from pipeline.release.scan import release_leaks
 from pipeline.release.validate_derived import export_problems, provenance_problems, validity_problems
 from pipeline.release.validate_files import check_files, max_file_bytes
+from pipeline.release.files import not_a_release
 from pipeline.release.schema import (
     CHOICE_COLUMNS,
     CHOICE_LETTERS,
@@ -455,17 +456,6 @@ def _forbidden_keys(obj, where: str = "") -> list[str]:
     return out
 
 
-def not_a_release(root: Path, files: dict[str, str]) -> str | None:
-    """One line when the folder holds none of a release's files (a wrong folder, not a damaged release)."""
-    names = [files["checksums"], *sorted(v for k, v in files.items() if k != "checksums")]
-    if any((root / rel).exists() for rel in names):
-        return None
-    return (
-        f"{Path(root).absolute()} is not a ProcessBench release: none of its files is there ({names[0]}, "
-        f"{names[1]}, ...); give the folder a build published (release/ by default)"
-    )
-
-
 def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool = True) -> list[str]:
     """All problems found in the release folder (empty list = valid). leaks=False leaves out the path / identity
     scan of every file (`release_leaks`), which the build runs as a check of its own."""
@@ -518,10 +508,28 @@ def validate_release(release_dir: Path, cfg: Settings | None = None, leaks: bool
     }
     for problem in step_problems(root, cfg, mcq):  # the T13 step files (pipeline/steps/write.py)
         report.add(problem)
+    for problem in _uid_problems(root, cfg, every):  # item_uid of every row (pipeline/release/identity.py)
+        report.add(problem)
     for problem in _quota_problems(root, cfg, every, read):
         report.add(problem)
     problems = report.done() + model_facing_problems(root, cfg, skip=too_big)
     return problems + release_leaks(root, cfg, skip=too_big) if leaks else problems
+
+
+def _uid_problems(root: Path, cfg: Settings, every: dict[str, pl.DataFrame]) -> list[str]:
+    """Each row's item_uid recomputed from the row (with the template variants the release was built with), and no
+    uid on two rows of any file, either track."""
+    from pipeline.release.identity import built_variants, uid_problems
+    from pipeline.steps.rows import STEP_SCHEMA
+    from pipeline.steps.write import step_tables
+
+    mcq = [df for df in every.values() if "item_uid" in df.columns]
+    try:
+        steps = [(rel, df) for rel, df in step_tables(root, cfg).items() if list(df.schema) == list(STEP_SCHEMA)]
+    except Exception:  # noqa: BLE001 - unreadable step files are reported by step_problems
+        steps = []
+    table = pl.concat(mcq, how="vertical_relaxed") if mcq else None
+    return uid_problems(table, steps, built_variants(root, cfg))
 
 
 def _quota_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFrame], read_json) -> list[str]:

@@ -182,6 +182,7 @@ def provenance_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFram
         out.append(f"{rel}: warnings is not a non-empty list of one-line texts")
     if not (isinstance(p.get("config_sha256"), str) and _ID.fullmatch(p["config_sha256"])):
         out.append(f"{rel}: config_sha256 is not a sha256")
+    out += _identity_problems(root, cfg, p, rel)
     if rows is not None:
         used = rows.group_by("source_slug").agg(pl.col("source").unique(), pl.col("source_unit_id").n_unique())
         for slug, names, n_units in used.sort("source_slug").iter_rows():
@@ -194,6 +195,36 @@ def provenance_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFram
             listed = s.get("units_listed")
             if not isinstance(listed, int) or listed < n_units:
                 out.append(f"{rel}: source {slug} lists {listed!r} units, the rows use {n_units}")
+    return out
+
+
+def _identity_problems(root: Path, cfg: Settings, p: dict, rel: str) -> list[str]:
+    """provenance.json's release identity: the fingerprint is the one the listed checksums give, over the files
+    pipeline/release/identity.py leaves out; the uid derivation's version; the template variants of every family."""
+    from pipeline.release import identity as ident
+
+    out = []
+    if p.get(ident.UID_VERSION_KEY) != ident.UID_VERSION:
+        out.append(
+            f"{rel}: {ident.UID_VERSION_KEY} {p.get(ident.UID_VERSION_KEY)!r}, this builder's is {ident.UID_VERSION}"
+        )
+    variants = p.get(ident.VARIANTS_KEY)
+    if not (isinstance(variants, dict) and all(isinstance(v, str) for v in variants.values())):
+        out.append(f"{rel}: {ident.VARIANTS_KEY} is not a map of task id -> template variant")
+    fp, excluded = p.get(ident.FINGERPRINT_KEY), ident.excluded_files(cfg)
+    if not (isinstance(fp, str) and _ID.fullmatch(fp)):
+        return out + [
+            f"{rel}: no {ident.FINGERPRINT_KEY} (a release of an older format, or a build that did not finish)"
+        ]
+    if p.get(ident.EXCLUDES_KEY) != excluded:
+        out.append(f"{rel}: {ident.EXCLUDES_KEY} is not {excluded}")
+    try:
+        lines = (root / writers.file_names(cfg)["checksums"]).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return out  # reported by the checksum check
+    sums = dict(reversed(line.split("  ", 1)) for line in lines if "  " in line)
+    if ident.fingerprint_of(sums, excluded) != fp:
+        out.append(f"{rel}: {ident.FINGERPRINT_KEY} is not the sha256 of the checksum lines of the files it covers")
     return out
 
 
@@ -241,6 +272,11 @@ def validity_problems(root: Path, cfg: Settings, tables: dict[str, pl.DataFrame]
     out = []
     if (root / mrel).is_file() and (root / mrel).read_bytes() != render_markdown(rep).encode("utf-8"):
         out.append(f"{mrel}: is not the rendering of {jrel}")
+    from pipeline.release.identity import FINGERPRINT_KEY, stated_fingerprint
+
+    stated = stated_fingerprint(root, cfg)
+    if stated is not None and rep.get(FINGERPRINT_KEY) != stated:
+        out.append(f"{jrel}: {FINGERPRINT_KEY} {rep.get(FINGERPRINT_KEY)!r} is not the release's ({stated})")
     vcfg = cfg.validity
     try:
         again = _cheap_cells(tables["eval"].to_dicts(), tables["sft"].to_dicts())

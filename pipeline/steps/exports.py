@@ -62,10 +62,11 @@ def step_configs(release_dir: Path, cfg: Settings) -> dict[str, dict[str, tuple[
 
 def visualprocessbench_rows(df: pl.DataFrame) -> list[dict]:
     """VisualProcessBench's jsonl fields (image: paths relative to the `processbench reconstruct` folder, question,
-    answer, response: {steps, process_correctness}, policy_model, data_source) plus the item id."""
+    answer, response: {steps, process_correctness}, policy_model, data_source) plus the item id and uid."""
     return [
         {
             "id": r["item_id"],
+            "item_uid": r["item_uid"],
             "image": list(r["image"]),
             "question": r["question"],
             "answer": r["answer"],
@@ -76,7 +77,9 @@ def visualprocessbench_rows(df: pl.DataFrame) -> list[dict]:
             "policy_model": POLICY_MODEL,
             "data_source": r["source"],
         }
-        for r in df.select("item_id", "image", "question", "answer", "response", "source").iter_rows(named=True)
+        for r in df.select("item_id", "item_uid", "image", "question", "answer", "response", "source").iter_rows(
+            named=True
+        )
     ]
 
 

@@ -19,6 +19,7 @@ import polars as pl
 from pipeline.release.files import image_filename
 from pipeline.core.io import compact_json
 from pipeline.release.files import source_names, source_order
+from pipeline.release.identity import step_uid
 from .items import STEP_ERROR_KINDS
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ IMAGE_TAG = "<image>"
 RESPONSE_TYPE = pl.Struct({"steps": pl.List(pl.String), "process_correctness": pl.List(pl.Int64)})
 STEP_SCHEMA = {
     "item_id": pl.String,
+    "item_uid": pl.String,  # what the item is (pipeline/release/identity.py step_uid)
     "split": pl.String,
     "source": pl.String,
     "source_slug": pl.String,
@@ -58,6 +60,7 @@ STEP_SCHEMA = {
 # shown to a model (plus the images): never the gold labels, error kinds, frames or units
 STEP_MODEL_FACING = (
     "item_id",
+    "item_uid",
     "source",
     "task_id",
     "task_name",
@@ -146,36 +149,37 @@ def step_rows(drafts: list[dict], units: dict, hashes: dict, tpl: StepTaskFile, 
             image_hashes += [hashes[(slug, st["unit_id"], st["camera"], int(f))] for f in st["frames"]]
         question = goal(tpl, slug)
         u = units[(slug, d["unit_id"])]
-        rows.append(
-            {
-                "item_id": item_id,
-                "split": split,
-                "source": names[slug],
-                "source_slug": slug,
-                "source_task_id": u["task_id"],
-                "source_unit_type": u["unit_type"],
-                "source_unit_id": d["unit_id"],
-                "task_id": tpl.task_id,
-                "task_name": tpl.task_name,
-                "eval_level": d.get("eval_level"),
-                "split_group_id": d["split_group_id"],
-                "image": [f"{images_prefix}/{image_filename(item_id, i)}" for i in range(k)],
-                "question": question,
-                "response": {"steps": texts, "process_correctness": labels},
-                "step_image_index_json": compact_json(index),
-                "prompt": prompt_text(tpl, question, texts, [len(st["frames"]) for st in d["steps"]]),
-                "answer": answer_text(labels),
-                "num_steps": len(texts),
-                "first_error_index": next((i for i, v in enumerate(labels) if v == -1), -1),
-                "step_error_kinds_json": compact_json(errors),
-                "step_reconstruction_keys_json": compact_json([recon_key(slug, st, units) for st in d["steps"]]),
-                "image_hashes_json": compact_json(image_hashes),
-                "licence": u["licence"],
-                "split_version": rel.split_version,
-                "builder_version": rel.builder_version,
-                "prompt_version": tpl.prompt_version,
-            }
-        )
+        row = {
+            "item_id": item_id,
+            "item_uid": None,
+            "split": split,
+            "source": names[slug],
+            "source_slug": slug,
+            "source_task_id": u["task_id"],
+            "source_unit_type": u["unit_type"],
+            "source_unit_id": d["unit_id"],
+            "task_id": tpl.task_id,
+            "task_name": tpl.task_name,
+            "eval_level": d.get("eval_level"),
+            "split_group_id": d["split_group_id"],
+            "image": [f"{images_prefix}/{image_filename(item_id, i)}" for i in range(k)],
+            "question": question,
+            "response": {"steps": texts, "process_correctness": labels},
+            "step_image_index_json": compact_json(index),
+            "prompt": prompt_text(tpl, question, texts, [len(st["frames"]) for st in d["steps"]]),
+            "answer": answer_text(labels),
+            "num_steps": len(texts),
+            "first_error_index": next((i for i, v in enumerate(labels) if v == -1), -1),
+            "step_error_kinds_json": compact_json(errors),
+            "step_reconstruction_keys_json": compact_json([recon_key(slug, st, units) for st in d["steps"]]),
+            "image_hashes_json": compact_json(image_hashes),
+            "licence": u["licence"],
+            "split_version": rel.split_version,
+            "builder_version": rel.builder_version,
+            "prompt_version": tpl.prompt_version,
+        }
+        row["item_uid"] = step_uid(row, tpl.variant)
+        rows.append(row)
     return pl.DataFrame(rows, schema=STEP_SCHEMA)
 
 

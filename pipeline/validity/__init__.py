@@ -24,6 +24,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from pipeline.release.files import VALIDITY_REPORT_FILES
 from pipeline.release.schema import CHOICE_COLUMNS
 from .baselines import cell_baselines
 from pipeline.core.seeding import py_rng
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["audit", "problems", "run_validity"]
 
 
-REPORT_FILES = ("validity_report.json", "validity_report.md")  # in the release's metadata/ folder
+REPORT_FILES = VALIDITY_REPORT_FILES  # in the release's metadata/ folder (named in pipeline/release/files.py)
 # the release columns the audit reads: the rest of a row (prompts, targets, specs) would only cost the worker memory
 AUDIT_COLUMNS = (
     "source_slug",
@@ -249,11 +250,17 @@ def _fps_table(wd: Path, sources: list[str]):
 
 
 def run_validity(
-    cfg: Settings, release_dir: Path | None = None, work_dir: Path | None = None, checksums: bool = True
+    cfg: Settings,
+    release_dir: Path | None = None,
+    work_dir: Path | None = None,
+    checksums: bool = True,
+    fingerprint: str | None = None,
 ) -> dict:
     """The stage: audit the written release splits (+ the items' frame thumbnails, the IR's fps), write
     metadata/validity_report.json and .md, re-write checksums.sha256 to cover them (when the release has one and
-    `checksums`; the release stage writes it once at its end), and return {"problems": [...], "cells": n}."""
+    `checksums`; the release stage writes it once at its end), and return {"problems": [...], "cells": n}.
+    `fingerprint`: the audited release's (`release_fingerprint` in the report; inside the build the release step
+    states it once it is known: pipeline/release/identity.py stamp_release)."""
     import polars as pl
 
     from pipeline.settings.config import path_in_repo
@@ -294,6 +301,8 @@ def run_validity(
         report["steps"] = step_gates(steps["eval"], steps["sft"], vcfg.steps)
     report["problems"] = problems(report, vcfg)
     report["warnings"] = warnings(report, vcfg)
+    if fingerprint is not None:
+        report["release_fingerprint"] = fingerprint
     write_report(report, rel / "metadata")
     if checksums and (rel / names["checksums"]).exists():  # the report is part of the release: cover it
         write_checksums(rel, cfg)
@@ -307,18 +316,36 @@ def write_report(report: dict, metadata_dir: Path) -> None:
     atomic_write_bytes(metadata_dir / REPORT_FILES[1], render_markdown(report).encode())
 
 
-def merge_human(cfg: Settings, release_dir: Path, files: list[Path]) -> dict:
+def state_fingerprint(release_dir: Path, fingerprint: str) -> None:
+    """Name the audited release in its validity report (`release_fingerprint`, json and md) when there is one: the
+    release step does once the fingerprint is known (pipeline/release/identity.py stamp_release)."""
+    path = Path(release_dir) / "metadata" / REPORT_FILES[0]
+    if path.is_file():
+        report = json.loads(path.read_text(encoding="utf-8"))
+        report["release_fingerprint"] = fingerprint
+        write_report(report, path.parent)
+
+
+def merge_human(
+    cfg: Settings, release_dir: Path, files: list[Path], drop_unknown: bool = False, fingerprint: str | None = None
+) -> dict:
     """Add the human check (verdict files of pipeline/review.py pages) to the release's validity report as its
-    `human` section (json + md; checksums re-written when the release has them); returns that section."""
+    `human` section (json + md; checksums re-written when the release has them); returns that section. Verdicts are
+    matched by item uid (pipeline/validity/human.py); every file is read and matched before the report is touched, so
+    a bad file (ValueError naming it) changes nothing. `fingerprint`: the release's, when the caller has read it."""
+    from pipeline.release.identity import release_fingerprint
     from pipeline.release.writers import file_names, write_checksums
-    from .human import answer_key, human_report, load_verdicts
+    from .human import human_report, load_verdicts, match_verdicts, release_keys
 
     rel = Path(release_dir)
     path = rel / "metadata" / REPORT_FILES[0]
     if not path.exists():
         raise FileNotFoundError(f"{path}: no validity report to merge into (run the audit first: --work-dir)")
     report = json.loads(path.read_text(encoding="utf-8"))
-    report["human"] = human_report(load_verdicts(files), answer_key(rel, cfg), cfg.validity.human)
+    keys = release_keys(rel, cfg)
+    fingerprint = fingerprint or release_fingerprint(rel, cfg)
+    merged = match_verdicts(load_verdicts(files), keys, fingerprint, drop_unknown)
+    report["human"] = human_report(merged, keys, cfg.validity.human)
     write_report(report, rel / "metadata")
     if (rel / file_names(cfg)["checksums"]).exists():
         write_checksums(rel, cfg)
@@ -326,17 +353,27 @@ def merge_human(cfg: Settings, release_dir: Path, files: list[Path]) -> dict:
 
 
 def command(args) -> int:
-    """`processbench validity --release DIR [--work-dir DIR] [--human FILE ...]`: audit a written release (with
-    --work-dir), merge human verdicts into its report (with --human), print its problems."""
+    """`processbench validity --release DIR [--work-dir DIR] [--human FILE ... [--drop-unknown]]`: audit a written
+    release (with --work-dir), merge human verdicts into its report (with --human), print its problems."""
     from pipeline.settings.config import load_settings
 
     cfg = load_settings()
     if not args.work_dir and not args.human:
         print("processbench validity: give --work-dir (the audit), --human FILE ... (merge verdicts), or both")
         return 2
+    from pipeline.release.identity import ReleaseIdentityError, release_fingerprint
+
+    try:  # the report names the release it audits
+        fingerprint = release_fingerprint(Path(args.release), cfg)
+    except ReleaseIdentityError as exc:
+        print(f"processbench validity: error: {exc}")
+        return 2
+    print(f"release {args.release}: fingerprint {fingerprint}")
     rc = 0
     if args.work_dir:
-        summary = run_validity(cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir))
+        summary = run_validity(
+            cfg, release_dir=Path(args.release), work_dir=Path(args.work_dir), fingerprint=fingerprint
+        )
         for p in summary["problems"]:
             print(f"VALIDITY: {p}")
         print(
@@ -345,14 +382,32 @@ def command(args) -> int:
         )
         rc = 1 if summary["problems"] else 0
     if args.human:
+        from .human import short
+
         try:
-            human = merge_human(cfg, Path(args.release), [Path(f) for f in args.human])
+            files = [Path(f) for f in args.human]
+            human = merge_human(cfg, Path(args.release), files, bool(args.drop_unknown), fingerprint)
         except (ValueError, FileNotFoundError) as exc:
-            print(f"processbench validity: {exc}")
+            for line in str(exc).splitlines():
+                print(f"processbench validity: {line}")
             return 2
+        for r in human["files"]:
+            print(
+                f"HUMAN: {r['file']} ({r['annotator']}, {r['source']} {r['family']}): {r['merged']} of "
+                f"{r['verdicts']} verdicts merged"
+                + (f", {r['refused']} on items not in this release left out" if r["refused"] else "")
+                + ("" if r["this_release"] else f"; made for another release ({short(r['release_fingerprint'])})")
+            )
         for c in human["cells"]:
             print(
                 f"HUMAN: {c['source']}/{c['family']}: accuracy {c['accuracy']:.3f} over {c['judgments']} "
                 f"judgments (chance {c['chance']:.3f}){'' if c['decidable'] else ' NOT DECIDABLE'}"
             )
+        for c in human["steps"]:
+            if c["source"] == "all":
+                agrees = "no label verdict" if c["agreement"] is None else f"agrees {c['agreement']:.3f}"
+                print(
+                    f"HUMAN: steps/{c['class']}: {agrees} over {c['judgments']} judgments (right {c['right']:.3f}, "
+                    f"wrong {c['wrong']:.3f}, unsure {c['unsure']:.3f})"
+                )
     return rc

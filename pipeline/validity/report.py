@@ -11,6 +11,11 @@ def render_markdown(report: dict) -> str:
     lines = [
         "# Validity report",
         "",
+        *(
+            [f"Release fingerprint: `{report['release_fingerprint']}` (metadata/provenance.json).", ""]
+            if report.get("release_fingerprint")
+            else []
+        ),
         "Accuracies on eval of baselines that never see an image, trained on SFT (per source and family):",
         "random = 1/num_choices; label prior = the option whose label is most frequent among SFT answers;",
         "eval share = share of the most frequent eval answer label; majority letter = the most frequent SFT",
