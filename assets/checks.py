@@ -206,7 +206,7 @@ def _declared(table: Table, check: TableCheck) -> Check:
 def checks_for(step: Step) -> list[Check]:
     """The checks of the tables a step writes: generated schema checks, then those declared with each table
     (assets/tables.py `Table.checks`)."""
-    return [_schema_check(t) for t in step.writes if t.schema is not None] + [
+    return [_schema_check(t) for t in step.writes if t.parquet] + [
         _declared(t, c) for t in step.writes for c in t.checks
     ]
 

@@ -89,9 +89,13 @@ def cmd_samples(args) -> int:
     cfg = load_settings(scale=args.scale)
     out = Path(args.out)
     seed = cfg.build.samples.seed if args.seed is None else args.seed
+    factor = args.units_factor
+    if factor < 1 or (factor != 1 and args.scale != "release"):
+        raise UsageError(f"--units-factor takes an integer >= 1 with --scale release, got {factor} ({args.scale})")
     for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({args.scale})", unit="source"):
         t = time.time()
-        _write_samples(slug, out / slug, args.scale, seed, cfg.sources[slug].adapter.options(), _encoder_limits(cfg))
+        options, limits = cfg.sources[slug].adapter.options(), _encoder_limits(cfg)
+        _write_samples(slug, out / slug, args.scale, seed, options, limits, units_factor=factor)
         tqdm.write(f"{slug}: written to {out / slug} in {time.time() - t:.1f}s")
     return 0
 
@@ -99,10 +103,11 @@ def cmd_samples(args) -> int:
 def cmd_build(args) -> int:
     from pipeline.release import publish
     from pipeline.release.publish import LockError
-    from pipeline.stages import missing_corpus
+    from pipeline.source_help import missing_corpus
 
+    from . import run  # Dagster, the orchestration shell, only when a step has to run (assets/run.py)
     from .fingerprint import use_hash_store
-    from .run import BuildFailed, BuildSettings, GraphMismatch, rebuild  # Dagster is the orchestration shell
+    from .options import BuildOptions
 
     upstream = _upstream(args.upstream)
     variants = _variants(args.variant)
@@ -120,7 +125,7 @@ def cmd_build(args) -> int:
         for m in missing:
             print(f"processbench: error: {m}", file=sys.stderr)
         return 2
-    settings = BuildSettings(
+    settings = BuildOptions(
         config_dir=args.config_dir or "",
         scale=args.scale or "",
         upstream=upstream or {},
@@ -129,18 +134,19 @@ def cmd_build(args) -> int:
         sources=chosen or [],
         variants=variants,
     )
-    release = settings.config().build.release_dir
-    before = publish.current_version(settings.config())  # what the CLI says comes from what happened to the link
+    build_cfg = settings.config()
+    release = build_cfg.build.release_dir
+    before = publish.current_version(build_cfg)  # what the CLI says comes from what happened to the link
     use_repo_dagster_home()
     t = time.time()
     token = uuid.uuid4().hex
     try:
         # the lock before the samples: a second `make rebuild` never rewrites the corpora this build reads
-        with publish.build_lock(settings.config(), token) as cleaned:
+        with publish.build_lock(build_cfg, token) as cleaned:
             for what in cleaned:
                 tqdm.write(f"[build] {what} (left by an interrupted build)")
             # the sample check below and the planner read the upstream files' content hashes from the work folder
-            use_hash_store(settings.config(), verify=args.verify)
+            use_hash_store(build_cfg, verify=args.verify)
             if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
                 scale, seed = cfg.build.scale, cfg.build.samples.seed
                 for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
@@ -153,7 +159,7 @@ def cmd_build(args) -> int:
                 for m in missing:
                     print(f"processbench: error: {m}", file=sys.stderr)
                 return 2
-            result = rebuild(
+            result = run.rebuild(
                 settings,
                 log=lambda m: tqdm.write(m),
                 executor=args.executor,
@@ -166,12 +172,12 @@ def cmd_build(args) -> int:
     except (LockError, publish.ReleaseFolderError) as exc:
         print(f"build not started: {exc}", file=sys.stderr)
         return 3
-    except GraphMismatch as exc:
+    except run.GraphMismatch as exc:
         print(f"processbench: error: {exc}", file=sys.stderr)
         return 2
-    except BuildFailed as exc:
+    except run.BuildFailed as exc:
         print(f"build failed: {exc}", file=sys.stderr)
-        after = publish.current_version(settings.config())
+        after = publish.current_version(build_cfg)
         if after != before:
             print(
                 f"release published -> {Path(release).absolute()} (version {after}) before the build failed",
@@ -216,16 +222,18 @@ def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: Sourc
     _write_samples(slug, root, scale, seed, options, limits)
 
 
-def _write_samples(slug: str, root: Path, scale: str, seed: int, options: dict, limits: dict) -> None:
+def _write_samples(
+    slug: str, root: Path, scale: str, seed: int, options: dict, limits: dict, units_factor: int = 1
+) -> None:
     """(Re)write a corpus from scratch (a half-written one is never reused) and record what wrote it. `limits`: the
-    encoder's timeout and attempts (build.samples)."""
+    encoder's timeout and attempts (build.samples); `units_factor`: K times the release scale's units."""
     from pipeline.release import provenance
     from upstream_adapters import write_samples
 
     provenance.forget_sample_record(slug, root)
     shutil.rmtree(root, ignore_errors=True)
-    write_samples(slug, root, scale=scale, seed=seed, **limits)
-    provenance.write_sample_record(slug, root, scale, seed, options)
+    write_samples(slug, root, scale=scale, seed=seed, units_factor=units_factor, **limits)
+    provenance.write_sample_record(slug, root, scale, seed, options, units_factor)
 
 
 # the instance of the repository's .dagster_home: no telemetry, and step processes' own console loggers at INFO (their
@@ -508,9 +516,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="folder that gets one sub-folder per source (created)")
     s.add_argument("--sources", help="comma-separated subset of sources (default: every source of the build)")
     s.add_argument("--seed", type=int, help="generator seed (default: configs/build.yaml build.samples.seed)")
+    s.add_argument(
+        "--units-factor",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --scale release: K times the release scale's units per source (GM-100 episodes per task, RH20T "
+        "scenes, REASSEMBLE recordings, AIST episodes per task; the quotas stay), for the cost curve "
+        "(bench/bench_cost_curve.py)",
+    )
     s.set_defaults(func=cmd_samples)
 
-    from pipeline.ingest.run import OPTIONS_HELP, IngestHelpFormatter
+    from pipeline.source_help import OPTIONS_HELP, IngestHelpFormatter
 
     i = sub.add_parser(
         "ingest",

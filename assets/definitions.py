@@ -57,6 +57,14 @@ def _peak_rss_mb() -> int:
     )
 
 
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and of its children that ended (a step's pools): the difference
+    over a step is what the step cost, whatever the engine (bench/bench_build.py reports it per step)."""
+    return sum(
+        r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
+
+
 def _op_tags(step: Step) -> dict[str, str]:
     """The step's source, and its priority when more steps are ready than can run (build.executor.priority)."""
     tags = {"source": step.source or "all"}
@@ -99,11 +107,11 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
         if step.publishes and not fingerprint.is_fresh(this, cfg, tables_by_name(live)):
             yield from _publish_step(context, this, cfg, live, checks)
             return
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), _cpu_s()
         with project_failure():
             summary, skipped, fp = fingerprint.run_step(this, cfg, tables_by_name(live))
         context.log.info(f"{step.name}: {'unchanged, skipped' if skipped else 'computed'} ({fp[:12]})")
-        cost = {"step/seconds": round(time.monotonic() - t0, 1), "step/peak_rss_mb": _peak_rss_mb()}
+        cost = _cost(t0, c0)
         for t in step.writes:
             yield dg.MaterializeResult(
                 asset_key=_key(t.name),
@@ -122,6 +130,15 @@ def step_asset(step: Step) -> dg.AssetsDefinition:
     return _asset
 
 
+def _cost(t0: float, c0: float) -> dict:
+    """What a step cost since (monotonic time, _cpu_s) = (t0, c0): its materializations' metadata."""
+    return {
+        "step/seconds": round(time.monotonic() - t0, 1),
+        "step/cpu_s": round(_cpu_s() - c0, 1),
+        "step/peak_rss_mb": _peak_rss_mb(),
+    }
+
+
 @contextmanager
 def project_failure():
     """A failure the project explains itself (pipeline/core/errors.py ProjectError) fails the step with its one line as the
@@ -136,6 +153,7 @@ def _publish_step(context, step: Step, cfg: Settings, live: list[Step], checks):
     """Run the release step into the staging folder, evaluate its checks there and every other ERROR check of the
     build on the work folder, and swap the staging folder in only when all pass. Otherwise the published release
     stays as it was and the step fails, saying why (the check results are still reported)."""
+    t0, c0 = time.monotonic(), _cpu_s()
     staged = publish.staging_config(cfg)
     publish.clear_staging(cfg)
     try:
@@ -166,6 +184,7 @@ def _publish_step(context, step: Step, cfg: Settings, live: list[Step], checks):
         )
     publish.publish(cfg)
     context.log.info(f"release published to {paths.release_dir(cfg).name}/")
+    cost = _cost(t0, c0)  # the step, its checks and the publishing
     for t in step.writes:
         yield dg.MaterializeResult(
             asset_key=_key(t.name),
@@ -176,6 +195,7 @@ def _publish_step(context, step: Step, cfg: Settings, live: list[Step], checks):
                 **export_metadata(t, summary),
                 "skipped": False,
                 "published": True,
+                **cost,
             },
         )
     yield from results

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import stages
+from pipeline.core.paths import work_dir
 from pipeline.core import work_tables
-from pipeline.core.digests import REPO, code_digest, config_part, digest, file_digest  # noqa: F401 (REPO: for tests)
+from pipeline.core.digests import REPO, code_digest, config_part, digest, file_digest, hidden_view  # noqa: F401 (REPO: for tests)
 from pipeline.core.errors import ProjectError
 from pipeline.core.io import write_json
 from upstream_adapters import content_hash
@@ -61,7 +61,7 @@ def tree_listing(root: Path) -> str:
 
 def use_hash_store(cfg: Settings, verify: bool | None = None) -> None:
     """This process caches upstream content hashes in the work folder (`verify`: read every file again)."""
-    content_hash.use_store(stages.work_dir(cfg) / "_content_hashes", verify=verify)
+    content_hash.use_store(work_dir(cfg) / "_content_hashes", verify=verify)
 
 
 def fingerprint(step: Step, cfg: Settings, tables: dict) -> str:
@@ -70,7 +70,7 @@ def fingerprint(step: Step, cfg: Settings, tables: dict) -> str:
     doc = {
         "step": step.name,
         "code": code_digest(CODE_PACKAGES),
-        "config": config_part(cfg, step.config),
+        "config": config_part(cfg, step.config, step.hides),
         "inputs": inputs,
         "external": tree_listing(step.external(cfg)) if step.external else None,
     }
@@ -78,7 +78,7 @@ def fingerprint(step: Step, cfg: Settings, tables: dict) -> str:
 
 
 def _record_path(cfg: Settings, step: Step) -> Path:
-    return stages.work_dir(cfg) / "_fingerprints" / f"{step.name}.json"
+    return work_dir(cfg) / "_fingerprints" / f"{step.name}.json"
 
 
 def recorded(cfg: Settings, step: Step) -> dict | None:
@@ -120,7 +120,7 @@ def damaged_inputs(step: Step, cfg: Settings, tables: dict) -> dict[str, str]:
     first always matches its record). The record's row count says how many rows the table had."""
     wanted = {name for name in step.reads if name in tables}
     out = {}
-    for path in sorted((stages.work_dir(cfg) / "_fingerprints").glob("*.json")):
+    for path in sorted((work_dir(cfg) / "_fingerprints").glob("*.json")):
         try:
             rec = json.loads(path.read_text(encoding="utf-8"))
             outputs = rec.get("outputs") or {}
@@ -151,16 +151,16 @@ def run_step(step: Step, cfg: Settings, tables: dict) -> tuple[dict, bool, str]:
     _record_path(cfg, step).unlink(missing_ok=True)  # a crash mid-step leaves no stale record
     if damaged := damaged_inputs(step, cfg, tables):
         for writer in {w.split(":")[0] for w in damaged.values()}:
-            (stages.work_dir(cfg) / "_fingerprints" / f"{writer}.json").unlink(missing_ok=True)
+            (work_dir(cfg) / "_fingerprints" / f"{writer}.json").unlink(missing_ok=True)
         raise DamagedInput(
             f"{step.name}: work table(s) changed since their step wrote them: "
             f"{'; '.join(f'{t} ({w})' for t, w in sorted(damaged.items()))}; not read. Their steps "
             "run again in the next build (processbench build, or materialize them in the UI)"
         )
-    summary = step.run(cfg)
+    summary = step.run(hidden_view(cfg, step.hides))  # what its fingerprint leaves out, the step does not see
     content_hash.flush()  # what the step hashed (the frames stage's unit fingerprints)
     outputs = {t.name: file_digest(t.file(cfg)) for t in step.writes}
-    rows = {t.name: _rows(t.file(cfg)) for t in step.writes if t.schema is not None}  # parquet tables
+    rows = {t.name: _rows(t.file(cfg)) for t in step.writes if t.parquet}  # parquet tables
     write_json(
         _record_path(cfg, step),
         {

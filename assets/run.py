@@ -11,25 +11,21 @@ step publishes the release only when every check passes; a failed run leaves the
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING
 
 import textwrap
 import uuid
 
-import dagster as dg
-
 from pipeline.release import publish
-from pipeline.core.pool import limit_native_threads
 
 from . import fingerprint
-from .checks import LINE_MAX, LINE_WIDTH, check_lines, sentences
-from .definitions import STEPS, build_job
-from .executors import LOCK_TAG, run_config_for, start_fork_server, steps_die_with_this_process
-from .progress import Progress, failure_line
-from .settings import BuildSettings
+from .options import BuildOptions
 from .tables import all_steps
 
 if TYPE_CHECKING:
+    import dagster as dg
+
     from pipeline.settings.root import Settings
 
 
@@ -50,6 +46,10 @@ def check_texts(evaluations, severity: dg.AssetCheckSeverity) -> list[str]:
     """The checks of this severity that did not pass (a run's AssetCheckEvaluations, from its result or its event
     log), each as the lines a person reads (assets/checks.py check_lines: what fell short, by how much, why, what to
     do, where the full record is), joined by newlines."""
+    import dagster as dg
+
+    from .checks import check_lines, sentences
+
     kind = "warning" if severity == dg.AssetCheckSeverity.WARN else "failed"
     out = []
     for ev in evaluations:
@@ -62,16 +62,25 @@ def check_texts(evaluations, severity: dg.AssetCheckSeverity) -> list[str]:
     return out
 
 
-def plan(settings: BuildSettings) -> list[str]:
+def plan(settings: BuildOptions) -> list[str]:
     """Names of the steps the build must run for these settings (stale ones and their downstream)."""
     cfg = settings.config()
     return [s.name for s in fingerprint.stale_steps(job_steps(cfg), cfg)]
 
 
+@cache
+def _job_step_names() -> frozenset[str]:
+    """The steps of the `build` job, whose graph assets/definitions.py builds from the repository's configs/ (the
+    same registry call, without importing Dagster)."""
+    from pipeline.settings.config import load_settings
+
+    return frozenset(s.name for s in all_steps(load_settings()))
+
+
 def job_steps(cfg: Settings):
     """The steps of the chosen sources, in order; GraphMismatch when the job lacks one."""
     steps = all_steps(cfg)
-    unknown = sorted({s.name for s in steps} - {s.name for s in STEPS})
+    unknown = sorted({s.name for s in steps} - _job_step_names())
     if unknown:
         raise GraphMismatch(
             f"steps {', '.join(unknown)} are not in the build job, whose graph comes from the "
@@ -81,7 +90,7 @@ def job_steps(cfg: Settings):
 
 
 def rebuild(
-    settings: BuildSettings | None = None,
+    settings: BuildOptions | None = None,
     instance: dg.DagsterInstance | None = None,
     log=print,
     log_level: str = "CRITICAL",
@@ -98,7 +107,7 @@ def rebuild(
     new release was published (`published`) and what the lock cleaned up from killed builds (`cleaned`). `token`: the
     lock the caller holds already (the CLI takes it before writing sample corpora). `verify`: read every upstream
     file again instead of trusting its cached content hash (upstream_adapters/content_hash.py)."""
-    settings = settings or BuildSettings()
+    settings = settings or BuildOptions()
     cfg = settings.config()
     token = token or uuid.uuid4().hex
     fingerprint.use_hash_store(cfg, verify=verify)
@@ -117,11 +126,21 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
             f"[build] the published release differs from its checksums ({len(damage)} file(s): "
             f"{'; '.join(damage[:5])}{' ...' if len(damage) > 5 else ''}): it is published again"
         )
-    steps = plan(settings)  # under --force too: the plan reads (and with --verify re-reads) every upstream file
+    # under --force too: the plan reads (and with --verify re-reads) every upstream file
+    steps = [s.name for s in fingerprint.stale_steps(job_steps(cfg), cfg)]
     steps = [s.name for s in job_steps(cfg)] if force else steps
     if not steps:
         log("[build] every step is up to date: nothing to run")
         return {"failed_checks": [], "warnings": [], "steps": [], "run_id": None, "published": False}
+    # Dagster and the job's definitions only now: a build with nothing to run never imports them
+    import dagster as dg
+
+    from pipeline.core.pool import limit_native_threads
+
+    from .definitions import STEPS, build_job
+    from .executors import LOCK_TAG, run_config_for, start_fork_server, steps_die_with_this_process
+    from .progress import Progress
+
     # the whole job: no selection, so no step process rebuilds a subset of the job for itself (~0.5 s each)
     keys = None if set(steps) == {s.name for s in STEPS} else [k for a in _assets_of(steps) for k in a.keys]
     run_config = {
@@ -129,7 +148,10 @@ def _rebuild(settings, cfg, token, instance, log, log_level, executor, max_concu
         "resources": {"build": {"config": settings.model_dump()}},
         "execution": {"config": run_config_for(engine, exec_cfg, max_concurrent, dask_address)},
     }
-    log(f"[build] one run, {engine} executor: {len(steps)} step(s): {', '.join(steps)}")
+    # wrapped: no line of the build longer than a reader reads (issue 40: 200 characters)
+    log(f"[build] one run, {engine} executor: {len(steps)} step(s):")
+    for line in textwrap.wrap(", ".join(steps), 110):
+        log(f"  {line}")
     before = publish.current_version(cfg)  # `published` says what happened to the release link, not the plan
     instance = instance or dg.DagsterInstance.get()
     # both before the fork server starts: its step processes inherit the thread limit and this process's pid
@@ -171,7 +193,7 @@ def _held_units(cfg: Settings) -> list[str]:
     """The units ingest processes held when they died (pipeline/ingest/guard.py): a step killed while reading one
     names it instead of a bare crash."""
     from pipeline.ingest.guard import held_note
-    from pipeline.stages import work_dir
+    from pipeline.core.paths import work_dir
 
     ir = work_dir(cfg) / "ir"
     states = [(ir / s, s) for s in cfg.build.sources]
@@ -181,12 +203,16 @@ def _held_units(cfg: Settings) -> list[str]:
 
 def _wrapped(text: str) -> str:
     """A step's failure or a held unit as indented lines under LINE_MAX."""
+    from .checks import LINE_MAX, LINE_WIDTH
+
     lines = textwrap.wrap(text, LINE_WIDTH, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False)
     return "\n".join(ln if len(ln) <= LINE_MAX else ln[: LINE_MAX - 1] + "…" for ln in lines)
 
 
 def _failure_text(event) -> str:
     """The error a failed step or run reported (a step's own message, e.g. why the release was not published)."""
+    from .progress import failure_line
+
     return f"{event.step_key or 'run'}: {failure_line(event)[0]}"
 
 

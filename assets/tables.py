@@ -11,28 +11,17 @@ and the release schema (pipeline/release/schema.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+import importlib
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import polars as pl
-import pyarrow as pa
 
-from pipeline import stages
-from pipeline.items.choices import LETTER_COLUMNS
-from pipeline.exports import EXPORTERS
+from pipeline.core.paths import release_dir, work_dir
+from pipeline.labels.tables import TABLE_SCHEMAS as LABEL_SCHEMAS
 from pipeline.release.files import file_names
-from pipeline.release.quotas import shortfall_lines
-from pipeline.families.common import CANDIDATE_SCHEMA
-from pipeline.frames.extract import ITEM_FRAMES_SCHEMA
-from pipeline.labels import TABLE_SCHEMAS as LABEL_SCHEMAS
-from pipeline.release.schema import RELEASE_SCHEMA
-from pipeline.split import GROUPS_SCHEMA
-from pipeline.steps.rows import STEP_SCHEMA
-from pipeline.steps.stage import run_steps, step_shortfall
-from upstream_adapters.ir import QUARANTINE_SCHEMA, TABLES as IR_SCHEMAS
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -41,11 +30,43 @@ if TYPE_CHECKING:
 # the split assigns the letters, pipeline/items/choices.py).
 ITEM_COLUMNS = {"item_key": pl.String, "image_hashes_json": pl.String}
 NOTES_SCHEMA = {"source": pl.String, "unit_id": pl.String, "note": pl.String}
-IR_TABLES = (*IR_SCHEMAS, "quarantine", "notes")
+IR_TABLES = ("units", "frames", "signals", "segments")  # upstream_adapters/ir.py TABLES (tests/test_registries.py)
 
 
-def _polars(schema: pa.Schema) -> dict:
-    return dict(pl.from_arrow(schema.empty_table()).schema)
+# The registry names the code it calls and the schemas it checks by module and attribute, imported when first used:
+# the planner (assets/fingerprint.py), which a build with nothing to do runs alone, reads the registry without
+# importing the stages' code and its libraries (tests/test_imports.py holds it to that).
+def _attr(module: str, name: str):
+    return getattr(importlib.import_module(module), name)
+
+
+def stage_call(name: str, *args, module: str = "pipeline.stages") -> Callable:
+    """`module.name(cfg, *args)`, the module imported when it is called."""
+
+    def call(cfg):
+        return _attr(module, name)(cfg, *args)
+
+    call.__qualname__ = f"{module}.{name}"
+    return call
+
+
+def schema_of(module: str, name: str, *extra: dict) -> Callable[[], dict]:
+    """The polars schema `module.name` (a dict of polars dtypes, or a pyarrow schema), with `extra` columns after it;
+    resolved when first asked for."""
+
+    @cache
+    def resolve() -> dict:
+        value = _attr(module, name)
+        if not isinstance(value, dict):  # a pyarrow schema: its polars dtypes, without building a table
+            import pyarrow as pa
+
+            value = dict(pl.from_arrow(pa.Table.from_batches([], value)).schema)
+        out = dict(value)
+        for more in extra:
+            out.update(more)
+        return out
+
+    return resolve
 
 
 @dataclass(frozen=True)
@@ -67,7 +88,7 @@ class TableCheck:
 
 
 def problems_check(name: str, description: str, find: Callable[[Settings], list[str]], **kw) -> TableCheck:
-    """A check that passes when `find(cfg)` (a plain function of pipeline.stages) returns no problems, each of them
+    """A check that passes when `find(cfg)` (a plain function, e.g. a `stage_call`) returns no problems, each of them
     a sentence."""
 
     def run(cfg):
@@ -80,11 +101,12 @@ def problems_check(name: str, description: str, find: Callable[[Settings], list[
 def quarantine_check(slug: str) -> TableCheck:
     def run(cfg):
         limit = cfg.build.max_quarantine_share
-        shares = stages.quarantine_shares(cfg, slug)
+        shares = _attr("pipeline.stages", "quarantine_shares")(cfg, slug)
         over = {s: v for s, v in shares.items() if v > limit}
+        reasons = _attr("pipeline.stages", "quarantine_reasons")
         sentences = [
             f"{s}: {v:.1%} of its units were quarantined at ingest or labels, over the limit of {limit:.1%}"
-            + "".join(f"; most often: {why} ({n} units)" for why, n in stages.quarantine_reasons(cfg, s)[:1])
+            + "".join(f"; most often: {why} ({n} units)" for why, n in reasons(cfg, s)[:1])
             for s, v in sorted(over.items())
         ]
         return not over, {"shares": shares, "limit": limit, "over": over, "sentences": sentences}
@@ -100,8 +122,11 @@ def quarantine_check(slug: str) -> TableCheck:
 
 def quota_check(slug: str) -> TableCheck:
     def run(cfg):
-        short = stages.shortfall(cfg, slug)
-        return not short, {"shortfall": short, "sentences": shortfall_lines(short, cfg)}
+        short = _attr("pipeline.stages", "shortfall")(cfg, slug)
+        return not short, {
+            "shortfall": short,
+            "sentences": _attr("pipeline.release.quotas", "shortfall_lines")(short, cfg),
+        }
 
     return TableCheck(
         "quotas_met",
@@ -116,13 +141,13 @@ def quota_check(slug: str) -> TableCheck:
 
 
 def _no_group_in_both_splits(cfg):
-    leaked = stages.leaked_groups(cfg)
+    leaked = _attr("pipeline.stages", "leaked_groups")(cfg)
     sentences = [f"{len(leaked)} split groups have items in eval and in SFT, e.g. {', '.join(leaked[:3])}"]
     return not leaked, {"leaked_groups": leaked[:50], "n_leaked": len(leaked), "sentences": sentences}
 
 
 def _release_path_free(cfg):
-    leaks = stages.release_path_leaks(cfg)
+    leaks = _attr("pipeline.stages", "release_path_leaks")(cfg)
     return not leaks, {"leaks": leaks[:50], "problems": leaks[:50], "n_problems": len(leaks)}
 
 
@@ -141,7 +166,7 @@ SPLIT_ITEMS_CHECKS = (
         "isolation_keys_hold",
         "No isolation key value (RH20T task+scene, ...) and no held-out OOD scene or "
         "task has items on both sides, recomputed from the units' own fields.",
-        stages.split_isolation_problems,
+        stage_call("split_isolation_problems"),
         blocking=True,
         advice=SPLIT_BUG + "items.parquet and split/groups.parquet",
     ),
@@ -150,21 +175,21 @@ SPLIT_SUMMARY_CHECKS = (
     problems_check(
         "eval_group_counts",
         "Per-source eval group counts are the configured round(eval_ratio × groups).",
-        stages.eval_group_count_problems,
+        stage_call("eval_group_count_problems"),
         advice="the split chose another number of eval groups than configs/split.yaml asks: report it with "
         "split/summary.json",
     ),
     problems_check(
         "eval_level_counts",
         "Every eval item has a level, and the rows per level (L1, L2, L3) match split_summary.json.",
-        stages.eval_level_problems,
+        stage_call("eval_level_problems"),
         advice=SPLIT_BUG + "summary.json and split/items.parquet",
     ),
     problems_check(
         "eval_level_shares",
         "Every configured eval level (L2, L3) holds its share of the source's items (a "
         "level a small corpus cannot fill warns and is recorded in provenance.json and the card).",
-        stages.eval_level_warnings,
+        stage_call("eval_level_warnings"),
         warn=True,
         advice="the levels it holds are right, and provenance.json and the card record the gap; a larger corpus or a "
         "smaller item_share under ood in configs/split.yaml changes it",
@@ -175,7 +200,7 @@ VALIDITY_CHECKS = (
         "validity_limits",
         "No family passes its validity limit (configs/validity.yaml): blind text-only "
         "and option-set-only baselines near random or the label prior; shared images; T8/T9 gaps.",
-        stages.validity_problems,
+        stage_call("validity_problems"),
         blocking=True,
         advice="the release is not published: the validity report (metadata/validity_report.md of the staging "
         "folder) gives each family's figures; change the family's template (configs/tasks/) rather than the limits "
@@ -187,7 +212,7 @@ RELEASE_CHECKS = (
     problems_check(
         "release_valid",
         "The release validates: schema, parquet == jsonl, counts across files, checksums, isolation.",
-        stages.release_problems,
+        stage_call("release_problems"),
         blocking=True,
         advice="the release is not published: the writers and the validator disagree, a defect to report with "
         "`processbench validate` run on the staging folder",
@@ -208,7 +233,8 @@ class Table:
     key: tuple[str, ...]  # the asset key path
     path: str  # relative to the work folder, or to the release folder when root == "release"
     description: str
-    schema: dict | None = None  # column -> polars dtype; None: not a parquet table (json, text)
+    # column -> polars dtype, or a function giving it (`schema_of`); None: not a parquet table (json, text)
+    schema_of: dict | Callable[[], dict] | None = None
     exact: bool = True  # False: the schema's columns must be there, more may follow
     root: str = "work"
     checks: tuple[TableCheck, ...] = ()  # besides the schema check generated from `schema` (assets/checks.py)
@@ -218,8 +244,17 @@ class Table:
     def name(self) -> str:
         return "/".join(self.key)
 
+    @property
+    def parquet(self) -> bool:
+        """A table with a schema (a parquet file); known without importing the schema's module."""
+        return self.schema_of is not None
+
+    @property
+    def schema(self) -> dict | None:
+        return self.schema_of() if callable(self.schema_of) else self.schema_of
+
     def file(self, cfg: Settings) -> Path:
-        return (stages.release_dir(cfg) if self.root == "release" else stages.work_dir(cfg)) / self.path
+        return (release_dir(cfg) if self.root == "release" else work_dir(cfg)) / self.path
 
 
 @dataclass(frozen=True)
@@ -234,6 +269,19 @@ class Step:
     source: str | None = None
     external: Callable[[dict], Path] | None = field(default=None)  # an input outside the work folder
     publishes: bool = False  # writes into the release's staging folder, published only when every check passes
+    # config keys of its `config` sections the step does not read (dotted, `*` = any key at its level): left out of
+    # its fingerprint and hidden from it when it runs (assets/fingerprint.py, pipeline/core/digests.py hidden_view)
+    hides: tuple[str, ...] = ()
+
+
+# The templates' text that only the release step reads: it makes the questions from them (pipeline/release/prompts.py
+# question_texts), while the steps before it carry each question's fields. Hidden from those steps, so a question edit
+# re-runs the release step alone.
+QUESTION_TEXT = ("tasks.*.question", "tasks.*.question_changed_from_public")
+
+IR_SCHEMAS = {t: schema_of("upstream_adapters.ir", f"{t.upper()}_SCHEMA") for t in IR_TABLES}
+QUARANTINE = schema_of("upstream_adapters.ir", "QUARANTINE_SCHEMA")
+CANDIDATES = schema_of("pipeline.families.common", "CANDIDATE_SCHEMA")
 
 
 def _ir(slug: str, shard: int | None = None) -> tuple[Table, ...]:
@@ -243,15 +291,13 @@ def _ir(slug: str, shard: int | None = None) -> tuple[Table, ...]:
         if shard is None
         else (("ir", slug, f"shard{shard}"), f"ir/{slug}/shards/{shard}", f"{slug} shard {shard}")
     )
-    tables = [
-        Table((*key, t), f"{folder}/{t}.parquet", f"{of} episode IR: {t}", _polars(s)) for t, s in IR_SCHEMAS.items()
-    ]
+    tables = [Table((*key, t), f"{folder}/{t}.parquet", f"{of} episode IR: {t}", IR_SCHEMAS[t]) for t in IR_TABLES]
     tables.append(
         Table(
             (*key, "quarantine"),
             f"{folder}/quarantine.parquet",
             f"{of} units ingest could not read, with unit, stage, reason and file",
-            _polars(QUARANTINE_SCHEMA),
+            QUARANTINE,
             # the merged IR's quarantine (a shard's is merged into it)
             checks=(quarantine_check(slug),) if shard is None else (),
         )
@@ -277,7 +323,7 @@ def ingest_steps(slug: str, shards: int, ir: tuple[Table, ...], corpus: Table) -
             Step(
                 f"ingest_{slug}",
                 "ir",
-                lambda cfg: stages.run_ingest(cfg, slug),
+                stage_call("run_ingest", slug),
                 ir + (corpus,),
                 (),
                 (f"sources.{slug}",),
@@ -291,7 +337,7 @@ def ingest_steps(slug: str, shards: int, ir: tuple[Table, ...], corpus: Table) -
         Step(
             f"ingest_{slug}_{k}",
             "ir",
-            lambda cfg, k=k: stages.run_ingest_shard(cfg, slug, k),
+            stage_call("run_ingest_shard", slug, k),
             parts[k],
             (),
             (f"sources.{slug}",),
@@ -304,7 +350,7 @@ def ingest_steps(slug: str, shards: int, ir: tuple[Table, ...], corpus: Table) -
         Step(
             f"ingest_{slug}",
             "ir",
-            lambda cfg: stages.run_ingest(cfg, slug),
+            stage_call("run_ingest", slug),
             ir + (corpus,),
             tuple(t.name for p in parts for t in p),
             (f"sources.{slug}",),
@@ -333,35 +379,35 @@ def source_steps(slug: str, shards: int = 1) -> list[Step]:
         ("labels", slug, "quarantine"),
         f"labels/{slug}_quarantine.parquet",
         f"{slug} units whose signals made a label rule fail, with the reason",
-        _polars(QUARANTINE_SCHEMA),
+        QUARANTINE,
         checks=(quarantine_check(slug),),
     )
     candidates = Table(
         ("candidates", slug),
         f"candidates/{slug}.parquet",
         f"{slug}: the over-complete pool of candidate items of every task family",
-        CANDIDATE_SCHEMA,
+        CANDIDATES,
     )
     items = (
         Table(
             ("items", slug),
             f"items/{slug}.parquet",
             f"{slug}: the selected items with frames that pass the visual gate and image hashes",
-            {**CANDIDATE_SCHEMA, **ITEM_COLUMNS},
+            schema_of("pipeline.families.common", "CANDIDATE_SCHEMA", ITEM_COLUMNS),
             checks=(quota_check(slug),),
         ),
         Table(
             ("gate_quarantine", slug),
             f"items/{slug}_quarantine.parquet",
             f"{slug}: items the visual gate dropped, with the reason",
-            _polars(QUARANTINE_SCHEMA),
+            QUARANTINE,
         ),
         Table(("shortfall", slug), f"items/{slug}_shortfall.json", f"{slug}: families short of their quota"),
         Table(
             ("item_frames", slug),
             f"items/{slug}_frames.parquet",
             f"{slug}: the frames the items show, with pixel hash and grey thumbnail (read by the validity audit)",
-            dict(ITEM_FRAMES_SCHEMA),
+            schema_of("pipeline.frames.extract", "ITEM_FRAMES_SCHEMA"),
         ),
     )
     names = lambda tables: tuple(t.name for t in tables)
@@ -369,7 +415,7 @@ def source_steps(slug: str, shards: int = 1) -> list[Step]:
         Step(
             f"labels_{slug}",
             "labels",
-            lambda cfg: stages.run_labels(cfg, slug),
+            stage_call("run_labels", slug),
             labels + (labels_quarantine,),
             names(ir),
             ("labels", "build"),
@@ -379,18 +425,19 @@ def source_steps(slug: str, shards: int = 1) -> list[Step]:
         Step(
             f"candidates_{slug}",
             "candidates",
-            lambda cfg: stages.run_candidates(cfg, slug),
+            stage_call("run_candidates", slug),
             (candidates,),
             names(ir) + names(labels),
             # sources.<slug>: its unit word is in the figures of what each family's rules left out
             (f"tasks.{slug}", "labels", "build", f"sources.{slug}"),
             f"Candidate items of every family for {slug} from the templates in configs/tasks/.",
             slug,
+            hides=QUESTION_TEXT,
         ),
         Step(
             f"items_{slug}",
             "items",
-            lambda cfg: stages.run_frames(cfg, slug),
+            stage_call("run_frames", slug),
             items,
             (candidates.name, corpus.name),
             (f"tasks.{slug}", "build", "frames", f"sources.{slug}"),
@@ -401,8 +448,17 @@ def source_steps(slug: str, shards: int = 1) -> list[Step]:
             # unchanged, so the upstream listing must make this step run again (the frame cache then decodes only
             # the units whose upstream fingerprint changed)
             external=lambda cfg: Path(cfg.sources[slug].root),
+            hides=QUESTION_TEXT,
         ),
     ]
+
+
+@cache
+def _split_items_schema() -> dict:
+    from pipeline.families.common import CANDIDATE_SCHEMA
+    from pipeline.items.choices import LETTER_COLUMNS
+
+    return {**CANDIDATE_SCHEMA, **ITEM_COLUMNS, **LETTER_COLUMNS, "split": pl.String, "split_group_id": pl.String}
 
 
 def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
@@ -411,7 +467,7 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
             ("split", "items"),
             "split/items.parquet",
             "Every item with its split (eval|sft) and split group",
-            {**CANDIDATE_SCHEMA, **ITEM_COLUMNS, **LETTER_COLUMNS, "split": pl.String, "split_group_id": pl.String},
+            _split_items_schema,
             exact=False,
             checks=SPLIT_ITEMS_CHECKS,
         ),
@@ -419,7 +475,7 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
             ("split", "groups"),
             "split/groups.parquet",
             "Every unit's split group (isolation keys merged) and the unit keys the OOD levels hold out",
-            GROUPS_SCHEMA,
+            schema_of("pipeline.split", "GROUPS_SCHEMA"),
         ),
         Table(
             ("split", "summary"),
@@ -431,7 +487,9 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
     release = []
     for name, rel in sorted(file_names(cfg).items()):
         schema = (
-            _polars(RELEASE_SCHEMA) if rel.endswith(".parquet") and name in ("eval_parquet", "sft_parquet") else None
+            schema_of("pipeline.release.schema", "RELEASE_SCHEMA")
+            if rel.endswith(".parquet") and name in ("eval_parquet", "sft_parquet")
+            else None
         )
         release.append(
             Table(
@@ -461,7 +519,7 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
             ("steps", "items"),
             "steps/items.parquet",
             "T13 step items (process verification) with their split side, labels and image hashes",
-            dict(STEP_SCHEMA),
+            schema_of("pipeline.steps.rows", "STEP_SCHEMA"),
         ),
         Table(
             ("steps", "summary"),
@@ -473,7 +531,7 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
                     "Every source reaches its T13 step item quota (a shortfall is "
                     "reported with its figures, never padded; it warns: a source with few "
                     "units may hold fewer candidate windows).",
-                    step_shortfall,
+                    stage_call("step_shortfall", module="pipeline.steps.stage"),
                     warn=True,
                     advice="nothing is padded, and the card and the manifests state it; more units, or more windows "
                     "per unit in configs/tasks/T13.yaml, close it",
@@ -498,17 +556,18 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
         Step(
             "split",
             "split",
-            stages.run_split,
+            stage_call("run_split"),
             split,
             tuple(f"items/{s}" for s in slugs) + units,
             ("split", "build", "tasks"),
             "Group items by isolation unit and choose eval groups per source, stratified per family and answer "
             "letter (configs/split.yaml); the answer letters, balanced within each split and eval level.",
+            hides=QUESTION_TEXT,
         ),
         Step(
             "steps",
             "split",
-            run_steps,
+            stage_call("run_steps", module="pipeline.steps.stage"),
             steps,
             step_reads,
             ("step_tasks", "build", "frames", "release", "exports"),
@@ -518,7 +577,7 @@ def shared_steps(cfg: Settings, slugs: list[str]) -> list[Step]:
         Step(
             "release",
             "release",
-            stages.run_release,
+            stage_call("run_release"),
             tuple(release),
             ("split/items", "split/summary", "steps/items", "steps/summary") + units + corpora + frames,
             ("*",),  # the release documents every config file
@@ -533,6 +592,8 @@ def export_tables(cfg: Settings) -> list[Table]:
     """One asset per registered export (pipeline/exports EXPORTERS), in group `exports`: written by the release step
     (into its staging folder, published with it); the asset's file is the export's main file, its row count comes
     from the step's summary (`export_metadata`)."""
+    from pipeline.exports import EXPORTERS
+
     return [
         Table(("exports", name), ex.main(cfg), ex.description, root="release", group="exports")
         for name, ex in EXPORTERS.items()
@@ -550,7 +611,7 @@ def export_metadata(table: Table, summary: dict) -> dict:
 def all_steps(cfg: Settings, slugs: list[str] | None = None) -> list[Step]:
     """Every step of the build in dependency order (the per-source chains, then split and release)."""
     slugs = list(cfg.build.sources) if slugs is None else slugs
-    return [st for s in slugs for st in source_steps(s, stages.ingest_shards(cfg, s))] + shared_steps(cfg, slugs)
+    return [st for s in slugs for st in source_steps(s, int(cfg.sources[s].ingest_shards))] + shared_steps(cfg, slugs)
 
 
 def tables_by_name(steps: list[Step]) -> dict[str, Table]:

@@ -44,7 +44,8 @@ def best(fn, reps: int) -> float:
 
 def main(argv: list[str]) -> None:
     from assets.fingerprint import tree_listing
-    from assets.run import BuildSettings, plan
+    from assets.run import plan
+    from assets.settings import BuildSettings
     from pipeline.settings.config import load_settings
     from upstream_adapters import content_hash
 

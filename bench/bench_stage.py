@@ -1,15 +1,17 @@
-"""One stage of a built work folder, alone (numbers, not pass/fail): wall and CPU time and peak memory of
-`pipeline.stages.run_<stage>`, optionally under cProfile. For finding what a step spends, after `bench_build.py
---keep DIR` left a release-scale build behind.
+"""One step of a built work folder, alone (numbers, not pass/fail): wall and CPU time and peak memory of a step of the
+registry (assets/tables.py), run as the build runs it (its `hides` hidden), optionally under cProfile (CPU time). For finding
+what a step spends, after `bench_build.py --keep DIR` left a release-scale build behind.
 
-    python bench/bench_stage.py STAGE [SLUG] --keep DIR [--scale release] [--upstream SLUG=PATH ...] [--copy]
-                                [--cold] [--workers N] [--profile [N]]
+    python bench/bench_stage.py STEP --keep DIR [--scale release] [--upstream SLUG=PATH ...] [--copy]
+                                [--cold] [--workers N] [--profile [N]] [--list]
+    python bench/bench_stage.py STAGE SLUG ...      (the same as STEP STAGE_SLUG; `frames` is the items step)
 
-STAGE: ingest | labels | candidates | frames (the items step) | split | release; SLUG for the per-source stages.
---keep DIR: a folder bench_build.py --keep wrote (its configs/ and work/); give the --scale and --upstream it was
-built with. The stage rewrites its own outputs in DIR/work, so the next stages of that
-folder then read them: pass --copy to run on a scratch copy instead. --cold: the items step without its frame
-cache (deleted first). --workers N: frames.workers (1 = in-process, so the profiler sees the decoding too).
+STEP: any step of the registry: ingest_<slug>, labels_<slug>, candidates_<slug>, items_<slug>, split, steps,
+release, ... (--list prints them). --keep DIR: a folder bench_build.py --keep wrote (its configs/ and work/); give
+the --scale and --upstream it was built with. The step rewrites its own outputs in DIR/work (the release step: in
+DIR/release), so the next steps of that folder then read them: pass --copy to run on a scratch copy instead. --cold:
+the items step without its frame cache (deleted first). --workers N: frames.workers (1 = in-process, so the profiler
+sees the decoding too).
 """
 
 from __future__ import annotations
@@ -28,20 +30,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline import stages  # noqa: E402 - after sys.path names the repository
-from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
+from assets.tables import all_steps  # noqa: E402 - after sys.path names the repository
+from pipeline.core.digests import hidden_view  # noqa: E402
+from pipeline.settings.config import load_settings  # noqa: E402
 
-PER_SOURCE = {"ingest", "labels", "candidates", "frames"}
-STAGES = PER_SOURCE | {"split", "release"}
+LEGACY = {"frames": "items"}  # the stage names of the first version of this script
 
 
 def _peak_rss_mb(who: int) -> float:
     return resource.getrusage(who).ru_maxrss / 1024  # Linux: KiB
 
 
+def _cpu(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=sorted(STAGES))
+    ap.add_argument("step", help="a step of the registry (--list), or a stage name followed by SLUG")
     ap.add_argument("slug", nargs="?")
     ap.add_argument("--keep", required=True, type=Path, help="a folder bench_build.py --keep wrote")
     ap.add_argument("--scale", default="demo")
@@ -50,11 +57,19 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true", help="items step: delete the frame cache first")
     ap.add_argument("--workers", type=int, help="frames.workers (1 = in-process)")
     ap.add_argument("--profile", type=int, nargs="?", const=40, help="cProfile, print the top N (cumulative)")
+    ap.add_argument("--list", action="store_true", help="print the steps of the registry and stop")
     args = ap.parse_args()
-    if (args.stage in PER_SOURCE) != bool(args.slug):
-        ap.error(f"{args.stage}: {'give' if args.stage in PER_SOURCE else 'no'} source slug")
     upstream = dict(u.split("=", 1) for u in args.upstream)
-    cfg = load_settings(args.keep / "configs", upstream=upstream, scale=args.scale)
+    config_dir = args.keep / "configs"
+    cfg = load_settings(config_dir if config_dir.is_dir() else None, upstream=upstream, scale=args.scale)
+    steps = {s.name: s for s in all_steps(cfg)}
+    if args.list:
+        print("\n".join(steps))
+        return 0
+    name = f"{LEGACY.get(args.step, args.step)}_{args.slug}" if args.slug else args.step
+    if name not in steps:
+        ap.error(f"no step {name!r}; steps: {', '.join(steps)}")
+    step = steps[name]
     scratch = None
     work = args.keep / "work"
     if args.copy:
@@ -70,20 +85,21 @@ def main() -> int:
     )
     if args.cold:
         shutil.rmtree(work / cfg.frames.cache.dir, ignore_errors=True)
-    run = getattr(stages, f"run_{args.stage}")
-    call = (lambda: run(cfg, args.slug)) if args.slug else (lambda: run(cfg))
-    prof = cProfile.Profile() if args.profile else None
-    t0, c0 = time.time(), time.process_time()
+    view = hidden_view(cfg, step.hides)  # as the build runs it (assets/fingerprint.py run_step)
+    # CPU time, not wall: a busy machine stretches every wait, the CPU a function burns stays what it is
+    prof = cProfile.Profile(time.process_time) if args.profile else None
+    t0 = time.time()
+    c0 = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
     try:
         if prof:
-            prof.runcall(call)
+            prof.runcall(step.run, view)
         else:
-            call()
+            step.run(view)
         result = {
-            "stage": args.stage,
-            "slug": args.slug,
+            "step": name,
             "wall_s": round(time.time() - t0, 2),
-            "cpu_s_this_process": round(time.process_time() - c0, 2),
+            # this process and its pools (children that ended): the step's whole CPU time
+            "cpu_s": round(_cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - c0, 2),
             "peak_rss_mb": round(_peak_rss_mb(resource.RUSAGE_SELF)),
             "peak_rss_mb_largest_child": round(_peak_rss_mb(resource.RUSAGE_CHILDREN)),
             "profiled": bool(prof),

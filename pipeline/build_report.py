@@ -50,14 +50,11 @@ def counts_text(release: Path) -> str:
         import json
 
         per = json.loads(manifest.read_text(encoding="utf-8")).get("sources", {})
-        lines.append(
-            "step items (T13): "
-            + ", ".join(
-                f"{s} {v['items']} items / {v['steps']} steps (natural errors {v['natural_error_share']:.0%} of wrong "
-                "steps)"
-                for s, v in sorted(per.items())
-            )
-        )
+        lines.append("step items (T13):")
+        lines += [
+            f"  {s} {v['items']} items / {v['steps']} steps (natural errors {v['natural_error_share']:.0%} of wrong steps)"
+            for s, v in sorted(per.items())
+        ]
     return "\n".join(lines)
 
 

@@ -105,7 +105,7 @@ def sample_cells(rows: list[dict], per_cell: int, seed: int) -> dict[tuple[str, 
 
 def item_images(images: Path, item_id: str) -> list[str]:
     """The item's image file names, k = 0, 1, ... while they exist."""
-    from .frames.render import image_filename
+    from pipeline.release.files import image_filename
 
     out, k = [], 0
     while (images / image_filename(item_id, k)).exists():

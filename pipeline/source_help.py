@@ -10,12 +10,16 @@ own. A Hugging Face cache folder of a repository (`blobs/ refs/ snapshots/`) get
 from __future__ import annotations
 
 import difflib
+from typing import TYPE_CHECKING
 import os
 from pathlib import Path
 
 from upstream_adapters import get_adapter
 
 from pipeline.settings.config import path_in_repo
+
+if TYPE_CHECKING:
+    from pipeline.settings.root import Settings
 
 DEPTH = 3  # subfolder levels searched below the root
 MAX_DIRS = 200  # folders tried at most (a big wrong folder is not crawled)
@@ -105,6 +109,12 @@ def unusable_message(slug: str, root: Path, reason: str, options: dict | None = 
     return f"{text} Fix: {_fix(slug, root, found)}."
 
 
+def missing_corpus(cfg: Settings, slug: str) -> str | None:
+    """What to tell the user when the source's root does not exist (None when it does)."""
+    root = Path(cfg.sources[slug].root)
+    return None if root.exists() else missing_message(slug, root, cfg.build.scale)
+
+
 def missing_message(slug: str, root: Path, scale: str) -> str:
     """One line for a root that does not exist: for the sample corpus, how to make it; for a user's path, the
     nearest existing folder and the names there closest to the one mistyped (nothing is written anywhere)."""
@@ -129,3 +139,37 @@ def missing_message(slug: str, root: Path, scale: str) -> str:
         f"{missing_part!r}{hint}) Fix: pass --upstream {slug}=PATH with the folder that holds "
         f"{_layout(slug)}"
     )
+
+
+# `processbench ingest --help`: every source with its adapter's options
+OPTIONS_HELP = "<the sources and their adapter options>"  # replaced lazily: listing them imports every adapter
+
+
+def options_help() -> str:
+    """The help text listing every registered source with its adapter's options and what each means."""
+    import importlib
+    import textwrap
+
+    from upstream_adapters import ADAPTERS
+
+    lines = ["sources and their adapter options (--option KEY=VALUE; defaults from configs/sources.yaml):"]
+    for slug, spec in ADAPTERS.items():
+        module, cls = spec.split(":")
+        adapter = getattr(importlib.import_module(module), cls)
+        lines.append(f"  {slug} ({adapter.name}, unit = {adapter.unit_type})")
+        for key, meaning in adapter.options.items():
+            lines.extend(textwrap.wrap(f"{key}: {meaning}", 100, initial_indent="      ", subsequent_indent="        "))
+    return "\n".join(lines)
+
+
+class IngestHelpFormatter:
+    """argparse formatter factory: RawDescriptionHelpFormatter that expands OPTIONS_HELP only when help is shown."""
+
+    def __new__(cls, *args, **kwargs):
+        import argparse
+
+        class _Formatter(argparse.RawDescriptionHelpFormatter):
+            def add_text(self, text):
+                super().add_text(options_help() if text == OPTIONS_HELP else text)
+
+        return _Formatter(*args, **kwargs)

@@ -32,6 +32,7 @@ from pipeline.items import selection as items_mod
 from pipeline.release import provenance
 from pipeline.release.identity import stamp_release
 from . import source_help
+from .source_help import missing_corpus
 from . import split as split_mod
 from pipeline.core import work_tables
 from pipeline.release import writers
@@ -41,7 +42,7 @@ from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: 
 from .exports import files_written, run_exports
 from .validity import REPORT_FILES, run_validity, state_fingerprint
 from pipeline.core.errors import ProjectError, SourceUnusable
-from pipeline.core.digests import code_digest, config_part, digest, file_digest, table_digest
+from pipeline.core.digests import code_digest, config_part, digest, file_digest
 from .families import Context, enabled_families, family_part, merge_candidates
 from .families.no_items import units_without_items
 from .frames.cache import FrameCache
@@ -60,9 +61,9 @@ from pipeline.ingest.run import (
     units_lost,
     write_ir,
 )
-from pipeline.core.io import ParquetTables, atomic_write_bytes, write_json, write_parquet
+from pipeline.core.io import ParquetTables, write_json, write_parquet
 from .labels import compute_labels_isolated
-from pipeline.release.prompts import prompt_templates_markdown
+from pipeline.release.prompts import prompt_templates_markdown, question_texts
 from pipeline.core.paths import release_dir, work_dir
 from pipeline.release.scan import release_leaks
 from .steps.write import write_step_files
@@ -82,12 +83,6 @@ def sources(cfg: Settings) -> list[str]:
 class MissingCorpus(FileNotFoundError, ProjectError):
     """A source root that does not exist: a setup error of the build (no corpus made or a mistyped path), not bad
     data to quarantine; the build stops before any stage runs on nothing."""
-
-
-def missing_corpus(cfg: Settings, slug: str) -> str | None:
-    """What to tell the user when the source's root does not exist (None when it does)."""
-    root = Path(cfg.sources[slug].root)
-    return None if root.exists() else source_help.missing_message(slug, root, cfg.build.scale)
 
 
 def stop_if_unusable(cfg: Settings, slug: str, result) -> None:
@@ -280,98 +275,17 @@ def run_candidates(cfg: Settings, slug: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- frames
-def selection_key(cfg: Settings, slug: str, pool: pl.DataFrame, quotas: dict) -> str:
-    """Everything the items step's selection, gate, frames and images depend on: the code, the candidate pool but for
-    its question text, the quotas and selection settings (items.quotas), the build, frames and source settings, and
-    the upstream corpus's content fingerprint. Equal keys give equal items but for the question column."""
-    corpus = json.loads((work_dir(cfg) / "ir" / slug / "corpus.json").read_text(encoding="utf-8"))
-    return digest(
-        {
-            "code": code_digest(("pipeline", "upstream_adapters")),
-            "pool": table_digest(pool.drop("question")),
-            "quotas": dict(quotas),
-            "settings": quotas.settings,
-            "upstream": corpus["corpus_fingerprint"],
-            "config": config_part(cfg, ("build", "frames", f"sources.{slug}")),
-        }
-    )
-
-
-def _items_files(cfg: Settings, slug: str) -> dict[str, Path]:
-    d = work_dir(cfg) / "items"
-    return {
-        "items": d / f"{slug}.parquet",
-        "quarantine": d / f"{slug}_quarantine.parquet",
-        "frames": d / f"{slug}_frames.parquet",
-        "shortfall": d / f"{slug}_shortfall.json",
-        "key": d / f"{slug}.selection_key",
-    }
-
-
-def _selection_record(files: dict[str, Path], key: str, rows: dict[str, int]) -> None:
-    """The selection key and what the run wrote under it (each file's sha256 and rows), written last."""
-    tables = {name: work_tables.record_of(files[name], rows.get(name, 0)) for name in files if name != "key"}
-    atomic_write_bytes(files["key"], (json.dumps({"key": key, "tables": tables}, sort_keys=True) + "\n").encode())
-
-
-def _reuse_items(files: dict[str, Path], key: str, pool: pl.DataFrame, quotas: dict, slug: str) -> dict | None:
-    """A question-template edit: when the last run's items were made under the same selection key, take them with the
-    pool's new question text instead of selecting, decoding and rendering again (None when they cannot be reused:
-    another key, or a file that is not what the last run recorded, which is then made again)."""
-    try:
-        last = json.loads(files["key"].read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(last, dict) or last.get("key") != key:
-        return None
-    tables = last.get("tables") if isinstance(last.get("tables"), dict) else {}
-    problems = {name: p for name in files if name != "key" and (p := work_tables.check(files[name], tables.get(name)))}
-    if problems:
-        log.warning(
-            "items_%s: the last selection's %s: selected again",
-            slug,
-            "; ".join(f"{files[n].name} {p}" for n, p in sorted(problems.items())),
-        )
-        return None
-    old = pl.read_parquet(files["items"])
-    question = old.select("candidate_key").join(
-        pool.select("candidate_key", "question"), on="candidate_key", how="left", maintain_order="left"
-    )["question"]
-    if question.len() != old.height or question.null_count():
-        return None
-    items = old.with_columns(question)
-    if not items.equals(old):
-        write_parquet(files["items"], items)
-        _selection_record(files, key, {n: t["rows"] for n, t in tables.items()})
-    short = json.loads(files["shortfall"].read_text(encoding="utf-8"))
-    return {
-        "items": items.height,
-        "quota": int(sum(quotas.values())),
-        "gate_dropped": pl.read_parquet(files["quarantine"]).height,
-        "frames_decoded": 0,
-        "frames_cached": 0,
-        "frame_cache_bad_entries": 0,
-        "shortfall": short,
-        "selection_reused": True,
-    }
-
-
 def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
     """Select each family's quota, decode its frames, gate them, and ask for replacements until the quotas hold or the
     pool runs out; then fix the T8/T9 display order (pipeline/items/choices.py) and hash the images each item shows.
-    Answer letters are the split's (run_split). When only question texts changed since the last run (same
-    `selection_key`), the last items are kept with the new questions."""
+    Answer letters are the split's (run_split); question texts are the release's (the items carry their fields)."""
     seed = cfg.build.release_seed
     gate_cfg = cfg.build.items
     wd = work_dir(cfg)
     pool = pl.read_parquet(wd / "candidates" / f"{slug}.parquet")
     rules = left_out(wd / "candidates" / f"{slug}.parquet")
     quotas = items_mod.quotas(cfg, slug)
-    files = _items_files(cfg, slug)
-    key = selection_key(cfg, slug, pool, quotas)
-    if (reused := _reuse_items(files, key, pool, quotas, slug)) is not None:
-        return reused
-    files["key"].unlink(missing_ok=True)  # written last: a run cut short leaves no key
+    d = wd / "items"
     cache = FrameCache.from_config(cfg)
     readers = AdapterReaders.from_config(cfg)
     tried: set[str] = set()
@@ -422,11 +336,10 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
         unit_word=unit_word,
         left_out=rules if isinstance(rules, dict) else None,
     )
-    write_parquet(files["items"], items)
-    write_parquet(files["quarantine"], quarantine)
-    write_parquet(files["frames"], frames)
-    write_json(files["shortfall"], short)
-    _selection_record(files, key, {"items": items.height, "quarantine": quarantine.height, "frames": frames.height})
+    write_parquet(d / f"{slug}.parquet", items)
+    write_parquet(d / f"{slug}_quarantine.parquet", quarantine)
+    write_parquet(d / f"{slug}_frames.parquet", frames)
+    write_json(d / f"{slug}_shortfall.json", short)
     return {
         "items": items.height,
         "quota": int(sum(quotas.values())),
@@ -435,7 +348,6 @@ def run_frames(cfg: Settings, slug: str, progress=None) -> dict:
         "frames_cached": cache.counters["hits"],
         "frame_cache_bad_entries": cache.counters["bad_entries"] + cache.counters["bad_renders"],
         "shortfall": short,
-        "selection_reused": False,
     }
 
 
@@ -491,7 +403,9 @@ def _split_summary(cfg: Settings) -> dict:
 
 # --------------------------------------------------------------------------------------------------- release
 def run_release(cfg: Settings) -> dict:
-    eval_df, sft_df = writers.release_tables(_split_items(cfg), all_units(cfg), cfg)
+    items = _split_items(cfg)
+    items = items.with_columns(question_texts(items, cfg))  # the questions' text is made here, from the templates
+    eval_df, sft_df = writers.release_tables(items, all_units(cfg), cfg)
     corpora = {
         s: json.loads((work_dir(cfg) / "ir" / s / "corpus.json").read_text(encoding="utf-8")) for s in sources(cfg)
     }

@@ -596,7 +596,8 @@ def build_demo(
     copy of another build's) is reused: only the steps whose inputs changed run."""
     import dagster as dg
 
-    from assets.run import BuildSettings, rebuild
+    from assets.run import rebuild
+    from assets.settings import BuildSettings
 
     settings = BuildSettings(
         config_dir=config_dir,

@@ -237,7 +237,7 @@ def test_ui_metadata_has_column_descriptions_and_row_counts_of_text_tables(demo_
     import polars as pl
 
     from assets.checks import table_metadata
-    from assets.run import BuildSettings
+    from assets.settings import BuildSettings
     from assets.tables import all_steps, tables_by_name
     from pipeline.release.schema import DESCRIPTIONS
 

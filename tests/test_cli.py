@@ -88,6 +88,9 @@ def test_build_of_one_source_is_a_valid_release_and_a_rebuild_runs_nothing(demo_
         assert re.search(rf"^\[build +[0-9.]+s\] {step} started$", out, re.M), step
         assert re.search(rf"^\[build +[0-9.]+s\] {step} done in [0-9.]+s$", out, re.M), step
     assert " - dagster - " not in captured.out + captured.err
+    # every line a person reads is short; only the next commands, which quote the user's own paths, may be longer
+    prose = [ln for ln in (captured.out + captured.err).splitlines() if not ln.lstrip().startswith("processbench ")]
+    assert all(len(ln) <= 200 for ln in prose), max(prose, key=len)
     # the items per source and split / level, the release's absolute path, the next commands
     table = out.split("items per source and split / eval level:\n", 1)[1]
     head, _, aist, total = table.splitlines()[:4]

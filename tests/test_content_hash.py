@@ -196,7 +196,8 @@ def test_a_same_size_edit_inside_an_h5_video_reruns_and_ships_the_new_frames(
     import dagster as dg
     import polars as pl
 
-    from assets.run import BuildSettings, plan, rebuild
+    from assets.run import plan, rebuild
+    from assets.settings import BuildSettings
     from pipeline import stages
 
     content_hash.use_store(None)  # the build's own store, in its work folder
@@ -225,7 +226,6 @@ def test_a_same_size_edit_inside_an_h5_video_reruns_and_ships_the_new_frames(
     assert not warm.equals(before)  # the edit shows: another pixel hash, or the frame no longer decodes
     cold_work = tmp_path / "cold"
     shutil.copytree(work, cold_work, ignore=shutil.ignore_patterns("frame_cache", "_content_hashes"))
-    (cold_work / "items" / f"{slug}.selection_key").unlink()
     cold_cfg = BuildSettings(
         scale="demo", upstream={slug: str(corpus)}, work_dir=str(cold_work), release_dir=str(tmp_path / "cold_release")
     ).config()

@@ -17,6 +17,7 @@ from factories import CAMERAS, synthetic_ir, synthetic_pool
 from pipeline.settings.config import load_settings, read_task
 from pipeline.families import GENERATORS, build_candidates, enabled_families
 from pipeline.families.common import CANDIDATE_SCHEMA
+from pipeline.release.prompts import question_texts
 from pipeline.labels import compute_labels
 
 CFG = load_settings()
@@ -33,8 +34,13 @@ def pools():
     return {s: synthetic_pool(s) for s in SOURCES}
 
 
-def _rows(pool: pl.DataFrame, task: str) -> list[dict]:
-    return pool.filter(pl.col("task_id") == task).to_dicts()
+def _rows(pool: pl.DataFrame, task: str, cfg=None) -> list[dict]:
+    """The family's candidates with their question text, as the release step makes it from their fields."""
+    return _with_questions(pool, cfg or CFG).filter(pl.col("task_id") == task).to_dicts()
+
+
+def _with_questions(pool: pl.DataFrame, cfg) -> pl.DataFrame:
+    return pool.with_columns(question_texts(pool, cfg))
 
 
 def _label_at(labels, table: str, unit: str, frame: int, col: str, arm: str | None = None):
@@ -95,7 +101,7 @@ def test_pool_contract(pools, source):
         t for t in FAMILIES_BY_SOURCE[source] if (source, t) not in ABSENT_IN_HAND_MADE
     ]
     nframes = dict(zip(ir["units"]["unit_id"], ir["units"]["num_frames"]))
-    for r in pool.iter_rows(named=True):
+    for r in _with_questions(pool, CFG).iter_rows(named=True):
         assert r["source"] == source and r["candidate_key"].startswith(f"{r['task_id']}|{source}|{r['unit_id']}|")
         assert len(r["distractors"]) == r["num_choices"] - 1 == CFG.tasks[r["task_id"]].num_choices - 1
         assert r["answer_text"] not in r["distractors"] and len(set(r["distractors"])) == len(r["distractors"])
@@ -244,7 +250,7 @@ def test_t5_progress(pools):
 def test_t5_public_variant(pools):
     cfg = CFG.with_values({"tasks.T5": read_task("T5", variant="public")})
     ir, labels, _ = pools["gm100"]
-    rows = build_candidates("gm100", ir, labels, cfg).filter(pl.col("task_id") == "T5").to_dicts()
+    rows = _rows(build_candidates("gm100", ir, labels, cfg), "T5", cfg)
     assert rows
     for r in rows[:60]:
         assert r["frame_indices"] == [r["anchor_frame"] + o for o in (-6, -3, 0, 3, 6)]
@@ -314,14 +320,14 @@ def test_t7_outcome(pools):
 def test_t7_public_variant(pools):
     cfg = CFG.with_values({"tasks.T7": read_task("T7", variant="public")})
     ir, labels, _ = pools["reassemble"]
-    rows = build_candidates("reassemble", ir, labels, cfg).filter(pl.col("task_id") == "T7").to_dicts()
+    rows = _rows(build_candidates("reassemble", ir, labels, cfg), "T7", cfg)
     segs = {(s["unit_id"], s["seg_index"]): s for s in labels["segments"].to_dicts()}
     assert rows
     for r in rows:  # early frames only: the public forecast
         s = segs[(r["unit_id"], json.loads(r["label_meta_json"])["segment"])]
         assert r["frame_indices"][-1] <= s["start_frame"] + 0.4 * (s["end_frame"] - s["start_frame"])
     ir, labels, _ = pools["rh20t"]
-    rows = build_candidates("rh20t", ir, labels, cfg).filter(pl.col("task_id") == "T7").to_dicts()
+    rows = _rows(build_candidates("rh20t", ir, labels, cfg), "T7", cfg)
     assert rows and all(max(r["frame_indices"]) < 0.4 * 1200 for r in rows)
 
 

@@ -200,7 +200,6 @@ def test_bad_cache_entries_are_detected_and_decoded_again(demo_samples, demo_rel
     cfg = _cfg(demo_samples, work)
     slugs = cfg.build.sources
     for slug in slugs:
-        _select_again(work, slug)
         stages.run_frames(cfg, slug)
     before = {s: _items(work, s) for s in slugs}
     cache = FrameCache.from_config(cfg)
@@ -211,11 +210,8 @@ def test_bad_cache_entries_are_detected_and_decoded_again(demo_samples, demo_rel
     for defect, path in zip(DEFECTS, picked):
         planted[path] = packs.keys(path)
         bad |= _plant(defect, path, planted[path], other)
-    # render memos gone, so the frames' pixels are read again (the path where a bad entry reached the release); no
-    # selection key, so each items step selects and renders again rather than keeping its last items
+    # render memos gone, so the frames' pixels are read again (the path where a bad entry reached the release)
     shutil.rmtree(work / "frame_cache" / "renders")
-    for slug in slugs:
-        _select_again(work, slug)
     outs = {s: stages.run_frames(cfg, s) for s in slugs}  # never fatal
     differ = [s for s in slugs if not _items(work, s).equals(before[s])]
     assert not differ, f"items differ after cache corruption: {differ}"
@@ -224,11 +220,6 @@ def test_bad_cache_entries_are_detected_and_decoded_again(demo_samples, demo_rel
     for path, keys in planted.items():  # rewritten, whole and good again
         assert packs.keys(path) == keys and None not in cache.lookup_many(keys)
     assert not [p for p in (work / "frame_cache" / "frames").rglob("*") if p.is_file() and p.suffix != ".pack"]
-
-
-def _select_again(work: Path, slug: str) -> None:
-    """Without its selection key the items step selects and renders again instead of keeping its last items."""
-    (work / "items" / f"{slug}.selection_key").unlink(missing_ok=True)
 
 
 def _memo_lines(work: Path) -> dict[Path, list[bytes]]:
@@ -246,7 +237,6 @@ def _aist_memo_table(demo_samples, demo_release, tmp_path):
     cfg = _cfg(demo_samples, work)
     before = _items(work, "aist")
     shutil.rmtree(work / "frame_cache" / "renders")
-    _select_again(work, "aist")
     stages.run_frames(cfg, "aist")  # renders/ now holds exactly aist's memos, in one table
     ((table, lines),) = _memo_lines(work).items()
     return work, cfg, before, table, lines
@@ -260,7 +250,6 @@ def test_bad_render_memos_are_rendered_again(demo_samples, demo_release, tmp_pat
     lines[a] = json.dumps({**memo_a, "hashes": json.loads(lines[b])["hashes"]}).encode() + b"\n"  # b's under a's key
     lines[c] = memos.memo_line(key_c, ["0" * 64] * 99)  # well-formed, wrong number of images for its item
     table.write_bytes(b"".join(lines))
-    _select_again(work, "aist")
     out = stages.run_frames(cfg, "aist")
     assert _items(work, "aist").equals(before)
     assert out["frame_cache_bad_entries"] == 2 and out["frames_decoded"] == 0
@@ -269,7 +258,6 @@ def test_bad_render_memos_are_rendered_again(demo_samples, demo_release, tmp_pat
     assert [m["hashes"] for m in kept if m["key"] == key_a] == [memo_a["hashes"]]
     (memo_c,) = [m for m in kept if m["key"] == key_c]  # the replaced memo is gone from its old table
     assert len(memo_c["hashes"]) != 99
-    _select_again(work, "aist")
     assert stages.run_frames(cfg, "aist")["frame_cache_bad_entries"] == 0
 
 
@@ -281,11 +269,9 @@ def test_a_cut_or_damaged_memo_table_is_detected_and_rendered_again(demo_samples
     flipped[flipped.index(b'"hashes":["') + 12] ^= 0x01  # one hex digit of a hash: still well-formed JSON
     data = bytes(flipped) + b"".join(lines[1:])
     table.write_bytes(data[: len(data) - len(lines[-1]) // 2])  # and the last line cut in half
-    _select_again(work, "aist")
     out = stages.run_frames(cfg, "aist")
     assert _items(work, "aist").equals(before)
     assert out["frame_cache_bad_entries"] == 2 and out["frames_decoded"] == 0
-    _select_again(work, "aist")
     assert stages.run_frames(cfg, "aist")["frame_cache_bad_entries"] == 0
 
 

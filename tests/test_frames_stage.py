@@ -25,8 +25,6 @@ def test_rebuild_decodes_zero_frames(demo_samples, demo_release, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(demo_release.parent / "work", work)
     cfg = _cfg(demo_samples, work)
-    for key in (work / "items").glob("*.selection_key"):  # select again (not keep the last items): from the cache
-        key.unlink()
     for slug in cfg.build.sources:
         before = pl.read_parquet(work / "items" / f"{slug}.parquet")
         out = stages.run_frames(cfg, slug)
@@ -43,7 +41,6 @@ def test_gate_drops_black_frames_and_replaces_them(demo_samples, demo_release, t
     cfg = _cfg(demo_samples, work).with_values(
         {"frames.workers": 1}
     )  # in-process, so the patched adapter is the one that reads
-    (work / "items" / "gm100.selection_key").unlink()  # select and decode again
     before = pl.read_parquet(work / "items" / "gm100.parquet")
     victim = before["unit_id"].value_counts(sort=True)["unit_id"][0]
     real = Gm100Adapter.read_frames

@@ -110,7 +110,7 @@ def test_ingest_command_exit_codes_and_options(demo_samples, tmp_path, capsys):
 
 
 def test_ingest_help_lists_every_source_and_option():
-    from pipeline.ingest.run import options_help
+    from pipeline.source_help import options_help
     from upstream_adapters import ADAPTERS, get_adapter
 
     text = options_help()

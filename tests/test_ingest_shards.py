@@ -7,7 +7,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from assets.run import GraphMismatch, plan, BuildSettings
+from assets.run import GraphMismatch, plan
+from assets.settings import BuildSettings
 from assets.tables import all_steps
 from pipeline import stages
 from pipeline.ingest.run import IR_TABLES, merge_shards, read_ir, shard_of

@@ -41,7 +41,7 @@ def _fake_pool(
             cols["task_type_legacy"].append(task)
             cols["input_type"].append("single_frame")
             cols["camera"].append("cam")
-            cols["question"].append("Q?")
+            cols["question_fields_json"].append("{}")
             cols["answer_text"].append(lab)
             cols["distractors"].append([x for x in labels if x != lab][: k - 1])
             cols["num_choices"].append(k)

@@ -284,12 +284,12 @@ def test_a_missing_corpus_stops_the_build_before_it_starts(tmp_path, capsys):
 
 
 def test_a_mistyped_path_names_the_nearest_folder_and_the_closest_names(tmp_path):
-    from pipeline import stages
+    from pipeline import source_help
     from pipeline.settings.config import load_settings
 
     (tmp_path / "data" / "gm100-lerobot").mkdir(parents=True)
     cfg = load_settings(scale="demo", upstream={"gm100": str(tmp_path / "data" / "gm100-lerbot" / "x")})
-    msg = stages.missing_corpus(cfg, "gm100")
+    msg = source_help.missing_corpus(cfg, "gm100")
     assert f"nearest existing folder is {tmp_path / 'data'}," in msg
     assert f"did you mean {tmp_path / 'data' / 'gm100-lerobot'}?" in msg and "task_XXXXX" in msg
 
@@ -518,7 +518,7 @@ def test_a_ui_run_beside_a_locked_terminal_build_is_refused(tmp_path, monkeypatc
     import dagster as dg
 
     from assets.definitions import build_job
-    from assets.run import BuildSettings
+    from assets.settings import BuildSettings
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     cfg = _cfg(tmp_path)

@@ -84,7 +84,7 @@ def test_a_release_that_fails_its_checks_is_never_published(built, tmp_path):
 
     # the same bad config from the UI: a run of the job without the CLI (no lock tag; the executor takes the lock)
     from assets.definitions import ASSETS, build_job
-    from assets.run import BuildSettings
+    from assets.settings import BuildSettings
 
     settings = BuildSettings(
         config_dir=str(planted),
@@ -117,7 +117,7 @@ def test_a_release_that_fails_its_checks_is_never_published(built, tmp_path):
 
 def test_an_upstream_error_check_blocks_publishing(built):
     from assets.checks import publish_problems
-    from assets.run import BuildSettings
+    from assets.settings import BuildSettings
     from assets.tables import all_steps
 
     args, release = built

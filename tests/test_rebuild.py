@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import shutil
 
-from assets.run import BuildSettings, plan
+from assets.run import plan
+from assets.settings import BuildSettings
 
 SLUGS = ["gm100", "rh20t", "reassemble", "aist"]
 
@@ -25,13 +26,31 @@ def test_nothing_changed_plans_no_step(demo_samples, demo_release):
     assert plan(_settings(demo_samples, demo_release.parent / "work", demo_release)) == []
 
 
-def test_one_template_change_recomputes_only_candidates_onward(demo_samples, demo_release, tmp_path):
+def _edit_template(configs, task: str, edit) -> None:
+    """Edit a template through its parsed YAML (`edit(template dict)`); a no-op edit is refused."""
+    import yaml
+
+    path = configs / "tasks" / f"{task}.yaml"
+    before = yaml.safe_load(path.read_text())
+    after = yaml.safe_load(path.read_text())
+    edit(after)
+    assert after != before, f"{task}: the edit changed nothing"
+    path.write_text(yaml.safe_dump(after, sort_keys=False, allow_unicode=True))
+
+
+def _configs(tmp_path):
     from assets.fingerprint import REPO
 
     configs = tmp_path / "configs"
     shutil.copytree(REPO / "configs", configs)
-    t5 = configs / "tasks" / "T5.yaml"
-    t5.write_text(t5.read_text().replace("is the NOW frame?", "is the NOW image?"))
+    return configs
+
+
+def test_one_template_change_recomputes_only_candidates_onward(demo_samples, demo_release, tmp_path):
+    """A template field the candidates read (planted: T5's minimum gap between GM-100 items) re-runs the candidates
+    and items of the sources the template lists, then split, steps and release; never ingest or labels."""
+    configs = _configs(tmp_path)
+    _edit_template(configs, "T5", lambda t: t["min_gap"].update(gm100=t["min_gap"]["gm100"] + 1))
     steps = plan(_settings(demo_samples, demo_release.parent / "work", demo_release, configs))
     assert not [s for s in steps if s.startswith(("ingest_", "labels_"))]
     from pipeline.settings.config import load_settings
@@ -39,6 +58,31 @@ def test_one_template_change_recomputes_only_candidates_onward(demo_samples, dem
     fed = load_settings(configs).tasks["T5"].sources  # a source T5 does not list keeps its chain
     assert set(fed) < set(SLUGS)
     assert {f"candidates_{s}" for s in fed} | {f"items_{s}" for s in fed} | {"split", "steps", "release"} == set(steps)
+
+
+def test_a_question_edit_runs_the_release_step_alone(demo_samples, demo_release, tmp_path):
+    """The questions' text is made by the release step from the templates (the steps before it carry each question's
+    fields): a question edit plans the release alone, whose questions then carry the new text, T5's only."""
+    import polars as pl
+
+    from pipeline.release.prompts import question_texts
+
+    configs = _configs(tmp_path)
+    _edit_template(configs, "T5", lambda t: t["question"].update(default=t["question"]["default"] + " Planted."))
+    edited = _settings(demo_samples, demo_release.parent / "work", demo_release, configs)
+    assert plan(edited) == ["release"]
+    items = pl.read_parquet(demo_release.parent / "work" / "split" / "items.parquet")
+    old, new = question_texts(items, _settings(demo_samples, "", "").config()), question_texts(items, edited.config())
+    t5 = (items["task_id"] == "T5").to_list()
+    assert t5.count(True) and all((b == a + " Planted.") if f else (b == a) for a, b, f in zip(old, new, t5))
+    released = pl.concat(
+        [
+            pl.read_parquet(p, columns=["question"])
+            for p in (demo_release / "splits").glob("*.parquet")
+            if "question" in pl.read_parquet_schema(p) and "num_steps" not in pl.read_parquet_schema(p)
+        ]
+    )
+    assert set(released["question"]) == set(old)  # the release's questions are the ones made here
 
 
 def test_a_lost_output_or_a_changed_corpus_recomputes_that_step_onward(demo_samples, demo_release, tmp_path):
@@ -66,7 +110,9 @@ def test_one_template_edit_generates_only_that_family(demo_samples, demo_release
     import polars as pl
 
     from assets.fingerprint import REPO
+    from assets.tables import QUESTION_TEXT
     from pipeline import families, stages
+    from pipeline.core.digests import hidden_view
 
     slug = "gm100"
     work = tmp_path / "work"
@@ -81,7 +127,9 @@ def test_one_template_edit_generates_only_that_family(demo_samples, demo_release
     memo, pool_file = work / "candidates" / slug, work / "candidates" / f"{slug}.parquet"
     before = {p.name: p.stat().st_mtime_ns for p in memo.glob("*.parquet")}
     pool_bytes = pool_file.read_bytes()
-    cfg = _settings(demo_samples, work, tmp_path / "release").config()
+    # the view of the settings the build runs the candidates step with (its `hides`: the questions' text)
+    as_built = lambda c: hidden_view(c, QUESTION_TEXT)
+    cfg = as_built(_settings(demo_samples, work, tmp_path / "release").config())
     assert sorted(n.split(".")[0] for n in before) == sorted(families.enabled_families(cfg, slug))
     # nothing changed: every family read back, the same pool bytes
     assert stages.run_candidates(cfg, slug)["families_generated"] == [] and calls == []
@@ -89,9 +137,9 @@ def test_one_template_edit_generates_only_that_family(demo_samples, demo_release
 
     configs = tmp_path / "configs"
     shutil.copytree(REPO / "configs", configs)
-    t5 = configs / "tasks" / "T5.yaml"
-    t5.write_text(t5.read_text().replace("is the NOW frame?", "is the NOW image?"))
-    cfg5 = _settings(demo_samples, work, tmp_path / "release", configs).config()
+    stride = lambda t: t["candidates"]["stride"].update(gm100=t["candidates"]["stride"]["gm100"] + 1)
+    _edit_template(configs, "T5", stride)  # a field the candidates read: T5's part is made again
+    cfg5 = as_built(_settings(demo_samples, work, tmp_path / "release", configs).config())
     assert stages.run_candidates(cfg5, slug)["families_generated"] == ["T5"] and calls == ["T5"]
     after = {p.name: p.stat().st_mtime_ns for p in memo.glob("*.parquet")}
     others = lambda d: {n: m for n, m in d.items() if not n.startswith("T5.")}
@@ -107,37 +155,35 @@ def test_one_template_edit_generates_only_that_family(demo_samples, demo_release
     assert calls == families.enabled_families(cfg5, slug)
 
 
-def test_a_question_edit_keeps_the_items_selection(demo_samples, demo_release, tmp_path):
-    """After a T5 question edit the items step takes the last selection with the new question text, and gives the
-    items a full run gives; a change the selection depends on (a quota), or a missing selection key, selects again."""
-    import polars as pl
+def test_a_step_does_not_see_what_its_fingerprint_leaves_out(demo_samples, demo_release, tmp_path):
+    """`Step.hides` leaves keys out of a step's fingerprint and hides them from the step when it runs: a step that
+    reads a hidden key anyway (planted: a copy of the candidates step that formats T5's question) fails instead of
+    going stale, the registered one runs on the hidden view, and a hidden key that names nothing is refused."""
+    import dataclasses
 
-    from assets.fingerprint import REPO
-    from pipeline import stages
+    import pytest
 
-    slug = "gm100"
-    configs = tmp_path / "configs"
-    shutil.copytree(REPO / "configs", configs)
-    t5 = configs / "tasks" / "T5.yaml"
-    t5.write_text(t5.read_text().replace("is the NOW frame?", "is the NOW image?"))
-    work, fresh_work = tmp_path / "work", tmp_path / "fresh"
-    for w in (work, fresh_work):
-        shutil.copytree(demo_release.parent / "work", w, ignore=shutil.ignore_patterns("split", "_fingerprints"))
-    cfg5, fresh5 = (_settings(demo_samples, w, tmp_path / "release", configs).config() for w in (work, fresh_work))
-    for c in (cfg5, fresh5):
-        stages.run_candidates(c, slug)
-    (fresh_work / "items" / f"{slug}.selection_key").unlink()  # no key: a full selection
-    assert stages.run_frames(fresh5, slug)["selection_reused"] is False
-    summary = stages.run_frames(cfg5, slug)
-    assert summary["selection_reused"] is True and summary["frames_decoded"] == 0
-    items = pl.read_parquet(work / "items" / f"{slug}.parquet")
-    assert items.equals(pl.read_parquet(fresh_work / "items" / f"{slug}.parquet"))
-    t5_items = items.filter(pl.col("task_id") == "T5")
-    assert t5_items.height and t5_items["question"].str.contains("is the NOW image?", literal=True).all()
+    from assets import fingerprint
+    from assets.tables import all_steps, tables_by_name
+    from pipeline.core.digests import HIDDEN, hidden_keys
 
-    # planted: a quota is part of what the selection depends on
-    cfg5 = cfg5.with_values({f"tasks.T5.quota.{slug}": cfg5.tasks["T5"].quota[slug] + 500})
-    assert stages.run_frames(cfg5, slug)["selection_reused"] is False
+    work = tmp_path / "work"
+    shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache", "items", "split"))
+    cfg = _settings(demo_samples, work, tmp_path / "release").config()
+    steps = all_steps(cfg)
+    step = next(s for s in steps if s.name == "candidates_aist")
+    assert "tasks.*.question" in step.hides
+    seen = []
+    reader = dataclasses.replace(step, run=lambda c: seen.append(c.tasks["T1"].question) or step.run(c))
+    fingerprint.forget(step, cfg)
+    fingerprint.run_step(reader, cfg, tables_by_name(steps))
+    assert seen == [HIDDEN]
+    planted = dataclasses.replace(step, run=lambda c: c.tasks["T5"].question.format(step="a step"))
+    fingerprint.forget(step, cfg)
+    with pytest.raises(KeyError, match="not read by this step"):
+        fingerprint.run_step(planted, cfg, tables_by_name(steps))
+    with pytest.raises(KeyError, match="tasks.\\*.questoin"):
+        hidden_keys(cfg.model_dump(), ("tasks.*.questoin",))
 
 
 def test_the_release_step_writes_its_checksums_once(demo_samples, demo_release, tmp_path, monkeypatch):
@@ -179,7 +225,7 @@ def test_keys_that_change_no_output_change_no_fingerprint_and_no_config_hash():
     cfg = load_settings(scale="demo")
     steps = all_steps(cfg)
     # the config part of each step's fingerprint (assets/fingerprint.py; a root's content is listed apart from it)
-    prints = lambda c: {s.name: digest(config_part(c, s.config)) for s in steps}
+    prints = lambda c: {s.name: digest(config_part(c, s.config, s.hides)) for s in steps}
     base = prints(cfg), config_hash(cfg)
     for section, keys in NO_OUTPUT_KEYS.items():
         for key in keys:

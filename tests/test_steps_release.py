@@ -87,3 +87,30 @@ def test_the_card_says_what_each_source_s_wrong_steps_are():
         "- rh20t: 3 wrong steps: natural_outcome 1, swapped_frames 2",
     ]
     assert wrong_step_lines({}) == []
+
+
+def test_sources_drafted_side_by_side_give_what_one_after_another_gives(demo_release):
+    """build.executor.source_workers: the step track's sources drafted in worker processes (2) give the drafts and
+    figures drafting them in turn in this process (1) gives, in the configured order of the sources."""
+    from assets.settings import BuildSettings
+    from pipeline.core.paths import work_dir
+    from pipeline.steps.stage import all_drafts, group_sides
+
+    cfg = BuildSettings(
+        scale="demo", work_dir=str(demo_release.parent / "work"), release_dir=str(demo_release)
+    ).config()
+    wd = work_dir(cfg)
+    sides = group_sides(
+        pl.read_parquet(wd / "split" / "items.parquet"), pl.read_parquet(wd / "split" / "groups.parquet")
+    )
+    slugs = [s for s in cfg.build.sources if s in cfg.step_tasks["T13"].sources]
+
+    def drafted(n: int) -> dict:
+        executor = cfg.build.executor.model_copy(update={"source_workers": n})
+        return all_drafts(
+            cfg.model_copy(update={"build": cfg.build.model_copy(update={"executor": executor})}), "T13", slugs, sides
+        )
+
+    one, two = drafted(1), drafted(2)
+    assert list(two) == slugs and any(d for d, _ in one.values())
+    assert json.dumps(one, sort_keys=True, default=str) == json.dumps(two, sort_keys=True, default=str)

@@ -10,7 +10,8 @@ import shutil
 import polars as pl
 import pytest
 
-from assets.run import BuildSettings, plan
+from assets.run import plan
+from assets.settings import BuildSettings
 from pipeline import stages
 from pipeline.core import work_tables
 from pipeline.core.io import write_parquet
@@ -68,26 +69,6 @@ def test_a_damaged_family_part_is_generated_again(demo_samples, demo_release, tm
     assert stages.run_candidates(cfg, slug)["families_generated"] == ["T5"]
     assert pl.read_parquet(pool_file).equals(pool)
     assert work_tables.read_checked(part, "test") is not None  # written again, with its record
-
-
-def test_an_edited_items_table_is_selected_again_not_reused(demo_samples, demo_release, tmp_path):
-    slug = "aist"
-    work = tmp_path / "work"
-    shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("split", "_fingerprints"))
-    cfg = _settings(demo_samples, work, tmp_path / "release").config()
-    first = stages.run_frames(cfg, slug)  # records the selection (a work folder of older code selects once)
-    items_file = work / "items" / f"{slug}.parquet"
-    items = pl.read_parquet(items_file)
-    assert stages.run_frames(cfg, slug)["selection_reused"] is True
-    write_parquet(
-        items_file,
-        items.with_columns(
-            pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited")).otherwise(pl.col("question")).alias("question")
-        ),
-    )
-    again = stages.run_frames(cfg, slug)
-    assert again["selection_reused"] is False and again["items"] == first["items"]
-    assert pl.read_parquet(items_file).equals(items)
 
 
 def test_a_no_op_build_publishes_a_damaged_release_again(demo_samples, demo_release, tmp_path):

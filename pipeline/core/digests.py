@@ -55,11 +55,53 @@ def file_digest(path: Path) -> str | None:
     return h.hexdigest()
 
 
-def config_part(settings, sections: tuple[str, ...]) -> dict:
+# What a key a computation does not read holds in its view of the settings (`hidden_view`): a text that fails any
+# use as a template (str.format raises KeyError naming it), so code that reads it anyway breaks instead of going stale.
+HIDDEN = "{not read by this step: assets/tables.py Step.hides}"
+
+
+def hidden_keys(data: dict, patterns: tuple[str, ...]) -> list[str]:
+    """The dotted keys of `data` (a settings dump) that `patterns` name; `*` stands for any key at its level
+    (`tasks.*.question`: every template's question). A pattern that names no key is an error, so a renamed field
+    cannot silently leave a step reading what its fingerprint leaves out."""
+    out = []
+    for pattern in patterns:
+        found = [""]
+        for part in pattern.split("."):
+            found = [
+                f"{prefix}.{k}" if prefix else k
+                for prefix in found
+                for k in (_at(data, prefix) if part == "*" else [part])
+                if isinstance(_at(data, prefix), dict) and k in _at(data, prefix)
+            ]
+        if not found:
+            raise KeyError(f"hidden config key {pattern!r} names no key of the settings")
+        out += found
+    return out
+
+
+def _at(data: dict, dotted: str):
+    for k in dotted.split(".") if dotted else ():
+        data = data[k]
+    return data
+
+
+def hidden_view(settings, patterns: tuple[str, ...]):
+    """`settings` with the keys `patterns` name set to HIDDEN: what a step that does not read them runs with (and its
+    fingerprint covers), so an edit of those keys neither re-runs it nor can reach it."""
+    if not patterns:
+        return settings
+    return settings.with_values({k: HIDDEN for k in hidden_keys(settings.model_dump(), patterns)})
+
+
+def config_part(settings, sections: tuple[str, ...], hides: tuple[str, ...] = ()) -> dict:
     """The config sections a computation reads (of a pipeline.settings.root.Settings): `labels`, `sources.<slug>`
     (one source's entry), `tasks.<slug>` (the templates that list the source), `*` = all; the NO_OUTPUT_KEYS left
-    out."""
+    out, and the keys `hides` names (hidden_keys) as HIDDEN."""
     cfg = settings.model_dump()
+    for key in hidden_keys(cfg, hides):
+        *head, last = key.split(".")
+        _at(cfg, ".".join(head))[last] = HIDDEN
 
     def section(name: str):
         if name == "*":
@@ -78,12 +120,3 @@ def config_part(settings, sections: tuple[str, ...]) -> dict:
 def digest(doc) -> str:
     """sha256 of a JSON-able document (sorted keys; paths and other objects by str)."""
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def table_digest(df) -> str:
-    """sha256 of a polars table's schema and rows (row hashes in order; polars's row hash is fixed per version)."""
-    import polars as pl
-
-    h = hashlib.sha256(f"{pl.__version__}\0{list(df.schema.items())}".encode())
-    h.update(df.hash_rows(seed=0).to_numpy().tobytes())
-    return h.hexdigest()

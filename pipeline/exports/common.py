@@ -15,7 +15,7 @@ import polars as pl
 
 from pipeline.release import writers
 from pipeline.core import io
-from pipeline.frames.render import image_filename
+from pipeline.release.files import image_filename
 from pipeline.release.prompts import format_prompt
 from pipeline.release.files import eval_level_files, level_file_name
 from pipeline.release.schema import CHOICE_LETTERS, COLUMN_NAMES, MODEL_FACING_COLUMNS

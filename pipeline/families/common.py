@@ -30,7 +30,7 @@ CANDIDATE_SCHEMA = {
     "task_type_legacy": pl.String,
     "input_type": pl.String,
     "camera": pl.String,
-    "question": pl.String,
+    "question_fields_json": pl.String,
     "answer_text": pl.String,
     "distractors": pl.List(pl.String),
     "num_choices": pl.Int64,
@@ -163,9 +163,6 @@ class Spec:
     @cached_property
     def distractor_cfg(self) -> Distractors:
         return self.t.distractors
-
-    def question(self, **fields) -> str:
-        return str(self.get("question")).format(**fields)
 
     @property
     def enabled(self) -> bool:
@@ -396,8 +393,6 @@ class Pool:
         self.rows: dict[str, list] = {k: [] for k in CANDIDATE_SCHEMA}
         self.n_choices = spec.num_choices
         self.texts = spec.label_texts
-        self.q_template = str(spec.get("question"))
-        self.q_static = self.q_template if "{" not in self.q_template else None
         self.input_type = str(spec.get("input_type"))
         self.legacy = spec.legacy
         self.prefix = f"{spec.task_id}|{spec.source}|"
@@ -417,7 +412,6 @@ class Pool:
         frames: list[int],
         anchor: int,
         *,
-        question: str | None = None,
         distractors: list[str] | None = None,
         context: list[str] | None = None,
         exclude: set[str] | None = None,
@@ -447,9 +441,9 @@ class Pool:
         r["task_type_legacy"].append(self.legacy)
         r["input_type"].append(self.input_type)
         r["camera"].append(u["camera"])
-        if question is None:
-            question = self.q_static if self.q_static is not None else self.q_template.format(**(qfields or {}))
-        r["question"].append(question)
+        # the question's fields; its text is made from the template by the release step (pipeline/release/prompts.py
+        # question_texts), so a question edit changes no candidate and runs no step before the release
+        r["question_fields_json"].append(compact_json(qfields or {}))
         r["answer_text"].append(answer_text)
         r["distractors"].append(list(distractors))
         r["num_choices"].append(self.n_choices)

@@ -31,6 +31,7 @@ from pipeline.core.io import atomic_write_bytes, compact_json
 from .cache import BadEntry, FrameCache
 from .pixels import as_rgb, encode_png, pixel_sha256
 from pipeline.core.pool import resolve_workers
+from pipeline.release.files import image_filename
 
 RENDER_VERSION = 1
 log = logging.getLogger(__name__)
@@ -175,11 +176,6 @@ def image_hashes(images: Sequence[np.ndarray]) -> list[str]:
 
 def item_image_hashes(item: dict, get_frame: GetFrame, size_policy: dict | None = None) -> list[str]:
     return image_hashes(render_item_images(item, get_frame, size_policy))
-
-
-def image_filename(item_id: str, k: int) -> str:
-    """Deterministic file name of an item's k-th image (0-based)."""
-    return f"{item_id}_{k}.png"
 
 
 def write_item_images(

@@ -415,39 +415,6 @@ def summary_text(slug: str, result: IngestResult) -> str:
 
 
 # --------------------------------------------------------------------------------------------- the ingest command
-OPTIONS_HELP = "<the sources and their adapter options>"  # replaced lazily: listing them imports every adapter
-
-
-def options_help() -> str:
-    """The help text listing every registered source with its adapter's options and what each means."""
-    import importlib
-    import textwrap
-
-    from upstream_adapters import ADAPTERS
-
-    lines = ["sources and their adapter options (--option KEY=VALUE; defaults from configs/sources.yaml):"]
-    for slug, spec in ADAPTERS.items():
-        module, cls = spec.split(":")
-        adapter = getattr(importlib.import_module(module), cls)
-        lines.append(f"  {slug} ({adapter.name}, unit = {adapter.unit_type})")
-        for key, meaning in adapter.options.items():
-            lines.extend(textwrap.wrap(f"{key}: {meaning}", 100, initial_indent="      ", subsequent_indent="        "))
-    return "\n".join(lines)
-
-
-class IngestHelpFormatter:
-    """argparse formatter factory: RawDescriptionHelpFormatter that expands OPTIONS_HELP only when help is shown."""
-
-    def __new__(cls, *args, **kwargs):
-        import argparse
-
-        class _Formatter(argparse.RawDescriptionHelpFormatter):
-            def add_text(self, text):
-                super().add_text(options_help() if text == OPTIONS_HELP else text)
-
-        return _Formatter(*args, **kwargs)
-
-
 def parse_options(pairs: list[str] | None) -> dict:
     """["camera=cam_low", "tasks=[task_004]"] -> {"camera": "cam_low", "tasks": ["task_004"]} (values read as YAML)."""
     import yaml

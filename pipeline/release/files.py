@@ -52,6 +52,12 @@ def task_number(task_id: str) -> int:
     return int(task_id[1:])
 
 
+def image_filename(item_id: str, k: int) -> str:
+    """Deterministic file name of an item's k-th image (0-based), as `processbench reconstruct` writes it and the
+    exports name it."""
+    return f"{item_id}_{k}.png"
+
+
 def file_names(cfg: Settings) -> dict[str, str]:
     files = cfg.release.files.model_dump()  # artefact key -> file name (the keys as configs/release.yaml spells them)
     for key, rel in files.items():

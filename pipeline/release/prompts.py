@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import json
 
+import polars as pl
+
 import upstream_adapters
 
 from pipeline.release.schema import CHOICE_LETTERS as LETTERS
@@ -58,6 +60,21 @@ def _choices(row: dict) -> list[str]:
             break
         out.append(v)
     return out
+
+
+def question_texts(items: pl.DataFrame, cfg: Settings) -> pl.Series:
+    """The `question` of every item, made here from its template: the template's question for the item's source
+    (configs/tasks, its variant applied), filled with the fields its family recorded (`question_fields_json`; a
+    question without fields is the template's text as it is). The steps before the release carry the fields, not the
+    text, so a question edit runs the release step alone (assets/tables.py)."""
+    keys = items.select("task_id", "source", "question_fields_json").unique(maintain_order=True)
+    texts = []
+    for task_id, source, fields in keys.iter_rows():
+        q = str(cfg.tasks[task_id].for_source(source).question)
+        texts.append(q if "{" not in q else q.format(**json.loads(fields)))
+    keys = keys.with_columns(pl.Series("question", texts, dtype=pl.String))
+    on = ["task_id", "source", "question_fields_json"]
+    return items.select(on).join(keys, on=on, how="left", maintain_order="left", nulls_equal=True)["question"]
 
 
 def format_prompt(row: dict, cfg: Settings) -> str:

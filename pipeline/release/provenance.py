@@ -51,14 +51,18 @@ def _record_path(slug: str, root: Path) -> Path:
     return root.parent / f".{slug}.samples.json"
 
 
-def write_sample_record(slug: str, root: Path, scale: str, seed: int, options: dict | None = None) -> dict:
-    """After the generator wrote `root`: record what wrote it and the content it wrote."""
+def write_sample_record(
+    slug: str, root: Path, scale: str, seed: int, options: dict | None = None, units_factor: int = 1
+) -> dict:
+    """After the generator wrote `root`: record what wrote it and the content it wrote (`units_factor`, when not 1:
+    K times the release scale's units)."""
     from upstream_adapters import samples_fingerprint
 
     record = {
         "slug": slug,
         "scale": scale,
         "seed": seed,
+        **({"units_factor": int(units_factor)} if units_factor != 1 else {}),
         "generator": samples_fingerprint(slug),
         "corpus": corpus_fingerprint(slug, root, options),
     }
@@ -87,6 +91,7 @@ def sample_record_matches(slug: str, root: Path, scale: str, seed: int, options:
         and Path(root).is_dir()
         and rec.get("scale") == scale
         and rec.get("seed") == seed
+        and rec.get("units_factor", 1) == 1
         and rec.get("generator") == samples_fingerprint(slug)
         and rec.get("corpus") == corpus_fingerprint(slug, root, options)
     )
@@ -102,7 +107,9 @@ def corpus_record(slug: str, root: Path, options: dict | None = None) -> dict:
         "corpus_fingerprint": corpus["fingerprint"],
         "units_listed": corpus["units"],
         "origin": "samples" if from_samples else "user",
-        "samples": {k: rec[k] for k in ("scale", "seed", "generator")} if from_samples else None,
+        "samples": {k: rec[k] for k in ("scale", "seed", "units_factor", "generator") if k in rec}
+        if from_samples
+        else None,
     }
 
 

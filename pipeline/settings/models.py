@@ -47,6 +47,8 @@ class BuildExecutor(Strict):
     priority: dict[Slug, int] = {}  # source -> Dagster step priority (higher first when several wait)
     native_threads: Optional[int] = Field(1, ge=1)  # threads per BLAS / OpenMP pool in each build process; null =
     # the libraries' default (pool.limit_native_threads)
+    source_workers: int = Field(0, ge=0)  # processes the step track's sources are drafted on side by side (0 =
+    # cores; 1 = one after another in the step's process)
 
 
 class IrLimits(Strict):

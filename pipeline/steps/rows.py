@@ -16,7 +16,7 @@ import json
 
 import polars as pl
 
-from ..frames.render import image_filename
+from pipeline.release.files import image_filename
 from pipeline.core.io import compact_json
 from pipeline.release.files import source_names, source_order
 from pipeline.release.identity import step_uid

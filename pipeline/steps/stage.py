@@ -22,6 +22,7 @@ from ..frames.extract import extract_from_config
 from ..frames.readers import AdapterReaders
 from ..frames.render import add_image_hashes
 from pipeline.core.io import compact_json, write_json, write_parquet
+from pipeline.core.pool import run_tasks
 from pipeline.core.paths import work_dir
 from . import BUILDERS, perturb
 from .items import reassemble_actions, set_outcome_wording
@@ -114,8 +115,6 @@ def source_drafts(cfg: Settings, slug: str, tid: str, sides: pl.DataFrame) -> tu
     }
     if len(drafts) < quota:  # every candidate of every unit is taken: the pool limits
         short["reason"] = shortfall_reason(slug, short, tpl)
-        # one short line (at most 200 characters); the reason is in steps/summary.json and the quota record
-        log.warning("step items: %s: %d of a quota of %d; the pool holds no more", slug, len(drafts), quota)
     return drafts, {"units_without_side": no_side.height, **short, **injected}
 
 
@@ -138,6 +137,39 @@ def shortfall_reason(slug: str, s: dict, tpl: StepTaskFile) -> str:
     capped = s["candidates"] - s["candidates_after_cap"]
     cap = f", {capped} left out by cap_per_unit ({s['cap_per_unit']})" if capped else ""
     return f"{made}{cap}; {more}"
+
+
+def _drafts_task(task: tuple) -> tuple:
+    cfg, slug, tid, sides = task
+    return (slug, *source_drafts(cfg, slug, tid, sides))
+
+
+def _drafts_failed(task: tuple, reason: str):
+    raise RuntimeError(f"step items of {task[1]}: {reason}")
+
+
+def all_drafts(cfg: Settings, tid: str, slugs: list[str], sides: pl.DataFrame) -> dict[str, tuple[list[dict], dict]]:
+    """slug -> (drafts, summary) of each source: the sources are independent (each reads its own IR and labels), so
+    they are drafted side by side on build.executor.source_workers processes (0 = cores; 1 = in turn, here). The
+    result is the same whatever the number of processes: each source's drafts depend on its tables and seed alone."""
+    out: dict[str, tuple[list[dict], dict]] = {}
+    # the largest source first (GM-100's episodes): the small ones then fill in beside it
+    order = sorted(slugs, key=lambda s: -int(cfg.step_tasks[tid].quota.get(s, 0)))
+    tasks = [(cfg, slug, tid, sides.filter(pl.col("source") == slug)) for slug in order]
+    run_tasks(
+        _drafts_task,
+        tasks,
+        cfg.build.executor.source_workers,
+        lambda r: out.__setitem__(r[0], r[1:]),
+        _drafts_failed,
+    )
+    for slug in slugs:  # said here: a worker's log does not reach the build's
+        if (short := out[slug][1])["items"] < short["quota"]:  # every window taken (or thinned): the pool limits
+            # one short line (at most 200 characters); the reason is in steps/summary.json and the quota record
+            log.warning(
+                "step items: %s: %d of a quota of %d; the pool holds no more", slug, short["items"], short["quota"]
+            )
+    return {slug: out[slug] for slug in slugs}
 
 
 def shortfall_text(slug: str, s: dict) -> str:
@@ -215,8 +247,8 @@ def build_step_rows(cfg: Settings) -> tuple[pl.DataFrame, dict]:
     built = list(cfg.build.sources)
     for tid, tpl in cfg.step_tasks.items():
         drafts, units = [], {}
-        for slug in [s for s in built if s in tpl.sources]:
-            d, s = source_drafts(cfg, slug, tid, sides)
+        slugs = [s for s in built if s in tpl.sources]
+        for slug, (d, s) in all_drafts(cfg, tid, slugs, sides).items():
             drafts += d
             summary["sources"][slug] = s
             for u in pl.read_parquet(wd / "ir" / slug / "units.parquet").iter_rows(named=True):

@@ -329,11 +329,15 @@ def frame_count(seed: int, task_id: str, episode: int, frames: tuple[int, int]) 
 
 def write(out_dir: Path, scale: str = "demo", seed: int = 0, *, tasks: list[str] | None = None,
           episodes: int | None = None, frames: tuple[int, int] | None = None, size: tuple[int, int] | None = None,
-          compression: int = zipfile.ZIP_DEFLATED) -> None:
-    """Write the sample corpus for `scale` (demo | release) into `out_dir`; keywords shrink it for tests."""
+          compression: int = zipfile.ZIP_DEFLATED, units_factor: int = 1) -> None:
+    """Write the sample corpus for `scale` (demo | release) into `out_dir`; keywords shrink it for tests;
+    `units_factor` K: K times the release scale's episodes per task."""
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; known: {sorted(SCALES)}")
+    if units_factor != 1 and scale != "release":
+        raise ValueError(f"units_factor {units_factor} applies to the release scale only, not {scale!r}")
     d_tasks, d_eps, d_frames, d_size = SCALES[scale]
+    d_eps *= units_factor
     tasks = d_tasks if tasks is None else tasks
     episodes = d_eps if episodes is None else episodes
     frames = d_frames if frames is None else frames

@@ -133,8 +133,11 @@ def _task_text(seed: int, task_id: str, task_type: str) -> str:
     return f"{verb}-{obj}-{tgt}"
 
 
-def plan(scale: str = "demo", seed: int = 0) -> list[TaskSpec]:
-    """The corpus as a list of task specs (deterministic from seed)."""
+def plan(scale: str = "demo", seed: int = 0, units_factor: int = 1) -> list[TaskSpec]:
+    """The corpus as a list of task specs (deterministic from seed); `units_factor` K: K times the release scale's
+    episodes per task (the build's cost curve, bench/bench_cost_curve.py)."""
+    if units_factor != 1 and scale != "release":
+        raise ValueError(f"units_factor {units_factor} applies to the release scale only, not {scale!r}")
     if scale == "tiny":
         rng = rng_for(seed, "gm100", "tiny")
         return [
@@ -164,7 +167,7 @@ def plan(scale: str = "demo", seed: int = 0) -> list[TaskSpec]:
         forty = set(rng.choice(len(ids), size=4186 - 39 * len(ids), replace=False).tolist())
         tasks = []
         for k, (task_id, ttype) in enumerate(zip(ids, types)):
-            n_eps = 40 if k in forty else 39
+            n_eps = (40 if k in forty else 39) * units_factor
             eps = [EpisodeSpec(e, int(rng.integers(150, 201)), wrist=(e == 0)) for e in range(n_eps)]
             if k % 25 == 0:
                 eps[0].top_codec = "av1"
@@ -349,14 +352,15 @@ No licence is stated here because the licence of the real dataset is unverified.
 """
 
 
-def write(out_dir: Path, scale: str = "demo", seed: int = 0, codebase_version: str = "v2.1") -> None:
+def write(out_dir: Path, scale: str = "demo", seed: int = 0, codebase_version: str = "v2.1",
+          units_factor: int = 1) -> None:
     """Write the GM-100 sample corpus (the source root) into `out_dir`, replacing an earlier sample corpus there.
     codebase_version "v3.0" lays every task folder out as LeRobot v3.0 (`gm100_v3.convert_task`).
 
     Refuses to touch a non-empty `out_dir` that is not a sample corpus written by this module.
     """
     out_dir = Path(out_dir)
-    tasks = plan(scale, seed)
+    tasks = plan(scale, seed, units_factor)
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MARKER_FILE).is_file():
         raise FileExistsError(f"{out_dir.name!r} is not empty and not a gm100 sample corpus; refusing to overwrite")
     tmp = out_dir.with_name(out_dir.name + ".tmp-gm100-sample")

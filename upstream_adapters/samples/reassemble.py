@@ -290,7 +290,7 @@ def _poses(rng: np.random.Generator) -> dict:
     }
 
 
-def write(out_dir: Path, scale: str = "demo", seed: int = 0, layout: str = "release") -> None:
+def write(out_dir: Path, scale: str = "demo", seed: int = 0, layout: str = "release", units_factor: int = 1) -> None:
     """Write the REASSEMBLE sample corpus (`tiny`, `demo` or `release`) into `out_dir` (the source root).
     layout "release": data/<rec>.h5 + poses/ + splits/ as TU Wien ships it; "flat": only the <rec>.h5 files, side by
     side in `out_dir` (as the authors' converter and other readers keep them)."""
@@ -298,10 +298,10 @@ def write(out_dir: Path, scale: str = "demo", seed: int = 0, layout: str = "rele
     if layout not in ("release", "flat"):
         raise ValueError(f"layout must be 'release' or 'flat', not {layout!r}")
     if layout == "flat":
-        for spec in specs_for(scale, seed):
+        for spec in specs_for(scale, seed, units_factor):
             write_recording(out_dir / f"{spec.rec_id}.h5", spec, scale, seed)
         return
-    specs = specs_for(scale, seed)
+    specs = specs_for(scale, seed, units_factor)
     ids = {s.rec_id for s in specs}
     for sub, suffix in (("data", ".h5"), ("poses", "_poses.json")):
         d = out_dir / sub

@@ -90,7 +90,7 @@ def _demo_specs() -> list[RecSpec]:
     ]
 
 
-def _release_specs(seed: int) -> list[RecSpec]:
+def _release_specs(seed: int, units_factor: int = 1) -> list[RecSpec]:
     special = {
         "2025-01-10-15-28-50": dict(hand_late=True),
         "2025-01-10-17-10-38": dict(hand_late=True),
@@ -105,8 +105,10 @@ def _release_specs(seed: int) -> list[RecSpec]:
         d, h, mi, s = (int(x) for x in r.split("-")[2:])
         return ((d * 24 + h) * 60 + mi) * 60 + s
 
-    while len(ids) < 41:
-        day = int(rng.integers(9, 14))
+    # units_factor K: 37 K recordings of test_split1 (the extra ones in it alone), over January's first 28 days
+    days = (9, 14) if units_factor == 1 else (1, 29)
+    while len(ids) < 41 + 37 * (units_factor - 1):
+        day = int(rng.integers(*days))
         minute = int(rng.integers(9 * 60, 18 * 60))
         r = f"2025-01-{day:02d}-{minute // 60:02d}-{minute % 60:02d}-{int(rng.integers(0, 60)):02d}"
         if all(abs(start_s(r) - start_s(o)) >= 360 for o in ids):  # recordings last ~4-5 min: no overlaps
@@ -127,14 +129,16 @@ def _release_specs(seed: int) -> list[RecSpec]:
         if r in per_axis:
             kw.update(per_axis=True, ts_2d=True)
         specs.append(RecSpec(r, **kw))
-    assert sum("test_split1" in s.splits for s in specs) == 37
+    assert sum("test_split1" in s.splits for s in specs) == 37 * units_factor
     return specs
 
 
-def specs_for(scale: str, seed: int = 0) -> list[RecSpec]:
+def specs_for(scale: str, seed: int = 0, units_factor: int = 1) -> list[RecSpec]:
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; known: {sorted(SCALES)}")
-    return _release_specs(seed) if scale == "release" else _demo_specs()
+    if units_factor != 1 and scale != "release":
+        raise ValueError(f"units_factor {units_factor} applies to the release scale only, not {scale!r}")
+    return _release_specs(seed, units_factor) if scale == "release" else _demo_specs()
 
 
 # ---------------------------------------------------------------------------------------------- plan

@@ -391,18 +391,20 @@ def demo_specs(seed: int = 0) -> list[SceneSpec]:
     return specs
 
 
-def release_specs(seed: int = 0) -> list[SceneSpec]:
+def release_specs(seed: int = 0, units_factor: int = 1) -> list[SceneSpec]:
     """596 readable robot scenes over 76 task ids (ProcessBench's cfg2 scale), ~28 % failures (rating 0/1), a few
-    rating -1; plus 2 scenes without gripper.npy and 8 human folders."""
+    rating -1; plus 2 scenes without gripper.npy and 8 human folders. `units_factor` K: 596 K scenes over the same
+    tasks (20 K users), K times the human folders."""
     rng = rng_for(seed, "rh20t", "release")
     tasks = sorted(int(t) for t in rng.choice(np.arange(1, 241), 76, replace=False))
-    counts = 3 + rng.multinomial(596 - 3 * 76, rng.dirichlet(np.full(76, 4.0)))
+    n = 596 * units_factor
+    counts = 3 + rng.multinomial(n - 3 * 76, rng.dirichlet(np.full(76, 4.0)))
     ratings = np.array([-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     probs = np.array([0.02, 0.07, 0.20, 0.04, 0.06, 0.09, 0.12, 0.14, 0.12, 0.09, 0.05])
     specs: list[SceneSpec] = []
     extra: list[SceneSpec] = []
     for t, c in zip(tasks, counts):
-        pairs = rng.choice(20 * 10, int(c) + 1, replace=False)
+        pairs = rng.choice(20 * units_factor * 10, int(c) + 1, replace=False)
         for k, p in enumerate(pairs):
             user, scene = int(p // 10) + 1, int(p % 10) + 1
             spec = SceneSpec(t, user, scene, rating=int(rng.choice(ratings, p=probs)),
@@ -413,7 +415,7 @@ def release_specs(seed: int = 0) -> list[SceneSpec]:
             else:
                 extra.append(spec)
     broken = [replace(extra[i], omit=("transformed/gripper.npy",)) for i in (5, 40)]
-    humans = [replace(specs[i], human=(0 if j % 3 else 1), n_frames=60) for j, i in enumerate(range(0, 596, 75))]
+    humans = [replace(specs[i], human=(0 if j % 3 else 1), n_frames=60) for j, i in enumerate(range(0, n, 75))]
     return specs + broken + humans
 
 
@@ -470,11 +472,13 @@ def write_root(out_dir: Path, specs: Sequence[SceneSpec], seed: int = 0, size: t
     return base
 
 
-def write(out_dir: Path, scale: str = "demo", seed: int = 0, archive: bool | None = None) -> None:
+def write(out_dir: Path, scale: str = "demo", seed: int = 0, archive: bool | None = None, units_factor: int = 1) -> None:
     """Demo: RH20T_cfg2.tar.gz (archive path). Release: the extracted RH20T_cfg2/ folder (596 robot scenes).
     `archive` True/False writes the archive or the extracted folder at any scale (None: the scale's default)."""
     if scale not in SIZES:
         raise ValueError(f"unknown scale {scale!r}; expected one of {sorted(SIZES)}")
+    if units_factor != 1 and scale != "release":
+        raise ValueError(f"units_factor {units_factor} applies to the release scale only, not {scale!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in (out_dir / CFG_DIR, out_dir / f"{CFG_DIR}.tar.gz"):  # never the same scenes twice in one root
@@ -486,4 +490,4 @@ def write(out_dir: Path, scale: str = "demo", seed: int = 0, archive: bool | Non
     if scale == "demo":
         write_root(out_dir, demo_specs(seed), seed, SIZES["demo"], archive=as_tar)
     else:
-        write_root(out_dir, release_specs(seed), seed, SIZES["release"], archive=as_tar, calibs=CALIBS)
+        write_root(out_dir, release_specs(seed, units_factor), seed, SIZES["release"], archive=as_tar, calibs=CALIBS)
