@@ -27,15 +27,16 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
+import yaml
+
+from upstream_adapters import ADAPTERS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_build import REPO, become_subreaper, measure, step_costs
 
-SLUGS = ("gm100", "rh20t", "reassemble", "aist")
-# Each source's full public corpus, in the units the build reads (docs/running.md "The cost curve" says where each
-# figure comes from): GM-100 >13,000 trajectories (both platforms of the paper), RH20T >110,000 sequences (every
-# configuration), REASSEMBLE 149 recordings, AIST-Bimanual 12,025 episodes (the site's task list).
-FULL_UNITS = {"gm100": 13_000, "rh20t": 110_000, "reassemble": 149, "aist": 12_025}
+SLUGS = tuple(ADAPTERS)  # every source of the registry
+# each source's full public corpus, in the units the build reads (the figures and their origin: bench/full_corpora.yaml)
+FULL_UNITS = {s: int(n) for s, n in yaml.safe_load((Path(__file__).with_name("full_corpora.yaml")).read_text()).items()}
 CLUSTER_WORKERS = (4, 16, 64)
 
 

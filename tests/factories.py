@@ -581,6 +581,15 @@ def hold_build_lock(cfg, token, ready, stop):
         stop.wait(30)
 
 
+def digest_tree(root: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file under root: two builds' release folders compared byte for byte."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(root).rglob("*"))
+        if p.is_file()
+    }
+
+
 def build_demo(
     samples: dict[str, Path],
     out: Path,

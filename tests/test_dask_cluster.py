@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import build_demo
-from test_determinism import digest_tree
+from factories import digest_tree
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -692,7 +692,8 @@ def test_answers_carry_over_to_a_rebuilt_release(demo_samples, demo_release, cfg
     import dagster as dg
 
     from assets.fingerprint import REPO as CODE
-    from assets.run import BuildSettings, rebuild
+    from assets.run import rebuild
+    from assets.settings import BuildSettings
     from pipeline.frames.reconstruct import reconstruct
 
     configs = tmp_path / "configs"

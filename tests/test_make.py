@@ -1,5 +1,10 @@
 """The README's two commands in a clone whose path holds a space (issue 31: `/bin/sh: 1: cannot create /tmp/sp: Is a
-directory` from the Makefile's DAGSTER_HOME target), and the Makefile's choice of Python."""
+directory` from the Makefile's DAGSTER_HOME target), and the Makefile's choice of Python.
+
+The clone's `make rebuild` is also the suite's determinism check across engines: a cold build with a fresh work folder
+and frame cache on the default engine (multiprocess), whose release must equal, byte for byte, the session's demo
+build (in_process), which test_e2e compares with the committed lock. The Dask engine's build is compared the same
+way in tests/test_dask_cluster.py."""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from factories import digest_tree
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,7 +89,7 @@ def _seed_lmms_venv(clone: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_two_commands_work_in_a_clone_whose_path_has_a_space(demo_samples, tmp_path):
+def test_the_two_commands_work_in_a_clone_whose_path_has_a_space(demo_samples, demo_release, tmp_path):
     clone = _clone(tmp_path / "my clones" / "process bench")
     _seed_venv(clone)
     _seed_lmms_venv(clone)
@@ -93,6 +100,10 @@ def test_the_two_commands_work_in_a_clone_whose_path_has_a_space(demo_samples, t
     assert rebuild.returncode == 0, rebuild.stdout[-3000:] + rebuild.stderr[-3000:]
     assert f"release published: {clone / 'release'}" in rebuild.stdout and "release: valid" in rebuild.stdout
     assert (clone / ".dagster_home" / "dagster.yaml").is_file()
+    # another engine, another folder (with a space), a fresh work folder: the same bytes as the session's build
+    first, again = digest_tree(demo_release), digest_tree(clone / "release")
+    assert sorted(first) == sorted(again)
+    assert [f for f in first if first[f] != again[f]] == []
     # the second command, on a small part of the suite (the whole suite runs it in this very process)
     test = subprocess.run(
         ["make", "test", "TESTS=tests/test_layout.py"], cwd=clone, env=env, capture_output=True, text=True
