@@ -12,8 +12,10 @@ import pytest
 
 from assets.run import plan
 from assets.settings import BuildSettings
+from assets.tables import QUESTION_TEXT
 from pipeline import stages
 from pipeline.core import work_tables
+from pipeline.core.digests import hidden_view
 from pipeline.core.io import write_parquet
 
 
@@ -50,7 +52,8 @@ def test_a_damaged_family_part_is_generated_again(demo_samples, demo_release, tm
         work,
         ignore=shutil.ignore_patterns("frame_cache", "items", "split", "_fingerprints"),
     )
-    cfg = _settings(demo_samples, work, tmp_path / "release").config()
+    # as the candidates step sees the settings: the question text hidden (assets/tables.py Step.hides)
+    cfg = hidden_view(_settings(demo_samples, work, tmp_path / "release").config(), QUESTION_TEXT)
     assert stages.run_candidates(cfg, slug)["families_generated"] == []  # every part read back
     pool_file = work / "candidates" / f"{slug}.parquet"
     pool = pl.read_parquet(pool_file)
@@ -179,7 +182,7 @@ def test_a_step_record_holds_row_counts_and_a_cut_table_is_refused(tmp_path):
     from pipeline.settings.config import load_settings
 
     cfg = load_settings().with_values({"build.work_dir": str(tmp_path / "work")})
-    table = Table(key=("t", "a"), path="t/a.parquet", description="a test table", schema={"a": pl.Int64})
+    table = Table(key=("t", "a"), path="t/a.parquet", description="a test table", schema_of={"a": pl.Int64})
     write = Step(
         name="writer",
         group="g",
