@@ -168,6 +168,7 @@ def cmd_build(args) -> int:
                 dask_address=args.dask_address,
                 force=args.force,
                 verify=args.verify,
+                cfg=build_cfg,
             )
     except (LockError, publish.ReleaseFolderError) as exc:
         print(f"build not started: {exc}", file=sys.stderr)
@@ -189,11 +190,12 @@ def cmd_build(args) -> int:
         return 1
     for text in result["warnings"] + result["failed_checks"]:  # `check warning: ...` / `check failed: ...`, in words
         print(text, file=sys.stderr)
-    _report(Path(release).absolute(), result, time.time() - t, {slug: str(cfg.sources[slug].root) for slug in chosen})
+    roots = {slug: str(cfg.sources[slug].root) for slug in chosen}
+    _report(Path(release).absolute(), result, time.time() - t, roots, build_cfg)
     return 1 if result["failed_checks"] else 0
 
 
-def _report(release: Path, result: dict, seconds: float, roots: dict[str, str]) -> None:
+def _report(release: Path, result: dict, seconds: float, roots: dict[str, str], cfg: Settings) -> None:
     """The end of a build: what the release holds, where it is, and what to run next."""
     from pipeline.build_report import counts_text, next_commands
 
@@ -204,7 +206,7 @@ def _report(release: Path, result: dict, seconds: float, roots: dict[str, str]) 
     print(f"release {what}: {release}")
     from pipeline.release.identity import stated_fingerprint
 
-    if fingerprint := stated_fingerprint(release, load_settings()):
+    if fingerprint := stated_fingerprint(release, cfg):
         print(f"release fingerprint: {fingerprint}")
     print("next:\n" + "\n".join(f"  {c}" for c in next_commands(release, roots)))
 

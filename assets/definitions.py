@@ -184,6 +184,9 @@ def _publish_step(context, step: Step, cfg: Settings, live: list[Step], checks):
         )
     publish.publish(cfg)
     context.log.info(f"release published to {paths.release_dir(cfg).name}/")
+    # read once more, now that its checks have let it settle: the files' hashes go to the content-hash store, so the
+    # next build with nothing to do stats the release instead of reading it (docs/running.md)
+    fingerprint.release_damage(cfg)
     cost = _cost(t0, c0)  # the step, its checks and the publishing
     for t in step.writes:
         yield dg.MaterializeResult(

@@ -22,7 +22,7 @@ import polars as pl
 
 from pipeline.core.paths import work_dir
 from pipeline.core import work_tables
-from pipeline.core.digests import REPO, code_digest, config_part, digest, file_digest, hidden_view  # noqa: F401 (REPO: for tests)
+from pipeline.core.digests import REPO, code_digest, config_part, digest, hidden_view  # noqa: F401 (REPO: for tests)
 from pipeline.core.errors import ProjectError
 from pipeline.core.io import write_json
 from upstream_adapters import content_hash
@@ -42,21 +42,33 @@ class DamagedInput(ProjectError):
 def tree_listing(root: Path) -> str:
     """sha256 over (relative path, size, sha256 of the content) of every file under root. A file's content hash is
     read again only when its identity (size, mtime, ctime, inode) changed, so a touched file re-runs nothing and an
-    edit that keeps the size and the mtime is still seen."""
+    edit that keeps the size and the mtime is still seen. Paths stay strings: a corpus has tens of thousands of
+    files and this runs in every build, the no-op one included."""
     h = hashlib.sha256()
     if not root.exists():
         return "missing"
-    for dirpath, dirnames, filenames in os.walk(root):
+    top = os.fspath(root)
+    cut = len(os.path.join(top, ""))
+    for dirpath, dirnames, filenames in os.walk(top):
         dirnames.sort()
         for name in sorted(filenames):
-            p = Path(dirpath) / name
+            p = os.path.join(dirpath, name)
             try:
                 size, sha = content_hash.content_sha256(p)
             except OSError as exc:  # unreadable: its ingest reports it; the listing says so, and changes with it
                 size, sha = -1, f"unreadable:{exc.errno}"
-            h.update(f"{p.relative_to(root).as_posix()}\0{size}\0{sha}\n".encode())
+            rel = p[cut:] if os.sep == "/" else Path(p[cut:]).as_posix()
+            h.update(f"{rel}\0{size}\0{sha}\n".encode())
     content_hash.flush()
     return h.hexdigest()
+
+
+def file_digest(path: Path) -> str | None:
+    """sha256 of a work table (None when it is not there), from the content-hash store while the file's identity
+    holds, as for upstream files: a table edited after its step recorded it has another ctime and is read again."""
+    if not path.is_file():
+        return None
+    return content_hash.content_sha256(path)[1]
 
 
 def use_hash_store(cfg: Settings, verify: bool | None = None) -> None:
@@ -64,15 +76,20 @@ def use_hash_store(cfg: Settings, verify: bool | None = None) -> None:
     content_hash.use_store(work_dir(cfg) / "_content_hashes", verify=verify)
 
 
-def fingerprint(step: Step, cfg: Settings, tables: dict) -> str:
+def fingerprint(step: Step, cfg: Settings, tables: dict, listings: dict | None = None) -> str:
+    """`listings`: {upstream root: tree_listing} already made in this plan (steps of one source share a root)."""
     use_hash_store(cfg)
+    listings = {} if listings is None else listings
+    root = step.external(cfg) if step.external else None
+    if root is not None and root not in listings:
+        listings[root] = tree_listing(root)
     inputs = {name: file_digest(tables[name].file(cfg)) for name in step.reads if name in tables}
     doc = {
         "step": step.name,
         "code": code_digest(CODE_PACKAGES),
         "config": config_part(cfg, step.config, step.hides),
         "inputs": inputs,
-        "external": tree_listing(step.external(cfg)) if step.external else None,
+        "external": listings[root] if root is not None else None,
     }
     return digest(doc)
 
@@ -89,9 +106,9 @@ def recorded(cfg: Settings, step: Step) -> dict | None:
         return None
 
 
-def is_fresh(step: Step, cfg: Settings, tables: dict, fp: str | None = None) -> bool:
+def is_fresh(step: Step, cfg: Settings, tables: dict, fp: str | None = None, listings: dict | None = None) -> bool:
     rec = recorded(cfg, step)
-    if not rec or rec.get("fingerprint") != (fp or fingerprint(step, cfg, tables)):
+    if not rec or rec.get("fingerprint") != (fp or fingerprint(step, cfg, tables, listings)):
         return False
     if not all(file_digest(t.file(cfg)) == rec["outputs"].get(t.name) for t in step.writes):
         return False
@@ -101,12 +118,20 @@ def is_fresh(step: Step, cfg: Settings, tables: dict, fp: str | None = None) -> 
 
 
 def release_damage(cfg: Settings) -> list[str]:
-    """How the published release differs from its checksums.sha256 ([] when intact or when there is none)."""
+    """How the published release differs from its checksums.sha256 ([] when intact or when there is none). A file's
+    hash comes from the build's content-hash store while its identity (device, inode, size, mtime, ctime) is the one
+    it had when last read whole: any write to it changes its ctime, so it is read again; a no-op build then reads no
+    release byte. `processbench build --verify` reads every file again; `processbench validate` always does."""
     from pipeline.core.paths import release_dir
     from pipeline.release.files import release_damage as damage
 
     root = release_dir(cfg)
-    return damage(root, cfg) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    use_hash_store(cfg)
+    out = damage(root, cfg, sha256=lambda p: content_hash.content_sha256(p)[1])
+    content_hash.flush()
+    return out
 
 
 def forget(step: Step, cfg: Settings) -> None:
@@ -178,8 +203,9 @@ def stale_steps(steps: list[Step], cfg: Settings) -> list[Step]:
     tables = tables_by_name(steps)
     stale: list[Step] = []
     changed: set[str] = set()
+    listings: dict = {}  # one listing per upstream root: its ingest and frames steps both cover it
     for step in steps:  # dependency order
-        if changed & set(step.reads) or not is_fresh(step, cfg, tables):
+        if changed & set(step.reads) or not is_fresh(step, cfg, tables, listings=listings):
             stale.append(step)
             changed |= {t.name for t in step.writes}
     return stale

@@ -100,15 +100,17 @@ def rebuild(
     force: bool = False,
     token: str | None = None,
     verify: bool = False,
+    cfg: Settings | None = None,
 ) -> dict:
     """Materialize what is stale in one run, under the build lock (publish.LockError when another build holds it);
     raise BuildFailed when a step fails (then the published release is unchanged). Returns the checks that failed
     with ERROR severity (`failed_checks`), those that only warn (`warnings`), the steps run, the run id, whether a
     new release was published (`published`) and what the lock cleaned up from killed builds (`cleaned`). `token`: the
     lock the caller holds already (the CLI takes it before writing sample corpora). `verify`: read every upstream
-    file again instead of trusting its cached content hash (upstream_adapters/content_hash.py)."""
+    file again instead of trusting its cached content hash (upstream_adapters/content_hash.py). `cfg`: the
+    `settings.config()` the caller has made already (the CLI: the settings are read once per process)."""
     settings = settings or BuildOptions()
-    cfg = settings.config()
+    cfg = cfg or settings.config()
     token = token or uuid.uuid4().hex
     fingerprint.use_hash_store(cfg, verify=verify)
     with publish.build_lock(cfg, token) as cleaned:

@@ -405,13 +405,41 @@ def test_planted_frame_leak_is_refused(tables, cfg):
         consumers.vlmevalkit_tsv(unchecked, cfg)
 
 
-def test_write_exports_refuses_a_path_leak(tables, cfg, tmp_path):
+def test_write_exports_refuses_a_path_leak(tables, cfg, tmp_path, monkeypatch):
+    import pipeline.exports as exports
+
+    scanned = []
+    real = exports.find_path_leaks
+    monkeypatch.setattr(exports, "find_path_leaks", lambda text: scanned.append(text) or real(text))
     bad = tables["eval"].with_columns(pl.lit("/home/someone/data").alias("choice_A"))
-    with pytest.raises(ValueError, match="leak"):
+    with pytest.raises(ValueError, match="leak") as refused:
         write_exports(tmp_path, bad, tables["sft"], cfg)
     files = common.export_files(cfg)  # a text that leaks is never written; the clean ones are
-    assert not (tmp_path / files["llamafactory_eval"]).exists()
+    for key in ("llamafactory_eval", "swift_eval"):  # one text, two files: checked once, both refused
+        assert not list(tmp_path.glob(files[key].replace(".jsonl", "*"))), key
+        assert files[key] in str(refused.value)
     assert (tmp_path / files["llamafactory_sft"]).is_file()
+    sft = (tmp_path / files["llamafactory_sft"]).read_text(encoding="utf-8")
+    assert (tmp_path / files["swift_sft"]).read_text(encoding="utf-8") == sft
+    assert scanned.count(sft) == 1  # the text LLaMA-Factory and ms-swift share is scanned once
+
+
+def test_the_validator_refuses_a_path_planted_in_a_trainer_export(demo_release, cfg, tmp_path):
+    """The exports scan a shared text once when they make it; a leak put into one of its files on disk afterwards is
+    the validator's to find, in either file."""
+    copy = tmp_path / "copy"
+    shutil.copytree(demo_release, copy)
+    xf = common.export_files(cfg)
+    for key in ("llamafactory_sft", "swift_sft"):
+        path = copy / xf[key]
+        path.write_text(
+            path.read_text(encoding="utf-8").replace('"content":"', '"content":"/home/alice/x ', 1), encoding="utf-8"
+        )
+        assert "/home/alice/x" in path.read_text(encoding="utf-8")
+    writers.write_checksums(copy, cfg)
+    problems = validate_release(copy, cfg)
+    for key in ("llamafactory_sft", "swift_sft"):
+        assert any(xf[key] in p and "/home/alice/x" in p for p in problems), (key, problems)
 
 
 def test_trainer_files_read_as_their_loaders_read_them(demo_release, cfg, tables, parts, tmp_path):

@@ -12,8 +12,10 @@ import pytest
 
 from assets.run import plan
 from assets.settings import BuildSettings
+from assets.tables import QUESTION_TEXT
 from pipeline import stages
 from pipeline.core import work_tables
+from pipeline.core.digests import hidden_view
 from pipeline.core.io import write_parquet
 
 
@@ -50,7 +52,8 @@ def test_a_damaged_family_part_is_generated_again(demo_samples, demo_release, tm
         work,
         ignore=shutil.ignore_patterns("frame_cache", "items", "split", "_fingerprints"),
     )
-    cfg = _settings(demo_samples, work, tmp_path / "release").config()
+    # as the candidates step sees the settings: the question text hidden (assets/tables.py Step.hides)
+    cfg = hidden_view(_settings(demo_samples, work, tmp_path / "release").config(), QUESTION_TEXT)
     assert stages.run_candidates(cfg, slug)["families_generated"] == []  # every part read back
     pool_file = work / "candidates" / f"{slug}.parquet"
     pool = pl.read_parquet(pool_file)
@@ -71,8 +74,12 @@ def test_a_damaged_family_part_is_generated_again(demo_samples, demo_release, tm
     assert work_tables.read_checked(part, "test") is not None  # written again, with its record
 
 
-def test_a_no_op_build_publishes_a_damaged_release_again(demo_samples, demo_release, tmp_path):
+def test_a_no_op_build_publishes_a_damaged_release_again(demo_samples, demo_release, tmp_path, monkeypatch):
+    from pathlib import Path
+
     import dagster as dg
+
+    from upstream_adapters import content_hash
 
     from assets.run import rebuild
     from pipeline.release.validate import validate_release
@@ -93,13 +100,53 @@ def test_a_no_op_build_publishes_a_damaged_release_again(demo_samples, demo_rele
     victim.write_bytes(good[: len(good) // 2])
     assert plan(settings) == ["release"]
     lines = []
+    monkeypatch.setattr(content_hash, "RACY_S", 0.0)  # the files just written count as settled
     with dg.DagsterInstance.ephemeral() as instance:
         out = rebuild(settings, instance=instance, log=lines.append, executor="in_process")
     assert out["published"] and out["steps"] == ["release"]
     assert any("differs from its checksums" in line and victim.name in line for line in lines)
     assert (release / victim.relative_to(release)).read_bytes() == good
     assert validate_release(release, settings.config(), leaks=False) == []
+    reads = []
+    real = content_hash._hash_file
+    monkeypatch.setattr(content_hash, "_hash_file", lambda p: reads.append(Path(p)) or real(p))
     assert plan(settings) == []
+    # the release step stored the hashes of the release it published: the no-op check reads none of its bytes
+    assert not [p for p in reads if release.resolve() in p.resolve().parents]
+
+
+def test_a_no_op_plan_reads_no_byte_yet_sees_an_edit_that_keeps_size_and_mtime(
+    demo_samples, demo_release, tmp_path, monkeypatch
+):
+    """The no-op check trusts a file's hash while its identity (inode, size, mtime, ctime) is the one it had when read
+    whole (upstream_adapters/content_hash.py): a second plan reads no byte of the corpora, the work tables or the
+    release. A release file edited in place with its size kept and its mtime set back still has another ctime: read
+    again, found damaged, published again."""
+    import os
+    from pathlib import Path
+
+    from upstream_adapters import content_hash
+
+    work, release = tmp_path / "work", tmp_path / "release"
+    shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache"))
+    shutil.copytree(demo_release, release)
+    monkeypatch.setattr(content_hash, "RACY_S", 0.0)  # the copies are new: trusted at once, not 2 s from now
+    settings = _settings(demo_samples, work, release)
+    assert plan(settings) == []  # reads the copies whole, once, and stores their hashes
+    reads = []
+    real = content_hash._hash_file
+    monkeypatch.setattr(content_hash, "_hash_file", lambda p: reads.append(Path(p)) or real(p))
+    assert plan(settings) == []
+    assert reads == []
+    victim = max((p for p in release.rglob("*") if p.is_file() and p.name != "checksums.sha256"), key=os.path.getsize)
+    st = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01  # planted: one bit, size kept
+    victim.write_bytes(bytes(data))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the mtime set back
+    assert (victim.stat().st_size, victim.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert plan(settings) == ["release"]
+    assert [p.resolve() for p in reads] == [victim.resolve()]
 
 
 def test_a_step_never_reads_a_table_changed_since_its_step_wrote_it(demo_samples, demo_release, tmp_path):
@@ -135,7 +182,7 @@ def test_a_step_record_holds_row_counts_and_a_cut_table_is_refused(tmp_path):
     from pipeline.settings.config import load_settings
 
     cfg = load_settings().with_values({"build.work_dir": str(tmp_path / "work")})
-    table = Table(key=("t", "a"), path="t/a.parquet", description="a test table", schema={"a": pl.Int64})
+    table = Table(key=("t", "a"), path="t/a.parquet", description="a test table", schema_of={"a": pl.Int64})
     write = Step(
         name="writer",
         group="g",

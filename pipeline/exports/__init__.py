@@ -220,9 +220,15 @@ def write_exports(
     tables = {"eval": eval_df, "sft": sft_df}
     report: dict[str, dict] = {name: {"files": [], "rows": 0} for name in EXPORTERS}
     run = Run(tables, common.parts(tables, cfg), release_dir, cfg)
+    last: list = [None, None, []]  # (text, kind, problems) of the last text checked
     for name, out in export_outputs(run):
         if isinstance(out.data, str):
-            if found := find_path_leaks(out.data) + facing.text_problems(out.rel, out.data, cfg):
+            # one text written to several files (LLaMA-Factory and ms-swift write a part's one `messages` text, one
+            # after the other) is checked once, where it is made; every file of it is refused when it leaks
+            kind = facing.text_kind(out.rel, cfg)
+            if last[0] is not out.data or last[1] != kind:
+                last[:] = [out.data, kind, find_path_leaks(out.data) + facing.text_problems(out.rel, out.data, cfg)]
+            if found := last[2]:
                 run.leaks[out.rel] = found
                 continue
             io.atomic_write_text(release_dir / out.rel, out.data)

@@ -35,12 +35,21 @@ def _is_model_facing_text(rel: str, cfg: Settings) -> bool:
     return rel.startswith(_exports_dir(cfg) + "/") and rel.endswith(_MODEL_FACING_SUFFIXES)
 
 
+def text_kind(rel: str, cfg: Settings) -> str | None:
+    """How text_problems reads the text of file `rel`: "tsv" (its header), "keys" (a jsonl's keys), None (not a
+    model-facing text: nothing to read). Two files of one kind get the same answer for the same text."""
+    if not _is_model_facing_text(rel, cfg):
+        return None
+    return "tsv" if rel.endswith(".tsv") else "keys"
+
+
 def text_problems(rel: str, text: str, cfg: Settings) -> list[str]:
     """A model-facing export text's columns that a model may not see (empty for any other file): a TSV's header, a
     jsonl's keys at any depth (in compact JSON an unescaped `"name":` is a key, never text inside a string)."""
-    if not _is_model_facing_text(rel, cfg):
+    kind = text_kind(rel, cfg)
+    if kind is None:
         return []
-    if rel.endswith(".tsv"):
+    if kind == "tsv":
         found = set(text.split("\n", 1)[0].rstrip("\r").split("\t")) & _HIDDEN
     else:
         found = {c for c in _HIDDEN if f'"{c}":' in text}

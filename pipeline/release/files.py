@@ -105,9 +105,10 @@ def write_checksums(out_dir: Path, cfg: Settings, known: dict[str, str] | None =
     return sums
 
 
-def release_damage(out_dir: Path, cfg: Settings) -> list[str]:
+def release_damage(out_dir: Path, cfg: Settings, sha256=sha256_file) -> list[str]:
     """How a written release differs from its checksums.sha256, one line per file (a file listed but missing or with
-    other bytes, a file not listed, an unreadable list); [] when every byte is what was published."""
+    other bytes, a file not listed, an unreadable list); [] when every byte is what was published. `sha256(path)`:
+    a file's digest (the build passes one cached by the file's identity: assets/fingerprint.py release_damage)."""
     out_dir = Path(out_dir)
     rel = file_names(cfg)["checksums"]
     try:
@@ -125,7 +126,7 @@ def release_damage(out_dir: Path, cfg: Settings) -> list[str]:
         path = out_dir / name
         if Path(name).is_absolute() or ".." in Path(name).parts or not path.is_file():
             out.append(f"{name}: missing")
-        elif sha256_file(path) != digest:
+        elif sha256(path) != digest:
             out.append(f"{name}: other bytes than its checksum")
     out += [f"{name}: not in {rel}" for name in release_files_on_disk(out_dir, cfg) if name not in listed]
     return out
