@@ -346,9 +346,11 @@ def _t12_cells(template: dict, n_rec: int = 90, per_label: int = 200):
     from pipeline.families.common import Spec
     from pipeline.families.primitives import t12_chain
     from pipeline.items.selection import select_candidates
+    from pipeline.release.prompts import question_texts
 
     cfg = load_settings().with_values({"tasks.T12": template})
     pool = t12_chain(Spec(cfg, "T12", "reassemble"), _ChainContext(n_rec))
+    pool = pool.with_columns(question=question_texts(pool, cfg))  # the text the release makes from the fields
     sel = select_candidates(pool, {"reassemble": {"T12": per_label * 6}}, 3, cfg_tasks=cfg.tasks)
     ev, sf = [], []
     for i, r in enumerate(sel.sort("candidate_key").to_dicts()):
@@ -576,7 +578,7 @@ def _selected_t7_rows(equal: bool) -> tuple[list[dict], list[dict]]:
                 "task_type_legacy": "T7",
                 "input_type": "frame_sequence",
                 "camera": "cam",
-                "question": "Did it succeed?",
+                "question_fields_json": "{}",
                 "answer_text": lab,
                 "distractors": ["success" if lab == "failure" else "failure"],
                 "num_choices": 2,
