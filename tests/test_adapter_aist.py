@@ -498,6 +498,67 @@ def test_bad_jpeg_row_and_out_of_range_index(tmp_path):
     assert adapter.read_frames(root, "task_004_episode_1", "cam_high", []) == {}
 
 
+def _pil_pixels(data: bytes):
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return img.size[0] * img.size[1]
+    except Exception:  # noqa: BLE001 - any refusal: PIL gives no size
+        return None
+
+
+def test_jpeg_header_size_is_what_pil_reads():
+    """The JPEG marker scan gives PIL's width x height on the layouts it reads (baseline, progressive, grey, CMYK
+    with EXIF, a 30000 x 30000 declaration), and leaves any other bytes to PIL (image_pixels then is PIL's answer)."""
+    import cv2
+    from PIL import Image
+
+    from upstream_adapters.aist.adapter import _jpeg_pixels, image_pixels
+
+    img = (np.random.default_rng(0).random((37, 53, 3)) * 255).astype(np.uint8)
+    plain = [
+        cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, q, cv2.IMWRITE_JPEG_PROGRESSIVE, prog])[1].tobytes()
+        for q in (10, 95)
+        for prog in (0, 1)
+    ]
+    plain.append(cv2.imencode(".jpg", img[:, :, 0])[1].tobytes())
+    for mode in ("RGB", "L", "CMYK"):
+        buf = io.BytesIO()
+        exif = Image.Exif()
+        exif[0x010F] = "maker"
+        Image.fromarray(img).convert(mode).save(buf, "JPEG", exif=exif, progressive=mode != "L")
+        plain.append(buf.getvalue())
+    huge = bytearray(plain[0])
+    sof = huge.find(b"\xff\xc0")
+    huge[sof + 5 : sof + 9] = (30000).to_bytes(2, "big") * 2
+    for data in plain:
+        assert _jpeg_pixels(data) == _pil_pixels(data) == image_pixels(data), data[:4]
+    # past PIL's own bomb bound PIL refuses to open it (its error message names the size): read here
+    assert _jpeg_pixels(bytes(huge)) == image_pixels(bytes(huge)) == 900_000_000
+    assert _pil_pixels(bytes(huge)) is None
+    # not read here: cut inside the header, junk or fill bytes between segments, an unknown marker, 12-bit samples,
+    # not a JPEG at all; image_pixels then is what PIL says (a size or None)
+    d = plain[0]
+    sos = d.find(b"\xff\xda")
+    twelve = bytearray(d)
+    twelve[sof + 4] = 12
+    others = [
+        d[:sos],
+        d[: sos + 5],
+        d[:2] + b"\x00" + d[2:],
+        d[:2] + b"\xff" + d[2:],
+        d[:sos] + b"\xff\x43\x00\x04\x00\x00" + d[sos:],
+        bytes(twelve),
+        cv2.imencode(".png", img)[1].tobytes(),
+        b"",
+    ]
+    for data in others:
+        assert _jpeg_pixels(data) is None
+        assert image_pixels(data) == _pil_pixels(data)
+    assert image_pixels(d[:2] + b"\xff" + d[2:]) == 37 * 53  # PIL skips the fill byte
+
+
 def test_root_errors(tmp_path):
     adapter = AistAdapter()
     with pytest.raises(SourceError, match="'nowhere' does not exist"):
