@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 import polars as pl
 
-from pipeline.core.paths import release_dir, work_dir
+from pipeline.settings.paths import release_dir, work_dir
 from pipeline.labels.tables import TABLE_SCHEMAS as LABEL_SCHEMAS
 from pipeline.release.files import file_names
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.release import publish
+from pipeline import publish
 from pipeline.release import writers
 from pipeline.settings.config import load_settings
 from pipeline.core.io import compact_json

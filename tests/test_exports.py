@@ -14,7 +14,7 @@ import yaml
 
 from pipeline.release import writers
 from pipeline.settings.config import load_settings
-from pipeline.steps.exports import (
+from pipeline.exports.steps import (
     STEP_CONFIG,
     STEP_CONFIG_COLUMNS,
     STEP_RECONSTRUCTION_COLUMNS,
@@ -23,7 +23,7 @@ from pipeline.steps.exports import (
 )
 from pipeline.exports import card, common, consumers, facing, lmms, run_exports, write_exports
 from pipeline.release.schema import CHOICE_LETTERS, MODEL_FACING_COLUMNS
-from pipeline.release.validate import validate_release
+from pipeline.publish.validate import validate_release
 
 
 @pytest.fixture(scope="module")

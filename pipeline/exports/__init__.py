@@ -122,7 +122,7 @@ def _lmms_eval(run: Run) -> Iterator[Output]:
 
 
 def _visualprocessbench(run: Run) -> Iterator[Output]:
-    from pipeline.steps.exports import visualprocessbench_texts  # (it imports pipeline.exports)
+    from pipeline.exports.steps import visualprocessbench_texts  # (it imports pipeline.exports)
 
     for rel, text in visualprocessbench_texts(run.release_dir, run.cfg):
         yield Output(rel, text, text.count("\n"))
@@ -130,7 +130,7 @@ def _visualprocessbench(run: Run) -> Iterator[Output]:
 
 def _card(run: Run) -> Iterator[Output]:
     from pipeline.release.quotas import recorded_quotas
-    from pipeline.steps.exports import step_configs  # (it imports pipeline.exports)
+    from pipeline.exports.steps import step_configs  # (it imports pipeline.exports)
 
     configs = card.config_tables(run.tables, run.cfg) | step_configs(run.release_dir, run.cfg)  # + the T13 track's
     warnings = common.recorded_warnings(run.release_dir, run.cfg)

@@ -1,4 +1,4 @@
-"""The validator's checks of the files derived from the release rows (pipeline/release/validate.py runs them): every export
+"""The validator's checks of the files derived from the release rows (pipeline/publish/validate.py runs them): every export
 made again from the rows and compared with the file on disk, no image reference that is a path out of the
 reconstruction folder, metadata/provenance.json against the rows, and the validity report against the rows it audits.
 
