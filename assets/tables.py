@@ -125,7 +125,7 @@ def quota_check(slug: str) -> TableCheck:
         short = _attr("pipeline.stages", "shortfall")(cfg, slug)
         return not short, {
             "shortfall": short,
-            "sentences": _attr("pipeline.release.quotas", "shortfall_lines")(short, cfg),
+            "sentences": _attr("pipeline.publish.provenance", "shortfall_lines")(short, cfg),
         }
 
     return TableCheck(

@@ -36,7 +36,7 @@ from .source_help import missing_corpus
 from . import split as split_mod
 from pipeline.core import work_tables
 from pipeline.release import writers
-from pipeline.release.quotas import counts as quota_counts, quota_cells
+from pipeline.release.quotas import counts as quota_counts
 from pipeline.items.choices import assign_letters, deal_options, display_order
 from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
@@ -411,7 +411,7 @@ def run_release(cfg: Settings) -> dict:
     }
     warnings = eval_level_warnings(cfg)
     step_rows, step_summary = _step_items(cfg)
-    cells = quota_cells(cfg, quota_counts(eval_df, sft_df, step_rows), shortfall(cfg), step_summary)
+    cells = provenance.quota_cells(cfg, quota_counts(eval_df, sft_df, step_rows), shortfall(cfg), step_summary)
     documents = {
         "prompt_templates": prompt_templates_markdown(cfg),
         "reconstruction": reconstruction_markdown(cfg),

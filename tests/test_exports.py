@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from pipeline.release import writers
+from pipeline.release.rows import read_tables
 from pipeline.settings.config import load_settings
 from pipeline.exports.steps import (
     STEP_CONFIG,
@@ -34,7 +35,7 @@ def cfg():
 @pytest.fixture(scope="module")
 def tables(demo_release, cfg):
     """The release tables as the exports read them: `eval` holds every eval level."""
-    return common.read_tables(demo_release, cfg, levels=True)
+    return read_tables(demo_release, cfg, levels=True)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from pipeline.release.files import file_names, write_checksums
 from pipeline.release.prompts import format_prompt
 from pipeline.review import build_review, sample_cells
 from pipeline.settings.config import load_settings
-from pipeline.steps.tables import step_files
+from pipeline.release.files import step_files
 from pipeline.validity.human import choice_cells, load_verdicts, match_verdicts, step_classes
 from tests.factories import make_step_row, step_table
 

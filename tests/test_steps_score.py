@@ -14,7 +14,8 @@ from pipeline.scoring import mcq as score
 from pipeline.settings.config import load_settings
 from pipeline.settings.models import ExportsScore
 from pipeline.steps import baselines
-from pipeline.scoring.steps import first_error_score, macro_f1, score_table, step_metrics
+from pipeline.scoring.steps import first_error_score, score_table, step_metrics
+from pipeline.steps.metrics import macro_f1
 from pipeline.steps.tables import step_rows
 
 SC = ExportsScore(bootstrap_samples=200, seed=7, ci=0.95, min_ci_groups=5)
@@ -196,7 +197,7 @@ def test_a_release_without_step_files_has_no_step_track(tmp_path):
 
 
 def test_step_files_are_named_by_the_release_config(tmp_path):
-    from pipeline.steps.tables import step_files
+    from pipeline.release.files import step_files
 
     cfg = load_settings()
     files = cfg.release.files.model_dump()

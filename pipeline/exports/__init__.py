@@ -26,6 +26,7 @@ from pipeline.core import io
 from pipeline.exports import card, common, consumers, croissant, facing, lmms
 from pipeline.core.leaks import find_path_leaks
 from pipeline.release.identity import stated_fingerprint
+from pipeline.release.rows import read_tables
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -251,5 +252,5 @@ def files_written(report: dict[str, dict]) -> list[str]:
 
 def run_exports(cfg: Settings, release_dir: Path, checksums: bool = True) -> dict[str, dict]:
     """Exports of the release already written in release_dir."""
-    tables = common.read_tables(release_dir, cfg, levels=True)
+    tables = read_tables(release_dir, cfg, levels=True)
     return write_exports(release_dir, tables["eval"], tables["sft"], cfg, checksums=checksums)

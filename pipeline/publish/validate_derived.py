@@ -82,13 +82,14 @@ def export_problems(root: Path, cfg: Settings, skip=frozenset()) -> list[str]:
     compared with the file on disk; every image reference a plain relative path. A release without exports (none
     of their files there) has nothing to compare."""
     from pipeline.exports import Run, common, export_outputs
+    from pipeline.release.rows import read_tables
 
     cfg = as_built(root, cfg)
     xf = common.export_files(cfg)
     if not any((root / xf[k]).exists() for k in ("card", "croissant", "llamafactory_info")):
         return []
     try:
-        tables = common.read_tables(root, cfg, levels=True)
+        tables = read_tables(root, cfg, levels=True)
     except Exception:  # noqa: BLE001 - a missing or unreadable table is reported by the table checks
         return []
     out: list[str] = []

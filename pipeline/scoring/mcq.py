@@ -31,7 +31,7 @@ import polars as pl
 
 from pipeline.release import writers
 from pipeline.core import io
-from pipeline.exports.common import read_tables
+from pipeline.release.rows import read_tables
 from pipeline.scoring.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.scoring.bias import bias_free
 from pipeline.scoring.outcomes import OUTCOME_NAMES, ROW_OUTCOMES, SERVER_ANSWERED, item_outcome, outcome_counts

@@ -40,7 +40,7 @@ import json
 import numpy as np
 
 from pipeline.steps import baselines
-from pipeline.scoring.steps import coin_counts, confusion, macro_f1
+from pipeline.steps.metrics import coin_counts, confusion, macro_f1
 from pipeline.steps.tables import SCORE_COLUMNS, error_class, step_rows
 
 if TYPE_CHECKING:
