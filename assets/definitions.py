@@ -22,7 +22,7 @@ import dagster as dg
 from pipeline import publish
 from pipeline.settings.config import load_settings
 from pipeline.core.errors import EXPLAINED
-from pipeline.core.pool import limit_native_threads
+from pipeline.core.pool import limit_native_threads, workers_cpu_s
 
 from . import fingerprint
 from .checks import checks_for, publish_problems, table_metadata
@@ -58,11 +58,13 @@ def _peak_rss_mb() -> int:
 
 
 def _cpu_s() -> float:
-    """CPU seconds (user + system) of this process and of its children that ended (a step's pools): the difference
-    over a step is what the step cost, whatever the engine (bench/bench_build.py reports it per step)."""
-    return sum(
+    """CPU seconds (user + system) of this process, of its children that ended and of its pools' workers (children
+    of a fork server: pipeline/core/pool.py workers_cpu_s): the difference over a step is what the step cost,
+    whatever the engine (bench/bench_build.py reports it per step)."""
+    own = sum(
         r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     )
+    return own + workers_cpu_s()
 
 
 def _op_tags(step: Step) -> dict[str, str]:

@@ -100,7 +100,6 @@ def measure(cmd: list[str], env: dict) -> dict:
     wall = time.time() - t0
     reap_orphans()
     cpu = _children_cpu() - cpu0
-    steps = re.search(r"\[build\] one run, \S+ executor: \d+ step\(s\): (.*)", out)
     run_id = re.search(r"run id ([0-9a-f-]{36})", out)
     return {
         "cmd": " ".join(cmd[1:]),
@@ -113,7 +112,6 @@ def measure(cmd: list[str], env: dict) -> dict:
         "peak_rss_process_mb": round(peak_one / 2**20),
         "peak_pss_at_s": round(peak_at, 1),
         "peak_pss_largest_processes_mb": peak_held,
-        "steps_run": steps.group(1).split(", ") if steps else [],
         "run_id": run_id.group(1) if run_id else None,
         "load_before": round(load, 2),
         "load_after": round(os.getloadavg()[0], 2),
@@ -185,9 +183,9 @@ def verdict(results: dict) -> dict:
     }
     out = {k: {"measured": v, "goal": f"<= {g}", "holds": v <= g} for k, (v, g) in rows.items()}
     out["question edit re-runs"] = {
-        "measured": edit["steps_run"],
+        "measured": sorted(edit["steps"]),
         "goal": "the release step alone",
-        "holds": edit["steps_run"] == ["release"],
+        "holds": sorted(edit["steps"]) == ["release"],
     }
     return out
 
@@ -226,6 +224,7 @@ def main(argv=None) -> int:
     ]
     cmd += [a for u in args.upstream for a in ("--upstream", u)] or ["--samples"]
     results = {"cold": measure(cmd, env)}
+    # the steps a run ran: from the run's own records (Dagster's event log), not from the build's printed lines
     results["cold"]["steps"] = step_costs(home, results["cold"]["run_id"])
     results["rebuild_unchanged"] = measure(cmd, env)
     results["edited"] = edit_one_question(config_dir)

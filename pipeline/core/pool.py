@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
@@ -62,6 +63,41 @@ def _executor(n: int, ctx) -> ProcessPoolExecutor | ThreadPoolExecutor:
     return ProcessPoolExecutor(n, mp_context=ctx, initializer=die_with, initargs=(os.getpid(),))
 
 
+_WORKERS_CPU_S = [0.0]  # CPU seconds of the pool workers this process started and saw through (workers_cpu_s)
+
+
+def workers_cpu_s() -> float:
+    """CPU seconds (user + system, theirs and their children's) spent so far by the worker processes of this process's
+    pools. A worker started by a fork server is the server's child, not this process's: RUSAGE_CHILDREN never sees
+    it, so a step's cost (assets/definitions.py) adds this figure. Workers that are this process's own children are
+    left out here (RUSAGE_CHILDREN counts them once they are joined); a worker that crashed is lost to both."""
+    return _WORKERS_CPU_S[0]
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds of a live process of another parent (/proc/<pid>/stat: utime, stime, cutime, cstime); 0 when it
+    cannot be read (gone, not Linux) or when it is this process's own child."""
+    try:
+        fields = open(f"/proc/{pid}/stat", encoding="ascii").read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    if int(fields[1]) == os.getpid():  # joined at shutdown: RUSAGE_CHILDREN counts it
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def _counted(pool):
+    """The executor as a context manager that, as the work ends, adds its worker processes' CPU time to
+    workers_cpu_s (read before the shutdown: the workers are idle by then and about to exit)."""
+    with pool:
+        try:
+            yield pool
+        finally:
+            procs = getattr(pool, "_processes", None) or {}  # ProcessPoolExecutor's live workers; threads: none
+            _WORKERS_CPU_S[0] += sum(_proc_cpu_s(pid) for pid in list(procs))
+
+
 def _context(fn: Callable, mp_context: str | None):
     ctx = mp.get_context(mp_context) if mp_context else None
     if mp_context == "forkserver":
@@ -72,7 +108,7 @@ def _context(fn: Callable, mp_context: str | None):
 
 
 def _isolated(fn, task, ctx, on_failure):
-    with _executor(1, ctx) as pool:
+    with _counted(_executor(1, ctx)) as pool:
         try:
             return pool.submit(fn, task).result()
         except BrokenProcessPool as exc:
@@ -87,7 +123,7 @@ def run_beside(
     """`fn(task)` in one worker process while `here()` runs in this process: two pieces of work side by side with no
     third process idling on them (each holds hundreds of MB). Returns (here(), fn(task)); an exception of either,
     or the worker's crash (BrokenProcessPool), is raised once both are over."""
-    with _executor(1, _context(fn, mp_context)) as pool:
+    with _counted(_executor(1, _context(fn, mp_context))) as pool:
         there = pool.submit(fn, task)
         return here(), there.result()
 
@@ -121,7 +157,7 @@ def run_tasks(
     while not exhausted:
         pending: dict = {}
         broken: list = []
-        with _executor(n, ctx) as pool:
+        with _counted(_executor(n, ctx)) as pool:
             while True:
                 while not exhausted and not broken and len(pending) < limit:
                     try:
