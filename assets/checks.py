@@ -16,7 +16,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline.core.io import write_json
-from pipeline.core.paths import work_dir
+from pipeline.settings.paths import work_dir
 from pipeline.release.schema import DESCRIPTIONS
 
 from .tables import Step, Table, TableCheck

@@ -101,8 +101,8 @@ def cmd_samples(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from pipeline.release import publish
-    from pipeline.release.publish import LockError
+    from pipeline import publish
+    from pipeline.publish import LockError
     from pipeline.source_help import missing_corpus
 
     from . import run  # Dagster, the orchestration shell, only when a step has to run (assets/run.py)
@@ -213,10 +213,10 @@ def _report(release: Path, result: dict, seconds: float, roots: dict[str, str], 
 
 def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: Source, limits: dict) -> None:
     """Write the sample corpus of `slug` unless the one there is the generator's own output for this seed and code
-    (its record beside the corpus names them and the corpus's content fingerprint: pipeline/release/provenance.py). The
+    (its record beside the corpus names them and the corpus's content fingerprint: pipeline/publish/provenance.py). The
     fingerprint is computed with the adapter options the record was written with (`_write_samples`): without them
     an adapter that filters units (REASSEMBLE's only_split) lists other units, and its corpus is written again."""
-    from pipeline.release import provenance
+    from pipeline.publish import provenance
 
     options = src_cfg.adapter.options()
     if provenance.sample_record_matches(slug, root, scale, seed, options):
@@ -229,7 +229,7 @@ def _write_samples(
 ) -> None:
     """(Re)write a corpus from scratch (a half-written one is never reused) and record what wrote it. `limits`: the
     encoder's timeout and attempts (build.samples); `units_factor`: K times the release scale's units."""
-    from pipeline.release import provenance
+    from pipeline.publish import provenance
     from upstream_adapters import write_samples
 
     provenance.forget_sample_record(slug, root)
@@ -289,7 +289,7 @@ def cmd_split(args) -> int:
 
 def cmd_validate(args) -> int:
     from pipeline.release import writers
-    from pipeline.release.validate import not_a_release, validate_release
+    from pipeline.publish.validate import not_a_release, validate_release
 
     root = Path(args.dir)
     if problem := (
@@ -313,7 +313,7 @@ def cmd_diff(args) -> int:
 
 
 def cmd_reconstruct(args) -> int:
-    from pipeline.frames.reconstruct import reconstruct, reconstruct_summary
+    from pipeline.reconstruct import reconstruct, reconstruct_summary
     from pipeline.release.identity import release_fingerprint
 
     upstream = _upstream(args.upstream)

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
-from pipeline.release import publish
+from pipeline import publish
 from pipeline.settings.config import load_settings
 from pipeline.core.errors import EXPLAINED
 from pipeline.core.pool import limit_native_threads, workers_cpu_s
@@ -31,7 +31,7 @@ from .settings import BuildSettings
 from .tables import Step, all_steps, export_metadata, tables_by_name
 
 from pipeline.settings.root import Settings
-from pipeline.core import paths
+from pipeline.settings import paths
 
 CFG = load_settings()
 STEPS = all_steps(CFG)

@@ -8,7 +8,7 @@
 It delegates to Dagster's own in_process/multiprocess executors and to dagster-dask's, so the job the UI shows is the
 job `processbench build` runs, whatever the engine. (dagster-k8s and dagster-celery executors plug in the same way:
 docs/running.md.) Whatever the engine, the whole run holds the build lock of its work and release folders
-(pipeline/release/publish.py): the executor is the one piece of Dagster that lives for the whole run in one process, for a run
+(pipeline/publish/__init__.py): the executor is the one piece of Dagster that lives for the whole run in one process, for a run
 the UI launched as for `processbench build` (whose CLI holds the lock already and names it in the run's tags).
 """
 
@@ -20,7 +20,7 @@ from dagster._core.definitions.executor_definition import multiple_process_execu
 from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster_dask import dask_executor
 
-from pipeline.release import publish
+from pipeline import publish
 
 from pipeline.settings.models import BuildExecutor
 

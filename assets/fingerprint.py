@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.core.paths import work_dir
+from pipeline.settings.paths import work_dir
 from pipeline.core import work_tables
 from pipeline.core.digests import REPO, code_digest, config_part, digest, hidden_view  # noqa: F401 (REPO: for tests)
 from pipeline.core.errors import ProjectError
@@ -122,7 +122,7 @@ def release_damage(cfg: Settings) -> list[str]:
     hash comes from the build's content-hash store while its identity (device, inode, size, mtime, ctime) is the one
     it had when last read whole: any write to it changes its ctime, so it is read again; a no-op build then reads no
     release byte. `processbench build --verify` reads every file again; `processbench validate` always does."""
-    from pipeline.core.paths import release_dir
+    from pipeline.settings.paths import release_dir
     from pipeline.release.files import release_damage as damage
 
     root = release_dir(cfg)

@@ -4,7 +4,7 @@ Only the steps that are stale (assets/fingerprint.py: code, config or inputs cha
 is downstream of them are selected; nothing stale means no run at all. The run goes to the instance of DAGSTER_HOME
 (the CLI sets the repository's .dagster_home when unset); multiprocess and Dask need such a persistent instance.
 
-The whole build, planning included, holds the build lock of its work and release folders (pipeline/release/publish.py); the
+The whole build, planning included, holds the build lock of its work and release folders (pipeline/publish/__init__.py); the
 run's tags name the lock so that the run's executor (assets/executors.py) knows its launcher holds it. The release
 step publishes the release only when every check passes; a failed run leaves the published release as it was.
 """
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import textwrap
 import uuid
 
-from pipeline.release import publish
+from pipeline import publish
 
 from . import fingerprint
 from .options import BuildOptions
@@ -195,7 +195,7 @@ def _held_units(cfg: Settings) -> list[str]:
     """The units ingest processes held when they died (pipeline/ingest/guard.py): a step killed while reading one
     names it instead of a bare crash."""
     from pipeline.ingest.guard import held_note
-    from pipeline.core.paths import work_dir
+    from pipeline.settings.paths import work_dir
 
     ir = work_dir(cfg) / "ir"
     states = [(ir / s, s) for s in cfg.build.sources]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 import polars as pl
 
-from pipeline.core.paths import release_dir, work_dir
+from pipeline.settings.paths import release_dir, work_dir
 from pipeline.labels.tables import TABLE_SCHEMAS as LABEL_SCHEMAS
 from pipeline.release.files import file_names
 
@@ -125,7 +125,7 @@ def quota_check(slug: str) -> TableCheck:
         short = _attr("pipeline.stages", "shortfall")(cfg, slug)
         return not short, {
             "shortfall": short,
-            "sentences": _attr("pipeline.release.quotas", "shortfall_lines")(short, cfg),
+            "sentences": _attr("pipeline.publish.provenance", "shortfall_lines")(short, cfg),
         }
 
     return TableCheck(

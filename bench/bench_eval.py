@@ -52,7 +52,7 @@ def _release_and_images(args, cfg, tmp: Path) -> tuple[Path, Path]:
         cli(["build", "--samples", "--release-dir", str(release)])
         if not (release / cfg.release.files.eval_parquet).is_file():
             raise SystemExit("the demo build wrote no release")
-    from pipeline.frames.reconstruct import images_folder, reconstruct
+    from pipeline.reconstruct import images_folder, reconstruct
 
     if args.images:  # `reconstruct --out`'s folder or its images/ folder
         return release, images_folder(Path(args.images), cfg)

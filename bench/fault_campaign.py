@@ -51,7 +51,7 @@ from pipeline.release import writers  # noqa: E402 - after sys.path names the re
 from pipeline.core import io as pio  # noqa: E402 - after sys.path names the repository
 from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
 from pipeline.ingest.run import ingest_source, units_lost  # noqa: E402 - after sys.path names the repository
-from pipeline.release.validate import validate_release  # noqa: E402 - after sys.path names the repository
+from pipeline.publish.validate import validate_release  # noqa: E402 - after sys.path names the repository
 from regen import build as build_demo  # noqa: E402 - after sys.path names the repository
 
 

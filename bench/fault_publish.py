@@ -27,11 +27,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.release import publish  # noqa: E402 - after sys.path names the repository
-from pipeline.release.validate import validate_release  # noqa: E402 - after sys.path names the repository
+from pipeline import publish  # noqa: E402 - after sys.path names the repository
+from pipeline.publish.validate import validate_release  # noqa: E402 - after sys.path names the repository
 from pipeline.settings.config import load_settings  # noqa: E402 - after sys.path names the repository
 from pipeline.settings.root import Settings  # noqa: E402 - after sys.path names the repository
-from pipeline.core import paths  # noqa: E402 - after sys.path names the repository
+from pipeline.settings import paths  # noqa: E402 - after sys.path names the repository
 
 
 def _stray(cfg: Settings) -> list[str]:

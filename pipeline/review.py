@@ -269,7 +269,7 @@ def _index(out: Path, pages: list[dict], missing: list[str], ident: dict) -> Non
 
 
 def command(args) -> int:
-    from pipeline.frames.reconstruct import images_folder
+    from pipeline.reconstruct import images_folder
     from pipeline.settings.config import load_settings
 
     cfg = load_settings()

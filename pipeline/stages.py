@@ -29,14 +29,14 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.items import selection as items_mod
-from pipeline.release import provenance
+from pipeline.publish import provenance
 from pipeline.release.identity import stamp_release
 from . import source_help
 from .source_help import missing_corpus
 from . import split as split_mod
 from pipeline.core import work_tables
 from pipeline.release import writers
-from pipeline.release.quotas import counts as quota_counts, quota_cells
+from pipeline.release.quotas import counts as quota_counts
 from pipeline.items.choices import assign_letters, deal_options, display_order
 from pipeline.settings.config import path_in_repo  # noqa: F401 - path_in_repo: tests resolve sample roots with it
 from .exports import files_written, run_exports
@@ -50,7 +50,7 @@ from .frames.extract import FRAME_TABLE_SCHEMA, extract_from_config, item_frames
 from .frames.gate import gate_items
 from pipeline.core.pool import run_beside
 from .frames.readers import AdapterReaders
-from .frames.reconstruct import reconstruction_markdown
+from .reconstruct import reconstruction_markdown
 from .frames.render import add_image_hashes
 from pipeline.ingest.run import (
     ingest_source,
@@ -64,10 +64,10 @@ from pipeline.ingest.run import (
 from pipeline.core.io import ParquetTables, write_json, write_parquet
 from .labels import compute_labels_isolated
 from pipeline.release.prompts import prompt_templates_markdown, question_texts
-from pipeline.core.paths import release_dir, work_dir
+from pipeline.settings.paths import release_dir, work_dir
 from pipeline.release.scan import release_leaks
 from .steps.write import write_step_files
-from pipeline.release.validate import validate_release
+from pipeline.publish.validate import validate_release
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -411,7 +411,7 @@ def run_release(cfg: Settings) -> dict:
     }
     warnings = eval_level_warnings(cfg)
     step_rows, step_summary = _step_items(cfg)
-    cells = quota_cells(cfg, quota_counts(eval_df, sft_df, step_rows), shortfall(cfg), step_summary)
+    cells = provenance.quota_cells(cfg, quota_counts(eval_df, sft_df, step_rows), shortfall(cfg), step_summary)
     documents = {
         "prompt_templates": prompt_templates_markdown(cfg),
         "reconstruction": reconstruction_markdown(cfg),

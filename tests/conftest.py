@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def demo_samples(tmp_path_factory) -> dict[str, Path]:
     """The four demo corpora written by the sample generators (the same ones `make rebuild` builds from)."""
-    from pipeline.release.provenance import write_sample_record
+    from pipeline.publish.provenance import write_sample_record
     from upstream_adapters import write_samples
 
     cfg = load_settings(scale="demo")

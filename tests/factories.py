@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.release import publish
+from pipeline import publish
 from pipeline.release import writers
 from pipeline.settings.config import load_settings
 from pipeline.core.io import compact_json
@@ -780,7 +780,7 @@ def synthetic_step_rows(
 
 def write_step_files(release_dir: Path, cfg: Settings, eval_rows: list[dict], sft_rows: list[dict]) -> dict[str, Path]:
     """The step files of a release folder (names from configs/release.yaml `files`; one eval file per level)."""
-    from pipeline.steps.tables import step_files
+    from pipeline.release.files import step_files
 
     names = step_files(cfg)
     out = {}

@@ -115,7 +115,7 @@ def test_an_unchanged_build_with_samples_writes_no_corpus_and_runs_no_step(demo_
     runs no step."""
     import shutil
 
-    from pipeline.release import provenance
+    from pipeline.publish import provenance
 
     slug = "reassemble"
     root = tmp_path / "samples" / slug

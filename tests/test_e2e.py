@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.settings.config import load_settings
-from pipeline.release.validate import validate_release
+from pipeline.publish.validate import validate_release
 
 REPO = Path(__file__).resolve().parent.parent
 

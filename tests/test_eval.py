@@ -41,7 +41,7 @@ def chosen(demo_release, cfg):
 @pytest.fixture(scope="module")
 def images(demo_release, demo_samples, chosen, cfg, tmp_path_factory) -> Path:
     """What `processbench reconstruct --out` writes, for the chosen items only."""
-    from pipeline.frames.reconstruct import reconstruct
+    from pipeline.reconstruct import reconstruct
 
     out = tmp_path_factory.mktemp("reconstructed")
     report = reconstruct(
@@ -436,7 +436,7 @@ def test_images_that_differ_from_the_release_are_not_sent(demo_release, images, 
 
 
 def test_images_takes_the_reconstruct_folder_or_its_images_folder(demo_release, images, tmp_path, capsys):
-    """Issue 40: one convention for every command that reads the images (pipeline/frames/reconstruct.py
+    """Issue 40: one convention for every command that reads the images (pipeline/reconstruct.py
     images_folder): `reconstruct --out`'s folder (the other tests) or its images/ folder; else one line."""
     with FakeOpenAI(demo_release, MODEL) as server:
         assert _eval(demo_release, images / "images", server, tmp_path / "run") == 0
@@ -505,7 +505,7 @@ def test_image_max_side_downscales_after_the_hash_check(images, chosen, cfg):
     import numpy as np
 
     from pipeline.evaluate.images import load_item_images
-    from pipeline.frames.reconstruct import images_folder
+    from pipeline.reconstruct import images_folder
 
     item, images = chosen[0], images_folder(images, cfg)
     full = load_item_images(item, images)
@@ -570,7 +570,7 @@ def _chosen_rows(release, chosen):
 @pytest.fixture(scope="module")
 def step_images(demo_release, demo_samples, cfg, tmp_path_factory) -> Path:
     """The images of every step eval item (what `processbench reconstruct --out` writes for them)."""
-    from pipeline.frames.reconstruct import reconstruct
+    from pipeline.reconstruct import reconstruct
 
     steps = load_items(demo_release, cfg, tracks="steps")
     assert steps, "the demo release has step eval items"
@@ -619,7 +619,7 @@ def test_compare_gives_the_paired_difference_and_interval_computed_by_hand(
     the groups with the score config's seed and count, take the percentiles."""
     import numpy as np
 
-    from pipeline.frames.reconstruct import reconstruct
+    from pipeline.reconstruct import reconstruct
 
     pick = ["--families", "T2", "--limit", "16"]  # 16 items of 8 split groups: enough for an interval
     chosen = load_items(demo_release, cfg, families="T2", limit=16, tracks="mcq")
@@ -694,7 +694,7 @@ def test_answers_carry_over_to_a_rebuilt_release(demo_samples, demo_release, cfg
     from assets.fingerprint import REPO as CODE
     from assets.run import rebuild
     from assets.settings import BuildSettings
-    from pipeline.frames.reconstruct import reconstruct
+    from pipeline.reconstruct import reconstruct
 
     configs = tmp_path / "configs"
     shutil.copytree(CODE / "configs", configs)

@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from pipeline.release import writers
+from pipeline.release.rows import read_tables
 from pipeline.settings.config import load_settings
-from pipeline.steps.exports import (
+from pipeline.exports.steps import (
     STEP_CONFIG,
     STEP_CONFIG_COLUMNS,
     STEP_RECONSTRUCTION_COLUMNS,
@@ -23,7 +24,7 @@ from pipeline.steps.exports import (
 )
 from pipeline.exports import card, common, consumers, facing, lmms, run_exports, write_exports
 from pipeline.release.schema import CHOICE_LETTERS, MODEL_FACING_COLUMNS
-from pipeline.release.validate import validate_release
+from pipeline.publish.validate import validate_release
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def cfg():
 @pytest.fixture(scope="module")
 def tables(demo_release, cfg):
     """The release tables as the exports read them: `eval` holds every eval level."""
-    return common.read_tables(demo_release, cfg, levels=True)
+    return read_tables(demo_release, cfg, levels=True)
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import polars as pl
 from pipeline import stages
 from assets.cli import main
 from pipeline.settings.config import load_settings
-from pipeline.frames.reconstruct import release_item_files
-from pipeline.steps.tables import step_files
+from pipeline.reconstruct import release_item_files
+from pipeline.release.files import step_files
 
 
 def _cfg(samples, work, release=None):

@@ -244,7 +244,7 @@ def test_the_reader_refuses_a_truncated_or_foreign_file(identified_release):
 
 
 def test_the_validator_recomputes_each_uid_and_the_fingerprint(identified_release):
-    from pipeline.release.validate import validate_release
+    from pipeline.publish.validate import validate_release
 
     out, cfg, _ = identified_release
     pq = out / "splits" / "processbench_eval.parquet"
@@ -268,7 +268,7 @@ def test_the_validator_recomputes_each_uid_and_the_fingerprint(identified_releas
 
 def test_a_uid_on_two_rows_and_a_provenance_of_another_identity_are_refused(identified_release):
     from pipeline.core import io
-    from pipeline.release.validate import validate_release
+    from pipeline.publish.validate import validate_release
 
     out, cfg, _ = identified_release
     pq = out / "splits" / "processdata_sft.parquet"
@@ -314,7 +314,7 @@ def test_reconstruct_and_validity_refuse_a_release_without_identity_in_one_line(
 
 
 def test_a_validity_report_of_another_release_is_refused(identified_release):
-    from pipeline.release.validate import validate_release
+    from pipeline.publish.validate import validate_release
 
     out, cfg, fp = identified_release
     report = out / "metadata" / "validity_report.json"

@@ -1,5 +1,7 @@
-"""The import walls: pipeline/ and upstream_adapters/ import no Dagster and nothing of assets/ (the shell), and no module
-imports itself around a cycle. Read from the source with an AST walk, so lazy imports inside functions count too."""
+"""The import walls: pipeline/ and upstream_adapters/ import no Dagster and nothing of assets/ (the shell), no module
+imports itself around a cycle, and no package imports one that imports it back (the floors of docs/architecture.md:
+`pipeline.X.*` counts as package `pipeline.X`, a top-level module such as pipeline/stages.py as its own). Read from the
+source with an AST walk, so lazy imports inside functions count too."""
 
 from __future__ import annotations
 
@@ -82,6 +84,42 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def package_of(module: str) -> str:
+    """The package a module counts for in the layering: its first two name parts (pipeline.release.files ->
+    pipeline.release; pipeline.stages and upstream_adapters stay themselves)."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for m, deps in g.items():
+        out.setdefault(package_of(m), set()).update(package_of(d) for d in deps if package_of(d) != package_of(m))
+    return out
+
+
+def package_cycles(g: dict[str, set[str]]) -> list[str]:
+    """One line per group of packages that import each other round a cycle, naming one such cycle and, for each hop,
+    a module import that makes it (what to move to break it)."""
+    pg = package_graph(g)
+    out = []
+    for comp in cycles(pg):
+        members = set(comp)
+        path, seen = [comp[0]], {comp[0]}
+        while True:  # walk inside the component until a package repeats: that closes a cycle
+            nxt = sorted(pg[path[-1]] & members)[0]
+            if nxt in seen:
+                path = path[path.index(nxt) :] + [nxt]
+                break
+            path.append(nxt)
+            seen.add(nxt)
+        hops = []
+        for a, b in zip(path, path[1:]):
+            m, d = min((m, d) for m in g if package_of(m) == a for d in g[m] if package_of(d) == b)
+            hops.append(f"{a} -> {b} ({m} imports {d})")
+        out.append(f"packages {', '.join(comp)} import each other: " + "; ".join(hops))
+    return out
+
+
 def test_core_imports_no_dagster_and_nothing_of_the_shell():
     modules = _modules()
     bad = []
@@ -100,6 +138,34 @@ def test_no_import_cycle_at_module_level():
 
 def test_no_import_cycle_even_through_lazy_imports():
     assert cycles(graph()) == []
+
+
+def test_no_package_imports_one_that_imports_it_back():
+    """The floors are in order: the package graph (lazy imports included) has no cycle."""
+    found = package_cycles(graph())
+    assert not found, "\n".join(found)
+
+
+def test_the_package_check_sees_a_planted_cycle():
+    """Planted defect: two packages whose modules import each other's other modules (no module cycle, so only the
+    package check sees it), beside a third package both import, which is no cycle."""
+    g = {
+        "pipeline.low.files": set(),
+        "pipeline.low": {"pipeline.low.files"},  # a package's own __init__ importing its module is no edge
+        "pipeline.up.checks": {"pipeline.mid.rows", "pipeline.low.files"},
+        "pipeline.mid.rows": {"pipeline.low.files"},
+        "pipeline.mid.names": {"pipeline.up.words"},
+        "pipeline.up.words": set(),
+        "pipeline.stages": {"pipeline.up.checks"},
+    }
+    assert cycles(g) == []
+    assert package_graph(g)["pipeline.low"] == set()
+    assert package_cycles(g) == [
+        "packages pipeline.mid, pipeline.up import each other: pipeline.mid -> pipeline.up (pipeline.mid.names "
+        "imports pipeline.up.words); pipeline.up -> pipeline.mid (pipeline.up.checks imports pipeline.mid.rows)"
+    ]
+    del g["pipeline.mid.names"]
+    assert package_cycles(g) == []
 
 
 def test_the_wall_test_sees_a_planted_violation(tmp_path, monkeypatch):

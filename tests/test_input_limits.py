@@ -229,7 +229,7 @@ def test_input_limits_are_in_the_config_hash_and_the_ingest_fingerprint():
     change no output (pipeline/core/digests.py NO_OUTPUT_KEYS, the one list), and editing them changes provenance.json's
     config hash and re-runs ingest."""
     from pipeline.core.digests import NO_OUTPUT_KEYS, config_part, digest
-    from pipeline.release.provenance import config_hash
+    from pipeline.publish.provenance import config_hash
 
     assert all("input_limits" not in keys for keys in NO_OUTPUT_KEYS.values())
     cfg = load_settings()

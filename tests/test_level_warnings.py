@@ -14,7 +14,7 @@ import pytest
 from assets.definitions import CHECKS
 from pipeline import stages
 from pipeline.settings.config import load_settings
-from pipeline.release.validate import validate_release
+from pipeline.publish.validate import validate_release
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import yaml
 from pipeline.scoring.circular import COPY_SEP, circular_rows
 from pipeline.settings.config import load_settings
 from pipeline.exports import common
+from pipeline.release.rows import read_tables
 from pipeline.exports.lmms import TEMPLATE
 from pipeline.release.schema import CHOICE_LETTERS
 
@@ -51,7 +52,7 @@ def cfg():
 @pytest.fixture(scope="module")
 def gold(demo_release, cfg) -> dict[str, str]:
     """{item id or circular copy id: answer letter} from the release's canonical eval tables (every level)."""
-    ev = common.read_tables(demo_release, cfg, levels=True)["eval"]
+    ev = read_tables(demo_release, cfg, levels=True)["eval"]
     out = dict(zip(ev["item_id"], ev["answer"]))
     out.update(zip(*circular_rows(ev).select("copy_id", "answer")))
     return out

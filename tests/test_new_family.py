@@ -15,7 +15,7 @@ from factories import build_demo
 from pipeline import families
 from pipeline.settings.config import CONFIG_DIR, load_settings
 from pipeline.items.selection import quotas
-from pipeline.release.validate import validate_release
+from pipeline.publish.validate import validate_release
 
 NEW = "T14"  # T13 is the step track (configs/tasks/T13.yaml); a 14th family here
 

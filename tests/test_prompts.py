@@ -128,7 +128,7 @@ def test_prompt_templates_markdown():
     assert "toward the left side of the scene" in md and "Yes — contact established" in md
     assert "XYZ, XZY, YXZ, YZX, ZXY, ZYX" in md
     assert "<ANSWER>letter</ANSWER>" in md and "<ANSWER>A</ANSWER>" not in md
-    from pipeline.release.validate import find_path_leaks
+    from pipeline.publish.validate import find_path_leaks
 
     assert find_path_leaks(md) == []
 

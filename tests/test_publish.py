@@ -18,12 +18,12 @@ import polars as pl
 import pytest
 
 from factories import hold_build_lock
-from pipeline.release import publish
-from pipeline.release import provenance
+from pipeline import publish
+from pipeline.publish import provenance
 from pipeline.core import io
 from pipeline.settings.config import load_settings
 from pipeline.settings.root import Settings
-from pipeline.core import paths
+from pipeline.settings import paths
 
 
 def _folders(tmp_path: Path) -> dict:
@@ -97,7 +97,7 @@ def test_a_second_build_gets_a_lock_error_naming_the_holder(tmp_path):
 def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path):
     cfg = _cfg(tmp_path)
     code = (
-        "import sys, time, json; sys.path.insert(0, %r); from pipeline.release import publish; "
+        "import sys, time, json; sys.path.insert(0, %r); from pipeline import publish; "
         "from pipeline.settings.config import load_settings; cfg = load_settings().with_values(json.loads(sys.argv[1])); "
         "cm = publish.build_lock(cfg, 'dead'); cm.__enter__(); "
         "print('held', flush=True); time.sleep(60)" % str(Path(__file__).resolve().parent.parent)

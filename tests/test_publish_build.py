@@ -17,7 +17,7 @@ import yaml
 
 from assets.cli import main
 from factories import hold_build_lock
-from pipeline.release import publish
+from pipeline import publish
 from pipeline.settings.config import path_in_repo
 
 

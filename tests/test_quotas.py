@@ -10,6 +10,7 @@ import csv
 import polars as pl
 
 from pipeline.items.selection import quotas
+from pipeline.publish.provenance import quota_cells
 from pipeline.release import quotas as Q
 from pipeline.release import writers
 from pipeline.settings.config import load_settings
@@ -34,7 +35,7 @@ def test_every_cell_is_listed_and_a_short_one_says_why():
     delivered = _full() | {("reassemble", "T7"): 2}
     delivered |= {(s, "T13"): 24 for s in CFG.build.sources}
     records = [{"source": "reassemble", "task_id": "T7", "quota": 22, "selected": 2, "missing": 20, "reason": REASON}]
-    cells = Q.quota_cells(CFG, delivered, records, _summary())
+    cells = quota_cells(CFG, delivered, records, _summary())
     assert len(cells) == len(_full()) + len(CFG.build.sources)
     short = [c for c in cells if "short" in c]
     quota = quotas(CFG, "reassemble")["T7"]
@@ -55,12 +56,12 @@ def test_every_cell_is_listed_and_a_short_one_says_why():
 
 def test_a_short_cell_without_a_record_still_says_what_the_build_measured():
     delivered = _full() | {("aist", "T3"): 40}
-    (cell,) = [c for c in Q.quota_cells(CFG, delivered, [], None) if "short" in c]
+    (cell,) = [c for c in quota_cells(CFG, delivered, [], None) if "short" in c]
     assert cell["reason"] == f"the selection found 40 usable candidates for a quota of {cell['quota']}"
     # a record made before the frames stage wrote reasons: the sentence is made from its figures
     old = {"source": "aist", "task_id": "T3", "quota": cell["quota"], "selected": 40, "pool": 90, "near_selected": 50}
     old |= {"pool_labels": {"Up": 90}, "min_gap": 20}
-    (cell,) = [c for c in Q.quota_cells(CFG, delivered, [old], None) if "short" in c]
+    (cell,) = [c for c in quota_cells(CFG, delivered, [old], None) if "short" in c]
     assert cell["reason"] == (
         "of its 90 candidates (Up 90), 40 were taken and 50 lie within 20 frames of an item chosen from the same "
         "recording (min_gap)"
@@ -70,7 +71,7 @@ def test_a_short_cell_without_a_record_still_says_what_the_build_measured():
 def test_the_step_track_reason_is_the_summary_s_own_or_made_from_its_figures():
     delivered = _full() | {(s, "T13"): 24 for s in CFG.build.sources} | {("gm100", "T13"): 18}
     # the step stage's own reason (a field it may record), and items made but dropped for unreadable frames
-    cells = Q.quota_cells(CFG, delivered, [], _summary(items=20, reason="few windows\nper unit"))
+    cells = quota_cells(CFG, delivered, [], _summary(items=20, reason="few windows\nper unit"))
     (cell,) = [c for c in cells if "short" in c]
     assert cell == {
         "source": "gm100",
@@ -80,7 +81,7 @@ def test_the_step_track_reason_is_the_summary_s_own_or_made_from_its_figures():
         "short": 6,
         "reason": "few windows per unit; 2 more were dropped because their frames could not be read",
     }
-    cells = Q.quota_cells(CFG, delivered | {("gm100", "T13"): 20}, [], _summary(items=20, units_without_side=3))
+    cells = quota_cells(CFG, delivered | {("gm100", "T13"): 20}, [], _summary(items=20, units_without_side=3))
     (cell,) = [c for c in cells if "short" in c]
     assert cell["reason"].startswith("its 9 units with a split side hold no more candidate windows")
     assert "3 units have no split side" in cell["reason"]
@@ -89,7 +90,7 @@ def test_the_step_track_reason_is_the_summary_s_own_or_made_from_its_figures():
 def test_the_validator_holds_the_cells_to_the_rows():
     delivered = _full() | {("reassemble", "T7"): 2}
     records = [{"source": "reassemble", "task_id": "T7", "reason": REASON}]
-    cells = Q.quota_cells(CFG, delivered, records)
+    cells = quota_cells(CFG, delivered, records)
     assert Q.quota_problems(cells, delivered, "p.json") == []
     bad = [dict(c) for c in cells]
     bad[0]["delivered"] += 1  # planted: a wrong count
@@ -117,7 +118,7 @@ def test_card_and_csv_give_the_cells():
     delivered = _full() | {("reassemble", "T7"): 2, ("rh20t", "T7"): 78}
     delivered |= {(s, "T13"): 24 for s in CFG.build.sources}
     records = [{"source": "reassemble", "task_id": "T7", "reason": REASON}]
-    cells = Q.quota_cells(CFG, delivered, records, _summary())
+    cells = quota_cells(CFG, delivered, records, _summary())
     card = Q.card_section(cells, CFG)
     rows = [ln for ln in card.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
     assert len(rows) == len(cells)  # a line per cell

@@ -220,7 +220,7 @@ def test_keys_that_change_no_output_change_no_fingerprint_and_no_config_hash():
     from assets.tables import all_steps
     from pipeline.settings.config import load_settings
     from pipeline.core.digests import NO_OUTPUT_KEYS, config_part, digest
-    from pipeline.release.provenance import config_hash
+    from pipeline.publish.provenance import config_hash
 
     cfg = load_settings(scale="demo")
     steps = all_steps(cfg)

@@ -1,4 +1,4 @@
-"""pipeline/frames/reconstruct.py: build item images + hashes, delete the cache, rebuild them from "upstream" through
+"""pipeline/reconstruct.py: build item images + hashes, delete the cache, rebuild them from "upstream" through
 an adapter, and check every hash; a corrupted unit is reported as differs, a missing one as missing."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pipeline.frames.cache import FrameCache
 from pipeline.frames.extract import extract_frames, requests_from_items
 from pipeline.frames.pixels import decode_png, pixel_sha256
 from pipeline.frames.readers import AdapterReaders
-from pipeline.frames.reconstruct import (
+from pipeline.reconstruct import (
     ImagesFolderError,
     images_folder,
     reconstruct,
@@ -239,7 +239,7 @@ def test_every_release_file_is_rebuilt_and_reported_per_file(setup, tmp_path, ca
     assert reconstruct_summary(again, out, cfg).startswith(f"release fingerprint: {fp}\n")
     monkeypatch.setattr("pipeline.release.identity.release_fingerprint", lambda path, cfg: fp)
     monkeypatch.setattr(
-        "pipeline.frames.reconstruct.reconstruct",
+        "pipeline.reconstruct.reconstruct",
         lambda *a, **k: (
             (report, k)[0]
             if k.get("progress") is True and k.get("fingerprint") == fp

@@ -16,6 +16,7 @@ import pytest
 from assets.checks import checks_for
 from assets.tables import Table, TableCheck, all_steps, export_metadata, export_tables
 from pipeline import exports
+from pipeline.release.rows import read_tables
 from pipeline.settings.config import load_settings
 from pipeline.exports import EXPORTERS, Exporter, Output, common, write_exports
 
@@ -44,7 +45,7 @@ def rows_on_disk(root, rel: str) -> int:
 def test_every_registered_export_writes_its_files_and_declares_its_rows(demo_release, cfg, tmp_path):
     release = tmp_path / "release"
     shutil.copytree(demo_release, release)
-    tables = common.read_tables(release, cfg, levels=True)
+    tables = read_tables(release, cfg, levels=True)
     report = write_exports(release, tables["eval"], tables["sft"], cfg, checksums=False)
     assert list(report) == list(EXPORTERS)
     for name, ex in EXPORTERS.items():

@@ -12,7 +12,7 @@ import polars as pl
 
 from pipeline.release import writers
 from pipeline.release.quotas import counts, recorded_quotas
-from pipeline.release.validate import validate_release
+from pipeline.publish.validate import validate_release
 from pipeline.settings.config import load_settings
 
 CFG = load_settings(scale="demo")

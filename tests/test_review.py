@@ -19,7 +19,7 @@ from pipeline.release.files import file_names, write_checksums
 from pipeline.release.prompts import format_prompt
 from pipeline.review import build_review, sample_cells
 from pipeline.settings.config import load_settings
-from pipeline.steps.tables import step_files
+from pipeline.release.files import step_files
 from pipeline.validity.human import choice_cells, load_verdicts, match_verdicts, step_classes
 from tests.factories import make_step_row, step_table
 
@@ -181,7 +181,7 @@ def _report(rel: Path) -> dict:
 
 def test_review_takes_the_reconstruct_folder_as_eval_does(tmp_path, capsys):
     """Issue 40: `review --images` took only the images folder; given `reconstruct --out`'s folder it left every item
-    out. Both are taken now (pipeline/frames/reconstruct.py images_folder), and a folder with neither is one line."""
+    out. Both are taken now (pipeline/reconstruct.py images_folder), and a folder with neither is one line."""
     from assets.cli import main as cli
 
     rel, img, rows = make_release(tmp_path, steps=False)  # tmp/a/images/<item_id>_<k>.png: as `reconstruct --out tmp/a`
@@ -774,7 +774,7 @@ def test_demo_release_review_covers_the_step_track(demo_release, demo_samples, t
     """The built demo release: T13 pages per source from its real step files and reconstructed images, and verdicts on
     them merged by uid into per-class figures that match its labels."""
     from assets.cli import main as cli
-    from pipeline.frames.reconstruct import reconstruct
+    from pipeline.reconstruct import reconstruct
     from pipeline.review import eval_rows, step_eval_rows
 
     rel = tmp_path / "release"

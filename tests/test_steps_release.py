@@ -13,7 +13,7 @@ from pipeline.settings.config import load_settings
 from pipeline.steps.items import STEP_ERROR_KINDS
 from pipeline.steps.rows import row_problems
 from pipeline.steps.write import step_problems, step_tables
-from pipeline.release.validate import validate_release
+from pipeline.publish.validate import validate_release
 
 
 def _mcq_sides(release) -> dict[str, set[str]]:
@@ -71,7 +71,7 @@ def test_a_group_moved_across_the_tracks_is_found(demo_release, tmp_path):
 
 
 def test_the_card_says_what_each_source_s_wrong_steps_are():
-    from pipeline.steps.exports import STEP_RECONSTRUCTION_CONFIG, wrong_step_lines
+    from pipeline.exports.steps import STEP_RECONSTRUCTION_CONFIG, wrong_step_lines
 
     def part(rows):
         return ("x.parquet", pl.DataFrame(rows, schema=["source_slug", "step_error_kinds_json"], orient="row"))
@@ -93,7 +93,7 @@ def test_sources_drafted_side_by_side_give_what_one_after_another_gives(demo_rel
     """build.executor.source_workers: the step track's sources drafted in worker processes (2) give the drafts and
     figures drafting them in turn in this process (1) gives, in the configured order of the sources."""
     from assets.settings import BuildSettings
-    from pipeline.core.paths import work_dir
+    from pipeline.settings.paths import work_dir
     from pipeline.steps.stage import all_drafts, group_sides
 
     cfg = BuildSettings(

@@ -1,4 +1,4 @@
-"""The T13 step scorer (pipeline/steps/score.py) and `processbench score --step-predictions`: each metric on a
+"""The T13 step scorer (pipeline/scoring/steps.py) and `processbench score --step-predictions`: each metric on a
 hand-computed case, gold predictions at macro-F1 1.0, all-correct predictions at exactly the all-correct baseline,
 intervals by split group, the CLI beside the multiple-choice scores, and a release without step files."""
 
@@ -14,7 +14,8 @@ from pipeline.scoring import mcq as score
 from pipeline.settings.config import load_settings
 from pipeline.settings.models import ExportsScore
 from pipeline.steps import baselines
-from pipeline.steps.score import first_error_score, macro_f1, score_table, step_metrics
+from pipeline.scoring.steps import first_error_score, score_table, step_metrics
+from pipeline.steps.metrics import macro_f1
 from pipeline.steps.tables import step_rows
 
 SC = ExportsScore(bootstrap_samples=200, seed=7, ci=0.95, min_ci_groups=5)
@@ -196,7 +197,7 @@ def test_a_release_without_step_files_has_no_step_track(tmp_path):
 
 
 def test_step_files_are_named_by_the_release_config(tmp_path):
-    from pipeline.steps.tables import step_files
+    from pipeline.release.files import step_files
 
     cfg = load_settings()
     files = cfg.release.files.model_dump()
@@ -234,7 +235,7 @@ def test_step_metric_definitions_are_the_documented_ones():
     """The docs' step scoring section states each metric by the formula the scorer writes into metrics.json."""
     from pathlib import Path
 
-    from pipeline.steps.score import STEP_METRIC_DEFINITIONS
+    from pipeline.scoring.steps import STEP_METRIC_DEFINITIONS
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "release-format.md").read_text(encoding="utf-8")
     for name, text in STEP_METRIC_DEFINITIONS.items():

@@ -12,7 +12,7 @@ from factories import build, make_cfg
 from pipeline.release import writers
 from pipeline.core import io
 from pipeline.release.identity import mcq_uid
-from pipeline.release.validate import find_path_leaks, validate_release
+from pipeline.publish.validate import find_path_leaks, validate_release
 
 FILES = make_cfg().release.files.model_dump()
 

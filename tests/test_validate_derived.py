@@ -17,9 +17,9 @@ from pipeline.release import writers
 from pipeline.core import io
 from pipeline.settings.config import load_settings
 from pipeline.exports import common
-from pipeline.release.validate import validate_release
-from pipeline.release.validate_derived import ref_problem
-from pipeline.release.validate_files import utf8_problem
+from pipeline.publish.validate import validate_release
+from pipeline.publish.validate_derived import ref_problem
+from pipeline.publish.validate_files import utf8_problem
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -166,7 +166,7 @@ def test_a_30gb_sparse_file_is_reported_without_reading_it(tmp_path, where):
 
 
 def test_text_files_are_decoded_a_block_at_a_time(tmp_path, monkeypatch):
-    import pipeline.release.validate_files as vf
+    import pipeline.publish.validate_files as vf
 
     monkeypatch.setattr(vf, "BLOCK", 4)
     p = tmp_path / "t.txt"

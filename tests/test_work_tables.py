@@ -82,7 +82,7 @@ def test_a_no_op_build_publishes_a_damaged_release_again(demo_samples, demo_rele
     from upstream_adapters import content_hash
 
     from assets.run import rebuild
-    from pipeline.release.validate import validate_release
+    from pipeline.publish.validate import validate_release
 
     work, release = tmp_path / "work", tmp_path / "release"
     shutil.copytree(demo_release.parent / "work", work, ignore=shutil.ignore_patterns("frame_cache"))

@@ -369,7 +369,7 @@ def test_task_distribution_baselines():
 
 
 def test_eval_levels_are_files_of_their_own_and_validated(tmp_path):
-    from pipeline.release.validate import validate_release
+    from pipeline.publish.validate import validate_release
 
     cfg = make_cfg()
     l2_unit = "task_0001_user_0001_scene_0001_cfg_0002"

@@ -47,7 +47,7 @@ def unregister(slug: str) -> None:
 def get_adapter(slug: str, input_limits=None, **options):
     """Construct the adapter for `slug` with its options from configs/sources.yaml; `input_limits` (the build's
     declared-size bounds, configs/build.yaml build.input_limits, put into every source's options by the config
-    loader) becomes `adapter.input_limits`, shared by every adapter (storage/limits.py InputLimits)."""
+    loader) becomes `adapter.input_limits`, shared by every adapter (limits.py InputLimits)."""
     if slug not in ADAPTERS:
         raise KeyError(f"unknown source {slug!r}; known: {sorted(ADAPTERS)}")
     module, cls = ADAPTERS[slug].split(":")
@@ -62,7 +62,7 @@ def get_adapter(slug: str, input_limits=None, **options):
         )
     adapter = adapter(**options)
     if input_limits is not None:
-        from .storage.limits import InputLimits
+        from .limits import InputLimits
 
         adapter.input_limits = InputLimits.of(input_limits)
     return adapter

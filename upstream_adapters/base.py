@@ -30,7 +30,7 @@ import numpy as np
 
 from .content_hash import content_sha256
 from .ir import SourceError, UnitError, UnitIR
-from .storage.limits import InputLimits
+from .limits import InputLimits
 
 
 class SourceAdapter(abc.ABC):

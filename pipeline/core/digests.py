@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 # work and release folders, a source's root: its content is fingerprinted on its own) and how the build spreads over
 # processes (every engine, worker and shard count builds the same bytes). The ONE list: left out of the steps'
 # fingerprints and the per-family / selection keys (config_part) and of the release's config hash
-# (pipeline/release/provenance.py config_hash), so editing one of them neither re-runs a step nor changes the release.
+# (pipeline/publish/provenance.py config_hash), so editing one of them neither re-runs a step nor changes the release.
 NO_OUTPUT_KEYS: dict[str, tuple[str, ...]] = {
     "build": ("work_dir", "release_dir", "executor"),
     "sources": ("root", "ingest_shards"),  # per source: sources.<slug>.root, sources.<slug>.ingest_shards

@@ -4,7 +4,7 @@ image_hashes_json (the hash the build and `reconstruct` use: pipeline/frames/ren
 downscaled (--image-max-side: INTER_AREA, the build's size policy, never upscaled), and encoded as PNG data URLs.
 
 `reconstruct_for(...)` fills that folder on the fly from upstream data by calling `processbench reconstruct`'s own
-code (pipeline/frames/reconstruct.py) for the run's items only.
+code (pipeline/reconstruct.py) for the run's items only.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def load_item_images(
     item: EvalItem, images_dir: Path, max_side: int | None = None, png_compression: int = 1
 ) -> list[str]:
     """The item's images as `data:image/png;base64,...` URLs, in the release's order; `images_dir`: the folder of
-    the image files (pipeline/frames/reconstruct.py `images_folder`), where each reference's file name lies."""
+    the image files (pipeline/reconstruct.py `images_folder`), where each reference's file name lies."""
     urls = []
     for k, rel in enumerate(item.images):
         path = Path(images_dir) / rel.rsplit("/", 1)[-1]
@@ -77,7 +77,7 @@ def reconstruct_for(
     """Reconstruct (and hash-verify) the images of `items` from the upstream folders into `out_dir`, by the code of
     `processbench reconstruct`. Returns (the images folder to read, the reconstruction report). Items of sources not
     given, or whose frames cannot be rebuilt, have no images there: the run records them as failed with the reason."""
-    from pipeline.frames.reconstruct import reconstruct
+    from pipeline.reconstruct import reconstruct
 
     from pipeline.scoring.circular import base_id
 

@@ -122,11 +122,11 @@ def _mcq_items(release_dir: Path, cfg: Settings, levels: list[str], families, so
 
 
 def _step_items(release_dir: Path, cfg: Settings, levels: list[str], families, sources) -> list[EvalItem]:
-    from pipeline.steps.tables import LEVELS, step_files
+    from pipeline.release.files import STEP_LEVELS, step_files
 
     found = step_files(cfg, release_dir)
     parts = [p for p in found if p != "sft" and (not levels or p in levels)]
-    unknown = [lv for lv in levels if lv not in LEVELS]
+    unknown = [lv for lv in levels if lv not in STEP_LEVELS]
     if unknown and found:
         raise ValueError(f"release {release_dir.name}: no eval level {unknown}")
     out = []

@@ -40,7 +40,7 @@ import httpx
 import numpy as np
 
 from pipeline.core import io
-from pipeline.frames.reconstruct import images_folder
+from pipeline.reconstruct import images_folder
 from pipeline.release.identity import read_identity
 
 from .client import (

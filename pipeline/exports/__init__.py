@@ -26,6 +26,7 @@ from pipeline.core import io
 from pipeline.exports import card, common, consumers, croissant, facing, lmms
 from pipeline.core.leaks import find_path_leaks
 from pipeline.release.identity import stated_fingerprint
+from pipeline.release.rows import read_tables
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -122,7 +123,7 @@ def _lmms_eval(run: Run) -> Iterator[Output]:
 
 
 def _visualprocessbench(run: Run) -> Iterator[Output]:
-    from pipeline.steps.exports import visualprocessbench_texts  # (it imports pipeline.exports)
+    from pipeline.exports.steps import visualprocessbench_texts  # (it imports pipeline.exports)
 
     for rel, text in visualprocessbench_texts(run.release_dir, run.cfg):
         yield Output(rel, text, text.count("\n"))
@@ -130,7 +131,7 @@ def _visualprocessbench(run: Run) -> Iterator[Output]:
 
 def _card(run: Run) -> Iterator[Output]:
     from pipeline.release.quotas import recorded_quotas
-    from pipeline.steps.exports import step_configs  # (it imports pipeline.exports)
+    from pipeline.exports.steps import step_configs  # (it imports pipeline.exports)
 
     configs = card.config_tables(run.tables, run.cfg) | step_configs(run.release_dir, run.cfg)  # + the T13 track's
     warnings = common.recorded_warnings(run.release_dir, run.cfg)
@@ -251,5 +252,5 @@ def files_written(report: dict[str, dict]) -> list[str]:
 
 def run_exports(cfg: Settings, release_dir: Path, checksums: bool = True) -> dict[str, dict]:
     """Exports of the release already written in release_dir."""
-    tables = common.read_tables(release_dir, cfg, levels=True)
+    tables = read_tables(release_dir, cfg, levels=True)
     return write_exports(release_dir, tables["eval"], tables["sft"], cfg, checksums=checksums)

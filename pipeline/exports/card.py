@@ -115,7 +115,7 @@ def config_tables(tables: dict[str, pl.DataFrame], cfg: Settings) -> dict[str, d
 
 def model_facing_configs(configs: dict) -> list[str]:
     """The configs a model may be shown (all but `reconstruction` and the step track's reconstruction config)."""
-    from pipeline.steps.exports import STEP_RECONSTRUCTION_CONFIG
+    from pipeline.exports.steps import STEP_RECONSTRUCTION_CONFIG
 
     return [name for name in configs if name not in (RECONSTRUCTION_CONFIG, STEP_RECONSTRUCTION_CONFIG)]
 
@@ -211,7 +211,7 @@ def card_markdown(
     from pipeline.release.quotas import card_section
 
     from pipeline.scoring.mcq import METRIC_DEFINITIONS  # the one place each metric is defined
-    from pipeline.steps.exports import step_section
+    from pipeline.exports.steps import step_section
 
     ec = cfg.exports
     configs = config_tables(tables, cfg) if configs is None else configs

@@ -17,7 +17,7 @@ from pipeline.release import writers
 from pipeline.core import io
 from pipeline.release.files import image_filename
 from pipeline.release.prompts import format_prompt
-from pipeline.release.files import eval_level_files, level_file_name
+from pipeline.release.files import level_file_name
 from pipeline.release.schema import CHOICE_LETTERS, COLUMN_NAMES, MODEL_FACING_COLUMNS
 
 if TYPE_CHECKING:
@@ -52,24 +52,6 @@ def export_files(cfg: Settings) -> dict[str, str]:
 
 def hf_split(cfg: Settings, split: str) -> str:
     return cfg.release.hf_split_names[split]
-
-
-def read_tables(release_dir: Path, cfg: Settings, levels: bool = False) -> dict[str, pl.DataFrame]:
-    """The two release tables, by split column value (eval, sft). levels=True: `eval` holds every eval level (the
-    main eval file, L1, then each level file split_summary.json lists, in level order), as the exports read it."""
-    files = writers.file_names(cfg)
-    out = {}
-    for split in writers.SPLITS:
-        rels = (
-            list(eval_level_files(release_dir, cfg).values())
-            if levels and split == "eval"
-            else [files[f"{split}_parquet"]]
-        )  # eval_level_files: the main eval file first, then the levels
-        for rel in rels:
-            if not (Path(release_dir) / rel).is_file():
-                raise FileNotFoundError(f"release {Path(release_dir).resolve()}: missing {rel}")
-        out[split] = pl.concat([pl.read_parquet(Path(release_dir) / rel) for rel in rels], how="vertical_relaxed")
-    return out
 
 
 def recorded_warnings(release_dir: Path, cfg: Settings) -> list[str]:

@@ -132,7 +132,7 @@ def croissant(tables: dict[str, pl.DataFrame], release_dir: Path, cfg: Settings)
             }
         )
         record_sets.append(_record_set(part, fid))
-    from pipeline.steps.exports import step_record_sets  # (it imports pipeline.exports)
+    from pipeline.exports.steps import step_record_sets  # (it imports pipeline.exports)
 
     step_files, step_sets = step_record_sets(release_dir, cfg, _record_set)  # the T13 step track
     distribution += step_files

@@ -57,7 +57,7 @@ def text_problems(rel: str, text: str, cfg: Settings) -> list[str]:
 
 
 def table_problems(rel: str, columns: list[str]) -> list[str]:
-    from pipeline.steps.exports import STEP_CONFIG, STEP_CONFIG_COLUMNS
+    from pipeline.exports.steps import STEP_CONFIG, STEP_CONFIG_COLUMNS
 
     allowed = frozenset(STEP_CONFIG_COLUMNS) if Path(rel).parent.name == STEP_CONFIG else _TABLE_COLUMNS
     return [f"{rel}: column {c} (not model-facing)" for c in columns if c not in allowed]
@@ -72,7 +72,7 @@ def release_problems(release_dir: Path, cfg: Settings, skip=frozenset()) -> list
     """Every model-facing file of a release folder that carries a column a model may not see (the files in `skip`,
     too large to read, left out: the validator reports them by themselves)."""
     from pipeline.exports.card import RECONSTRUCTION_CONFIG
-    from pipeline.steps.exports import STEP_RECONSTRUCTION_CONFIG
+    from pipeline.exports.steps import STEP_RECONSTRUCTION_CONFIG
 
     root = Path(release_dir)
     folder = root / _exports_dir(cfg)

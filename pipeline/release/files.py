@@ -4,6 +4,7 @@ release file-name table, and the checksum file over what is on disk.
     file_names(cfg)["eval_parquet"]   # "eval.parquet" (configs/release.yaml `files`)
     write_checksums(release_dir, cfg)  # checksums.sha256 over every file now in the release
     release_damage(release_dir, cfg)   # [] when every file is what checksums.sha256 says
+    step_files(cfg[, release_dir])     # the step track's files: {part: (parquet, jsonl)}, L1 / L2 / L3 / sft
 """
 
 from __future__ import annotations
@@ -179,6 +180,32 @@ def eval_level_files(release_dir: Path, cfg: Settings) -> dict[str, str]:
     out = {"L1" if levels else "all": files["eval_parquet"]}
     out.update({lv: v["files"]["parquet"] for lv, v in sorted(levels.items()) if lv != "L1"})
     return out
+
+
+STEP_LEVELS = ("L1", "L2", "L3")  # the eval levels the step track has a file for
+
+
+def step_files(cfg: Settings, release_dir: Path | None = None) -> dict[str, tuple[str, str]]:
+    """The step files by part, {part: (parquet, jsonl)} (release-relative, configs/release.yaml `files.steps_*`): each
+    eval level (L1 under the plain names, L2 / L3 with `_L2` / `_L3` after `eval`, as the MCQ eval files), then "sft".
+    Empty when the configuration names no step files. With `release_dir`: only the parts whose parquet is there, and
+    none when the main eval file (L1) is not (a release without the step track). The writer and every reader take
+    the names from here."""
+    files = file_names(cfg)
+    keys = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl")
+    if not all(files.get(k) for k in keys):
+        return {}
+    out = {
+        lv: (level_file_name(files["steps_eval_parquet"], lv), level_file_name(files["steps_eval_jsonl"], lv))
+        for lv in STEP_LEVELS
+    }
+    out["sft"] = (files["steps_sft_parquet"], files["steps_sft_jsonl"])
+    if release_dir is None:
+        return out
+    root = Path(release_dir)
+    if not (root / out["L1"][0]).is_file():
+        return {}
+    return {part: names for part, names in out.items() if (root / names[0]).is_file()}
 
 
 def plain_json(obj, where: str = "split_summary"):

@@ -348,8 +348,7 @@ def _provenance(root: Path, cfg: Settings, sums: dict[str, str]) -> tuple[dict, 
 
 def item_files(root: Path, cfg: Settings) -> list[tuple[str, str]]:
     """(track, release-relative parquet) of every item file of a release: each eval level, SFT, the step files."""
-    from pipeline.release.files import eval_level_files
-    from pipeline.steps.tables import step_files
+    from pipeline.release.files import eval_level_files, step_files
 
     try:
         mcq = [*eval_level_files(root, cfg).values(), file_names(cfg)["sft_parquet"]]

@@ -1,8 +1,9 @@
 """What the release holds against its quotas: for every (source, family) and for the step track per source, the items
 delivered and the quota, and for each shortfall why, in a sentence made from what the build measured.
 
-    cells = quota_cells(cfg, counts(eval_df, sft_df), stages.shortfall(cfg), counts(step_rows), step_summary)
+    cells = quota_cells(cfg, counts(eval_df, sft_df, step_rows), stages.shortfall(cfg), step_summary)
     provenance_json(cfg, corpora, warnings, quotas=cells)   # the record: metadata/provenance.json `quotas`
+    # (quota_cells and provenance_json: pipeline/publish/provenance.py, which reads the stages' records)
     recorded_quotas(release_dir, cfg)                       # read back by the card, the manifests, the CSV, the validator
 
 A cell is {"source", "task_id", "delivered", "quota"}, plus {"short", "reason"} when delivered < quota. The reasons
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.release.files import file_names, source_names, source_order, task_number
+from pipeline.release.files import file_names, source_names, task_number
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
@@ -45,39 +46,7 @@ def counts(*frames: pl.DataFrame | None) -> dict[tuple[str, str], int]:
     return out
 
 
-def quota_cells(
-    cfg: Settings,
-    delivered: dict[tuple[str, str], int],
-    shortfalls: list[dict],
-    step_summary: dict | None = None,
-) -> list[dict]:
-    """Every cell the build's sources have a quota for, in source then task order. `delivered`: counts() of the
-    release's rows (both tracks); `shortfalls`: the frames stage's records (pipeline/stages.py `shortfall`);
-    `step_summary`: steps/summary.json (each source's `quota`, `items` and figures; None: no step track)."""
-    from pipeline.items.selection import quotas
-    from pipeline.steps.stage import step_reason
-
-    records = {(r.get("source"), r.get("task_id")): r for r in shortfalls if isinstance(r, dict)}
-    cells = []
-    for slug in source_order(cfg):
-        for task, quota in quotas(cfg, slug).items():
-            if quota:
-                n = delivered.get((slug, task), 0)
-                rec = records.get((slug, task)) or {"source": slug, "selected": n, "quota": quota}
-                cells.append(_cell(slug, task, n, int(quota), _reason(rec, cfg)))
-        for tid, tpl in cfg.step_tasks.items() if step_summary is not None else ():
-            s = (step_summary.get("sources") or {}).get(slug)
-            if slug not in tpl.sources or not isinstance(s, dict) or not s.get("quota"):
-                continue
-            n = delivered.get((slug, tid), 0)
-            reason = step_reason(s)
-            if n < int(s.get("items", n)):  # made, then dropped (frames that could not be read)
-                reason += f"; {int(s['items']) - n} more were dropped because their frames could not be read"
-            cells.append(_cell(slug, tid, n, int(s["quota"]), reason))
-    return cells
-
-
-def _cell(slug: str, task: str, delivered: int, quota: int, reason: str) -> dict:
+def new_cell(slug: str, task: str, delivered: int, quota: int, reason: str) -> dict:
     cell = {"source": slug, "task_id": task, "delivered": int(delivered), "quota": int(quota)}
     if delivered < quota:
         cell |= {"short": quota - delivered, "reason": " ".join(str(reason).split())}  # one line
@@ -105,29 +74,6 @@ def cell_line(cell: dict, cfg: Settings) -> str:
     name = _task_names(cfg).get(cell["task_id"], "")
     text = f"{src} {cell['task_id']} {name}: {cell['delivered']:,} of {cell['quota']:,} items"
     return text + (f" ({cell['short']:,} short): {cell['reason']}" if cell.get("short") else "")
-
-
-def shortfall_lines(records: list[dict], cfg: Settings) -> list[str]:
-    """The frames stage's shortfall records (items/<slug>_shortfall.json) as cell_line sentences (the quotas_met
-    check's words)."""
-    out = []
-    for r in records:
-        if not isinstance(r, dict) or not {"source", "task_id", "quota"} <= set(r):
-            continue
-        quota = int(r["quota"])
-        got = int(r.get("selected", quota - int(r.get("missing", 0))))
-        out.append(cell_line(_cell(r["source"], r["task_id"], got, quota, _reason({**r, "selected": got}, cfg)), cfg))
-    return out
-
-
-def _reason(rec: dict, cfg: Settings) -> str:
-    """The reason a shortfall record gives, else the one its figures give (a record written before reasons were)."""
-    from pipeline.items.shortfall import shortfall_reason
-
-    if isinstance(rec.get("reason"), str) and rec["reason"].strip():
-        return rec["reason"]
-    src = cfg.sources.get(rec.get("source")) if isinstance(rec.get("source"), str) else None
-    return shortfall_reason(rec, src.unit_type if src is not None else "unit")
 
 
 def card_section(cells: list[dict], cfg: Settings) -> str:

@@ -2,6 +2,7 @@
 (pipeline/release/schema.py); `pipeline/release/writers.py` writes them.
 
     eval_df, sft_df = release_tables(items, units, cfg)
+    tables = read_tables(release_dir, cfg[, levels=True])   # read back from a written release: {"eval", "sft"}
 
 Row order and item ids. Within each split, rows are sorted by
     (source in configured order [build.sources], task number (T1 < T2 < ... < T12), source_unit_id,
@@ -24,11 +25,12 @@ from typing import TYPE_CHECKING
 
 import json
 import re
+from pathlib import Path
 
 import polars as pl
 
 from pipeline.core import io
-from pipeline.release.files import source_names, task_number
+from pipeline.release.files import eval_level_files, file_names, source_names, task_number
 from pipeline.release.identity import MCQ_UID_COLUMNS, mcq_uid, template_variants
 from pipeline.release.schema import (
     CHOICE_COLUMNS,
@@ -308,3 +310,21 @@ def release_tables(items: pl.DataFrame, units: pl.DataFrame, cfg: Settings) -> t
         for split in SPLITS
     )
     return eval_df, sft_df
+
+
+def read_tables(release_dir: Path, cfg: Settings, levels: bool = False) -> dict[str, pl.DataFrame]:
+    """The two release tables, by split column value (eval, sft). levels=True: `eval` holds every eval level (the
+    main eval file, L1, then each level file split_summary.json lists, in level order), as the exports read it."""
+    files = file_names(cfg)
+    out = {}
+    for split in SPLITS:
+        rels = (
+            list(eval_level_files(release_dir, cfg).values())
+            if levels and split == "eval"
+            else [files[f"{split}_parquet"]]
+        )  # eval_level_files: the main eval file first, then the levels
+        for rel in rels:
+            if not (Path(release_dir) / rel).is_file():
+                raise FileNotFoundError(f"release {Path(release_dir).resolve()}: missing {rel}")
+        out[split] = pl.concat([pl.read_parquet(Path(release_dir) / rel) for rel in rels], how="vertical_relaxed")
+    return out

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 def group_bootstrap(
     sums: np.ndarray, statistic, sc: ExportsScore, what: str = "split groups"
 ) -> tuple[list[float] | None, str | None]:
-    """The one cluster bootstrap of the scorers (this MCQ scorer and the step scorer, pipeline/steps/score.py):
+    """The one cluster bootstrap of the scorers (this MCQ scorer and the step scorer, pipeline/scoring/steps.py):
     `sums` holds one row of additive counts per split group (G x k); `statistic` maps resampled count totals (B x k)
     to B values of the metric. Percentile interval over score.bootstrap_samples resamples of the groups with
     replacement, seeded by score.seed. Returns (interval, None) or (None, why it is not estimable): fewer groups than

@@ -130,7 +130,7 @@ def circular_markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     """processbench score --circular: predictions for the circular copies -> <out>/circular.json and circular.md."""
     from pipeline.settings.config import load_settings
-    from pipeline.exports.common import read_tables
+    from pipeline.release.rows import read_tables
     from pipeline.scoring.mcq import read_predictions
 
     ap = argparse.ArgumentParser(prog="processbench score --circular")

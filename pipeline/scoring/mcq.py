@@ -31,7 +31,7 @@ import polars as pl
 
 from pipeline.release import writers
 from pipeline.core import io
-from pipeline.exports.common import read_tables
+from pipeline.release.rows import read_tables
 from pipeline.scoring.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.scoring.bias import bias_free
 from pipeline.scoring.outcomes import OUTCOME_NAMES, ROW_OUTCOMES, SERVER_ANSWERED, item_outcome, outcome_counts
@@ -432,7 +432,7 @@ def plot(m: dict, path: Path, title: str = "") -> None:
 
 
 OUTPUTS = ("metrics.json", "metrics.md", "per_item.jsonl", "accuracy_by_task.png")
-STEP_OUTPUTS = ("per_step.jsonl",)  # with step predictions (the T13 step track, pipeline/steps/score.py)
+STEP_OUTPUTS = ("per_step.jsonl",)  # with step predictions (the T13 step track, pipeline/scoring/steps.py)
 
 
 def _score_mcq(tables: dict, predictions: Path, cfg: Settings, levels: list[str] | None) -> tuple[dict, pl.DataFrame]:
@@ -504,7 +504,7 @@ def score(
     names the files written)."""
     if predictions is None and step_predictions is None:
         raise ValueError("give predictions, step predictions or both")
-    from pipeline.steps import score as step_score
+    from pipeline.scoring import steps as step_score
     from pipeline.steps.tables import read_step_tables
 
     step_tables = read_step_tables(release_dir, cfg) if step_predictions is not None else None

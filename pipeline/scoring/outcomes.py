@@ -1,4 +1,4 @@
-"""What became of each predicted item (both scorers: pipeline/scoring/mcq.py and pipeline/steps/score.py).
+"""What became of each predicted item (both scorers: pipeline/scoring/mcq.py and pipeline/scoring/steps.py).
 
 A predictions row may carry `outcome` (what `processbench eval` writes: answered, refused, truncated, empty, failed,
 missing); the report counts every eval item once in OUTCOME_NAMES, an answer that does not parse as `invalid`.

@@ -64,7 +64,7 @@ class IrLimits(Strict):
 
 
 class InputLimits(Strict):
-    """Bounds on what one upstream file may declare (upstream_adapters/storage/limits.py InputLimits), checked
+    """Bounds on what one upstream file may declare (upstream_adapters/limits.py InputLimits), checked
     before anything is allocated: a file past one costs its unit, quarantined naming the file and the bound."""
 
     max_video_samples: int = Field(5_000_000, gt=0)  # samples one video track declares (MP4 sample table)
@@ -93,7 +93,7 @@ class BuildFile(Strict):
 
 
 class ArchiveLimits(Strict):
-    """Bounds on reading archives (upstream_adapters/storage/limits.py): a member past them is refused before it is
+    """Bounds on reading archives (upstream_adapters/limits.py): a member past them is refused before it is
     inflated and its unit quarantined; an archive expanding past max_archive_bytes is not read further."""
 
     max_member_bytes: int = Field(4 << 30, gt=0)  # one member's uncompressed size

@@ -7,9 +7,9 @@ Plain functions over the label and IR tables (no Dagster). Building the items:
     drafts = perturb.inject(drafts, template, seed, donors)     # injected errors, living in the frames
     rows = rows.step_rows(drafts, ...)                          # the release rows (STEPS contract, schema.py)
 
-Scoring them: the answer parser (parse.py), the release's step files (tables.py), the step scorer (score.py:
-macro-F1, first-error score, baselines, intervals) and the blind gates of the validity audit (gates.py);
-`processbench score` and the validity audit only call them. A release without step files has no step track: every
+Scoring them: the answer parser (parse.py), the release's step files (tables.py) and the blind gates of the validity
+audit (gates.py); the step scorer (macro-F1, first-error score, baselines, intervals) is pipeline/scoring/steps.py,
+beside the multiple-choice scorer. `processbench score` and the validity audit only call them. A release without step files has no step track: every
 entry point then behaves as without this package.
 
 `BUILDERS` is the registry line of the step families: task id -> the function building its draft items.

@@ -2,7 +2,7 @@
 gates of the validity audit. Each maps SFT steps (training) and eval steps (pipeline/steps/tables.py step_rows) to
 one verdict (1 / -1) per eval step; only scored steps (gold 1 / -1) train them.
 
-    all_correct(eval)                        every step + (a fair coin's expected counts: score.py coin_counts)
+    all_correct(eval)                        every step + (a fair coin's expected counts: metrics.py coin_counts)
     position_prior(sft, eval)                - where the SFT wrong share at (source, step count, position) is above the
                                              source's SFT wrong share, else +
     ngram(sft, eval, order, alpha)           class-conditional n-gram models of SFT step chains (sentences as tokens):

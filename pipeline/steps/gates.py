@@ -20,7 +20,7 @@ and of the item's last step, hashed per place; position, distance from the end, 
 build never uses to make or thin items.
 
 A cell is checked when it has at least `min_steps` scored steps (per-class cells: and `classes.min_wrong` wrong
-steps of its class): every gate's step macro-F1 (pipeline/steps/score.py) must stay within `max_over_random`
+steps of its class): every gate's step macro-F1 (pipeline/scoring/steps.py) must stay within `max_over_random`
 (`classes.max_over_random`) of `random` (rate_guess: the best a guess that ignores the step reaches, 0.5; the
 all-correct and coin-flip figures never pass it, they are reported for reading).
 
@@ -40,7 +40,7 @@ import json
 import numpy as np
 
 from pipeline.steps import baselines
-from pipeline.steps.score import coin_counts, confusion, macro_f1
+from pipeline.steps.metrics import coin_counts, confusion, macro_f1
 from pipeline.steps.tables import SCORE_COLUMNS, error_class, step_rows
 
 if TYPE_CHECKING:

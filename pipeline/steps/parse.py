@@ -5,7 +5,7 @@ A model answers one verdict per step, in order, inside one tag: `<STEPS>+,-,+</S
 `<STEPS>` tag of the text wins. A prediction may also be given as a list of 1 / -1. Anything else is invalid:
 no tag, an empty or unclosed tag, a verdict other than `+` / `-` (or 1 / -1 in a list), or a verdict count that
 differs from the item's step count. An invalid prediction counts as wrong on every scored step of its item
-(pipeline/steps/score.py).
+(pipeline/scoring/steps.py).
 
     parse_steps("... <STEPS>+, -, +</STEPS>", 3)  -> [1, -1, 1]
     parse_steps([1, -1, 1], 3)                   -> [1, -1, 1]

@@ -23,7 +23,7 @@ from ..frames.readers import AdapterReaders
 from ..frames.render import add_image_hashes
 from pipeline.core.io import compact_json, write_json, write_parquet
 from pipeline.core.pool import run_tasks
-from pipeline.core.paths import work_dir
+from pipeline.settings.paths import work_dir
 from . import BUILDERS, perturb
 from .items import reassemble_actions, set_outcome_wording
 from .rows import STEP_SCHEMA, step_rows

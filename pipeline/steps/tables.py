@@ -1,8 +1,7 @@
 """The release's step files (configs/release.yaml `files`: steps_eval_parquet, steps_sft_parquet, ...) and their
-reader. A release without them, or a configuration without the keys, has no step track: `step_files` gives {} and
-every caller skips the track.
+reader. A release without them, or a configuration without the keys, has no step track: `step_files` (their names,
+pipeline/release/files.py) gives {} and every caller skips the track.
 
-    step_files(cfg[, release_dir]) -> {part: (parquet, jsonl)}: L1 / L2 / L3 / sft (those in release_dir)
     absent_step_track(root, files) -> the step file keys the validator does not require (all, when none is there)
     read_step_tables(release_dir, cfg) -> {"eval": every level's rows, "sft": the SFT rows} | None
     step_rows(df) -> one row per step: item, cell, split group, position, gold label, error kind
@@ -17,12 +16,11 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.release.files import file_names, level_file_name
+from pipeline.release.files import step_files
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
-LEVELS = ("L1", "L2", "L3")
 STEP_FILE_KEYS = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl", "steps_manifest")
 
 
@@ -34,29 +32,6 @@ def absent_step_track(root: Path, files: dict[str, str]) -> set[str]:
 
 
 NATURAL_PREFIX = "natural_"  # error kinds starting with it come from the sources' own failure annotations
-
-
-def step_files(cfg: Settings, release_dir: Path | None = None) -> dict[str, tuple[str, str]]:
-    """The step files by part, {part: (parquet, jsonl)} (release-relative, configs/release.yaml `files.steps_*`): each
-    eval level (L1 under the plain names, L2 / L3 with `_L2` / `_L3` after `eval`, as the MCQ eval files), then "sft".
-    Empty when the configuration names no step files. With `release_dir`: only the parts whose parquet is there, and
-    none when the main eval file (L1) is not (a release without the step track). The writer and every reader take
-    the names from here."""
-    files = file_names(cfg)
-    keys = ("steps_eval_parquet", "steps_eval_jsonl", "steps_sft_parquet", "steps_sft_jsonl")
-    if not all(files.get(k) for k in keys):
-        return {}
-    out = {
-        lv: (level_file_name(files["steps_eval_parquet"], lv), level_file_name(files["steps_eval_jsonl"], lv))
-        for lv in LEVELS
-    }
-    out["sft"] = (files["steps_sft_parquet"], files["steps_sft_jsonl"])
-    if release_dir is None:
-        return out
-    root = Path(release_dir)
-    if not (root / out["L1"][0]).is_file():
-        return {}
-    return {part: names for part, names in out.items() if (root / names[0]).is_file()}
 
 
 # what the scorer and the gates read of a step row (step_rows): the rest (prompts, images, keys) only costs memory

@@ -16,24 +16,25 @@ import polars as pl
 
 from pipeline.core import io
 from pipeline.core.leaks import find_path_leaks
-from pipeline.release.files import file_names
+from pipeline.release.files import STEP_LEVELS, file_names, step_files
 from .rows import STEP_SCHEMA, row_problems
-from .tables import LEVELS, step_files
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
 
 
 def _file_tables(rows: pl.DataFrame, cfg: Settings) -> dict[str, tuple[str, pl.DataFrame]]:
-    """{parquet name: (jsonl name, rows)} (names from tables.step_files): the main eval file (L1, and rows without a
+    """{parquet name: (jsonl name, rows)} (names from pipeline/release/files.py step_files): the main eval file (L1, and rows without a
     level) always, each other level's file that has rows, and SFT."""
     names = step_files(cfg)
     ev = rows.filter(pl.col("split") == "eval")
-    unknown = sorted(set(ev["eval_level"].drop_nulls().to_list()) - set(LEVELS))
+    unknown = sorted(set(ev["eval_level"].drop_nulls().to_list()) - set(STEP_LEVELS))
     if unknown:
-        raise ValueError(f"step rows of eval levels without a step file: {unknown} (pipeline/steps/tables.py LEVELS)")
+        raise ValueError(
+            f"step rows of eval levels without a step file: {unknown} (pipeline/release/files.py STEP_LEVELS)"
+        )
     out = {}
-    for lv in LEVELS:
+    for lv in STEP_LEVELS:
         part = (
             ev.filter(pl.col("eval_level").is_null() | (pl.col("eval_level") == lv))
             if lv == "L1"

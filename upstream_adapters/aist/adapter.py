@@ -63,7 +63,7 @@ from PIL import Image
 
 from upstream_adapters.aist.layout import MANIFEST, AistLayout, _Episode, _Task  # noqa: F401 - MANIFEST: the adapter's public name
 from upstream_adapters.base import SourceAdapter, check_unit_id, hdf5_check, refuse_hdf5_links, safe_join
-from upstream_adapters.storage.limits import ArchiveLimits
+from upstream_adapters.limits import ArchiveLimits
 from upstream_adapters.storage.zipwindow import Window as _Window
 from upstream_adapters.ir import (
     FRAMES_SCHEMA,

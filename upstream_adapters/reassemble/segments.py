@@ -22,7 +22,7 @@ from h5py import h5d, h5g, h5o, h5s, h5t
 
 from upstream_adapters.base import hdf5_read
 from upstream_adapters.ir import UnitError
-from upstream_adapters.storage.limits import InputLimits
+from upstream_adapters.limits import InputLimits
 
 _INDEX_NAME = re.compile(r"\d+")
 

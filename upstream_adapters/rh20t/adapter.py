@@ -62,7 +62,7 @@ from upstream_adapters.base import (
 )
 from upstream_adapters.rh20t.scenes import CFG_DIR_RE, CFG_TAR_RE, SCENE_RE, _Archive, _FolderScene, _TarScene
 from upstream_adapters.rh20t.parse import _col, _int_ms, _nearest, _samples, _serial_entry
-from upstream_adapters.storage.limits import ArchiveLimits
+from upstream_adapters.limits import ArchiveLimits
 from upstream_adapters.storage.pickles import load_npy
 from upstream_adapters.ir import (
     FRAMES_SCHEMA,

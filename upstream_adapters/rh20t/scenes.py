@@ -13,7 +13,7 @@ from typing import Sequence
 
 from upstream_adapters.base import safe_join
 from upstream_adapters.ir import UnitError
-from upstream_adapters.storage.limits import ArchiveLimits
+from upstream_adapters.limits import ArchiveLimits
 from upstream_adapters.storage.targz import ArchiveDamaged, Member as _Member, MemberRefused, TarGzIndex
 
 SCENE_RE = re.compile(r"task_(\d+)_user_(\d+)_scene_(\d+)_cfg_(\d+)")

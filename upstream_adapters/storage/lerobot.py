@@ -22,7 +22,7 @@ import yaml
 
 from ..base import load_json, read_metadata, read_metadata_bytes
 from ..ir import UnitError
-from .limits import InputLimits
+from upstream_adapters.limits import InputLimits
 
 VIDEO_PREFIX = "observation.images."
 # LeRobot v2.x defaults, used only to list episodes of a task folder whose info.json is missing/unreadable.

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from .limits import ArchiveLimits
+from upstream_adapters.limits import ArchiveLimits
 
 
 _CHUNK = 1 << 16

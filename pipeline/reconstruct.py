@@ -33,8 +33,8 @@ from pipeline.core.errors import ProjectError
 from pipeline.core.io import write_json
 from pipeline.core.pool import run_tasks
 from pipeline.release.files import eval_level_files
-from .readers import AdapterReaders
-from .render import (
+from pipeline.frames.readers import AdapterReaders
+from pipeline.frames.render import (
     RENDER_VERSION,
     frame_indices_of,
     image_hashes,
@@ -42,7 +42,7 @@ from .render import (
     render_spec_of,
     write_item_images,
 )
-from .worker import read_with_fallback
+from pipeline.frames.worker import read_with_fallback
 
 from pipeline.settings.models import ReconstructionSource
 
@@ -192,7 +192,7 @@ def release_item_files(release_dir: Path, cfg: Settings) -> list[str]:
 def read_release_items(release_dir: Path, cfg: Settings) -> pl.DataFrame:
     """The reconstruction columns of every release table, with `file` (the table's release-relative name) and
     `first_image` (0; a step item has one row per step, pipeline/steps/write.py step_recon_rows)."""
-    from ..steps.write import step_recon_rows
+    from pipeline.steps.write import step_recon_rows
 
     frames = [step_recon_rows(release_dir, cfg)]
     for rel in release_item_files(release_dir, cfg):

@@ -1,4 +1,4 @@
-"""The validator's checks of the files derived from the release rows (pipeline/release/validate.py runs them): every export
+"""The validator's checks of the files derived from the release rows (pipeline/publish/validate.py runs them): every export
 made again from the rows and compared with the file on disk, no image reference that is a path out of the
 reconstruction folder, metadata/provenance.json against the rows, and the validity report against the rows it audits.
 
@@ -82,13 +82,14 @@ def export_problems(root: Path, cfg: Settings, skip=frozenset()) -> list[str]:
     compared with the file on disk; every image reference a plain relative path. A release without exports (none
     of their files there) has nothing to compare."""
     from pipeline.exports import Run, common, export_outputs
+    from pipeline.release.rows import read_tables
 
     cfg = as_built(root, cfg)
     xf = common.export_files(cfg)
     if not any((root / xf[k]).exists() for k in ("card", "croissant", "llamafactory_info")):
         return []
     try:
-        tables = common.read_tables(root, cfg, levels=True)
+        tables = read_tables(root, cfg, levels=True)
     except Exception:  # noqa: BLE001 - a missing or unreadable table is reported by the table checks
         return []
     out: list[str] = []

@@ -1,4 +1,4 @@
-"""The validator's walk over a release folder's entries (pipeline/release/validate.py): what may lie there, and each file read
+"""The validator's walk over a release folder's entries (pipeline/publish/validate.py): what may lie there, and each file read
 in bounded memory. A file past `release.max_file_bytes` is reported by its name and size and never read (no file the
 build writes comes near it: a 30 GB sparse file planted in a release cost the validator a MemoryError); every other
 text file is decoded as UTF-8 one block at a time, never held whole."""

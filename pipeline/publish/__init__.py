@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.core.io import clean_temp_files
-from pipeline.core.paths import release_dir, work_dir
+from pipeline.settings.paths import release_dir, work_dir
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

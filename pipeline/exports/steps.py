@@ -17,10 +17,10 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.release import writers
-from ..exports import common
+from pipeline.exports import common
 from pipeline.release.files import level_file_name
-from .rows import STEP_MODEL_FACING, STEP_SCHEMA
-from .write import step_tables
+from pipeline.steps.rows import STEP_MODEL_FACING, STEP_SCHEMA
+from pipeline.steps.write import step_tables
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.core.digests import REPO, digest, file_digest, without_no_output_keys
+from pipeline.core.io import dumps_json, write_json
+from pipeline.release.files import source_order
+from pipeline.release.quotas import cell_line, new_cell
 
 if TYPE_CHECKING:
     from pipeline.settings.root import Settings
-from pipeline.core.io import dumps_json, write_json
 
 
 def corpus_fingerprint(slug: str, root: Path, options: dict | None = None) -> dict:
@@ -193,3 +195,65 @@ def provenance_json(cfg: Settings, corpora: dict[str, dict], warnings=(), quotas
     and why a short one is short (pipeline/release/quotas.py), the record the card, the manifests and
     task_distribution.csv repeat; present when given."""
     return dumps_json(provenance(cfg, corpora, warnings) | ({"quotas": list(quotas)} if quotas else {}))
+
+
+# ------------------------------------------------------------------------------------------------ the quota record
+# The cells (pipeline/release/quotas.py: their fields, the words, the card's and the CSV's copies, the check) made
+# from what the stages recorded: the frames stage's shortfall records and the step stage's summary.
+
+
+def quota_cells(
+    cfg: Settings,
+    delivered: dict[tuple[str, str], int],
+    shortfalls: list[dict],
+    step_summary: dict | None = None,
+) -> list[dict]:
+    """Every cell the build's sources have a quota for, in source then task order. `delivered`: counts() of the
+    release's rows (both tracks); `shortfalls`: the frames stage's records (pipeline/stages.py `shortfall`);
+    `step_summary`: steps/summary.json (each source's `quota`, `items` and figures; None: no step track)."""
+    from pipeline.items.selection import quotas
+    from pipeline.steps.stage import step_reason
+
+    records = {(r.get("source"), r.get("task_id")): r for r in shortfalls if isinstance(r, dict)}
+    cells = []
+    for slug in source_order(cfg):
+        for task, quota in quotas(cfg, slug).items():
+            if quota:
+                n = delivered.get((slug, task), 0)
+                rec = records.get((slug, task)) or {"source": slug, "selected": n, "quota": quota}
+                cells.append(new_cell(slug, task, n, int(quota), _reason(rec, cfg)))
+        for tid, tpl in cfg.step_tasks.items() if step_summary is not None else ():
+            s = (step_summary.get("sources") or {}).get(slug)
+            if slug not in tpl.sources or not isinstance(s, dict) or not s.get("quota"):
+                continue
+            n = delivered.get((slug, tid), 0)
+            reason = step_reason(s)
+            if n < int(s.get("items", n)):  # made, then dropped (frames that could not be read)
+                reason += f"; {int(s['items']) - n} more were dropped because their frames could not be read"
+            cells.append(new_cell(slug, tid, n, int(s["quota"]), reason))
+    return cells
+
+
+def shortfall_lines(records: list[dict], cfg: Settings) -> list[str]:
+    """The frames stage's shortfall records (items/<slug>_shortfall.json) as cell_line sentences (the quotas_met
+    check's words)."""
+    out = []
+    for r in records:
+        if not isinstance(r, dict) or not {"source", "task_id", "quota"} <= set(r):
+            continue
+        quota = int(r["quota"])
+        got = int(r.get("selected", quota - int(r.get("missing", 0))))
+        out.append(
+            cell_line(new_cell(r["source"], r["task_id"], got, quota, _reason({**r, "selected": got}, cfg)), cfg)
+        )
+    return out
+
+
+def _reason(rec: dict, cfg: Settings) -> str:
+    """The reason a shortfall record gives, else the one its figures give (a record written before reasons were)."""
+    from pipeline.items.shortfall import shortfall_reason
+
+    if isinstance(rec.get("reason"), str) and rec["reason"].strip():
+        return rec["reason"]
+    src = cfg.sources.get(rec.get("source")) if isinstance(rec.get("source"), str) else None
+    return shortfall_reason(rec, src.unit_type if src is not None else "unit")

@@ -22,6 +22,7 @@ import polars as pl
 from pipeline.scoring.bootstrap import ci_text, fmt, group_bootstrap
 from pipeline.scoring.outcomes import item_outcome, outcome_counts
 from pipeline.steps import baselines
+from pipeline.steps.metrics import coin_counts, confusion, macro_f1
 from pipeline.steps.parse import parse_steps
 from pipeline.steps.tables import kind_class, step_rows
 
@@ -54,32 +55,6 @@ STEP_METRIC_DEFINITIONS = {
     "than score.min_ci_groups groups or when every resample gives the same value.",
 }
 BASELINE_NAMES = ("all_correct", "coin_flip", "position_prior")
-CONF = ("c_c", "c_i", "i_c", "i_i")  # confusion counts: gold correct/incorrect x predicted correct/incorrect
-
-
-def confusion(gold: int, pred: int) -> tuple[float, float, float, float]:
-    return (
-        float(gold == 1 and pred == 1),
-        float(gold == 1 and pred == -1),
-        float(gold == -1 and pred == 1),
-        float(gold == -1 and pred == -1),
-    )
-
-
-def coin_counts(gold: int) -> tuple[float, float, float, float]:
-    return (0.5, 0.5, 0.0, 0.0) if gold == 1 else (0.0, 0.0, 0.5, 0.5)
-
-
-def macro_f1(tot: np.ndarray) -> np.ndarray:
-    """Macro-F1 of confusion totals (... x 4, CONF order): classes with no gold and no predicted step left out."""
-    tot = np.atleast_2d(np.asarray(tot, dtype=float))
-    cc, ci, ic, ii = tot[:, 0], tot[:, 1], tot[:, 2], tot[:, 3]
-    off = ci + ic
-    d_c, d_i = 2 * cc + off, 2 * ii + off
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f_c = np.where(d_c > 0, 2 * cc / np.maximum(d_c, 1e-300), np.nan)
-        f_i = np.where(d_i > 0, 2 * ii / np.maximum(d_i, 1e-300), np.nan)
-        return np.nanmean(np.stack([f_c, f_i], axis=1), axis=1)
 
 
 def first_error_score(tot: np.ndarray) -> np.ndarray:

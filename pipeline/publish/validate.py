@@ -31,8 +31,8 @@ from pipeline.core.leaks import find_path_leaks
 from pipeline.steps.write import step_problems, step_tables
 from pipeline.release.quotas import counts as quota_counts, quota_problems, recorded_quotas
 from pipeline.release.scan import release_leaks
-from pipeline.release.validate_derived import export_problems, provenance_problems, validity_problems
-from pipeline.release.validate_files import check_files, max_file_bytes
+from pipeline.publish.validate_derived import export_problems, provenance_problems, validity_problems
+from pipeline.publish.validate_files import check_files, max_file_bytes
 from pipeline.release.files import not_a_release
 from pipeline.release.schema import (
     CHOICE_COLUMNS,
