@@ -89,15 +89,31 @@ def cmd_samples(args) -> int:
     cfg = load_settings(scale=args.scale)
     out = Path(args.out)
     seed = cfg.build.samples.seed if args.seed is None else args.seed
-    factor = args.units_factor
-    if factor < 1 or (factor != 1 and args.scale != "release"):
-        raise UsageError(f"--units-factor takes an integer >= 1 with --scale release, got {factor} ({args.scale})")
-    for slug in tqdm(_sources(args.sources, cfg), desc=f"samples ({args.scale})", unit="source"):
+    sources = _sources(args.sources, cfg)
+    factor = _units_factor(args.units_factor, args.scale, sources, seed)
+    for slug in tqdm(sources, desc=f"samples ({args.scale})", unit="source"):
         t = time.time()
         options, limits = cfg.sources[slug].adapter.options(), _encoder_limits(cfg)
         _write_samples(slug, out / slug, args.scale, seed, options, limits, units_factor=factor)
         tqdm.write(f"{slug}: written to {out / slug} in {time.time() - t:.1f}s")
     return 0
+
+
+def _units_factor(value: str, scale: str, sources: list[str], seed: int) -> int | float:
+    """--units-factor checked before any corpus is written: a number the release scale takes, leaving every source
+    units (the plans say, nothing is encoded)."""
+    from upstream_adapters import sample_units
+    from upstream_adapters.samples.common import units_factor
+
+    try:
+        factor = units_factor(value)
+        if factor != 1 and scale != "release":
+            raise ValueError(f"units factor {factor:g} applies to --scale release only, not {scale}")
+        for slug in sources if factor != 1 else ():
+            sample_units(slug, seed, factor)
+    except ValueError as exc:
+        raise UsageError(f"--units-factor: {exc}") from None
+    return factor
 
 
 def cmd_build(args) -> int:
@@ -225,7 +241,7 @@ def _ensure_samples(slug: str, root: Path, scale: str, seed: int, src_cfg: Sourc
 
 
 def _write_samples(
-    slug: str, root: Path, scale: str, seed: int, options: dict, limits: dict, units_factor: int = 1
+    slug: str, root: Path, scale: str, seed: int, options: dict, limits: dict, units_factor: int | float = 1
 ) -> None:
     """(Re)write a corpus from scratch (a half-written one is never reused) and record what wrote it. `limits`: the
     encoder's timeout and attempts (build.samples); `units_factor`: K times the release scale's units."""
@@ -520,12 +536,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="generator seed (default: configs/build.yaml build.samples.seed)")
     s.add_argument(
         "--units-factor",
-        type=int,
-        default=1,
+        default="1",
         metavar="K",
         help="with --scale release: K times the release scale's units per source (GM-100 episodes per task, RH20T "
-        "scenes, REASSEMBLE recordings, AIST episodes per task; the quotas stay), for the cost curve "
-        "(bench/bench_cost_curve.py)",
+        "scenes, REASSEMBLE recordings, AIST episodes per task; the quotas stay), K an integer >= 1 or a fraction in "
+        "(0, 1] (rounded half up), for the cost curve (bench/bench_cost_curve.py)",
     )
     s.set_defaults(func=cmd_samples)
 

@@ -1,16 +1,23 @@
 """How the build's cost grows with the corpus (numbers, not pass/fail): cold builds over sample corpora with K times
-the release scale's units per source (K = 1, 2, 4 by default), per step its wall time, CPU time and peak memory
+the release scale's units per source (K = 0.25, 0.5, 1 by default), per step its wall time, CPU time and peak memory
 against the units it reads, the growth fitted per step (cost = a * units^b: b = 1 is linear), and from the fits the
 estimated cost of a build over each source's full public corpus, on this machine and on a Dask cluster of N workers.
 The smallest corpus is also built on a local Dask cluster of 1 and 2 workers, to set the estimate beside a
 measurement.
 
-    python bench/bench_cost_curve.py --corpora DIR [--factors 1,2,4] [--dask-workers 1,2] [--keep DIR]
-                                     [--out bench/results/cost_curve.json] [--markdown FILE]
+    python bench/bench_cost_curve.py --corpora DIR [--factors 0.25,0.5,1] [--dask-workers 1,2] [--keep DIR]
+                                     [--resume DIR] [--out bench/results/cost_curve.json] [--markdown FILE]
 
---corpora DIR holds the corpora as DIR/k<K>/<slug>; a missing one is written first (`processbench samples --scale
-release --units-factor K --out DIR/k<K>`: long, every unit's videos are encoded). The quotas do not change with K,
-so the items and everything after them stay about the same size while ingest, labels and candidates read every unit.
+--factors: K an integer >= 1 or a fraction in (0, 1]. The default span (4x) lies below the release scale because
+writing a corpus is video encoding: on a 2-core machine K = 1 takes over an hour to write, K = 2 and 4 would take
+hours more; the fit over a span below K = 1 extrapolates further to the full corpora (docs/running.md says so).
+--corpora DIR holds the corpora as DIR/k<K>/<slug> (DIR/k0.25, DIR/k1, ...); a missing one is written first
+(`processbench samples --scale release --units-factor K --out DIR/k<K>`: long, every unit's videos are encoded). The
+quotas do not change with K, so the items and everything after them stay about the same size while ingest, labels and
+candidates read every unit.
+--resume DIR keeps each build's measurement as DIR/<build>.json (k0.25.json, dask1_k0.25.json, ...) and reuses one
+found there instead of building again (a failed build is not kept): the builds can then be run while the larger
+corpora are still being written, and a bench that stopped half-way goes on where it stopped.
 Run it on a quiet machine: CPU time is exact whatever the load (bench_build.measure), wall time is not.
 """
 
@@ -30,6 +37,7 @@ import polars as pl
 import yaml
 
 from upstream_adapters import ADAPTERS
+from upstream_adapters.samples.common import units_factor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_build import REPO, become_subreaper, measure, step_costs
@@ -40,9 +48,9 @@ FULL_UNITS = {s: int(n) for s, n in yaml.safe_load((Path(__file__).with_name("fu
 CLUSTER_WORKERS = (4, 16, 64)
 
 
-def corpora(root: Path, k: int) -> dict[str, Path]:
-    """The corpora with K times the release scale's units, written first when missing."""
-    folder = root / f"k{k}"
+def corpora(root: Path, k: int | float) -> dict[str, Path]:
+    """The corpora with K times the release scale's units (DIR/k<K>), written first when missing."""
+    folder = root / f"k{k:g}"
     if not all((folder / s).is_dir() for s in SLUGS):
         cmd = [str(Path(sys.executable).with_name("processbench")), "samples", "--scale", "release"]
         cmd += ["--units-factor", str(k), "--out", str(folder)]
@@ -65,6 +73,19 @@ def build(tmp: Path, roots: dict[str, Path], executor: str, workers: int | None 
     out["units"] = {
         s: pl.read_parquet(tmp / "work" / "ir" / s / "units.parquet", columns=["unit_id"]).height for s in SLUGS
     }
+    return out
+
+
+def measured(resume: Path | None, name: str, run) -> dict:
+    """run() (a build's measurement), or the one kept as resume/<name>.json by an earlier run of the bench."""
+    kept = resume / f"{name}.json" if resume else None
+    if kept and kept.is_file():
+        print(f"{name}: reusing the measurement in {kept}", flush=True)
+        return json.loads(kept.read_text())
+    out = run()
+    if kept and out.get("rc") == 0:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(out, indent=2, default=str) + "\n")
     return out
 
 
@@ -186,22 +207,31 @@ def markdown(runs: dict[int, dict], rows: dict, est: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpora", required=True, type=Path, help="DIR/k<K>/<slug> (written when missing)")
-    ap.add_argument("--factors", default="1,2,4")
+    ap.add_argument("--factors", default="0.25,0.5,1", help="units factors K (integers >= 1, fractions in (0, 1])")
     ap.add_argument("--dask-workers", default="1,2", help="local Dask workers to build the smallest K with ('' none)")
     ap.add_argument("--keep", type=Path, help="build under this folder (kept) instead of a temporary one")
+    ap.add_argument("--resume", type=Path, help="keep each build's measurement here and reuse those found")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "cost_curve.json"))
     ap.add_argument("--markdown", help="also write the table (markdown) to this file")
     args = ap.parse_args(argv)
     become_subreaper()
-    factors = sorted(int(k) for k in args.factors.split(","))
+    try:
+        factors = sorted({units_factor(k) for k in args.factors.split(",")})
+    except ValueError as exc:
+        ap.error(f"--factors: {exc}")
     tmp = args.keep or Path(tempfile.mkdtemp(prefix="bench_cost_"))
     runs = {}
     for k in factors:
-        runs[k] = build(tmp / f"k{k}", corpora(args.corpora, k), "multiprocess")
+        runs[k] = measured(
+            args.resume, f"k{k:g}", lambda: build(tmp / f"k{k:g}", corpora(args.corpora, k), "multiprocess")
+        )
         print(f"K={k}: {runs[k]['wall_s']} s, {runs[k]['cpu_s']} CPU-s, units {runs[k]['units']}", flush=True)
     dask = {}
     for n in [int(x) for x in args.dask_workers.split(",") if x]:
-        dask[n] = build(tmp / f"dask{n}", corpora(args.corpora, factors[0]), "dask", workers=n)
+        small = corpora(args.corpora, factors[0])
+        dask[n] = measured(
+            args.resume, f"dask{n}_k{factors[0]:g}", lambda: build(tmp / f"dask{n}", small, "dask", workers=n)
+        )
         print(f"dask {n} worker(s), K={factors[0]}: {dask[n]['wall_s']} s, {dask[n]['cpu_s']} CPU-s", flush=True)
     rows = curve(runs)
     est = estimates(rows, os.cpu_count() or 1, dask, runs)

@@ -114,17 +114,27 @@ def write_samples(
     seed: int = 0,
     encoder_timeout_s: float | None = None,
     encoder_attempts: int | None = None,
-    units_factor: int = 1,
+    units_factor: int | float = 1,
     **layout,
 ) -> None:
     """Write the sample corpus of `slug` into `out_dir` (the source root), in the source's real layout; `layout`
     holds the generator's layout options (e.g. layout="flat" for REASSEMBLE, as_archive=True for RH20T).
     encoder_timeout_s / encoder_attempts: limits of every video encode (configs/build.yaml build.samples).
     `units_factor` K (release scale): K times the release scale's units (GM-100 episodes per task, RH20T scenes,
-    REASSEMBLE test_split1 recordings, AIST episodes per task), for measuring how the build's cost grows."""
+    REASSEMBLE test_split1 recordings, AIST episodes per task; an integer >= 1 or a fraction in (0, 1]), for
+    measuring how the build's cost grows."""
     from .samples.common import encoder_limits
 
     if units_factor != 1:
-        layout["units_factor"] = int(units_factor)
+        layout["units_factor"] = units_factor
     with encoder_limits(encoder_timeout_s, encoder_attempts):
         importlib.import_module(SAMPLE_GENERATORS[slug]).write(out_dir, scale=scale, seed=seed, **layout)
+
+
+def sample_units(slug: str, seed: int = 0, units_factor: int | float = 1) -> int | None:
+    """Units the release-scale sample corpus of `slug` holds with units factor K, from its plan alone (nothing is
+    encoded); a ValueError naming the source when K is refused; None for a generator that does not say."""
+    from .samples.common import units_factor as checked
+
+    count = getattr(importlib.import_module(SAMPLE_GENERATORS[slug]), "release_units", None)
+    return count(seed, checked(units_factor)) if count else None

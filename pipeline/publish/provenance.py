@@ -54,7 +54,7 @@ def _record_path(slug: str, root: Path) -> Path:
 
 
 def write_sample_record(
-    slug: str, root: Path, scale: str, seed: int, options: dict | None = None, units_factor: int = 1
+    slug: str, root: Path, scale: str, seed: int, options: dict | None = None, units_factor: int | float = 1
 ) -> dict:
     """After the generator wrote `root`: record what wrote it and the content it wrote (`units_factor`, when not 1:
     K times the release scale's units)."""
@@ -64,7 +64,7 @@ def write_sample_record(
         "slug": slug,
         "scale": scale,
         "seed": seed,
-        **({"units_factor": int(units_factor)} if units_factor != 1 else {}),
+        **({"units_factor": units_factor} if units_factor != 1 else {}),
         "generator": samples_fingerprint(slug),
         "corpus": corpus_fingerprint(slug, root, options),
     }

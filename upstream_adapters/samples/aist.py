@@ -51,7 +51,7 @@ import cv2
 import h5py
 import numpy as np
 
-from .common import render_frame, rng_for
+from .common import render_frame, rng_for, scaled
 
 MANIFEST = "aist_bimanual_manifest.csv"
 FPS = 50
@@ -327,9 +327,15 @@ def frame_count(seed: int, task_id: str, episode: int, frames: tuple[int, int]) 
     return int(rng_for(seed, "aist", task_id, episode, "length").integers(frames[0], frames[1] + 1))
 
 
+def release_units(seed: int = 0, units_factor: int | float = 1) -> int:
+    """Episodes the release scale writes with units factor K (a ValueError when K leaves a task none)."""
+    d_tasks, d_eps, _, _ = SCALES["release"]
+    return len(d_tasks) * scaled(d_eps, units_factor, "aist", "episode per task")
+
+
 def write(out_dir: Path, scale: str = "demo", seed: int = 0, *, tasks: list[str] | None = None,
           episodes: int | None = None, frames: tuple[int, int] | None = None, size: tuple[int, int] | None = None,
-          compression: int = zipfile.ZIP_DEFLATED, units_factor: int = 1) -> None:
+          compression: int = zipfile.ZIP_DEFLATED, units_factor: int | float = 1) -> None:
     """Write the sample corpus for `scale` (demo | release) into `out_dir`; keywords shrink it for tests;
     `units_factor` K: K times the release scale's episodes per task."""
     if scale not in SCALES:
@@ -337,7 +343,7 @@ def write(out_dir: Path, scale: str = "demo", seed: int = 0, *, tasks: list[str]
     if units_factor != 1 and scale != "release":
         raise ValueError(f"units_factor {units_factor} applies to the release scale only, not {scale!r}")
     d_tasks, d_eps, d_frames, d_size = SCALES[scale]
-    d_eps *= units_factor
+    d_eps = scaled(d_eps, units_factor, "aist", "episode per task")
     tasks = d_tasks if tasks is None else tasks
     episodes = d_eps if episodes is None else episodes
     frames = d_frames if frames is None else frames

@@ -55,6 +55,30 @@ def encoder_limits(timeout_s: float | None = None, attempts: int | None = None) 
         ENCODER_LIMITS.update(saved)
 
 
+def units_factor(value: object) -> int | float:
+    """The release scale's units factor K from the command line or a caller: an integer >= 1 or a fraction in (0, 1];
+    a ValueError otherwise."""
+    try:
+        k = float(value)
+    except (TypeError, ValueError):
+        k = float("nan")
+    if k >= 1 and k.is_integer():
+        return int(k)
+    if 0 < k < 1:
+        return k
+    raise ValueError(f"units factor takes an integer >= 1 or a fraction in (0, 1], got {value!r}")
+
+
+def scaled(n: int, factor: int | float, source: str, what: str) -> int:
+    """n units of the release scale times the units factor K (a fraction rounds half up); a ValueError naming the
+    source when K would leave it none."""
+    k = units_factor(factor)
+    out = n * k if isinstance(k, int) else int(n * Fraction(str(k)) + Fraction(1, 2))
+    if out < 1:
+        raise ValueError(f"units factor {k:g} leaves {source} no {what} (the release scale has {n})")
+    return out
+
+
 def rng_for(seed: int, *key: object) -> np.random.Generator:
     """An RNG seeded from (seed, key...) so every unit's sample data is independent of generation order."""
     digest = hashlib.sha256(repr((seed,) + key).encode()).digest()

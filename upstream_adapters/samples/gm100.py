@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .common import encode_video, render_frame, rng_for
+from .common import encode_video, render_frame, rng_for, scaled
 from .gm100_signals import (  # noqa: F401 - the generator's public names stay importable from here
     HOME,
     episode_signals,
@@ -133,9 +133,10 @@ def _task_text(seed: int, task_id: str, task_type: str) -> str:
     return f"{verb}-{obj}-{tgt}"
 
 
-def plan(scale: str = "demo", seed: int = 0, units_factor: int = 1) -> list[TaskSpec]:
+def plan(scale: str = "demo", seed: int = 0, units_factor: int | float = 1) -> list[TaskSpec]:
     """The corpus as a list of task specs (deterministic from seed); `units_factor` K: K times the release scale's
-    episodes per task (the build's cost curve, bench/bench_cost_curve.py)."""
+    episodes per task (an integer >= 1 or a fraction in (0, 1], rounded half up; the build's cost curve,
+    bench/bench_cost_curve.py)."""
     if units_factor != 1 and scale != "release":
         raise ValueError(f"units_factor {units_factor} applies to the release scale only, not {scale!r}")
     if scale == "tiny":
@@ -167,7 +168,7 @@ def plan(scale: str = "demo", seed: int = 0, units_factor: int = 1) -> list[Task
         forty = set(rng.choice(len(ids), size=4186 - 39 * len(ids), replace=False).tolist())
         tasks = []
         for k, (task_id, ttype) in enumerate(zip(ids, types)):
-            n_eps = (40 if k in forty else 39) * units_factor
+            n_eps = scaled(40 if k in forty else 39, units_factor, "gm100", "episode per task")
             eps = [EpisodeSpec(e, int(rng.integers(150, 201)), wrist=(e == 0)) for e in range(n_eps)]
             if k % 25 == 0:
                 eps[0].top_codec = "av1"
@@ -352,8 +353,13 @@ No licence is stated here because the licence of the real dataset is unverified.
 """
 
 
+def release_units(seed: int = 0, units_factor: int | float = 1) -> int:
+    """Episodes the release scale's plan holds with units factor K (a ValueError when K leaves a task none)."""
+    return sum(len(t.episodes) for t in plan("release", seed, units_factor))
+
+
 def write(out_dir: Path, scale: str = "demo", seed: int = 0, codebase_version: str = "v2.1",
-          units_factor: int = 1) -> None:
+          units_factor: int | float = 1) -> None:
     """Write the GM-100 sample corpus (the source root) into `out_dir`, replacing an earlier sample corpus there.
     codebase_version "v3.0" lays every task folder out as LeRobot v3.0 (`gm100_v3.convert_task`).
 

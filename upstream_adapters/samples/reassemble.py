@@ -290,7 +290,14 @@ def _poses(rng: np.random.Generator) -> dict:
     }
 
 
-def write(out_dir: Path, scale: str = "demo", seed: int = 0, layout: str = "release", units_factor: int = 1) -> None:
+def release_units(seed: int = 0, units_factor: int | float = 1) -> int:
+    """test_split1 recordings the release scale writes with units factor K (a ValueError when K leaves too few)."""
+    return sum("test_split1" in s.splits for s in specs_for("release", seed, units_factor))
+
+
+def write(
+    out_dir: Path, scale: str = "demo", seed: int = 0, layout: str = "release", units_factor: int | float = 1
+) -> None:
     """Write the REASSEMBLE sample corpus (`tiny`, `demo` or `release`) into `out_dir` (the source root).
     layout "release": data/<rec>.h5 + poses/ + splits/ as TU Wien ships it; "flat": only the <rec>.h5 files, side by
     side in `out_dir` (as the authors' converter and other readers keep them)."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .common import rng_for
+from .common import rng_for, scaled
 
 SLUG = "reassemble"
 OBJECTS = (
@@ -90,7 +90,11 @@ def _demo_specs() -> list[RecSpec]:
     ]
 
 
-def _release_specs(seed: int, units_factor: int = 1) -> list[RecSpec]:
+def _release_specs(seed: int, units_factor: int | float = 1) -> list[RecSpec]:
+    tests = scaled(37, units_factor, SLUG, "test_split1 recording")
+    if tests < 4:  # the four planted test_split1 cases below
+        raise ValueError(f"units factor {units_factor:g} leaves {SLUG} {tests} test_split1 recording(s), fewer than "
+                         "the 4 cases the release scale plants in it")
     special = {
         "2025-01-10-15-28-50": dict(hand_late=True),
         "2025-01-10-17-10-38": dict(hand_late=True),
@@ -105,9 +109,10 @@ def _release_specs(seed: int, units_factor: int = 1) -> list[RecSpec]:
         d, h, mi, s = (int(x) for x in r.split("-")[2:])
         return ((d * 24 + h) * 60 + mi) * 60 + s
 
-    # units_factor K: 37 K recordings of test_split1 (the extra ones in it alone), over January's first 28 days
-    days = (9, 14) if units_factor == 1 else (1, 29)
-    while len(ids) < 41 + 37 * (units_factor - 1):
+    # units_factor K: 37 K recordings of test_split1 (the extra or missing ones in it alone); above K = 1 over
+    # January's first 28 days
+    days = (9, 14) if units_factor <= 1 else (1, 29)
+    while len(ids) < tests + 4:
         day = int(rng.integers(*days))
         minute = int(rng.integers(9 * 60, 18 * 60))
         r = f"2025-01-{day:02d}-{minute // 60:02d}-{minute % 60:02d}-{int(rng.integers(0, 60)):02d}"
@@ -117,7 +122,7 @@ def _release_specs(seed: int, units_factor: int = 1) -> list[RecSpec]:
     plain = [r for r in ordered if r not in special]
     order = rng.permutation(len(plain))
     train = {plain[i] for i in order[:2]}
-    neither = {plain[order[2]]}
+    neither = {plain[i] for i in order[2:3]}
     per_axis = {plain[i] for i in order[3:5]}
     specs = []
     for r in ordered:
@@ -129,11 +134,11 @@ def _release_specs(seed: int, units_factor: int = 1) -> list[RecSpec]:
         if r in per_axis:
             kw.update(per_axis=True, ts_2d=True)
         specs.append(RecSpec(r, **kw))
-    assert sum("test_split1" in s.splits for s in specs) == 37 * units_factor
+    assert sum("test_split1" in s.splits for s in specs) == tests
     return specs
 
 
-def specs_for(scale: str, seed: int = 0, units_factor: int = 1) -> list[RecSpec]:
+def specs_for(scale: str, seed: int = 0, units_factor: int | float = 1) -> list[RecSpec]:
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; known: {sorted(SCALES)}")
     if units_factor != 1 and scale != "release":

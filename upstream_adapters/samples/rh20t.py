@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .common import encode_video, render_frame, rng_for
+from .common import encode_video, render_frame, rng_for, scaled
 
 PRIMARY = "036422060215"  # cfg2 "shoulder" camera (the one ProcessBench used)
 OVERHEAD = "104122061850"  # cfg2 "overhead" camera
@@ -391,20 +391,22 @@ def demo_specs(seed: int = 0) -> list[SceneSpec]:
     return specs
 
 
-def release_specs(seed: int = 0, units_factor: int = 1) -> list[SceneSpec]:
+def release_specs(seed: int = 0, units_factor: int | float = 1) -> list[SceneSpec]:
     """596 readable robot scenes over 76 task ids (ProcessBench's cfg2 scale), ~28 % failures (rating 0/1), a few
     rating -1; plus 2 scenes without gripper.npy and 8 human folders. `units_factor` K: 596 K scenes over the same
-    tasks (20 K users), K times the human folders."""
+    tasks (20 K users; at least 3 scenes a task where they fit, else fewer), K times the human folders."""
     rng = rng_for(seed, "rh20t", "release")
     tasks = sorted(int(t) for t in rng.choice(np.arange(1, 241), 76, replace=False))
-    n = 596 * units_factor
-    counts = 3 + rng.multinomial(n - 3 * 76, rng.dirichlet(np.full(76, 4.0)))
+    n = scaled(596, units_factor, "rh20t", "scene")
+    base = min(3, n // 76)
+    counts = base + rng.multinomial(n - base * 76, rng.dirichlet(np.full(76, 4.0)))
+    users = max(1, int(20 * units_factor + 0.5))  # 20 K users, at least one
     ratings = np.array([-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     probs = np.array([0.02, 0.07, 0.20, 0.04, 0.06, 0.09, 0.12, 0.14, 0.12, 0.09, 0.05])
     specs: list[SceneSpec] = []
     extra: list[SceneSpec] = []
     for t, c in zip(tasks, counts):
-        pairs = rng.choice(20 * units_factor * 10, int(c) + 1, replace=False)
+        pairs = rng.choice(max(users * 10, int(c) + 1), int(c) + 1, replace=False)
         for k, p in enumerate(pairs):
             user, scene = int(p // 10) + 1, int(p % 10) + 1
             spec = SceneSpec(t, user, scene, rating=int(rng.choice(ratings, p=probs)),
@@ -472,7 +474,14 @@ def write_root(out_dir: Path, specs: Sequence[SceneSpec], seed: int = 0, size: t
     return base
 
 
-def write(out_dir: Path, scale: str = "demo", seed: int = 0, archive: bool | None = None, units_factor: int = 1) -> None:
+def release_units(seed: int = 0, units_factor: int | float = 1) -> int:
+    """Readable robot scenes the release scale writes with units factor K (a ValueError when K leaves none)."""
+    return sum(1 for s in release_specs(seed, units_factor) if s.human is None and not s.omit)
+
+
+def write(
+    out_dir: Path, scale: str = "demo", seed: int = 0, archive: bool | None = None, units_factor: int | float = 1
+) -> None:
     """Demo: RH20T_cfg2.tar.gz (archive path). Release: the extracted RH20T_cfg2/ folder (596 robot scenes).
     `archive` True/False writes the archive or the extracted folder at any scale (None: the scale's default)."""
     if scale not in SIZES:
