@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from assets.cli import main
-from pipeline.release import provenance
+from pipeline.publish import provenance
 from upstream_adapters import ADAPTERS, sample_units
 from upstream_adapters.samples import gm100, reassemble_plan, rh20t
 
