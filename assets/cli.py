@@ -29,8 +29,6 @@ import time
 import uuid
 from pathlib import Path
 
-from tqdm import tqdm
-
 from pipeline.settings.config import load_settings, path_in_repo
 
 if TYPE_CHECKING:
@@ -91,6 +89,8 @@ def cmd_samples(args) -> int:
     seed = cfg.build.samples.seed if args.seed is None else args.seed
     sources = _sources(args.sources, cfg)
     factor = _units_factor(args.units_factor, args.scale, sources, seed)
+    from tqdm import tqdm  # here, not at the top: a build that writes no corpus never imports it
+
     for slug in tqdm(sources, desc=f"samples ({args.scale})", unit="source"):
         t = time.time()
         options, limits = cfg.sources[slug].adapter.options(), _encoder_limits(cfg)
@@ -160,11 +160,13 @@ def cmd_build(args) -> int:
         # the lock before the samples: a second `make rebuild` never rewrites the corpora this build reads
         with publish.build_lock(build_cfg, token) as cleaned:
             for what in cleaned:
-                tqdm.write(f"[build] {what} (left by an interrupted build)")
+                print(f"[build] {what} (left by an interrupted build)", flush=True)
             # the sample check below and the planner read the upstream files' content hashes from the work folder
             use_hash_store(build_cfg, verify=args.verify)
             if args.samples:  # generate the default sample corpora first (what `make rebuild` does)
                 scale, seed = cfg.build.scale, cfg.build.samples.seed
+                from tqdm import tqdm  # only when corpora are written: no bar, no import (the no-op build's start)
+
                 for slug in tqdm(chosen, desc=f"samples ({scale})", unit="source"):
                     if slug not in upstream:
                         _ensure_samples(
@@ -177,7 +179,7 @@ def cmd_build(args) -> int:
                 return 2
             result = run.rebuild(
                 settings,
-                log=lambda m: tqdm.write(m),
+                log=lambda m: print(m, flush=True),  # no progress bar is open by now
                 executor=args.executor,
                 token=token,
                 max_concurrent=args.max_concurrent,
@@ -285,6 +287,8 @@ def use_repo_dagster_home() -> Path:
 
 def cmd_ingest(args) -> int:
     from pipeline.ingest.run import command
+
+    from tqdm import tqdm
 
     args.progress = lambda it: tqdm(it, desc=f"ingest {args.source}", unit="unit")
     return command(args)
